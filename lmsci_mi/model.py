@@ -1,0 +1,257 @@
+"""`LensModel`: a HookedTransformer together with lmsci-mi's tokenisation policy and hook registry.
+
+Tokenisation policy (every analysis tokenises through here):
+    Every prompt starts with exactly one attention-sink token, and the prompt's own tokens start
+    at position 1. The sink is the tokenizer's BOS when the tokenizer adds one (Gemma); otherwise
+    the model's document separator (``<|endoftext|>`` for SmolLM2 and GPT-2). Models attend to
+    the first position as a resting place; without a sink the first *word* becomes that resting
+    place, and corrupting it (as causal tracing does to a subject) breaks every head. With the
+    sink, a subject can never sit at position 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+from transformer_lens import HookedTransformer
+
+from lmsci_mi.hooks import HookRegistry, registry_for
+from lmsci_mi.results import Meta, Result, result_type
+
+if TYPE_CHECKING:
+    from transformer_lens import HookedTransformerConfig
+
+__all__ = ["LensModel", "TokenPredictions"]
+
+
+@result_type
+class TokenPredictions(Result):
+    """The top-k next tokens after a prompt: ``values`` are probabilities, axis ``("rank",)``."""
+
+    token_ids: Tensor
+    log_probs: Tensor
+
+
+class LensModel:
+    """A HookedTransformer with one tokenisation policy and one hook registry.
+
+    Attributes:
+        model: the underlying ``HookedTransformer`` (use it directly for anything not wrapped).
+        name: catalogue name (``"smollm2-135m"``) or path.
+        source: where the weights came from.
+        tokenizer: the Hugging Face tokenizer, or None for token-only toys.
+        sink_token_id: token put in front of every prompt, or None when the tokenizer adds its
+            own BOS (or the model has none).
+        hooks: the model's :class:`~lmsci_mi.hooks.HookRegistry`; every intervention goes
+            through it, e.g. ``with lm.hooks.patch(site, clean_act): ...``.
+    """
+
+    def __init__(
+        self,
+        model: HookedTransformer,
+        *,
+        name: str,
+        source: str,
+        tokenizer: Any,
+        sink_token_id: int | None,
+    ) -> None:
+        self.model = model
+        self.name = name
+        self.source = source
+        self.tokenizer = tokenizer
+        self.sink_token_id = sink_token_id
+        self.hooks: HookRegistry = registry_for(model)
+
+    def __repr__(self) -> str:
+        cfg = self.cfg
+        return (
+            f"LensModel({self.name!r}: {cfg.n_layers} layers, d_model {cfg.d_model}, "
+            f"{cfg.n_heads} heads, on {self.device})"
+        )
+
+    @classmethod
+    def wrap(cls, model: HookedTransformer, name: str = "custom") -> LensModel:
+        """Wrap a HookedTransformer you loaded yourself (sink = its BOS unless it adds one)."""
+        tokenizer = model.tokenizer
+        sink = None
+        if tokenizer is not None:
+            ids = tokenizer("a")["input_ids"]
+            adds_bos = bool(ids) and ids[0] == tokenizer.bos_token_id
+            sink = None if adds_bos else tokenizer.bos_token_id
+        return cls(model, name=name, source="user model", tokenizer=tokenizer, sink_token_id=sink)
+
+    # ------------------------------------------------------------------ basics
+
+    @property
+    def cfg(self) -> HookedTransformerConfig:
+        return self.model.cfg
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.W_E.device
+
+    def __call__(self, tokens: Int[Tensor, "batch pos"], **kwargs: Any) -> Tensor:
+        """Run the model (logits by default); hooks from active interventions apply."""
+        return self.model(tokens.to(self.device), **kwargs)
+
+    def meta(self, prompts: Sequence[str] = (), **fields: Any) -> Meta:
+        """A :class:`Meta` record naming this model, for results built on it."""
+        return Meta(model=self.name, prompts=tuple(prompts), **fields)
+
+    # ------------------------------------------------------------------ tokenisation policy
+
+    def _require_tokenizer(self) -> Any:
+        if self.tokenizer is None:
+            raise ValueError(f"{self.name} has no tokenizer: pass token ids instead of text")
+        return self.tokenizer
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of one prompt under the policy: one sink token, then the text's tokens."""
+        tokenizer = self._require_tokenizer()
+        ids: list[int] = list(tokenizer(text, add_special_tokens=True)["input_ids"])
+        if self.sink_token_id is not None and (not ids or ids[0] != self.sink_token_id):
+            ids = [self.sink_token_id, *ids]
+        return ids
+
+    def to_tokens(self, prompts: str | Sequence[str]) -> Int[Tensor, "batch pos"]:
+        """Tokenise one prompt or a batch of prompts that have the same token length.
+
+        Raises:
+            ValueError: prompts of unequal token length. Patching compares positions across
+                prompts, so silent padding would shift them; the message lists each length.
+
+        >>> from lmsci_mi import load_model
+        >>> lm = load_model("toy-2l")
+        >>> lm.to_tokens(["The cat sat", "The dog sat"]).shape
+        torch.Size([2, 4])
+        """
+        batch = [prompts] if isinstance(prompts, str) else list(prompts)
+        if not batch:
+            raise ValueError("no prompts given")
+        ids = [self.encode(p) for p in batch]
+        lengths = {len(i) for i in ids}
+        if len(lengths) > 1:
+            listing = "; ".join(f"{len(i)} tokens: {p!r}" for p, i in zip(batch, ids, strict=True))
+            raise ValueError(
+                "prompts tokenise to different lengths, so their positions do not line up "
+                f"({listing}). Use prompts of equal token length (e.g. single-token names), "
+                "or align them by named positions."
+            )
+        return torch.tensor(ids, dtype=torch.long, device=self.device)
+
+    def to_str_tokens(self, prompt: str | Sequence[int] | Tensor) -> list[str]:
+        """The tokens of a prompt (policy applied) as strings, sink included."""
+        tokenizer = self._require_tokenizer()
+        ids = self.encode(prompt) if isinstance(prompt, str) else [int(i) for i in prompt]
+        return [tokenizer.decode([i]) for i in ids]
+
+    def token_id(self, text: str) -> int:
+        """The id of ``text`` when it is exactly one token (answers like ``" Paris"``).
+
+        Raises:
+            ValueError: ``text`` is empty or more than one token; the message shows its split.
+        """
+        tokenizer = self._require_tokenizer()
+        if not text:
+            raise ValueError("empty answer: give the token's text, e.g. ' Paris'")
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if len(ids) != 1:
+            pieces = [tokenizer.decode([i]) for i in ids]
+            hint = "" if text.startswith(" ") else " (answers after a word usually start with a space)"
+            raise ValueError(
+                f"{text!r} is {len(ids)} tokens {pieces} for {self.name}, but one token is "
+                f"needed{hint}"
+            )
+        return int(ids[0])
+
+    def find_subject(self, prompt: str, subject: str) -> range:
+        """Token positions (policy applied, so sink = position 0) covering ``subject``.
+
+        Character offsets decide the overlap, so a BPE/SentencePiece token that carries the
+        subject's leading space (" Eiffel") counts as part of it.
+
+        Raises:
+            ValueError: the subject is not in the prompt (case-sensitive; the message says if it
+                would match ignoring case), or is empty.
+
+        >>> from lmsci_mi import load_model
+        >>> lm = load_model("toy-2l")
+        >>> lm.find_subject("The Eiffel Tower is in", "Eiffel Tower")
+        range(2, 5)
+        """
+        tokenizer = self._require_tokenizer()
+        if not subject.strip():
+            raise ValueError("empty subject")
+        start = prompt.find(subject)
+        if start < 0:
+            hint = ""
+            if prompt.lower().find(subject.lower()) >= 0:
+                hint = " (it matches ignoring case: the match is case-sensitive)"
+            raise ValueError(f"subject {subject!r} is not in the prompt {prompt!r}{hint}")
+        end = start + len(subject)
+        encoded = tokenizer(prompt, add_special_tokens=True, return_offsets_mapping=True)
+        ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
+        shift = len(self.encode(prompt)) - len(ids)  # 1 when the policy prepended the sink
+        hits = [
+            i + shift
+            for i, (s, e) in enumerate(offsets)
+            if e > s and s < end and e > start
+        ]
+        if not hits:
+            raise ValueError(f"subject {subject!r} covers no token of {prompt!r}")
+        return range(hits[0], hits[-1] + 1)
+
+    # ------------------------------------------------------------------ predictions
+
+    @torch.no_grad()
+    def top_tokens(self, prompt: str, k: int = 10) -> TokenPredictions:
+        """The ``k`` most likely next tokens after ``prompt``. Reads the model only.
+
+        >>> from lmsci_mi import load_model
+        >>> load_model("toy-2l").top_tokens("Hello", k=3).values.shape
+        torch.Size([3])
+        """
+        logits: Float[Tensor, "1 pos vocab"] = self(self.to_tokens(prompt))
+        log_probs = logits[0, -1].float().log_softmax(-1)
+        top = log_probs.topk(k)
+        labels = tuple(self.tokenizer.decode([int(i)]) for i in top.indices)
+        return TokenPredictions(
+            values=top.values.exp().cpu(),
+            axes=("rank",),
+            labels=(labels,),
+            meta=self.meta([prompt]),
+            token_ids=top.indices.cpu(),
+            log_probs=top.values.cpu(),
+        )
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompt: str,
+        max_new_tokens: int = 20,
+        *,
+        temperature: float = 0.0,
+        seed: int | None = None,
+    ) -> str:
+        """Continue ``prompt``; greedy when ``temperature == 0``. Returns only the new text.
+
+        Interventions active in the registry apply at every step (use ``positions=None`` for
+        steering, since cached generation feeds one new position per step).
+        """
+        if seed is not None:
+            torch.manual_seed(seed)
+        tokens = self.to_tokens(prompt)
+        out = self.model.generate(
+            tokens,
+            max_new_tokens=max_new_tokens,
+            do_sample=temperature > 0,
+            temperature=max(temperature, 1e-6),
+            verbose=False,
+            stop_at_eos=False,
+        )
+        assert isinstance(out, Tensor)
+        return self._require_tokenizer().decode(out[0, tokens.shape[1]:].tolist())

@@ -1,0 +1,345 @@
+"""Result types: every analysis in lmsci-mi returns a frozen dataclass derived from `Result`.
+
+A result holds its main tensor with named axes and axis labels, any further typed fields, and a
+`Meta` record (model, prompts, seed, data source, version). The base class gives every result
+`to_dict`/`from_dict`, `save`/`load` (JSON plus safetensors, never pickle), a long-format
+`to_dataframe()` and a matplotlib `plot()`. After SAELens configs and TransformerLens `logits_to_df`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar, Union
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor
+
+from lmsci_mi._version import __version__
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+__all__ = ["LayerCurve", "Meta", "ParamValue", "Result", "result_type"]
+
+ParamValue = str | int | float | bool | None | tuple[Any, ...]
+"""A JSON-able setting recorded in `Meta.params` (a noise scale, a layer window, a chunk size)."""
+
+R = TypeVar("R", bound="Result")
+T = TypeVar("T")
+
+_RESULT_TYPES: dict[str, type[Result]] = {}
+_FORMAT = "lmsci-mi-result/1"
+
+
+@dataclass(frozen=True)
+class Meta:
+    """Where a result came from, so that a number can be traced back to its inputs."""
+
+    model: str
+    prompts: tuple[str, ...] = ()
+    seed: int | None = None
+    data_source: str = ""
+    version: str = __version__
+    params: Mapping[str, ParamValue] = field(default_factory=dict)
+
+
+def result_type(cls: type[T]) -> type[T]:
+    """Class decorator for result types: a frozen dataclass, registered for :meth:`Result.load`.
+
+    Equality is the base class's (tensors compared with ``torch.equal``), so the dataclass's own
+    ``__eq__`` is switched off.
+    """
+    wrapped = dataclass(frozen=True, eq=False)(cls)
+    name = wrapped.__name__
+    if name in _RESULT_TYPES and _RESULT_TYPES[name] is not wrapped:
+        existing = _RESULT_TYPES[name]
+        if existing.__module__ != wrapped.__module__ or existing.__qualname__ != wrapped.__qualname__:
+            raise ValueError(f"result type {name!r} is already registered by {existing.__module__}")
+    _RESULT_TYPES[name] = wrapped  # type: ignore[assignment]
+    return wrapped
+
+
+@dataclass(frozen=True, eq=False)
+class Result:
+    """Base of every analysis result.
+
+    Attributes:
+        values: the main tensor of the analysis (a trace, a patching sweep, head scores).
+        axes: the names of ``values``' axes, e.g. ``("layer", "position")``.
+        labels: for each axis, one label per index (token strings, head names), or ``()`` to use
+            the integer index.
+        meta: provenance.
+    """
+
+    values: Tensor
+    axes: tuple[str, ...]
+    labels: tuple[tuple[str, ...], ...]
+    meta: Meta
+
+    def __post_init__(self) -> None:
+        if len(self.axes) != self.values.ndim:
+            raise ValueError(
+                f"{type(self).__name__}: {len(self.axes)} axis names {self.axes} for a tensor "
+                f"with {self.values.ndim} dimensions"
+            )
+        if len(self.labels) != len(self.axes):
+            raise ValueError(f"{type(self).__name__}: need one label tuple per axis {self.axes}")
+        for axis, (name, labels) in enumerate(zip(self.axes, self.labels, strict=True)):
+            if labels and len(labels) != self.values.shape[axis]:
+                raise ValueError(
+                    f"{type(self).__name__}: axis {name!r} has {self.values.shape[axis]} entries "
+                    f"but {len(labels)} labels"
+                )
+
+    # ------------------------------------------------------------------ equality
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return _equal(self.to_dict(), other.to_dict())  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # ------------------------------------------------------------------ dict round trip
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result as nested plain data: dataclasses become dicts, tensors stay tensors."""
+        return {"kind": type(self).__name__, **_encode_fields(self)}
+
+    @classmethod
+    def from_dict(cls: type[R], data: Mapping[str, Any]) -> R:
+        """Rebuild a result from :meth:`to_dict`; dispatches on ``data["kind"]``."""
+        kind = data.get("kind", cls.__name__)
+        target = _RESULT_TYPES.get(kind, cls if kind == cls.__name__ else None)
+        if target is None:
+            raise ValueError(
+                f"unknown result kind {kind!r}; import the module that defines it first "
+                f"(known: {sorted(_RESULT_TYPES)})"
+            )
+        if not issubclass(target, cls):
+            raise TypeError(f"{kind} is not a {cls.__name__}")
+        return typing.cast(R, _decode_dataclass(target, data))
+
+    # ------------------------------------------------------------------ files
+
+    def save(self, path: str | Path) -> Path:
+        """Write ``path`` (JSON) and ``path`` with suffix ``.safetensors`` (the tensors).
+
+        Returns the JSON path. No pickle is involved, so a saved result is safe to share.
+        """
+        json_path = Path(path)
+        if json_path.suffix != ".json":
+            json_path = json_path.with_suffix(json_path.suffix + ".json")
+        tensors: dict[str, Tensor] = {}
+        plain = _externalise(self.to_dict(), tensors, prefix="")
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        tensor_path = json_path.with_suffix(".safetensors")
+        document = {"format": _FORMAT, "tensors": tensor_path.name, "result": plain}
+        json_path.write_text(json.dumps(document, indent=1, allow_nan=True))
+        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, tensor_path)
+        return json_path
+
+    @classmethod
+    def load(cls: type[R], path: str | Path) -> R:
+        """Read a result written by :meth:`save` (either file's path may be given)."""
+        json_path = Path(path)
+        if json_path.suffix == ".safetensors":
+            json_path = json_path.with_suffix(".json")
+        if not json_path.exists() and json_path.with_suffix(json_path.suffix + ".json").exists():
+            json_path = json_path.with_suffix(json_path.suffix + ".json")
+        document = json.loads(json_path.read_text())
+        if document.get("format") != _FORMAT:
+            raise ValueError(f"{json_path} is not an lmsci-mi result file")
+        tensors = load_file(json_path.parent / document["tensors"])
+        return cls.from_dict(_internalise(document["result"], tensors))
+
+    # ------------------------------------------------------------------ tables and plots
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """``values`` in long format: one row per cell, a column per axis, and ``value``.
+
+        Each axis gives two columns: ``<axis>`` (its label, or the index when unlabelled) and
+        ``<axis>_index``.
+        """
+        import pandas as pd
+
+        array = self.values.detach().cpu().float().numpy()
+        grids = np.meshgrid(*[np.arange(n) for n in array.shape], indexing="ij")
+        columns: dict[str, Any] = {}
+        for axis, (name, labels) in enumerate(zip(self.axes, self.labels, strict=True)):
+            index = grids[axis].ravel()
+            columns[name] = np.asarray(labels, dtype=object)[index] if labels else index
+            columns[f"{name}_index"] = index
+        columns["value"] = array.ravel()
+        return pd.DataFrame(columns)
+
+    def axis_labels(self, axis: int) -> list[str]:
+        """Labels of one axis, falling back to the indices."""
+        labels = self.labels[axis]
+        return list(labels) if labels else [str(i) for i in range(self.values.shape[axis])]
+
+    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+        """Plot ``values``: a line for 1-D, a heatmap for 2-D, a row of heatmaps for 3-D.
+
+        Args:
+            path: if given, the figure is also written there as PNG.
+            title: defaults to the result type and the model.
+        """
+        from lmsci_mi.viz.plots import plot_tensor, save_figure
+
+        fig = plot_tensor(
+            self.values,
+            axes=self.axes,
+            labels=[self.axis_labels(i) for i in range(self.values.ndim)],
+            title=title or f"{type(self).__name__} — {self.meta.model}",
+        )
+        if path is not None:
+            save_figure(fig, path)
+        return fig
+
+
+@result_type
+class LayerCurve(Result):
+    """A quantity per layer, possibly for several series: probe accuracy, a trace's peak.
+
+    ``values`` is ``[layer]`` or ``[series, layer]``; the plot draws one line per series.
+    """
+
+    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+        from lmsci_mi.viz.plots import plot_curves, save_figure
+
+        values = self.values if self.values.ndim == 2 else self.values[None]
+        series = self.axis_labels(0) if self.values.ndim == 2 else [self.meta.model]
+        fig = plot_curves(
+            values,
+            series=series,
+            x_label=self.axes[-1],
+            title=title or f"{type(self).__name__} — {self.meta.model}",
+        )
+        if path is not None:
+            save_figure(fig, path)
+        return fig
+
+
+_RESULT_TYPES["Result"] = Result
+
+
+# ---------------------------------------------------------------------- encoding helpers
+
+
+def _encode_fields(obj: Any) -> dict[str, Any]:
+    return {f.name: _encode(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, Tensor):
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _encode_fields(value)
+    if isinstance(value, Mapping):
+        return {str(k): _encode(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [_encode(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _decode(value: Any, hint: Any) -> Any:
+    if value is None or isinstance(value, Tensor):
+        return value
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        for option in options:
+            option_origin = typing.get_origin(option) or option
+            if isinstance(value, list) and option_origin in (tuple, list):
+                return _decode(value, option)
+            if isinstance(value, dict) and (
+                dataclasses.is_dataclass(option) or option_origin in (dict, Mapping)
+            ):
+                return _decode(value, option)
+        return value
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return _decode_dataclass(hint, value)
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_decode(v, args[0]) for v in value)
+        if args:
+            return tuple(_decode(v, a) for v, a in zip(value, args, strict=True))
+        return tuple(value)
+    if origin is list or origin is Sequence:
+        (arg,) = typing.get_args(hint) or (Any,)
+        return [_decode(v, arg) for v in value]
+    if origin in (dict, Mapping):
+        args = typing.get_args(hint)
+        arg = args[1] if len(args) == 2 else Any
+        return {k: _decode(v, arg) for k, v in value.items()}
+    if isinstance(value, list):
+        return tuple(_decode(v, Any) for v in value)
+    if hint is float and isinstance(value, int):
+        return float(value)
+    return value
+
+
+def _decode_dataclass(cls: type, data: Mapping[str, Any]) -> Any:
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        if f.name not in data:
+            continue  # a field added later with a default: old files still load
+        kwargs[f.name] = _decode(data[f.name], hints.get(f.name, Any))
+    return cls(**kwargs)
+
+
+def _externalise(value: Any, tensors: dict[str, Tensor], prefix: str) -> Any:
+    if isinstance(value, Tensor):
+        key = prefix or "values"
+        tensors[key] = value
+        return {"__tensor__": key}
+    if isinstance(value, dict):
+        return {k: _externalise(v, tensors, f"{prefix}.{k}" if prefix else k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_externalise(v, tensors, f"{prefix}.{i}") for i, v in enumerate(value)]
+    return value
+
+
+def _internalise(value: Any, tensors: Mapping[str, Tensor]) -> Any:
+    if isinstance(value, dict):
+        if set(value) == {"__tensor__"}:
+            return tensors[value["__tensor__"]]
+        return {k: _internalise(v, tensors) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_internalise(v, tensors) for v in value]
+    return value
+
+
+def _equal(a: Any, b: Any) -> bool:
+    if isinstance(a, Tensor) or isinstance(b, Tensor):
+        return (
+            isinstance(a, Tensor)
+            and isinstance(b, Tensor)
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and bool(torch.equal(a.detach().cpu(), b.detach().cpu()))
+        )
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return bool(a == b)

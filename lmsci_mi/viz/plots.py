@@ -1,0 +1,116 @@
+"""Matplotlib figures for results: heatmaps over (layer, position) or (layer, head), layer curves.
+
+The figures are plain matplotlib, written as PNG with the non-interactive Agg backend so that they
+work on a headless machine and in CI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from torch import Tensor
+
+__all__ = ["heatmap", "plot_curves", "plot_tensor", "save_figure"]
+
+
+def heatmap(
+    ax: Axes,
+    values: Tensor,
+    *,
+    row_labels: Sequence[str],
+    col_labels: Sequence[str],
+    row_name: str,
+    col_name: str,
+    title: str = "",
+    cmap: str | None = None,
+) -> None:
+    """Draw one 2-D heatmap; a diverging map centred on 0 when the values change sign."""
+    array = values.detach().cpu().float().numpy()
+    low, high = float(array.min()), float(array.max())
+    if cmap is None and low < 0 < high:
+        bound = max(abs(low), abs(high))
+        image = ax.imshow(array, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto")
+    else:
+        image = ax.imshow(array, cmap=cmap or "viridis", aspect="auto")
+    ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    _ticks(ax, "y", row_labels)
+    _ticks(ax, "x", col_labels, rotate=True)
+    ax.set_ylabel(row_name)
+    ax.set_xlabel(col_name)
+    if title:
+        ax.set_title(title, fontsize=10)
+
+
+def _ticks(ax: Axes, which: str, labels: Sequence[str], rotate: bool = False) -> None:
+    step = max(1, len(labels) // 30)  # keep 30 layers readable
+    idx = list(range(0, len(labels), step))
+    shown = [labels[i] for i in idx]
+    if which == "x":
+        ax.set_xticks(idx, shown, rotation=60 if rotate else 0, ha="right" if rotate else "center")
+    else:
+        ax.set_yticks(idx, shown)
+
+
+def plot_tensor(
+    values: Tensor,
+    *,
+    axes: Sequence[str],
+    labels: Sequence[Sequence[str]],
+    title: str,
+) -> Figure:
+    """A line (1-D), a heatmap (2-D) or one heatmap per leading index (3-D)."""
+    values = values.detach().cpu().float()
+    if values.ndim == 1:
+        return plot_curves(values[None], series=[title], x_label=axes[0], title=title)
+    if values.ndim == 2:
+        fig, ax = plt.subplots(figsize=(max(5, 0.35 * values.shape[1] + 2), 5))
+        heatmap(ax, values, row_labels=labels[0], col_labels=labels[1], row_name=axes[0],
+                col_name=axes[1], title=title)
+        fig.tight_layout()
+        return fig
+    if values.ndim == 3 and values.shape[0] <= 6:
+        n = values.shape[0]
+        fig, grid = plt.subplots(1, n, figsize=(5 * n, 5), squeeze=False)
+        for i in range(n):
+            heatmap(grid[0][i], values[i], row_labels=labels[1], col_labels=labels[2],
+                    row_name=axes[1], col_name=axes[2], title=f"{axes[0]} = {labels[0][i]}")
+        fig.suptitle(title)
+        fig.tight_layout()
+        return fig
+    raise ValueError(
+        f"no default plot for a tensor of shape {tuple(values.shape)}; "
+        "select a slice or use to_dataframe()"
+    )
+
+
+def plot_curves(values: Tensor, *, series: Sequence[str], x_label: str, title: str) -> Figure:
+    """One line per row of ``values`` (e.g. probe accuracy per layer for several probes)."""
+    values = torch.as_tensor(values).detach().cpu().float()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for row, name in zip(values, series, strict=True):
+        ax.plot(range(len(row)), row.numpy(), marker="o", markersize=3, label=name)
+    ax.set_xlabel(x_label)
+    ax.set_title(title, fontsize=10)
+    if len(series) > 1:
+        ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def save_figure(fig: Figure, path: str | Path) -> Path:
+    """Write ``fig`` as PNG and close it (figures left open leak memory in long sessions)."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
