@@ -1,3 +1,30 @@
 """Circuit discovery: causal tracing, activation and attribution patching, head detection, IOI."""
 
 __all__: list[str] = []
+
+# Head detection (issue 4).
+from lmsci_mi.circuits.heads import CompositionScores as CompositionScores
+from lmsci_mi.circuits.heads import HeadScores as HeadScores
+from lmsci_mi.circuits.heads import InductionAblation as InductionAblation
+from lmsci_mi.circuits.heads import composition_scores as composition_scores
+from lmsci_mi.circuits.heads import copying_scores as copying_scores
+from lmsci_mi.circuits.heads import duplicate_token_scores as duplicate_token_scores
+from lmsci_mi.circuits.heads import head_scores as head_scores
+from lmsci_mi.circuits.heads import induction_ablation as induction_ablation
+from lmsci_mi.circuits.heads import induction_scores as induction_scores
+from lmsci_mi.circuits.heads import prefix_matching_scores as prefix_matching_scores
+from lmsci_mi.circuits.heads import previous_token_scores as previous_token_scores
+
+__all__ += [
+    "CompositionScores",
+    "HeadScores",
+    "InductionAblation",
+    "composition_scores",
+    "copying_scores",
+    "duplicate_token_scores",
+    "head_scores",
+    "induction_ablation",
+    "induction_scores",
+    "prefix_matching_scores",
+    "previous_token_scores",
+]
