@@ -15,6 +15,7 @@ import io
 import json
 import logging
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -185,7 +186,7 @@ def list_models() -> list[ModelInfo]:
     rows: list[ModelInfo] = []
     for bundled in BUNDLED_MODELS.values():
         installed = importlib.util.find_spec(bundled.package.replace("-", "_")) is not None
-        cached = any((cache_root() / "models").glob(f"{bundled.name}-*/weights.safetensors"))
+        cached = any((cache_root() / "models").glob(f"{bundled.name}-*/processed-*.json"))
         rows.append(
             ModelInfo(
                 name=bundled.name,
@@ -317,8 +318,12 @@ def _cached_tokenizer(gguf: Path, fingerprint: str) -> Any:
     if (folder / "tokenizer_config.json").exists():
         return AutoTokenizer.from_pretrained(folder)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    folder.mkdir(parents=True, exist_ok=True)
-    tokenizer.save_pretrained(folder)
+    staging = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
+    tokenizer.save_pretrained(staging)
+    try:
+        staging.rename(folder)
+    except OSError:  # another process finished first; its copy is as good as ours
+        shutil.rmtree(staging, ignore_errors=True)
     return tokenizer
 
 
@@ -332,24 +337,59 @@ def _load_gguf(
     fold_ln: bool,
     use_cache: bool,
 ) -> LensModel:
+    """Load a GGUF model through a two-level cache.
+
+    ``converted.*`` holds the dequantised weights in TransformerLens layout (skips the 15 s
+    dequantisation); ``processed-fold{0,1}.*`` holds them after folding and centring, with the
+    matching config, so the common load is one ``load_state_dict`` with no processing at all.
+    """
     fingerprint = _fingerprint(path, name)
     folder = cache_root() / "models" / f"{name}-{fingerprint}"
-    weights, config_file = folder / "weights.safetensors", folder / "config.json"
     tokenizer = _cached_tokenizer(path, fingerprint)
-    if use_cache and weights.exists() and config_file.exists():
-        cfg_dict = json.loads(config_file.read_text())
-        state_dict = load_file(weights)
-        source = f"{path.name} (cached conversion)"
+    sink_id = tokenizer.convert_tokens_to_ids(sink_token) if sink_token else None
+    processed = folder / f"processed-fold{int(fold_ln)}"
+    if use_cache and _cache_complete(processed):
+        cfg_dict = json.loads(processed.with_suffix(".json").read_text())
+        model = _build_processed(cfg_dict, load_file(processed.with_suffix(".safetensors")),
+                                 tokenizer, device=device, dtype=dtype)
+        return LensModel(model, name=name, source=f"{path.name} (cached conversion)",
+                         tokenizer=tokenizer, sink_token_id=sink_id)
+    converted = folder / "converted"
+    if use_cache and _cache_complete(converted):
+        cfg_dict = json.loads(converted.with_suffix(".json").read_text())
+        state_dict = load_file(converted.with_suffix(".safetensors"))
     else:
         cfg_dict, state_dict = _convert_gguf(path)
         if use_cache:
-            folder.mkdir(parents=True, exist_ok=True)
-            save_file({k: v.contiguous() for k, v in state_dict.items()}, weights)
-            config_file.write_text(json.dumps(cfg_dict, indent=1))
-        source = f"{path.name} (dequantised from GGUF)"
-    model = _build(cfg_dict, state_dict, tokenizer, device=device, dtype=dtype, fold_ln=fold_ln)
-    sink_id = tokenizer.convert_tokens_to_ids(sink_token) if sink_token else None
-    return LensModel(model, name=name, source=source, tokenizer=tokenizer, sink_token_id=sink_id)
+            _write_cache(converted, cfg_dict, state_dict)
+    model = _build(cfg_dict, state_dict, tokenizer, device=torch.device("cpu"),
+                   dtype=torch.float32, fold_ln=fold_ln)
+    if use_cache:
+        _write_cache(processed, _jsonable_config(model.cfg), model.state_dict())
+    with contextlib.redirect_stdout(io.StringIO()):
+        model.to(device)
+    if dtype != torch.float32:
+        model.to(dtype)
+    return LensModel(model, name=name, source=f"{path.name} (dequantised from GGUF)",
+                     tokenizer=tokenizer, sink_token_id=sink_id)
+
+
+def _cache_complete(stem: Path) -> bool:
+    return stem.with_suffix(".json").exists() and stem.with_suffix(".safetensors").exists()
+
+
+def _write_cache(stem: Path, cfg_dict: dict[str, Any], state_dict: dict[str, torch.Tensor]) -> None:
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    # Write to temporary names and rename: several processes may load the same model at once,
+    # and a reader must never see a half-written file. The config goes last and marks the entry
+    # complete.
+    tensors = {k: v.detach().cpu().contiguous() for k, v in state_dict.items()}
+    suffix = f".tmp{os.getpid()}"
+    weights, config = stem.with_suffix(".safetensors"), stem.with_suffix(".json")
+    save_file(tensors, weights.with_name(weights.name + suffix))
+    os.replace(weights.with_name(weights.name + suffix), weights)
+    config.with_name(config.name + suffix).write_text(json.dumps(cfg_dict, indent=1))
+    os.replace(config.with_name(config.name + suffix), config)
 
 
 def _convert_gguf(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
@@ -469,6 +509,28 @@ def _build(
         fold_value_biases=True,
     )
     # TransformerLens prints "Moving model to device" here; library code stays quiet.
+    with contextlib.redirect_stdout(io.StringIO()):
+        model.to(device)
+    if dtype != torch.float32:
+        model.to(dtype)
+    model.eval()
+    return model
+
+
+def _build_processed(
+    cfg_dict: dict[str, Any],
+    state_dict: dict[str, torch.Tensor],
+    tokenizer: Any,
+    *,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> HookedTransformer:
+    cfg = HookedTransformerConfig(
+        **{**cfg_dict, "init_weights": False, "device": str(device), "dtype": dtype}
+    )
+    model = HookedTransformer(cfg, tokenizer=tokenizer, move_to_device=False)
+    # assign=True adopts the loaded tensors instead of copying them into fresh ones.
+    model.load_state_dict(state_dict, strict=True, assign=True)
     with contextlib.redirect_stdout(io.StringIO()):
         model.to(device)
     if dtype != torch.float32:

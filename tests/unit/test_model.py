@@ -1,0 +1,63 @@
+"""Loading and the tokenisation policy, on the toys (which carry the SmolLM2 tokenizer)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lmsci_mi import LensModel, ModelNotAvailableError, load_model
+
+
+def test_every_prompt_starts_with_one_sink(tiny: LensModel) -> None:
+    ids = tiny.encode("The cat")
+    assert ids[0] == tiny.sink_token_id == 0
+    assert ids.count(0) == 1
+    assert tiny.to_str_tokens("The cat")[0] == "<|endoftext|>"
+
+
+def test_unequal_lengths_raise_with_each_length(tiny: LensModel) -> None:
+    with pytest.raises(ValueError, match="different lengths") as info:
+        tiny.to_tokens(["The cat sat", "The elephant sat quietly"])
+    assert "4 tokens" in str(info.value)
+
+
+def test_subject_positions_include_leading_space_token(tiny: LensModel) -> None:
+    prompt = "The mother tongue of Vladimir Putin is"
+    span = tiny.find_subject(prompt, "Vladimir Putin")
+    pieces = tiny.to_str_tokens(prompt)
+    assert "".join(pieces[i] for i in span).strip() == "Vladimir Putin"
+    assert 0 not in span
+
+
+def test_subject_missing_is_an_error(tiny: LensModel) -> None:
+    with pytest.raises(ValueError, match="not in the prompt"):
+        tiny.find_subject("The Eiffel Tower is in", "Big Ben")
+    with pytest.raises(ValueError, match="ignoring case"):
+        tiny.find_subject("The Eiffel Tower is in", "eiffel tower")
+
+
+def test_answer_must_be_one_token(tiny: LensModel) -> None:
+    assert tiny.token_id(" Paris") == tiny.encode(" Paris")[1]
+    with pytest.raises(ValueError, match="one token is needed"):
+        tiny.token_id(" Parisians of the Seine")
+    with pytest.raises(ValueError, match="empty"):
+        tiny.token_id("")
+
+
+def test_toys_are_seeded() -> None:
+    a, b = load_model("toy-3l", device="cpu"), load_model("toy-3l", device="cpu")
+    assert all(torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters(), strict=True))
+    assert a.cfg.n_layers == 3
+
+
+def test_unknown_name_and_offline_hub_errors_name_the_bundled_models() -> None:
+    with pytest.raises(ModelNotAvailableError, match="smollm2-135m"):
+        load_model("no-such-model")
+    with pytest.raises(ModelNotAvailableError, match=r"HF_HUB_OFFLINE=1.*smollm2-135m"):
+        load_model("gpt2")
+
+
+def test_top_tokens_result(tiny: LensModel) -> None:
+    top = tiny.top_tokens("Hello", k=4)
+    assert top.axes == ("rank",) and len(top.labels[0]) == 4
+    assert torch.all(top.values[:-1] >= top.values[1:])
