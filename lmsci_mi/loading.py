@@ -26,7 +26,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from lmsci_mi.model import LensModel
+from lmsci_mi.model import LensModel, default_sink_token
 
 __all__ = [
     "BUNDLED_MODELS",
@@ -346,7 +346,7 @@ def _load_gguf(
     fingerprint = _fingerprint(path, name)
     folder = cache_root() / "models" / f"{name}-{fingerprint}"
     tokenizer = _cached_tokenizer(path, fingerprint)
-    sink_id = tokenizer.convert_tokens_to_ids(sink_token) if sink_token else None
+    sink_id = int(tokenizer.convert_tokens_to_ids(sink_token)) if sink_token else None
     processed = folder / f"processed-fold{int(fold_ln)}"
     if use_cache and _cache_complete(processed):
         cfg_dict = json.loads(processed.with_suffix(".json").read_text())
@@ -561,20 +561,14 @@ def _load_hf_folder(
         state_dict = get_pretrained_state_dict(str(folder), cfg_local, hf_model=hf_model)
         cfg_dict = _jsonable_config(cfg_local)
     model = _build(cfg_dict, state_dict, tokenizer, device=device, dtype=dtype, fold_ln=fold_ln)
-    sink = tokenizer.bos_token_id if not _tokenizer_adds_bos(tokenizer) else None
     return LensModel(model, name=folder.name, source=str(folder), tokenizer=tokenizer,
-                     sink_token_id=sink)
+                     sink_token_id=default_sink_token(tokenizer))
 
 
 def _tl_local_config(folder: Path) -> HookedTransformerConfig:
     from transformer_lens.loading_from_pretrained import get_pretrained_model_config
 
     return get_pretrained_model_config(str(folder))
-
-
-def _tokenizer_adds_bos(tokenizer: Any) -> bool:
-    ids = tokenizer("a")["input_ids"]
-    return bool(ids) and tokenizer.bos_token_id is not None and ids[0] == tokenizer.bos_token_id
 
 
 def _load_from_hub(
@@ -597,14 +591,12 @@ def _load_from_hub(
         )
     try:
         model = HookedTransformer.from_pretrained(
-            official, device=str(device), dtype=dtype, fold_ln=fold_ln
+            official, device=str(device), dtype=str(dtype).removeprefix("torch."), fold_ln=fold_ln
         )
     except OSError as error:  # no network, no hub: transformers raises OSError subclasses
         raise ModelNotAvailableError(
             f"could not download {official!r} from the Hugging Face hub ({error.__class__.__name__}). "
             f"Offline, use a bundled model instead: {bundled}."
         ) from error
-    tokenizer = model.tokenizer
-    sink = None if tokenizer is None or _tokenizer_adds_bos(tokenizer) else tokenizer.bos_token_id
-    return LensModel(model, name=official, source="Hugging Face hub", tokenizer=tokenizer,
-                     sink_token_id=sink)
+    return LensModel(model, name=official, source="Hugging Face hub", tokenizer=model.tokenizer,
+                     sink_token_id=default_sink_token(model.tokenizer))

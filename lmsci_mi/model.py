@@ -25,7 +25,17 @@ from lmsci_mi.results import Meta, Result, result_type
 if TYPE_CHECKING:
     from transformer_lens import HookedTransformerConfig
 
-__all__ = ["LensModel", "TokenPredictions"]
+__all__ = ["LensModel", "TokenPredictions", "default_sink_token"]
+
+
+def default_sink_token(tokenizer: Any) -> int | None:
+    """The policy's sink for a tokenizer: None when it adds its own BOS, else its BOS id."""
+    if tokenizer is None or tokenizer.bos_token_id is None:
+        return None
+    ids = tokenizer("a")["input_ids"]
+    if ids and ids[0] == tokenizer.bos_token_id:
+        return None
+    return int(tokenizer.bos_token_id)
 
 
 @result_type
@@ -77,12 +87,8 @@ class LensModel:
     def wrap(cls, model: HookedTransformer, name: str = "custom") -> LensModel:
         """Wrap a HookedTransformer you loaded yourself (sink = its BOS unless it adds one)."""
         tokenizer = model.tokenizer
-        sink = None
-        if tokenizer is not None:
-            ids = tokenizer("a")["input_ids"]
-            adds_bos = bool(ids) and ids[0] == tokenizer.bos_token_id
-            sink = None if adds_bos else tokenizer.bos_token_id
-        return cls(model, name=name, source="user model", tokenizer=tokenizer, sink_token_id=sink)
+        return cls(model, name=name, source="user model", tokenizer=tokenizer,
+                   sink_token_id=default_sink_token(tokenizer))
 
     # ------------------------------------------------------------------ basics
 

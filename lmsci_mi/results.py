@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor
+from typing_extensions import dataclass_transform
 
 from lmsci_mi._version import __version__
 
@@ -53,6 +54,7 @@ class Meta:
     params: Mapping[str, ParamValue] = field(default_factory=dict)
 
 
+@dataclass_transform(frozen_default=True, eq_default=False)
 def result_type(cls: type[T]) -> type[T]:
     """Class decorator for result types: a frozen dataclass, registered for :meth:`Result.load`.
 
