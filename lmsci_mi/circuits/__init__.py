@@ -1,5 +1,8 @@
 """Circuit discovery: causal tracing, activation and attribution patching, head detection, IOI."""
 
+# Each feature adds its own block of re-exports below.
+# ruff: noqa: E402
+
 __all__: list[str] = []
 
 # Head detection (issue 4).
@@ -27,4 +30,19 @@ __all__ += [
     "induction_scores",
     "prefix_matching_scores",
     "previous_token_scores",
+]
+
+# IOI circuit and the toy induction model (issue 4).
+from lmsci_mi.circuits.ioi import CircuitHead as CircuitHead
+from lmsci_mi.circuits.ioi import IOICircuit as IOICircuit
+from lmsci_mi.circuits.ioi import find_ioi_circuit as find_ioi_circuit
+from lmsci_mi.circuits.ioi import path_patch_to_queries as path_patch_to_queries
+from lmsci_mi.circuits.toy_induction import load_toy_induction as load_toy_induction
+
+__all__ += [
+    "CircuitHead",
+    "IOICircuit",
+    "find_ioi_circuit",
+    "load_toy_induction",
+    "path_patch_to_queries",
 ]

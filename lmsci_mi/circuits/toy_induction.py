@@ -1,0 +1,167 @@
+"""A toy model with a known answer: a 2-layer attention-only transformer trained on repeated random
+tokens, which grows a layer-0 previous-token head and a layer-1 induction head that K-composes with
+it (Elhage et al. 2021; Olsson et al. 2022). Seeded, CPU-sized, cached as safetensors + JSON.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
+from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+from lmsci_mi.data.repeated_tokens import repeated_random_tokens
+from lmsci_mi.loading import cache_root
+from lmsci_mi.model import LensModel
+
+__all__ = ["ToyInductionConfig", "load_toy_induction", "train_toy_induction"]
+
+log = logging.getLogger(__name__)
+
+SINK = 0  # token 0 is the sink, never drawn as a content token
+
+
+@dataclass(frozen=True)
+class ToyInductionConfig:
+    """Everything that determines the trained weights (the cache key is a hash of it)."""
+
+    d_vocab: int = 64
+    d_model: int = 64
+    n_heads: int = 4
+    d_head: int = 16
+    half_length: int = 20
+    batch_size: int = 64
+    steps: int = 1200
+    lr: float = 3e-3
+    weight_decay: float = 0.01
+    seed: int = 0
+
+    def key(self) -> str:
+        blob = json.dumps(asdict(self), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:12]
+
+    def hooked_config(self) -> HookedTransformerConfig:
+        return HookedTransformerConfig(
+            n_layers=2,
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            d_head=self.d_head,
+            n_ctx=2 * self.half_length + 1,
+            d_vocab=self.d_vocab,
+            attn_only=True,
+            normalization_type="LN",
+            positional_embedding_type="standard",
+            act_fn="relu",
+            seed=self.seed,
+            device="cpu",
+        )
+
+
+def _folder(config: ToyInductionConfig) -> Path:
+    return cache_root() / "toys" / f"induction-2l-{config.key()}"
+
+
+def train_toy_induction(
+    config: ToyInductionConfig = ToyInductionConfig(),
+    *,
+    device: torch.device | str | None = None,
+    progress: bool = False,
+) -> tuple[HookedTransformer, dict[str, float]]:
+    """Train the toy from scratch (no cache). Deterministic given ``config.seed`` on one device.
+
+    The loss is next-token cross-entropy on the second half only, where it can be predicted;
+    the first half is pure noise and only slows learning.
+
+    Returns:
+        The trained model (eval mode) and a record with ``seconds``, ``final_loss`` (second half,
+        nats) and ``chance_loss`` (``ln(d_vocab − 1)``).
+    """
+    torch.manual_seed(config.seed)
+    cfg = config.hooked_config()
+    model = HookedTransformer(cfg)
+    if device is not None:
+        model.to(device)
+    dev = next(model.parameters()).device
+    optimiser = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimiser, lambda step: min(1.0, (step + 1) / 100) * max(0.05, 1 - step / config.steps)
+    )
+    start = time.perf_counter()
+    loss_value = float("nan")
+    bar = tqdm(range(config.steps), disable=not progress, desc="toy induction")
+    for step in bar:
+        tokens = repeated_random_tokens(
+            config.batch_size,
+            config.half_length,
+            vocab=(1, config.d_vocab),
+            sink_token_id=SINK,
+            seed=config.seed * 1_000_003 + step,
+            device=dev,
+        )
+        logits = model(tokens)
+        first = 1 + config.half_length  # first token of the second half is unpredictable
+        log_probs = logits[:, first:-1].log_softmax(-1)
+        loss = -log_probs.gather(-1, tokens[:, first + 1 :, None]).mean()
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+        schedule.step()
+        loss_value = float(loss.detach())
+        if step % 100 == 0:
+            bar.set_postfix(loss=f"{loss_value:.3f}")
+    model.eval()
+    record = {
+        "seconds": time.perf_counter() - start,
+        "final_loss": loss_value,
+        "chance_loss": float(torch.log(torch.tensor(config.d_vocab - 1.0))),
+    }
+    log.info("trained toy induction model in %.1f s, loss %.3f", record["seconds"], loss_value)
+    return model, record
+
+
+def load_toy_induction(
+    config: ToyInductionConfig = ToyInductionConfig(),
+    *,
+    device: torch.device | str | None = None,
+    retrain: bool = False,
+    progress: bool = False,
+) -> LensModel:
+    """The trained toy as a :class:`LensModel`, from the cache or trained (and cached) on first use.
+
+    Cached under ``cache_root() / "toys" / "induction-2l-<hash of config>"`` as
+    ``weights.safetensors`` plus ``config.json`` (which also records the training cost). The
+    model has no tokenizer: feed token ids, with token 0 as the sink.
+    """
+    folder = _folder(config)
+    weights, meta_file = folder / "weights.safetensors", folder / "config.json"
+    cfg = config.hooked_config()
+    if weights.exists() and meta_file.exists() and not retrain:
+        model = HookedTransformer(cfg)
+        model.load_state_dict(load_file(weights))
+        model.eval()
+    else:
+        model, record = train_toy_induction(config, progress=progress)
+        folder.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, weights)
+        meta_file.write_text(json.dumps({"config": asdict(config), "training": record}, indent=1))
+    if device is not None:
+        model.to(device)
+    return LensModel(
+        model, name=f"toy-induction-2l-{config.key()}", source=str(folder), tokenizer=None,
+        sink_token_id=SINK,
+    )
+
+
+def training_record(config: ToyInductionConfig = ToyInductionConfig()) -> dict[str, float] | None:
+    """The training cost stored next to the cached weights, or None when not trained yet."""
+    meta_file = _folder(config) / "config.json"
+    if not meta_file.exists():
+        return None
+    return json.loads(meta_file.read_text())["training"]
