@@ -59,10 +59,10 @@ class HeadScores(Result):
     """One score per attention head: ``values`` is ``[layer, head]``.
 
     Attributes:
-        kind: what was scored (``"induction"``, ``"previous_token"``, ``"copying"``, …).
+        head_kind: what was scored (``"induction"``, ``"previous_token"``, ``"copying"``, …).
     """
 
-    kind: str = ""
+    head_kind: str = ""
 
     def top(self, k: int = 5) -> tuple[tuple[int, int, float], ...]:
         """The ``k`` highest-scoring heads as ``(layer, head, score)``, best first (NaN last)."""
@@ -95,7 +95,7 @@ class HeadScores(Result):
             col_labels=self.axis_labels(1),
             row_name="layer",
             col_name="head",
-            title=title or f"{self.kind} scores — {self.meta.model}",
+            title=title or f"{self.head_kind} scores — {self.meta.model}",
         )
         fig.tight_layout()
         if path is not None:
@@ -259,7 +259,7 @@ def head_scores(
                 "rows": rows,
             },
         ),
-        kind=kind,
+        head_kind=kind,
     )
 
 
@@ -320,7 +320,7 @@ def induction_scores(
     Without ``tokens``, scores ``n_sequences`` repeated random sequences (sink + 2 × half_length).
 
     >>> from lmsci_mi import load_model
-    >>> induction_scores(load_model("toy-2l"), n_sequences=2, half_length=5).kind
+    >>> induction_scores(load_model("toy-2l"), n_sequences=2, half_length=5).head_kind
     'induction'
     """
     return _scores_on_repeated(
@@ -382,7 +382,7 @@ def prefix_matching_scores(
     )
     return HeadScores(
         values=scores.values, axes=scores.axes, labels=scores.labels, meta=scores.meta,
-        kind="prefix_matching",
+        head_kind="prefix_matching",
     )
 
 
@@ -414,7 +414,7 @@ def copying_scores(lm: LensModel) -> HeadScores:
         axes=("layer", "head"),
         labels=_layer_head_labels(cfg.n_layers, cfg.n_heads),
         meta=lm.meta(data_source="weights", params={"measure": "OV eigenvalue positivity"}),
-        kind="copying",
+        head_kind="copying",
     )
 
 

@@ -238,10 +238,12 @@ def path_patch_to_queries(
 
     Two steps, all through the hook registry:
       1. run the clean prompts with the sender's ``hook_z`` taken from the ABC run and every
-         other head's ``hook_z`` frozen at its clean value, and record the receivers'
-         ``hook_q_input`` (the residual stream as their queries read it);
-      2. run the clean prompts again with only those receivers' ``hook_q_input`` at END replaced.
-    MLPs are recomputed in step 1, as in the paper (only heads are frozen).
+         other head's ``hook_z`` frozen at its clean value, and record the receivers' queries
+         (``hook_q``, computed from the residual stream that step produces);
+      2. run the clean prompts again with only those receivers' ``hook_q`` at END replaced.
+    A head's query is a function of its query input alone, so patching ``hook_q`` equals patching
+    ``hook_q_input`` (which fires only with ``use_split_qkv_input``, a model setting we do not
+    change). MLPs are recomputed in step 1, as in the paper (only heads are frozen).
     """
     names = _z_names(lm)
     if clean_z is None or abc_z is None:
@@ -263,7 +265,7 @@ def path_patch_to_queries(
             frozen[:, :, s_head] = abc_z[name][:, :, s_head]
         return frozen
 
-    q_sites = sorted({f"blocks.{layer}.hook_q_input" for layer, _ in receivers})
+    q_sites = sorted({f"blocks.{layer}.attn.hook_q" for layer, _ in receivers})
     with lm.hooks.hooks(fwd=[(names[:top], freeze)], label="path patch: freeze"), \
             lm.hooks.capture(q_sites) as q_cap:
         lm.model(batch.tokens, stop_at_layer=top + 1)
