@@ -5,6 +5,37 @@
 
 __all__: list[str] = []
 
+# Causal tracing, activation and attribution patching, metrics (issue 3).
+from lmsci_mi.circuits.attribution import AttributionResult as AttributionResult
+from lmsci_mi.circuits.attribution import attribution_patch as attribution_patch
+from lmsci_mi.circuits.metrics import KLToClean as KLToClean
+from lmsci_mi.circuits.metrics import LogitDiff as LogitDiff
+from lmsci_mi.circuits.metrics import Metric as Metric
+from lmsci_mi.circuits.metrics import Normalised as Normalised
+from lmsci_mi.circuits.metrics import TargetProb as TargetProb
+from lmsci_mi.circuits.metrics import normalised as normalised
+from lmsci_mi.circuits.patching import SITES as SITES
+from lmsci_mi.circuits.patching import PatchingResult as PatchingResult
+from lmsci_mi.circuits.patching import patch_activations as patch_activations
+from lmsci_mi.circuits.tracing import CausalTrace as CausalTrace
+from lmsci_mi.circuits.tracing import causal_trace as causal_trace
+
+__all__ += [
+    "SITES",
+    "AttributionResult",
+    "CausalTrace",
+    "KLToClean",
+    "LogitDiff",
+    "Metric",
+    "Normalised",
+    "PatchingResult",
+    "TargetProb",
+    "attribution_patch",
+    "causal_trace",
+    "normalised",
+    "patch_activations",
+]
+
 # Head detection (issue 4).
 from lmsci_mi.circuits.heads import CompositionScores as CompositionScores
 from lmsci_mi.circuits.heads import HeadScores as HeadScores
