@@ -1,0 +1,126 @@
+"""An offline English text source: the Python standard library's docstrings and `pydoc_data`.
+
+Covariance statistics (ROME/MEMIT) and other training steps need real text, and no corpus can be
+downloaded here. Every Python installation carries about 2 M characters of prose written by
+people: the docstrings of the standard library (read with `ast`, never imported) and the help
+topics in `pydoc_data.topics`. The order is fixed (sorted paths, sorted topics), so the text and
+its token chunks are reproducible.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+import sysconfig
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from jaxtyping import Int
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from lmsci_mi.model import LensModel
+
+__all__ = ["STDLIB_TEXT_SOURCE", "stdlib_documents", "text_chunks"]
+
+STDLIB_TEXT_SOURCE = (
+    f"python{sys.version_info.major}.{sys.version_info.minor}-stdlib-docstrings+pydoc_topics"
+)
+"""Name recorded in metadata for :func:`stdlib_documents`' text."""
+
+# Tests and vendored or generated code hold little prose, and idlelib/turtledemo are apps.
+_SKIP_DIRS = {
+    "test",
+    "tests",
+    "site-packages",
+    "dist-packages",
+    "idlelib",
+    "turtledemo",
+    "__pycache__",
+}
+_MIN_CHARS = 80
+
+
+def _docstrings(path: Path) -> Iterator[str]:
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (SyntaxError, UnicodeDecodeError, ValueError):
+        return
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            doc = ast.get_docstring(node)
+            if doc and len(doc) >= _MIN_CHARS:
+                yield doc
+
+
+def stdlib_documents() -> Iterator[str]:
+    """Yield the standard library's docstrings, then the `pydoc_data` help topics, in fixed order.
+
+    Modules are parsed, not imported, so nothing runs. Docstrings under 80 characters (one-line
+    summaries such as "Return self.") are left out.
+
+    >>> docs = stdlib_documents()
+    >>> len(next(docs)) >= 80
+    True
+    """
+    root = Path(sysconfig.get_paths()["stdlib"])
+    for path in sorted(root.rglob("*.py")):
+        if _SKIP_DIRS.intersection(path.relative_to(root).parts[:-1]):
+            continue
+        yield from _docstrings(path)
+    from pydoc_data.topics import topics
+
+    for key in sorted(topics):
+        yield topics[key]
+
+
+def text_chunks(
+    lm: LensModel,
+    n_tokens: int,
+    seq_len: int = 128,
+) -> Int[Tensor, "chunk seq_len"]:
+    """Token sequences of the stdlib text, each starting with the model's sink token.
+
+    Documents are tokenised, joined with the end-of-text token and cut into rows of
+    ``seq_len - 1`` text tokens; every row then gets the attention sink in front, as every
+    lmsci-mi prompt does, so activations are taken in the same regime as the edits use.
+
+    Args:
+        lm: the model whose tokenizer to use.
+        n_tokens: how many text tokens (sink excluded) to return at least; rounded up to whole rows.
+        seq_len: row length including the sink.
+
+    Returns:
+        ``[chunk, seq_len]`` token ids on CPU.
+
+    Raises:
+        ValueError: more tokens asked for than the source holds (about half a million).
+
+    >>> from lmsci_mi import load_model
+    >>> text_chunks(load_model("toy-2l"), 500, seq_len=64).shape
+    torch.Size([8, 64])
+    """
+    tokenizer = lm._require_tokenizer()
+    if seq_len < 2:
+        raise ValueError("seq_len must be at least 2 (the sink and one token)")
+    per_row = seq_len - 1
+    n_rows = -(-n_tokens // per_row)
+    needed = n_rows * per_row
+    separator = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else lm.sink_token_id
+    stream: list[int] = []
+    for doc in stdlib_documents():
+        stream.extend(tokenizer(doc, add_special_tokens=False)["input_ids"])
+        if separator is not None:
+            stream.append(separator)
+        if len(stream) >= needed:
+            break
+    if len(stream) < needed:
+        raise ValueError(
+            f"the stdlib text holds {len(stream)} tokens for {lm.name}, fewer than the "
+            f"{needed} asked for"
+        )
+    rows = torch.tensor(stream[:needed], dtype=torch.long).view(n_rows, per_row)
+    sink = lm.sink_token_id if lm.sink_token_id is not None else tokenizer.bos_token_id
+    return torch.cat([torch.full((n_rows, 1), sink, dtype=torch.long), rows], dim=1)
