@@ -1,0 +1,102 @@
+"""Causal tracing on the tiny models: the batched trace equals the naive one-pass-per-restoration
+loop on the same noise, its invariants hold, and bad input fails cleanly with no hook left."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lmsci_mi import LensModel
+from lmsci_mi.circuits import CausalTrace, causal_trace, tracing
+from lmsci_mi.circuits.tracing import _naive_causal_trace
+
+PROMPT = "The Eiffel Tower is located in the city of"
+SUBJECT = "Eiffel Tower"
+
+
+@pytest.mark.parametrize("model_fixture", ["tiny", "tiny_gpt2"])
+def test_batched_trace_equals_naive_loop(
+    model_fixture: str, request: pytest.FixtureRequest
+) -> None:
+    lm = request.getfixturevalue(model_fixture)
+    trace = causal_trace(lm, "The Eiffel Tower is in", SUBJECT, n_samples=3, window=2, chunk_size=7)
+    naive = _naive_causal_trace(lm, trace)
+    torch.testing.assert_close(trace.values, naive, atol=1e-5, rtol=0)
+    assert lm.hooks.attached_count() == 0
+
+
+def test_trace_invariants(tiny: LensModel) -> None:
+    trace = causal_trace(tiny, PROMPT, SUBJECT, n_samples=4, window=1)
+    assert trace.axes == ("kind", "layer", "position")
+    assert trace.kinds == ("resid", "mlp", "attn")
+    assert trace.subject_positions == tuple(tiny.find_subject(PROMPT, SUBJECT))
+    assert 0 not in trace.subject_positions
+    first = trace.subject_positions[0]
+    # Before the subject nothing is noised, so restoring there changes nothing.
+    torch.testing.assert_close(
+        trace.values[:, :, :first],
+        torch.full_like(trace.values[:, :, :first], trace.corrupted_prob),
+    )
+    # Restoring the last layer's residual at the last position gives back the clean prediction.
+    assert float(trace.values[0, -1, -1]) == pytest.approx(trace.clean_prob, abs=1e-5)
+    assert trace.target_id == int(tiny(tiny.to_tokens(PROMPT))[0, -1].argmax())
+    assert 0 <= trace.peak_layer("mlp") < tiny.cfg.n_layers
+    assert trace.noise.shape == (4, len(trace.subject_positions), tiny.cfg.d_model)
+
+
+def test_noise_scale_is_recorded_and_seeded(tiny: LensModel) -> None:
+    a = causal_trace(tiny, PROMPT, SUBJECT, n_samples=2, kinds=("resid",), seed=1)
+    b = causal_trace(tiny, PROMPT, SUBJECT, n_samples=2, kinds=("resid",), seed=1)
+    c = causal_trace(tiny, PROMPT, SUBJECT, n_samples=2, kinds=("resid",), seed=2)
+    assert torch.equal(a.values, b.values)
+    assert not torch.equal(a.noise, c.noise)
+    assert a.noise_scale == pytest.approx(3 * tracing.embedding_std(tiny))
+    assert a.meta.params["noise_scale"] == a.noise_scale
+    d = causal_trace(tiny, PROMPT, SUBJECT, n_samples=2, kinds=("resid",), noise_scale=0.5)
+    assert d.noise_scale == 0.5 and d.meta.params["noise_scale"] == 0.5
+
+
+def test_explicit_target(tiny: LensModel) -> None:
+    trace = causal_trace(tiny, PROMPT, SUBJECT, target=" Paris", n_samples=2, kinds=("mlp",))
+    assert trace.target_id == tiny.token_id(" Paris")
+    assert trace.values.shape[0] == 1
+    with pytest.raises(ValueError, match="was not traced"):
+        trace.peak_layer("attn")
+
+
+def test_subject_not_in_prompt(tiny: LensModel) -> None:
+    with pytest.raises(ValueError, match="not in the prompt"):
+        causal_trace(tiny, PROMPT, "Big Ben")
+    assert tiny.hooks.attached_count() == 0
+
+
+def test_multi_token_target(tiny: LensModel) -> None:
+    with pytest.raises(ValueError, match="one token is needed"):
+        causal_trace(tiny, PROMPT, SUBJECT, target=" Paris, France")
+    assert tiny.hooks.attached_count() == 0
+
+
+def test_bad_kind_and_window(tiny: LensModel) -> None:
+    with pytest.raises(ValueError, match="unknown trace kinds"):
+        causal_trace(tiny, PROMPT, SUBJECT, kinds=("mlp", "embed"))
+    with pytest.raises(ValueError, match="window"):
+        causal_trace(tiny, PROMPT, SUBJECT, window=0)
+    assert tiny.hooks.attached_count() == 0
+
+
+def test_subject_on_the_sink_is_refused(tiny: LensModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The policy keeps the subject off position 0; if a tokenizer ever put it there, noising the
+    # attention sink would break every head, so the trace refuses.
+    monkeypatch.setattr(type(tiny), "find_subject", lambda self, prompt, subject: range(0, 2))
+    with pytest.raises(ValueError, match="attention sink"):
+        causal_trace(tiny, PROMPT, SUBJECT)
+    assert tiny.hooks.attached_count() == 0
+
+
+def test_save_load_and_plot(tiny: LensModel, tmp_path) -> None:
+    trace = causal_trace(tiny, PROMPT, SUBJECT, n_samples=2, window=2)
+    loaded = CausalTrace.load(trace.save(tmp_path / "trace.json"))
+    assert loaded == trace
+    assert loaded.peak_layer("resid") == trace.peak_layer("resid")
+    trace.plot(tmp_path / "trace.png")
+    assert (tmp_path / "trace.png").stat().st_size > 10_000
