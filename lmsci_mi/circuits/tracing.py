@@ -363,7 +363,9 @@ def _restore_chunk(
     return run_from_layer(lm, start, restored.start, hooks, label="causal trace restore")
 
 
-def _naive_causal_trace(lm: LensModel, trace: CausalTrace) -> Float[Tensor, "kind layer position"]:
+def _naive_causal_trace(
+    lm: LensModel, trace: CausalTrace, layers: Sequence[int] | None = None
+) -> Float[Tensor, "kind layer position"]:
     """Reference implementation: one full forward pass (all noise samples) per restoration.
 
     Uses the trace's own noise, so it must reproduce ``trace.values``; kept for tests and the
@@ -381,13 +383,14 @@ def _naive_causal_trace(lm: LensModel, trace: CausalTrace) -> Float[Tensor, "kin
         activation[:, subj] += eps
         return activation
 
-    out = torch.empty(len(trace.kinds), n_layers, n_pos)
+    layer_list = list(range(n_layers)) if layers is None else list(layers)
+    out = torch.empty(len(trace.kinds), len(layer_list), n_pos)
     with torch.no_grad():
         sites = [_KIND_HOOK[k].format(layer) for k in trace.kinds for layer in range(n_layers)]
         with lm.hooks.capture(sites) as clean_cap:
             lm(tokens)
         for k, kind in enumerate(trace.kinds):
-            for layer in range(n_layers):
+            for li, layer in enumerate(layer_list):
                 restored = (
                     [layer] if kind == "resid" else list(_window(layer, trace.window, n_layers))
                 )
@@ -407,5 +410,5 @@ def _naive_causal_trace(lm: LensModel, trace: CausalTrace) -> Float[Tensor, "kin
                         fwd.append((name, put))
                     with lm.hooks.hooks(fwd=fwd, label="naive trace"):
                         logits = lm(batch)[:, -1]
-                    out[k, layer, pos] = logits.float().softmax(-1)[:, trace.target_id].mean()
+                    out[k, li, pos] = logits.float().softmax(-1)[:, trace.target_id].mean()
     return out
