@@ -1,0 +1,35 @@
+"""The trained 2-layer attention-only toy: detection must recover its known induction circuit."""
+
+from __future__ import annotations
+
+import pytest
+
+from lmsci_mi.circuits.heads import composition_scores, induction_scores, previous_token_scores
+from lmsci_mi.circuits.toy_induction import load_toy_induction, training_record
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def toy():
+    # Trained once (a few CPU minutes) and then read from the cache.
+    return load_toy_induction()
+
+
+def test_detects_induction_head_and_its_previous_token_partner(toy) -> None:
+    induction = induction_scores(toy, n_sequences=50, seed=1)
+    layer, head, score = induction.top(1)[0]
+    assert layer == 1 and score > 0.7
+
+    previous = previous_token_scores(toy, n_sequences=50, seed=1)
+    prev_layer0 = previous.values[0]
+    partner = int(prev_layer0.argmax())
+    assert float(prev_layer0[partner]) > 0.5
+
+    # The partner is the layer-0 head whose output the induction head's keys read most.
+    k_comp = composition_scores(toy, "K")
+    scores = [k_comp.score((0, h), (1, head)) for h in range(toy.cfg.n_heads)]
+    assert max(range(len(scores)), key=scores.__getitem__) == partner
+    record = training_record()
+    assert record is not None and record["final_loss"] < 0.5 * record["chance_loss"]
+    assert toy.hooks.attached_count() == 0
