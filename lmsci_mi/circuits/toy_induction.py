@@ -29,13 +29,20 @@ SINK = 0  # token 0 is the sink, never drawn as a content token
 
 @dataclass(frozen=True)
 class ToyInductionConfig:
-    """Everything that determines the trained weights (the cache key is a hash of it)."""
+    """Everything that determines the trained weights (the cache key is a hash of it).
+
+    Shortformer positions (added to queries and keys only, never to the residual stream) make
+    the circuit form quickly and cleanly: with standard positions and the same budget, the
+    model reached loss 0.21 but with no head scoring above 0.1 as induction. Measured cost of
+    the default: 2000 steps, 39 CPU-seconds (240 s wall on a 2-core machine at load 10),
+    final loss 0.002 nats against 4.14 at chance.
+    """
 
     d_vocab: int = 64
     d_model: int = 64
     n_heads: int = 2
     d_head: int = 32
-    positional_embedding: str = "standard"
+    positional_embedding: str = "shortformer"
     half_length: int = 20
     min_half_length: int = 5
     batch_size: int = 32

@@ -24,7 +24,9 @@ def test_detects_induction_head_and_its_previous_token_partner(toy) -> None:
     previous = previous_token_scores(toy, n_sequences=50, seed=1)
     prev_layer0 = previous.values[0]
     partner = int(prev_layer0.argmax())
-    assert float(prev_layer0[partner]) > 0.5
+    # chance is about 1/20 (uniform attention over the earlier tokens)
+    assert float(prev_layer0[partner]) > 0.3
+    assert float(previous.values[1].max()) < 0.1  # layer 1 does not do this job
 
     # The partner is the layer-0 head whose output the induction head's keys read most.
     k_comp = composition_scores(toy, "K")
