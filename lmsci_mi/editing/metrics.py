@@ -8,6 +8,7 @@ unedited model and the edited one.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import statistics
@@ -51,7 +52,8 @@ class EditEvaluation(Result):
     S the harmonic mean of ES, PS, NS; GE the generation entropy.
 
     Attributes:
-        per_fact: ``[model, fact, 3]``: each fact's ES, PS, NS (fractions).
+        per_fact: ``[model, fact, 7]``: each fact's ES, PS, NS (fractions), EM, PM, NM
+            (probability differences) and GE.
         subjects: the edited subjects, one per fact.
         method: ``"rome"`` or ``"memit"``.
         layers: the edited layers.
@@ -65,6 +67,21 @@ class EditEvaluation(Result):
     layers: tuple[int, ...]
     seconds_per_edit: float
     stats_tokens: int
+
+    @classmethod
+    def combine(cls, parts: Sequence[EditEvaluation]) -> EditEvaluation:
+        """One evaluation from several over disjoint fact sets (e.g. shards run in parallel)."""
+        first = parts[0]
+        per_fact = torch.cat([p.per_fact for p in parts], dim=1)
+        n = [len(p.subjects) for p in parts]
+        seconds = sum(p.seconds_per_edit * k for p, k in zip(parts, n, strict=True)) / sum(n)
+        return dataclasses.replace(
+            first,
+            values=torch.stack([_summary(per_fact[0]), _summary(per_fact[1])]),
+            per_fact=per_fact,
+            subjects=tuple(s for p in parts for s in p.subjects),
+            seconds_per_edit=seconds if first.method == "rome" else first.seconds_per_edit,
+        )
 
     def metric(self, name: str, *, edited: bool = True) -> float:
         """One number, e.g. ``ev.metric("ES")``."""
@@ -188,11 +205,12 @@ def _fact_scores(lm: LensModel, requests: Sequence[EditRequest]) -> Tensor:
     return scores
 
 
-def _summary(scores: Tensor, ge: float) -> list[float]:
-    means = [100 * float(torch.nanmean(scores[:, k])) for k in range(6)]
+def _summary(per_fact: Tensor) -> Tensor:
+    """METRICS from per-fact [ES, PS, NS, EM, PM, NM, GE] rows."""
+    means = [100 * float(torch.nanmean(per_fact[:, k])) for k in range(6)]
     es, ps, ns = means[:3]
     s = statistics.harmonic_mean([es, ps, ns]) if min(es, ps, ns) > 0 else 0.0
-    return [s, *means, ge]
+    return torch.tensor([s, *means, float(torch.nanmean(per_fact[:, 6]))])
 
 
 def evaluate_edits(
@@ -236,39 +254,33 @@ def evaluate_edits(
     if method not in ("rome", "memit"):
         raise ValueError(f"unknown method {method!r}: use 'rome' or 'memit'")
 
-    def fluency() -> float:
+    def fluency(batch: Sequence[EditRequest]) -> Tensor:
         if generation_tokens <= 0:
-            return float("nan")
-        return generation_entropy(
-            _generate(lm, [r.rewrite_prompt for r in requests], generation_tokens, seed)
-        )
+            return torch.full((len(batch), 1), float("nan"))
+        texts = _generate(lm, [r.rewrite_prompt for r in batch], generation_tokens, seed)
+        return torch.tensor([[generation_entropy([t])] for t in texts])
 
-    before = _fact_scores(lm, requests)
-    ge_before = fluency()
+    before = torch.cat([_fact_scores(lm, requests), fluency(requests)], dim=1)
     seconds: list[float] = []
     edited_layers: tuple[int, ...] = ()
     if method == "rome":
-        rows, texts = [], []
+        rows = []
         for r in tqdm(requests, desc="ROME evaluation", unit="fact"):
             start = time.perf_counter()
             with rome_edit(lm, r, layer=layer, stats=stats, hparams=rome_hparams) as handle:
                 seconds.append(time.perf_counter() - start)
                 edited_layers = handle.layers
-                rows.append(_fact_scores(lm, [r]))
-                if generation_tokens > 0:
-                    texts += _generate(lm, [r.rewrite_prompt], generation_tokens, seed)
+                rows.append(torch.cat([_fact_scores(lm, [r]), fluency([r])], dim=1))
         after = torch.cat(rows)
-        ge_after = generation_entropy(texts) if texts else float("nan")
     else:
         start = time.perf_counter()
         handle: EditHandle
         with memit_edit(lm, requests, layers=layers, stats=stats, hparams=memit_hparams) as handle:
             seconds.append(time.perf_counter() - start)
             edited_layers = handle.layers
-            after = _fact_scores(lm, requests)
-            ge_after = fluency()
+            after = torch.cat([_fact_scores(lm, requests), fluency(requests)], dim=1)
 
-    values = torch.tensor([_summary(before, ge_before), _summary(after, ge_after)])
+    values = torch.stack([_summary(before), _summary(after)])
     return EditEvaluation(
         values=values,
         axes=("model", "metric"),
@@ -285,7 +297,7 @@ def evaluate_edits(
                 "n_facts": len(requests),
             },
         ),
-        per_fact=torch.stack([before[:, :3], after[:, :3]]),
+        per_fact=torch.stack([before, after]),
         subjects=tuple(r.subject for r in requests),
         method=method,
         layers=edited_layers,

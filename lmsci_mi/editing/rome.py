@@ -70,6 +70,8 @@ class ROMEHyperParams:
 
 # ---------------------------------------------------------------------- context prefixes
 
+_CONTEXT_STARTS = ("The", "Therefore", "Because", "I", "You")
+
 _CONTEXT_CACHE: dict[tuple[int, str, int, tuple[int, ...], int], tuple[str, ...]] = {}
 
 
@@ -79,8 +81,8 @@ def context_templates(
 ) -> tuple[str, ...]:
     """``"{}"`` plus ``n`` templates ``"<generated text>. {}"`` sampled from the model (top-5).
 
-    Generation is batched, seeded without touching the global RNG, and cached per model. Reads the
-    model only.
+    Each prefix starts from one of "The", "Therefore", "Because", "I", "You" and is sampled with
+    a seed that does not touch the global RNG; the result is cached per model. Reads the model only.
 
     >>> from lmsci_mi import load_model
     >>> t = context_templates(load_model("toy-2l"), 2, seed=0)
@@ -91,30 +93,36 @@ def context_templates(
     if key in _CONTEXT_CACHE:
         return _CONTEXT_CACHE[key]
     tokenizer = lm._require_tokenizer()
-    sink = lm.sink_token_id if lm.sink_token_id is not None else tokenizer.bos_token_id
     templates = ["{}"]
+    # Sampling from the sink alone gives an instruction-tuned model's chat debris ("-_n_n"), so
+    # each prefix starts from a common word, as MEMIT's code does.
+    starts = [lm.encode(word) for word in _CONTEXT_STARTS]
     devices = [lm.device] if lm.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
         for i, length in enumerate(lengths):
             count = n // len(lengths) + (1 if i < n % len(lengths) else 0)
-            if count == 0:
-                continue
-            start = torch.full((count, 1), sink, dtype=torch.long, device=lm.device)
-            out = lm.model.generate(
-                start,
-                max_new_tokens=length,
-                do_sample=True,
-                top_k=5,
-                stop_at_eos=False,
-                verbose=False,
-            )
-            for row in out[:, 1:].tolist():
-                text = tokenizer.decode(row, skip_special_tokens=True)
-                # Braces would break str.format; newlines and stray spaces would change how the
-                # subject after the prefix is tokenised.
-                text = " ".join(text.replace("{", " ").replace("}", " ").split())
-                templates.append(f"{text}. {{}}" if text else "{}")
+            batch = [starts[j % len(starts)] for j in range(count)]
+            # One generate call per group of equal-length starts (no padding, so no shifted positions).
+            groups: dict[int, list[list[int]]] = {}
+            for ids in batch:
+                groups.setdefault(len(ids), []).append(ids)
+            for group in groups.values():
+                start = torch.tensor(group, dtype=torch.long, device=lm.device)
+                out = lm.model.generate(
+                    start,
+                    max_new_tokens=length,
+                    do_sample=True,
+                    top_k=5,
+                    stop_at_eos=False,
+                    verbose=False,
+                )
+                for row in out.tolist():
+                    text = tokenizer.decode(row[1:], skip_special_tokens=True)
+                    # Braces would break str.format; newlines and stray spaces would change how
+                    # the subject after the prefix is tokenised.
+                    text = " ".join(text.replace("{", " ").replace("}", " ").split())
+                    templates.append(f"{text}. {{}}" if text else "{}")
     result = tuple(templates)
     _CONTEXT_CACHE[key] = result
     return result
@@ -199,6 +207,16 @@ def _keys(lm: LensModel, layer: int, rows: Sequence[_Row]) -> Float[Tensor, "row
     return cap[site][torch.arange(len(rows), device=lm.device), index].float()
 
 
+def _unembed(lm: LensModel, resid: Tensor) -> Tensor:
+    """Logits from final-layer residuals (ln_final, unembed, soft cap), for selected positions only."""
+    model = lm.model
+    if model.cfg.normalization_type is not None:
+        resid = model.ln_final(resid)
+    logits = model.unembed(resid).float()
+    cap = getattr(model.cfg, "output_logits_soft_cap", -1.0)
+    return cap * torch.tanh(logits / cap) if cap and cap > 0 else logits
+
+
 def _optimise_delta(
     lm: LensModel,
     layer: int,
@@ -208,72 +226,126 @@ def _optimise_delta(
     *,
     site: str,
 ) -> tuple[Float[Tensor, " d_model"], Float[Tensor, " d_model"]]:
-    """Find δ added at ``layer`` (after its MLP) at the subject's last token that makes the model
-    say ``target_new``: mean per-token NLL + KL on "{subject} is a" + weight decay, Adam, clamp.
+    """:func:`_optimise_deltas` for one request."""
+    deltas, v0 = _optimise_deltas(lm, layer, [request], templates, hp, site=site)
+    return deltas[0], v0[0]
+
+
+def _optimise_deltas(
+    lm: LensModel,
+    layer: int,
+    requests: Sequence[EditRequest],
+    templates: Sequence[str],
+    hp: ROMEHyperParams,
+    *,
+    site: str,
+) -> tuple[Float[Tensor, "request d_model"], Float[Tensor, "request d_model"]]:
+    """Find, per request, δ added at ``layer`` (after its MLP) at the subject's last token that
+    makes the model say ``target_new``: mean per-token NLL + KL on "{subject} is a" + weight
+    decay, Adam, norm clamp. Requests are optimised jointly but independently (each δ only
+    reaches its own rows, and Adam is elementwise).
 
     The residual after ``layer`` is computed once without δ; each step runs only the layers above
-    it (``start_at_layer``). Adding δ to ``hook_mlp_out`` (ROME) or to ``hook_resid_post`` (MEMIT)
-    of the same layer is the same change there.
+    it (``start_at_layer``) and unembeds only the positions the loss reads. Adding δ to
+    ``hook_mlp_out`` (ROME) or to ``hook_resid_post`` (MEMIT) of the same layer is the same
+    change there.
 
     Returns:
-        (δ, v₀): the optimised δ and the unedited value at the site, averaged over the rewrite
-        rows (for the MLP site, v₀ = mean output = W k̄ + b, so v* = v₀ + δ pairs with k̄).
+        (δ, v₀) per request: the optimised δ and the unedited value at the site averaged over the
+        request's rewrite rows (for the MLP site v₀ = W k̄ + b, so v* = v₀ + δ pairs with k̄).
     """
-    target = _target_ids(lm, request.target_new)
-    rewrite = [_subject_row(lm, t, request.prompt, request.subject, target) for t in templates]
-    kl_rows = [_subject_row(lm, "{}", "{} is a", request.subject, [])]
-    rows = rewrite + kl_rows
-    tokens = _pad(rows, lm.device)
-    n = len(rows)
-    arange = torch.arange(n, device=lm.device)
-    last = torch.tensor([r.subject_last for r in rows], device=lm.device)
-    names = [f"blocks.{layer}.hook_resid_post", f"blocks.{layer}.{site}"]
-    with torch.no_grad(), lm.hooks.capture(names) as cap:
-        logits = lm.model(tokens)
-    resid = cap[names[0]]
-    v0 = cap[names[1]][arange, last][: len(rewrite)].mean(0).float()
-    kl_index = [len(rewrite) + i for i in range(len(kl_rows))]
-    init_kl = logits[kl_index, last[kl_index]].float().log_softmax(-1)
+    rows: list[_Row] = []
+    owner: list[int] = []
+    is_kl: list[bool] = []
+    tok_row: list[int] = []
+    tok_pos: list[int] = []
+    tok_gold: list[int] = []
+    tok_owner: list[int] = []
+    for i, request in enumerate(requests):
+        target = _target_ids(lm, request.target_new)
+        for template in templates:
+            row = _subject_row(lm, template, request.prompt, request.subject, target)
+            for j, token in enumerate(target):
+                tok_row.append(len(rows))
+                tok_pos.append(row.target_start + j)
+                tok_gold.append(token)
+                tok_owner.append(i)
+            rows.append(row)
+            owner.append(i)
+            is_kl.append(False)
+        rows.append(_subject_row(lm, "{}", "{} is a", request.subject, []))
+        owner.append(i)
+        is_kl.append(True)
+    device = lm.device
+    n_req = len(requests)
+    tokens = _pad(rows, device)
+    arange = torch.arange(len(rows), device=device)
+    last = torch.tensor([r.subject_last for r in rows], device=device)
+    owner_t = torch.tensor(owner, device=device)
+    kl_rows = torch.tensor([i for i, k in enumerate(is_kl) if k], device=device)
+    rw_mask = ~torch.tensor(is_kl, device=device)
+    tok_row_t, tok_pos_t = (
+        torch.tensor(tok_row, device=device),
+        torch.tensor(tok_pos, device=device),
+    )
+    tok_gold_t, tok_owner_t = (
+        torch.tensor(tok_gold, device=device),
+        torch.tensor(tok_owner, device=device),
+    )
+    tok_count = torch.zeros(n_req, device=device).index_add_(
+        0, tok_owner_t, torch.ones(len(tok_owner), device=device)
+    )
 
-    # Positions that predict each target token, for every rewrite row.
-    t = len(target)
-    pos = torch.tensor([[r.target_start + j for j in range(t)] for r in rewrite], device=lm.device)
-    gold = torch.tensor(target, device=lm.device).expand(len(rewrite), t)
-    rw_rows = torch.arange(len(rewrite), device=lm.device)[:, None]
+    names = [f"blocks.{layer}.hook_resid_post", f"blocks.{layer}.{site}"]
+    n_layers = lm.cfg.n_layers
+    with torch.no_grad(), lm.hooks.capture(names) as cap:
+        final = lm.model(tokens, stop_at_layer=n_layers)
+        init_kl = _unembed(lm, final[kl_rows, last[kl_rows]]).log_softmax(-1)
+    resid = cap[names[0]]
+    at_site = cap[names[1]][arange, last].float()
+    v0 = torch.zeros(n_req, at_site.shape[-1], device=device).index_add_(
+        0, owner_t[rw_mask], at_site[rw_mask]
+    )
+    v0 = v0 / torch.bincount(owner_t[rw_mask], minlength=n_req)[:, None].float()
 
     delta = torch.zeros_like(v0, requires_grad=True)
     optimiser = torch.optim.Adam([delta], lr=hp.lr)
-    max_norm = hp.clamp_norm * v0.norm()
+    max_norm = hp.clamp_norm * v0.norm(dim=-1)
     params = [p for p in lm.model.parameters() if p.requires_grad]
-    was = [p.requires_grad for p in params]
     try:
         for p in params:  # gradients are needed for δ only; skip the weights' grads
             p.requires_grad_(False)
         for step in range(hp.steps):
             optimiser.zero_grad()
             x = resid.clone()
-            x[arange, last] = x[arange, last] + delta.to(x.dtype)
-            out = lm.model(x, start_at_layer=layer + 1).float()
-            log_probs = out[rw_rows, pos].log_softmax(-1)
-            nll = -log_probs.gather(-1, gold[..., None]).squeeze(-1).mean()
-            kl_now = out[kl_index, last[kl_index]].log_softmax(-1)
-            kl = torch.nn.functional.kl_div(init_kl, kl_now, log_target=True, reduction="batchmean")
-            decay = (delta.norm() / v0.norm()) ** 2
-            loss = nll + hp.kl_factor * kl + hp.weight_decay * decay
+            x[arange, last] = x[arange, last] + delta[owner_t].to(x.dtype)
+            final = lm.model(x, start_at_layer=layer + 1, stop_at_layer=n_layers)
+            log_probs = _unembed(lm, final[tok_row_t, tok_pos_t]).log_softmax(-1)
+            token_nll = -log_probs.gather(-1, tok_gold_t[:, None]).squeeze(-1)
+            nll = torch.zeros(n_req, device=device).index_add(0, tok_owner_t, token_nll) / tok_count
+            kl_now = _unembed(lm, final[kl_rows, last[kl_rows]]).log_softmax(-1)
+            kl = (kl_now.exp() * (kl_now - init_kl)).sum(-1)  # KL(current ‖ unedited), per request
+            decay = (delta.norm(dim=-1) / v0.norm(dim=-1)) ** 2
+            loss = (nll + hp.kl_factor * kl + hp.weight_decay * decay).sum()
             logger.debug(
-                "step %d: nll %.3f kl %.4f decay %.4f", step, nll.item(), kl.item(), decay.item()
+                "step %d: nll %s kl %.4f",
+                step,
+                [round(v, 3) for v in nll.tolist()],
+                kl.mean().item(),
             )
-            if nll.item() < hp.early_stop_nll:
+            if bool((nll < hp.early_stop_nll).all()):
                 break
             loss.backward()
             optimiser.step()
             with torch.no_grad():
-                norm = delta.norm()
-                if norm > max_norm:
-                    delta.mul_(max_norm / norm)
+                norms = delta.norm(dim=-1)
+                scale = torch.where(
+                    norms > max_norm, max_norm / norms.clamp_min(1e-12), torch.ones_like(norms)
+                )
+                delta.mul_(scale[:, None])
     finally:
-        for p, flag in zip(params, was, strict=True):
-            p.requires_grad_(flag)
+        for p in params:
+            p.requires_grad_(True)
     return delta.detach(), v0
 
 

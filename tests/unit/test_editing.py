@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lmsci_mi import LensModel
+from lmsci_mi import LensModel, load_model
 from lmsci_mi.data.facts import candidate_facts, load_fact_records
 from lmsci_mi.data.text_corpus import text_chunks
 from lmsci_mi.editing import (
@@ -39,9 +39,18 @@ EIFFEL = EditRequest(
 )
 
 
-@pytest.fixture
-def stats(tiny: LensModel, tmp_path: Path):
-    return key_statistics(tiny, [0, 1], n_tokens=1024, seq_len=64, cache_dir=tmp_path)
+@pytest.fixture(scope="module")
+def tiny() -> LensModel:
+    """One toy-2l for the module, so context prefixes and statistics are made once (every test
+    restores the weights and checks that it did)."""
+    return load_model("toy-2l", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def stats(tiny: LensModel, tmp_path_factory: pytest.TempPathFactory):
+    return key_statistics(
+        tiny, [0, 1], n_tokens=1024, seq_len=64, cache_dir=tmp_path_factory.mktemp("stats")
+    )
 
 
 def snapshot(lm: LensModel) -> dict[str, torch.Tensor]:
@@ -285,7 +294,10 @@ def test_evaluate_edits_reports_both_rows_and_restores(tiny: LensModel, stats) -
     )
     assert ev.labels[0] == ("unedited", "rome")
     assert ev.values.shape == (2, 8)
-    assert ev.per_fact.shape == (2, 1, 3)
+    assert ev.per_fact.shape == (2, 1, 7)
+    both = type(ev).combine([ev, ev])
+    assert both.per_fact.shape == (2, 2, 7)
+    assert torch.allclose(both.values, ev.values, equal_nan=True)
     assert 0 <= ev.metric("ES") <= 100
     assert_identical(tiny, before)
 
