@@ -200,7 +200,7 @@ def aligned_source(pairs: _Pairs, site: str, clean_act: Tensor, corrupted_act: T
             "(its key axis differs); patch 'z', 'q', 'k' or 'v' instead"
         )
     source = corrupted_act.clone()
-    pair_index = torch.arange(source.shape[0])
+    pair_index = torch.arange(source.shape[0], device=source.device)
     for c_pos, k_pos in zip(pairs.clean_positions, pairs.corrupted_positions, strict=True):
         source[pair_index, k_pos.to(source.device)] = clean_act[pair_index, c_pos.to(source.device)]
     return source
