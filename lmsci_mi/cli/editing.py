@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from lmsci_mi.cli.common import add_model_args, load_from_args
 from lmsci_mi.model import LensModel
 
@@ -100,6 +102,7 @@ def _tour_rome(lm: LensModel, out_dir: Path) -> str:
     prompt = request.rewrite_prompt
     before = lm.generate(prompt, 12)
     layer = default_rome_layer(lm)
+    original = lm.model.blocks[layer].mlp.W_out.detach().clone()
     start = time.perf_counter()
     # The first tour computes the layer's key statistics (DEFAULT_STATS_TOKENS of stdlib text,
     # a few minutes on two cores) and caches them; later tours read the cache.
@@ -111,13 +114,14 @@ def _tour_rome(lm: LensModel, out_dir: Path) -> str:
         nll = target_nll(lm, [prompt, prompt], [" Rome", " Paris"])
         path = handle.save(out_dir / "rome_eiffel_rome.safetensors")
     restored = lm.generate(prompt, 12)
+    exact = "bit-identical" if torch.equal(lm.model.blocks[layer].mlp.W_out, original) else "NOT identical"
     return "\n".join(
         [
             f"ROME at layer {layer} ({seconds:.1f} s incl. statistics if uncached); delta saved to {path.name}",
             f"  before:   {prompt}{before!r}",
             f"  after:    {prompt}{after!r}  (p Rome {(-nll[0]).exp():.2f}, p Paris {(-nll[1]).exp():.2f})",
             f"  paraphrase after: {para}{para_after!r}",
-            f"  restored: {prompt}{restored!r} (weights bit-identical)",
+            f"  restored: {prompt}{restored!r} (weights {exact})",
         ]
     )
 

@@ -109,9 +109,9 @@ def key_statistics(
 
     >>> import tempfile
     >>> from lmsci_mi import load_model
-    >>> stats = key_statistics(load_model("toy-2l"), [0, 1], n_tokens=256, cache_dir=tempfile.mkdtemp())
+    >>> stats = key_statistics(load_model("toy-2l"), [0, 1], n_tokens=254, cache_dir=tempfile.mkdtemp())
     >>> tuple(stats.values.shape), stats.n_tokens
-    ((2, 256, 256), 256)
+    ((2, 256, 256), 254)
     """
     wanted = [layers] if isinstance(layers, int) else list(dict.fromkeys(layers))
     n_layers = lm.cfg.n_layers
