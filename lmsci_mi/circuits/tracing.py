@@ -44,7 +44,7 @@ _KIND_HOOK = {
     "attn": "blocks.{}.hook_attn_out",
 }
 _KIND_CMAP = {"resid": "Purples", "mlp": "Greens", "attn": "Reds"}
-_KIND_TITLE = {"resid": "single restored layer (residual)", "mlp": "MLP", "attn": "attention"}
+_KIND_TITLE = {"resid": "the residual stream", "mlp": "MLP", "attn": "attention"}
 
 
 @result_type
