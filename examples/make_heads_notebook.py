@@ -29,7 +29,8 @@ CELLS = [
            "after its first copy."),
     ("code", "scores = induction_scores(lm, n_sequences=8, half_length=12)\n"
              "print(scores.top(6))\n"
-             "scores.plot('induction_heatmap.png');"),
+             "scores.plot('heads_induction_heatmap.png')\n"
+             "Image('heads_induction_heatmap.png')"),
     ("md", "## What the top induction heads look at\n\n`attention_html` returns circuitsvis's "
            "self-contained page (`local_src`), so it renders with no network."),
     ("code", "tokens = repeated_random_tokens(1, 12, vocab=(1000, 10000), sink_token_id=0, seed=3)\n"
@@ -51,9 +52,8 @@ CELLS = [
              "layer, head, _ = toy_ind.top(1)[0]\n"
              "print('K-composition into', f'{layer}.{head}:',\n"
              "      [round(k.score((0, h), (layer, head)), 3) for h in range(toy.cfg.n_heads)])\n"
-             "toy_ind.plot();"),
-    ("code", "HTML(attention_html(toy, repeated_random_tokens(1, 10, vocab=(1, 64), "
-             "sink_token_id=0, seed=5)[0], [(0, toy_prev.top(1)[0][1]), (layer, head)]))"),
+             "toy_ind.plot('heads_toy_induction.png')\n"
+             "Image('heads_toy_induction.png')"),
 ]
 
 
