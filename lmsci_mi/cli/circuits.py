@@ -89,14 +89,19 @@ def _trace_report(trace: Any) -> str:
         f"(noise std {trace.noise_scale:.3g}, {trace.values.shape[-1]} tokens, subject at "
         f"{list(trace.subject_positions)})"
     ]
-    last = trace.subject_positions[-1]
+    subject = list(trace.subject_positions)
+    tokens = trace.axis_labels(2)
     for kind in trace.kinds:
         values = trace.kind_values(kind)
-        peak = trace.peak_layer(kind)
+        # The fact need not sit on the last subject token (on SmolLM2 it is " E|iffel"), so
+        # report the best subject token as well as the last token.
+        sub = values[:, subject]
+        flat = int(sub.argmax())
+        layer, pos = flat // sub.shape[1], subject[flat % sub.shape[1]]
         end_peak = int(values[:, -1].argmax())
         lines.append(
-            f"  {kind:5s}: last subject token peaks at layer {peak} (p={float(values[peak, last]):.3f}); "
-            f"last token peaks at layer {end_peak} (p={float(values[end_peak, -1]):.3f})"
+            f"  {kind:5s}: subject peak {tokens[pos]!r} layer {layer} (p={float(values[layer, pos]):.3f}); "
+            f"last token peak layer {end_peak} (p={float(values[end_peak, -1]):.3f})"
         )
     return "\n".join(lines)
 
