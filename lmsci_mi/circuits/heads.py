@@ -221,10 +221,10 @@ def head_scores(
     # Score inside the hook so the patterns of 30 layers are never all held at once.
     current: dict[str, Tensor] = {}
 
-    def score(pattern: Tensor, hook: HookPoint) -> None:
+    def score(activation: Tensor, hook: HookPoint) -> None:
         layer = int((hook.name or "").split(".")[1])
         per_seq = _pattern_score(
-            pattern,
+            activation,
             current["target"],
             exclude_bos=exclude_bos,
             exclude_current_token=exclude_current_token,

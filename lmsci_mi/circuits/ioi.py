@@ -258,7 +258,7 @@ def path_patch_to_queries(
     if s_layer >= top:
         raise ValueError(f"sender {s_layer}.{s_head} is not below the receivers' layers")
 
-    def freeze(z: Tensor, hook: HookPoint) -> Tensor:
+    def freeze(activation: Tensor, hook: HookPoint) -> Tensor:
         name = hook.name or ""
         frozen = clean_z[name].clone()
         if _layer_of(name) == s_layer:
