@@ -60,3 +60,25 @@ def test_seeded_and_single_token(tiny: LensModel) -> None:
 def test_bad_requests(tiny: LensModel) -> None:
     with pytest.raises(ValueError, match="n_prompts"):
         ioi_dataset(tiny, n_prompts=0)
+
+
+@torch.no_grad()
+def test_path_patching_and_ablation_identities(tiny: LensModel) -> None:
+    from dataclasses import replace
+
+    from lmsci_mi.circuits.ioi import ioi_logit_diff, mean_ablated_logit_diff, path_patch_to_queries
+
+    batch = ioi_dataset(tiny, n_prompts=4, seed=0, templates=IOI_TEMPLATES[:1]).batches[0]
+    clean = ioi_logit_diff(tiny(batch.tokens), batch)
+    # with the "corrupted" run equal to the clean one, path patching changes nothing
+    same = replace(batch, abc_tokens=batch.tokens)
+    torch.testing.assert_close(path_patch_to_queries(tiny, same, (0, 1), [(1, 0), (1, 2)]), clean)
+    # a real ABC sender changes the receivers' queries, hence the logit difference
+    patched = path_patch_to_queries(tiny, batch, (0, 1), [(1, 0), (1, 2)])
+    assert not torch.allclose(patched, clean)
+    # keeping every head ablates nothing
+    every = [(layer, head) for layer in range(2) for head in range(tiny.cfg.n_heads)]
+    torch.testing.assert_close(mean_ablated_logit_diff(tiny, batch, keep=every), clean)
+    with pytest.raises(ValueError, match="not below"):
+        path_patch_to_queries(tiny, batch, (1, 1), [(1, 0)])
+    assert tiny.hooks.attached_count() == 0
