@@ -6,6 +6,10 @@ own `to_tokens` turns back into exactly the drawn tokens. Prints seconds, the ra
 run and the largest score difference.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/heads.py [--n-sequences 20] [--half-length 20]
+
+Measured once on the shared 2-core machine at load ~10 (noisy; the lead re-runs it quietly):
+batched 14.9 s (1 pass), per-prompt loop 54.0 s (3.6x, 20 passes), TransformerLens
+detect_head loop 204.4 s (13.7x, 20 passes), max |diff| 3e-8.
 """
 
 from __future__ import annotations
@@ -67,7 +71,7 @@ def main() -> None:
 
         def count_passes(fn):
             calls = []
-            with lm.hooks.hooks(fwd=[("hook_embed", lambda a, h: calls.append(1))]):
+            with lm.hooks.hooks(fwd=[("hook_embed", lambda act, hook: calls.append(1))]):
                 fn()
             passes.append(len(calls))
 
