@@ -45,6 +45,12 @@ SITES: Mapping[str, str] = {
 }
 """Patchable sites and their hook names (``z`` is the per-head output before ``W_O``)."""
 
+MIN_BATCH_ROWS = 64
+"""Sequences per merged forward pass (see ``patch_activations``): enough to amortise per-pass cost."""
+
+MAX_MERGED_SPAN = 8
+"""At most this many layers between the lowest and highest layer merged into one pass."""
+
 HEAD_SITES = frozenset({"z", "q", "k", "v", "pattern"})
 """Sites with a head axis: patched one head at a time."""
 
@@ -336,42 +342,78 @@ def patch_activations(
         chunk_rows = max(1, (chunk_size or default_chunk_rows(n_pos)) // n_pairs)
 
         values = torch.empty(len(layer_list), n_rows)
-        for li, (layer, name) in enumerate(zip(layer_list, hook_names, strict=True)):
-            source = aligned_source(pairs, site, clean_cap[name], corr_cap[name])
-            start = corr_cap[f"blocks.{layer}.hook_resid_pre"]
-            for rows in chunks(n_rows, chunk_rows):
+        # Work items: (layer index, rows). Items of neighbouring layers are merged into one
+        # forward pass until it holds ~MIN_BATCH_ROWS sequences: a pass has a fixed per-layer
+        # cost that small batches (9 heads, 15 positions) do not amortise. A merged pass starts
+        # at its lowest layer; rows patched higher up just recompute a few corrupted layers.
+        items = [(li, rows) for li in range(len(layer_list)) for rows in chunks(n_rows, chunk_rows)]
+        target = max(1, min(chunk_rows, MIN_BATCH_ROWS // n_pairs))
+        groups: list[list[tuple[int, slice]]] = []
+        for item in items:
+            if groups:
+                last = groups[-1]
+                total = sum(r.stop - r.start for _, r in last)
+                span = layer_list[item[0]] - min(layer_list[i] for i, _ in last)
+                size = item[1].stop - item[1].start
+                if total < target and total + size <= chunk_rows and 0 <= span <= MAX_MERGED_SPAN:
+                    last.append(item)
+                    continue
+            groups.append([item])
+        sources = {}
+        for group in groups:
+            start_layer = min(layer_list[li] for li, _ in group)
+            total = sum(r.stop - r.start for _, r in group)
+            hooks = []
+            offset = 0
+            for li, rows in group:
+                name = hook_names[li]
+                if name not in sources:
+                    sources[name] = aligned_source(pairs, site, clean_cap[name], corr_cap[name])
+                source = sources[name]
                 row_ids = torch.arange(rows.start, rows.stop, device=lm.device)
                 pos_mask = pos_groups[row_ids // n_hg]
                 head_mask = head_groups[row_ids % n_hg] if head_groups is not None else None
                 mask = _row_mask(site, pos_mask, head_mask)
                 n = row_ids.numel()
-                src = (
-                    source.unsqueeze(0)
-                    .expand(n, *source.shape)
-                    .reshape(n * n_pairs, *source.shape[1:])
-                )
+                if len(group) > 1:
+                    full = torch.zeros(
+                        (total * n_pairs, *mask.shape[1:]), dtype=torch.bool, device=mask.device
+                    )
+                    full[offset * n_pairs : (offset + n) * n_pairs] = mask
+                    mask = full
+                src = source.unsqueeze(0).expand(mask.shape[0] // n_pairs, *source.shape)
+                src = src.reshape(mask.shape[0], *source.shape[1:])
 
                 def patch(
                     act: Tensor, hook: HookPoint, mask: Tensor = mask, src: Tensor = src
                 ) -> Tensor:
                     return torch.where(mask, src, act)
 
-                batch_start = (
-                    start.unsqueeze(0)
-                    .expand(n, *start.shape)
-                    .reshape(n * n_pairs, *start.shape[1:])
-                )
-                logits = run_from_layer(
-                    lm,
-                    batch_start,
-                    layer,
-                    [(name, patch)],
-                    answer_position=answer_position,
-                    label=f"patch {site}",
-                )
-                scores = metric(logits.reshape(n, n_pairs, -1)).float().mean(-1)
-                values[li, rows] = scores.cpu()
-            logger.debug("patched %s at layer %d", site, layer)
+                hooks.append((name, patch))
+                offset += n
+            start = corr_cap[f"blocks.{start_layer}.hook_resid_pre"]
+            batch_start = (
+                start.unsqueeze(0)
+                .expand(total, *start.shape)
+                .reshape(total * n_pairs, *start.shape[1:])
+            )
+            logits = run_from_layer(
+                lm,
+                batch_start,
+                start_layer,
+                hooks,
+                answer_position=answer_position,
+                label=f"patch {site}",
+            )
+            scores = metric(logits.reshape(total, n_pairs, -1)).float().mean(-1).cpu()
+            offset = 0
+            for li, rows in group:
+                n = rows.stop - rows.start
+                values[li, rows] = scores[offset : offset + n]
+                offset += n
+            logger.debug(
+                "patched %s at layers %s", site, sorted({layer_list[li] for li, _ in group})
+            )
 
     head_labels = tuple(f"H{h}" for h in range(n_heads))
     layer_labels = tuple(str(layer) for layer in layer_list)
