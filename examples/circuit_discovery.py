@@ -31,10 +31,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="IOI circuit discovery on SmolLM2")
     parser.add_argument("--out", type=Path, default=Path("out/circuit_discovery"))
     parser.add_argument("--trace", action="store_true", help="also trace the Eiffel Tower fact")
+    parser.add_argument("--model", default="smollm2-135m", help="bundled model (default SmolLM2)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
-    lm = load_model("smollm2-135m")
+    lm = load_model(args.model)
     metric = LogitDiff(lm.token_id(" Mary"), lm.token_id(" John"))
     tokens = lm.to_str_tokens(CLEAN)
     s2 = len(lm.encode("When Mary and John went to the store, John")) - 1

@@ -170,7 +170,7 @@ def prepare_pairs(
             )
         names = tuple(str(i) for i in range(n_corr))
         if clean_prompts and n_pairs == 1:
-            tokens = lm.to_str_tokens(corrupted_tokens[0])
+            tokens = lm.to_str_tokens(clean_tokens[0])  # labelled by the clean prompt
             names = tuple(f"{i}:{tok}" for i, tok in enumerate(tokens))
         grid = torch.arange(n_corr)[:, None].expand(n_corr, n_pairs)
         clean_pos = corr_pos = grid
