@@ -401,11 +401,14 @@ def _naive_causal_trace(
                         source = clean_cap[name]
 
                         def put(
-                            act: Tensor, hook: HookPoint, source: Tensor = source, pos: int = pos
+                            activation: Tensor,
+                            hook: HookPoint,
+                            source: Tensor = source,
+                            pos: int = pos,
                         ) -> Tensor:
-                            act = act.clone()
-                            act[:, pos] = source[0, pos]
-                            return act
+                            activation = activation.clone()
+                            activation[:, pos] = source[0, pos]
+                            return activation
 
                         fwd.append((name, put))
                     with lm.hooks.hooks(fwd=fwd, label="naive trace"):
