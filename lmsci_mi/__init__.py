@@ -20,6 +20,7 @@ from lmsci_mi.results import LayerCurve as LayerCurve
 from lmsci_mi.results import Meta as Meta
 from lmsci_mi.results import Result as Result
 from lmsci_mi.results import result_type as result_type
+from lmsci_mi.weights import WeightEdit as WeightEdit
 
 __all__ = [
     "Capture",
@@ -31,6 +32,7 @@ __all__ = [
     "Result",
     "TokenPredictions",
     "UnknownHookError",
+    "WeightEdit",
     "__version__",
     "list_models",
     "load_model",

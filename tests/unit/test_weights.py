@@ -1,0 +1,64 @@
+"""WeightEdit: exact restore, validation before any change, save and read back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from lmsci_mi import LensModel, WeightEdit
+from lmsci_mi.weights import read_deltas
+
+W = "blocks.1.mlp.W_out"
+
+
+def _snapshot(lm: LensModel) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in lm.model.named_parameters()}
+
+
+def _unchanged(lm: LensModel, snapshot: dict[str, torch.Tensor]) -> bool:
+    return all(torch.equal(p, snapshot[name]) for name, p in lm.model.named_parameters())
+
+
+def test_restore_is_bit_identical_after_a_tiny_delta(tiny: LensModel) -> None:
+    before = _snapshot(tiny)
+    # A delta far below float32 resolution of some weights: subtracting it back would not be exact.
+    delta = torch.full_like(tiny.model.blocks[1].mlp.W_out, 1e-9)
+    edit = WeightEdit(tiny, {W: delta}).apply()
+    assert edit.applied and edit.layers == (1,)
+    edit.restore()
+    edit.restore()
+    assert _unchanged(tiny, before)
+
+
+@pytest.mark.parametrize(
+    "deltas",
+    [
+        {W: torch.ones(3, 3)},
+        {"blocks.9.mlp.W_out": torch.ones(256, 64)},
+        {W: torch.ones(256, 64), "blocks.0.mlp.W_ot": torch.ones(256, 64)},
+    ],
+)
+def test_bad_deltas_change_nothing(tiny: LensModel, deltas: dict[str, torch.Tensor]) -> None:
+    before = _snapshot(tiny)
+    with pytest.raises(ValueError):
+        WeightEdit(tiny, deltas).apply()
+    assert _unchanged(tiny, before)
+
+
+def test_applying_twice_is_refused(tiny: LensModel) -> None:
+    edit = WeightEdit(tiny, {W: torch.ones(256, 64)}).apply()
+    with pytest.raises(RuntimeError, match="already applied"):
+        edit.apply()
+    edit.restore()
+
+
+def test_save_and_read_back(tiny: LensModel, tmp_path: Path) -> None:
+    delta = torch.randn(256, 64)
+    path = WeightEdit(tiny, {W: delta}).save(tmp_path / "d.safetensors", {"note": "x"})
+    deltas, meta = read_deltas(path)
+    assert torch.equal(deltas[W], delta) and meta["note"] == "x" and meta["model"] == "toy-2l"
+    (tmp_path / "other.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
+    with pytest.raises(ValueError, match="not an lmsci-mi edit file"):
+        read_deltas(tmp_path / "other.safetensors")
