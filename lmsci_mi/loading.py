@@ -350,8 +350,8 @@ def _load_gguf(
     processed = folder / f"processed-fold{int(fold_ln)}"
     if use_cache and _cache_complete(processed):
         cfg_dict = json.loads(processed.with_suffix(".json").read_text())
-        model = _build_processed(cfg_dict, load_file(processed.with_suffix(".safetensors")),
-                                 tokenizer, device=device, dtype=dtype)
+        model = _build(cfg_dict, load_file(processed.with_suffix(".safetensors")), tokenizer,
+                       device=device, dtype=dtype, fold_ln=None)
         return LensModel(model, name=name, source=f"{path.name} (cached conversion)",
                          tokenizer=tokenizer, sink_token_id=sink_id)
     converted = folder / "converted"
@@ -366,10 +366,7 @@ def _load_gguf(
                    dtype=torch.float32, fold_ln=fold_ln)
     if use_cache:
         _write_cache(processed, _jsonable_config(model.cfg), model.state_dict())
-    with contextlib.redirect_stdout(io.StringIO()):
-        model.to(device)
-    if dtype != torch.float32:
-        model.to(dtype)
+    _move(model, device, dtype)
     return LensModel(model, name=name, source=f"{path.name} (dequantised from GGUF)",
                      tokenizer=tokenizer, sink_token_id=sink_id)
 
@@ -493,50 +490,38 @@ def _build(
     *,
     device: torch.device,
     dtype: torch.dtype,
-    fold_ln: bool,
+    fold_ln: bool | None,
 ) -> HookedTransformer:
+    """A HookedTransformer from converted weights (``fold_ln`` set: fold and centre them first)
+    or from weights processed earlier (``fold_ln=None``: loaded as they are, no copies)."""
     # init_weights=False: random initialisation of 135M parameters would be thrown away.
     cfg = HookedTransformerConfig(
         **{**cfg_dict, "init_weights": False, "device": str(device), "dtype": dtype}
     )
     model = HookedTransformer(cfg, tokenizer=tokenizer, move_to_device=False)
-    model.load_and_process_state_dict(
-        state_dict,
-        fold_ln=fold_ln,
-        # Centering writing weights needs LayerNorm; these models use RMSNorm.
-        center_writing_weights=cfg.normalization_type in ("LN", "LNPre"),
-        center_unembed=True,
-        fold_value_biases=True,
-    )
+    if fold_ln is None:
+        # assign=True adopts the loaded tensors instead of copying them into fresh ones.
+        model.load_state_dict(state_dict, strict=True, assign=True)
+    else:
+        model.load_and_process_state_dict(
+            state_dict,
+            fold_ln=fold_ln,
+            # Centering writing weights needs LayerNorm; these models use RMSNorm.
+            center_writing_weights=cfg.normalization_type in ("LN", "LNPre"),
+            center_unembed=True,
+            fold_value_biases=True,
+        )
+    _move(model, device, dtype)
+    model.eval()
+    return model
+
+
+def _move(model: HookedTransformer, device: torch.device, dtype: torch.dtype) -> None:
     # TransformerLens prints "Moving model to device" here; library code stays quiet.
     with contextlib.redirect_stdout(io.StringIO()):
         model.to(device)
     if dtype != torch.float32:
         model.to(dtype)
-    model.eval()
-    return model
-
-
-def _build_processed(
-    cfg_dict: dict[str, Any],
-    state_dict: dict[str, torch.Tensor],
-    tokenizer: Any,
-    *,
-    device: torch.device,
-    dtype: torch.dtype,
-) -> HookedTransformer:
-    cfg = HookedTransformerConfig(
-        **{**cfg_dict, "init_weights": False, "device": str(device), "dtype": dtype}
-    )
-    model = HookedTransformer(cfg, tokenizer=tokenizer, move_to_device=False)
-    # assign=True adopts the loaded tensors instead of copying them into fresh ones.
-    model.load_state_dict(state_dict, strict=True, assign=True)
-    with contextlib.redirect_stdout(io.StringIO()):
-        model.to(device)
-    if dtype != torch.float32:
-        model.to(dtype)
-    model.eval()
-    return model
 
 
 # --------------------------------------------------------------------------- folders and hub
