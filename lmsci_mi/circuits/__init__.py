@@ -1,42 +1,7 @@
 """Circuit discovery: causal tracing, activation and attribution patching, head detection, IOI."""
 
-# Each feature adds its own block of re-exports below.
-# ruff: noqa: E402
-
-__all__: list[str] = []
-
-# Causal tracing, activation and attribution patching, metrics (issue 3).
 from lmsci_mi.circuits.attribution import AttributionResult as AttributionResult
 from lmsci_mi.circuits.attribution import attribution_patch as attribution_patch
-from lmsci_mi.circuits.metrics import KLToClean as KLToClean
-from lmsci_mi.circuits.metrics import LogitDiff as LogitDiff
-from lmsci_mi.circuits.metrics import Metric as Metric
-from lmsci_mi.circuits.metrics import Normalised as Normalised
-from lmsci_mi.circuits.metrics import TargetProb as TargetProb
-from lmsci_mi.circuits.metrics import normalised as normalised
-from lmsci_mi.circuits.patching import SITES as SITES
-from lmsci_mi.circuits.patching import PatchingResult as PatchingResult
-from lmsci_mi.circuits.patching import patch_activations as patch_activations
-from lmsci_mi.circuits.tracing import CausalTrace as CausalTrace
-from lmsci_mi.circuits.tracing import causal_trace as causal_trace
-
-__all__ += [
-    "SITES",
-    "AttributionResult",
-    "CausalTrace",
-    "KLToClean",
-    "LogitDiff",
-    "Metric",
-    "Normalised",
-    "PatchingResult",
-    "TargetProb",
-    "attribution_patch",
-    "causal_trace",
-    "normalised",
-    "patch_activations",
-]
-
-# Head detection (issue 4).
 from lmsci_mi.circuits.heads import CompositionScores as CompositionScores
 from lmsci_mi.circuits.heads import HeadScores as HeadScores
 from lmsci_mi.circuits.heads import InductionAblation as InductionAblation
@@ -48,32 +13,51 @@ from lmsci_mi.circuits.heads import induction_ablation as induction_ablation
 from lmsci_mi.circuits.heads import induction_scores as induction_scores
 from lmsci_mi.circuits.heads import prefix_matching_scores as prefix_matching_scores
 from lmsci_mi.circuits.heads import previous_token_scores as previous_token_scores
-
-__all__ += [
-    "CompositionScores",
-    "HeadScores",
-    "InductionAblation",
-    "composition_scores",
-    "copying_scores",
-    "duplicate_token_scores",
-    "head_scores",
-    "induction_ablation",
-    "induction_scores",
-    "prefix_matching_scores",
-    "previous_token_scores",
-]
-
-# IOI circuit and the toy induction model (issue 4).
 from lmsci_mi.circuits.ioi import CircuitHead as CircuitHead
 from lmsci_mi.circuits.ioi import IOICircuit as IOICircuit
 from lmsci_mi.circuits.ioi import find_ioi_circuit as find_ioi_circuit
 from lmsci_mi.circuits.ioi import path_patch_to_queries as path_patch_to_queries
+from lmsci_mi.circuits.metrics import KLToClean as KLToClean
+from lmsci_mi.circuits.metrics import LogitDiff as LogitDiff
+from lmsci_mi.circuits.metrics import Metric as Metric
+from lmsci_mi.circuits.metrics import Normalised as Normalised
+from lmsci_mi.circuits.metrics import TargetProb as TargetProb
+from lmsci_mi.circuits.metrics import normalised as normalised
+from lmsci_mi.circuits.patching import SITES as SITES
+from lmsci_mi.circuits.patching import PatchingResult as PatchingResult
+from lmsci_mi.circuits.patching import patch_activations as patch_activations
 from lmsci_mi.circuits.toy_induction import load_toy_induction as load_toy_induction
+from lmsci_mi.circuits.tracing import CausalTrace as CausalTrace
+from lmsci_mi.circuits.tracing import causal_trace as causal_trace
 
-__all__ += [
+__all__ = [
+    "SITES",
+    "AttributionResult",
+    "CausalTrace",
     "CircuitHead",
+    "CompositionScores",
+    "HeadScores",
     "IOICircuit",
+    "InductionAblation",
+    "KLToClean",
+    "LogitDiff",
+    "Metric",
+    "Normalised",
+    "PatchingResult",
+    "TargetProb",
+    "attribution_patch",
+    "causal_trace",
+    "composition_scores",
+    "copying_scores",
+    "duplicate_token_scores",
     "find_ioi_circuit",
+    "head_scores",
+    "induction_ablation",
+    "induction_scores",
     "load_toy_induction",
+    "normalised",
+    "patch_activations",
     "path_patch_to_queries",
+    "prefix_matching_scores",
+    "previous_token_scores",
 ]
