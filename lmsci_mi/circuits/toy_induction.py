@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from lmsci_mi.loading import cache_root
+from lmsci_mi.loading import cache_root, default_device
 from lmsci_mi.model import LensModel
 
 __all__ = ["ToyInductionConfig", "load_toy_induction", "train_toy_induction"]
@@ -68,6 +68,8 @@ class ToyInductionConfig:
             positional_embedding_type=self.positional_embedding,
             act_fn="relu",
             seed=self.seed,
+            # Built and trained on the CPU so that the seeded toy (and its cache) is the same on
+            # every machine; load_toy_induction moves it to the user's device afterwards.
             device="cpu",
         )
 
@@ -203,8 +205,7 @@ def load_toy_induction(
         folder.mkdir(parents=True, exist_ok=True)
         save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, weights)
         meta_file.write_text(json.dumps({"config": asdict(config), "training": record}, indent=1))
-    if device is not None:
-        model.to(device)
+    model.to(device if device is not None else default_device())
     return LensModel(
         model, name=f"toy-induction-2l-{config.key()}", source=str(folder), tokenizer=None,
         sink_token_id=SINK,
