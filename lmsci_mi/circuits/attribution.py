@@ -19,10 +19,9 @@ from jaxtyping import Float
 from torch import Tensor
 
 from lmsci_mi.circuits._batching import answer_logits
-from lmsci_mi.circuits.metrics import KLToClean, Metric, Normalised
+from lmsci_mi.circuits.metrics import Metric, Normalised
 from lmsci_mi.circuits.patching import (
     HEAD_SITES,
-    SITES,
     AlignArg,
     PatchingResult,
     PositionsArg,
@@ -30,7 +29,9 @@ from lmsci_mi.circuits.patching import (
     aligned_source,
     patch_activations,
     prepare_pairs,
+    resolve_metric,
     site_hook_name,
+    sweep_layers,
 )
 from lmsci_mi.results import Result, result_type
 
@@ -144,15 +145,8 @@ def attribution_patch(
     >>> res.axes, tuple(res.values.shape)
     (('layer', 'head'), (2, 4))
     """
-    if site not in SITES:
-        raise ValueError(f"unknown site {site!r}; choose one of {sorted(SITES)}")
-    if positions not in ("each", "all"):
-        raise ValueError(f"positions must be 'each' or 'all', not {positions!r}")
+    layer_list = sweep_layers(lm, site, positions, layers)
     n_layers = lm.cfg.n_layers
-    layer_list = list(range(n_layers)) if layers is None else [int(x) for x in layers]
-    bad_layers = [x for x in layer_list if not 0 <= x < n_layers]
-    if bad_layers or not layer_list:
-        raise ValueError(f"layers {bad_layers or '[]'} out of range for {n_layers} layers")
     pairs = prepare_pairs(lm, clean, corrupted, align)
     names = [site_hook_name(site, layer) for layer in layer_list]
     lm.hooks.resolve(names)
@@ -175,11 +169,7 @@ def attribution_patch(
             corrupted_logits = answer_logits(
                 lm, lm.model(pairs.corrupted, stop_at_layer=n_layers), answer_position
             )
-        if isinstance(metric, str):
-            if metric != "kl":
-                raise ValueError(f"metric must be a callable or 'kl', not {metric!r}")
-            metric = KLToClean(clean_logits)
-        raw_metric = metric
+        raw_metric = resolve_metric(metric, clean_logits)
         clean_value = float(raw_metric(clean_logits).float().mean())
         corrupted_value = float(raw_metric(corrupted_logits.detach()).float().mean())
         scorer: Metric = (

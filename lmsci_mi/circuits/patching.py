@@ -233,6 +233,31 @@ def _row_mask(
     return mask.reshape(rows * n_pairs, *mask.shape[2:])
 
 
+def sweep_layers(
+    lm: LensModel, site: str, positions: str, layers: Sequence[int] | None
+) -> list[int]:
+    """Validate a sweep's site and positions mode; the layers to sweep (all when None)."""
+    if site not in SITES:
+        raise ValueError(f"unknown site {site!r}; choose one of {sorted(SITES)}")
+    if positions not in ("each", "all"):
+        raise ValueError(f"positions must be 'each' or 'all', not {positions!r}")
+    n_layers = lm.cfg.n_layers
+    layer_list = list(range(n_layers)) if layers is None else [int(x) for x in layers]
+    bad_layers = [x for x in layer_list if not 0 <= x < n_layers]
+    if bad_layers or not layer_list:
+        raise ValueError(f"layers {bad_layers or '[]'} out of range for {n_layers} layers")
+    return layer_list
+
+
+def resolve_metric(metric: Metric | Literal["kl"], clean_logits: Tensor) -> Metric:
+    """A metric callable; ``"kl"`` becomes KL to the clean run's distribution."""
+    if isinstance(metric, str):
+        if metric != "kl":
+            raise ValueError(f"metric must be a callable or 'kl', not {metric!r}")
+        return KLToClean(clean_logits)
+    return metric
+
+
 def patch_activations(
     lm: LensModel,
     clean: TokensArg,
@@ -284,15 +309,8 @@ def patch_activations(
     >>> res.axes, tuple(res.values.shape)
     (('layer', 'head'), (2, 4))
     """
-    if site not in SITES:
-        raise ValueError(f"unknown site {site!r}; choose one of {sorted(SITES)}")
-    if positions not in ("each", "all"):
-        raise ValueError(f"positions must be 'each' or 'all', not {positions!r}")
+    layer_list = sweep_layers(lm, site, positions, layers)
     n_layers = lm.cfg.n_layers
-    layer_list = list(range(n_layers)) if layers is None else [int(x) for x in layers]
-    bad_layers = [x for x in layer_list if not 0 <= x < n_layers]
-    if bad_layers or not layer_list:
-        raise ValueError(f"layers {bad_layers or '[]'} out of range for {n_layers} layers")
     pairs = prepare_pairs(lm, clean, corrupted, align)
     n_pairs, n_pos = pairs.corrupted.shape
     hook_names = [site_hook_name(site, layer) for layer in layer_list]
@@ -308,11 +326,8 @@ def patch_activations(
             corrupted_logits = answer_logits(
                 lm, lm.model(pairs.corrupted, stop_at_layer=n_layers), answer_position
             )
-        if isinstance(metric, str):
-            if metric != "kl":
-                raise ValueError(f"metric must be a callable or 'kl', not {metric!r}")
-            metric = KLToClean(clean_logits)
-        raw_metric = metric
+        raw_metric = resolve_metric(metric, clean_logits)
+        metric = raw_metric
         clean_value = float(raw_metric(clean_logits).float().mean())
         corrupted_value = float(raw_metric(corrupted_logits).float().mean())
         if normalise:
