@@ -92,6 +92,9 @@ def main() -> None:
         help="trace kinds (default all three)",
     )
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument(
+        "--no-trace", action="store_true", help="skip (c), whose naive loop takes the longest"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -193,44 +196,53 @@ def main() -> None:
     )
 
     # (c) causal tracing, batched vs one forward pass (all noise samples) per restoration.
-    trace, t_trace = timed(
-        lambda: causal_trace(
-            lm, EIFFEL, "Eiffel Tower", target=" Paris", n_samples=args.samples, kinds=args.kinds
-        )
-    )
-    n_trace_pos = trace.values.shape[-1]
-    naive, t_naive = timed(lambda: _naive_causal_trace(lm, trace, layers=peer_layers))
-    passes_c = len(trace.kinds) * len(peer_layers) * n_trace_pos
-    first = trace.subject_positions[0]
-    trace_rows = (n_trace_pos - first) * args.samples
-    trace_flops = 0.0
-    for kind in trace.kinds:
-        for layer in all_layers:
-            start = layer + 1 if kind == "resid" else max(0, layer - trace.window // 2)
-            trace_flops += trace_rows * (
-                (cfg.n_layers - start) * layer_flops_per_token(cfg) * n_trace_pos
-                + 2.0 * cfg.d_model * cfg.d_vocab
+    n_trace_pos = 0
+    if not args.no_trace:
+        trace, t_trace = timed(
+            lambda: causal_trace(
+                lm, EIFFEL, "Eiffel Tower", target=" Paris", n_samples=args.samples, kinds=args.kinds
             )
-    rows.append(
-        (
-            "(c) causal trace (kind×layer×pos)",
-            trace.values[:, peer_layers],
-            naive,
-            t_trace,
-            t_naive,
-            passes_c,
-            len(trace.kinds) * cfg.n_layers * n_trace_pos,
-            trace_flops,
         )
-    )
+        n_trace_pos = trace.values.shape[-1]
+        naive, t_naive = timed(lambda: _naive_causal_trace(lm, trace, layers=peer_layers))
+        passes_c = len(trace.kinds) * len(peer_layers) * n_trace_pos
+        first = trace.subject_positions[0]
+        trace_rows = (n_trace_pos - first) * args.samples
+        trace_flops = 0.0
+        for kind in trace.kinds:
+            for layer in all_layers:
+                start = layer + 1 if kind == "resid" else max(0, layer - trace.window // 2)
+                trace_flops += trace_rows * (
+                    (cfg.n_layers - start) * layer_flops_per_token(cfg) * n_trace_pos
+                    + 2.0 * cfg.d_model * cfg.d_vocab
+                )
+        rows.append(
+            (
+                "(c) causal trace (kind×layer×pos)",
+                trace.values[:, peer_layers],
+                naive,
+                t_trace,
+                t_naive,
+                passes_c,
+                len(trace.kinds) * cfg.n_layers * n_trace_pos,
+                trace_flops,
+            )
+        )
+
 
     # (d) attribution patching over all heads, with its rank correlation to (b).
     attr, t_attr = timed(lambda: attribution_patch(lm, clean, corrupted, metric, site="z"))
     rho = attr.compare(ours_b)
 
+    trace_setup = (
+        "trace skipped"
+        if args.no_trace
+        else f"trace prompt of {n_trace_pos} tokens, {args.samples} noise samples, "
+        f"window {trace.window}"
+    )
     print(
         f"\nSmolLM2-135M on CPU ({torch.get_num_threads()} threads); IOI pair of {n_pos} tokens; "
-        f"trace prompt of {n_trace_pos} tokens, {args.samples} noise samples, window {trace.window}."
+        f"{trace_setup}."
     )
     print(
         f"float32 2048² matmul: {gflops:.0f} GFLOP/s; one forward pass of the corrupted prompt: "
