@@ -54,18 +54,21 @@ class ROMEHyperParams:
         clamp_norm: ‖δ‖ is clamped to ``clamp_norm``·‖v₀‖.
         damping: ridge added to C as a fraction of its mean diagonal, for stability.
         seed: seed for the context prefixes.
+        edit_aware: fit δ through the rank-one update that will be installed (each position
+            gets (k·u)·δ, u = C⁻¹k̄/(k̄ᵀC⁻¹k̄)) rather than as δ at the subject's last token.
     """
 
     n_contexts: int = 10
     context_lengths: tuple[int, ...] = (5, 10)
-    steps: int = 20
+    steps: int = 40
     lr: float = 0.5
     early_stop_nll: float = 0.05
     kl_factor: float = 0.0625
-    weight_decay: float = 0.5
+    weight_decay: float = 0.05
     clamp_norm: float = 4.0
     damping: float = 1e-4
     seed: int = 0
+    edit_aware: bool = True
 
 
 # ---------------------------------------------------------------------- context prefixes
@@ -225,9 +228,11 @@ def _optimise_delta(
     hp: ROMEHyperParams,
     *,
     site: str,
+    key_dir: Float[Tensor, " d_mlp"] | None = None,
 ) -> tuple[Float[Tensor, " d_model"], Float[Tensor, " d_model"]]:
     """:func:`_optimise_deltas` for one request."""
-    deltas, v0 = _optimise_deltas(lm, layer, [request], templates, hp, site=site)
+    dirs = None if key_dir is None else key_dir[None]
+    deltas, v0 = _optimise_deltas(lm, layer, [request], templates, hp, site=site, key_dirs=dirs)
     return deltas[0], v0[0]
 
 
@@ -239,6 +244,7 @@ def _optimise_deltas(
     hp: ROMEHyperParams,
     *,
     site: str,
+    key_dirs: Float[Tensor, "request d_mlp"] | None = None,
 ) -> tuple[Float[Tensor, "request d_model"], Float[Tensor, "request d_model"]]:
     """Find, per request, δ added at ``layer`` (after its MLP) at the subject's last token that
     makes the model say ``target_new``: mean per-token NLL + KL on "{subject} is a" + weight
@@ -249,6 +255,12 @@ def _optimise_deltas(
     it (``start_at_layer``) and unembeds only the positions the loss reads. Adding δ to
     ``hook_mlp_out`` (ROME) or to ``hook_resid_post`` (MEMIT) of the same layer is the same
     change there.
+
+    ``key_dirs`` (ROME): u = C⁻¹k̄ / (k̄ᵀC⁻¹k̄) per request. The rank-one update adds
+    (k·u)·δ at every position with key k, not δ at the subject's last token only; with
+    ``key_dirs`` the optimisation adds exactly that, so it fits δ for the edit that will be
+    installed. Without it, a prompt whose key has k·u < 1 (the bare prompt often has, since k̄
+    averages prefixed contexts) receives less than the δ that was optimised.
 
     Returns:
         (δ, v₀) per request: the optimised δ and the unedited value at the site averaged over the
@@ -297,12 +309,18 @@ def _optimise_deltas(
     )
 
     names = [f"blocks.{layer}.hook_resid_post", f"blocks.{layer}.{site}"]
+    if key_dirs is not None:
+        names.append(f"blocks.{layer}.mlp.hook_post")
     n_layers = lm.cfg.n_layers
     with torch.no_grad(), lm.hooks.capture(names) as cap:
         final = lm.model(tokens, stop_at_layer=n_layers)
         init_kl = _unembed(lm, final[kl_rows, last[kl_rows]]).log_softmax(-1)
     resid = cap[names[0]]
     at_site = cap[names[1]][arange, last].float()
+    coef: Tensor | None = None
+    if key_dirs is not None:  # [row, pos]: how much of δ the installed update adds there
+        dirs = key_dirs.to(device=device, dtype=torch.float32)[owner_t]
+        coef = torch.einsum("rpk,rk->rp", cap[names[2]].float(), dirs)
     v0 = torch.zeros(n_req, at_site.shape[-1], device=device).index_add_(
         0, owner_t[rw_mask], at_site[rw_mask]
     )
@@ -317,8 +335,11 @@ def _optimise_deltas(
             p.requires_grad_(False)
         for step in range(hp.steps):
             optimiser.zero_grad()
-            x = resid.clone()
-            x[arange, last] = x[arange, last] + delta[owner_t].to(x.dtype)
+            if coef is None:
+                x = resid.clone()
+                x[arange, last] = x[arange, last] + delta[owner_t].to(x.dtype)
+            else:
+                x = resid + (coef[..., None] * delta[owner_t][:, None, :]).to(resid.dtype)
             final = lm.model(x, start_at_layer=layer + 1, stop_at_layer=n_layers)
             log_probs = _unembed(lm, final[tok_row_t, tok_pos_t]).log_softmax(-1)
             token_nll = -log_probs.gather(-1, tok_gold_t[:, None]).squeeze(-1)
@@ -443,12 +464,17 @@ def rome_edit(
     target = _target_ids(lm, request.target_new)
     rows = [_subject_row(lm, t, request.prompt, request.subject, target) for t in templates]
     k_bar = _keys(lm, layer, rows).mean(0)
-    delta, _ = _optimise_delta(lm, layer, request, templates, hp, site="hook_mlp_out")
+    c = stats.for_layer(layer)
+    c_inv_k = _solve(c, k_bar, hp.damping)
+    key_dir = (c_inv_k / (c_inv_k @ k_bar.double())).float() if hp.edit_aware else None
+    delta, _ = _optimise_delta(
+        lm, layer, request, templates, hp, site="hook_mlp_out", key_dir=key_dir
+    )
 
     # v* = v₀ + δ with v₀ = W k̄ + b (the mean output over the same rows), so the residual the
     # update must add at k̄ is exactly δ; k̄ is used in both numerator and denominator.
     weight = lm.model.blocks[layer].mlp.W_out
-    update = rome_update(stats.for_layer(layer), k_bar, delta, damping=hp.damping).to(weight.dtype)
+    update = rome_update(c, k_bar, delta, damping=hp.damping).to(weight.dtype)
     seconds = time.perf_counter() - begin
     logger.info("ROME edit at layer %d: ‖δ‖ %.2f, %.1f s", layer, delta.norm().item(), seconds)
     handle = EditHandle(

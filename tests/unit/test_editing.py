@@ -154,6 +154,28 @@ def test_rome_update_maps_the_averaged_key_to_the_residual(stats) -> None:
     assert (orth @ update).abs().max() < 1e-6
 
 
+def test_edit_aware_optimisation_sees_the_installed_update(tiny: LensModel, stats) -> None:
+    """With ``edit_aware`` the optimiser adds (k·u)·δ at each position, u = C⁻¹k̄/(k̄ᵀC⁻¹k̄):
+    exactly what the installed ΔW adds to the MLP output there, for any key k."""
+    from lmsci_mi.editing.rome import _solve, rome_update
+
+    c = stats.for_layer(0)
+    gen = torch.Generator().manual_seed(1)
+    k_bar = torch.randn(c.shape[0], generator=gen, dtype=torch.float64)
+    r = torch.randn(64, generator=gen, dtype=torch.float64)
+    c_inv_k = _solve(c, k_bar, 1e-4)
+    u = c_inv_k / (c_inv_k @ k_bar)
+    keys = torch.randn(5, c.shape[0], generator=gen, dtype=torch.float64)
+    update = rome_update(c, k_bar, r, damping=1e-4)
+    assert torch.allclose(keys @ update, (keys @ u)[:, None] * r[None], atol=1e-8)
+    before = snapshot(tiny)
+    for aware in (True, False):
+        hp = ROMEHyperParams(n_contexts=2, steps=4, edit_aware=aware)
+        with rome_edit(tiny, EIFFEL, layer=0, stats=stats, hparams=hp) as handle:
+            assert torch.isfinite(handle.deltas["blocks.0.mlp.W_out"]).all()
+    assert_identical(tiny, before)
+
+
 def test_delta_save_load_and_reapply(tiny: LensModel, stats, tmp_path: Path) -> None:
     before = snapshot(tiny)
     with rome_edit(tiny, EIFFEL, layer=0, stats=stats, hparams=FAST_ROME) as handle:
