@@ -172,6 +172,7 @@ def _generate(lm: LensModel, prompts: Sequence[str], n_tokens: int, seed: int) -
                 stop_at_eos=False,
                 verbose=False,
             )
+            assert isinstance(out, torch.Tensor)  # token ids in, token ids out
             texts.append(
                 tokenizer.decode(out[0, tokens.shape[1] :].tolist(), skip_special_tokens=True)
             )

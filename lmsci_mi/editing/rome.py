@@ -120,6 +120,7 @@ def context_templates(
                     stop_at_eos=False,
                     verbose=False,
                 )
+                assert isinstance(out, torch.Tensor)  # token ids in, token ids out
                 for row in out.tolist():
                     text = tokenizer.decode(row[1:], skip_special_tokens=True)
                     # Braces would break str.format; newlines and stray spaces would change how
