@@ -177,6 +177,17 @@ def ioi_logit_diff(
     ).float()
 
 
+def _clean_and_abc_z(lm: LensModel, batch: IOIBatch) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """Every head's output (``hook_z``) on the clean prompts and on their ABC corruptions."""
+    names = _z_names(lm)
+    runs = []
+    for tokens in (batch.tokens, batch.abc_tokens):
+        with lm.hooks.capture(names) as cap:
+            lm.model(tokens)
+        runs.append({n: cap[n] for n in names})
+    return runs[0], runs[1]
+
+
 def _z_names(lm: LensModel) -> list[str]:
     return [f"blocks.{layer}.attn.hook_z" for layer in range(lm.cfg.n_layers)]
 
@@ -247,12 +258,7 @@ def path_patch_to_queries(
     """
     names = _z_names(lm)
     if clean_z is None or abc_z is None:
-        with lm.hooks.capture(names) as cap:
-            lm.model(batch.tokens)
-        clean_z = {n: cap[n] for n in names}
-        with lm.hooks.capture(names) as cap:
-            lm.model(batch.abc_tokens)
-        abc_z = {n: cap[n] for n in names}
+        clean_z, abc_z = _clean_and_abc_z(lm, batch)
     s_layer, s_head = sender
     top = max(layer for layer, _ in receivers)
     if s_layer >= top:
@@ -413,13 +419,7 @@ def find_ioi_circuit(
     if candidates:
         totals = torch.zeros(len(candidates))
         for batch in dataset.batches:
-            names = _z_names(lm)
-            with lm.hooks.capture(names) as cap:
-                lm.model(batch.tokens)
-            clean_z = {n: cap[n] for n in names}
-            with lm.hooks.capture(names) as cap:
-                lm.model(batch.abc_tokens)
-            abc_z = {n: cap[n] for n in names}
+            clean_z, abc_z = _clean_and_abc_z(lm, batch)
             for i, sender in enumerate(candidates):
                 patched = path_patch_to_queries(
                     lm, batch, sender, movers, clean_z=clean_z, abc_z=abc_z
