@@ -21,6 +21,8 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from transformer_lens.hook_points import HookedRootModule, HookPoint
 
+from lmsci_mi.sites import layout_of
+
 __all__ = [
     "ActiveHook",
     "Capture",
@@ -30,7 +32,7 @@ __all__ = [
     "Positions",
     "UnknownHookError",
     "registry_for",
-    "site_layout",
+    "selection_mask",
 ]
 
 NamesFilter = str | Sequence[str] | Callable[[str], bool]
@@ -64,34 +66,6 @@ class ActiveHook:
     direction: Literal["fwd", "bwd"]
     label: str
     level: int
-
-
-@dataclass(frozen=True)
-class SiteLayout:
-    """Where the position and head axes sit in the activation of one hook point."""
-
-    position_axis: int
-    head_axis: int | None
-
-
-def site_layout(name: str) -> SiteLayout:
-    """Axis layout of a TransformerLens hook point, from its name.
-
-    Per-head vectors (``hook_z``, ``hook_q``, ``hook_k``, ``hook_v``, ``hook_result``) are
-    ``[batch, pos, head, d_head]``; patterns and scores are ``[batch, head, query_pos, key_pos]``
-    (the position axis is the query/destination); everything else is ``[batch, pos, ...]``.
-
-    >>> site_layout("blocks.3.attn.hook_z")
-    SiteLayout(position_axis=1, head_axis=2)
-    >>> site_layout("blocks.3.attn.hook_pattern")
-    SiteLayout(position_axis=2, head_axis=1)
-    """
-    leaf = name.rsplit(".", 1)[-1]
-    if leaf in ("hook_z", "hook_q", "hook_k", "hook_v", "hook_result", "hook_rot_q", "hook_rot_k"):
-        return SiteLayout(position_axis=1, head_axis=2)
-    if leaf in ("hook_pattern", "hook_attn_scores"):
-        return SiteLayout(position_axis=2, head_axis=1)
-    return SiteLayout(position_axis=1, head_axis=None)
 
 
 class Capture:
@@ -348,15 +322,23 @@ class HookRegistry:
         mode: Literal["zero", "mean"] = "zero",
         means: Mapping[str, Tensor] | None = None,
         positions: Positions = None,
-        heads: int | Sequence[int] | None = None,
+        heads: int | Sequence[int] | Mapping[str, Sequence[int]] | None = None,
     ) -> Iterator[None]:
         """Zero- or mean-ablate ``sites`` (optionally only some positions and heads).
 
         Args:
             mode: ``"zero"`` writes zeros; ``"mean"`` writes ``means[site]``, which must broadcast
                 against the activation (compute it with :meth:`mean_activations`).
+            heads: heads to ablate at every site, or ``{hook name: heads}`` for a different set
+                per site (a set of heads across layers, e.g. everything outside a circuit);
+                sites the mapping leaves out or maps to no head are left alone.
         """
         names = self.resolve(sites)
+        if isinstance(heads, Mapping):
+            unknown = [name for name in heads if name not in names]
+            if unknown:
+                raise ValueError(f"heads given for {unknown}, which are not among the ablated sites")
+            names = [name for name in names if len(heads.get(name, ()))]
         if mode not in ("zero", "mean"):
             raise ValueError(f"mode must be 'zero' or 'mean', not {mode!r}")
         if mode == "mean":
@@ -379,7 +361,8 @@ class HookRegistry:
                         f"per-position means for {name!r} cover {fill.shape[1]} positions but the "
                         f"input has {activation.shape[1]}; average over positions instead"
                     )
-            mask = selection_mask(activation, name, positions, heads)
+            chosen = heads[name] if isinstance(heads, Mapping) else heads
+            mask = selection_mask(activation, name, positions, chosen)
             return torch.where(mask, fill, activation)
 
         with self.hooks(fwd=[(names, overwrite)], label="ablate"):
@@ -401,7 +384,7 @@ class HookRegistry:
             self.model(tokens)
         means: dict[str, Tensor] = {}
         for name, value in cap.items():
-            layout = site_layout(name)
+            layout = layout_of(name)
             reduce = (0, layout.position_axis) if over_positions else (0,)
             means[name] = value.mean(dim=reduce, keepdim=True)
         return means
@@ -418,7 +401,7 @@ def selection_mask(
     A mask rather than index arithmetic keeps one code path for every position spec, per-example
     positions included, and every site layout.
     """
-    layout = site_layout(name)
+    layout = layout_of(name)
     batch, n_pos = activation.shape[0], activation.shape[layout.position_axis]
     device = activation.device
     pos_mask = _position_mask(positions, batch, n_pos, device)  # [batch, pos]

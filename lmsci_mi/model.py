@@ -12,12 +12,14 @@ Tokenisation policy (every analysis tokenises through here):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
+from transformer_lens.utilities.activation_functions import apply_softcap
 
 from lmsci_mi.hooks import HookRegistry, registry_for
 from lmsci_mi.results import Meta, Result, result_type
@@ -25,7 +27,17 @@ from lmsci_mi.results import Meta, Result, result_type
 if TYPE_CHECKING:
     from transformer_lens import HookedTransformerConfig
 
-__all__ = ["LensModel", "TokenPredictions", "default_sink_token"]
+__all__ = ["LensModel", "PaddedBatch", "TokenPredictions", "default_sink_token"]
+
+
+@dataclass(frozen=True)
+class PaddedBatch:
+    """Right-padded token ids with each row's true length and a ``[batch, pos]`` mask of real
+    tokens."""
+
+    tokens: Int[Tensor, "batch pos"]
+    lengths: Int[Tensor, " batch"]
+    mask: Bool[Tensor, "batch pos"]
 
 
 def default_sink_token(tokenizer: Any) -> int | None:
@@ -189,7 +201,7 @@ class LensModel:
         >>> lm.find_subject("The Eiffel Tower is in", "Eiffel Tower")
         range(2, 5)
         """
-        tokenizer = self._require_tokenizer()
+        self._require_tokenizer()
         if not subject.strip():
             raise ValueError("empty subject")
         start = prompt.find(subject)
@@ -198,18 +210,68 @@ class LensModel:
             if prompt.lower().find(subject.lower()) >= 0:
                 hint = " (it matches ignoring case: the match is case-sensitive)"
             raise ValueError(f"subject {subject!r} is not in the prompt {prompt!r}{hint}")
-        end = start + len(subject)
-        encoded = tokenizer(prompt, add_special_tokens=True, return_offsets_mapping=True)
-        ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
-        shift = len(self.encode(prompt)) - len(ids)  # 1 when the policy prepended the sink
-        hits = [
-            i + shift
-            for i, (s, e) in enumerate(offsets)
-            if e > s and s < end and e > start
-        ]
-        if not hits:
+        span = self.token_span(prompt, start, start + len(subject))
+        if span is None:
             raise ValueError(f"subject {subject!r} covers no token of {prompt!r}")
-        return range(hits[0], hits[-1] + 1)
+        return span
+
+    def token_span(self, text: str, start: int, end: int) -> range | None:
+        """Token positions of ``encode(text)`` that overlap characters ``start:end`` (or None).
+
+        Character offsets decide, so a token carrying a leading space (" Eiffel") counts.
+        """
+        tokenizer = self._require_tokenizer()
+        encoded = tokenizer(text, add_special_tokens=True, return_offsets_mapping=True)
+        shift = len(self.encode(text)) - len(encoded["input_ids"])  # 1 when the sink was added
+        hits = [i + shift for i, (s, e) in enumerate(encoded["offset_mapping"])
+                if e > s and s < end and e > start]
+        return range(hits[0], hits[-1] + 1) if hits else None
+
+    def continuation_ids(self, text: str) -> list[int]:
+        """Token ids of ``text`` as a continuation: no sink, no special tokens (answers, targets).
+
+        Raises:
+            ValueError: ``text`` is empty or blank.
+        """
+        if not text.strip():
+            raise ValueError("empty continuation: give the text, e.g. ' Paris'")
+        return list(self._require_tokenizer()(text, add_special_tokens=False)["input_ids"])
+
+    def pad_batch(self, sequences: Sequence[Sequence[int]]) -> PaddedBatch:
+        """Right-pad token id lists into one batch, with their lengths and a mask.
+
+        Right padding keeps each row exact: causal attention never lets a real token see the
+        padding after it, and rotary positions stay those of the unpadded row (left padding would
+        shift them). Padding repeats each row's last token.
+
+        >>> from lmsci_mi import load_model
+        >>> batch = load_model("toy-2l").pad_batch([[1, 2, 3], [4]])
+        >>> batch.tokens.tolist(), batch.lengths.tolist()
+        ([[1, 2, 3], [4, 4, 4]], [3, 1])
+        """
+        if not sequences or any(len(seq) == 0 for seq in sequences):
+            raise ValueError("pad_batch needs at least one sequence, and no empty sequence")
+        width = max(len(seq) for seq in sequences)
+        rows = [list(seq) + [seq[-1]] * (width - len(seq)) for seq in sequences]
+        lengths = torch.tensor([len(seq) for seq in sequences], device=self.device)
+        mask = torch.arange(width, device=self.device)[None] < lengths[:, None]
+        return PaddedBatch(torch.tensor(rows, dtype=torch.long, device=self.device), lengths, mask)
+
+    def encode_batch(self, texts: Sequence[str]) -> PaddedBatch:
+        """Tokenise prompts of any lengths under the sink policy, right-padded (see pad_batch)."""
+        return self.pad_batch([self.encode(text) for text in texts])
+
+    def unembed(self, resid: Float[Tensor, "... d_model"]) -> Float[Tensor, "... vocab"]:
+        """Logits from final residual-stream vectors: final norm, unembedding, logit soft cap.
+
+        Callers pass only the positions they read: unembedding every position costs a quarter
+        of SmolLM2's forward FLOPs.
+        """
+        model = self.model
+        if model.cfg.normalization_type is not None:
+            resid = model.ln_final(resid)
+        logits = model.unembed(resid)
+        return apply_softcap(logits, model.cfg.output_logits_soft_cap)
 
     # ------------------------------------------------------------------ predictions
 
@@ -248,16 +310,39 @@ class LensModel:
         Interventions active in the registry apply at every step (use ``positions=None`` for
         steering, since cached generation feeds one new position per step).
         """
-        if seed is not None:
-            torch.manual_seed(seed)
-        tokens = self.to_tokens(prompt)
-        out = self.model.generate(
-            tokens,
-            max_new_tokens=max_new_tokens,
-            do_sample=temperature > 0,
-            temperature=max(temperature, 1e-6),
-            verbose=False,
-            stop_at_eos=False,
-        )
-        assert isinstance(out, Tensor)
-        return self._require_tokenizer().decode(out[0, tokens.shape[1]:].tolist())
+        return self.sample([prompt], max_new_tokens, temperature=temperature, seed=seed)[0]
+
+    @torch.no_grad()
+    def sample(
+        self,
+        prompts: Sequence[str],
+        max_new_tokens: int = 20,
+        *,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        seed: int | None = 0,
+    ) -> list[str]:
+        """Continue each prompt (cached generation); returns only the new text of each.
+
+        Sampling is seeded without touching the global random state (``torch.random.fork_rng``),
+        so a seed gives the same texts whatever ran before; ``temperature == 0`` is greedy.
+        Interventions active in the registry apply at every step. ROME's fluency samples use
+        ``top_k=5``.
+        """
+        tokenizer = self._require_tokenizer()
+        devices = [self.device] if self.device.type == "cuda" else []
+        texts = []
+        with torch.random.fork_rng(devices=devices):
+            if seed is not None:
+                torch.manual_seed(seed)
+            for prompt in prompts:
+                tokens = self.to_tokens(prompt)
+                out = self.model.generate(
+                    tokens, max_new_tokens=max_new_tokens, do_sample=temperature > 0,
+                    temperature=max(temperature, 1e-6), top_k=top_k, verbose=False,
+                    stop_at_eos=False,
+                )
+                assert isinstance(out, Tensor)  # token ids in, token ids out
+                new = out[0, tokens.shape[1]:].tolist()
+                texts.append(tokenizer.decode(new, skip_special_tokens=True))
+        return texts

@@ -19,8 +19,8 @@ from torch import Tensor
 
 from lmsci_mi.circuits._batching import answer_logits, chunks, default_chunk_rows, run_from_layer
 from lmsci_mi.circuits.metrics import KLToClean, Metric, Normalised
-from lmsci_mi.hooks import site_layout
 from lmsci_mi.results import Result, result_type
+from lmsci_mi.sites import layout_of as site_layout
 
 if TYPE_CHECKING:
     from transformer_lens.hook_points import HookPoint
