@@ -26,7 +26,7 @@ from transformer_lens import patching as tl_patching
 
 from lmsci_mi import load_model
 from lmsci_mi.circuits import LogitDiff, attribution_patch, causal_trace, patch_activations
-from lmsci_mi.circuits.tracing import _naive_causal_trace
+from lmsci_mi.circuits.tracing import naive_causal_trace
 
 IOI_CLEAN = "When Mary and John went to the store, John gave a drink to"
 IOI_CORRUPTED = "When Mary and John went to the store, Mary gave a drink to"
@@ -204,7 +204,7 @@ def main() -> None:
             )
         )
         n_trace_pos = trace.values.shape[-1]
-        naive, t_naive = timed(lambda: _naive_causal_trace(lm, trace, layers=peer_layers))
+        naive, t_naive = timed(lambda: naive_causal_trace(lm, trace, layers=peer_layers))
         passes_c = len(trace.kinds) * len(peer_layers) * n_trace_pos
         first = trace.subject_positions[0]
         trace_rows = (n_trace_pos - first) * args.samples

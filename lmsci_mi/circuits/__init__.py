@@ -1,5 +1,6 @@
 """Circuit discovery: causal tracing, activation and attribution patching, head detection, IOI."""
 
+from lmsci_mi.circuits.attribution import AttributionConfig as AttributionConfig
 from lmsci_mi.circuits.attribution import AttributionResult as AttributionResult
 from lmsci_mi.circuits.attribution import attribution_patch as attribution_patch
 from lmsci_mi.circuits.heads import CompositionScores as CompositionScores
@@ -23,15 +24,18 @@ from lmsci_mi.circuits.metrics import Metric as Metric
 from lmsci_mi.circuits.metrics import Normalised as Normalised
 from lmsci_mi.circuits.metrics import TargetProb as TargetProb
 from lmsci_mi.circuits.metrics import normalised as normalised
-from lmsci_mi.circuits.patching import SITES as SITES
+from lmsci_mi.circuits.patching import PATCH_SITES as PATCH_SITES
+from lmsci_mi.circuits.patching import PatchingConfig as PatchingConfig
 from lmsci_mi.circuits.patching import PatchingResult as PatchingResult
 from lmsci_mi.circuits.patching import patch_activations as patch_activations
 from lmsci_mi.circuits.toy_induction import load_toy_induction as load_toy_induction
 from lmsci_mi.circuits.tracing import CausalTrace as CausalTrace
+from lmsci_mi.circuits.tracing import TraceConfig as TraceConfig
 from lmsci_mi.circuits.tracing import causal_trace as causal_trace
 
 __all__ = [
-    "SITES",
+    "PATCH_SITES",
+    "AttributionConfig",
     "AttributionResult",
     "CausalTrace",
     "CircuitHead",
@@ -43,8 +47,10 @@ __all__ = [
     "LogitDiff",
     "Metric",
     "Normalised",
+    "PatchingConfig",
     "PatchingResult",
     "TargetProb",
+    "TraceConfig",
     "attribution_patch",
     "causal_trace",
     "composition_scores",

@@ -11,36 +11,38 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from dataclasses import field
 from typing import TYPE_CHECKING, Literal
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from lmsci_mi.circuits._batching import answer_logits
 from lmsci_mi.circuits.metrics import Metric, Normalised
 from lmsci_mi.circuits.patching import (
-    HEAD_SITES,
+    PATCH_SITES,
     AlignArg,
+    PatchingConfig,
     PatchingResult,
-    PositionsArg,
+    PromptPairs,
     TokensArg,
     aligned_source,
     patch_activations,
     prepare_pairs,
     resolve_metric,
-    site_hook_name,
-    sweep_layers,
+    sweep_axes,
+    top_cells,
 )
+from lmsci_mi.config import config
 from lmsci_mi.results import Result, result_type
+from lmsci_mi.sites import hook_name, site
 
 if TYPE_CHECKING:
     from transformer_lens.hook_points import HookPoint
 
     from lmsci_mi.model import LensModel
 
-__all__ = ["AttributionResult", "attribution_patch", "spearman"]
+__all__ = ["AttributionConfig", "AttributionResult", "attribution_patch", "spearman"]
 
 
 def spearman(a: Tensor, b: Tensor) -> float:
@@ -73,6 +75,17 @@ def _ranks(x: Tensor) -> Tensor:
     return ranks
 
 
+@config
+class AttributionConfig(PatchingConfig):
+    """A :class:`PatchingConfig` with attribution's defaults (every head, all positions at once)."""
+
+    site: str = field(default="z", metadata={"help": f"site to attribute: {', '.join(PATCH_SITES)}"})
+    positions: Literal["each", "all"] = field(
+        default="all", metadata={"help": "one estimate per position, or for all positions at once"})
+    compare_exact: bool = field(
+        default=False, metadata={"help": "also run exact patching and store the rank correlation"})
+
+
 @result_type
 class AttributionResult(Result):
     """Attribution-patching estimates, laid out like the matching :class:`PatchingResult`.
@@ -82,9 +95,9 @@ class AttributionResult(Result):
 
     Attributes:
         site / clean_value / corrupted_value / normalised / metric: as in ``PatchingResult``.
-        rank_correlation: Spearman correlation with exact patching on the same inputs
-            (``nan`` unless computed with ``compare_exact=True`` or :meth:`compare`).
-        exact: the exact patching values used for ``rank_correlation`` (empty tensor if none).
+        exact: exact patching on the same inputs, when it was asked for (``compare_exact``);
+            None when it was not run.
+        rank_correlation: Spearman correlation with ``exact``; None when it was not run.
     """
 
     site: str
@@ -92,8 +105,8 @@ class AttributionResult(Result):
     corrupted_value: float
     normalised: bool
     metric: str
-    rank_correlation: float
-    exact: Tensor
+    exact: PatchingResult | None
+    rank_correlation: float | None
 
     def compare(self, exact: PatchingResult) -> float:
         """Spearman rank correlation of these estimates with exact patching results."""
@@ -106,7 +119,36 @@ class AttributionResult(Result):
 
     def top(self, k: int = 10) -> tuple[tuple[str, float], ...]:
         """The ``k`` largest estimates as (label, value), e.g. ``("L9.H6", 0.4)``."""
-        return PatchingResult.top(self, k)  # type: ignore[arg-type]
+        return top_cells(self, k)
+
+
+@torch.no_grad()
+def _clean_run(lm: LensModel, pairs: PromptPairs, names: list[str], answer_position: int
+               ) -> tuple[dict[str, Tensor], Tensor]:
+    with lm.hooks.capture(names) as cap:
+        resid = lm.model(pairs.clean, stop_at_layer=lm.cfg.n_layers)
+    return {n: cap[n] for n in names}, lm.unembed(resid[:, answer_position])
+
+
+def _corrupted_gradients(lm: LensModel, pairs: PromptPairs, names: list[str], cfg: PatchingConfig,
+                         metric: Metric, clean_logits: Tensor
+                         ) -> tuple[list[Tensor], list[Tensor], Tensor, Metric]:
+    """The corrupted run's activations, the metric's gradient at each, and the scorer."""
+
+    def leaf(activation: Tensor, hook: HookPoint) -> Tensor:
+        # A fresh leaf that needs grad: the graph exists even if the weights are frozen, and no
+        # gradient ever reaches a weight.
+        return activation.detach().requires_grad_(True)
+
+    with torch.enable_grad():
+        with lm.hooks.hooks(fwd=[(hook_name("embed"), leaf)], label="attribution leaf"), \
+                lm.hooks.capture(names, detach=False) as cap:
+            resid = lm.model(pairs.corrupted, stop_at_layer=lm.cfg.n_layers)
+            logits = lm.unembed(resid[:, cfg.answer_position])
+        scorer = Normalised(metric, clean_logits, logits.detach()) if cfg.normalise else metric
+        acts = [cap[name] for name in names]
+        grads = torch.autograd.grad(scorer(logits).float().mean(), acts)
+    return [a.detach() for a in acts], list(grads), logits.detach(), scorer
 
 
 def attribution_patch(
@@ -114,24 +156,19 @@ def attribution_patch(
     clean: TokensArg,
     corrupted: TokensArg,
     metric: Metric | Literal["kl"],
+    config: AttributionConfig | None = None,
     *,
-    site: str = "z",
-    positions: PositionsArg = "all",
-    layers: Sequence[int] | None = None,
     align: AlignArg | None = None,
-    normalise: bool = False,
-    answer_position: int = -1,
-    compare_exact: bool = False,
 ) -> AttributionResult:
-    """Estimate every patch of ``site`` from one clean pass and one corrupted forward+backward.
+    """Estimate every patch of a site from one clean pass and one corrupted forward+backward.
 
     Reads the model only (no weight or ``.grad`` changes; gradients are taken with
     ``torch.autograd.grad`` on the activations only). Arguments mean what they mean in
     :func:`~lmsci_mi.circuits.patching.patch_activations`; the result has the same axes.
 
     Args:
-        compare_exact: also run exact patching on the same inputs and store the Spearman rank
-            correlation (and the exact values) in the result.
+        config: an :class:`AttributionConfig`; ``compare_exact`` also runs exact patching on the
+            same inputs and stores it with the Spearman rank correlation.
 
     Returns:
         An :class:`AttributionResult`.
@@ -141,128 +178,48 @@ def attribution_patch(
     >>> lm = load_model("toy-2l")
     >>> metric = LogitDiff(lm.token_id(" Mary"), lm.token_id(" John"))
     >>> res = attribution_patch(lm, "Mary and John: John gave it to",
-    ...                         "Mary and John: Mary gave it to", metric, site="z")
+    ...                         "Mary and John: Mary gave it to", metric)
     >>> res.axes, tuple(res.values.shape)
     (('layer', 'head'), (2, 4))
     """
-    layer_list = sweep_layers(lm, site, positions, layers)
-    n_layers = lm.cfg.n_layers
+    cfg = config or AttributionConfig()
+    layers = cfg.layer_list(lm.cfg.n_layers)
     pairs = prepare_pairs(lm, clean, corrupted, align)
-    names = [site_hook_name(site, layer) for layer in layer_list]
-    lm.hooks.resolve(names)
-
-    with torch.no_grad(), lm.hooks.capture(names) as clean_cap:
-        clean_logits = answer_logits(
-            lm, lm.model(pairs.clean, stop_at_layer=n_layers), answer_position
-        )
-
-    def leaf(activation: Tensor, hook: HookPoint) -> Tensor:
-        # A fresh leaf that needs grad: the graph exists even if the weights are frozen, and no
-        # gradient ever reaches a weight.
-        return activation.detach().requires_grad_(True)
-
-    with torch.enable_grad():
-        with (
-            lm.hooks.hooks(fwd=[("hook_embed", leaf)], label="attribution leaf"),
-            lm.hooks.capture(names, detach=False) as corr_cap,
-        ):
-            corrupted_logits = answer_logits(
-                lm, lm.model(pairs.corrupted, stop_at_layer=n_layers), answer_position
-            )
-        raw_metric = resolve_metric(metric, clean_logits)
-        clean_value = float(raw_metric(clean_logits).float().mean())
-        corrupted_value = float(raw_metric(corrupted_logits.detach()).float().mean())
-        scorer: Metric = (
-            Normalised(raw_metric, clean_logits, corrupted_logits.detach())
-            if normalise
-            else raw_metric
-        )
-        score = scorer(corrupted_logits).float().mean()
-        acts = [corr_cap[name] for name in names]
-        grads = torch.autograd.grad(score, acts)
-
-    base = float(scorer(corrupted_logits.detach()).float().mean())
-    rows = []
+    names = lm.hooks.resolve([hook_name(cfg.site, layer) for layer in layers])
+    clean_acts, clean_logits = _clean_run(lm, pairs, names, cfg.answer_position)
+    raw_metric = resolve_metric(metric, clean_logits)
+    acts, grads, corrupted_logits, scorer = _corrupted_gradients(lm, pairs, names, cfg, raw_metric, clean_logits)
     with torch.no_grad():
-        for name, act, grad in zip(names, acts, grads, strict=True):
-            act = act.detach()
-            delta = aligned_source(pairs, site, clean_cap[name], act) - act
-            rows.append(_reduce(site, delta * grad, pairs, positions, align is not None))
+        base = float(scorer(corrupted_logits).float().mean())
+        rows = [_reduce(cfg, (aligned_source(pairs, cfg.site, clean_acts[n], a) - a) * g, pairs)
+                for n, a, g in zip(names, acts, grads, strict=True)]
     values = torch.stack(rows).cpu() + base
-
-    layer_labels = tuple(str(layer) for layer in layer_list)
-    if site in HEAD_SITES:
-        head_labels = tuple(f"H{h}" for h in range(values.shape[-1]))
-        if positions == "each":
-            axes: tuple[str, ...] = ("layer", "position", "head")
-            labels: tuple[tuple[str, ...], ...] = (layer_labels, pairs.position_names, head_labels)
-        else:
-            axes, labels = ("layer", "head"), (layer_labels, head_labels)
-    elif positions == "each":
-        axes, labels = ("layer", "position"), (layer_labels, pairs.position_names)
-    else:
-        axes, labels = ("layer",), (layer_labels,)
-
+    n_heads = acts[0].shape[site(cfg.site).layout.head_axis] if site(cfg.site).per_head else 0
+    axes, labels = sweep_axes(pairs, cfg, layers, n_heads)
+    exact = patch_activations(lm, clean, corrupted, raw_metric, cfg, align=align) if cfg.compare_exact else None
     result = AttributionResult(
-        values=values,
-        axes=axes,
-        labels=labels,
-        meta=lm.meta(
-            pairs.prompts,
-            data_source="user prompts",
-            params={
-                "site": site,
-                "positions": positions,
-                "aligned": align is not None,
-                "normalise": normalise,
-                "answer_position": answer_position,
-                "method": "attribution patching (first-order), Nanda 2023",
-            },
-        ),
-        site=site,
-        clean_value=clean_value,
-        corrupted_value=corrupted_value,
-        normalised=normalise,
-        metric=repr(raw_metric),
-        rank_correlation=math.nan,
-        exact=torch.empty(0),
+        values=values, axes=axes, labels=labels,
+        meta=lm.meta(pairs.prompts, data_source="user prompts",
+                     params={**cfg.params(), "aligned": pairs.aligned,
+                             "method": "attribution patching (first-order), Nanda 2023"}),
+        site=cfg.site,
+        clean_value=float(raw_metric(clean_logits).float().mean()),
+        corrupted_value=float(raw_metric(corrupted_logits).float().mean()),
+        normalised=cfg.normalise, metric=repr(raw_metric), exact=exact, rank_correlation=None,
     )
-    if not compare_exact:
-        return result
-    exact = patch_activations(
-        lm,
-        clean,
-        corrupted,
-        raw_metric,
-        site=site,
-        positions=positions,
-        layers=layer_list,
-        align=align,
-        normalise=normalise,
-        answer_position=answer_position,
-    )
-    return dataclasses.replace(result, rank_correlation=result.compare(exact), exact=exact.values)
+    return dataclasses.replace(result, rank_correlation=result.compare(exact)) if exact else result
 
 
-def _reduce(
-    site: str,
-    contribution: Float[Tensor, "pair ..."],
-    pairs: object,
-    positions: str,
-    aligned: bool,
-) -> Tensor:
+def _reduce(cfg: PatchingConfig, contribution: Float[Tensor, "pair ..."], pairs: PromptPairs) -> Tensor:
     """Sum a per-coordinate attribution to the result's layout for one layer."""
-    if site == "pattern":
-        per_pos = contribution.sum(-1).transpose(1, 2)  # [pair, query, head]
-    elif site in HEAD_SITES:
-        per_pos = contribution.sum(-1)  # [pair, pos, head]
-    else:
-        per_pos = contribution.sum(-1)  # [pair, pos]
-    corrupted_positions = pairs.corrupted_positions.to(per_pos.device)  # type: ignore[attr-defined]
+    per_pos = contribution.sum(-1)  # [pair, pos] or [pair, pos, head]
+    if site(cfg.site).layout.position_axis == 2:  # pattern: [pair, head, query] -> [pair, query, head]
+        per_pos = per_pos.transpose(1, 2)
     pair_index = torch.arange(per_pos.shape[0], device=per_pos.device)
-    if aligned:
+    if pairs.aligned:
         # [name, pair, (head)] at the named corrupted positions, summed over pairs.
-        named = torch.stack([per_pos[pair_index, row] for row in corrupted_positions]).sum(1)
-        return named if positions == "each" else named.sum(0)
+        positions = pairs.corrupted_positions.to(per_pos.device)
+        named = torch.stack([per_pos[pair_index, row] for row in positions]).sum(1)
+        return named if cfg.positions == "each" else named.sum(0)
     summed = per_pos.sum(0)
-    return summed if positions == "each" else summed.sum(0)
+    return summed if cfg.positions == "each" else summed.sum(0)

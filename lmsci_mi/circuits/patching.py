@@ -1,76 +1,74 @@
 """Activation patching: clean activations patched into a corrupted run, scored by a metric.
 
 Exact patching as in Vig et al. 2020 / Meng et al. 2022 / Wang et al. 2022 (IOI) and
-TransformerLens's ``patching`` module, but batched: every patch configuration of one layer
-(position × head × prompt pair) is a row of one forward pass, and that pass resumes at the patched
-layer from the corrupted run's residual stream instead of recomputing the layers below it.
+TransformerLens's ``patching`` module. This module is a planner: every patch configuration
+(layer × position × head) becomes a row of interventions, and the sweep engine
+(:mod:`lmsci_mi.sweep`) runs them all against the cached corrupted run, resuming each row at its
+layer and computing only the positions from its first change on.
 """
 
 from __future__ import annotations
 
-import logging
+import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 import torch
-from jaxtyping import Bool, Int
+from jaxtyping import Float, Int
 from torch import Tensor
 
-from lmsci_mi.circuits._batching import answer_logits, chunks, default_chunk_rows, run_from_layer
 from lmsci_mi.circuits.metrics import KLToClean, Metric, Normalised
+from lmsci_mi.config import Config, config, validate_choice
+from lmsci_mi.hooks import selection_mask
 from lmsci_mi.results import Result, result_type
-from lmsci_mi.sites import layout_of as site_layout
+from lmsci_mi.sites import SITES, Head, hook_name, site
+from lmsci_mi.sweep import BaseRun, Intervention, Row, SweepConfig, run_rows
 
 if TYPE_CHECKING:
-    from transformer_lens.hook_points import HookPoint
-
     from lmsci_mi.model import LensModel
 
-__all__ = ["HEAD_SITES", "SITES", "PatchingResult", "patch_activations", "site_hook_name"]
+__all__ = [
+    "PATCH_SITES",
+    "PatchingConfig",
+    "PatchingResult",
+    "PromptPairs",
+    "patch_activations",
+    "prepare_pairs",
+]
 
-logger = logging.getLogger(__name__)
+PATCH_SITES: tuple[str, ...] = tuple(name for name, s in SITES.items() if s.per_layer)
+"""Sites that can be patched: every per-layer site of the site table."""
 
-SITES: Mapping[str, str] = {
-    "resid_pre": "blocks.{}.hook_resid_pre",
-    "resid_mid": "blocks.{}.hook_resid_mid",
-    "resid_post": "blocks.{}.hook_resid_post",
-    "attn_out": "blocks.{}.hook_attn_out",
-    "mlp_out": "blocks.{}.hook_mlp_out",
-    "z": "blocks.{}.attn.hook_z",
-    "q": "blocks.{}.attn.hook_q",
-    "k": "blocks.{}.attn.hook_k",
-    "v": "blocks.{}.attn.hook_v",
-    "pattern": "blocks.{}.attn.hook_pattern",
-}
-"""Patchable sites and their hook names (``z`` is the per-head output before ``W_O``)."""
-
-MIN_BATCH_ROWS = 64
-"""Sequences per merged forward pass (see ``patch_activations``): enough to amortise per-pass cost."""
-
-MAX_MERGED_SPAN = 8
-"""At most this many layers between the lowest and highest layer merged into one pass."""
-
-HEAD_SITES = frozenset({"z", "q", "k", "v", "pattern"})
-"""Sites with a head axis: patched one head at a time."""
-
-PositionsArg = Literal["each", "all"]
 TokensArg = str | Sequence[str] | Int[Tensor, "pair pos"]
 AlignArg = Mapping[str, tuple[int | Sequence[int], int | Sequence[int]]]
 
 
-def site_hook_name(site: str, layer: int) -> str:
-    """Hook name of ``site`` at ``layer``.
+@config
+class PatchingConfig(Config):
+    """What an activation-patching (or attribution) sweep patches and how it scores."""
 
-    Raises:
-        ValueError: unknown site; the message lists the valid ones.
+    site: str = field(default="resid_pre", metadata={"help": f"site to patch: {', '.join(PATCH_SITES)}"})
+    positions: Literal["each", "all"] = field(
+        default="each", metadata={"help": "patch one position at a time, or all at once"})
+    layers: tuple[int, ...] | None = field(default=None, metadata={"help": "layers (default all)"})
+    normalise: bool = field(default=False, metadata={"help": "0 = corrupted run, 1 = clean run"})
+    answer_position: int = field(default=-1, metadata={"help": "position whose logits are scored"})
+    sweep: SweepConfig = field(default_factory=SweepConfig, metadata={"cli": False})
 
-    >>> site_hook_name("z", 3)
-    'blocks.3.attn.hook_z'
-    """
-    if site not in SITES:
-        raise ValueError(f"unknown site {site!r}; choose one of {sorted(SITES)}")
-    return SITES[site].format(layer)
+    def validate(self) -> None:
+        validate_choice("site", self.site, PATCH_SITES)
+        validate_choice("positions", self.positions, ("each", "all"))
+        if self.layers is not None and not self.layers:
+            raise ValueError("layers is empty: give at least one layer, or None for all")
+
+    def layer_list(self, n_layers: int) -> list[int]:
+        """The layers to sweep on a model of ``n_layers`` layers (checked)."""
+        layers = list(range(n_layers)) if self.layers is None else [int(x) for x in self.layers]
+        bad = [x for x in layers if not 0 <= x < n_layers]
+        if bad:
+            raise ValueError(f"layers {bad} out of range for a model with {n_layers} layers")
+        return layers
 
 
 @result_type
@@ -83,12 +81,12 @@ class PatchingResult(Result):
     Values are the metric averaged over prompt pairs (normalised when ``normalised`` is true).
 
     Attributes:
-        site: the patched site (a key of ``SITES``).
+        site: the patched site (a key of :data:`lmsci_mi.sites.SITES`).
         clean_value / corrupted_value: the metric on the unpatched clean and corrupted runs
             (in the metric's own units, before normalisation), pair-averaged.
         normalised: whether ``values`` are normalised (0 = corrupted, 1 = clean).
         metric: a description of the metric.
-        n_forward_rows: sequences run through the model (patched rows, counted once each).
+        n_forward_rows: sequences the engine ran (rows × pairs that needed a forward pass).
     """
 
     site: str
@@ -99,34 +97,40 @@ class PatchingResult(Result):
     n_forward_rows: int
 
     def top(self, k: int = 10) -> tuple[tuple[str, float], ...]:
-        """The ``k`` cells with the largest value, as (label, value), e.g. ``("L9.H6", 0.41)``."""
-        flat = self.values.flatten()
-        order = flat.argsort(descending=True)[:k]
-        out = []
-        for index in order.tolist():
-            coords = torch.unravel_index(torch.tensor(index), self.values.shape)
-            named = {
-                ax: self.axis_labels(a)[int(c)]
-                for a, (ax, c) in enumerate(zip(self.axes, coords, strict=True))
-            }
-            label = f"L{named['layer']}"
-            if "head" in named:
-                label += f".{named['head']}"
-            if "position" in named:
-                label += f" @{named['position']}"
-            out.append((label, float(flat[index])))
-        return tuple(out)
+        """The ``k`` largest cells as (label, value): ``("L9.H6", 0.41)``, ``("L3 @5:John", 0.2)``."""
+        return top_cells(self, k)
+
+
+def top_cells(result: Result, k: int) -> tuple[tuple[str, float], ...]:
+    """The ``k`` largest cells of a (layer[, position][, head]) sweep, labelled by layer and head
+    as :class:`~lmsci_mi.sites.Head` prints them."""
+    flat = result.values.flatten()
+    out = []
+    for index in flat.argsort(descending=True)[:k].tolist():
+        coords = torch.unravel_index(torch.tensor(index), result.values.shape)
+        named = {ax: result.axis_labels(a)[int(c)] for a, (ax, c) in enumerate(zip(result.axes, coords, strict=True))}
+        label = str(Head(int(named["layer"]), int(named["head"]))) if "head" in named else f"L{named['layer']}"
+        if "position" in named:
+            label += f" @{named['position']}"
+        out.append((label, float(flat[index])))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
-class _Pairs:
+class PromptPairs:
+    """Tokenised clean/corrupted prompt pairs and the positions that correspond between them.
+
+    ``clean_positions[i, pair]`` and ``corrupted_positions[i, pair]`` are the i-th named (or
+    every) position in each prompt of the pair.
+    """
+
     clean: Int[Tensor, "pair clean_pos"]
     corrupted: Int[Tensor, "pair pos"]
-    # For each named (or every) position: clean and corrupted position of each pair.
     position_names: tuple[str, ...]
     clean_positions: Int[Tensor, "name pair"]
     corrupted_positions: Int[Tensor, "name pair"]
     prompts: tuple[str, ...]
+    aligned: bool
 
 
 def _tokens(lm: LensModel, prompts: TokensArg) -> tuple[Tensor, tuple[str, ...]]:
@@ -147,106 +151,56 @@ def _per_pair(value: int | Sequence[int], n_pairs: int, length: int, what: str) 
     return [v % length for v in values]
 
 
-def prepare_pairs(
-    lm: LensModel, clean: TokensArg, corrupted: TokensArg, align: AlignArg | None
-) -> _Pairs:
+def _named_positions(align: AlignArg, n_pairs: int, n_clean: int, n_corr: int) -> tuple[Tensor, Tensor]:
+    if not align:
+        raise ValueError("align is empty: name at least one position, e.g. {'END': (-1, -1)}")
+    clean_rows, corr_rows = [], []
+    for name, (c_pos, k_pos) in align.items():
+        clean_rows.append(_per_pair(c_pos, n_pairs, n_clean, f"align[{name!r}] clean"))
+        corr_rows.append(_per_pair(k_pos, n_pairs, n_corr, f"align[{name!r}] corrupted"))
+    return torch.tensor(clean_rows, dtype=torch.long), torch.tensor(corr_rows, dtype=torch.long)
+
+
+def prepare_pairs(lm: LensModel, clean: TokensArg, corrupted: TokensArg, align: AlignArg | None) -> PromptPairs:
     """Tokenise and check the prompt pairs; resolve named positions when given."""
     clean_tokens, clean_prompts = _tokens(lm, clean)
     corrupted_tokens, corrupted_prompts = _tokens(lm, corrupted)
-    n_pairs = corrupted_tokens.shape[0]
+    n_pairs, n_corr = corrupted_tokens.shape
+    n_clean = clean_tokens.shape[1]
     if clean_tokens.shape[0] != n_pairs:
-        raise ValueError(
-            f"{clean_tokens.shape[0]} clean prompts but {n_pairs} corrupted prompts: give one "
-            "corrupted prompt per clean prompt"
-        )
-    n_clean, n_corr = clean_tokens.shape[1], corrupted_tokens.shape[1]
-    if align is None:
-        if n_clean != n_corr:
-            raise ValueError(
-                f"clean prompts are {n_clean} tokens but corrupted prompts are {n_corr}, so their "
-                "positions do not line up. Use a corruption with the same token length (e.g. "
-                "swap single-token names), or pass align={'S2': (clean_pos, corrupted_pos), "
-                "'END': (-1, -1)} to patch by named positions."
-            )
-        names = tuple(str(i) for i in range(n_corr))
-        if clean_prompts and n_pairs == 1:
-            tokens = lm.to_str_tokens(clean_tokens[0])  # labelled by the clean prompt
-            names = tuple(f"{i}:{tok}" for i, tok in enumerate(tokens))
-        grid = torch.arange(n_corr)[:, None].expand(n_corr, n_pairs)
-        clean_pos = corr_pos = grid
-    else:
-        if not align:
-            raise ValueError("align is empty: name at least one position, e.g. {'END': (-1, -1)}")
+        raise ValueError(f"{clean_tokens.shape[0]} clean prompts but {n_pairs} corrupted prompts: "
+                         "give one corrupted prompt per clean prompt")
+    if align is not None:
         names = tuple(align)
-        clean_rows, corr_rows = [], []
-        for name, (c_pos, k_pos) in align.items():
-            clean_rows.append(_per_pair(c_pos, n_pairs, n_clean, f"align[{name!r}] clean"))
-            corr_rows.append(_per_pair(k_pos, n_pairs, n_corr, f"align[{name!r}] corrupted"))
-        clean_pos = torch.tensor(clean_rows, dtype=torch.long)
-        corr_pos = torch.tensor(corr_rows, dtype=torch.long)
-    return _Pairs(
-        clean=clean_tokens,
-        corrupted=corrupted_tokens,
-        position_names=names,
-        clean_positions=clean_pos,
-        corrupted_positions=corr_pos,
-        prompts=clean_prompts + corrupted_prompts,
-    )
-
-
-def aligned_source(pairs: _Pairs, site: str, clean_act: Tensor, corrupted_act: Tensor) -> Tensor:
-    """The clean activation moved onto the corrupted run's positions (identity when aligned)."""
-    if clean_act.shape == corrupted_act.shape and torch.equal(
-        pairs.clean_positions, pairs.corrupted_positions
-    ):
-        return clean_act
-    if site == "pattern":
+        clean_pos, corr_pos = _named_positions(align, n_pairs, n_clean, n_corr)
+    elif n_clean != n_corr:
         raise ValueError(
-            "the attention pattern cannot be patched between prompts of different token lengths "
-            "(its key axis differs); patch 'z', 'q', 'k' or 'v' instead"
-        )
+            f"clean prompts are {n_clean} tokens but corrupted prompts are {n_corr}, so their "
+            "positions do not line up. Use a corruption with the same token length (e.g. swap "
+            "single-token names), or pass align={'S2': (clean_pos, corrupted_pos), 'END': (-1, -1)} "
+            "to patch by named positions.")
+    else:
+        names = tuple(str(i) for i in range(n_corr))
+        if clean_prompts and n_pairs == 1:  # labelled by the clean prompt's tokens
+            names = tuple(f"{i}:{tok}" for i, tok in enumerate(lm.to_str_tokens(clean_tokens[0])))
+        clean_pos = corr_pos = torch.arange(n_corr)[:, None].expand(n_corr, n_pairs)
+    return PromptPairs(clean_tokens, corrupted_tokens, names, clean_pos, corr_pos,
+                       clean_prompts + corrupted_prompts, align is not None)
+
+
+def aligned_source(pairs: PromptPairs, site_name: str, clean_act: Tensor, corrupted_act: Tensor) -> Tensor:
+    """The clean activation moved onto the corrupted run's positions (itself when aligned)."""
+    if clean_act.shape == corrupted_act.shape and torch.equal(pairs.clean_positions, pairs.corrupted_positions):
+        return clean_act
+    if site(site_name).layout.position_axis != 1:
+        raise ValueError(
+            f"{site_name!r} cannot be patched between prompts of different token lengths (its key "
+            "axis differs); patch 'z', 'q', 'k' or 'v' instead")
     source = corrupted_act.clone()
     pair_index = torch.arange(source.shape[0], device=source.device)
     for c_pos, k_pos in zip(pairs.clean_positions, pairs.corrupted_positions, strict=True):
         source[pair_index, k_pos.to(source.device)] = clean_act[pair_index, c_pos.to(source.device)]
     return source
-
-
-def _row_mask(
-    site: str,
-    pos_mask: Bool[Tensor, "row pair pos"],
-    head_mask: Bool[Tensor, "row head"] | None,
-) -> Tensor:
-    """Mask broadcastable to the site's activation over ``row * pair`` sequences."""
-    rows, n_pairs = pos_mask.shape[:2]
-    layout = site_layout(site_hook_name(site, 0))
-    if layout.head_axis is None:
-        mask = pos_mask[..., None]  # [row, pair, pos, 1]
-    elif layout.position_axis == 1:  # [b, pos, head, d]
-        mask = pos_mask[:, :, :, None, None]
-        if head_mask is not None:
-            mask = mask & head_mask[:, None, None, :, None]
-    else:  # pattern: [b, head, query, key]
-        mask = pos_mask[:, :, None, :, None]
-        if head_mask is not None:
-            mask = mask & head_mask[:, None, :, None, None]
-    return mask.reshape(rows * n_pairs, *mask.shape[2:])
-
-
-def sweep_layers(
-    lm: LensModel, site: str, positions: str, layers: Sequence[int] | None
-) -> list[int]:
-    """Validate a sweep's site and positions mode; the layers to sweep (all when None)."""
-    if site not in SITES:
-        raise ValueError(f"unknown site {site!r}; choose one of {sorted(SITES)}")
-    if positions not in ("each", "all"):
-        raise ValueError(f"positions must be 'each' or 'all', not {positions!r}")
-    n_layers = lm.cfg.n_layers
-    layer_list = list(range(n_layers)) if layers is None else [int(x) for x in layers]
-    bad_layers = [x for x in layer_list if not 0 <= x < n_layers]
-    if bad_layers or not layer_list:
-        raise ValueError(f"layers {bad_layers or '[]'} out of range for {n_layers} layers")
-    return layer_list
 
 
 def resolve_metric(metric: Metric | Literal["kl"], clean_logits: Tensor) -> Metric:
@@ -258,19 +212,69 @@ def resolve_metric(metric: Metric | Literal["kl"], clean_logits: Tensor) -> Metr
     return metric
 
 
+def position_groups(pairs: PromptPairs, positions: str) -> Tensor:
+    """``[group, pair, pos]`` masks of the corrupted positions patched together in each row."""
+    n_pairs, n_pos = pairs.corrupted.shape
+    one_hot = torch.zeros(len(pairs.position_names), n_pairs, n_pos, dtype=torch.bool)
+    for i, row in enumerate(pairs.corrupted_positions):
+        one_hot[i, torch.arange(n_pairs), row] = True
+    if positions == "each":
+        return one_hot
+    return one_hot.any(0, keepdim=True) if pairs.aligned else torch.ones(1, n_pairs, n_pos, dtype=torch.bool)
+
+
+def sweep_axes(pairs: PromptPairs, cfg: PatchingConfig, layers: Sequence[int], n_heads: int
+               ) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    """Axis names and labels of a sweep's result (shared by exact and attribution patching)."""
+    layer_labels = tuple(str(layer) for layer in layers)
+    axes: list[str] = ["layer"]
+    labels: list[tuple[str, ...]] = [layer_labels]
+    if cfg.positions == "each":
+        axes.append("position")
+        labels.append(pairs.position_names)
+    if site(cfg.site).per_head:
+        axes.append("head")
+        labels.append(tuple(str(h) for h in range(n_heads)))
+    return tuple(axes), tuple(labels)
+
+
+@torch.no_grad()
+def _runs(lm: LensModel, pairs: PromptPairs, hooks: list[str], answer_position: int
+          ) -> tuple[dict[str, Tensor], Tensor, BaseRun]:
+    """The clean activations and logits, and the corrupted base run the rows resume from."""
+    with lm.hooks.capture(hooks) as clean_cap:
+        resid = lm.model(pairs.clean, stop_at_layer=lm.cfg.n_layers)
+    clean_logits = lm.unembed(resid[:, answer_position])
+    base = BaseRun.record(lm, pairs.corrupted, answer_positions=answer_position, capture=hooks)
+    return {h: clean_cap[h] for h in hooks}, clean_logits, base
+
+
+def _patch_rows(pairs: PromptPairs, cfg: PatchingConfig, layers: Sequence[int],
+                clean: Mapping[str, Tensor], base: BaseRun) -> tuple[list[Row], int]:
+    """One row per (layer, position group, head): the planner's whole job. Returns the heads."""
+    groups = position_groups(pairs, cfg.positions).to(base.tokens.device)
+    layout = site(cfg.site).layout
+    first = base.acts[hook_name(cfg.site, layers[0])]
+    n_heads = first.shape[layout.head_axis] if layout.head_axis is not None else 0
+    heads: list[list[int] | None] = [[h] for h in range(n_heads)] if n_heads else [None]
+    rows = []
+    for layer in layers:
+        name = hook_name(cfg.site, layer)
+        source = aligned_source(pairs, cfg.site, clean[name], base.acts[name])
+        for group, head in itertools.product(groups, heads):
+            mask = selection_mask(base.acts[name], name, group, head)
+            rows.append(Row((Intervention(name, source, mask),)))
+    return rows, n_heads
+
+
 def patch_activations(
     lm: LensModel,
     clean: TokensArg,
     corrupted: TokensArg,
     metric: Metric | Literal["kl"],
+    config: PatchingConfig | None = None,
     *,
-    site: str = "resid_pre",
-    positions: PositionsArg = "each",
-    layers: Sequence[int] | None = None,
     align: AlignArg | None = None,
-    normalise: bool = False,
-    answer_position: int = -1,
-    chunk_size: int | None = None,
 ) -> PatchingResult:
     """Patch clean activations into the corrupted run, one (layer, position[, head]) at a time.
 
@@ -279,20 +283,14 @@ def patch_activations(
     Args:
         lm: the model.
         clean, corrupted: prompts (one or a list of pairs) or token tensors ``[pair, pos]``.
-        metric: scores the logits at ``answer_position``, ``[*config, pair, vocab] ->
+        metric: scores the logits at the answer position, ``[*config, pair, vocab] ->
             [*config, pair]`` (see :mod:`lmsci_mi.circuits.metrics`), averaged over pairs; or
             ``"kl"`` for KL to the clean run.
-        site: one of ``SITES``: ``resid_pre|resid_mid|resid_post|attn_out|mlp_out`` or the
-            per-head ``z|q|k|v|pattern`` (k/v have the model's number of key/value heads).
-        positions: ``"each"`` patches one position at a time (for ``pattern``, one query
-            position); ``"all"`` patches every position (or every named position) at once.
-        layers: layers to sweep (default all).
+        config: the site, positions (``"each"`` or ``"all"``), layers, normalisation, answer
+            position and batching (:class:`PatchingConfig`; k/v have the model's key/value heads).
         align: named positions for prompts of different lengths, ``{name: (clean_pos,
             corrupted_pos)}`` with an int or one int per pair; the position axis then lists the
             names (e.g. ``{"S2": (10, 11), "END": (-1, -1)}``).
-        normalise: report ``(m - m_corrupted) / (m_clean - m_corrupted)``.
-        answer_position: the position whose logits the metric reads (default last).
-        chunk_size: sequences per forward pass (default: about 4k tokens per pass).
 
     Returns:
         A :class:`PatchingResult` (see its axes).
@@ -305,167 +303,36 @@ def patch_activations(
     >>> lm = load_model("toy-2l")
     >>> metric = LogitDiff(lm.token_id(" Mary"), lm.token_id(" John"))
     >>> res = patch_activations(lm, "Mary and John: John gave it to", "Mary and John: Mary gave it to",
-    ...                         metric, site="z", positions="all")
+    ...                         metric, PatchingConfig(site="z", positions="all"))
     >>> res.axes, tuple(res.values.shape)
     (('layer', 'head'), (2, 4))
     """
-    layer_list = sweep_layers(lm, site, positions, layers)
-    n_layers = lm.cfg.n_layers
+    cfg = config or PatchingConfig()
+    layers = cfg.layer_list(lm.cfg.n_layers)
     pairs = prepare_pairs(lm, clean, corrupted, align)
-    n_pairs, n_pos = pairs.corrupted.shape
-    hook_names = [site_hook_name(site, layer) for layer in layer_list]
-    lm.hooks.resolve(hook_names)  # unknown hook (e.g. resid_mid on a parallel block): fail early
-
-    with torch.no_grad():
-        resid_names = [f"blocks.{layer}.hook_resid_pre" for layer in layer_list]
-        with lm.hooks.capture(hook_names) as clean_cap:
-            clean_logits = answer_logits(
-                lm, lm.model(pairs.clean, stop_at_layer=n_layers), answer_position
-            )
-        with lm.hooks.capture(hook_names + resid_names) as corr_cap:
-            corrupted_logits = answer_logits(
-                lm, lm.model(pairs.corrupted, stop_at_layer=n_layers), answer_position
-            )
-        raw_metric = resolve_metric(metric, clean_logits)
-        metric = raw_metric
-        clean_value = float(raw_metric(clean_logits).float().mean())
-        corrupted_value = float(raw_metric(corrupted_logits).float().mean())
-        if normalise:
-            metric = Normalised(raw_metric, clean_logits, corrupted_logits)
-
-        # Position groups (one per patched position, or one for all) and head groups.
-        n_names = len(pairs.position_names)
-        one_hot = torch.zeros(n_names, n_pairs, n_pos, dtype=torch.bool)
-        for i, row in enumerate(pairs.corrupted_positions):
-            one_hot[i, torch.arange(n_pairs), row] = True
-        if positions == "each":
-            pos_groups = one_hot
-        elif align is None:
-            pos_groups = torch.ones(1, n_pairs, n_pos, dtype=torch.bool)
-        else:
-            pos_groups = one_hot.any(0, keepdim=True)
-        pos_groups = pos_groups.to(lm.device)
-        sample = corr_cap[hook_names[0]]
-        layout = site_layout(hook_names[0])
-        n_heads = sample.shape[layout.head_axis] if layout.head_axis is not None else 0
-        head_groups = (
-            torch.eye(n_heads, dtype=torch.bool, device=lm.device) if site in HEAD_SITES else None
-        )
-        n_pg = pos_groups.shape[0]
-        n_hg = n_heads if head_groups is not None else 1
-        n_rows = n_pg * n_hg
-        chunk_rows = max(1, (chunk_size or default_chunk_rows(n_pos)) // n_pairs)
-
-        values = torch.empty(len(layer_list), n_rows)
-        # Work items: (layer index, rows). Items of neighbouring layers are merged into one
-        # forward pass until it holds ~MIN_BATCH_ROWS sequences: a pass has a fixed per-layer
-        # cost that small batches (9 heads, 15 positions) do not amortise. A merged pass starts
-        # at its lowest layer; rows patched higher up just recompute a few corrupted layers.
-        items = [(li, rows) for li in range(len(layer_list)) for rows in chunks(n_rows, chunk_rows)]
-        target = max(1, min(chunk_rows, MIN_BATCH_ROWS // n_pairs))
-        groups: list[list[tuple[int, slice]]] = []
-        for item in items:
-            if groups:
-                last = groups[-1]
-                total = sum(r.stop - r.start for _, r in last)
-                span = layer_list[item[0]] - min(layer_list[i] for i, _ in last)
-                size = item[1].stop - item[1].start
-                if total < target and total + size <= chunk_rows and 0 <= span <= MAX_MERGED_SPAN:
-                    last.append(item)
-                    continue
-            groups.append([item])
-        sources = {}
-        for group in groups:
-            start_layer = min(layer_list[li] for li, _ in group)
-            total = sum(r.stop - r.start for _, r in group)
-            hooks = []
-            offset = 0
-            for li, rows in group:
-                name = hook_names[li]
-                if name not in sources:
-                    sources[name] = aligned_source(pairs, site, clean_cap[name], corr_cap[name])
-                source = sources[name]
-                row_ids = torch.arange(rows.start, rows.stop, device=lm.device)
-                pos_mask = pos_groups[row_ids // n_hg]
-                head_mask = head_groups[row_ids % n_hg] if head_groups is not None else None
-                mask = _row_mask(site, pos_mask, head_mask)
-                n = row_ids.numel()
-                if len(group) > 1:
-                    full = torch.zeros(
-                        (total * n_pairs, *mask.shape[1:]), dtype=torch.bool, device=mask.device
-                    )
-                    full[offset * n_pairs : (offset + n) * n_pairs] = mask
-                    mask = full
-                src = source.unsqueeze(0).expand(mask.shape[0] // n_pairs, *source.shape)
-                src = src.reshape(mask.shape[0], *source.shape[1:])
-
-                def patch(
-                    act: Tensor, hook: HookPoint, mask: Tensor = mask, src: Tensor = src
-                ) -> Tensor:
-                    return torch.where(mask, src, act)
-
-                hooks.append((name, patch))
-                offset += n
-            start = corr_cap[f"blocks.{start_layer}.hook_resid_pre"]
-            batch_start = (
-                start.unsqueeze(0)
-                .expand(total, *start.shape)
-                .reshape(total * n_pairs, *start.shape[1:])
-            )
-            logits = run_from_layer(
-                lm,
-                batch_start,
-                start_layer,
-                hooks,
-                answer_position=answer_position,
-                label=f"patch {site}",
-            )
-            scores = metric(logits.reshape(total, n_pairs, -1)).float().mean(-1).cpu()
-            offset = 0
-            for li, rows in group:
-                n = rows.stop - rows.start
-                values[li, rows] = scores[offset : offset + n]
-                offset += n
-            logger.debug(
-                "patched %s at layers %s", site, sorted({layer_list[li] for li, _ in group})
-            )
-
-    head_labels = tuple(f"H{h}" for h in range(n_heads))
-    layer_labels = tuple(str(layer) for layer in layer_list)
-    if site in HEAD_SITES:
-        if positions == "each":
-            shaped = values.reshape(len(layer_list), n_pg, n_hg)
-            axes: tuple[str, ...] = ("layer", "position", "head")
-            labels: tuple[tuple[str, ...], ...] = (layer_labels, pairs.position_names, head_labels)
-        else:
-            shaped = values.reshape(len(layer_list), n_hg)
-            axes, labels = ("layer", "head"), (layer_labels, head_labels)
-    elif positions == "each":
-        shaped = values.reshape(len(layer_list), n_pg)
-        axes, labels = ("layer", "position"), (layer_labels, pairs.position_names)
-    else:
-        shaped = values.reshape(len(layer_list))
-        axes, labels = ("layer",), (layer_labels,)
+    hooks = lm.hooks.resolve([hook_name(cfg.site, layer) for layer in layers])  # fail before running
+    clean_acts, clean_logits, base = _runs(lm, pairs, hooks, cfg.answer_position)
+    raw_metric = resolve_metric(metric, clean_logits)
+    scorer = Normalised(raw_metric, clean_logits, base.logits) if cfg.normalise else raw_metric
+    rows, n_heads = _patch_rows(pairs, cfg, layers, clean_acts, base)
+    out = run_rows(lm, base, rows, lambda logits: scorer(logits).float(), cfg.sweep)
+    axes, labels = sweep_axes(pairs, cfg, layers, n_heads)
+    shape = [len(labels[i]) for i in range(len(axes))]
     return PatchingResult(
-        values=shaped,
+        values=out.values.mean(-1).cpu().reshape(shape),
         axes=axes,
         labels=labels,
-        meta=lm.meta(
-            pairs.prompts,
-            data_source="user prompts",
-            params={
-                "site": site,
-                "positions": positions,
-                "aligned": align is not None,
-                "normalise": normalise,
-                "answer_position": answer_position,
-                "chunk_size": chunk_rows * n_pairs,
-            },
-        ),
-        site=site,
-        clean_value=clean_value,
-        corrupted_value=corrupted_value,
-        normalised=normalise,
+        meta=lm.meta(pairs.prompts, data_source="user prompts",
+                     params={**cfg.params(), "aligned": pairs.aligned}),
+        site=cfg.site,
+        clean_value=float(raw_metric(clean_logits).float().mean()),
+        corrupted_value=float(raw_metric(base.logits).float().mean()),
+        normalised=cfg.normalise,
         metric=repr(raw_metric),
-        n_forward_rows=len(layer_list) * n_rows * n_pairs,
+        n_forward_rows=(len(rows) - out.stats.rows_skipped) * pairs.corrupted.shape[0],
     )
+
+
+def metric_values(metric: Metric, logits: Float[Tensor, "pair vocab"]) -> float:
+    """A metric's pair-averaged value on one run's answer logits."""
+    return float(metric(logits).float().mean())

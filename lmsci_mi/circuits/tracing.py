@@ -13,36 +13,37 @@ tokenisation puts a sink token at position 0, so the subject never includes it; 
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Float
 from torch import Tensor
 
-from lmsci_mi.circuits._batching import chunks, default_chunk_rows, run_from_layer
+from lmsci_mi.config import Config, config
 from lmsci_mi.results import Result, result_type
+from lmsci_mi.sites import hook_name
+from lmsci_mi.sweep import BaseRun, Intervention, Row, SweepConfig, run_rows
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-    from transformer_lens.hook_points import HookPoint
 
+    from lmsci_mi.hooks import Capture
     from lmsci_mi.model import LensModel
 
-__all__ = ["TRACE_KINDS", "CausalTrace", "causal_trace", "embedding_std"]
+__all__ = ["TRACE_KINDS", "CausalTrace", "TraceConfig", "causal_trace", "embedding_std", "naive_causal_trace"]
 
 logger = logging.getLogger(__name__)
 
 TRACE_KINDS = ("resid", "mlp", "attn")
 """What a trace can restore: the residual stream after a layer, or an MLP / attention output."""
 
-_KIND_HOOK = {
-    "resid": "blocks.{}.hook_resid_post",
-    "mlp": "blocks.{}.hook_mlp_out",
-    "attn": "blocks.{}.hook_attn_out",
-}
+_KIND_SITE = {"resid": "resid_post", "mlp": "mlp_out", "attn": "attn_out"}
 _KIND_CMAP = {"resid": "Purples", "mlp": "Greens", "attn": "Reds"}
 _KIND_TITLE = {"resid": "the residual stream", "mlp": "MLP", "attn": "attention"}
 
@@ -164,21 +165,31 @@ def _validate_subject(lm: LensModel, prompt: str, subject: str) -> tuple[int, ..
     return positions
 
 
-def causal_trace(
-    lm: LensModel,
-    prompt: str,
-    subject: str,
-    *,
-    target: str | None = None,
-    noise: float = 3.0,
-    n_samples: int = 10,
-    window: int = 10,
-    seed: int = 0,
-    kinds: Sequence[str] = TRACE_KINDS,
-    noise_scale: float | None = None,
-    chunk_size: int | None = None,
-) -> CausalTrace:
-    """Causal trace of ``prompt``'s prediction of ``target`` through ``subject``'s tokens.
+@config
+class TraceConfig(Config):
+    """Parameters of a causal trace (ROME's defaults)."""
+
+    target: str | None = field(default=None, metadata={"help": "answer token (default: clean top-1)"})
+    noise: float = field(default=3.0, metadata={"help": "noise std as a multiple of embedding_std"})
+    noise_scale: float | None = field(default=None, metadata={"help": "absolute noise std (overrides --noise)"})
+    n_samples: int = field(default=10, metadata={"help": "noise samples, averaged"})
+    window: int = field(default=10, metadata={"help": "layers restored together for mlp and attn"})
+    seed: int = field(default=0, metadata={"help": "seed of the noise"})
+    kinds: tuple[str, ...] = field(default=TRACE_KINDS, metadata={"help": "what to restore: resid,mlp,attn"})
+    sweep: SweepConfig = field(default_factory=SweepConfig, metadata={"cli": False})
+
+    def validate(self) -> None:
+        unknown = [k for k in self.kinds if k not in TRACE_KINDS]
+        if unknown or not self.kinds:
+            raise ValueError(f"unknown trace kinds {unknown}; choose from {TRACE_KINDS}")
+        if self.window < 1:
+            raise ValueError(f"window must be at least 1 layer, not {self.window}")
+        if self.n_samples < 1:
+            raise ValueError(f"n_samples must be at least 1, not {self.n_samples}")
+
+
+def causal_trace(lm: LensModel, prompt: str, subject: str, config: TraceConfig | None = None) -> CausalTrace:
+    """Causal trace of ``prompt``'s prediction of the target through ``subject``'s tokens.
 
     Reads the model only (no weight changes; every hook is removed on return or error).
 
@@ -187,15 +198,8 @@ def causal_trace(
         prompt: the fact's prompt, e.g. "The Eiffel Tower is located in the city of".
         subject: the subject as it appears in the prompt ("Eiffel Tower"); its tokens, leading
             space included, are found with ``lm.find_subject``.
-        target: the answer token (one token, e.g. " Paris"); default the clean top-1 token.
-        noise: noise standard deviation as a multiple of :func:`embedding_std` (3 in ROME).
-        n_samples: number of noise samples (seeded), averaged.
-        window: layers restored together for "mlp" and "attn" (ROME: 10), centred on the layer.
-        seed: seed of the noise.
-        kinds: which of ``("resid", "mlp", "attn")`` to trace.
-        noise_scale: absolute noise std; overrides ``noise`` when given.
-        chunk_size: rows (noise samples × positions) per forward pass; default keeps a chunk at
-            about 4k tokens.
+        config: target, noise (3 × :func:`embedding_std` in ROME), samples, window (10 in ROME,
+            centred on the layer), seed, kinds (:class:`TraceConfig`).
 
     Returns:
         A :class:`CausalTrace`; ``values[k, l, p]`` is p(target) with state (k, l, p) restored.
@@ -205,122 +209,86 @@ def causal_trace(
 
     >>> from lmsci_mi import load_model
     >>> lm = load_model("toy-2l")
-    >>> trace = causal_trace(lm, "The Eiffel Tower is in", "Eiffel Tower", n_samples=2, window=1)
+    >>> trace = causal_trace(lm, "The Eiffel Tower is in", "Eiffel Tower", TraceConfig(n_samples=2, window=1))
     >>> trace.values.shape, trace.subject_positions
     (torch.Size([3, 2, 7]), (2, 3, 4))
     """
-    kinds = tuple(kinds)
-    unknown = [k for k in kinds if k not in TRACE_KINDS]
-    if unknown or not kinds:
-        raise ValueError(f"unknown trace kinds {unknown}; choose from {TRACE_KINDS}")
-    if window < 1:
-        raise ValueError(f"window must be at least 1 layer, not {window}")
-    if n_samples < 1:
-        raise ValueError(f"n_samples must be at least 1, not {n_samples}")
+    cfg = config or TraceConfig()
     subject_positions = _validate_subject(lm, prompt, subject)
-    target_id = lm.token_id(target) if target is not None else None
-
-    cfg = lm.cfg
-    n_layers = cfg.n_layers
-    tokens: Int[Tensor, "1 pos"] = lm.to_tokens(prompt)
-    n_pos = tokens.shape[1]
-    subj = list(subject_positions)
-
-    with torch.no_grad():
-        sites = [_KIND_HOOK[k].format(layer) for k in kinds for layer in range(n_layers)]
-        with lm.hooks.capture(sites) as clean_cap:
-            clean_logits = lm(tokens)[:, -1]
-        if target_id is None:
-            target_id = int(clean_logits[0].argmax())
-        target_text = (
-            lm.tokenizer.decode([target_id]) if lm.tokenizer is not None else str(target_id)
-        )
-        clean_prob = float(clean_logits[0].float().softmax(-1)[target_id])
-
-        scale = float(noise_scale) if noise_scale is not None else noise * embedding_std(lm)
-        generator = torch.Generator().manual_seed(seed)
-        # Drawn on the CPU so that a seed gives the same noise on every device.
-        eps = torch.randn(n_samples, len(subj), cfg.d_model, generator=generator) * scale
-        eps_dev = eps.to(device=lm.device, dtype=lm.model.W_E.dtype)
-
-        def add_noise(activation: Tensor, hook: HookPoint) -> Tensor:
-            activation = activation.clone()
-            activation[:, subj] += eps_dev
-            return activation
-
-        # The corrupted base run, shared by every restoration (same seed, same noise).
-        resid_sites = [f"blocks.{layer}.hook_resid_pre" for layer in range(n_layers)]
-        resid_sites.append(f"blocks.{n_layers - 1}.hook_resid_post")
-        corrupted_tokens = tokens.expand(n_samples, n_pos)
-        with (
-            lm.hooks.hooks(fwd=[("hook_embed", add_noise)], label="causal trace noise"),
-            lm.hooks.capture(resid_sites) as corr_cap,
-        ):
-            corrupted_logits = lm(corrupted_tokens)[:, -1]
-        corrupted_prob = float(corrupted_logits.float().softmax(-1)[:, target_id].mean())
-
-        def corrupted_resid_in(layer: int) -> Tensor:
-            """Corrupted residual stream entering block ``layer`` (layer n_layers = final)."""
-            if layer < n_layers:
-                return corr_cap[f"blocks.{layer}.hook_resid_pre"]
-            return corr_cap[f"blocks.{n_layers - 1}.hook_resid_post"]
-
-        # Positions before the subject never see the noise (causal attention), so restoring them
-        # is a no-op: their value is the corrupted probability and they need no forward pass.
-        first = subj[0]
-        n_restorable = n_pos - first
-        rows_total = n_restorable * n_samples
-        chunk_rows = chunk_size or default_chunk_rows(n_pos)
-        values = torch.full((len(kinds), n_layers, n_pos), corrupted_prob)
-        for k, kind in enumerate(kinds):
-            for layer in range(n_layers):
-                probs = torch.empty(rows_total)
-                for rows in chunks(rows_total, chunk_rows):
-                    # Row r restores position first + r // n_samples for sample r % n_samples.
-                    row_ids = torch.arange(rows.start, rows.stop, device=lm.device)
-                    positions = first + row_ids // n_samples
-                    samples = row_ids % n_samples
-                    logits = _restore_chunk(
-                        lm,
-                        kind,
-                        layer,
-                        window,
-                        positions,
-                        samples,
-                        clean_cap,
-                        corrupted_resid_in,
-                    )
-                    probs[rows] = logits.float().softmax(-1)[:, target_id].cpu()
-                values[k, layer, first:] = probs.reshape(n_restorable, n_samples).mean(-1)
-            logger.info("causal trace: %s done", kind)
-
+    target_id = lm.token_id(cfg.target) if cfg.target is not None else None
+    tokens = lm.to_tokens(prompt)
+    hooks = sorted({h for kind in cfg.kinds for layer in range(lm.cfg.n_layers)
+                    for h in _restored_hooks(kind, layer, cfg.window, lm.cfg.n_layers)})
+    with torch.no_grad(), lm.hooks.capture([*hooks, hook_name("embed")]) as clean:
+        clean_logits = lm(tokens)[:, -1]
+    target_id = int(clean_logits[0].argmax()) if target_id is None else target_id
+    scale = float(cfg.noise_scale) if cfg.noise_scale is not None else cfg.noise * embedding_std(lm)
+    # Drawn on the CPU so that a seed gives the same noise on every device.
+    eps = torch.randn(cfg.n_samples, len(subject_positions), lm.cfg.d_model,
+                      generator=torch.Generator().manual_seed(cfg.seed)) * scale
+    base = BaseRun.record(lm, tokens.expand(cfg.n_samples, -1), capture=hooks,
+                          interventions=[_noise(clean[hook_name("embed")], subject_positions, eps)])
+    values = _restorations(lm, base, clean, subject_positions[0], target_id, cfg)
     return CausalTrace(
         values=values,
         axes=("kind", "layer", "position"),
-        labels=(kinds, tuple(str(i) for i in range(n_layers)), tuple(lm.to_str_tokens(prompt))),
-        meta=lm.meta(
-            [prompt],
-            seed=seed,
-            data_source="user prompt",
-            params={
-                "subject": subject,
-                "noise_multiple": None if noise_scale is not None else float(noise),
-                "noise_scale": scale,
-                "n_samples": n_samples,
-                "window": window,
-                "method": "Meng et al. 2022 causal tracing, Gaussian noise on subject embeddings",
-            },
-        ),
-        clean_prob=clean_prob,
-        corrupted_prob=corrupted_prob,
+        labels=(cfg.kinds, tuple(str(i) for i in range(lm.cfg.n_layers)), tuple(lm.to_str_tokens(prompt))),
+        meta=lm.meta([prompt], seed=cfg.seed, data_source="user prompt", params={
+            **cfg.params(), "subject": subject, "noise_scale": scale,
+            "method": "Meng et al. 2022 causal tracing, Gaussian noise on subject embeddings"}),
+        clean_prob=float(clean_logits[0].float().softmax(-1)[target_id]),
+        corrupted_prob=float(base.logits.float().softmax(-1)[:, target_id].mean()),
         subject_positions=subject_positions,
-        target=target_text,
-        target_id=int(target_id),
+        target=lm.tokenizer.decode([target_id]) if lm.tokenizer is not None else str(target_id),
+        target_id=target_id,
         noise_scale=scale,
-        window=window,
-        kinds=kinds,
+        window=cfg.window,
+        kinds=cfg.kinds,
         noise=eps,
     )
+
+
+def _noise(clean_embed: Tensor, subject: Sequence[int], eps: Tensor) -> Intervention:
+    """The corruption: the clean embeddings with ``eps`` added over the subject, per sample."""
+    source = clean_embed.expand(eps.shape[0], -1, -1).clone()
+    source[:, list(subject)] += eps.to(source)
+    mask = torch.zeros(1, source.shape[1], 1, dtype=torch.bool, device=source.device)
+    mask[:, list(subject)] = True
+    return Intervention(hook_name("embed"), source, mask)
+
+
+def _restored_hooks(kind: str, layer: int, window: int, n_layers: int) -> list[str]:
+    """The hooks restored for one cell: the stream leaving ``layer``, or a window of outputs."""
+    if kind == "resid":
+        # resid_post of layer l is resid_pre of layer l + 1: rows then start one block later.
+        return [hook_name("resid_pre", layer + 1) if layer + 1 < n_layers else hook_name("resid_post", layer)]
+    return [hook_name(_KIND_SITE[kind], inner) for inner in _window(layer, window, n_layers)]
+
+
+@torch.no_grad()
+def _restorations(lm: LensModel, base: BaseRun, clean: Capture, first: int, target_id: int,
+                  cfg: TraceConfig) -> Float[Tensor, "kind layer position"]:
+    """p(target) with each (kind, layer, position) restored: the planner's rows, run by the engine.
+
+    Positions before the subject never see the noise (causal attention), so restoring them is a
+    no-op: they keep the corrupted probability and get no row.
+    """
+    n_layers, n_pos = lm.cfg.n_layers, base.n_pos
+    rows, cells = [], []
+    for k, kind in enumerate(cfg.kinds):
+        for layer in range(n_layers):
+            for pos in range(first, n_pos):
+                mask = torch.zeros(1, n_pos, 1, dtype=torch.bool, device=lm.device)
+                mask[:, pos] = True
+                hooks = _restored_hooks(kind, layer, cfg.window, n_layers)
+                rows.append(Row(tuple(Intervention(h, clean[h], mask) for h in hooks)))
+                cells.append((k, layer, pos))
+    probs = run_rows(lm, base, rows, lambda logits: logits.float().softmax(-1)[..., target_id], cfg.sweep)
+    corrupted = float(base.logits.float().softmax(-1)[:, target_id].mean())
+    values = torch.full((len(cfg.kinds), n_layers, n_pos), corrupted)
+    index = torch.tensor(cells).T
+    values[index[0], index[1], index[2]] = probs.values.mean(-1).cpu()
+    return values
 
 
 def _window(layer: int, window: int, n_layers: int) -> range:
@@ -328,90 +296,31 @@ def _window(layer: int, window: int, n_layers: int) -> range:
     return range(max(0, layer - window // 2), min(n_layers, layer - (-window // 2)))
 
 
-def _restore_chunk(
-    lm: LensModel,
-    kind: str,
-    layer: int,
-    window: int,
-    positions: Int[Tensor, " rows"],
-    samples: Int[Tensor, " rows"],
-    clean_cap: object,
-    corrupted_resid_in: object,
-) -> Float[Tensor, "rows vocab"]:
-    """Logits of corrupted runs with ``kind`` restored at (layer, positions[r]) for each row r."""
-    n_layers = lm.cfg.n_layers
-    rows = torch.arange(positions.numel(), device=positions.device)
-    if kind == "resid":
-        # Restoring resid_post of `layer` means starting block layer+1 from the patched stream.
-        clean = clean_cap[_KIND_HOOK["resid"].format(layer)][0]  # type: ignore[index]
-        start = corrupted_resid_in(layer + 1)[samples].clone()  # type: ignore[operator]
-        start[rows, positions] = clean[positions]
-        return run_from_layer(lm, start, layer + 1, label="causal trace restore")
-    restored = _window(layer, window, n_layers)
-    hooks = []
-    for inner in restored:
-        name = _KIND_HOOK[kind].format(inner)
-        clean = clean_cap[name][0]  # type: ignore[index]
-
-        def restore(activation: Tensor, hook: HookPoint, clean: Tensor = clean) -> Tensor:
-            activation = activation.clone()
-            activation[rows, positions] = clean[positions]
-            return activation
-
-        hooks.append((name, restore))
-    start = corrupted_resid_in(restored.start)[samples]  # type: ignore[operator]
-    return run_from_layer(lm, start, restored.start, hooks, label="causal trace restore")
-
-
-def _naive_causal_trace(
+def naive_causal_trace(
     lm: LensModel, trace: CausalTrace, layers: Sequence[int] | None = None
 ) -> Float[Tensor, "kind layer position"]:
     """Reference implementation: one full forward pass (all noise samples) per restoration.
 
-    Uses the trace's own noise, so it must reproduce ``trace.values``; kept for tests and the
-    benchmark, never for analysis.
+    Uses the trace's own noise, so it must reproduce ``trace.values``; it is the slow baseline
+    that tests and ``benchmarks/patching.py`` compare the engine with, never for analysis.
     """
-    prompt = trace.meta.prompts[0]
-    tokens = lm.to_tokens(prompt)
+    tokens = lm.to_tokens(trace.meta.prompts[0])
     n_layers, n_pos = lm.cfg.n_layers, tokens.shape[1]
-    subj = list(trace.subject_positions)
-    eps = trace.noise.to(device=lm.device, dtype=lm.model.W_E.dtype)
-    batch = tokens.expand(eps.shape[0], n_pos)
-
-    def add_noise(activation: Tensor, hook: HookPoint) -> Tensor:
-        activation = activation.clone()
-        activation[:, subj] += eps
-        return activation
-
     layer_list = list(range(n_layers)) if layers is None else list(layers)
+    hooks = sorted({h for kind in trace.kinds for layer in layer_list
+                    for h in _restored_hooks(kind, layer, trace.window, n_layers)})
     out = torch.empty(len(trace.kinds), len(layer_list), n_pos)
     with torch.no_grad():
-        sites = [_KIND_HOOK[k].format(layer) for k in trace.kinds for layer in range(n_layers)]
-        with lm.hooks.capture(sites) as clean_cap:
+        with lm.hooks.capture([*hooks, hook_name("embed")]) as clean:
             lm(tokens)
-        for k, kind in enumerate(trace.kinds):
-            for li, layer in enumerate(layer_list):
-                restored = (
-                    [layer] if kind == "resid" else list(_window(layer, trace.window, n_layers))
-                )
-                for pos in range(n_pos):
-                    fwd = [("hook_embed", add_noise)]
-                    for inner in restored:
-                        name = _KIND_HOOK[kind].format(inner)
-                        source = clean_cap[name]
-
-                        def put(
-                            activation: Tensor,
-                            hook: HookPoint,
-                            source: Tensor = source,
-                            pos: int = pos,
-                        ) -> Tensor:
-                            activation = activation.clone()
-                            activation[:, pos] = source[0, pos]
-                            return activation
-
-                        fwd.append((name, put))
-                    with lm.hooks.hooks(fwd=fwd, label="naive trace"):
-                        logits = lm(batch)[:, -1]
-                    out[k, li, pos] = logits.float().softmax(-1)[:, trace.target_id].mean()
+        noise = _noise(clean[hook_name("embed")], trace.subject_positions, trace.noise)
+        batch = tokens.expand(trace.noise.shape[0], n_pos)
+        with lm.hooks.patch(noise.hook, noise.source, positions=list(trace.subject_positions)):
+            for (k, kind), (li, layer), pos in itertools.product(
+                    enumerate(trace.kinds), enumerate(layer_list), range(n_pos)):
+                with ExitStack() as stack:
+                    for name in _restored_hooks(kind, layer, trace.window, n_layers):
+                        stack.enter_context(lm.hooks.patch(name, clean[name], positions=[pos]))
+                    logits = lm(batch)[:, -1]
+                out[k, li, pos] = logits.float().softmax(-1)[:, trace.target_id].mean()
     return out

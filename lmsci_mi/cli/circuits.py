@@ -20,9 +20,9 @@ IOI_CORRUPTED = "When Mary and John went to the store, Mary gave a drink to"
 
 
 def register(commands: Any) -> None:
-    """Add this feature's subcommands to the parser."""
-    from lmsci_mi.circuits.patching import SITES
-    from lmsci_mi.circuits.tracing import TRACE_KINDS
+    """Add this feature's subcommands to the parser; their flags come from the configs."""
+    from lmsci_mi.circuits.attribution import AttributionConfig
+    from lmsci_mi.circuits.tracing import TraceConfig
 
     trace = commands.add_parser(
         "trace", help="causal tracing of a fact (Meng et al. 2022): which states carry it"
@@ -32,16 +32,7 @@ def register(commands: Any) -> None:
         "--prompt", required=True, help="e.g. 'The Eiffel Tower is located in the city of'"
     )
     trace.add_argument("--subject", required=True, help="the subject as written in the prompt")
-    trace.add_argument(
-        "--target", default=None, help="answer token (default: the top-1 prediction)"
-    )
-    trace.add_argument("--noise", type=float, default=3.0, help="noise std in embedding stds (3)")
-    trace.add_argument("--samples", type=int, default=10, help="noise samples (10)")
-    trace.add_argument(
-        "--window", type=int, default=10, help="layers restored together for mlp/attn"
-    )
-    trace.add_argument("--seed", type=int, default=0)
-    trace.add_argument("--kinds", nargs="+", default=list(TRACE_KINDS), choices=TRACE_KINDS)
+    TraceConfig.add_arguments(trace)
     add_output_args(trace)
     trace.set_defaults(run=_run_trace)
 
@@ -53,9 +44,9 @@ def register(commands: Any) -> None:
     patch.add_argument("--corrupted", required=True, help="corrupted prompt (same token length)")
     patch.add_argument("--answer", required=True, help="correct answer token, e.g. ' Mary'")
     patch.add_argument("--wrong", required=True, help="competing token, e.g. ' John'")
-    patch.add_argument("--site", default="resid_pre", choices=sorted(SITES))
-    patch.add_argument("--positions", default="each", choices=["each", "all"])
-    patch.add_argument("--normalise", action="store_true", help="0 = corrupted, 1 = clean")
+    # AttributionConfig is PatchingConfig plus compare_exact; the patching defaults apply.
+    AttributionConfig.add_arguments(patch)
+    patch.set_defaults(site="resid_pre", positions="each")
     patch.add_argument(
         "--attribution", action="store_true", help="attribution patching instead (3 passes)"
     )
@@ -64,20 +55,11 @@ def register(commands: Any) -> None:
 
 
 def _run_trace(args: argparse.Namespace) -> int:
-    from lmsci_mi.circuits.tracing import causal_trace
+    from lmsci_mi.circuits.tracing import TraceConfig, causal_trace
 
+    config = TraceConfig.from_args(args)
     lm = load_from_args(args)
-    trace = causal_trace(
-        lm,
-        args.prompt,
-        args.subject,
-        target=args.target,
-        noise=args.noise,
-        n_samples=args.samples,
-        window=args.window,
-        seed=args.seed,
-        kinds=args.kinds,
-    )
+    trace = causal_trace(lm, args.prompt, args.subject, config)
     print(_trace_report(trace))
     write_outputs(trace, args)
     return 0
@@ -107,22 +89,21 @@ def _trace_report(trace: Any) -> str:
 
 
 def _run_patch(args: argparse.Namespace) -> int:
-    from lmsci_mi.circuits.attribution import attribution_patch
+    from lmsci_mi.circuits.attribution import AttributionConfig, attribution_patch
     from lmsci_mi.circuits.metrics import LogitDiff
-    from lmsci_mi.circuits.patching import patch_activations
+    from lmsci_mi.circuits.patching import PatchingConfig, patch_activations
 
+    if args.attribution:
+        config: PatchingConfig = AttributionConfig.from_args(args)
+        analysis: Any = attribution_patch
+    else:
+        if args.compare_exact:
+            raise ValueError("--compare-exact goes with --attribution")
+        config = PatchingConfig.from_args(args)
+        analysis = patch_activations
     lm = load_from_args(args)
     metric = LogitDiff(lm.token_id(args.answer), lm.token_id(args.wrong))
-    fn = attribution_patch if args.attribution else patch_activations
-    result = fn(
-        lm,
-        args.clean,
-        args.corrupted,
-        metric,
-        site=args.site,
-        positions=args.positions,
-        normalise=args.normalise,
-    )
+    result = analysis(lm, args.clean, args.corrupted, metric, config)
     unit = "normalised logit diff" if args.normalise else "logit diff"
     print(
         f"{type(result).__name__} of {args.site} ({args.positions} positions), {unit}: clean "
@@ -141,11 +122,11 @@ def tour_steps() -> list[Any]:
 
 def _step_causal_trace(lm: LensModel, out_dir: Path) -> str:
     """Causal trace: where does SmolLM2 keep 'the Eiffel Tower is in Paris'?"""
-    from lmsci_mi.circuits.tracing import causal_trace
+    from lmsci_mi.circuits.tracing import TraceConfig, causal_trace
 
     start = time.perf_counter()
     # Fewer noise samples than the paper's 10 keep this step under a minute on two CPU cores.
-    trace = causal_trace(lm, EIFFEL_PROMPT, "Eiffel Tower", target=" Paris", n_samples=3)
+    trace = causal_trace(lm, EIFFEL_PROMPT, "Eiffel Tower", TraceConfig(target=" Paris", n_samples=3))
     seconds = time.perf_counter() - start
     trace.save(out_dir / "causal_trace_eiffel.json")
     trace.plot(out_dir / "causal_trace_eiffel.png")
@@ -157,24 +138,18 @@ def _step_causal_trace(lm: LensModel, out_dir: Path) -> str:
 
 def _step_patching(lm: LensModel, out_dir: Path) -> str:
     """Activation vs attribution patching of every head's output on the IOI pair."""
-    from lmsci_mi.circuits.attribution import attribution_patch
+    from lmsci_mi.circuits.attribution import AttributionConfig, attribution_patch
     from lmsci_mi.circuits.metrics import LogitDiff
 
     metric = LogitDiff(lm.token_id(" Mary"), lm.token_id(" John"))
     start = time.perf_counter()
-    attribution = attribution_patch(
-        lm, IOI_CLEAN, IOI_CORRUPTED, metric, site="z", normalise=True, compare_exact=True
-    )
+    config = AttributionConfig(site="z", normalise=True, compare_exact=True)
+    attribution = attribution_patch(lm, IOI_CLEAN, IOI_CORRUPTED, metric, config)
+    assert attribution.exact is not None and attribution.rank_correlation is not None
     seconds = time.perf_counter() - start
     attribution.save(out_dir / "ioi_head_attribution.json")
     attribution.plot(out_dir / "ioi_head_attribution.png")
-    exact_top = sorted(
-        (
-            (float(v), f"L{i // attribution.exact.shape[1]}.H{i % attribution.exact.shape[1]}")
-            for i, v in enumerate(attribution.exact.flatten())
-        ),
-        reverse=True,
-    )[:5]
+    exact_top = [(value, name) for name, value in attribution.exact.top(5)]
     return "\n".join(
         [
             f"logit diff Mary−John: clean {attribution.clean_value:.2f}, corrupted "

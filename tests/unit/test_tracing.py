@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from lmsci_mi import LensModel
-from lmsci_mi.circuits import CausalTrace, causal_trace, tracing
-from lmsci_mi.circuits.tracing import _naive_causal_trace
+from lmsci_mi.circuits import CausalTrace, TraceConfig, causal_trace
+from lmsci_mi.circuits.tracing import naive_causal_trace
+from lmsci_mi.sweep import SweepConfig
 
 PROMPT = "The Eiffel Tower is located in the city of"
 SUBJECT = "Eiffel Tower"
@@ -19,24 +20,31 @@ def test_batched_trace_equals_naive_loop(
     model_fixture: str, request: pytest.FixtureRequest
 ) -> None:
     lm = request.getfixturevalue(model_fixture)
-    trace = causal_trace(lm, "The Eiffel Tower is in", SUBJECT, n_samples=3, window=2, chunk_size=7)
-    naive = _naive_causal_trace(lm, trace)
+    trace = causal_trace(lm, "The Eiffel Tower is in", SUBJECT,
+                         TraceConfig(n_samples=3, window=2, sweep=SweepConfig(token_budget=20)))
+    naive = naive_causal_trace(lm, trace)
     torch.testing.assert_close(trace.values, naive, atol=1e-5, rtol=0)
     assert lm.hooks.attached_count() == 0
 
 
 def test_trace_invariants(tiny: LensModel) -> None:
-    trace = causal_trace(tiny, PROMPT, SUBJECT, n_samples=4, window=1)
+    trace = causal_trace(tiny, PROMPT, SUBJECT, TraceConfig(n_samples=4, window=1))
     assert trace.axes == ("kind", "layer", "position")
     assert trace.kinds == ("resid", "mlp", "attn")
     assert trace.subject_positions == tuple(tiny.find_subject(PROMPT, SUBJECT))
     assert 0 not in trace.subject_positions
-    first = trace.subject_positions[0]
-    # Before the subject nothing is noised, so restoring there changes nothing.
-    torch.testing.assert_close(
-        trace.values[:, :, :first],
-        torch.full_like(trace.values[:, :, :first], trace.corrupted_prob),
-    )
+    # The corrupted probability, recomputed by hand from the trace's own noise.
+    tokens = tiny.to_tokens(PROMPT).expand(4, -1)
+    subject = list(trace.subject_positions)
+
+    def noised(act, hook):
+        act = act.clone()
+        act[:, subject] += trace.noise
+        return act
+
+    with torch.no_grad(), tiny.hooks.hooks(fwd=[("hook_embed", noised)]):
+        probs = tiny(tokens)[:, -1].softmax(-1)[:, trace.target_id]
+    assert trace.corrupted_prob == pytest.approx(float(probs.mean()), abs=1e-6)
     # Restoring the last layer's residual at the last position gives back the clean prediction.
     assert float(trace.values[0, -1, -1]) == pytest.approx(trace.clean_prob, abs=1e-5)
     assert trace.target_id == int(tiny(tiny.to_tokens(PROMPT))[0, -1].argmax())
@@ -45,19 +53,23 @@ def test_trace_invariants(tiny: LensModel) -> None:
 
 
 def test_noise_scale_is_recorded_and_seeded(tiny: LensModel) -> None:
-    a = causal_trace(tiny, PROMPT, SUBJECT, n_samples=2, kinds=("resid",), seed=1)
-    b = causal_trace(tiny, PROMPT, SUBJECT, n_samples=2, kinds=("resid",), seed=1)
-    c = causal_trace(tiny, PROMPT, SUBJECT, n_samples=2, kinds=("resid",), seed=2)
+    a = causal_trace(tiny, PROMPT, SUBJECT, TraceConfig(n_samples=2, kinds=("resid",), seed=1))
+    b = causal_trace(tiny, PROMPT, SUBJECT, TraceConfig(n_samples=2, kinds=("resid",), seed=1))
+    c = causal_trace(tiny, PROMPT, SUBJECT, TraceConfig(n_samples=2, kinds=("resid",), seed=2))
     assert torch.equal(a.values, b.values)
     assert not torch.equal(a.noise, c.noise)
-    assert a.noise_scale == pytest.approx(3 * tracing.embedding_std(tiny))
+    # The scale is 3 x the std of the embedding matrix (toy-2l embeds without scaling), and the
+    # noise drawn has that std.
+    step = max(1, tiny.cfg.d_vocab // 8192)
+    assert a.noise_scale == pytest.approx(3 * float(tiny.model.W_E.detach()[::step].std()), rel=1e-4)
+    assert float(a.noise.std()) == pytest.approx(a.noise_scale, rel=0.15)
     assert a.meta.params["noise_scale"] == a.noise_scale
-    d = causal_trace(tiny, PROMPT, SUBJECT, n_samples=2, kinds=("resid",), noise_scale=0.5)
+    d = causal_trace(tiny, PROMPT, SUBJECT, TraceConfig(n_samples=2, kinds=("resid",), noise_scale=0.5))
     assert d.noise_scale == 0.5 and d.meta.params["noise_scale"] == 0.5
 
 
 def test_explicit_target(tiny: LensModel) -> None:
-    trace = causal_trace(tiny, PROMPT, SUBJECT, target=" Paris", n_samples=2, kinds=("mlp",))
+    trace = causal_trace(tiny, PROMPT, SUBJECT, TraceConfig(target=" Paris", n_samples=2, kinds=("mlp",)))
     assert trace.target_id == tiny.token_id(" Paris")
     assert trace.values.shape[0] == 1
     with pytest.raises(ValueError, match="was not traced"):
@@ -72,15 +84,15 @@ def test_subject_not_in_prompt(tiny: LensModel) -> None:
 
 def test_multi_token_target(tiny: LensModel) -> None:
     with pytest.raises(ValueError, match="one token is needed"):
-        causal_trace(tiny, PROMPT, SUBJECT, target=" Paris, France")
+        causal_trace(tiny, PROMPT, SUBJECT, TraceConfig(target=" Paris, France"))
     assert tiny.hooks.attached_count() == 0
 
 
 def test_bad_kind_and_window(tiny: LensModel) -> None:
     with pytest.raises(ValueError, match="unknown trace kinds"):
-        causal_trace(tiny, PROMPT, SUBJECT, kinds=("mlp", "embed"))
+        causal_trace(tiny, PROMPT, SUBJECT, TraceConfig(kinds=("mlp", "embed")))
     with pytest.raises(ValueError, match="window"):
-        causal_trace(tiny, PROMPT, SUBJECT, window=0)
+        causal_trace(tiny, PROMPT, SUBJECT, TraceConfig(window=0))
     assert tiny.hooks.attached_count() == 0
 
 
@@ -94,7 +106,7 @@ def test_subject_on_the_sink_is_refused(tiny: LensModel, monkeypatch: pytest.Mon
 
 
 def test_save_load_and_plot(tiny: LensModel, tmp_path) -> None:
-    trace = causal_trace(tiny, PROMPT, SUBJECT, n_samples=2, window=2)
+    trace = causal_trace(tiny, PROMPT, SUBJECT, TraceConfig(n_samples=2, window=2))
     loaded = CausalTrace.load(trace.save(tmp_path / "trace.json"))
     assert loaded == trace
     assert loaded.peak_layer("resid") == trace.peak_layer("resid")

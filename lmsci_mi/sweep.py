@@ -1,0 +1,405 @@
+"""The sweep engine: run many rows of interventions against one cached base run, in few passes.
+
+Patching, tracing, path patching and ablation are *planners*: they describe rows (each row a set of
+interventions: replace the activation at a hook with a source, where a mask says) and hand them
+here. The engine exploits two facts about a causal transformer:
+
+* a row that intervenes first at layer ``l`` agrees with the base run below ``l``, so it starts
+  from the base run's residual stream at ``l`` (rows join a pass at their own layer, so rows of
+  layers far apart share one pass without recomputing anything);
+* a row whose first change is at position ``p`` leaves every earlier position as it was, so only
+  positions ``p..`` are computed, attending to the base run's cached keys and values before ``p``.
+
+Only the positions a readout needs are unembedded, and each block call holds at most a token
+budget. Interventions go through the hook registry. After ROME's batched tracing and
+TransformerLens's ``patching`` (which reruns the full model once per patch).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+from transformer_lens.cache.key_value_cache_entry import TransformerLensKeyValueCacheEntry
+from transformer_lens.hook_points import HookPoint
+
+from lmsci_mi.config import Config, config
+from lmsci_mi.model import LensModel
+from lmsci_mi.sites import hook_name, layer_of, layout_of
+
+__all__ = [
+    "BaseRun",
+    "Intervention",
+    "Row",
+    "SweepConfig",
+    "SweepOutput",
+    "SweepStats",
+    "plan_passes",
+    "run_rows",
+]
+
+logger = logging.getLogger(__name__)
+
+Readout = Callable[[Float[Tensor, "row batch vocab"]], Tensor]
+"""Turns the logits at the answer position of each (row, base sequence) into the sweep's values,
+``[row, batch, vocab] -> [row, batch, ...]`` (a metric, a probability, the logits themselves)."""
+
+
+@config
+class SweepConfig(Config):
+    """How the engine batches; none of these change a result, only its speed and memory."""
+
+    token_budget: int = field(default=4096, metadata={"help": "tokens per block call (memory bound)"})
+    pass_overhead_tokens: float = field(
+        default=24.0,
+        metadata={"help": "cost of one block call in token-equivalents, used to decide merges"},
+    )
+    reuse_prefix: bool = field(
+        default=True, metadata={"help": "compute only positions from each row's first change on"}
+    )
+
+    def validate(self) -> None:
+        if self.token_budget < 1:
+            raise ValueError(f"token_budget must be at least 1, not {self.token_budget}")
+        if self.pass_overhead_tokens < 0:
+            raise ValueError("pass_overhead_tokens must be non-negative")
+
+
+@dataclass(frozen=True)
+class Intervention:
+    """Replace the activation at ``hook`` with ``source`` wherever ``mask`` is true.
+
+    Both broadcast against the base run's activation at ``hook`` over the whole prompt, batch
+    first (a batch axis of 1 broadcasts over the base sequences). A zero or mean ablation is a
+    replacement whose source is zeros or the mean.
+    """
+
+    hook: str
+    source: Tensor
+    mask: Tensor
+
+
+@dataclass(frozen=True)
+class Row:
+    """One configuration of a sweep: the interventions applied together."""
+
+    interventions: tuple[Intervention, ...]
+
+
+@dataclass(frozen=True)
+class SweepStats:
+    """What the engine ran: block calls, token-layers computed, and the least any schedule needs."""
+
+    passes: int
+    block_calls: int
+    token_layers: int
+    token_layers_needed: int
+    rows_skipped: int
+
+
+@dataclass(frozen=True)
+class SweepOutput:
+    """The readout of every row, ``[row, batch, ...]``, and how it was computed."""
+
+    values: Tensor
+    stats: SweepStats
+
+
+@dataclass
+class BaseRun:
+    """The cached run every row starts from: residual streams, keys/values and activations.
+
+    ``resid[l]`` enters block ``l`` (``resid[n_layers]`` is the final residual stream);
+    ``keys[l]``/``values[l]`` are what block ``l``'s attention caches (so a suffix can attend to
+    the unchanged prefix); ``acts`` holds the base activation at every hook a row touches.
+    """
+
+    tokens: Int[Tensor, "batch pos"]
+    resid: list[Tensor]
+    keys: list[Tensor]
+    values: list[Tensor]
+    acts: dict[str, Tensor]
+    answer_positions: Int[Tensor, " batch"]
+    logits: Float[Tensor, "batch vocab"]
+
+    @property
+    def batch(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def n_pos(self) -> int:
+        return int(self.tokens.shape[1])
+
+    @classmethod
+    @torch.no_grad()
+    def record(
+        cls,
+        lm: LensModel,
+        tokens: Int[Tensor, "batch pos"],
+        *,
+        answer_positions: int | Int[Tensor, " batch"] = -1,
+        capture: Sequence[str] = (),
+        interventions: Sequence[Intervention] = (),
+    ) -> BaseRun:
+        """Run ``tokens`` once and cache it, with ``interventions`` applied to every sequence
+        (e.g. noised subject embeddings for causal tracing; any hook, embeddings included)."""
+        model, n_layers = lm.model, lm.cfg.n_layers
+        tokens = tokens.to(lm.device)
+        entries = [TransformerLensKeyValueCacheEntry.init_cache_entry(model.cfg, lm.device, tokens.shape[0])
+                   for _ in range(n_layers)]
+        names = [hook_name("resid_pre", layer) for layer in range(n_layers)]
+        with lm.hooks.hooks(fwd=[_replacing(i.hook, i.mask, i.source) for i in interventions],
+                            label="sweep base"), \
+                lm.hooks.capture(sorted(set(names) | set(capture))) as cap:
+            resid = model(tokens, stop_at_layer=0)
+            for layer, block in enumerate(model.blocks):
+                resid = block(resid, past_kv_cache_entry=entries[layer])
+        answers = _answer_positions(answer_positions, tokens.shape)
+        rows = torch.arange(tokens.shape[0], device=lm.device)
+        logits = lm.unembed(resid[rows, answers][:, None])[:, 0]
+        return cls(
+            tokens=tokens,
+            resid=[cap[name] for name in names] + [resid],
+            keys=[e.past_keys for e in entries],
+            values=[e.past_values for e in entries],
+            acts={name: cap[name] for name in capture},
+            answer_positions=answers,
+            logits=logits,
+        )
+
+
+def _answer_positions(positions: int | Tensor, shape: torch.Size) -> Tensor:
+    batch, n_pos = shape
+    answers = torch.as_tensor(positions).to(torch.long).reshape(-1).expand(batch) if not isinstance(
+        positions, int) else torch.full((batch,), positions, dtype=torch.long)
+    if ((answers >= n_pos) | (answers < -n_pos)).any():
+        raise ValueError(f"answer positions {answers.tolist()} out of range for {n_pos} tokens")
+    return (answers % n_pos).to(torch.long)
+
+
+# ----------------------------------------------------------------------------- planning
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """A row with where it starts: its first intervened layer and first changed position."""
+
+    index: int
+    row: Row
+    layer: int
+    prefix: int
+
+
+@dataclass
+class _Pass:
+    """Rows that run together: they share a prefix length and join at their own layers."""
+
+    rows: list[_Planned] = dataclasses.field(default_factory=list)
+    prefix: int = 0
+
+    def cost(self, n_layers: int, n_pos: int, batch: int, overhead: float) -> float:
+        layers = sorted(r.layer for r in self.rows)
+        width = batch * (n_pos - self.prefix)
+        return sum(overhead + width * sum(1 for start in layers if start <= layer)
+                   for layer in range(layers[0], n_layers + 1))
+
+
+def _start_layer(hook: str, n_layers: int) -> int:
+    layer = layer_of(hook)
+    if layer is not None:
+        return layer
+    if hook.startswith("ln_final."):
+        return n_layers  # after every block: only the final norm and unembedding run
+    raise ValueError(
+        f"the sweep engine resumes inside the blocks; {hook!r} is outside them. Intervene at "
+        f"{hook_name('resid_pre', 0)!r} instead of the embeddings."
+    )
+
+
+def _first_change(base: BaseRun, item: Intervention) -> int:
+    """First position where the intervention changes the base activation (n_pos if nowhere)."""
+    act = base.acts[item.hook]
+    axis = layout_of(item.hook).position_axis
+    source = item.source.to(device=act.device, dtype=act.dtype)
+    changed = item.mask.to(act.device) & (source != act)
+    changed = changed.expand(torch.broadcast_shapes(changed.shape, act.shape))
+    per_position = changed.movedim(axis, 0).reshape(act.shape[axis], -1).any(-1)
+    hits = per_position.nonzero()
+    return int(hits[0]) if hits.numel() else base.n_pos
+
+
+def _plan_rows(base: BaseRun, rows: Sequence[Row], n_layers: int, reuse_prefix: bool) -> list[_Planned]:
+    planned = []
+    last_answer = int(base.answer_positions.max())
+    for index, row in enumerate(rows):
+        if not row.interventions:
+            raise ValueError(f"row {index} has no intervention")
+        prefix = min(_first_change(base, item) for item in row.interventions)
+        if prefix > last_answer:
+            continue  # nothing the readout sees changes: the row reads the base run
+        prefix = min(prefix, int(base.answer_positions.min())) if reuse_prefix else 0
+        layer = min(_start_layer(item.hook, n_layers) for item in row.interventions)
+        planned.append(_Planned(index, row, layer, prefix))
+    return planned
+
+
+def plan_passes(planned: Sequence[_Planned], n_layers: int, n_pos: int, batch: int,
+                config: SweepConfig) -> list[_Pass]:
+    """Group rows into passes: one per prefix length, split by the token budget, then merge
+    passes of neighbouring prefixes where the block calls saved outweigh the extra positions."""
+    by_prefix: dict[int, list[_Planned]] = {}
+    for item in sorted(planned, key=lambda r: (r.prefix, r.layer)):
+        by_prefix.setdefault(item.prefix, []).append(item)
+    passes: list[_Pass] = []
+    for prefix in sorted(by_prefix, reverse=True):
+        per_row = batch * (n_pos - prefix)
+        limit = max(1, config.token_budget // per_row)
+        group = by_prefix[prefix]
+        for start in range(0, len(group), limit):
+            candidate = _Pass(group[start:start + limit], prefix)
+            if passes and _merge_pays(passes[-1], candidate, n_layers, n_pos, batch, config):
+                passes[-1] = _Pass(passes[-1].rows + candidate.rows, prefix)
+            else:
+                passes.append(candidate)
+    for each in passes:
+        each.rows.sort(key=lambda r: r.layer)
+    return passes
+
+
+def _merge_pays(left: _Pass, right: _Pass, n_layers: int, n_pos: int, batch: int,
+                config: SweepConfig) -> bool:
+    merged = _Pass(left.rows + right.rows, min(left.prefix, right.prefix))
+    if len(merged.rows) * batch * (n_pos - merged.prefix) > config.token_budget:
+        return False
+    cost = lambda p: p.cost(n_layers, n_pos, batch, config.pass_overhead_tokens)  # noqa: E731
+    return cost(merged) < cost(left) + cost(right)
+
+
+# ----------------------------------------------------------------------------- running
+
+
+def _entry(base: BaseRun, layer: int, prefix: int, n_rows: int) -> TransformerLensKeyValueCacheEntry:
+    """Frozen keys/values of the unchanged prefix, repeated for each row of the pass."""
+    keys = base.keys[layer][:, :prefix].repeat(n_rows, 1, 1, 1)
+    values = base.values[layer][:, :prefix].repeat(n_rows, 1, 1, 1)
+    return TransformerLensKeyValueCacheEntry(past_keys=keys, past_values=values, frozen=True)
+
+
+def _suffix(tensor: Tensor, axis: int, prefix: int) -> Tensor:
+    """The positions ``prefix..`` of a tensor (a broadcast axis of size 1 stays as it is)."""
+    return tensor if tensor.shape[axis] == 1 else tensor.narrow(axis, prefix, tensor.shape[axis] - prefix)
+
+
+def _pass_hooks(base: BaseRun, run: _Pass) -> list[tuple[str, Callable[[Tensor, HookPoint], Tensor]]]:
+    """One replacing hook per intervened hook name, covering every row of the pass.
+
+    Rows join the batch in order of their start layer, so when a hook at layer ``l`` fires the
+    batch holds exactly the rows that started at or below ``l``, each ``base.batch`` sequences.
+    """
+    per_hook: dict[str, list[tuple[int, Intervention]]] = {}
+    for slot, planned in enumerate(run.rows):
+        for item in planned.row.interventions:
+            per_hook.setdefault(item.hook, []).append((slot, item))
+    hooks = []
+    for name, items in per_hook.items():
+        axis = layout_of(name).position_axis
+        act = _suffix(base.acts[name], axis, run.prefix)
+        here = _start_layer(name, len(base.keys))
+        n_present = sum(1 for r in run.rows if r.layer <= here)
+        mask = torch.zeros((n_present, *act.shape), dtype=torch.bool, device=act.device)
+        source = act.unsqueeze(0).repeat(n_present, *[1] * act.ndim)
+        for slot, item in items:
+            chosen = _suffix(item.mask.to(act.device), axis, run.prefix).expand(act.shape)
+            mask[slot] |= chosen
+            fill = _suffix(item.source.to(device=act.device, dtype=act.dtype), axis, run.prefix)
+            source[slot] = torch.where(chosen, fill.expand(act.shape), source[slot])
+        hooks.append(_replacing(name, mask.flatten(0, 1), source.flatten(0, 1)))
+    return hooks
+
+
+def _replacing(name: str, mask: Tensor, source: Tensor) -> tuple[str, Callable[[Tensor, HookPoint], Tensor]]:
+    """The engine's one intervention hook: ``source`` where ``mask``, the activation elsewhere."""
+
+    def replace(activation: Tensor, hook: HookPoint) -> Tensor:
+        return torch.where(mask.to(activation.device), source.to(activation), activation)
+
+    return name, replace
+
+
+def _run_pass(lm: LensModel, base: BaseRun, run: _Pass, readout: Readout) -> tuple[Tensor, int]:
+    """Run one pass; returns the readout ``[row, batch, ...]`` and the token-layers computed."""
+    model, n_layers, prefix = lm.model, lm.cfg.n_layers, run.prefix
+    starts = [r.layer for r in run.rows]
+    resid: Tensor | None = None
+    token_layers = 0
+    with lm.hooks.hooks(fwd=_pass_hooks(base, run), label="sweep pass"):
+        for layer in range(starts[0], n_layers + 1):
+            joining = sum(1 for s in starts if s == layer)
+            if joining:
+                fresh = base.resid[layer][:, prefix:].repeat(joining, 1, 1)
+                resid = fresh if resid is None else torch.cat([resid, fresh])
+            assert resid is not None
+            if layer == n_layers:
+                break
+            n_rows = resid.shape[0] // base.batch
+            entry = _entry(base, layer, prefix, n_rows) if prefix else None
+            resid = model.blocks[layer](resid, past_kv_cache_entry=entry)
+            token_layers += resid.shape[0] * resid.shape[1]
+        assert resid is not None
+        answers = (base.answer_positions - prefix).repeat(len(run.rows))
+        picked = resid[torch.arange(resid.shape[0], device=resid.device), answers]
+        logits = lm.unembed(picked[:, None])[:, 0]
+    values = readout(logits.reshape(len(run.rows), base.batch, -1))
+    return values, token_layers
+
+
+@torch.no_grad()
+def run_rows(
+    lm: LensModel,
+    base: BaseRun,
+    rows: Sequence[Row],
+    readout: Readout,
+    config: SweepConfig | None = None,
+) -> SweepOutput:
+    """Run every row against ``base`` and read each row's logits at the answer positions.
+
+    Reads the model only; every hook is removed on return or error. A row whose changes cannot
+    reach the answer position reads the base run without a forward pass.
+
+    Args:
+        lm: the model.
+        base: the cached base run (:meth:`BaseRun.record`, capturing every hook the rows touch).
+        rows: the configurations; each intervention's hook must lie inside the blocks (or be the
+            final norm's).
+        readout: ``[row, batch, vocab] -> [row, batch, ...]``.
+        config: batching settings.
+
+    Returns:
+        A :class:`SweepOutput` with values ``[row, batch, ...]``.
+    """
+    config = config or SweepConfig()
+    missing = sorted({i.hook for r in rows for i in r.interventions} - set(base.acts))
+    if missing:
+        raise ValueError(f"the base run did not capture {missing}: pass them to BaseRun.record(capture=...)")
+    n_layers = lm.cfg.n_layers
+    planned = _plan_rows(base, rows, n_layers, config.reuse_prefix)
+    passes = plan_passes(planned, n_layers, base.n_pos, base.batch, config)
+    base_value = readout(base.logits[None])[0]
+    values = base_value.unsqueeze(0).repeat(len(rows), *[1] * base_value.ndim)
+    block_calls = token_layers = 0
+    for run in passes:
+        out, computed = _run_pass(lm, base, run, readout)
+        values[[r.index for r in run.rows]] = out.to(values.dtype)
+        token_layers += computed
+        block_calls += n_layers - run.rows[0].layer
+    needed = sum((n_layers - r.layer) * base.batch * (base.n_pos - r.prefix) for r in planned)
+    stats = SweepStats(passes=len(passes), block_calls=block_calls, token_layers=token_layers,
+                       token_layers_needed=needed, rows_skipped=len(rows) - len(planned))
+    logger.debug("sweep: %s", stats)
+    return SweepOutput(values=values, stats=stats)
+
