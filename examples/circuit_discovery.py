@@ -21,7 +21,16 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from lmsci_mi import load_model
-from lmsci_mi.circuits import LogitDiff, attribution_patch, causal_trace, patch_activations
+from lmsci_mi.circuits import (
+    AttributionConfig,
+    LogitDiff,
+    PatchingConfig,
+    TraceConfig,
+    attribution_patch,
+    causal_trace,
+    patch_activations,
+)
+from lmsci_mi.sites import Head
 
 CLEAN = "When Mary and John went to the store, John gave a drink to"
 CORRUPTED = "When Mary and John went to the store, Mary gave a drink to"
@@ -43,7 +52,7 @@ def main() -> None:
 
     # 1. Residual stream, every (layer, position).
     start = time.perf_counter()
-    resid = patch_activations(lm, CLEAN, CORRUPTED, metric, site="resid_pre", normalise=True)
+    resid = patch_activations(lm, CLEAN, CORRUPTED, metric, PatchingConfig(site="resid_pre", normalise=True))
     print(
         f"\n[1] resid_pre sweep, {resid.values.numel()} patches in {time.perf_counter() - start:.1f} s; "
         f"logit diff clean {resid.clean_value:+.2f}, corrupted {resid.corrupted_value:+.2f}"
@@ -57,36 +66,32 @@ def main() -> None:
 
     # 2. Heads: attribution shortlist, exact check.
     start = time.perf_counter()
-    heads = attribution_patch(
-        lm, CLEAN, CORRUPTED, metric, site="z", normalise=True, compare_exact=True
-    )
+    heads = attribution_patch(lm, CLEAN, CORRUPTED, metric,
+                              AttributionConfig(normalise=True, compare_exact=True))
     print(
         f"\n[2] every head's output (z, all positions): attribution + exact in "
         f"{time.perf_counter() - start:.1f} s; Spearman(attribution, exact) = "
         f"{heads.rank_correlation:.2f}"
     )
     print("    top heads by attribution: " + ", ".join(f"{n} {v:+.2f}" for n, v in heads.top(6)))
-    exact = patch_activations(
-        lm, CLEAN, CORRUPTED, metric, site="z", positions="all", normalise=True
-    )
+    exact = heads.exact
+    assert exact is not None
     print("    top heads by exact patching: " + ", ".join(f"{n} {v:+.2f}" for n, v in exact.top(6)))
     exact.plot(args.out / "heads_exact.png")
     heads.plot(args.out / "heads_attribution.png")
 
     # 3. Where each top head acts: per-position patching of its output at its layer.
-    top_layers = sorted({int(name.split(".")[0][1:]) for name, _ in exact.top(4)})
-    by_pos = patch_activations(
-        lm, CLEAN, CORRUPTED, metric, site="z", positions="each", layers=top_layers, normalise=True
-    )
+    top_layers = sorted({Head.parse(name).layer for name, _ in exact.top(4)})
+    by_pos = patch_activations(lm, CLEAN, CORRUPTED, metric,
+                               PatchingConfig(site="z", layers=tuple(top_layers), normalise=True))
     print("\n[3] top heads by position:")
     for name, value in by_pos.top(6):
         print(f"    {name:28s} {value:+.2f}")
     by_pos.save(args.out / "heads_by_position.json")
 
     if args.trace:
-        trace = causal_trace(
-            lm, "The Eiffel Tower is located in the city of", "Eiffel Tower", target=" Paris"
-        )
+        trace = causal_trace(lm, "The Eiffel Tower is located in the city of", "Eiffel Tower",
+                             TraceConfig(target=" Paris"))
         trace.plot(args.out / "causal_trace_eiffel.png")
         print(
             f"\n[4] causal trace: p(Paris) clean {trace.clean_prob:.2f}, corrupted "

@@ -23,7 +23,7 @@ from lmsci_mi.config import Config, config, validate_choice
 from lmsci_mi.hooks import selection_mask
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import SITES, Head, hook_name, site
-from lmsci_mi.sweep import BaseRun, Intervention, Row, SweepConfig, run_rows
+from lmsci_mi.sweep import BaseRun, Intervention, Row, SweepConfig, SweepStats, run_rows
 
 if TYPE_CHECKING:
     from lmsci_mi.model import LensModel
@@ -86,7 +86,8 @@ class PatchingResult(Result):
             (in the metric's own units, before normalisation), pair-averaged.
         normalised: whether ``values`` are normalised (0 = corrupted, 1 = clean).
         metric: a description of the metric.
-        n_forward_rows: sequences the engine ran (rows × pairs that needed a forward pass).
+        work: what the sweep engine ran (passes, block calls, token-layers computed and the
+            least any schedule needs).
     """
 
     site: str
@@ -94,7 +95,7 @@ class PatchingResult(Result):
     corrupted_value: float
     normalised: bool
     metric: str
-    n_forward_rows: int
+    work: SweepStats
 
     def top(self, k: int = 10) -> tuple[tuple[str, float], ...]:
         """The ``k`` largest cells as (label, value): ``("L9.H6", 0.41)``, ``("L3 @5:John", 0.2)``."""
@@ -329,10 +330,6 @@ def patch_activations(
         corrupted_value=float(raw_metric(base.logits).float().mean()),
         normalised=cfg.normalise,
         metric=repr(raw_metric),
-        n_forward_rows=(len(rows) - out.stats.rows_skipped) * pairs.corrupted.shape[0],
+        work=out.stats,
     )
 
-
-def metric_values(metric: Metric, logits: Float[Tensor, "pair vocab"]) -> float:
-    """A metric's pair-averaged value on one run's answer logits."""
-    return float(metric(logits).float().mean())

@@ -28,7 +28,7 @@ from torch import Tensor
 from lmsci_mi.config import Config, config
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name
-from lmsci_mi.sweep import BaseRun, Intervention, Row, SweepConfig, run_rows
+from lmsci_mi.sweep import BaseRun, Intervention, Row, SweepConfig, SweepStats, run_rows
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -65,6 +65,7 @@ class CausalTrace(Result):
         window: number of layers restored together for "mlp" and "attn".
         kinds: the kinds along the first axis.
         noise: the noise used, ``[sample, subject_token, d_model]`` (reproduces the trace).
+        work: what the sweep engine ran.
     """
 
     clean_prob: float
@@ -76,6 +77,7 @@ class CausalTrace(Result):
     window: int
     kinds: tuple[str, ...]
     noise: Tensor
+    work: SweepStats
 
     def kind_values(self, kind: str) -> Float[Tensor, "layer position"]:
         """The ``[layer, position]`` map of one kind."""
@@ -228,7 +230,7 @@ def causal_trace(lm: LensModel, prompt: str, subject: str, config: TraceConfig |
                       generator=torch.Generator().manual_seed(cfg.seed)) * scale
     base = BaseRun.record(lm, tokens.expand(cfg.n_samples, -1), capture=hooks,
                           interventions=[_noise(clean[hook_name("embed")], subject_positions, eps)])
-    values = _restorations(lm, base, clean, subject_positions[0], target_id, cfg)
+    values, work = _restorations(lm, base, clean, subject_positions[0], target_id, cfg)
     return CausalTrace(
         values=values,
         axes=("kind", "layer", "position"),
@@ -245,6 +247,7 @@ def causal_trace(lm: LensModel, prompt: str, subject: str, config: TraceConfig |
         window=cfg.window,
         kinds=cfg.kinds,
         noise=eps,
+        work=work,
     )
 
 
@@ -267,7 +270,7 @@ def _restored_hooks(kind: str, layer: int, window: int, n_layers: int) -> list[s
 
 @torch.no_grad()
 def _restorations(lm: LensModel, base: BaseRun, clean: Capture, first: int, target_id: int,
-                  cfg: TraceConfig) -> Float[Tensor, "kind layer position"]:
+                  cfg: TraceConfig) -> tuple[Float[Tensor, "kind layer position"], SweepStats]:
     """p(target) with each (kind, layer, position) restored: the planner's rows, run by the engine.
 
     Positions before the subject never see the noise (causal attention), so restoring them is a
@@ -288,7 +291,7 @@ def _restorations(lm: LensModel, base: BaseRun, clean: Capture, first: int, targ
     values = torch.full((len(cfg.kinds), n_layers, n_pos), corrupted)
     index = torch.tensor(cells).T
     values[index[0], index[1], index[2]] = probs.values.mean(-1).cpu()
-    return values
+    return values, probs.stats
 
 
 def _window(layer: int, window: int, n_layers: int) -> range:

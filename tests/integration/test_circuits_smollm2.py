@@ -9,7 +9,15 @@ import torch
 from transformer_lens import patching as tl_patching
 
 from lmsci_mi import LensModel
-from lmsci_mi.circuits import LogitDiff, attribution_patch, causal_trace, patch_activations
+from lmsci_mi.circuits import (
+    AttributionConfig,
+    LogitDiff,
+    PatchingConfig,
+    TraceConfig,
+    attribution_patch,
+    causal_trace,
+    patch_activations,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +55,7 @@ def test_resid_pre_equals_transformer_lens(clean_smollm2: LensModel) -> None:
         ["layer", "pos"],
         [layers, list(range(n_pos))],
     )
-    ours = patch_activations(lm, CLEAN, CORRUPTED, metric, site="resid_pre", layers=layers)
+    ours = patch_activations(lm, CLEAN, CORRUPTED, metric, PatchingConfig(site="resid_pre", layers=tuple(layers)))
     torch.testing.assert_close(ours.values, expected, atol=1e-4, rtol=0)
     # The IOI answer is a real effect: the clean logit difference favours Mary, the corrupted one John.
     assert ours.clean_value > 2 and ours.corrupted_value < -2
@@ -65,23 +73,24 @@ def test_head_out_all_pos_equals_transformer_lens(clean_smollm2: LensModel) -> N
         ["layer", "head"],
         [layers, list(range(lm.cfg.n_heads))],
     )
-    ours = patch_activations(lm, CLEAN, CORRUPTED, metric, site="z", positions="all", layers=layers)
+    ours = patch_activations(lm, CLEAN, CORRUPTED, metric,
+                             PatchingConfig(site="z", positions="all", layers=tuple(layers)))
     torch.testing.assert_close(ours.values, expected, atol=1e-4, rtol=0)
 
 
 def test_attribution_ranks_heads_like_exact_patching(clean_smollm2: LensModel) -> None:
     lm = clean_smollm2
     metric = LogitDiff(lm.token_id(" Mary"), lm.token_id(" John"))
-    res = attribution_patch(
-        lm, CLEAN, CORRUPTED, metric, site="z", layers=range(15, 30), compare_exact=True
-    )
+    res = attribution_patch(lm, CLEAN, CORRUPTED, metric,
+                            AttributionConfig(layers=tuple(range(15, 30)), compare_exact=True))
+    assert res.rank_correlation is not None
     # Better than chance ordering of the late heads (where the IOI movers sit).
     assert res.rank_correlation > 0.3
 
 
 def test_eiffel_trace_is_sensible(clean_smollm2: LensModel) -> None:
     lm = clean_smollm2
-    trace = causal_trace(lm, EIFFEL, "Eiffel Tower", target=" Paris", n_samples=4, kinds=("resid",))
+    trace = causal_trace(lm, EIFFEL, "Eiffel Tower", TraceConfig(target=" Paris", n_samples=4, kinds=("resid",)))
     assert trace.clean_prob > 0.5
     assert trace.corrupted_prob < trace.clean_prob / 2  # the noise destroys the fact
     resid = trace.kind_values("resid")
@@ -92,7 +101,12 @@ def test_eiffel_trace_is_sensible(clean_smollm2: LensModel) -> None:
     subject = list(trace.subject_positions)
     assert float(resid[:5, subject].max()) > trace.corrupted_prob + 0.3 * gap
     assert float(resid[-5:, -1].max()) > trace.corrupted_prob + 0.8 * gap
-    assert float(resid[:, 1].max()) == pytest.approx(trace.corrupted_prob, abs=1e-6)
+    # Before the subject the engine runs no row at all; the naive loop (full forward passes)
+    # shows that is right.
+    from lmsci_mi.circuits.tracing import naive_causal_trace
+
+    naive = naive_causal_trace(lm, trace, layers=[0, 29])
+    torch.testing.assert_close(naive[0, :, 1], resid[[0, 29], 1], atol=1e-5, rtol=0)
 
 
 def test_bad_input_leaves_no_hook(clean_smollm2: LensModel) -> None:
@@ -100,10 +114,10 @@ def test_bad_input_leaves_no_hook(clean_smollm2: LensModel) -> None:
     with pytest.raises(ValueError, match="not in the prompt"):
         causal_trace(lm, EIFFEL, "Big Ben")
     with pytest.raises(ValueError, match="one token is needed"):
-        causal_trace(lm, EIFFEL, "Eiffel Tower", target=" Paris, France")
+        causal_trace(lm, EIFFEL, "Eiffel Tower", TraceConfig(target=" Paris, France"))
     metric = LogitDiff(lm.token_id(" Mary"), lm.token_id(" John"))
-    with pytest.raises(ValueError, match="unknown site"):
-        patch_activations(lm, CLEAN, CORRUPTED, metric, site="heads")
+    with pytest.raises(ValueError, match="site must be one of"):
+        patch_activations(lm, CLEAN, CORRUPTED, metric, PatchingConfig(site="heads"))
     with pytest.raises(ValueError, match="align="):
         patch_activations(
             lm, CLEAN, "When Mary and John went to the big store, Mary gave a drink to", metric
