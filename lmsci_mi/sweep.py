@@ -35,6 +35,8 @@ from lmsci_mi.sites import hook_name, layer_of, layout_of
 __all__ = [
     "BaseRun",
     "Intervention",
+    "Pass",
+    "PlannedRow",
     "Row",
     "SweepConfig",
     "SweepOutput",
@@ -186,7 +188,7 @@ def _answer_positions(positions: int | Tensor, shape: torch.Size) -> Tensor:
 
 
 @dataclass(frozen=True)
-class _Planned:
+class PlannedRow:
     """A row with where it starts: its first intervened layer and first changed position."""
 
     index: int
@@ -196,10 +198,10 @@ class _Planned:
 
 
 @dataclass
-class _Pass:
+class Pass:
     """Rows that run together: they share a prefix length and join at their own layers."""
 
-    rows: list[_Planned] = dataclasses.field(default_factory=list)
+    rows: list[PlannedRow] = dataclasses.field(default_factory=list)
     prefix: int = 0
 
     def cost(self, n_layers: int, n_pos: int, batch: int, overhead: float) -> float:
@@ -233,7 +235,7 @@ def _first_change(base: BaseRun, item: Intervention) -> int:
     return int(hits[0]) if hits.numel() else base.n_pos
 
 
-def _plan_rows(base: BaseRun, rows: Sequence[Row], n_layers: int, reuse_prefix: bool) -> list[_Planned]:
+def _plan_rows(base: BaseRun, rows: Sequence[Row], n_layers: int, reuse_prefix: bool) -> list[PlannedRow]:
     planned = []
     last_answer = int(base.answer_positions.max())
     for index, row in enumerate(rows):
@@ -244,26 +246,26 @@ def _plan_rows(base: BaseRun, rows: Sequence[Row], n_layers: int, reuse_prefix: 
             continue  # nothing the readout sees changes: the row reads the base run
         prefix = min(prefix, int(base.answer_positions.min())) if reuse_prefix else 0
         layer = min(_start_layer(item.hook, n_layers) for item in row.interventions)
-        planned.append(_Planned(index, row, layer, prefix))
+        planned.append(PlannedRow(index, row, layer, prefix))
     return planned
 
 
-def plan_passes(planned: Sequence[_Planned], n_layers: int, n_pos: int, batch: int,
-                config: SweepConfig) -> list[_Pass]:
+def plan_passes(planned: Sequence[PlannedRow], n_layers: int, n_pos: int, batch: int,
+                config: SweepConfig) -> list[Pass]:
     """Group rows into passes: one per prefix length, split by the token budget, then merge
     passes of neighbouring prefixes where the block calls saved outweigh the extra positions."""
-    by_prefix: dict[int, list[_Planned]] = {}
+    by_prefix: dict[int, list[PlannedRow]] = {}
     for item in sorted(planned, key=lambda r: (r.prefix, r.layer)):
         by_prefix.setdefault(item.prefix, []).append(item)
-    passes: list[_Pass] = []
+    passes: list[Pass] = []
     for prefix in sorted(by_prefix, reverse=True):
         per_row = batch * (n_pos - prefix)
         limit = max(1, config.token_budget // per_row)
         group = by_prefix[prefix]
         for start in range(0, len(group), limit):
-            candidate = _Pass(group[start:start + limit], prefix)
+            candidate = Pass(group[start:start + limit], prefix)
             if passes and _merge_pays(passes[-1], candidate, n_layers, n_pos, batch, config):
-                passes[-1] = _Pass(passes[-1].rows + candidate.rows, prefix)
+                passes[-1] = Pass(passes[-1].rows + candidate.rows, prefix)
             else:
                 passes.append(candidate)
     for each in passes:
@@ -271,9 +273,9 @@ def plan_passes(planned: Sequence[_Planned], n_layers: int, n_pos: int, batch: i
     return passes
 
 
-def _merge_pays(left: _Pass, right: _Pass, n_layers: int, n_pos: int, batch: int,
+def _merge_pays(left: Pass, right: Pass, n_layers: int, n_pos: int, batch: int,
                 config: SweepConfig) -> bool:
-    merged = _Pass(left.rows + right.rows, min(left.prefix, right.prefix))
+    merged = Pass(left.rows + right.rows, min(left.prefix, right.prefix))
     if len(merged.rows) * batch * (n_pos - merged.prefix) > config.token_budget:
         return False
     cost = lambda p: p.cost(n_layers, n_pos, batch, config.pass_overhead_tokens)  # noqa: E731
@@ -295,7 +297,7 @@ def _suffix(tensor: Tensor, axis: int, prefix: int) -> Tensor:
     return tensor if tensor.shape[axis] == 1 else tensor.narrow(axis, prefix, tensor.shape[axis] - prefix)
 
 
-def _pass_hooks(base: BaseRun, run: _Pass) -> list[tuple[str, Callable[[Tensor, HookPoint], Tensor]]]:
+def _pass_hooks(base: BaseRun, run: Pass) -> list[tuple[str, Callable[[Tensor, HookPoint], Tensor]]]:
     """One replacing hook per intervened hook name, covering every row of the pass.
 
     Rows join the batch in order of their start layer, so when a hook at layer ``l`` fires the
@@ -331,7 +333,7 @@ def _replacing(name: str, mask: Tensor, source: Tensor) -> tuple[str, Callable[[
     return name, replace
 
 
-def _run_pass(lm: LensModel, base: BaseRun, run: _Pass, readout: Readout) -> tuple[Tensor, int]:
+def _run_pass(lm: LensModel, base: BaseRun, run: Pass, readout: Readout) -> tuple[Tensor, int]:
     """Run one pass; returns the readout ``[row, batch, ...]`` and the token-layers computed."""
     model, n_layers, prefix = lm.model, lm.cfg.n_layers, run.prefix
     starts = [r.layer for r in run.rows]
