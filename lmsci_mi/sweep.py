@@ -106,9 +106,11 @@ class SweepStats:
 
 @dataclass(frozen=True)
 class SweepOutput:
-    """The readout of every row, ``[row, batch, ...]``, and how it was computed."""
+    """The readout of every row ``[row, batch, ...]`` (empty without a readout), the captured
+    activations ``{hook: [row, batch, ...]}``, and how they were computed."""
 
     values: Tensor
+    captured: dict[str, Tensor]
     stats: SweepStats
 
 
@@ -235,16 +237,21 @@ def _first_change(base: BaseRun, item: Intervention) -> int:
     return int(hits[0]) if hits.numel() else base.n_pos
 
 
-def _plan_rows(base: BaseRun, rows: Sequence[Row], n_layers: int, reuse_prefix: bool) -> list[PlannedRow]:
+def _plan_rows(base: BaseRun, rows: Sequence[Row], n_layers: int, reuse_prefix: bool, *,
+               reads_logits: bool, every_position: bool) -> list[PlannedRow]:
+    """Each row's start layer and first changed position. When only the answer positions are
+    read, a row that changes nothing up to them is dropped; with captures, every position counts."""
     planned = []
-    last_answer = int(base.answer_positions.max())
+    last_needed = base.n_pos - 1 if every_position else int(base.answer_positions.max())
+    # The readout needs the answer positions computed, so no prefix may cover them.
+    first_needed = int(base.answer_positions.min()) if reads_logits else base.n_pos
     for index, row in enumerate(rows):
         if not row.interventions:
             raise ValueError(f"row {index} has no intervention")
         prefix = min(_first_change(base, item) for item in row.interventions)
-        if prefix > last_answer:
+        if prefix > last_needed:
             continue  # nothing the readout sees changes: the row reads the base run
-        prefix = min(prefix, int(base.answer_positions.min())) if reuse_prefix else 0
+        prefix = min(prefix, first_needed) if reuse_prefix else 0
         layer = min(_start_layer(item.hook, n_layers) for item in row.interventions)
         planned.append(PlannedRow(index, row, layer, prefix))
     return planned
@@ -333,31 +340,48 @@ def _replacing(name: str, mask: Tensor, source: Tensor) -> tuple[str, Callable[[
     return name, replace
 
 
-def _run_pass(lm: LensModel, base: BaseRun, run: Pass, readout: Readout) -> tuple[Tensor, int]:
-    """Run one pass; returns the readout ``[row, batch, ...]`` and the token-layers computed."""
+def _run_pass(lm: LensModel, base: BaseRun, run: Pass, readout: Readout | None,
+              capture: Sequence[str]) -> tuple[Tensor | None, dict[str, Tensor], int]:
+    """Run one pass: the readout ``[row, batch, ...]`` (None without a readout), the captured
+    activations ``[row, batch, ...]`` over the whole prompt, and the token-layers computed."""
     model, n_layers, prefix = lm.model, lm.cfg.n_layers, run.prefix
     starts = [r.layer for r in run.rows]
+    stop = n_layers if readout is not None else 1 + max(_start_layer(h, n_layers) for h in capture)
     resid: Tensor | None = None
     token_layers = 0
-    with lm.hooks.hooks(fwd=_pass_hooks(base, run), label="sweep pass"):
-        for layer in range(starts[0], n_layers + 1):
+    with lm.hooks.hooks(fwd=_pass_hooks(base, run), label="sweep pass"), \
+            lm.hooks.capture(capture) as cap:
+        for layer in range(starts[0], min(stop, n_layers) + 1):
             joining = sum(1 for s in starts if s == layer)
             if joining:
                 fresh = base.resid[layer][:, prefix:].repeat(joining, 1, 1)
                 resid = fresh if resid is None else torch.cat([resid, fresh])
-            assert resid is not None
-            if layer == n_layers:
+            if layer == min(stop, n_layers):
                 break
-            n_rows = resid.shape[0] // base.batch
-            entry = _entry(base, layer, prefix, n_rows) if prefix else None
+            assert resid is not None
+            entry = _entry(base, layer, prefix, resid.shape[0] // base.batch) if prefix else None
             resid = model.blocks[layer](resid, past_kv_cache_entry=entry)
             token_layers += resid.shape[0] * resid.shape[1]
-        assert resid is not None
-        answers = (base.answer_positions - prefix).repeat(len(run.rows))
-        picked = resid[torch.arange(resid.shape[0], device=resid.device), answers]
-        logits = lm.unembed(picked[:, None])[:, 0]
-    values = readout(logits.reshape(len(run.rows), base.batch, -1))
-    return values, token_layers
+        values = None
+        if readout is not None:
+            assert resid is not None
+            answers = (base.answer_positions - prefix).repeat(len(run.rows))
+            picked = resid[torch.arange(resid.shape[0], device=resid.device), answers]
+            values = readout(lm.unembed(picked[:, None])[:, 0].reshape(len(run.rows), base.batch, -1))
+    # A hook below every row's start layer fires in no pass: it keeps the base activation.
+    captured = {name: _whole(base, name, cap[name], len(run.rows), prefix) for name in capture if name in cap}
+    return values, captured, token_layers
+
+
+def _whole(base: BaseRun, name: str, computed: Tensor, n_rows: int, prefix: int) -> Tensor:
+    """Per-row activations over the whole prompt: the base run's, with each present row's
+    computed suffix written in (rows that join above the hook keep the base activation)."""
+    axis = layout_of(name).position_axis
+    whole = base.acts[name].unsqueeze(0).repeat(n_rows, *[1] * base.acts[name].ndim)
+    present = computed.shape[0] // base.batch
+    suffix = computed.reshape(present, base.batch, *computed.shape[1:])
+    whole[:present].narrow(axis + 1, prefix, base.n_pos - prefix).copy_(suffix)
+    return whole
 
 
 @torch.no_grad()
@@ -365,8 +389,10 @@ def run_rows(
     lm: LensModel,
     base: BaseRun,
     rows: Sequence[Row],
-    readout: Readout,
+    readout: Readout | None,
     config: SweepConfig | None = None,
+    *,
+    capture: Sequence[str] = (),
 ) -> SweepOutput:
     """Run every row against ``base`` and read each row's logits at the answer positions.
 
@@ -378,30 +404,43 @@ def run_rows(
         base: the cached base run (:meth:`BaseRun.record`, capturing every hook the rows touch).
         rows: the configurations; each intervention's hook must lie inside the blocks (or be the
             final norm's).
-        readout: ``[row, batch, vocab] -> [row, batch, ...]``.
+        readout: ``[row, batch, vocab] -> [row, batch, ...]``; None when only ``capture`` is
+            wanted (each pass then stops after the highest captured layer).
         config: batching settings.
+        capture: hooks whose activation each row produces is returned (captured in the base
+            run too); e.g. the receivers' queries of path patching, or probe features.
 
     Returns:
-        A :class:`SweepOutput` with values ``[row, batch, ...]``.
+        A :class:`SweepOutput` with values ``[row, batch, ...]`` and the captures ``{hook: [row,
+        batch, ...]}`` over the whole prompt.
     """
     config = config or SweepConfig()
-    missing = sorted({i.hook for r in rows for i in r.interventions} - set(base.acts))
+    if readout is None and not capture:
+        raise ValueError("give a readout, hooks to capture, or both")
+    missing = sorted(({i.hook for r in rows for i in r.interventions} | set(capture)) - set(base.acts))
     if missing:
         raise ValueError(f"the base run did not capture {missing}: pass them to BaseRun.record(capture=...)")
     n_layers = lm.cfg.n_layers
-    planned = _plan_rows(base, rows, n_layers, config.reuse_prefix)
+    planned = _plan_rows(base, rows, n_layers, config.reuse_prefix, reads_logits=readout is not None,
+                         every_position=bool(capture))
     passes = plan_passes(planned, n_layers, base.n_pos, base.batch, config)
-    base_value = readout(base.logits[None])[0]
+    base_value = readout(base.logits[None])[0] if readout is not None else torch.empty(0)
     values = base_value.unsqueeze(0).repeat(len(rows), *[1] * base_value.ndim)
+    captured = {name: base.acts[name].unsqueeze(0).repeat(len(rows), *[1] * base.acts[name].ndim)
+                for name in capture}
     block_calls = token_layers = 0
     for run in passes:
-        out, computed = _run_pass(lm, base, run, readout)
-        values[[r.index for r in run.rows]] = out.to(values.dtype)
+        out, caps, computed = _run_pass(lm, base, run, readout, capture)
+        index = [r.index for r in run.rows]
+        if out is not None:
+            values[index] = out.to(values.dtype)
+        for name, value in caps.items():
+            captured[name][index] = value
         token_layers += computed
         block_calls += n_layers - run.rows[0].layer
     needed = sum((n_layers - r.layer) * base.batch * (base.n_pos - r.prefix) for r in planned)
     stats = SweepStats(passes=len(passes), block_calls=block_calls, token_layers=token_layers,
                        token_layers_needed=needed, rows_skipped=len(rows) - len(planned))
     logger.debug("sweep: %s", stats)
-    return SweepOutput(values=values, stats=stats)
+    return SweepOutput(values=values, captured=captured, stats=stats)
 

@@ -100,3 +100,18 @@ def test_bad_rows_are_refused_before_any_hook(tiny: LensModel) -> None:
     with pytest.raises(ValueError, match="token_budget"):
         SweepConfig(token_budget=0)
     assert tiny.hooks.attached_count() == 0
+
+
+def test_captures_equal_the_registry_capture(tiny: LensModel) -> None:
+    tokens = tiny.to_tokens(PROMPT)
+    n_pos = tokens.shape[1]
+    resid1, q1 = hook_name("resid_pre", 1), hook_name("q", 1)
+    base = BaseRun.record(tiny, tokens, capture=[resid1, q1])
+    source = torch.randn_like(base.acts[resid1])
+    mask = torch.zeros(1, n_pos, 1, dtype=torch.bool)
+    mask[:, 5] = True
+    out = run_rows(tiny, base, [Row((Intervention(resid1, source, mask),))], None, capture=[q1])
+    with torch.no_grad(), tiny.hooks.patch(resid1, source, positions=[5]), tiny.hooks.capture(q1) as cap:
+        tiny(tokens)
+    torch.testing.assert_close(out.captured[q1][0], cap[q1], atol=1e-5, rtol=0)
+    assert out.values.numel() == 0
