@@ -8,7 +8,15 @@ import torch
 
 from lmsci_mi import LensModel
 from lmsci_mi.sites import hook_name
-from lmsci_mi.sweep import BaseRun, Intervention, Row, SweepConfig, PlannedRow, plan_passes, run_rows
+from lmsci_mi.sweep import (
+    BaseRun,
+    Intervention,
+    PlannedRow,
+    Row,
+    SweepConfig,
+    plan_passes,
+    run_rows,
+)
 
 PROMPT = "When Mary and John went, John gave it to"
 
