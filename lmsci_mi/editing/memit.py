@@ -169,7 +169,7 @@ def memit_edit(
             update = torch.linalg.solve(lhs, keys.T @ remaining)  # [d_mlp, d_model]
             weight = lm.model.blocks[layer].mlp.W_out
             name = f"blocks.{layer}.mlp.W_out"
-            handles.append(EditHandle(lm, {name: update.to(weight.dtype)}, method="memit")._apply())
+            handles.append(EditHandle(lm, {name: update.to(weight.dtype)}, method="memit").apply())
             logger.info("MEMIT layer %d: ‖ΔW‖ %.3f", layer, update.norm().item())
     except BaseException:
         for handle in reversed(handles):
@@ -177,14 +177,9 @@ def memit_edit(
         raise
 
     # One handle for the whole edit: the originals are the weights before the first layer's update.
-    combined = EditHandle(
-        lm,
-        {name: delta for h in handles for name, delta in h.deltas.items()},
-        method="memit",
-        requests=requests,
-        seconds=time.perf_counter() - begin,
+    combined = EditHandle.combine(
+        handles, method="memit", requests=requests, seconds=time.perf_counter() - begin
     )
-    combined._originals = {name: t for h in handles for name, t in h._originals.items()}
     return combined
 
 
