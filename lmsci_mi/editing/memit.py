@@ -29,7 +29,7 @@ from lmsci_mi.editing.rome import (
     context_templates,
     validate_layer,
 )
-from lmsci_mi.editing.stats import DEFAULT_STATS_TOKENS, KeyStatistics, key_statistics
+from lmsci_mi.editing.stats import DEFAULT_STATS_TOKENS, KeyStatistics, StatsConfig, key_statistics
 from lmsci_mi.model import LensModel
 
 __all__ = ["MEMITHyperParams", "default_memit_layers", "memit_edit"]
@@ -115,7 +115,7 @@ def memit_edit(
     >>> import tempfile
     >>> from lmsci_mi import load_model
     >>> lm = load_model("toy-2l")
-    >>> stats = key_statistics(lm, [0, 1], n_tokens=512, cache_dir=tempfile.mkdtemp())
+    >>> stats = key_statistics(lm, [0, 1], StatsConfig(n_tokens=512), cache_dir=tempfile.mkdtemp())
     >>> reqs = [EditRequest("{} is in", s, t) for s, t in [("Paris", " Rome"), ("Berlin", " Oslo")]]
     >>> with memit_edit(lm, reqs, layers=[0, 1], stats=stats, hparams=MEMITHyperParams(steps=2)) as h:
     ...     h.layers
@@ -134,7 +134,7 @@ def memit_edit(
 
     begin = time.perf_counter()
     if stats is None:
-        stats = key_statistics(lm, layers, n_tokens=stats_tokens)
+        stats = key_statistics(lm, layers, StatsConfig(n_tokens=stats_tokens))
     rome_hp = hp.as_rome()
     templates = context_templates(lm, hp.n_contexts, hp.context_lengths, seed=hp.seed)
     top = layers[-1]

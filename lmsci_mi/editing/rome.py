@@ -20,7 +20,7 @@ from torch import Tensor
 
 from lmsci_mi.editing.handle import EditHandle
 from lmsci_mi.editing.requests import EditRequest
-from lmsci_mi.editing.stats import DEFAULT_STATS_TOKENS, KeyStatistics, key_statistics
+from lmsci_mi.editing.stats import DEFAULT_STATS_TOKENS, KeyStatistics, StatsConfig, key_statistics
 from lmsci_mi.model import LensModel
 
 __all__ = [
@@ -444,7 +444,7 @@ def rome_edit(
     >>> import tempfile
     >>> from lmsci_mi import load_model
     >>> lm = load_model("toy-2l")
-    >>> stats = key_statistics(lm, 1, n_tokens=512, cache_dir=tempfile.mkdtemp())
+    >>> stats = key_statistics(lm, 1, StatsConfig(n_tokens=512), cache_dir=tempfile.mkdtemp())
     >>> req = EditRequest("{} is located in the city of", "The Eiffel Tower", " Rome", " Paris")
     >>> with rome_edit(lm, req, layer=1, stats=stats, hparams=ROMEHyperParams(n_contexts=2, steps=3)) as h:
     ...     h.layers
@@ -461,7 +461,7 @@ def rome_edit(
         layer = _traced_layer(lm, request)
         validate_layer(lm, layer)
     if stats is None or layer not in stats.layers:
-        stats = key_statistics(lm, layer, n_tokens=stats_tokens)
+        stats = key_statistics(lm, layer, StatsConfig(n_tokens=stats_tokens))
 
     templates = context_templates(lm, hp.n_contexts, hp.context_lengths, seed=hp.seed)
     target = _target_ids(lm, request.target_new)
@@ -487,7 +487,7 @@ def rome_edit(
         requests=[request],
         seconds=seconds,
     )
-    return handle._apply()
+    return handle.apply()
 
 
 def _traced_layer(lm: LensModel, request: EditRequest) -> int:

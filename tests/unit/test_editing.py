@@ -10,7 +10,6 @@ import torch
 
 from lmsci_mi import LensModel, load_model
 from lmsci_mi.data.facts import candidate_facts, load_fact_records
-from lmsci_mi.data.text_corpus import text_chunks
 from lmsci_mi.editing import (
     EditRequest,
     MEMITHyperParams,
@@ -25,6 +24,7 @@ from lmsci_mi.editing import (
     target_nll,
 )
 from lmsci_mi.editing.memit import _top_resid
+from lmsci_mi.editing.stats import StatsConfig
 from lmsci_mi.editing.rome import _subject_row, _target_ids
 
 FAST_ROME = ROMEHyperParams(n_contexts=2, steps=4)
@@ -48,9 +48,8 @@ def tiny() -> LensModel:
 
 @pytest.fixture(scope="module")
 def stats(tiny: LensModel, tmp_path_factory: pytest.TempPathFactory):
-    return key_statistics(
-        tiny, [0, 1], n_tokens=1024, seq_len=64, cache_dir=tmp_path_factory.mktemp("stats")
-    )
+    config = StatsConfig(n_tokens=1024, seq_len=64)
+    return key_statistics(tiny, [0, 1], config, cache_dir=tmp_path_factory.mktemp("stats"))
 
 
 def snapshot(lm: LensModel) -> dict[str, torch.Tensor]:
@@ -62,48 +61,6 @@ def assert_identical(lm: LensModel, before: dict[str, torch.Tensor]) -> None:
     for name, value in before.items():
         assert torch.equal(after[name], value), f"{name} changed"
     assert lm.hooks.attached_count() == 0
-
-
-# ---------------------------------------------------------------------- statistics
-
-
-def test_text_chunks_start_with_the_sink(tiny: LensModel) -> None:
-    chunks = text_chunks(tiny, 300, seq_len=32)
-    assert chunks.shape == (10, 32)
-    assert (chunks[:, 0] == tiny.sink_token_id).all()
-    assert (chunks[:, 1:] != tiny.sink_token_id).any()
-
-
-def test_stats_shape_symmetry_and_cache(tiny: LensModel, tmp_path: Path) -> None:
-    stats = key_statistics(tiny, [1, 0], n_tokens=500, seq_len=64, cache_dir=tmp_path)
-    d_mlp = tiny.cfg.d_mlp
-    assert stats.values.shape == (2, d_mlp, d_mlp)
-    assert stats.layers == (1, 0)
-    assert stats.values.dtype == torch.float64
-    c = stats.for_layer(0)
-    assert torch.allclose(c, c.T)
-    assert torch.linalg.eigvalsh(c).min() > -1e-8  # a second moment is positive semi-definite
-    assert stats.n_tokens >= 500 and stats.meta.data_source == stats.source
-    files = sorted(p.name for p in (tmp_path / tiny.name).glob("*.json"))
-    assert len(files) == 2
-    # A smaller request is served from the cache (no compute time) with the same values.
-    again = key_statistics(tiny, 0, n_tokens=100, seq_len=64, cache_dir=tmp_path)
-    assert again.seconds == 0.0
-    assert torch.equal(again.for_layer(0), c)
-
-
-def test_stats_match_a_direct_computation(tiny: LensModel, tmp_path: Path) -> None:
-    stats = key_statistics(tiny, 1, n_tokens=126, seq_len=64, cache_dir=tmp_path)
-    chunks = text_chunks(tiny, 126, seq_len=64)
-    with tiny.hooks.capture("blocks.1.mlp.hook_post") as cap:
-        tiny.model(chunks)
-    keys = cap["blocks.1.mlp.hook_post"][:, 1:].reshape(-1, tiny.cfg.d_mlp).double()
-    assert torch.allclose(stats.for_layer(1), keys.T @ keys / len(keys), rtol=1e-4, atol=1e-6)
-
-
-def test_stats_reject_bad_layers(tiny: LensModel, tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="out of range"):
-        key_statistics(tiny, 2, n_tokens=100, cache_dir=tmp_path)
 
 
 # ---------------------------------------------------------------------- ROME and handles
@@ -247,7 +204,7 @@ def test_subject_not_in_prompt_changes_no_weight(tiny: LensModel, stats) -> None
 
 
 def test_stats_for_the_wrong_layer_change_no_weight(tiny: LensModel, tmp_path: Path) -> None:
-    stats = key_statistics(tiny, 1, n_tokens=200, seq_len=64, cache_dir=tmp_path)
+    stats = key_statistics(tiny, 1, StatsConfig(n_tokens=200, seq_len=64), cache_dir=tmp_path)
     before = snapshot(tiny)
     with pytest.raises(ValueError, match="cover layers"):
         rome_edit(tiny, EIFFEL, layer=0, stats=stats)
