@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import weakref
 from pathlib import Path
 
 import pytest
@@ -362,3 +363,31 @@ def test_candidate_neighbours_share_the_answer() -> None:
         assert record["subject"] not in " ".join(record["neighborhood_prompts"])
         assert record["target_new"] != record["target_true"]
     json.dumps(candidate_facts())  # plain data
+
+
+def test_context_templates_are_cached_per_model() -> None:
+    """The cache used to be a global keyed by id(model), which a new model at a recycled address
+    inherits. It is a weak mapping keyed by the model object now."""
+    from lmsci_mi.editing import fit
+
+    lm = load_model("toy-2l", device="cpu")
+    first = context_templates(lm, 2, seed=0)
+    assert context_templates(lm, 2, seed=0) is first  # cached
+    assert isinstance(fit._TEMPLATES, weakref.WeakKeyDictionary) and lm.model in fit._TEMPLATES
+    other = load_model("toy-gpt2-2l", device="cpu")
+    assert other.model not in fit._TEMPLATES
+    context_templates(other, 2, seed=0)
+    assert fit._TEMPLATES[other.model] is not fit._TEMPLATES[lm.model]
+
+
+def test_editing_methods_register_once_with_their_configs() -> None:
+    from lmsci_mi.editing import EDITING_METHODS
+    from lmsci_mi.editing.methods import method_for
+
+    assert EDITING_METHODS.names() == ("memit", "rome")
+    assert EDITING_METHODS.get("rome").config_type is ROMEHyperParams
+    assert method_for(MEMITHyperParams())[0].name == "memit"
+    with pytest.raises(ValueError, match="already registered"):
+        EDITING_METHODS.register("rome", ROMEHyperParams)(lambda *a, **k: None)
+    with pytest.raises(ValueError, match="steps must be at least 1"):
+        ROMEHyperParams(steps=0)
