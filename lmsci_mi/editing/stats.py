@@ -325,14 +325,18 @@ def _token_rows(
 ) -> Int[Tensor, "row seq_len"]:
     """The source's documents tokenised, joined by the end-of-text token and cut into rows of
     ``seq_len - 1`` tokens, each behind the attention sink (as every lmsci-mi prompt is)."""
-    tokenizer = lm._require_tokenizer()
+    if lm.tokenizer is None:
+        raise ValueError(f"{lm.name} has no tokenizer: key statistics need text")
     per_row = seq_len - 1
     n_rows = -(-n_tokens // per_row)
     needed = n_rows * per_row
-    separator = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else lm.sink_token_id
+    eos = lm.tokenizer.eos_token_id
+    separator = eos if eos is not None else lm.sink_token_id
     stream: list[int] = []
     for doc in source.documents():
-        stream.extend(tokenizer(doc, add_special_tokens=False)["input_ids"])
+        if not doc.strip():
+            continue
+        stream.extend(lm.continuation_ids(doc))
         if separator is not None:
             stream.append(separator)
         if len(stream) >= needed:
@@ -343,7 +347,7 @@ def _token_rows(
             f"{needed} asked for; give more text or ask for fewer tokens"
         )
     body = torch.tensor(stream[:needed], dtype=torch.long).view(n_rows, per_row)
-    sink = lm.sink_token_id if lm.sink_token_id is not None else tokenizer.bos_token_id
+    sink = lm.sink_token_id if lm.sink_token_id is not None else lm.tokenizer.bos_token_id
     return torch.cat([torch.full((n_rows, 1), sink, dtype=torch.long), body], dim=1)
 
 
