@@ -23,7 +23,12 @@ import torch
 
 from lmsci_mi import load_model
 from lmsci_mi.editing import (
+    GENERATION_TOKENS,
     EditEvaluation,
+    EvaluationConfig,
+    MEMITHyperParams,
+    ROMEHyperParams,
+    StatsConfig,
     context_templates,
     default_memit_layers,
     default_rome_layer,
@@ -69,7 +74,7 @@ def benchmark(args: argparse.Namespace) -> None:
         small = args.stats_tokens
         _, wall, cpu = timed(
             lambda: key_statistics(
-                lm, layers, n_tokens=small, use_cache=False, cache_dir=Path(args.scratch)
+                lm, layers, StatsConfig(n_tokens=small), use_cache=False, cache_dir=Path(args.scratch)
             )
         )
         print(
@@ -85,14 +90,14 @@ def benchmark(args: argparse.Namespace) -> None:
     _, wall, cpu = timed(lambda: context_templates(lm, 10))
     print(f"| context prefixes (once per model, cached) | | {wall:.1f} | {cpu:.1f} |")
     for fact in facts[: args.n_rome]:
-        handle, wall, cpu = timed(lambda f=fact: rome_edit(lm, f, layer=layer, stats=stats))
+        handle, wall, cpu = timed(lambda f=fact: rome_edit(lm, f, ROMEHyperParams(layer=layer), stats=stats))
         handle.restore()
         print(f"| ROME edit, {fact.subject} →{fact.target_new} | | {wall:.1f} | {cpu:.1f} |")
     if not args.n_memit:
         return
     batch = facts[: args.n_memit]
     context_templates(lm, 5, (10,))
-    handle, wall, cpu = timed(lambda: memit_edit(lm, batch, layers=layers, stats=stats))
+    handle, wall, cpu = timed(lambda: memit_edit(lm, batch, MEMITHyperParams(layers=layers), stats=stats))
     handle.restore()
     print(f"| MEMIT batch of {len(batch)} facts | | {wall:.1f} | {cpu:.1f} |")
 
@@ -112,10 +117,9 @@ def evaluate(args: argparse.Namespace) -> None:
         ev = evaluate_edits(
             lm,
             rome_facts,
-            method="rome",
-            layer=layer,
+            ROMEHyperParams(layer=layer),
             stats=stats,
-            generation_tokens=args.generation_tokens,
+            evaluation=EvaluationConfig(generation_tokens=args.generation_tokens),
         )
         ev.save(out / f"rome_eval_{shard}of{n_shards}.json")
         parts = [EditEvaluation.load(p) for p in sorted(out.glob(f"rome_eval_*of{n_shards}.json"))]
@@ -132,16 +136,16 @@ def evaluate(args: argparse.Namespace) -> None:
         ev = evaluate_edits(
             lm,
             memit_facts,
-            method="memit",
-            layers=layers,
+            MEMITHyperParams(layers=layers),
             stats=stats,
-            generation_tokens=args.generation_tokens,
+            evaluation=EvaluationConfig(generation_tokens=args.generation_tokens),
         )
         ev.save(out / "memit_eval.json")
         results.append(ev)
         print(
             ev.table(),
-            f"\nMEMIT: {len(memit_facts)} facts, layers {layers}, batch {ev.seconds_per_edit:.1f} s",
+            f"\nMEMIT: {len(memit_facts)} facts, layers {layers}, batch {ev.seconds_per_edit:.1f} s, "
+            f"{ev.excluded_neighbours} neighbourhood prompts about edited subjects left out",
         )
     write_table(results, out)
 
@@ -165,7 +169,8 @@ def write_table(results: list[EditEvaluation], out: Path) -> None:
         ev.method: {
             "seconds_per_edit": ev.seconds_per_edit,
             "stats_tokens": ev.stats_tokens,
-            "layers": ev.layers,
+            "fact_layers": ev.fact_layers,
+            "excluded_neighbours": ev.excluded_neighbours,
         }
         for ev in results
     }
@@ -194,7 +199,7 @@ def main() -> None:
         "--shard", default="0/1", help="ROME facts shard i/k (run k processes, the last combines)"
     )
     parser.add_argument(
-        "--generation-tokens", type=int, default=50, help="tokens per generation for GE"
+        "--generation-tokens", type=int, default=GENERATION_TOKENS, help="tokens per generation for GE"
     )
     parser.add_argument(
         "--table-from",

@@ -10,21 +10,31 @@ copy-on-edit and ROME's "model at the end == model at the start" invariant.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import weakref
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 from typing_extensions import Self
 
 from lmsci_mi.model import LensModel
+from lmsci_mi.sites import layer_of
 
-__all__ = ["WeightEdit", "read_deltas"]
+__all__ = ["EDIT_FORMAT", "WeightEdit", "read_deltas"]
 
 log = logging.getLogger(__name__)
+
+EDIT_FORMAT = "lmsci-mi-edit/1"
+"""The ``format`` entry in the header of every saved edit file."""
+
+# The edits applied to each model and not yet restored, oldest first. Keyed weakly by the
+# HookedTransformer, so a model that is dropped takes its record with it.
+_APPLIED: weakref.WeakKeyDictionary[torch.nn.Module, list[WeightEdit]] = weakref.WeakKeyDictionary()
 
 
 class WeightEdit:
@@ -32,7 +42,8 @@ class WeightEdit:
 
     Create it, then :meth:`apply` it (the editing functions return it applied). ``restore()`` puts
     the original tensors back; restoring twice is harmless. Stacked edits must be restored in
-    reverse order, as with any undo.
+    reverse order, as with any undo: ``restore()`` refuses (and changes nothing) when a later
+    edit of the same weight is still applied, or the weight is no longer original + delta.
 
     >>> from lmsci_mi import load_model
     >>> lm = load_model("toy-2l")
@@ -58,7 +69,12 @@ class WeightEdit:
     @property
     def layers(self) -> tuple[int, ...]:
         """The edited layers (from ``blocks.L.…`` names), ascending."""
-        return tuple(sorted({int(n.split(".")[1]) for n in self.deltas if n.startswith("blocks.")}))
+        return tuple(sorted({layer for n in self.deltas if (layer := layer_of(n)) is not None}))
+
+    @staticmethod
+    def applied_to(lm: LensModel) -> tuple[WeightEdit, ...]:
+        """The edits applied to ``lm``'s model and not yet restored, oldest first."""
+        return tuple(_APPLIED.get(lm.model, ()))
 
     def _parameters(self) -> dict[str, torch.nn.Parameter]:
         params = dict(self.lm.model.named_parameters())
@@ -85,20 +101,87 @@ class WeightEdit:
                 self._originals[name] = param.detach().clone()
             for name, param in params.items():
                 param.add_(self.deltas[name].to(device=param.device, dtype=param.dtype))
+        _APPLIED.setdefault(self.lm.model, []).append(self)
         return self
 
-    # Kept for the editing modules, which call the private spelling.
-    _apply = apply
+    @classmethod
+    def combine(cls, edits: Sequence[WeightEdit], **fields: Any) -> Self:
+        """One applied edit standing for several applied edits of one model (MEMIT's layers).
+
+        The result's deltas are the parts' deltas summed per parameter, its originals the weights
+        before the first part touched them; its ``restore()`` undoes all parts at once. The parts
+        are taken over: they no longer count as applied, and restoring one of them does nothing.
+        ``fields`` go to ``cls``'s constructor (e.g. ``method=`` of an edit handle).
+
+        Raises:
+            ValueError: no edits, edits of different models, or an edit that is not applied.
+        """
+        if not edits:
+            raise ValueError("nothing to combine: give at least one applied edit")
+        lm = edits[0].lm
+        stack = _APPLIED.get(lm.model, [])
+        for edit in edits:
+            if edit.lm.model is not lm.model or not edit.applied or edit not in stack:
+                raise ValueError(f"{edit!r} is not applied to {lm.name}; only applied edits of one model combine")
+        parts = sorted(edits, key=stack.index)
+        deltas: dict[str, Tensor] = {}
+        originals: dict[str, Tensor] = {}
+        for part in parts:
+            for name, delta in part.deltas.items():
+                deltas[name] = deltas[name] + delta if name in deltas else delta
+                originals.setdefault(name, part._originals[name])
+        combined = cls(lm, deltas, **fields)
+        combined._originals = originals
+        stack.insert(stack.index(parts[0]), combined)
+        for part in parts:
+            stack.remove(part)
+            part.restored = True  # taken over by `combined`
+        return combined
 
     def restore(self) -> None:
-        """Put the original weights back, bit for bit."""
+        """Put the original weights back, bit for bit.
+
+        Raises:
+            RuntimeError: a later edit of the same weights is still applied, or a weight was
+                changed since this edit was applied. Nothing is changed; restore the later edits
+                first (newest first), then this one.
+        """
         if self.restored:
             return
         params = dict(self.lm.model.named_parameters())
+        self._check_restorable(params)
         with torch.no_grad():
             for name, original in self._originals.items():
                 params[name].copy_(original)
+        stack = _APPLIED.get(self.lm.model, [])
+        if self in stack:
+            stack.remove(self)
         self.restored = True
+
+    def _check_restorable(self, params: Mapping[str, Tensor]) -> None:
+        """Refuse an out-of-order restore, which would silently bring back an earlier state."""
+        stack = _APPLIED.get(self.lm.model, [])
+        later = stack[stack.index(self) + 1 :] if self in stack else []
+        blocking = [edit for edit in later if set(edit.deltas) & set(self._originals)]
+        if blocking:
+            order = ", ".join(repr(edit) for edit in reversed(blocking))
+            raise RuntimeError(
+                f"cannot restore {self!r} while later edits of the same weights are applied: "
+                f"restore in reverse order of application, first {order}, then this one"
+            )
+        with torch.no_grad():
+            for name, original in self._originals.items():
+                current = params[name].detach()
+                delta = self.deltas[name].to(device=current.device, dtype=current.dtype)
+                expected = original + delta
+                # Exact for a single edit (the same add); a few ulps for combined deltas.
+                tol = 8 * torch.finfo(current.dtype).eps * (original.abs() + delta.abs()) + 1e-30
+                if not bool(((current - expected).abs() <= tol).all()):
+                    raise RuntimeError(
+                        f"cannot restore {self!r}: {name} is no longer its original + this "
+                        "edit's delta (it was changed after this edit was applied). Restore the "
+                        "edits applied after this one first, newest first, then this one"
+                    )
 
     def __enter__(self) -> Self:
         return self
@@ -119,7 +202,7 @@ class WeightEdit:
         """Write the deltas as safetensors, with ``metadata`` (strings) in the header."""
         out = Path(path)
         out.parent.mkdir(parents=True, exist_ok=True)
-        header = {"format": "lmsci-mi-edit/1", "model": self.lm.name, **(metadata or {})}
+        header = {"format": EDIT_FORMAT, "model": self.lm.name, **(metadata or {})}
         save_file({k: v.detach().cpu().contiguous() for k, v in self.deltas.items()}, out, header)
         return out
 
@@ -128,11 +211,18 @@ def read_deltas(path: str | Path) -> tuple[dict[str, Tensor], dict[str, str]]:
     """The deltas and header metadata of a file written by :meth:`WeightEdit.save`.
 
     Raises:
-        ValueError: the file is not an lmsci-mi edit file.
+        ValueError: no such file, or a file that is not an lmsci-mi edit file; the message says
+            how to make one.
     """
-    with safe_open(str(path), framework="pt") as handle:
-        metadata = dict(handle.metadata() or {})
-        deltas = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118
-    if metadata.get("format") != "lmsci-mi-edit/1":
-        raise ValueError(f"{path} is not an lmsci-mi edit file (saved by WeightEdit.save)")
+    fix = "give a file written by `lmsci-mi edit --save FILE` or EditHandle.save(FILE)"
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            metadata = dict(handle.metadata() or {})
+            deltas = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118
+    except (FileNotFoundError, IsADirectoryError) as error:
+        raise ValueError(f"no edit file at {path} ({error.strerror}); {fix}") from None
+    except SafetensorError as error:
+        raise ValueError(f"{path} is not a saved edit (not safetensors: {error}); {fix}") from None
+    if metadata.get("format") != EDIT_FORMAT:
+        raise ValueError(f"{path} is not an lmsci-mi edit file (no '{EDIT_FORMAT}' header); {fix}")
     return deltas, metadata

@@ -4,6 +4,7 @@ tour step edits the Eiffel Tower into Rome and restores it."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -18,65 +19,95 @@ DEFAULT_TOKENS = 20
 
 def register(commands: Any) -> None:
     """Add this feature's subcommands to the parser."""
+    from lmsci_mi.editing import EDITING_METHODS
+
     p = commands.add_parser(
         "edit",
-        help="rewrite a fact with ROME/MEMIT and show completions before and after",
+        help="rewrite a fact with a registered editing method and show completions before and after",
         description=(
             "Edit a fact, e.g. --prompt '{} is located in the city of' --subject 'The Eiffel Tower' "
             "--target-new ' Rome'; or re-apply a saved edit with --apply delta.safetensors. Key "
-            "statistics are computed on first use (a few minutes) and cached."
+            "statistics are computed on first use (a few minutes) and cached. Method settings come "
+            "from each method's config; a setting several methods share shows the first one's "
+            "default in --help and takes the chosen method's default when not given."
         ),
     )
     add_model_args(p)
     p.add_argument("--prompt", help="prompt with '{}' for the subject (or containing the subject)")
     p.add_argument("--subject", help="the subject whose fact is rewritten")
     p.add_argument("--target-new", help="the new answer, e.g. ' Rome'")
-    p.add_argument("--method", choices=("rome", "memit"), default="rome")
-    p.add_argument(
-        "--layer", type=int, default=None, help="ROME layer (default: traced or the default layer)"
-    )
-    p.add_argument("--layers", type=int, nargs="+", default=None, help="MEMIT layers")
-    p.add_argument(
-        "--stats-tokens", type=int, default=None, help="text tokens for the key statistics"
-    )
+    p.add_argument("--method", choices=EDITING_METHODS.names(), default="rome")
     p.add_argument("--save", type=Path, default=None, help="save the weight delta as safetensors")
     p.add_argument(
         "--apply", type=Path, default=None, help="apply a saved delta instead of editing"
     )
     p.add_argument("--tokens", type=int, default=DEFAULT_TOKENS, help="tokens to generate")
+    _add_method_settings(p)
     p.set_defaults(run=run_edit)
 
 
+def _add_method_settings(parser: argparse.ArgumentParser) -> None:
+    """One flag per config field of every registered method (a shared field once). The flags
+    default to None, so that an unset flag takes the chosen method's own default."""
+    from lmsci_mi.editing import EDITING_METHODS
+
+    seen: list[str] = []
+    for method in EDITING_METHODS:
+        group = parser.add_argument_group(f"{method.name} settings ({method.config_type.__name__})")
+        method.config_type.add_arguments(group, skip=seen)  # type: ignore[arg-type]
+        seen += [f.name for f in dataclasses.fields(method.config_type) if f.name not in seen]
+    parser.set_defaults(**{name: None for name in seen})
+
+
+def method_config(args: argparse.Namespace) -> Any:
+    """The chosen method's config from the flags that were given.
+
+    Raises:
+        ValueError: a flag of another method was given (e.g. --layers with --method rome).
+    """
+    from lmsci_mi.editing import EDITING_METHODS
+
+    method = EDITING_METHODS.get(args.method)
+    own = {f.name for f in dataclasses.fields(method.config_type)}
+    every = {f.name for m in EDITING_METHODS for f in dataclasses.fields(m.config_type)}
+    given = {name: getattr(args, name) for name in every if getattr(args, name, None) is not None}
+    foreign = sorted(set(given) - own)
+    if foreign:
+        flags = ", ".join("--" + name.replace("_", "-") for name in foreign)
+        raise ValueError(f"{flags} is not a setting of --method {method.name}")
+    return method.config_type.from_args(argparse.Namespace(**given))
+
+
 def run_edit(args: argparse.Namespace) -> int:
-    from lmsci_mi.editing import EditRequest, apply_delta, memit_edit, rome_edit
-    from lmsci_mi.editing.stats import DEFAULT_STATS_TOKENS
+    from lmsci_mi.editing import EDITING_METHODS, EditRequest, apply_delta
 
     if args.apply is None and not (args.prompt and args.subject and args.target_new is not None):
         raise ValueError("give --prompt, --subject and --target-new (or --apply delta.safetensors)")
-    lm = load_from_args(args)
     if args.apply is not None:
-        prompt = args.prompt
+        from lmsci_mi.weights import read_deltas
+
+        read_deltas(args.apply)  # a file that is not a saved edit fails here, before loading a model
+        lm = load_from_args(args)
         handle = apply_delta(lm, args.apply)
+        prompt = args.prompt
         if prompt is None and handle.requests:
             prompt = handle.requests[0].rewrite_prompt
         print(f"applied {args.apply}: {handle}")
+        with handle:
+            after = lm.generate(prompt, args.tokens) if prompt is not None else None
         if prompt is not None:
-            after = lm.generate(prompt, args.tokens)
-            handle.restore()
             before = lm.generate(prompt, args.tokens)
             print(f"prompt: {prompt}\n  before: {before!r}\n  after:  {after!r}")
         return 0
 
+    config = method_config(args)
+    lm = load_from_args(args)
     request = EditRequest(args.prompt, args.subject, args.target_new)
     request.validate(lm)
     prompt = request.rewrite_prompt
     before = lm.generate(prompt, args.tokens)
-    tokens = args.stats_tokens or DEFAULT_STATS_TOKENS
     start = time.perf_counter()
-    if args.method == "rome":
-        handle = rome_edit(lm, request, layer=args.layer, stats_tokens=tokens)
-    else:
-        handle = memit_edit(lm, [request], layers=args.layers, stats_tokens=tokens)
+    handle = EDITING_METHODS.get(args.method).function(lm, [request], config)
     seconds = time.perf_counter() - start
     with handle:
         after = lm.generate(prompt, args.tokens)
@@ -89,8 +120,13 @@ def run_edit(args: argparse.Namespace) -> int:
 
 def _tour_rome(lm: LensModel, out_dir: Path) -> str:
     """ROME: edit "The Eiffel Tower is located in the city of" → Rome, then restore"""
-    from lmsci_mi.editing import EditRequest, default_rome_layer, rome_edit, target_nll
-    from lmsci_mi.editing.stats import DEFAULT_STATS_TOKENS
+    from lmsci_mi.editing import (
+        EditRequest,
+        ROMEHyperParams,
+        default_rome_layer,
+        rome_edit,
+        target_nll,
+    )
 
     request = EditRequest(
         "{} is located in the city of",
@@ -104,9 +140,9 @@ def _tour_rome(lm: LensModel, out_dir: Path) -> str:
     layer = default_rome_layer(lm)
     original = lm.model.blocks[layer].mlp.W_out.detach().clone()
     start = time.perf_counter()
-    # The first tour computes the layer's key statistics (DEFAULT_STATS_TOKENS of stdlib text,
-    # a few minutes on two cores) and caches them; later tours read the cache.
-    with rome_edit(lm, request, layer=layer, stats_tokens=DEFAULT_STATS_TOKENS) as handle:
+    # The first tour computes the layer's key statistics (ROMEHyperParams.stats_tokens of stdlib
+    # text, a few minutes on two cores) and caches them; later tours read the cache.
+    with rome_edit(lm, request, ROMEHyperParams(layer=layer)) as handle:
         seconds = time.perf_counter() - start
         after = lm.generate(prompt, 12)
         para = request.paraphrase_prompts[0]

@@ -1,11 +1,20 @@
-"""Fact editing: ROME and MEMIT on any HookedTransformer, and CounterFact-style metrics."""
+"""Fact editing: ROME and MEMIT on any HookedTransformer, and CounterFact-style metrics.
 
+Methods register in :data:`EDITING_METHODS` (importing their modules here registers them).
+"""
+
+from lmsci_mi.editing.fit import DeltaFit as DeltaFit
+from lmsci_mi.editing.fit import context_templates as context_templates
+from lmsci_mi.editing.fit import fit_deltas as fit_deltas
 from lmsci_mi.editing.handle import EditHandle as EditHandle
 from lmsci_mi.editing.handle import apply_delta as apply_delta
 from lmsci_mi.editing.memit import MEMITHyperParams as MEMITHyperParams
 from lmsci_mi.editing.memit import default_memit_layers as default_memit_layers
 from lmsci_mi.editing.memit import memit_edit as memit_edit
+from lmsci_mi.editing.methods import EDITING_METHODS as EDITING_METHODS
+from lmsci_mi.editing.metrics import GENERATION_TOKENS as GENERATION_TOKENS
 from lmsci_mi.editing.metrics import EditEvaluation as EditEvaluation
+from lmsci_mi.editing.metrics import EvaluationConfig as EvaluationConfig
 from lmsci_mi.editing.metrics import evaluate_edits as evaluate_edits
 from lmsci_mi.editing.metrics import generation_entropy as generation_entropy
 from lmsci_mi.editing.metrics import target_nll as target_nll
@@ -13,24 +22,32 @@ from lmsci_mi.editing.requests import EditRequest as EditRequest
 from lmsci_mi.editing.requests import load_facts as load_facts
 from lmsci_mi.editing.requests import load_requests as load_requests
 from lmsci_mi.editing.rome import ROMEHyperParams as ROMEHyperParams
-from lmsci_mi.editing.rome import context_templates as context_templates
 from lmsci_mi.editing.rome import default_rome_layer as default_rome_layer
 from lmsci_mi.editing.rome import rome_edit as rome_edit
 from lmsci_mi.editing.stats import KeyStatistics as KeyStatistics
+from lmsci_mi.editing.stats import StatsConfig as StatsConfig
+from lmsci_mi.editing.stats import TextSource as TextSource
 from lmsci_mi.editing.stats import key_statistics as key_statistics
 
 __all__ = [
+    "EDITING_METHODS",
+    "GENERATION_TOKENS",
+    "DeltaFit",
     "EditEvaluation",
     "EditHandle",
     "EditRequest",
+    "EvaluationConfig",
     "KeyStatistics",
     "MEMITHyperParams",
     "ROMEHyperParams",
+    "StatsConfig",
+    "TextSource",
     "apply_delta",
     "context_templates",
     "default_memit_layers",
     "default_rome_layer",
     "evaluate_edits",
+    "fit_deltas",
     "generation_entropy",
     "key_statistics",
     "load_facts",

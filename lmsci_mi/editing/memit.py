@@ -1,7 +1,7 @@
 """MEMIT: many fact edits at once, spread over a range of MLP layers (Meng et al. 2023,
 "Mass-Editing Memory in a Transformer").
 
-For each request a residual change δ at the last layer of the range is optimised (as ROME's v*);
+For each request a residual change δ at the last layer of the range is fitted (as ROME's v*);
 then, layer by layer, the remaining residual is split evenly over the layers left and installed by
 a least-squares update ΔW = (λC + KKᵀ)⁻¹ K Rᵀ, solved in float64. Changes the weights in place.
 """
@@ -11,78 +11,81 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import field
+from typing import ClassVar
 
 import torch
+from jaxtyping import Float
+from torch import Tensor
 from tqdm.auto import tqdm
 
-from lmsci_mi.editing.handle import EditHandle
-from lmsci_mi.editing.requests import EditRequest
-from lmsci_mi.editing.rome import (
-    ROMEHyperParams,
-    _check_requests,
-    _keys,
-    _optimise_deltas,
-    _pad,
-    _subject_row,
-    _target_ids,
+from lmsci_mi.config import Config, config
+from lmsci_mi.editing.fit import (
+    SubjectRow,
+    check_fit_settings,
+    check_layer,
+    check_requests,
     context_templates,
-    validate_layer,
+    fit_deltas,
+    subject_activations,
+    subject_row,
 )
-from lmsci_mi.editing.stats import DEFAULT_STATS_TOKENS, KeyStatistics, key_statistics
+from lmsci_mi.editing.handle import EditHandle
+from lmsci_mi.editing.methods import EDITING_METHODS
+from lmsci_mi.editing.requests import EditRequest
+from lmsci_mi.editing.rome import default_rome_layer
+from lmsci_mi.editing.stats import DEFAULT_STATS_TOKENS, KeyStatistics, StatsConfig, key_statistics
 from lmsci_mi.model import LensModel
+from lmsci_mi.sites import weight_name
 
 __all__ = ["MEMITHyperParams", "default_memit_layers", "memit_edit"]
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class MEMITHyperParams:
+@config
+class MEMITHyperParams(Config):
     """MEMIT's settings (after the paper's GPT-J config; λ and the clamp checked on SmolLM2).
 
     Attributes:
+        layers: the MLP layers to spread the edit over (None: :func:`default_memit_layers`).
         n_contexts: generated prefixes (MEMIT uses 5 of 10 tokens, plus the bare prompt).
         context_lengths: their token lengths.
-        steps, lr, early_stop_nll, kl_factor, weight_decay: as in :class:`ROMEHyperParams`.
+        steps, lr, early_stop_nll, kl_factor, weight_decay: as in ROME's config.
         clamp_norm: ‖δ‖ ≤ clamp_norm·‖h‖ (h = the residual at the last layer).
         mom2_weight: λ in λC + KKᵀ: how strongly the keys of ordinary text are preserved (the
-            paper's 15000 left 20% of 10 SmolLM2 edits uninstalled; 5000 installs them all with
-            NS 92%, see docs/editing.md).
+            paper's 15000 left 20% of 10 SmolLM2 edits uninstalled; 5000 installs them all).
         seed: seed for the prefixes.
-        batch_size: requests whose targets are optimised together in one forward per step.
+        batch_size: requests whose δ are fitted together in one forward per step.
+        stats_tokens: text tokens for the key statistics when they must be computed.
     """
 
-    n_contexts: int = 5
-    context_lengths: tuple[int, ...] = (10,)
-    steps: int = 20
-    lr: float = 0.5
-    early_stop_nll: float = 0.05
-    kl_factor: float = 0.0625
-    weight_decay: float = 0.5
-    clamp_norm: float = 0.75
-    mom2_weight: float = 5000.0
-    seed: int = 0
-    batch_size: int = 8
+    one_fact_per_edit: ClassVar[bool] = False
 
-    def as_rome(self) -> ROMEHyperParams:
-        return ROMEHyperParams(
-            n_contexts=self.n_contexts,
-            context_lengths=self.context_lengths,
-            steps=self.steps,
-            lr=self.lr,
-            early_stop_nll=self.early_stop_nll,
-            kl_factor=self.kl_factor,
-            weight_decay=self.weight_decay,
-            clamp_norm=self.clamp_norm,
-            seed=self.seed,
-        )
+    layers: tuple[int, ...] | None = field(default=None, metadata={"help": "MLP layers (none: default range)"})
+    n_contexts: int = field(default=5, metadata={"help": "generated context prefixes"})
+    context_lengths: tuple[int, ...] = field(default=(10,), metadata={"help": "prefix lengths"})
+    steps: int = field(default=20, metadata={"help": "Adam steps for delta"})
+    lr: float = field(default=0.5, metadata={"help": "Adam learning rate"})
+    early_stop_nll: float = field(default=0.05, metadata={"help": "stop below this target NLL"})
+    kl_factor: float = field(default=0.0625, metadata={"help": "weight of the KL term"})
+    weight_decay: float = field(default=0.5, metadata={"help": "weight of (|delta|/|h|)^2"})
+    clamp_norm: float = field(default=0.75, metadata={"help": "|delta| <= clamp_norm*|h|"})
+    mom2_weight: float = field(default=5000.0, metadata={"help": "lambda in lambda*C + K K^T"})
+    seed: int = field(default=0, metadata={"help": "seed of the context prefixes"})
+    batch_size: int = field(default=8, metadata={"help": "requests fitted together"})
+    stats_tokens: int = field(default=DEFAULT_STATS_TOKENS, metadata={"help": "text tokens for C"})
+
+    def validate(self) -> None:
+        check_fit_settings(self)
+        if self.layers is not None and (not self.layers or any(layer < 0 for layer in self.layers)):
+            raise ValueError(f"layers must be non-negative layer indices or None, not {self.layers!r}")
+        if self.mom2_weight < 0 or self.batch_size < 1:
+            raise ValueError("mom2_weight must be ≥ 0 and batch_size at least 1")
 
 
 def default_memit_layers(lm: LensModel) -> tuple[int, ...]:
     """Five consecutive layers ending just after the ROME default: 2…6 on SmolLM2's 30."""
-    from lmsci_mi.editing.rome import default_rome_layer
-
     top = min(lm.cfg.n_layers - 1, default_rome_layer(lm) + 2)
     return tuple(range(max(0, top - 4), top + 1))
 
@@ -90,11 +93,9 @@ def default_memit_layers(lm: LensModel) -> tuple[int, ...]:
 def memit_edit(
     lm: LensModel,
     requests: Sequence[EditRequest],
+    config: MEMITHyperParams | None = None,
     *,
-    layers: Sequence[int] | None = None,
     stats: KeyStatistics | None = None,
-    stats_tokens: int = DEFAULT_STATS_TOKENS,
-    hparams: MEMITHyperParams | None = None,
 ) -> EditHandle:
     """Install many facts at once with MEMIT. **Changes ``lm``'s weights in place** (one
     ``W_out`` per layer of the range).
@@ -104,10 +105,8 @@ def memit_edit(
     Args:
         lm: the model.
         requests: the facts (distinct subjects work best, as in the paper).
-        layers: the MLP layers to spread the edit over (default :func:`default_memit_layers`).
-        stats: key statistics covering ``layers`` (default: computed or read from the cache).
-        stats_tokens: text tokens for the statistics when they must be computed.
-        hparams: :class:`MEMITHyperParams`.
+        config: :class:`MEMITHyperParams` (its ``layers`` pick the range).
+        stats: key statistics covering the layers (default: computed or read from the cache).
 
     Returns:
         An :class:`EditHandle` holding one delta per layer; ``restore()`` undoes all of them.
@@ -115,84 +114,84 @@ def memit_edit(
     >>> import tempfile
     >>> from lmsci_mi import load_model
     >>> lm = load_model("toy-2l")
-    >>> stats = key_statistics(lm, [0, 1], n_tokens=512, cache_dir=tempfile.mkdtemp())
+    >>> stats = key_statistics(lm, [0, 1], StatsConfig(n_tokens=512), cache_dir=tempfile.mkdtemp())
     >>> reqs = [EditRequest("{} is in", s, t) for s, t in [("Paris", " Rome"), ("Berlin", " Oslo")]]
-    >>> with memit_edit(lm, reqs, layers=[0, 1], stats=stats, hparams=MEMITHyperParams(steps=2)) as h:
+    >>> with memit_edit(lm, reqs, MEMITHyperParams(layers=(0, 1), steps=2), stats=stats) as h:
     ...     h.layers
     (0, 1)
     """
-    hp = hparams or MEMITHyperParams()
+    hp = config or MEMITHyperParams()
     requests = list(requests)
-    _check_requests(lm, requests)
-    layers = sorted(set(layers if layers is not None else default_memit_layers(lm)))
-    if not layers:
-        raise ValueError("no layers given")
+    check_requests(lm, requests)
+    layers = sorted(set(hp.layers if hp.layers is not None else default_memit_layers(lm)))
     for layer in layers:
-        validate_layer(lm, layer)
+        check_layer(lm, layer)
     if stats is not None and any(layer not in stats.layers for layer in layers):
         raise ValueError(f"the statistics given cover layers {stats.layers}, not all of {layers}")
-
     begin = time.perf_counter()
     if stats is None:
-        stats = key_statistics(lm, layers, n_tokens=stats_tokens)
-    rome_hp = hp.as_rome()
+        stats = key_statistics(lm, layers, StatsConfig(n_tokens=hp.stats_tokens))
     templates = context_templates(lm, hp.n_contexts, hp.context_lengths, seed=hp.seed)
-    top = layers[-1]
+    plain = [subject_row(lm, "{}", r.prompt, r.subject, lm.continuation_ids(r.target_new)) for r in requests]
+    targets = subject_activations(lm, "resid_post", layers[-1], plain) + _fit_top_deltas(
+        lm, layers[-1], requests, templates, hp
+    )
+    handles = _spread(lm, requests, templates, targets, plain, layers, stats, hp)
+    return EditHandle.combine(
+        handles, method="memit", requests=requests, seconds=time.perf_counter() - begin
+    )
 
-    # Target residuals z_i = h_i + δ_i at the top layer, one optimisation per request.
+
+@EDITING_METHODS.register("memit", MEMITHyperParams, "many facts in one edit, spread over MLP layers")
+def memit_requests(
+    lm: LensModel,
+    requests: Sequence[EditRequest],
+    config: MEMITHyperParams,
+    *,
+    stats: KeyStatistics | None = None,
+) -> EditHandle:
+    """The registry's entry for MEMIT: :func:`memit_edit`."""
+    return memit_edit(lm, requests, config, stats=stats)
+
+
+def _fit_top_deltas(
+    lm: LensModel, top: int, requests: Sequence[EditRequest], templates: Sequence[str],
+    hp: MEMITHyperParams,
+) -> Float[Tensor, "request d_model"]:
+    """δ per request on the top layer's residual, fitted in batches of ``hp.batch_size``."""
     deltas = []
     chunks = range(0, len(requests), hp.batch_size)
     for start in tqdm(chunks, desc="MEMIT targets", unit="batch", disable=len(chunks) < 2):
         chunk = requests[start : start + hp.batch_size]
-        delta, _ = _optimise_deltas(lm, top, chunk, templates, rome_hp, site="hook_resid_post")
-        deltas.extend(delta)
-    plain = [
-        _subject_row(lm, "{}", r.prompt, r.subject, _target_ids(lm, r.target_new)) for r in requests
-    ]
-    z = _top_resid(lm, top, plain) + torch.stack(deltas)
+        deltas.append(fit_deltas(lm, top, chunk, templates, hp, site="resid_post").delta)
+    return torch.cat(deltas)
 
-    context_rows = [
-        _subject_row(lm, t, r.prompt, r.subject, []) for r in requests for t in templates
-    ]
+
+def _spread(
+    lm: LensModel, requests: Sequence[EditRequest], templates: Sequence[str],
+    targets: Tensor, plain: Sequence[SubjectRow], layers: Sequence[int], stats: KeyStatistics,
+    hp: MEMITHyperParams,
+) -> list[EditHandle]:
+    """Install the target residuals layer by layer, ascending; each layer's update is applied
+    before the next layer reads its keys. On error every update made so far is restored."""
+    context_rows = [subject_row(lm, t, r.prompt, r.subject) for r in requests for t in templates]
     handles: list[EditHandle] = []
     try:
         for i, layer in enumerate(layers):
             # Keys and the remaining residual are re-read after each layer's update, so later
             # layers install what the earlier ones did not.
-            keys = _keys(lm, layer, context_rows).view(len(requests), len(templates), -1)
-            keys = keys.mean(1).double()  # k̄ per request: [n, d_mlp]
-            remaining = (z - _top_resid(lm, top, plain)).double() / (
-                len(layers) - i
-            )  # [n, d_model]
+            keys = subject_activations(lm, "mlp_post", layer, context_rows)
+            keys = keys.view(len(requests), len(templates), -1).mean(1).double()  # k̄ per request
+            now = subject_activations(lm, "resid_post", layers[-1], plain)
+            remaining = (targets - now).double() / (len(layers) - i)
             c = stats.for_layer(layer).double().to(keys.device)
-            lhs = hp.mom2_weight * c + keys.T @ keys
-            update = torch.linalg.solve(lhs, keys.T @ remaining)  # [d_mlp, d_model]
+            update = torch.linalg.solve(hp.mom2_weight * c + keys.T @ keys, keys.T @ remaining)
             weight = lm.model.blocks[layer].mlp.W_out
-            name = f"blocks.{layer}.mlp.W_out"
-            handles.append(EditHandle(lm, {name: update.to(weight.dtype)}, method="memit")._apply())
+            deltas = {weight_name("W_out", layer): update.to(weight.dtype)}
+            handles.append(EditHandle(lm, deltas, method="memit").apply())
             logger.info("MEMIT layer %d: ‖ΔW‖ %.3f", layer, update.norm().item())
     except BaseException:
         for handle in reversed(handles):
             handle.restore()
         raise
-
-    # One handle for the whole edit: the originals are the weights before the first layer's update.
-    combined = EditHandle(
-        lm,
-        {name: delta for h in handles for name, delta in h.deltas.items()},
-        method="memit",
-        requests=requests,
-        seconds=time.perf_counter() - begin,
-    )
-    combined._originals = {name: t for h in handles for name, t in h._originals.items()}
-    return combined
-
-
-@torch.no_grad()
-def _top_resid(lm: LensModel, layer: int, rows: Sequence) -> torch.Tensor:
-    tokens = _pad(rows, lm.device)
-    site = f"blocks.{layer}.hook_resid_post"
-    with lm.hooks.capture(site) as cap:
-        lm.model(tokens, stop_at_layer=layer + 1)
-    index = torch.tensor([r.subject_last for r in rows], device=lm.device)
-    return cap[site][torch.arange(len(rows), device=lm.device), index].float()
+    return handles

@@ -15,24 +15,26 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Sequence
-from typing import Literal
+from dataclasses import field
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from lmsci_mi.editing.handle import EditHandle
-from lmsci_mi.editing.memit import MEMITHyperParams, memit_edit
+from lmsci_mi.config import Config, config
+from lmsci_mi.editing.fit import check_requests
+from lmsci_mi.editing.methods import method_for
 from lmsci_mi.editing.requests import EditRequest
-from lmsci_mi.editing.rome import ROMEHyperParams, _check_requests, rome_edit
 from lmsci_mi.editing.stats import KeyStatistics
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
 
 __all__ = [
+    "GENERATION_TOKENS",
     "METRICS",
     "EditEvaluation",
+    "EvaluationConfig",
     "evaluate_edits",
     "generation_entropy",
     "target_nll",
@@ -40,6 +42,27 @@ __all__ = [
 
 METRICS = ("S", "ES", "PS", "NS", "EM", "PM", "NM", "GE")
 """Columns of :class:`EditEvaluation` (percent, except GE: n-gram entropy in bits ×100)."""
+
+GENERATION_TOKENS = 50
+"""Tokens sampled per rewrite prompt for GE (ROME's papers use 100; 50 keeps an evaluation of 30
+facts on a CPU within minutes). GE is comparable only between runs with the same length."""
+
+
+@config
+class EvaluationConfig(Config):
+    """How edits are measured.
+
+    Attributes:
+        generation_tokens: tokens of the top-5 sampled generation per fact for GE (0 skips GE).
+        seed: generation seed (the same for the unedited and the edited model).
+    """
+
+    generation_tokens: int = field(default=GENERATION_TOKENS, metadata={"help": "tokens per generation for GE (0 skips GE)"})
+    seed: int = field(default=0, metadata={"help": "generation seed"})
+
+    def validate(self) -> None:
+        if self.generation_tokens < 0:
+            raise ValueError(f"generation_tokens must be ≥ 0, not {self.generation_tokens}")
 
 
 @result_type
@@ -49,38 +72,45 @@ class EditEvaluation(Result):
     ``values`` is ``[model, metric]``: rows ``("unedited", <method>)``, columns :data:`METRICS`.
     ES/PS/NS are the percentages of prompts where the right target wins (new on rewrite and
     paraphrase prompts, true on neighbours); EM/PM/NM the mean probability differences in points;
-    S the harmonic mean of ES, PS, NS; GE the generation entropy.
+    S the harmonic mean of ES, PS, NS; GE the generation entropy (NaN when skipped).
 
     Attributes:
         per_fact: ``[model, fact, 7]``: each fact's ES, PS, NS (fractions), EM, PM, NM
             (probability differences) and GE.
         subjects: the edited subjects, one per fact.
-        method: ``"rome"`` or ``"memit"``.
-        layers: the edited layers.
-        seconds_per_edit: mean time of one edit call (all facts for MEMIT: the batch time).
-        stats_tokens: text tokens behind the key statistics.
+        method: the registered method's name.
+        fact_layers: per fact, the layers of the edit that installed it.
+        n_edits: edit calls made (one per fact for ROME, one per batch for MEMIT).
+        seconds_per_edit: mean time of one edit call.
+        stats_tokens: text tokens behind the key statistics (given, or asked of the method).
+        excluded_neighbours: neighbourhood prompts left out because they name a subject edited in
+            the same edit (they test that subject's own edit, not specificity).
     """
 
     per_fact: Tensor
     subjects: tuple[str, ...]
     method: str
-    layers: tuple[int, ...]
+    fact_layers: tuple[tuple[int, ...], ...]
+    n_edits: int
     seconds_per_edit: float
     stats_tokens: int
+    excluded_neighbours: int
 
     @classmethod
     def combine(cls, parts: Sequence[EditEvaluation]) -> EditEvaluation:
         """One evaluation from several over disjoint fact sets (e.g. shards run in parallel)."""
         first = parts[0]
         per_fact = torch.cat([p.per_fact for p in parts], dim=1)
-        n = [len(p.subjects) for p in parts]
-        seconds = sum(p.seconds_per_edit * k for p, k in zip(parts, n, strict=True)) / sum(n)
+        n_edits = sum(p.n_edits for p in parts)
         return dataclasses.replace(
             first,
             values=torch.stack([_summary(per_fact[0]), _summary(per_fact[1])]),
             per_fact=per_fact,
             subjects=tuple(s for p in parts for s in p.subjects),
-            seconds_per_edit=seconds if first.method == "rome" else first.seconds_per_edit,
+            fact_layers=tuple(layers for p in parts for layers in p.fact_layers),
+            n_edits=n_edits,
+            seconds_per_edit=sum(p.seconds_per_edit * p.n_edits for p in parts) / n_edits,
+            excluded_neighbours=sum(p.excluded_neighbours for p in parts),
         )
 
     def metric(self, name: str, *, edited: bool = True) -> float:
@@ -98,20 +128,15 @@ class EditEvaluation(Result):
         return "\n".join([head, rule, *rows])
 
 
-def _continuation_ids(lm: LensModel, target: str) -> list[int]:
-    if not target.strip():
-        raise ValueError("empty target")
-    return list(lm._require_tokenizer()(target, add_special_tokens=False)["input_ids"])
-
-
 @torch.no_grad()
 def target_nll(
     lm: LensModel, prompts: Sequence[str], targets: Sequence[str], *, batch_size: int = 32
 ) -> Float[Tensor, " pair"]:
     """Mean per-token NLL of each target after its prompt. Reads the model only.
 
-    The prompt is tokenised under the sink policy and the target on its own (leading space, no
-    special tokens), so the target is a pure continuation and no sink sits in front of it.
+    The prompt is tokenised under the sink policy and the target on its own
+    (``lm.continuation_ids``: leading space, no special tokens), so the target is a pure
+    continuation and no sink sits in front of it.
 
     >>> from lmsci_mi import load_model
     >>> target_nll(load_model("toy-2l"), ["The cat sat on the"], [" mat"]).shape
@@ -120,12 +145,8 @@ def target_nll(
     out = []
     for start in range(0, len(prompts), batch_size):
         ps, ts = prompts[start : start + batch_size], targets[start : start + batch_size]
-        pairs = [(lm.encode(p), _continuation_ids(lm, t)) for p, t in zip(ps, ts, strict=True)]
-        seqs = [p + t for p, t in pairs]
-        width = max(map(len, seqs))
-        # Right padding: causal attention keeps padded rows exact, and rotary positions unshifted.
-        tokens = torch.tensor([s + [s[-1]] * (width - len(s)) for s in seqs], device=lm.device)
-        log_probs = lm(tokens).float().log_softmax(-1)
+        pairs = [(lm.encode(p), lm.continuation_ids(t)) for p, t in zip(ps, ts, strict=True)]
+        log_probs = lm(lm.pad_batch([p + t for p, t in pairs]).tokens).float().log_softmax(-1)
         for row, (p, t) in enumerate(pairs):
             pos = torch.arange(len(p) - 1, len(p) - 1 + len(t), device=lm.device)
             gold = torch.tensor(t, device=lm.device)
@@ -154,38 +175,40 @@ def generation_entropy(texts: Sequence[str]) -> float:
     return statistics.fmean(scores) if scores else float("nan")
 
 
-@torch.no_grad()
-def _generate(lm: LensModel, prompts: Sequence[str], n_tokens: int, seed: int) -> list[str]:
-    """Top-5 sampled continuations (as ROME's generate_fast), seeded without touching global RNG."""
-    texts = []
-    devices = [lm.device] if lm.device.type == "cuda" else []
-    tokenizer = lm._require_tokenizer()
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        for prompt in prompts:
-            tokens = lm.to_tokens(prompt)
-            out = lm.model.generate(
-                tokens,
-                max_new_tokens=n_tokens,
-                do_sample=True,
-                top_k=5,
-                stop_at_eos=False,
-                verbose=False,
-            )
-            assert isinstance(out, torch.Tensor)  # token ids in, token ids out
-            texts.append(
-                tokenizer.decode(out[0, tokens.shape[1] :].tolist(), skip_special_tokens=True)
-            )
-    return texts
+def _fluency(lm: LensModel, requests: Sequence[EditRequest], evaluation: EvaluationConfig) -> Tensor:
+    """GE per fact ``[fact, 1]``: a top-5 sampled continuation of the rewrite prompt (as ROME's
+    generate_fast), seeded per fact so the unedited and edited model draw the same way."""
+    if evaluation.generation_tokens == 0:
+        return torch.full((len(requests), 1), float("nan"))
+    texts = [
+        lm.sample([r.rewrite_prompt], evaluation.generation_tokens, top_k=5, seed=evaluation.seed)[0]
+        for r in requests
+    ]
+    return torch.tensor([[generation_entropy([text])] for text in texts])
 
 
-def _fact_scores(lm: LensModel, requests: Sequence[EditRequest]) -> Tensor:
-    """Per fact: [ES, PS, NS, EM, PM, NM] as fractions / probability differences."""
+def _kept_neighbours(
+    requests: Sequence[EditRequest], batch: Sequence[EditRequest]
+) -> tuple[list[tuple[str, ...]], int]:
+    """Each request's neighbourhood prompts that name no subject edited in ``batch``, and how
+    many were left out. A prompt about another edited subject tests that subject's own edit."""
+    subjects = {r.subject for r in batch}
+    kept = []
+    for request in requests:
+        others = subjects - {request.subject}
+        kept.append(tuple(p for p in request.neighborhood_prompts if not any(s in p for s in others)))
+    excluded = sum(len(r.neighborhood_prompts) - len(k) for r, k in zip(requests, kept, strict=True))
+    return kept, excluded
+
+
+def _fact_scores(
+    lm: LensModel, requests: Sequence[EditRequest], neighbours: Sequence[tuple[str, ...]],
+    evaluation: EvaluationConfig,
+) -> Tensor:
+    """Per fact: [ES, PS, NS, EM, PM, NM] as fractions / probability differences, then GE."""
     prompts, targets, owners = [], [], []
-    for i, r in enumerate(requests):
-        for kind, group in enumerate(
-            ([r.rewrite_prompt], r.paraphrase_prompts, r.neighborhood_prompts)
-        ):
+    for i, (r, near) in enumerate(zip(requests, neighbours, strict=True)):
+        for kind, group in enumerate(([r.rewrite_prompt], r.paraphrase_prompts, near)):
             for p in group:
                 prompts += [p, p]
                 targets += [r.target_new, r.target_true]
@@ -203,7 +226,7 @@ def _fact_scores(lm: LensModel, requests: Sequence[EditRequest]) -> Tensor:
                 new, true = true, new
             scores[i, kind] = (new > true).float().mean()
             scores[i, 3 + kind] = (new - true).mean()
-    return scores
+    return torch.cat([scores, _fluency(lm, requests, evaluation)], dim=1)
 
 
 def _summary(per_fact: Tensor) -> Tensor:
@@ -217,91 +240,75 @@ def _summary(per_fact: Tensor) -> Tensor:
 def evaluate_edits(
     lm: LensModel,
     requests: Sequence[EditRequest],
+    config: Config | str = "rome",
     *,
-    method: Literal["rome", "memit"] = "rome",
-    layer: int | None = None,
-    layers: Sequence[int] | None = None,
     stats: KeyStatistics | None = None,
-    rome_hparams: ROMEHyperParams | None = None,
-    memit_hparams: MEMITHyperParams | None = None,
-    generation_tokens: int = 50,
-    seed: int = 0,
+    evaluation: EvaluationConfig | None = None,
 ) -> EditEvaluation:
-    """Edit each fact and measure CounterFact metrics, with the unedited model as baseline.
+    """Edit the facts and measure CounterFact metrics, with the unedited model as baseline.
 
-    ROME edits one fact at a time and restores the weights before the next (as in the paper's
-    Table 4); MEMIT edits all facts in one batch. The model is left as it was (every edit is
-    restored, also on error); it is changed while this runs.
+    The method is the registered one that takes ``config`` (or is named by it). A method whose
+    config has ``one_fact_per_edit`` (ROME) edits one fact at a time and restores the weights
+    before the next (as in the paper's Table 4); others (MEMIT) edit all facts in one edit.
+    Neighbourhood prompts that name another subject of the same edit are left out of NS, for
+    both rows, and counted. The model is changed while this runs and left as it was (every edit
+    is restored, also on error).
 
     Args:
         lm: the model.
         requests: facts with ``target_true``, paraphrase and neighbourhood prompts.
-        method: ``"rome"`` or ``"memit"``.
-        layer: ROME's layer (None: see :func:`rome_edit`).
-        layers: MEMIT's layers (None: :func:`default_memit_layers`).
-        stats: key statistics covering the layers.
-        rome_hparams, memit_hparams: settings for the edits.
-        generation_tokens: length of the sampled generation per fact for GE (0 skips GE).
-        seed: generation seed.
+        config: the method's config (``ROMEHyperParams(layer=4)``), or a method name for its
+            default config.
+        stats: key statistics covering the edited layers (default: each method's own).
+        evaluation: :class:`EvaluationConfig` (generation length for GE, seed).
 
     Returns:
         :class:`EditEvaluation`.
     """
+    method, config = method_for(config)
+    evaluation = evaluation or EvaluationConfig()
     requests = list(requests)
-    _check_requests(lm, requests)
+    _check_evaluation_requests(lm, requests)
+    batches = [[r] for r in requests] if getattr(config, "one_fact_per_edit", False) else [requests]
+    before, after, layers, seconds, excluded = [], [], [], [], 0
+    for batch in tqdm(batches, desc=f"{method.name} evaluation", unit="edit", disable=len(batches) < 2):
+        neighbours, left_out = _kept_neighbours(batch, batch)
+        excluded += left_out
+        before.append(_fact_scores(lm, batch, neighbours, evaluation))
+        start = time.perf_counter()
+        with method.function(lm, batch, config, stats=stats) as handle:
+            seconds.append(time.perf_counter() - start)
+            layers += [handle.layers] * len(batch)
+            after.append(_fact_scores(lm, batch, neighbours, evaluation))
+    per_fact = torch.stack([torch.cat(before), torch.cat(after)])
+    return EditEvaluation(
+        values=torch.stack([_summary(per_fact[0]), _summary(per_fact[1])]),
+        axes=("model", "metric"),
+        labels=(("unedited", method.name), METRICS),
+        meta=lm.meta(
+            [r.rewrite_prompt for r in requests],
+            seed=evaluation.seed,
+            data_source="edit requests" if stats is None else f"edit requests; C from {stats.source}",
+            params={
+                "method": method.name,
+                "n_facts": len(requests),
+                **{f"edit.{k}": v for k, v in config.params().items()},
+                **{f"evaluation.{k}": v for k, v in evaluation.params().items()},
+            },
+        ),
+        per_fact=per_fact,
+        subjects=tuple(r.subject for r in requests),
+        method=method.name,
+        fact_layers=tuple(layers),
+        n_edits=len(batches),
+        seconds_per_edit=statistics.fmean(seconds),
+        stats_tokens=stats.n_tokens if stats is not None else int(getattr(config, "stats_tokens", 0)),
+        excluded_neighbours=excluded,
+    )
+
+
+def _check_evaluation_requests(lm: LensModel, requests: Sequence[EditRequest]) -> None:
+    check_requests(lm, requests)
     for r in requests:
         if not r.target_true.strip():
             raise ValueError(f"request for {r.subject!r} has no target_true to compare against")
-    if method not in ("rome", "memit"):
-        raise ValueError(f"unknown method {method!r}: use 'rome' or 'memit'")
-
-    def fluency(batch: Sequence[EditRequest]) -> Tensor:
-        if generation_tokens <= 0:
-            return torch.full((len(batch), 1), float("nan"))
-        texts = _generate(lm, [r.rewrite_prompt for r in batch], generation_tokens, seed)
-        return torch.tensor([[generation_entropy([t])] for t in texts])
-
-    before = torch.cat([_fact_scores(lm, requests), fluency(requests)], dim=1)
-    seconds: list[float] = []
-    edited_layers: tuple[int, ...] = ()
-    if method == "rome":
-        rows = []
-        for r in tqdm(requests, desc="ROME evaluation", unit="fact"):
-            start = time.perf_counter()
-            with rome_edit(lm, r, layer=layer, stats=stats, hparams=rome_hparams) as handle:
-                seconds.append(time.perf_counter() - start)
-                edited_layers = handle.layers
-                rows.append(torch.cat([_fact_scores(lm, [r]), fluency([r])], dim=1))
-        after = torch.cat(rows)
-    else:
-        start = time.perf_counter()
-        handle: EditHandle
-        with memit_edit(lm, requests, layers=layers, stats=stats, hparams=memit_hparams) as handle:
-            seconds.append(time.perf_counter() - start)
-            edited_layers = handle.layers
-            after = torch.cat([_fact_scores(lm, requests), fluency(requests)], dim=1)
-
-    values = torch.stack([_summary(before), _summary(after)])
-    return EditEvaluation(
-        values=values,
-        axes=("model", "metric"),
-        labels=(("unedited", method), METRICS),
-        meta=lm.meta(
-            [r.rewrite_prompt for r in requests],
-            seed=seed,
-            data_source="lmsci_mi/data/facts.json"
-            if stats is None
-            else f"facts; C from {stats.source}",
-            params={
-                "method": method,
-                "generation_tokens": generation_tokens,
-                "n_facts": len(requests),
-            },
-        ),
-        per_fact=torch.stack([before, after]),
-        subjects=tuple(r.subject for r in requests),
-        method=method,
-        layers=edited_layers,
-        seconds_per_edit=statistics.fmean(seconds),
-        stats_tokens=stats.n_tokens if stats is not None else 0,
-    )

@@ -1,29 +1,45 @@
 """Key second-moment statistics C = E[k kᵀ] at MLP key sites, as ROME and MEMIT use them.
 
-The keys of an MLP's output projection are its hidden activations (`blocks.L.mlp.hook_post`,
+The keys of an MLP's output projection are its hidden activations (site ``mlp_post``,
 act(gate)·up for gated MLPs), and the edit's update is whitened by C⁻¹ (Meng et al. 2022, eq. 2).
-C is uncentred and taken over every token but the attention sink of an offline text source
-(`lmsci_mi.data.text_corpus`); all requested layers are filled in one pass and cached on disk.
+C is uncentred and taken over every token but the attention sink of a text source (by default
+the offline `lmsci_mi.data.text_corpus`); all requested layers are filled in one pass and cached
+on disk under a key made of the weights that produce the keys, the dtype, the text and its length.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
-from jaxtyping import Float
+from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from lmsci_mi.data.text_corpus import STDLIB_TEXT_SOURCE, text_chunks
+from lmsci_mi.config import Config, config
+from lmsci_mi.data.text_corpus import STDLIB_TEXT_SOURCE, stdlib_documents
 from lmsci_mi.loading import cache_root
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
+from lmsci_mi.sites import hook_name, layer_of, site, weight_name
+from lmsci_mi.weights import WeightEdit
 
-__all__ = ["DEFAULT_STATS_TOKENS", "KeyStatistics", "key_statistics", "stats_dir"]
+__all__ = [
+    "DEFAULT_STATS_TOKENS",
+    "STDLIB_TEXT",
+    "KeyStatistics",
+    "StatsConfig",
+    "TextSource",
+    "key_statistics",
+    "stats_dir",
+    "weight_fingerprints",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +51,65 @@ whitened update specific on SmolLM2 (d_mlp 1536: 33 tokens per dimension, plus a
 """
 
 
+@config
+class StatsConfig(Config):
+    """How the key statistics are gathered.
+
+    Attributes:
+        n_tokens: text tokens to average over (the sink at the start of each row is excluded).
+        seq_len: tokens per row, sink included.
+        batch_size: rows per forward pass.
+    """
+
+    n_tokens: int = DEFAULT_STATS_TOKENS
+    seq_len: int = 128
+    batch_size: int = 8
+
+    def validate(self) -> None:
+        if self.n_tokens < 1:
+            raise ValueError(f"n_tokens must be at least 1, not {self.n_tokens}")
+        if self.seq_len < 2:
+            raise ValueError(f"seq_len must be at least 2 (the sink and one token), not {self.seq_len}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, not {self.batch_size}")
+
+
+@dataclass(frozen=True)
+class TextSource:
+    """Documents to gather key statistics over, and the name they are cached under.
+
+    Attributes:
+        name: identifies the text in the cache key and in results; two sources with one name
+            must hold the same text.
+        documents: returns the documents, in a fixed order, each time it is called.
+    """
+
+    name: str
+    documents: Callable[[], Iterable[str]]
+
+    @classmethod
+    def of(cls, text: TextSource | Iterable[str] | Callable[[], Iterable[str]] | None) -> TextSource:
+        """A source from what a user gives: None (the stdlib text), a source, a callable returning
+        documents (named by its module and qualified name) or the documents themselves (named by
+        a hash of their content)."""
+        if text is None:
+            return STDLIB_TEXT
+        if isinstance(text, TextSource):
+            return text
+        if callable(text):
+            name = f"{getattr(text, '__module__', '')}.{getattr(text, '__qualname__', repr(text))}"
+            return cls(name, text)
+        documents = (text,) if isinstance(text, str) else tuple(text)
+        if not documents or not all(isinstance(d, str) for d in documents):
+            raise ValueError("text must be documents (strings), a callable returning them, or a TextSource")
+        digest = hashlib.sha256("\x00".join(documents).encode()).hexdigest()[:16]
+        return cls(f"text-{digest}", lambda: documents)
+
+
+STDLIB_TEXT = TextSource(STDLIB_TEXT_SOURCE, stdlib_documents)
+"""The default source: the Python standard library's docstrings and help topics (offline)."""
+
+
 @result_type
 class KeyStatistics(Result):
     """Uncentred second moments of MLP keys: ``values`` is ``[layer, d_mlp, d_mlp]`` (float64).
@@ -44,12 +119,14 @@ class KeyStatistics(Result):
         n_tokens: tokens averaged over (the sink position is never counted).
         source: name of the text source.
         seconds: time the statistics took to compute (0 for a slice read from the cache).
+        fingerprints: per layer, the hash of the weights that produce its keys.
     """
 
     layers: tuple[int, ...]
     n_tokens: int
     source: str
     seconds: float
+    fingerprints: tuple[str, ...]
 
     def for_layer(self, layer: int) -> Float[Tensor, "d_mlp d_mlp"]:
         """C of one layer."""
@@ -59,143 +136,245 @@ class KeyStatistics(Result):
 
 
 def stats_dir(lm: LensModel, cache_dir: str | Path | None = None) -> Path:
-    """Folder of a model's cached statistics: ``cache_root()/stats/<model>`` by default."""
+    """Folder of a model's cached statistics: ``cache_root()/stats/<model>`` by default.
+
+    The folder only groups files for people; what a file holds is decided by its cache key.
+    """
     base = Path(cache_dir) if cache_dir is not None else cache_root() / "stats"
     return base / lm.name.replace("/", "_")
 
 
-def _cache_path(folder: Path, layer: int, n_tokens: int, seq_len: int) -> Path:
-    return folder / f"mom2-layer{layer:02d}-seq{seq_len}-{n_tokens}tok.json"
+@torch.no_grad()
+def weight_fingerprints(lm: LensModel, layers: Sequence[int]) -> dict[int, str]:
+    """Per layer, a hash of the bytes of every parameter that the layer's MLP keys depend on.
+
+    That is the embeddings, every block below the layer, and the layer's block except the MLP's
+    output projection (``W_out``, ``b_out``), which acts after the keys. Two models with equal
+    fingerprints produce equal keys, whatever they are called.
+    """
+    params = dict(lm.model.named_parameters())
+
+    def feed(hasher: Any, name: str) -> None:
+        hasher.update(name.encode())
+        hasher.update(params[name].detach().cpu().contiguous().view(torch.uint8).numpy())
+
+    running = hashlib.blake2b(digest_size=16)
+    for name in params:
+        if layer_of(name) is None and not name.startswith(("unembed", "ln_final")):
+            feed(running, name)
+    out: dict[int, str] = {}
+    for layer in range(max(layers) + 1):
+        block = [name for name in params if layer_of(name) == layer]
+        after_keys = {weight_name("W_out", layer), weight_name("b_out", layer)}
+        if layer in layers:
+            keys_side = running.copy()
+            for name in block:
+                if name not in after_keys:
+                    feed(keys_side, name)
+            out[layer] = keys_side.hexdigest()
+        for name in block:
+            feed(running, name)
+    return out
 
 
-def _cached(folder: Path, layer: int, n_tokens: int, seq_len: int) -> Path | None:
-    """The cached file for ``layer`` with the fewest tokens ≥ ``n_tokens`` (more is as good)."""
+def _cache_key(fingerprint: str, lm: LensModel, source: TextSource, seq_len: int) -> str:
+    text = f"{fingerprint}|{lm.cfg.dtype}|{source.name}|seq{seq_len}"
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def _cached(folder: Path, layer: int, key: str, n_tokens: int) -> Path | None:
+    """The cached file for ``layer`` and ``key`` with the fewest tokens ≥ ``n_tokens`` (the rows
+    of a longer run start with the rows of a shorter one, so more is as good)."""
     best: tuple[int, Path] | None = None
-    for path in folder.glob(f"mom2-layer{layer:02d}-seq{seq_len}-*tok.json"):
+    for path in folder.glob(f"mom2-layer{layer:02d}-{key}-*tok.json"):
         count = int(path.stem.rsplit("-", 1)[1].removesuffix("tok"))
         if count >= n_tokens and (best is None or count < best[0]):
             best = (count, path)
     return None if best is None else best[1]
 
 
-@torch.no_grad()
 def key_statistics(
     lm: LensModel,
     layers: int | Sequence[int],
+    config: StatsConfig | None = None,
     *,
-    n_tokens: int = DEFAULT_STATS_TOKENS,
-    seq_len: int = 128,
-    batch_size: int = 8,
+    text: TextSource | Iterable[str] | Callable[[], Iterable[str]] | None = None,
     cache_dir: str | Path | None = None,
     use_cache: bool = True,
 ) -> KeyStatistics:
-    """C = E[k kᵀ] over text tokens at ``blocks.L.mlp.hook_post`` for each layer L. Reads the model only.
+    """C = E[k kᵀ] over text tokens at the ``mlp_post`` site of each layer. Reads the model only.
 
-    Layers found in the cache (with at least ``n_tokens`` tokens) are loaded; the others are
-    computed together in one pass over the text, which stops at the deepest missing layer.
+    Layers found in the cache are loaded. A cache entry is keyed by a fingerprint of the weights
+    that produce the layer's keys (:func:`weight_fingerprints`), the dtype, the text source's
+    name, the row length and the token count, so a renamed, wrapped or edited model never reads
+    another model's statistics. The missing layers are computed together in one pass over the
+    text, which stops at the deepest missing layer.
 
     Args:
         lm: the model.
         layers: one layer or several.
-        n_tokens: text tokens to average over (the sink at the start of each row is excluded).
-        seq_len: tokens per row, sink included.
-        batch_size: rows per forward pass.
-        cache_dir: where to cache (default ``cache_root()/"stats"``); files are per model and layer.
+        config: :class:`StatsConfig` (token count, row length, batch size).
+        text: documents to average over (an iterable of strings, a callable returning them, or a
+            :class:`TextSource`); default the offline stdlib text.
+        cache_dir: where to cache (default ``cache_root()/"stats"``).
         use_cache: False recomputes and overwrites.
 
     Returns:
         :class:`KeyStatistics` with ``values[i]`` the C of ``layers[i]``, float64 on the model's
         device, and the text source and token count in its fields and ``meta``.
 
+    Raises:
+        ValueError: a layer out of range, or statistics to compute while an edit is applied to
+            the model (they would describe the edited model; restore the edit first).
+
     >>> import tempfile
     >>> from lmsci_mi import load_model
-    >>> stats = key_statistics(load_model("toy-2l"), [0, 1], n_tokens=254, cache_dir=tempfile.mkdtemp())
+    >>> cfg = StatsConfig(n_tokens=254)
+    >>> stats = key_statistics(load_model("toy-2l"), [0, 1], cfg, cache_dir=tempfile.mkdtemp())
     >>> tuple(stats.values.shape), stats.n_tokens
     ((2, 256, 256), 254)
     """
-    wanted = [layers] if isinstance(layers, int) else list(dict.fromkeys(layers))
-    n_layers = lm.cfg.n_layers
-    for layer in wanted:
-        if not 0 <= layer < n_layers:
-            raise ValueError(f"layer {layer} is out of range for {lm.name} (0…{n_layers - 1})")
+    config = config or StatsConfig()
+    wanted = _checked_layers(lm, layers)
+    source = TextSource.of(text)
+    fingerprints = weight_fingerprints(lm, wanted)
     folder = stats_dir(lm, cache_dir)
+    keys = {layer: _cache_key(fingerprints[layer], lm, source, config.seq_len) for layer in wanted}
     found: dict[int, KeyStatistics] = {}
     if use_cache:
         for layer in wanted:
-            path = _cached(folder, layer, n_tokens, seq_len)
+            path = _cached(folder, layer, keys[layer], config.n_tokens)
             if path is not None:
                 found[layer] = KeyStatistics.load(path)
     missing = [layer for layer in wanted if layer not in found]
     seconds = 0.0
     if missing:
-        start = time.perf_counter()
-        computed, counted = _compute(lm, missing, n_tokens, seq_len, batch_size)
-        seconds = time.perf_counter() - start
-        logger.info(
-            "key statistics for layers %s: %d tokens of %s in %.1f s",
-            missing,
-            counted,
-            STDLIB_TEXT_SOURCE,
-            seconds,
-        )
+        computed, seconds = _compute(lm, missing, config, source)
         folder.mkdir(parents=True, exist_ok=True)
         for layer in missing:
-            single = _statistics(lm, [layer], computed[layer][None], counted, seq_len, seconds)
-            single.save(_cache_path(folder, layer, counted, seq_len))
+            value = computed.values[missing.index(layer)][None]
+            single = _statistics(lm, [layer], value, computed, (fingerprints[layer],), seconds)
+            single.save(folder / f"mom2-layer{layer:02d}-{keys[layer]}-{single.n_tokens}tok.json")
             found[layer] = single
     values = torch.stack([found[layer].for_layer(layer).to(lm.device) for layer in wanted])
-    count = min(found[layer].n_tokens for layer in wanted)
-    return _statistics(lm, wanted, values, count, seq_len, seconds)
+    least = min((found[layer] for layer in wanted), key=lambda s: s.n_tokens)
+    prints = tuple(fingerprints[layer] for layer in wanted)
+    return _statistics(lm, wanted, values, least, prints, seconds)
+
+
+def _checked_layers(lm: LensModel, layers: int | Sequence[int]) -> list[int]:
+    wanted = [layers] if isinstance(layers, int) else list(dict.fromkeys(layers))
+    if not wanted:
+        raise ValueError("no layers given")
+    n_layers = lm.cfg.n_layers
+    for layer in wanted:
+        if not isinstance(layer, int) or not 0 <= layer < n_layers:
+            raise ValueError(f"layer {layer} is out of range for {lm.name} (0…{n_layers - 1})")
+    return wanted
+
+
+@dataclass(frozen=True)
+class _Moments:
+    values: Tensor
+    n_tokens: int
+    source: str
+    config: StatsConfig
 
 
 def _statistics(
-    lm: LensModel,
-    layers: Sequence[int],
-    values: Tensor,
-    n_tokens: int,
-    seq_len: int,
-    seconds: float,
+    lm: LensModel, layers: Sequence[int], values: Tensor, origin: _Moments | KeyStatistics,
+    fingerprints: tuple[str, ...],
+    seconds: float = 0.0,
 ) -> KeyStatistics:
+    params = origin.config.params() if isinstance(origin, _Moments) else dict(origin.meta.params)
+    params.update({"n_tokens": origin.n_tokens, "site": site("mlp_post").template})
     return KeyStatistics(
         values=values,
         axes=("layer", "key_i", "key_j"),
         labels=(tuple(str(layer) for layer in layers), (), ()),
-        meta=lm.meta(
-            data_source=STDLIB_TEXT_SOURCE,
-            params={"n_tokens": n_tokens, "seq_len": seq_len, "site": "blocks.L.mlp.hook_post"},
-        ),
+        meta=lm.meta(data_source=origin.source, params=params),
         layers=tuple(layers),
-        n_tokens=n_tokens,
-        source=STDLIB_TEXT_SOURCE,
+        n_tokens=origin.n_tokens,
+        source=origin.source,
         seconds=seconds,
+        fingerprints=fingerprints,
     )
 
 
 def _compute(
-    lm: LensModel, layers: Sequence[int], n_tokens: int, seq_len: int, batch_size: int
-) -> tuple[dict[int, Tensor], int]:
-    chunks = text_chunks(lm, n_tokens, seq_len)
+    lm: LensModel, layers: Sequence[int], config: StatsConfig, source: TextSource
+) -> tuple[_Moments, float]:
+    """One pass over the text that fills every missing layer."""
+    if WeightEdit.applied_to(lm):
+        raise ValueError(
+            f"refusing to compute key statistics while {len(WeightEdit.applied_to(lm))} edit(s) "
+            f"are applied to {lm.name}: they would describe the edited model. Restore the "
+            "edits first (handle.restore()), or pass statistics computed before editing (stats=...)"
+        )
+    start = time.perf_counter()
+    rows = _token_rows(lm, source, config.n_tokens, config.seq_len)
+    values, counted = _accumulate(lm, layers, rows, config.batch_size)
+    seconds = time.perf_counter() - start
+    logger.info("key statistics for layers %s: %d tokens of %s in %.1f s", layers, counted,
+                source.name, seconds)
+    return _Moments(values, counted, source.name, config), seconds
+
+
+def _token_rows(
+    lm: LensModel, source: TextSource, n_tokens: int, seq_len: int
+) -> Int[Tensor, "row seq_len"]:
+    """The source's documents tokenised, joined by the end-of-text token and cut into rows of
+    ``seq_len - 1`` tokens, each behind the attention sink (as every lmsci-mi prompt is)."""
+    if lm.tokenizer is None:
+        raise ValueError(f"{lm.name} has no tokenizer: key statistics need text")
+    per_row = seq_len - 1
+    n_rows = -(-n_tokens // per_row)
+    needed = n_rows * per_row
+    eos = lm.tokenizer.eos_token_id
+    separator = eos if eos is not None else lm.sink_token_id
+    stream: list[int] = []
+    for doc in source.documents():
+        if not doc.strip():
+            continue
+        stream.extend(lm.continuation_ids(doc))
+        if separator is not None:
+            stream.append(separator)
+        if len(stream) >= needed:
+            break
+    if len(stream) < needed:
+        raise ValueError(
+            f"the text {source.name!r} holds {len(stream)} tokens for {lm.name}, fewer than the "
+            f"{needed} asked for; give more text or ask for fewer tokens"
+        )
+    body = torch.tensor(stream[:needed], dtype=torch.long).view(n_rows, per_row)
+    sink = lm.sink_token_id if lm.sink_token_id is not None else lm.tokenizer.bos_token_id
+    return torch.cat([torch.full((n_rows, 1), sink, dtype=torch.long), body], dim=1)
+
+
+@torch.no_grad()
+def _accumulate(
+    lm: LensModel, layers: Sequence[int], rows: Tensor, batch_size: int
+) -> tuple[Tensor, int]:
     d_mlp = lm.cfg.d_mlp
     assert d_mlp is not None
-    sums = {
-        layer: torch.zeros(d_mlp, d_mlp, dtype=torch.float64, device=lm.device) for layer in layers
-    }
-    sites = [f"blocks.{layer}.mlp.hook_post" for layer in layers]
+    sums = torch.zeros(len(layers), d_mlp, d_mlp, dtype=torch.float64, device=lm.device)
+    slot = {layer: i for i, layer in enumerate(layers)}
 
     def accumulate(activation: Tensor, hook: object) -> None:
-        layer = int(getattr(hook, "name", "").split(".")[1])
+        layer = layer_of(str(getattr(hook, "name", "")))
+        assert layer is not None
         # Position 0 is the attention sink, whose activations are outliers by design; edits
         # never key on it, so it stays out of C.
         keys = activation[:, 1:].reshape(-1, activation.shape[-1]).float()
         # One batch's products in float32 (fast), the running sum in float64 (exact enough
         # over hundreds of thousands of tokens).
-        sums[layer] += (keys.T @ keys).double()
+        sums[slot[layer]] += (keys.T @ keys).double()
 
+    sites = [hook_name("mlp_post", layer) for layer in layers]
     counted = 0
-    stop = max(layers) + 1
     with lm.hooks.hooks(fwd=[(sites, accumulate)], label="key statistics"):
-        for start in tqdm(range(0, len(chunks), batch_size), desc="key statistics", unit="batch"):
-            batch = chunks[start : start + batch_size].to(lm.device)
-            lm.model(batch, stop_at_layer=stop)
-            counted += batch.shape[0] * (seq_len - 1)
-    return {layer: total / counted for layer, total in sums.items()}, counted
+        for start in tqdm(range(0, len(rows), batch_size), desc="key statistics", unit="batch"):
+            batch = rows[start : start + batch_size].to(lm.device)
+            lm.model(batch, stop_at_layer=max(layers) + 1)
+            counted += batch.shape[0] * (rows.shape[1] - 1)
+    return sums / counted, counted

@@ -11,6 +11,7 @@ from lmsci_mi import LensModel
 from lmsci_mi.editing import (
     EditRequest,
     MEMITHyperParams,
+    ROMEHyperParams,
     default_memit_layers,
     default_rome_layer,
     key_statistics,
@@ -44,7 +45,7 @@ def test_rome_flips_eiffel_to_rome_and_restores(clean_smollm2: LensModel) -> Non
     before = {k: v.clone() for k, v in lm.model.state_dict().items()}
     p_rome, p_paris = p_new_true(lm, EIFFEL.rewrite_prompt)
     assert p_paris > 0.5 > p_rome  # the model knows the fact before the edit
-    with rome_edit(lm, EIFFEL, layer=layer, stats=stats) as handle:
+    with rome_edit(lm, EIFFEL, ROMEHyperParams(layer=layer), stats=stats) as handle:
         assert handle.layers == (layer,)
         p_rome, p_paris = p_new_true(lm, EIFFEL.rewrite_prompt)
         assert p_rome > 0.5 > p_paris
@@ -62,10 +63,11 @@ def test_rome_bad_layer_changes_nothing(clean_smollm2: LensModel) -> None:
     lm = clean_smollm2
     before = {k: v.clone() for k, v in lm.model.state_dict().items()}
     with pytest.raises(ValueError, match="out of range"):
-        rome_edit(lm, EIFFEL, layer=lm.cfg.n_layers)
+        rome_edit(lm, EIFFEL, ROMEHyperParams(layer=lm.cfg.n_layers))
     with pytest.raises(ValueError, match="not in the prompt"):
         rome_edit(
-            lm, EditRequest("Big Ben is in the city of", "The Eiffel Tower", " Rome"), layer=4
+            lm, EditRequest("Big Ben is in the city of", "The Eiffel Tower", " Rome"),
+            ROMEHyperParams(layer=4),
         )
     after = lm.model.state_dict()
     assert all(torch.equal(after[k], v) for k, v in before.items())
@@ -78,9 +80,7 @@ def test_memit_small_batch(clean_smollm2: LensModel) -> None:
     facts = load_facts()[::20][:4]
     before = {k: v.clone() for k, v in lm.model.state_dict().items()}
     prompts = [f.rewrite_prompt for f in facts]
-    with memit_edit(
-        lm, facts, layers=layers, stats=stats, hparams=MEMITHyperParams(steps=15)
-    ) as handle:
+    with memit_edit(lm, facts, MEMITHyperParams(layers=layers, steps=15), stats=stats) as handle:
         assert handle.layers == tuple(layers)
         nll_new = target_nll(lm, prompts, [f.target_new for f in facts])
         nll_true = target_nll(lm, prompts, [f.target_true for f in facts])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import weakref
 from pathlib import Path
 
 import pytest
@@ -10,13 +11,15 @@ import torch
 
 from lmsci_mi import LensModel, load_model
 from lmsci_mi.data.facts import candidate_facts, load_fact_records
-from lmsci_mi.data.text_corpus import text_chunks
 from lmsci_mi.editing import (
     EditRequest,
+    EvaluationConfig,
     MEMITHyperParams,
     ROMEHyperParams,
     apply_delta,
+    context_templates,
     evaluate_edits,
+    fit_deltas,
     generation_entropy,
     key_statistics,
     load_facts,
@@ -24,11 +27,11 @@ from lmsci_mi.editing import (
     rome_edit,
     target_nll,
 )
-from lmsci_mi.editing.memit import _top_resid
-from lmsci_mi.editing.rome import _subject_row, _target_ids
+from lmsci_mi.editing.fit import subject_activations, subject_row
+from lmsci_mi.editing.stats import StatsConfig
 
-FAST_ROME = ROMEHyperParams(n_contexts=2, steps=4)
-FAST_MEMIT = MEMITHyperParams(n_contexts=2, steps=4)
+FAST_ROME = ROMEHyperParams(layer=0, n_contexts=2, steps=4)
+FAST_MEMIT = MEMITHyperParams(layers=(0, 1), n_contexts=2, steps=4)
 EIFFEL = EditRequest(
     "{} is located in the city of",
     "The Eiffel Tower",
@@ -48,9 +51,8 @@ def tiny() -> LensModel:
 
 @pytest.fixture(scope="module")
 def stats(tiny: LensModel, tmp_path_factory: pytest.TempPathFactory):
-    return key_statistics(
-        tiny, [0, 1], n_tokens=1024, seq_len=64, cache_dir=tmp_path_factory.mktemp("stats")
-    )
+    config = StatsConfig(n_tokens=1024, seq_len=64)
+    return key_statistics(tiny, [0, 1], config, cache_dir=tmp_path_factory.mktemp("stats"))
 
 
 def snapshot(lm: LensModel) -> dict[str, torch.Tensor]:
@@ -64,54 +66,12 @@ def assert_identical(lm: LensModel, before: dict[str, torch.Tensor]) -> None:
     assert lm.hooks.attached_count() == 0
 
 
-# ---------------------------------------------------------------------- statistics
-
-
-def test_text_chunks_start_with_the_sink(tiny: LensModel) -> None:
-    chunks = text_chunks(tiny, 300, seq_len=32)
-    assert chunks.shape == (10, 32)
-    assert (chunks[:, 0] == tiny.sink_token_id).all()
-    assert (chunks[:, 1:] != tiny.sink_token_id).any()
-
-
-def test_stats_shape_symmetry_and_cache(tiny: LensModel, tmp_path: Path) -> None:
-    stats = key_statistics(tiny, [1, 0], n_tokens=500, seq_len=64, cache_dir=tmp_path)
-    d_mlp = tiny.cfg.d_mlp
-    assert stats.values.shape == (2, d_mlp, d_mlp)
-    assert stats.layers == (1, 0)
-    assert stats.values.dtype == torch.float64
-    c = stats.for_layer(0)
-    assert torch.allclose(c, c.T)
-    assert torch.linalg.eigvalsh(c).min() > -1e-8  # a second moment is positive semi-definite
-    assert stats.n_tokens >= 500 and stats.meta.data_source == stats.source
-    files = sorted(p.name for p in (tmp_path / tiny.name).glob("*.json"))
-    assert len(files) == 2
-    # A smaller request is served from the cache (no compute time) with the same values.
-    again = key_statistics(tiny, 0, n_tokens=100, seq_len=64, cache_dir=tmp_path)
-    assert again.seconds == 0.0
-    assert torch.equal(again.for_layer(0), c)
-
-
-def test_stats_match_a_direct_computation(tiny: LensModel, tmp_path: Path) -> None:
-    stats = key_statistics(tiny, 1, n_tokens=126, seq_len=64, cache_dir=tmp_path)
-    chunks = text_chunks(tiny, 126, seq_len=64)
-    with tiny.hooks.capture("blocks.1.mlp.hook_post") as cap:
-        tiny.model(chunks)
-    keys = cap["blocks.1.mlp.hook_post"][:, 1:].reshape(-1, tiny.cfg.d_mlp).double()
-    assert torch.allclose(stats.for_layer(1), keys.T @ keys / len(keys), rtol=1e-4, atol=1e-6)
-
-
-def test_stats_reject_bad_layers(tiny: LensModel, tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="out of range"):
-        key_statistics(tiny, 2, n_tokens=100, cache_dir=tmp_path)
-
-
 # ---------------------------------------------------------------------- ROME and handles
 
 
 def test_rome_restore_is_bit_identical(tiny: LensModel, stats) -> None:
     before = snapshot(tiny)
-    handle = rome_edit(tiny, EIFFEL, layer=0, stats=stats, hparams=FAST_ROME)
+    handle = rome_edit(tiny, EIFFEL, FAST_ROME, stats=stats)
     assert handle.layers == (0,)
     delta = handle.deltas["blocks.0.mlp.W_out"]
     assert delta.shape == tiny.model.blocks[0].mlp.W_out.shape
@@ -127,9 +87,7 @@ def test_rome_restore_is_bit_identical(tiny: LensModel, stats) -> None:
 def test_rome_moves_the_target_and_context_manager_restores(tiny: LensModel, stats) -> None:
     before = snapshot(tiny)
     nll_before = target_nll(tiny, [EIFFEL.rewrite_prompt], [" Rome"])
-    with rome_edit(
-        tiny, EIFFEL, layer=0, stats=stats, hparams=ROMEHyperParams(n_contexts=2, steps=8)
-    ):
+    with rome_edit(tiny, EIFFEL, FAST_ROME.replace(steps=8), stats=stats):
         nll_after = target_nll(tiny, [EIFFEL.rewrite_prompt], [" Rome"])
     assert nll_after < nll_before
     assert_identical(tiny, before)
@@ -154,31 +112,25 @@ def test_rome_update_maps_the_averaged_key_to_the_residual(stats) -> None:
     assert (orth @ update).abs().max() < 1e-6
 
 
-def test_edit_aware_optimisation_sees_the_installed_update(tiny: LensModel, stats) -> None:
+def test_edit_aware_optimisation_sees_the_installed_update(stats) -> None:
     """With ``edit_aware`` the optimiser adds (k·u)·δ at each position, u = C⁻¹k̄/(k̄ᵀC⁻¹k̄):
     exactly what the installed ΔW adds to the MLP output there, for any key k."""
-    from lmsci_mi.editing.rome import _solve, rome_update
+    from lmsci_mi.editing.rome import rome_update, solve_ridge
 
     c = stats.for_layer(0)
     gen = torch.Generator().manual_seed(1)
     k_bar = torch.randn(c.shape[0], generator=gen, dtype=torch.float64)
     r = torch.randn(64, generator=gen, dtype=torch.float64)
-    c_inv_k = _solve(c, k_bar, 1e-4)
+    c_inv_k = solve_ridge(c, k_bar, 1e-4)
     u = c_inv_k / (c_inv_k @ k_bar)
     keys = torch.randn(5, c.shape[0], generator=gen, dtype=torch.float64)
     update = rome_update(c, k_bar, r, damping=1e-4)
     assert torch.allclose(keys @ update, (keys @ u)[:, None] * r[None], atol=1e-8)
-    before = snapshot(tiny)
-    for aware in (True, False):
-        hp = ROMEHyperParams(n_contexts=2, steps=4, edit_aware=aware)
-        with rome_edit(tiny, EIFFEL, layer=0, stats=stats, hparams=hp) as handle:
-            assert torch.isfinite(handle.deltas["blocks.0.mlp.W_out"]).all()
-    assert_identical(tiny, before)
 
 
 def test_delta_save_load_and_reapply(tiny: LensModel, stats, tmp_path: Path) -> None:
     before = snapshot(tiny)
-    with rome_edit(tiny, EIFFEL, layer=0, stats=stats, hparams=FAST_ROME) as handle:
+    with rome_edit(tiny, EIFFEL, FAST_ROME, stats=stats) as handle:
         edited = tiny.model.blocks[0].mlp.W_out.detach().clone()
         path = handle.save(tmp_path / "delta.safetensors")
     assert_identical(tiny, before)
@@ -192,7 +144,7 @@ def test_delta_save_load_and_reapply(tiny: LensModel, stats, tmp_path: Path) -> 
 def test_apply_delta_refuses_another_model(
     tiny: LensModel, tiny_gpt2: LensModel, stats, tmp_path: Path
 ) -> None:
-    with rome_edit(tiny, EIFFEL, layer=0, stats=stats, hparams=FAST_ROME) as handle:
+    with rome_edit(tiny, EIFFEL, FAST_ROME, stats=stats) as handle:
         path = handle.save(tmp_path / "delta.safetensors")
     before = snapshot(tiny_gpt2)
     with pytest.raises(ValueError, match="saved from"):
@@ -204,11 +156,6 @@ def test_apply_delta_refuses_another_model(
     ("request_", "layer", "message"),
     [
         (EditRequest("{} is located in", "The Eiffel Tower", " Rome", " Paris"), 5, "out of range"),
-        (
-            EditRequest("{} is located in", "The Eiffel Tower", " Rome", " Paris"),
-            -1,
-            "out of range",
-        ),
         (EditRequest("{} is located in", "The Eiffel Tower", "", " Paris"), 0, "empty target"),
         (EditRequest("{} is located in", "The Eiffel Tower", "   ", " Paris"), 0, "empty target"),
         (EditRequest("{} and {} are in", "The Eiffel Tower", " Rome", " Paris"), 0, "exactly one"),
@@ -220,10 +167,10 @@ def test_apply_delta_refuses_another_model(
 def test_bad_input_changes_no_weight(tiny: LensModel, stats, request_, layer, message) -> None:
     before = snapshot(tiny)
     with pytest.raises(ValueError, match=message):
-        rome_edit(tiny, request_, layer=layer, stats=stats, hparams=FAST_ROME)
+        rome_edit(tiny, request_, FAST_ROME.replace(layer=layer), stats=stats)
     assert_identical(tiny, before)
     with pytest.raises(ValueError, match=message):
-        memit_edit(tiny, [EIFFEL, request_], layers=[0, layer], stats=stats, hparams=FAST_MEMIT)
+        memit_edit(tiny, [EIFFEL, request_], FAST_MEMIT.replace(layers=(0, layer)), stats=stats)
     assert_identical(tiny, before)
 
 
@@ -232,64 +179,61 @@ def test_subject_not_in_prompt_changes_no_weight(tiny: LensModel, stats) -> None
     filled = EditRequest("The Eiffel Tower is located in the city of", "The Eiffel Tower", " Rome")
     assert filled.prompt == "{} is located in the city of"
     with pytest.raises(ValueError, match="not in the prompt"):
-        rome_edit(
-            tiny,
-            EditRequest("Big Ben is in the city of", "The Eiffel Tower", " Rome"),
-            layer=0,
-            stats=stats,
-        )
+        rome_edit(tiny, EditRequest("Big Ben is in the city of", "The Eiffel Tower", " Rome"),
+                  FAST_ROME, stats=stats)
     assert_identical(tiny, before)
     with pytest.raises(ValueError, match="not in the prompt"):
-        memit_edit(
-            tiny, [EIFFEL, EditRequest("Big Ben is in", "Louvre", " Rome")], layers=[0], stats=stats
-        )
+        memit_edit(tiny, [EIFFEL, EditRequest("Big Ben is in", "Louvre", " Rome")],
+                   FAST_MEMIT.replace(layers=(0,)), stats=stats)
     assert_identical(tiny, before)
 
 
 def test_stats_for_the_wrong_layer_change_no_weight(tiny: LensModel, tmp_path: Path) -> None:
-    stats = key_statistics(tiny, 1, n_tokens=200, seq_len=64, cache_dir=tmp_path)
+    stats = key_statistics(tiny, 1, StatsConfig(n_tokens=200, seq_len=64), cache_dir=tmp_path)
     before = snapshot(tiny)
     with pytest.raises(ValueError, match="cover layers"):
-        rome_edit(tiny, EIFFEL, layer=0, stats=stats)
+        rome_edit(tiny, EIFFEL, FAST_ROME, stats=stats)
     assert_identical(tiny, before)
 
 
 # ---------------------------------------------------------------------- MEMIT
 
 
-def test_memit_edits_several_layers_and_restores(tiny: LensModel, stats) -> None:
+def top_residual(lm: LensModel, request: EditRequest, layer: int) -> torch.Tensor:
+    row = subject_row(lm, "{}", request.prompt, request.subject, lm.continuation_ids(request.target_new))
+    return subject_activations(lm, "resid_post", layer, [row])[0]
+
+
+def test_memit_moves_each_top_residual_toward_its_target(tiny: LensModel, stats) -> None:
+    """MEMIT's aim: the top layer's residual at each subject reaches h + δ. After spreading the
+    update over both layers it is much nearer the target than before (λC keeps it from exact)."""
     before = snapshot(tiny)
     berlin = EditRequest("{} is a city in the country of", "Berlin", " Italy", " Germany")
-    with memit_edit(
-        tiny, [EIFFEL, berlin], layers=[0, 1], stats=stats, hparams=FAST_MEMIT
-    ) as handle:
-        assert handle.layers == (0, 1)
-        assert len(handle.requests) == 2
-        for layer in (0, 1):
-            assert torch.isfinite(handle.deltas[f"blocks.{layer}.mlp.W_out"]).all()
+    hp = FAST_MEMIT.replace(steps=6)
+    templates = context_templates(tiny, hp.n_contexts, hp.context_lengths, seed=hp.seed)
+    fit = fit_deltas(tiny, 1, [EIFFEL, berlin], templates, hp, site="resid_post")
+    h0 = torch.stack([top_residual(tiny, r, 1) for r in (EIFFEL, berlin)])
+    with memit_edit(tiny, [EIFFEL, berlin], hp.replace(mom2_weight=1.0), stats=stats) as handle:
+        assert handle.layers == (0, 1) and len(handle.requests) == 2
+        h1 = torch.stack([top_residual(tiny, r, 1) for r in (EIFFEL, berlin)])
+    target = h0 + fit.delta
+    assert ((target - h1).norm(dim=-1) < 0.5 * (target - h0).norm(dim=-1)).all()
     assert_identical(tiny, before)
 
 
 def test_memit_solve_is_stable_with_duplicate_keys(tiny: LensModel, stats) -> None:
     """Identical requests give identical (linearly dependent) keys: KKᵀ is singular, λC keeps the
-    system solvable and the update finite."""
+    system solvable, and three copies install what one copy does (the same target, the same keys)."""
     before = snapshot(tiny)
-    with memit_edit(
-        tiny, [EIFFEL, EIFFEL, EIFFEL], layers=[0, 1], stats=stats, hparams=FAST_MEMIT
-    ) as handle:
-        for delta in handle.deltas.values():
-            assert torch.isfinite(delta).all()
+    with memit_edit(tiny, [EIFFEL], FAST_MEMIT, stats=stats):
+        one = top_residual(tiny, EIFFEL, 1)
+    with memit_edit(tiny, [EIFFEL, EIFFEL, EIFFEL], FAST_MEMIT, stats=stats) as handle:
+        assert all(torch.isfinite(d).all() for d in handle.deltas.values())
+        three = top_residual(tiny, EIFFEL, 1)
+    h0 = top_residual(tiny, EIFFEL, 1)
+    # Three identical rows weigh three times against λC: at least as far along as one copy.
+    assert (three - h0).norm() >= (one - h0).norm() * 0.99
     assert_identical(tiny, before)
-
-
-def test_memit_moves_the_top_residual_toward_the_target(tiny: LensModel, stats) -> None:
-    rows = [_subject_row(tiny, "{}", EIFFEL.prompt, EIFFEL.subject, _target_ids(tiny, " Rome"))]
-    h0 = _top_resid(tiny, 1, rows)
-    with memit_edit(
-        tiny, [EIFFEL], layers=[0, 1], stats=stats, hparams=MEMITHyperParams(n_contexts=2, steps=6)
-    ):
-        h1 = _top_resid(tiny, 1, rows)
-    assert (h1 - h0).norm() > 0
 
 
 # ---------------------------------------------------------------------- metrics and data
@@ -309,19 +253,96 @@ def test_generation_entropy_penalises_repetition() -> None:
     )
 
 
-def test_evaluate_edits_reports_both_rows_and_restores(tiny: LensModel, stats) -> None:
+def direct_scores(lm: LensModel, request: EditRequest) -> tuple[float, float]:
+    """(ES, NS) of one fact measured directly: does the new target win on the rewrite prompt,
+    the true one on the (single) neighbour?"""
+    nll = target_nll(lm, [request.rewrite_prompt] * 2 + [request.neighborhood_prompts[0]] * 2,
+                     [request.target_new, request.target_true] * 2)
+    return float(nll[0] < nll[1]), float(nll[3] < nll[2])
+
+
+def test_evaluate_edits_scores_what_the_model_says_and_restores(tiny: LensModel, stats) -> None:
     before = snapshot(tiny)
-    ev = evaluate_edits(
-        tiny, [EIFFEL], layer=0, stats=stats, rome_hparams=FAST_ROME, generation_tokens=5
-    )
-    assert ev.labels[0] == ("unedited", "rome")
-    assert ev.values.shape == (2, 8)
-    assert ev.per_fact.shape == (2, 1, 7)
+    unedited = direct_scores(tiny, EIFFEL)
+    with rome_edit(tiny, EIFFEL, FAST_ROME.replace(steps=8), stats=stats):
+        edited = direct_scores(tiny, EIFFEL)
+    ev = evaluate_edits(tiny, [EIFFEL], FAST_ROME.replace(steps=8), stats=stats,
+                        evaluation=EvaluationConfig(generation_tokens=5))
+    assert ev.labels[0] == ("unedited", "rome") and ev.method == "rome"
+    assert (ev.per_fact[0, 0, 0].item(), ev.per_fact[0, 0, 2].item()) == unedited
+    assert (ev.per_fact[1, 0, 0].item(), ev.per_fact[1, 0, 2].item()) == edited
+    assert ev.metric("ES") == 100 * edited[0] and ev.metric("ES", edited=False) == 100 * unedited[0]
+    assert ev.fact_layers == ((0,),) and ev.n_edits == 1 and ev.excluded_neighbours == 0
     both = type(ev).combine([ev, ev])
-    assert both.per_fact.shape == (2, 2, 7)
+    assert both.per_fact.shape == (2, 2, 7) and both.fact_layers == ((0,), (0,))
     assert torch.allclose(both.values, ev.values, equal_nan=True)
-    assert 0 <= ev.metric("ES") <= 100
     assert_identical(tiny, before)
+
+
+def test_evaluate_edits_records_the_layer_of_each_fact(
+    tiny: LensModel, stats, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the layer chosen per fact (traced), each fact's layer is recorded, not the last one's."""
+    from lmsci_mi.editing import rome
+
+    chosen = {"The Eiffel Tower": 0, "Berlin": 1}
+    monkeypatch.setattr(rome, "traced_layer", lambda lm, request: chosen[request.subject])
+    berlin = EditRequest("{} is a city in the country of", "Berlin", " Italy", " Germany",
+                         neighborhood_prompts=("Munich is a city in the country of",))
+    ev = evaluate_edits(tiny, [EIFFEL, berlin], FAST_ROME.replace(layer=None), stats=stats,
+                        evaluation=EvaluationConfig(generation_tokens=0))
+    assert ev.fact_layers == ((0,), (1,))
+
+
+def test_memit_evaluation_leaves_out_neighbours_about_edited_subjects(tiny: LensModel, stats) -> None:
+    """The Louvre's rewrite prompt is a neighbour of the Eiffel Tower fact; when the Louvre is
+    edited in the same batch, that prompt tests the Louvre's edit, not specificity."""
+    eiffel = EditRequest("{} is located in the city of", "The Eiffel Tower", " Rome", " Paris",
+                         ("The Eiffel Tower can be found in the city of",),
+                         ("The Louvre is located in the city of", "Notre Dame is located in the city of"))
+    louvre = EditRequest("{} is located in the city of", "The Louvre", " London", " Paris",
+                         ("The Louvre can be found in the city of",),
+                         ("The Pantheon is located in the city of",))
+    ev = evaluate_edits(tiny, [eiffel, louvre], FAST_MEMIT, stats=stats,
+                        evaluation=EvaluationConfig(generation_tokens=0))
+    assert ev.excluded_neighbours == 1
+    notre_dame = EditRequest("{} is located in the city of", "Notre Dame", " Rome", " Paris",
+                             neighborhood_prompts=())
+    nll = target_nll(tiny, [notre_dame.rewrite_prompt] * 2, [" Rome", " Paris"])
+    assert ev.per_fact[0, 0, 2].item() == float(nll[1] < nll[0])  # NS over Notre Dame alone
+
+
+def test_rome_invariant_mean_key_maps_to_v0_plus_delta(tiny: LensModel, stats) -> None:
+    """After rome_edit, k̄ · W_new + b = v₀ + δ, with k̄ the mean key over the context templates and
+    v₀ the mean unedited MLP output over the same rows, as ROME computes them."""
+    from lmsci_mi.editing.rome import rome_key, solve_ridge
+
+    hp = FAST_ROME.replace(steps=6)
+    templates = context_templates(tiny, hp.n_contexts, hp.context_lengths, seed=hp.seed)
+    k_bar = rome_key(tiny, 0, EIFFEL, templates)
+    c_inv_k = solve_ridge(stats.for_layer(0), k_bar, hp.damping)
+    u = (c_inv_k / (c_inv_k @ k_bar.double())).float()[None]
+    fit = fit_deltas(tiny, 0, [EIFFEL], templates, hp, site="mlp_out", key_dirs=u)
+    mlp = tiny.model.blocks[0].mlp
+    v0 = k_bar @ mlp.W_out + mlp.b_out
+    assert torch.allclose(v0, fit.v0[0], atol=1e-4)  # v₀ is the mean output over the same rows
+    with rome_edit(tiny, EIFFEL, hp, stats=stats):
+        assert torch.allclose(k_bar @ mlp.W_out + mlp.b_out, v0 + fit.delta[0], atol=1e-4)
+        assert not torch.allclose(v0 + fit.delta[0], v0, atol=1e-2)  # δ is not trivially zero
+
+
+def test_a_delta_fitted_in_a_batch_equals_it_fitted_alone(tiny: LensModel) -> None:
+    """Each request stops on its own: its δ does not depend on its batch-mates."""
+    easy = EditRequest("{} is located in the city of", "The Eiffel Tower", " the", " Paris")
+    hard = EditRequest("{} is a city in the country of", "Berlin", " Czechoslovakia Republic", " Germany")
+    # On the random toy both NLLs start near 11; " the" falls below 10.2 within a few steps and
+    # the three-token target does not.
+    hp = MEMITHyperParams(n_contexts=2, steps=12, early_stop_nll=10.2, clamp_norm=10.0, weight_decay=0.0)
+    templates = context_templates(tiny, hp.n_contexts, hp.context_lengths, seed=hp.seed)
+    alone = fit_deltas(tiny, 0, [easy], templates, hp, site="resid_post")
+    batch = fit_deltas(tiny, 0, [easy, hard], templates, hp, site="resid_post")
+    assert alone.steps[0] < batch.steps[1]  # the easy one stops while its batch-mate goes on
+    assert torch.allclose(batch.delta[0], alone.delta[0], rtol=1e-4, atol=1e-5)
 
 
 def test_shipped_facts_have_the_counterfact_shape() -> None:
@@ -342,3 +363,31 @@ def test_candidate_neighbours_share_the_answer() -> None:
         assert record["subject"] not in " ".join(record["neighborhood_prompts"])
         assert record["target_new"] != record["target_true"]
     json.dumps(candidate_facts())  # plain data
+
+
+def test_context_templates_are_cached_per_model() -> None:
+    """The cache used to be a global keyed by id(model), which a new model at a recycled address
+    inherits. It is a weak mapping keyed by the model object now."""
+    from lmsci_mi.editing import fit
+
+    lm = load_model("toy-2l", device="cpu")
+    first = context_templates(lm, 2, seed=0)
+    assert context_templates(lm, 2, seed=0) is first  # cached
+    assert isinstance(fit._TEMPLATES, weakref.WeakKeyDictionary) and lm.model in fit._TEMPLATES
+    other = load_model("toy-gpt2-2l", device="cpu")
+    assert other.model not in fit._TEMPLATES
+    context_templates(other, 2, seed=0)
+    assert fit._TEMPLATES[other.model] is not fit._TEMPLATES[lm.model]
+
+
+def test_editing_methods_register_once_with_their_configs() -> None:
+    from lmsci_mi.editing import EDITING_METHODS
+    from lmsci_mi.editing.methods import method_for
+
+    assert EDITING_METHODS.names() == ("memit", "rome")
+    assert EDITING_METHODS.get("rome").config_type is ROMEHyperParams
+    assert method_for(MEMITHyperParams())[0].name == "memit"
+    with pytest.raises(ValueError, match="already registered"):
+        EDITING_METHODS.register("rome", ROMEHyperParams)(lambda *a, **k: None)
+    with pytest.raises(ValueError, match="steps must be at least 1"):
+        ROMEHyperParams(steps=0)

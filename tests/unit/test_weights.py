@@ -62,3 +62,66 @@ def test_save_and_read_back(tiny: LensModel, tmp_path: Path) -> None:
     (tmp_path / "other.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
     with pytest.raises(ValueError, match="not an lmsci-mi edit file"):
         read_deltas(tmp_path / "other.safetensors")
+
+
+def test_restore_out_of_order_is_refused_and_changes_nothing(tiny: LensModel) -> None:
+    """Restoring A under a later B of the same weight would bring back the weights before A and
+    silently drop B (B's own restore then brings A back). It must raise and leave both applied."""
+    before = _snapshot(tiny)
+    first = WeightEdit(tiny, {W: torch.full((256, 64), 1.0)}).apply()
+    second = WeightEdit(tiny, {W: torch.full((256, 64), 2.0)}).apply()
+    both = tiny.model.blocks[1].mlp.W_out.detach().clone()
+    with pytest.raises(RuntimeError, match="reverse order"):
+        first.restore()
+    assert torch.equal(tiny.model.blocks[1].mlp.W_out, both)
+    second.restore()
+    first.restore()
+    assert _unchanged(tiny, before)
+
+
+def test_restore_refuses_a_weight_changed_by_hand(tiny: LensModel) -> None:
+    edit = WeightEdit(tiny, {W: torch.ones(256, 64)}).apply()
+    with torch.no_grad():
+        tiny.model.blocks[1].mlp.W_out.mul_(2.0)
+    changed = tiny.model.blocks[1].mlp.W_out.detach().clone()
+    with pytest.raises(RuntimeError, match="no longer its original"):
+        edit.restore()
+    assert torch.equal(tiny.model.blocks[1].mlp.W_out, changed)
+
+
+def test_edits_of_other_weights_restore_in_any_order(tiny: LensModel) -> None:
+    before = _snapshot(tiny)
+    a = WeightEdit(tiny, {W: torch.ones(256, 64)}).apply()
+    b = WeightEdit(tiny, {"blocks.0.mlp.W_out": torch.ones(256, 64)}).apply()
+    assert WeightEdit.applied_to(tiny) == (a, b)
+    a.restore()
+    b.restore()
+    assert WeightEdit.applied_to(tiny) == ()
+    assert _unchanged(tiny, before)
+
+
+def test_combine_restores_all_parts_at_once(tiny: LensModel) -> None:
+    before = _snapshot(tiny)
+    parts = [
+        WeightEdit(tiny, {W: torch.ones(256, 64)}).apply(),
+        WeightEdit(tiny, {"blocks.0.mlp.W_out": torch.ones(256, 64)}).apply(),
+        WeightEdit(tiny, {W: torch.full((256, 64), 0.5)}).apply(),
+    ]
+    combined = WeightEdit.combine(parts)
+    assert WeightEdit.applied_to(tiny) == (combined,)
+    assert torch.equal(combined.deltas[W], torch.full((256, 64), 1.5))
+    assert combined.layers == (0, 1) and not any(p.applied for p in parts)
+    combined.restore()
+    assert _unchanged(tiny, before)
+    with pytest.raises(ValueError, match="not applied"):
+        WeightEdit.combine(parts)
+
+
+@pytest.mark.parametrize("content", [b"just some text\n", b""])
+def test_a_file_that_is_not_an_edit_is_a_clear_error(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=r"not a saved edit.*lmsci-mi edit --save"):
+        read_deltas(path)
+    with pytest.raises(ValueError, match="no edit file"):
+        read_deltas(tmp_path / "missing.safetensors")

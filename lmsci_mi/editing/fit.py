@@ -1,0 +1,388 @@
+"""The machinery ROME and MEMIT share: context prefixes, subject rows, target ids, subject keys
+and the fit of the residual change δ that makes the model say the new target.
+
+δ is added after one layer at the subject's last token (or, for ROME's edit-aware fit, wherever
+the installed rank-one update reaches) and fitted with Adam on the target's NLL, a KL term on
+"{subject} is a" and weight decay, as in Meng et al. 2022 (ROME, §3.1) and 2023 (MEMIT, §4.2).
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+from transformer_lens import HookedTransformer
+
+from lmsci_mi.editing.requests import EditRequest
+from lmsci_mi.model import LensModel
+from lmsci_mi.sites import hook_name
+
+__all__ = [
+    "DeltaFit",
+    "FitSettings",
+    "SubjectRow",
+    "check_fit_settings",
+    "check_layer",
+    "check_requests",
+    "context_templates",
+    "fit_deltas",
+    "subject_activations",
+    "subject_row",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class FitSettings(Protocol):
+    """The settings of the δ fit; ROME's and MEMIT's configs both carry them."""
+
+    @property
+    def steps(self) -> int: ...
+    @property
+    def lr(self) -> float: ...
+    @property
+    def early_stop_nll(self) -> float: ...
+    @property
+    def kl_factor(self) -> float: ...
+    @property
+    def weight_decay(self) -> float: ...
+    @property
+    def clamp_norm(self) -> float: ...
+
+
+# ---------------------------------------------------------------------- validation
+
+
+def check_requests(lm: LensModel, requests: Sequence[EditRequest]) -> None:
+    """Raise ValueError (TypeError for a non-request) before any weight is touched."""
+    if not requests:
+        raise ValueError("no edit requests given")
+    for request in requests:
+        if not isinstance(request, EditRequest):
+            raise TypeError(f"expected EditRequest, got {type(request).__name__}")
+        request.validate(lm)
+
+
+def check_layer(lm: LensModel, layer: int) -> None:
+    """Raise ValueError unless ``layer`` is a block with an MLP whose keys can be read."""
+    n = lm.cfg.n_layers
+    if not isinstance(layer, int) or isinstance(layer, bool) or not 0 <= layer < n:
+        raise ValueError(f"layer {layer!r} is out of range for {lm.name}: it has layers 0…{n - 1}")
+    if lm.cfg.d_mlp is None or hook_name("mlp_post", layer) not in lm.model.hook_dict:
+        raise ValueError(f"layer {layer} of {lm.name} has no MLP with a hook_post key site")
+
+
+def check_fit_settings(hp: Any) -> None:
+    """Raise ValueError naming a bad fit field of an editing config (for its ``validate()``)."""
+    for name in ("n_contexts", "steps", "stats_tokens"):
+        if getattr(hp, name) < 1:
+            raise ValueError(f"{name} must be at least 1, not {getattr(hp, name)}")
+    for name in ("lr", "clamp_norm"):
+        if not getattr(hp, name) > 0:
+            raise ValueError(f"{name} must be positive, not {getattr(hp, name)}")
+    for name in ("early_stop_nll", "kl_factor", "weight_decay"):
+        if getattr(hp, name) < 0:
+            raise ValueError(f"{name} must be ≥ 0, not {getattr(hp, name)}")
+    lengths = hp.context_lengths
+    if not lengths or any(n < 1 for n in lengths):
+        raise ValueError(f"context_lengths must be positive token counts, not {lengths!r}")
+
+
+# ---------------------------------------------------------------------- context prefixes
+
+_CONTEXT_STARTS = ("The", "Therefore", "Because", "I", "You")
+
+# Prefixes per model, dropped with the model (no global keyed by id(), which a new model can reuse).
+_TEMPLATES: weakref.WeakKeyDictionary[HookedTransformer, dict[tuple, tuple[str, ...]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def context_templates(
+    lm: LensModel, n: int = 10, lengths: Sequence[int] = (5, 10), *, seed: int = 0
+) -> tuple[str, ...]:
+    """``"{}"`` plus ``n`` templates ``"<generated text>. {}"`` sampled from the model (top-5).
+
+    Each prefix starts from one of "The", "Therefore", "Because", "I", "You" (sampling from the
+    sink alone gives an instruction-tuned model's chat debris) and is sampled with a seed that
+    does not touch the global RNG. The result is cached per model. Reads the model only.
+
+    >>> from lmsci_mi import load_model
+    >>> t = context_templates(load_model("toy-2l"), 2, seed=0)
+    >>> len(t), t[0], t[1].endswith(". {}")
+    (3, '{}', True)
+    """
+    key = (n, tuple(lengths), seed, lm.sink_token_id)
+    cache = _TEMPLATES.setdefault(lm.model, {})
+    if key not in cache:
+        templates = ["{}"]
+        for i, length in enumerate(lengths):
+            count = n // len(lengths) + (1 if i < n % len(lengths) else 0)
+            starts = [_CONTEXT_STARTS[j % len(_CONTEXT_STARTS)] for j in range(count)]
+            texts = lm.sample(starts, length, temperature=1.0, top_k=5, seed=seed + i)
+            for start, text in zip(starts, texts, strict=True):
+                # Braces would break str.format; newlines and stray spaces would change how
+                # the subject after the prefix is tokenised.
+                clean = " ".join((start + text).replace("{", " ").replace("}", " ").split())
+                templates.append(f"{clean}. {{}}")
+        cache[key] = tuple(templates)
+    return cache[key]
+
+
+# ---------------------------------------------------------------------- rows and keys
+
+
+@dataclass(frozen=True)
+class SubjectRow:
+    """One tokenised sequence: its ids, the subject's last position, and where the target starts.
+
+    Attributes:
+        ids: template ⊕ prompt(subject) ⊕ target[:-1], under the sink policy.
+        subject_last: position of the subject's last token.
+        target_start: position whose logits predict the first target token; -1 without a target.
+    """
+
+    ids: list[int]
+    subject_last: int
+    target_start: int
+
+
+def subject_row(
+    lm: LensModel, template: str, prompt: str, subject: str, target_ids: Sequence[int] = ()
+) -> SubjectRow:
+    """Tokenise ``template`` ⊕ prompt(subject) ⊕ target[:-1] and locate the subject's last token.
+
+    The subject's character span is known from where it is inserted (the same words may also
+    occur in a generated prefix); the target is tokenised on its own as a continuation
+    (``lm.continuation_ids``), so no sink lands inside it.
+    """
+    head, tail = prompt.split("{}", 1)
+    outer_head, outer_tail = template.split("{}", 1)
+    text = outer_head + head + subject + tail + outer_tail
+    start = len(outer_head) + len(head)
+    span = lm.token_span(text, start, start + len(subject))
+    if span is None:
+        raise ValueError(f"subject {subject!r} covers no token of {text!r}")
+    ids = lm.encode(text)
+    return SubjectRow(
+        ids=ids + list(target_ids[:-1]),
+        subject_last=span[-1],
+        target_start=len(ids) - 1 if target_ids else -1,
+    )
+
+
+@torch.no_grad()
+def subject_activations(
+    lm: LensModel, site: str, layer: int, rows: Sequence[SubjectRow]
+) -> Float[Tensor, "row d"]:
+    """Activations of ``site`` at ``layer`` at each row's subject-last position (float32).
+
+    Runs the model only up to ``layer``. ``site="mlp_post"`` gives ROME's keys, ``"resid_post"``
+    MEMIT's residual at the top layer.
+    """
+    tokens = lm.pad_batch([row.ids for row in rows]).tokens
+    name = hook_name(site, layer)
+    with lm.hooks.capture(name) as cap:
+        lm.model(tokens, stop_at_layer=layer + 1)
+    index = torch.tensor([row.subject_last for row in rows], device=lm.device)
+    return cap[name][torch.arange(len(rows), device=lm.device), index].float()
+
+
+# ---------------------------------------------------------------------- the δ fit
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """Every row of a fit and the index tensors the loss reads."""
+
+    tokens: Int[Tensor, "row pos"]
+    last: Int[Tensor, " row"]  # subject-last position per row
+    owner: Int[Tensor, " row"]  # request of each row
+    kl_rows: Int[Tensor, " request"]  # the "{subject} is a" row of each request
+    rewrite: Tensor  # bool [row]: rows that carry the target
+    tok_row: Int[Tensor, " tok"]  # target tokens: row, position, id, request
+    tok_pos: Int[Tensor, " tok"]
+    tok_gold: Int[Tensor, " tok"]
+    tok_owner: Int[Tensor, " tok"]
+    n_requests: int
+
+
+def _batch(lm: LensModel, requests: Sequence[EditRequest], templates: Sequence[str]) -> _Batch:
+    """For each request: one rewrite row per template, then its "{subject} is a" KL row."""
+    rows: list[SubjectRow] = []
+    owner: list[int] = []
+    kl_rows: list[int] = []
+    tokens: list[tuple[int, int, int, int]] = []  # (row, position, gold id, request)
+    for i, request in enumerate(requests):
+        target = lm.continuation_ids(request.target_new)
+        for template in templates:
+            row = subject_row(lm, template, request.prompt, request.subject, target)
+            tokens += [(len(rows), row.target_start + j, t, i) for j, t in enumerate(target)]
+            rows.append(row)
+            owner.append(i)
+        kl_rows.append(len(rows))
+        rows.append(subject_row(lm, "{}", "{} is a", request.subject))
+        owner.append(i)
+    device = lm.device
+    columns = torch.tensor(tokens, device=device).T
+    rewrite = torch.ones(len(rows), dtype=torch.bool, device=device)
+    rewrite[kl_rows] = False
+    return _Batch(
+        tokens=lm.pad_batch([r.ids for r in rows]).tokens,
+        last=torch.tensor([r.subject_last for r in rows], device=device),
+        owner=torch.tensor(owner, device=device),
+        kl_rows=torch.tensor(kl_rows, device=device),
+        rewrite=rewrite,
+        tok_row=columns[0],
+        tok_pos=columns[1],
+        tok_gold=columns[2],
+        tok_owner=columns[3],
+        n_requests=len(requests),
+    )
+
+
+@dataclass(frozen=True)
+class _Unedited:
+    """The run without δ: the residual after the layer, v₀ per request, the KL reference and
+    (edit-aware fit) how much of δ the installed update adds at each position."""
+
+    resid: Float[Tensor, "row pos d_model"]
+    v0: Float[Tensor, "request d_model"]
+    init_kl: Float[Tensor, "request vocab"]
+    coef: Float[Tensor, "row pos"] | None
+
+
+@torch.no_grad()
+def _unedited(
+    lm: LensModel, layer: int, batch: _Batch, site: str, key_dirs: Tensor | None
+) -> _Unedited:
+    names = [hook_name("resid_post", layer), hook_name(site, layer)]
+    if key_dirs is not None:
+        names.append(hook_name("mlp_post", layer))
+    with lm.hooks.capture(names) as cap:
+        final = lm.model(batch.tokens, stop_at_layer=lm.cfg.n_layers)
+        init_kl = lm.unembed(final[batch.kl_rows, batch.last[batch.kl_rows]]).float().log_softmax(-1)
+    rows = torch.arange(len(batch.last), device=lm.device)
+    at_site = cap[names[1]][rows, batch.last].float()
+    owner = batch.owner[batch.rewrite]
+    v0 = torch.zeros(batch.n_requests, at_site.shape[-1], device=lm.device)
+    v0 = v0.index_add_(0, owner, at_site[batch.rewrite])
+    v0 = v0 / torch.bincount(owner, minlength=batch.n_requests)[:, None].float()
+    coef = None
+    if key_dirs is not None:
+        dirs = key_dirs.to(device=lm.device, dtype=torch.float32)[batch.owner]
+        coef = torch.einsum("rpk,rk->rp", cap[names[2]].float(), dirs)
+    return _Unedited(cap[names[0]], v0, init_kl, coef)
+
+
+def _losses(
+    lm: LensModel, layer: int, batch: _Batch, base: _Unedited, delta: Tensor, hp: FitSettings
+) -> tuple[Float[Tensor, " request"], Float[Tensor, " request"]]:
+    """(loss, mean target NLL) per request with δ added after ``layer``."""
+    rows = torch.arange(len(batch.last), device=lm.device)
+    if base.coef is None:
+        x = base.resid.clone()
+        x[rows, batch.last] = x[rows, batch.last] + delta[batch.owner].to(x.dtype)
+    else:
+        x = base.resid + (base.coef[..., None] * delta[batch.owner][:, None, :]).to(base.resid.dtype)
+    final = lm.model(x, start_at_layer=layer + 1, stop_at_layer=lm.cfg.n_layers)
+    log_probs = lm.unembed(final[batch.tok_row, batch.tok_pos]).float().log_softmax(-1)
+    token_nll = -log_probs.gather(-1, batch.tok_gold[:, None]).squeeze(-1)
+    n = batch.n_requests
+    count = torch.bincount(batch.tok_owner, minlength=n).float()
+    nll = torch.zeros(n, device=lm.device).index_add(0, batch.tok_owner, token_nll) / count
+    kl_now = lm.unembed(final[batch.kl_rows, batch.last[batch.kl_rows]]).float().log_softmax(-1)
+    kl = (kl_now.exp() * (kl_now - base.init_kl)).sum(-1)  # KL(current ‖ unedited)
+    decay = (delta.norm(dim=-1) / base.v0.norm(dim=-1)) ** 2
+    return nll + hp.kl_factor * kl + hp.weight_decay * decay, nll
+
+
+@dataclass(frozen=True)
+class DeltaFit:
+    """The fitted residual changes.
+
+    Attributes:
+        delta: δ per request.
+        v0: the unedited value at the site, averaged over the request's rewrite rows (for the
+            MLP site v₀ = W k̄ + b, so v* = v₀ + δ pairs with k̄).
+        nll: the target's mean NLL per request when its fit stopped.
+        steps: Adam steps taken per request (it stops on its own once its NLL is low enough).
+    """
+
+    delta: Float[Tensor, "request d_model"]
+    v0: Float[Tensor, "request d_model"]
+    nll: Float[Tensor, " request"]
+    steps: tuple[int, ...]
+
+
+def fit_deltas(
+    lm: LensModel,
+    layer: int,
+    requests: Sequence[EditRequest],
+    templates: Sequence[str],
+    settings: FitSettings,
+    *,
+    site: str,
+    key_dirs: Float[Tensor, "request d_mlp"] | None = None,
+) -> DeltaFit:
+    """Fit, per request, the δ added after ``layer`` at ``site`` that makes the model say
+    ``target_new``. Reads the model only (weights' gradients are switched off meanwhile).
+
+    Requests are fitted in one batch but independently: each δ reaches only its own rows, Adam
+    is elementwise, and each request stops on its own once its NLL is below
+    ``early_stop_nll``, so a δ does not depend on its batch-mates. The residual after ``layer``
+    is computed once; each step runs only the layers above it and unembeds only the positions
+    the loss reads. ``site`` is ``"mlp_out"`` (ROME) or ``"resid_post"`` (MEMIT): adding δ to
+    either is the same change to the residual.
+
+    ``key_dirs`` (ROME's edit-aware fit): u = C⁻¹k̄ / (k̄ᵀC⁻¹k̄) per request. The rank-one update
+    adds (k·u)·δ at every position with key k, so with ``key_dirs`` the fit adds exactly that
+    and fits δ for the edit that will be installed.
+    """
+    batch = _batch(lm, requests, templates)
+    base = _unedited(lm, layer, batch, site, key_dirs)
+    delta = torch.zeros_like(base.v0, requires_grad=True)
+    optimiser = torch.optim.Adam([delta], lr=settings.lr)
+    max_norm = settings.clamp_norm * base.v0.norm(dim=-1)
+    active = torch.ones(batch.n_requests, dtype=torch.bool, device=lm.device)
+    steps = torch.zeros(batch.n_requests, dtype=torch.long)
+    nll = torch.full((batch.n_requests,), float("inf"), device=lm.device)
+    params = [p for p in lm.model.parameters() if p.requires_grad]
+    try:
+        for p in params:  # gradients are needed for δ only
+            p.requires_grad_(False)
+        for step in range(settings.steps):
+            optimiser.zero_grad()
+            loss, step_nll = _losses(lm, layer, batch, base, delta, settings)
+            nll = torch.where(active, step_nll.detach(), nll)
+            active &= step_nll.detach() >= settings.early_stop_nll
+            logger.debug("step %d: nll %s", step, [round(v, 3) for v in nll.tolist()])
+            if not bool(active.any()):
+                break
+            (loss * active).sum().backward()
+            _masked_step(optimiser, delta, active, max_norm)
+            steps += active.cpu().long()
+    finally:
+        for p in params:
+            p.requires_grad_(True)
+    return DeltaFit(delta.detach(), base.v0, nll, tuple(steps.tolist()))
+
+
+def _masked_step(optimiser: torch.optim.Optimizer, delta: Tensor, active: Tensor, max_norm: Tensor) -> None:
+    """One Adam step for the active requests only, then the norm clamp.
+
+    A converged request has no gradient, but Adam's momentum would still move it: keep its δ.
+    """
+    kept = delta.detach().clone()
+    optimiser.step()
+    with torch.no_grad():
+        delta[~active] = kept[~active]
+        norms = delta.norm(dim=-1)
+        scale = torch.where(norms > max_norm, max_norm / norms.clamp_min(1e-12), torch.ones_like(norms))
+        delta.mul_(scale[:, None])
