@@ -117,7 +117,8 @@ def detection_pattern(
 
     Same definitions as TransformerLens's ``get_*_detection_pattern``: previous token = the
     sub-diagonal; duplicate token = earlier positions holding the same token; induction = the
-    position right after an earlier copy of the current token.
+    position right after an earlier copy of the current token, which for an adjacent repeat is
+    the query's own position (the diagonal is kept, as TransformerLens keeps it).
 
     >>> detection_pattern(torch.tensor([[0, 5, 6, 5, 6]]), "induction")[0, 3].tolist()
     [0.0, 0.0, 1.0, 0.0, 0.0]
@@ -133,11 +134,11 @@ def detection_pattern(
         if kind == "duplicate_token":
             pattern = duplicate
         else:
-            # Key j+1 for every earlier copy j; a copy at the query's own previous position would
-            # point at the query itself, which the strict lower triangle removes.
-            shifted = torch.zeros_like(duplicate)
-            shifted[:, :, 1:] = duplicate[:, :, :-1]
-            pattern = shifted & causal_strict
+            # Key j+1 for every earlier copy j. A copy at the query's own previous position (an
+            # adjacent repeat, "cat cat") points at the query itself: TransformerLens keeps that
+            # diagonal entry (it applies tril after the shift), and so do we.
+            pattern = torch.zeros_like(duplicate)
+            pattern[:, :, 1:] = duplicate[:, :, :-1]
     else:
         raise ValueError(f"unknown head kind {kind!r}; choose one of {HEAD_KINDS}")
     return pattern.float()

@@ -143,3 +143,36 @@ def test_composition_scores_match_transformer_lens(mode: str) -> None:
     torch.testing.assert_close(ours.values[:3, 3:], theirs_flat[:3, 3:], atol=1e-5, rtol=1e-4)
     assert float(ours.values[3:, :3].abs().sum()) == 0.0  # no composition backwards in depth
     assert ours.score((0, 1), (1, 2)) == pytest.approx(float(theirs[0, 1, 1, 2]), rel=1e-4)
+
+
+# An adjacent repeat (" cat cat"): the second copy's induction target is the query's own position.
+ADJACENT = "the cat cat sat on the mat and the cat cat sat"
+
+
+def test_induction_pattern_keeps_the_diagonal_like_transformer_lens() -> None:
+    tokens = torch.tensor([[0, 5, 5, 6, 5, 5, 6]])
+    expected = tl_detector.get_induction_head_detection_pattern(tokens)
+    assert float(expected.diagonal().sum()) > 0  # the case this test is about
+    assert torch.equal(detection_pattern(tokens, "induction")[0], expected.float())
+
+
+@pytest.mark.parametrize("rows", ["all", "matched"])
+def test_induction_score_on_adjacent_repeat_equals_detect_head(tiny_gpt2: LensModel, rows: str) -> None:
+    tokens = tiny_gpt2.model.to_tokens(ADJACENT)
+    ours = head_scores(tiny_gpt2, tokens, "induction", rows="all")
+    theirs = tl_detector.detect_head(tiny_gpt2.model, ADJACENT, "induction_head")
+    torch.testing.assert_close(ours.values, theirs.float(), atol=1e-6, rtol=1e-5)
+    if rows == "matched":
+        # "matched" divides by the target rows only; every row with a target counts, the
+        # diagonal one included, so a pattern forced onto the targets scores exactly 1.
+        ideal = detection_pattern(tokens, "induction")
+        ideal[:, :, 0] += (ideal.sum(-1) == 0).float()
+
+        def force(pattern: torch.Tensor, hook: object) -> torch.Tensor:
+            pattern = pattern.clone()
+            pattern[:, 0] = ideal / ideal.sum(-1, keepdim=True)
+            return pattern
+
+        with tiny_gpt2.hooks.hooks(fwd=[("blocks.0.attn.hook_pattern", force)]):
+            matched = head_scores(tiny_gpt2, tokens, "induction", rows="matched")
+        assert float(matched.values[0, 0]) == pytest.approx(1.0)
