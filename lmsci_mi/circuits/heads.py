@@ -22,6 +22,7 @@ from transformer_lens.hook_points import HookPoint
 from lmsci_mi.data.repeated_tokens import repeated_random_tokens
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
+from lmsci_mi.sites import Head
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -437,11 +438,39 @@ class CompositionScores(Result):
         return float(self.values[row, col])
 
 
-def _frobenius_sq_of_product(left: Tensor, right: Tensor) -> Tensor:
-    """``‖left @ right‖_F²`` for ``left [..., n, r]``, ``right [..., r, m]`` through r×r Grams."""
-    gram_left = left.transpose(-1, -2) @ left
-    gram_right = right @ right.transpose(-1, -2)
-    return (gram_left * gram_right.transpose(-1, -2)).sum((-1, -2))
+def _r_factor(w: Float[Tensor, "n d_model r"]) -> Float[Tensor, "n r r"]:
+    """R of a thin QR of each ``w``: ``wᵀw = RᵀR`` (the ``r × r`` Gram), so ``‖w X‖_F = ‖R X‖_F``.
+
+    Replacing a ``d_model × d_head`` factor by its ``d_head × d_head`` R changes no Frobenius
+    norm, which is all a composition score reads.
+    """
+    return torch.linalg.qr(w, mode="r").R
+
+
+def _composition_factors(lm: LensModel, mode: str) -> tuple[Tensor, Tensor]:
+    """``P [n, d_head, d_model]`` and ``S [n, d_model, d_head]`` with, for heads ``a`` and ``b``,
+    ``‖W_OV^a M^b‖_F = ‖P_a S_b‖_F``, ``‖W_OV^a‖_F = ‖P_a‖_F`` and ``‖M^b‖_F = ‖S_b‖_F``.
+
+    ``W_OV = W_V W_O`` and ``M = X Y`` (``X``: d_model × d_head, ``Y``: d_head × d_model), so
+    ``P = R(W_V) W_O`` and ``S = X R(Yᵀ)ᵀ``.
+    """
+    model = lm.model
+    # Stacked [layer, head, ...]; under GQA TransformerLens expands W_K and W_V to every query
+    # head (repeat_interleave), exactly as its all_composition_scores sees them.
+    w_q, w_k, w_v, w_o = (
+        w.detach().float().flatten(0, 1) for w in (model.W_Q, model.W_K, model.W_V, model.W_O)
+    )
+    if mode == "K":
+        x, y_t = w_k, w_q  # M = W_QKᵀ = W_K W_Qᵀ: the earlier head writes what the keys read
+    elif mode == "Q":
+        x, y_t = w_q, w_k  # M = W_QK = W_Q W_Kᵀ
+    elif mode == "V":
+        x, y_t = w_v, w_o.transpose(-1, -2)  # M = W_OV = W_V W_O
+    else:
+        raise ValueError(f"mode must be 'Q', 'K' or 'V', not {mode!r}")
+    left = _r_factor(w_v) @ w_o
+    right = x @ _r_factor(y_t).transpose(-1, -2)
+    return left, right
 
 
 @torch.no_grad()
@@ -450,37 +479,36 @@ def composition_scores(lm: LensModel, mode: Literal["Q", "K", "V"] = "K") -> Com
 
     ``‖W_OV^A · M^B‖_F / (‖W_OV^A‖_F ‖M^B‖_F)`` with ``M = W_QK^T`` for K-composition (the
     earlier head writes what the later head's keys read), ``W_QK`` for Q and ``W_OV`` for V,
-    in TransformerLens's row-vector convention. Everything is computed through
-    ``d_head``-sized factors, so it is cheap even for d_model 576. Rotary position embeddings
-    (SmolLM2) make the real QK circuit position-dependent; the score then reflects the
-    unrotated weights only. Reads the model only.
+    in TransformerLens's row-vector convention; equal to TransformerLens's
+    ``all_composition_scores``, GQA models included (key/value weights expanded per query
+    head). Each d_model-sized factor is replaced by the R of its thin QR (its d_head × d_head
+    Gram's square root), so a pair costs one ``d_head × d_model × d_head`` product, one source
+    layer at a time: SmolLM2's 270 heads need tens of MB, not the 11 GB of every pair's
+    ``d_model × d_head`` product. Rotary position embeddings (SmolLM2) make the real QK
+    circuit position-dependent; the score then reflects the unrotated weights only. Reads the
+    model only.
+
+    >>> from lmsci_mi import load_model
+    >>> scores = composition_scores(load_model("toy-2l"), "K")
+    >>> scores.values.shape, scores.labels[0][:2]
+    (torch.Size([8, 8]), ('L0.H0', 'L0.H1'))
     """
-    model = lm.model
     cfg = lm.cfg
-    w_q, w_k, w_v, w_o = (w.float() for w in (model.W_Q, model.W_K, model.W_V, model.W_O))
-    n_layers, n_heads = cfg.n_layers, cfg.n_heads
-    flat = lambda w: w.reshape(n_layers * n_heads, *w.shape[2:])  # noqa: E731
-    w_q, w_k, w_v, w_o = flat(w_q), flat(w_k), flat(w_v), flat(w_o)
-    # Factor each d_model × d_model matrix as (d_model × d_head) @ (d_head × d_model).
-    if mode == "K":
-        right_a, right_b = w_k, w_q.transpose(-1, -2)  # W_QK^T = W_K W_Q^T
-    elif mode == "Q":
-        right_a, right_b = w_q, w_k.transpose(-1, -2)  # W_QK = W_Q W_K^T
-    elif mode == "V":
-        right_a, right_b = w_v, w_o
-    else:
-        raise ValueError(f"mode must be 'Q', 'K' or 'V', not {mode!r}")
-    norm_ov = _frobenius_sq_of_product(w_v, w_o).sqrt()  # [n]
-    norm_right = _frobenius_sq_of_product(right_a, right_b).sqrt()
-    # W_OV^A M^B = W_V^A (W_O^A right_a^B) right_b^B; the middle is d_head × d_head per pair.
-    middle = torch.einsum("ahd,bde->abhe", w_o, right_a)  # [n, n, d_head, d_head]
-    left = torch.einsum("adh,abhe->abde", w_v, middle)  # [n, n, d_model, d_head]
-    norm_product = _frobenius_sq_of_product(left, right_b[None]).clamp_min(0).sqrt()
-    scores = norm_product / (norm_ov[:, None] * norm_right[None, :])
-    layer_of = torch.arange(n_layers).repeat_interleave(n_heads)
-    later = layer_of[None, :] > layer_of[:, None]
-    scores = torch.where(later, scores, torch.zeros_like(scores))
-    names = tuple(head_label(layer, head) for layer in range(n_layers) for head in range(n_heads))
+    n_layers, n_heads, d_head = cfg.n_layers, cfg.n_heads, cfg.d_head
+    left, right = _composition_factors(lm, mode)
+    norm_left = left.flatten(1).norm(dim=1)
+    norm_right = right.flatten(1).norm(dim=1)
+    n = n_layers * n_heads
+    scores = torch.zeros(n, n, device=left.device)
+    for layer in range(n_layers - 1):
+        src = slice(layer * n_heads, (layer + 1) * n_heads)
+        dst = slice((layer + 1) * n_heads, n)
+        # [src heads · d_head, d_model] @ [d_model, later heads · d_head]: every block is one
+        # pair's P_a S_b; its squared entries sum to the pair's squared norm.
+        blocks = left[src].flatten(0, 1) @ right[dst].transpose(0, 1).flatten(1)
+        sq = blocks.square().reshape(n_heads, d_head, -1, d_head).sum((1, 3))
+        scores[src, dst] = sq.sqrt() / (norm_left[src, None] * norm_right[None, dst])
+    names = tuple(Head(layer, head).label for layer in range(n_layers) for head in range(n_heads))
     return CompositionScores(
         values=scores.cpu(),
         axes=("source_head", "destination_head"),
