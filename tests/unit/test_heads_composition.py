@@ -12,6 +12,7 @@ import torch
 
 from lmsci_mi import LensModel
 from lmsci_mi.circuits.heads import composition_scores
+from lmsci_mi.sites import Head
 
 
 @pytest.mark.parametrize("mode", ["Q", "K", "V"])
@@ -24,6 +25,9 @@ def test_composition_scores_equal_transformer_lens(toy: str, mode: str, request)
     n = lm.cfg.n_layers * lm.cfg.n_heads
     torch.testing.assert_close(ours.values, theirs.reshape(n, n).cpu(), atol=2e-6, rtol=1e-5)
     assert float(ours.values[lm.cfg.n_heads :, : lm.cfg.n_heads].abs().max()) == 0.0
+    assert ours.labels[0][1] == "L0.H1"
+    pair = float(theirs[0, 1, 1, 2])
+    assert ours.score(Head(0, 1), Head(1, 2)) == ours.score("L0.H1", "L1.H2") == pytest.approx(pair)
 
 
 # Six layers of 12 heads with d_model 384: building every pair's d_model x d_head product would
