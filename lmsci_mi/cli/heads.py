@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from lmsci_mi.circuits.heads import HEAD_SCORES, HeadScoreConfig
+from lmsci_mi.circuits.ioi import IOIConfig
 from lmsci_mi.cli.common import add_model_args, add_output_args, load_from_args, write_outputs
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import Head
@@ -27,10 +28,7 @@ def register(commands: Any) -> None:
     ioi = commands.add_parser("ioi", help="find the indirect-object-identification circuit")
     add_model_args(ioi)
     add_output_args(ioi)
-    ioi.add_argument("--n-prompts", type=int, default=48)
-    ioi.add_argument("--seed", type=int, default=0)
-    ioi.add_argument("--n-sender-candidates", type=int, default=10,
-                     help="heads tested by path patching for S-inhibition")
+    IOIConfig.add_arguments(ioi)
     ioi.set_defaults(run=_run_ioi)
 
     attention = commands.add_parser("attention", help="circuitsvis view of heads, offline HTML")
@@ -67,10 +65,7 @@ def _run_ioi(args: argparse.Namespace) -> int:
     from lmsci_mi.circuits.ioi import find_ioi_circuit
 
     lm = load_from_args(args)
-    circuit = find_ioi_circuit(
-        lm, n_prompts=args.n_prompts, seed=args.seed,
-        n_sender_candidates=args.n_sender_candidates,
-    )
+    circuit = find_ioi_circuit(lm, config=IOIConfig.from_args(args))
     print(circuit.summary())
     write_outputs(circuit, args)
     return 0
@@ -118,7 +113,7 @@ def _step_ioi(lm: LensModel, out_dir: Path) -> str:
     from lmsci_mi.data.ioi import IOI_TEMPLATES, ioi_dataset
 
     data = ioi_dataset(lm, 8, templates=IOI_TEMPLATES[:1])
-    circuit = find_ioi_circuit(lm, data, n_sender_candidates=3)
+    circuit = find_ioi_circuit(lm, data, IOIConfig(n_sender_candidates=3))
     circuit.save(out_dir / "ioi_circuit.json")
     circuit.plot(out_dir / "ioi_circuit.png")
     return circuit.summary() + f"\nDLA heatmap: {out_dir / 'ioi_circuit.png'}"
