@@ -54,10 +54,6 @@ IOI_ROLES: tuple[str, ...] = (
 )
 
 
-def _field(default: float | int, text: str) -> dataclasses.Field:
-    return dataclasses.field(default=default, metadata={"help": text})
-
-
 @config
 class IOIConfig(Config):
     """The prompts and every threshold of :func:`find_ioi_circuit`.
@@ -65,18 +61,28 @@ class IOIConfig(Config):
     ``n_prompts`` and ``seed`` draw the prompts when no dataset is given.
     """
 
-    n_prompts: int = _field(48, "IOI prompts, spread over the templates")
-    seed: int = _field(0, "seed of the prompt draw")
-    mover_threshold: float = _field(
-        0.05, "name movers: DLA above this share of the mean logit difference"
+    n_prompts: int = dataclasses.field(
+        default=48, metadata={"help": "IOI prompts, spread over the templates"}
     )
-    max_name_movers: int = _field(6, "at most this many name movers")
-    n_sender_candidates: int = _field(10, "heads tested by path patching for S-inhibition")
-    s_inhibition_threshold: float = _field(
-        0.05, "S-inhibition: relative drop of the logit difference above this"
+    seed: int = dataclasses.field(default=0, metadata={"help": "seed of the prompt draw"})
+    mover_threshold: float = dataclasses.field(
+        default=0.05, metadata={"help": "name movers: DLA above this share of the logit difference"}
     )
-    attention_threshold: float = _field(0.15, "induction/duplicate/previous-token: attention above this")
-    max_heads_per_class: int = _field(4, "at most this many heads in every other class")
+    max_name_movers: int = dataclasses.field(
+        default=6, metadata={"help": "at most this many name movers"}
+    )
+    n_sender_candidates: int = dataclasses.field(
+        default=10, metadata={"help": "heads tested by path patching for S-inhibition"}
+    )
+    s_inhibition_threshold: float = dataclasses.field(
+        default=0.05, metadata={"help": "S-inhibition: relative drop of the logit difference over this"}
+    )
+    attention_threshold: float = dataclasses.field(
+        default=0.15, metadata={"help": "induction/duplicate/previous-token: attention above this"}
+    )
+    max_heads_per_class: int = dataclasses.field(
+        default=4, metadata={"help": "at most this many heads in every other class"}
+    )
 
     def validate(self) -> None:
         for name in ("n_prompts", "max_name_movers", "max_heads_per_class"):
