@@ -24,7 +24,7 @@ import torch
 from transformer_lens.head_detector import detect_head
 
 from lmsci_mi import load_model
-from lmsci_mi.circuits.heads import head_scores
+from lmsci_mi.circuits.heads import HeadScoreConfig, head_scores
 
 
 def word_sequences(lm, n: int, half: int, seed: int) -> list[str]:
@@ -75,9 +75,10 @@ def main() -> None:
                 fn()
             passes.append(len(calls))
 
-        batched = lambda: head_scores(lm, tokens, "induction", rows="all", batch_size=64)  # noqa: E731
+        tl_like = HeadScoreConfig(rows="all", batch_size=64)  # detect_head's normalisation
+        batched = lambda: head_scores(lm, tokens, "induction", tl_like)  # noqa: E731
         per_prompt = lambda: torch.stack(  # noqa: E731
-            [head_scores(lm, tokens[i : i + 1], "induction", rows="all").values
+            [head_scores(lm, tokens[i : i + 1], "induction", tl_like).values
              for i in range(len(texts))]
         ).mean(0)
         tl_loop = lambda: detect_head(lm.model, texts, "induction_head")  # noqa: E731

@@ -8,6 +8,7 @@ then measures faithfulness by mean-ablating every head outside the circuit over 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -18,11 +19,14 @@ from typing import TYPE_CHECKING
 import torch
 from jaxtyping import Float
 from torch import Tensor
-from transformer_lens.hook_points import HookPoint
 
+from lmsci_mi.circuits.ablation import all_heads, head_means, mean_ablated_logits, z_hooks
+from lmsci_mi.circuits.heads import head_axis_labels, top_heads
+from lmsci_mi.config import Config, config
 from lmsci_mi.data.ioi import IOIBatch, IOIDataset, ioi_dataset
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
+from lmsci_mi.sites import Head, hook_name
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -31,6 +35,7 @@ __all__ = [
     "IOI_ROLES",
     "CircuitHead",
     "IOICircuit",
+    "IOIConfig",
     "find_ioi_circuit",
     "ioi_logit_diff",
     "mean_ablated_logit_diff",
@@ -48,7 +53,49 @@ IOI_ROLES: tuple[str, ...] = (
     "previous_token",
 )
 
-Head = tuple[int, int]
+
+@config
+class IOIConfig(Config):
+    """The prompts and every threshold of :func:`find_ioi_circuit`.
+
+    ``n_prompts`` and ``seed`` draw the prompts when no dataset is given.
+    """
+
+    n_prompts: int = dataclasses.field(
+        default=48, metadata={"help": "IOI prompts, spread over the templates"}
+    )
+    seed: int = dataclasses.field(default=0, metadata={"help": "seed of the prompt draw"})
+    mover_threshold: float = dataclasses.field(
+        default=0.05, metadata={"help": "name movers: DLA above this share of the logit difference"}
+    )
+    max_name_movers: int = dataclasses.field(
+        default=6, metadata={"help": "at most this many name movers"}
+    )
+    n_sender_candidates: int = dataclasses.field(
+        default=10, metadata={"help": "heads tested by path patching for S-inhibition"}
+    )
+    s_inhibition_threshold: float = dataclasses.field(
+        default=0.05, metadata={"help": "S-inhibition: relative drop of the logit difference over this"}
+    )
+    attention_threshold: float = dataclasses.field(
+        default=0.15, metadata={"help": "induction/duplicate/previous-token: attention above this"}
+    )
+    max_heads_per_class: int = dataclasses.field(
+        default=4, metadata={"help": "at most this many heads in every other class"}
+    )
+
+    def validate(self) -> None:
+        for name in ("n_prompts", "max_name_movers", "max_heads_per_class"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if self.n_sender_candidates < 0:
+            raise ValueError(f"n_sender_candidates must be 0 or more, not {self.n_sender_candidates}")
+        for name in ("mover_threshold", "s_inhibition_threshold", "attention_threshold"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"{name} must be in [0, 1), not {getattr(self, name)}")
+
+
+_DEFAULT_CONFIG = IOIConfig()
 
 
 @dataclass(frozen=True)
@@ -56,6 +103,7 @@ class CircuitHead:
     """One head of the circuit with its evidence (averages over all prompts).
 
     Attributes:
+        head: which head (``L23.H3``).
         role: one of :data:`IOI_ROLES`.
         dla: direct logit attribution to logit(IO) − logit(S) at END (nats).
         attn_end_io / attn_end_s: attention from END to the IO token / to both S tokens.
@@ -66,18 +114,13 @@ class CircuitHead:
             S-inhibition.
     """
 
-    layer: int
-    head: int
+    head: Head
     role: str
     dla: float
     attn_end_io: float
     attn_end_s: float
     path_patching: float
     score: float
-
-    @property
-    def name(self) -> str:
-        return f"{self.layer}.{self.head}"
 
 
 @result_type
@@ -97,26 +140,30 @@ class IOICircuit(Result):
             ``name_mover_removed`` = 1 − that / ``logit_diff``.
     """
 
-    heads: tuple[CircuitHead, ...] = ()
-    logit_diffs: Tensor | None = None
-    logit_diff: float = 0.0
-    fraction_positive: float = 0.0
-    attn_end_io: Tensor | None = None
-    attn_end_s: Tensor | None = None
-    induction_s2: Tensor | None = None
-    duplicate_s2: Tensor | None = None
-    previous_s1_plus_1: Tensor | None = None
-    path_patching: Tensor | None = None
-    logit_diff_circuit: float = 0.0
-    faithfulness: float = 0.0
-    logit_diff_without_name_movers: float = 0.0
-    name_mover_removed: float = 0.0
+    heads: tuple[CircuitHead, ...]
+    logit_diffs: Tensor
+    logit_diff: float
+    fraction_positive: float
+    attn_end_io: Tensor
+    attn_end_s: Tensor
+    induction_s2: Tensor
+    duplicate_s2: Tensor
+    previous_s1_plus_1: Tensor
+    path_patching: Tensor
+    logit_diff_circuit: float
+    faithfulness: float
+    logit_diff_without_name_movers: float
+    name_mover_removed: float
 
     def heads_of(self, role: str) -> tuple[Head, ...]:
-        """``(layer, head)`` of every circuit head with this role."""
+        """Every circuit head with this role, in the order found (strongest first)."""
         if role not in IOI_ROLES:
             raise ValueError(f"unknown role {role!r}; roles are {IOI_ROLES}")
-        return tuple((h.layer, h.head) for h in self.heads if h.role == role)
+        return tuple(h.head for h in self.heads if h.role == role)
+
+    def top(self, k: int = 5) -> tuple[tuple[Head, float], ...]:
+        """The ``k`` heads with the largest DLA to IO − S as ``(Head, DLA)``, best first."""
+        return top_heads(self.values, k)
 
     def summary(self) -> str:
         """A few lines: heads by class, logit difference, ablations."""
@@ -126,7 +173,7 @@ class IOICircuit(Result):
         ]
         for role in IOI_ROLES:
             heads = [h for h in self.heads if h.role == role]
-            shown = ", ".join(f"{h.name} ({h.score:+.2f})" for h in heads) or "none"
+            shown = ", ".join(f"{h.head} ({h.score:+.2f})" for h in heads) or "none"
             lines.append(f"{role:>20}: {shown}")
         lines.append(
             f"name movers mean-ablated: logit diff {self.logit_diff_without_name_movers:.2f} "
@@ -154,8 +201,8 @@ class IOICircuit(Result):
         marks = {"name_mover": "N", "negative_name_mover": "−N", "s_inhibition": "SI",
                  "induction": "I", "duplicate_token": "D", "previous_token": "P"}
         for h in self.heads:
-            ax.text(h.head, h.layer, marks[h.role], ha="center", va="center", fontsize=7,
-                    color="black", fontweight="bold")
+            ax.text(h.head.head, h.head.layer, marks[h.role], ha="center", va="center",
+                    fontsize=7, color="black", fontweight="bold")
         fig.tight_layout()
         if path is not None:
             save_figure(fig, path)
@@ -179,7 +226,7 @@ def ioi_logit_diff(
 
 def _clean_and_abc_z(lm: LensModel, batch: IOIBatch) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
     """Every head's output (``hook_z``) on the clean prompts and on their ABC corruptions."""
-    names = _z_names(lm)
+    names = z_hooks(lm)
     runs = []
     for tokens in (batch.tokens, batch.abc_tokens):
         with lm.hooks.capture(names) as cap:
@@ -188,58 +235,51 @@ def _clean_and_abc_z(lm: LensModel, batch: IOIBatch) -> tuple[dict[str, Tensor],
     return runs[0], runs[1]
 
 
-def _z_names(lm: LensModel) -> list[str]:
-    return [f"blocks.{layer}.attn.hook_z" for layer in range(lm.cfg.n_layers)]
-
-
-def _layer_of(name: str) -> int:
-    return int(name.split(".")[1])
-
-
 @torch.no_grad()
 def mean_ablated_logit_diff(
     lm: LensModel,
     batch: IOIBatch,
-    keep: Sequence[Head] | None = None,
-    ablate: Sequence[Head] | None = None,
+    keep: Sequence[Head | tuple[int, int]] | None = None,
+    ablate: Sequence[Head | tuple[int, int]] | None = None,
+    *,
+    means: dict[str, Tensor] | None = None,
 ) -> Float[Tensor, " n"]:
     """Logit difference with heads mean-ablated (``hook_z``, mean over the batch's ABC prompts at
-    each position). Give either the heads to ``keep`` (all others ablated) or those to
-    ``ablate``. Hooks go through the registry; the model is unchanged afterwards.
+    each position; pass ``means`` from :func:`~lmsci_mi.circuits.ablation.head_means` to reuse
+    them). Give either the heads to ``keep`` (all others ablated) or those to ``ablate``.
+    Hooks go through the registry; the model is unchanged afterwards.
     """
     if (keep is None) == (ablate is None):
         raise ValueError("give exactly one of keep= or ablate=")
-    means = lm.hooks.mean_activations(_z_names(lm), batch.abc_tokens)
-    n_layers, n_heads = lm.cfg.n_layers, lm.cfg.n_heads
-    ablated = torch.zeros(n_layers, n_heads, dtype=torch.bool)
     if keep is not None:
-        ablated[:] = True
-        for layer, head in keep:
-            ablated[layer, head] = False
+        kept = set(map(Head.parse, keep))
+        ablated = [head for head in all_heads(lm) if head not in kept]
     else:
-        for layer, head in ablate or ():
-            ablated[layer, head] = True
-    hooks = []
-    for layer in range(n_layers):
-        if not ablated[layer].any():
-            continue
-        mask = ablated[layer].to(lm.device)[None, None, :, None]
+        ablated = list(map(Head.parse, ablate or ()))
+    if means is None:
+        means = head_means(lm, batch.abc_tokens)
+    return ioi_logit_diff(mean_ablated_logits(lm, batch.tokens, ablated, means), batch)
 
-        def replace(z: Tensor, hook: HookPoint, mask: Tensor = mask) -> Tensor:
-            return torch.where(mask, means[hook.name or ""].to(z.dtype), z)
 
-        hooks.append((f"blocks.{layer}.attn.hook_z", replace))
-    with lm.hooks.hooks(fwd=hooks, label="IOI mean ablation"):
-        logits = lm.model(batch.tokens)
-    return ioi_logit_diff(logits, batch)
+def _frozen_sources(
+    clean_z: dict[str, Tensor], abc_z: dict[str, Tensor], sender: Head, below: int
+) -> dict[str, Tensor]:
+    """``hook_z`` of every layer below ``below`` as in the clean run, except the sender's head,
+    which comes from the ABC run."""
+    sources = {hook_name("z", layer): clean_z[hook_name("z", layer)] for layer in range(below)}
+    name = hook_name("z", sender.layer)
+    mixed = sources[name].clone()
+    mixed[:, :, sender.head] = abc_z[name][:, :, sender.head]
+    sources[name] = mixed
+    return sources
 
 
 @torch.no_grad()
 def path_patch_to_queries(
     lm: LensModel,
     batch: IOIBatch,
-    sender: Head,
-    receivers: Sequence[Head],
+    sender: Head | tuple[int, int],
+    receivers: Sequence[Head | tuple[int, int]],
     *,
     clean_z: dict[str, Tensor] | None = None,
     abc_z: dict[str, Tensor] | None = None,
@@ -247,48 +287,42 @@ def path_patch_to_queries(
     """Path patching (Wang et al. 2022): the sender's output comes from the ABC run and reaches
     only the receivers' queries at END; returns the resulting logit difference per prompt.
 
-    Two steps, all through the hook registry:
-      1. run the clean prompts with the sender's ``hook_z`` taken from the ABC run and every
-         other head's ``hook_z`` frozen at its clean value, and record the receivers' queries
-         (``hook_q``, computed from the residual stream that step produces);
+    Two steps, both ``hooks.patch`` with precomputed sources:
+      1. run the clean prompts with every head's ``hook_z`` below the receivers patched to its
+         clean value, except the sender's, patched from the ABC run; record the receivers'
+         queries (``hook_q``, computed from the residual stream that step produces);
       2. run the clean prompts again with only those receivers' ``hook_q`` at END replaced.
     A head's query is a function of its query input alone, so patching ``hook_q`` equals patching
     ``hook_q_input`` (which fires only with ``use_split_qkv_input``, a model setting we do not
     change). MLPs are recomputed in step 1, as in the paper (only heads are frozen).
     """
-    names = _z_names(lm)
+    sender = Head.parse(sender)
+    receivers = [Head.parse(r) for r in receivers]
     if clean_z is None or abc_z is None:
         clean_z, abc_z = _clean_and_abc_z(lm, batch)
-    s_layer, s_head = sender
-    top = max(layer for layer, _ in receivers)
-    if s_layer >= top:
-        raise ValueError(f"sender {s_layer}.{s_head} is not below the receivers' layers")
-
-    def freeze(activation: Tensor, hook: HookPoint) -> Tensor:
-        name = hook.name or ""
-        frozen = clean_z[name].clone()
-        if _layer_of(name) == s_layer:
-            frozen[:, :, s_head] = abc_z[name][:, :, s_head]
-        return frozen
-
-    q_sites = sorted({f"blocks.{layer}.attn.hook_q" for layer, _ in receivers})
-    with lm.hooks.hooks(fwd=[(names[:top], freeze)], label="path patch: freeze"), \
-            lm.hooks.capture(q_sites) as q_cap:
+    top = max(r.layer for r in receivers)
+    if sender.layer >= top:
+        raise ValueError(f"sender {sender} is not below the receivers' layers")
+    q_sites = sorted({hook_name("q", r.layer) for r in receivers})
+    with ExitStack() as stack:
+        for name, source in _frozen_sources(clean_z, abc_z, sender, top).items():
+            stack.enter_context(lm.hooks.patch(name, source))
+        q_cap = stack.enter_context(lm.hooks.capture(q_sites))
         lm.model(batch.tokens, stop_at_layer=top + 1)
     with ExitStack() as stack:
         for site in q_sites:
-            layer = _layer_of(site)
-            heads = [h for lyr, h in receivers if lyr == layer]
-            stack.enter_context(
-                lm.hooks.patch(site, q_cap[site], positions=batch.end, heads=heads)
-            )
+            heads = [r.head for r in receivers if hook_name("q", r.layer) == site]
+            stack.enter_context(lm.hooks.patch(site, q_cap[site], positions=batch.end, heads=heads))
         logits = lm.model(batch.tokens)
     return ioi_logit_diff(logits, batch)
 
 
+# --------------------------------------------------------------------------- evidence
+
+
 @dataclass
 class _Evidence:
-    """Sums over prompts of per-head evidence (divided by the prompt count at the end)."""
+    """Per-head evidence, averaged over prompts (summed per batch, then divided)."""
 
     dla: Tensor
     attn_end_io: Tensor
@@ -301,9 +335,10 @@ class _Evidence:
 @torch.no_grad()
 def _batch_evidence(lm: LensModel, batch: IOIBatch) -> tuple[Tensor, _Evidence]:
     cfg = lm.cfg
-    z_names = _z_names(lm)
-    pattern_names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(cfg.n_layers)]
-    with lm.hooks.capture([*z_names, *pattern_names, "ln_final.hook_scale"]) as cap:
+    z_names = z_hooks(lm)
+    pattern_names = [hook_name("pattern", layer) for layer in range(cfg.n_layers)]
+    scale_name = hook_name("ln_final_scale")
+    with lm.hooks.capture([*z_names, *pattern_names, scale_name]) as cap:
         logits = lm.model(batch.tokens)
     diffs = ioi_logit_diff(logits, batch)
     n = len(batch)
@@ -314,7 +349,7 @@ def _batch_evidence(lm: LensModel, batch: IOIBatch) -> tuple[Tensor, _Evidence]:
     # The final RMSNorm/LayerNorm divides the residual by a per-token scale; a head's direct
     # contribution to the logits is its output divided by the scale cached from this very run.
     # (fold_ln has already folded the norm's weight into W_U.)
-    scale = cap["ln_final.hook_scale"][rows, end]  # [n, 1]
+    scale = cap[scale_name][rows, end]  # [n, 1]
     direction = (lm.model.W_U[:, batch.io_token] - lm.model.W_U[:, batch.s_token]).T  # [n, d]
     dla, a_io, a_s, ind, dup, prev = ([] for _ in range(6))
     for layer in range(cfg.n_layers):
@@ -332,31 +367,147 @@ def _batch_evidence(lm: LensModel, batch: IOIBatch) -> tuple[Tensor, _Evidence]:
     return diffs.cpu(), ev
 
 
+def _collect_evidence(lm: LensModel, dataset: IOIDataset) -> tuple[Tensor, _Evidence]:
+    """Clean logit differences of every prompt, and the evidence averaged over all prompts."""
+    diffs, sums = [], None
+    for batch in dataset.batches:
+        d, ev = _batch_evidence(lm, batch)
+        diffs.append(d)
+        sums = ev if sums is None else _Evidence(
+            *(getattr(sums, f.name) + getattr(ev, f.name) for f in dataclasses.fields(_Evidence))
+        )
+    assert sums is not None
+    n_total = len(dataset)
+    mean = _Evidence(*(getattr(sums, f.name) / n_total for f in dataclasses.fields(_Evidence)))
+    return torch.cat(diffs), mean
+
+
 def _top_heads(
     values: Tensor, threshold: float, limit: int, allowed: Tensor | None = None
 ) -> list[Head]:
+    """At most ``limit`` heads, best first, whose value exceeds ``threshold`` (among ``allowed``)."""
     masked = values.clone()
     if allowed is not None:
         masked[~allowed] = -torch.inf
     flat = masked.flatten()
     order = flat.argsort(descending=True)[:limit]
     n_heads = values.shape[1]
-    return [(int(i) // n_heads, int(i) % n_heads) for i in order if flat[i] > threshold]
+    return [Head(int(i) // n_heads, int(i) % n_heads) for i in order if flat[i] > threshold]
+
+
+def _layers_below(values: Tensor, layer: int) -> Tensor:
+    """Mask of the ``[layer, head]`` entries in layers below ``layer``."""
+    return (torch.arange(values.shape[0]) < layer)[:, None].expand_as(values)
+
+
+# --------------------------------------------------------------------------- the steps
+
+
+@dataclass(frozen=True)
+class _Classes:
+    """The heads of each class, best first, and the path-patching effects behind S-inhibition."""
+
+    name_mover: list[Head]
+    negative_name_mover: list[Head]
+    s_inhibition: list[Head]
+    induction: list[Head]
+    duplicate_token: list[Head]
+    previous_token: list[Head]
+    path_patching: Tensor
+
+
+def _name_movers(ev: _Evidence, mean_ld: float, config: IOIConfig) -> tuple[list[Head], list[Head]]:
+    """Name movers and negative name movers, by DLA relative to the mean logit difference."""
+    # No attention filter here: on SmolLM2 the strongest mover (L23.H3) puts more attention on
+    # the two S tokens together than on IO and would be dropped; attention is kept as evidence.
+    threshold = config.mover_threshold * abs(mean_ld)
+    movers = _top_heads(ev.dla, threshold, config.max_name_movers)
+    negative = _top_heads(-ev.dla, threshold, config.max_heads_per_class)
+    if not movers:
+        raise RuntimeError("no name movers found: is the clean logit difference positive?")
+    return movers, negative
+
+
+def _path_patching_effects(
+    lm: LensModel, dataset: IOIDataset, candidates: list[Head], movers: list[Head], mean_ld: float
+) -> Tensor:
+    """``[layer, head]`` relative change of the logit difference when each candidate's ABC output
+    reaches only the name movers' queries (NaN for heads not tested)."""
+    path = torch.full((lm.cfg.n_layers, lm.cfg.n_heads), float("nan"))
+    if not candidates:
+        return path
+    totals = torch.zeros(len(candidates))
+    for batch in dataset.batches:
+        clean_z, abc_z = _clean_and_abc_z(lm, batch)
+        for i, sender in enumerate(candidates):
+            patched = path_patch_to_queries(lm, batch, sender, movers, clean_z=clean_z, abc_z=abc_z)
+            totals[i] += float(patched.sum())
+    for sender, total in zip(candidates, totals, strict=True):
+        path[sender.layer, sender.head] = (float(total) / len(dataset) - mean_ld) / abs(mean_ld)
+    return path
+
+
+def _assign_classes(
+    lm: LensModel, dataset: IOIDataset, ev: _Evidence, mean_ld: float, config: IOIConfig
+) -> _Classes:
+    """Each class in turn, from the output back: movers, S-inhibition, then the early classes."""
+    movers, negative = _name_movers(ev, mean_ld, config)
+    first_mover_layer = min(h.layer for h in movers)
+    # Path patching is two forward passes per sender and batch, so only the heads that attend
+    # most from END to S (what S-inhibition heads do) are tested.
+    below_movers = _layers_below(ev.attn_end_s, first_mover_layer)
+    candidates = _top_heads(ev.attn_end_s, 0.0, config.n_sender_candidates, below_movers)
+    path = _path_patching_effects(lm, dataset, candidates, movers, mean_ld)
+    s_inhibition = _top_heads(
+        -torch.nan_to_num(path, nan=0.0), config.s_inhibition_threshold, config.max_heads_per_class
+    )
+    limit, threshold = config.max_heads_per_class, config.attention_threshold
+    below_si = _layers_below(ev.dla, max((h.layer for h in s_inhibition), default=first_mover_layer))
+    induction = _top_heads(ev.induction_s2, threshold, limit, below_si)
+    duplicate = _top_heads(ev.duplicate_s2, threshold, limit, below_si)
+    below_ind = _layers_below(ev.dla, max((h.layer for h in induction), default=first_mover_layer))
+    previous = _top_heads(ev.previous_s1_plus_1, threshold, limit, below_ind)
+    return _Classes(movers, negative, s_inhibition, induction, duplicate, previous, path)
+
+
+def _circuit_heads(ev: _Evidence, classes: _Classes) -> tuple[CircuitHead, ...]:
+    """One :class:`CircuitHead` per head; a head keeps its first (later-in-the-circuit) role."""
+    scores = {
+        "name_mover": ev.dla, "negative_name_mover": ev.dla, "s_inhibition": classes.path_patching,
+        "induction": ev.induction_s2, "duplicate_token": ev.duplicate_s2,
+        "previous_token": ev.previous_s1_plus_1,
+    }
+    heads: list[CircuitHead] = []
+    seen: set[Head] = set()
+    for role in IOI_ROLES:
+        for head in getattr(classes, role):
+            if head in seen:
+                continue
+            seen.add(head)
+            at = (head.layer, head.head)
+            heads.append(CircuitHead(
+                head=head, role=role, dla=float(ev.dla[at]), attn_end_io=float(ev.attn_end_io[at]),
+                attn_end_s=float(ev.attn_end_s[at]), path_patching=float(classes.path_patching[at]),
+                score=float(scores[role][at]),
+            ))
+    return tuple(heads)
+
+
+def _ablation_checks(
+    lm: LensModel, dataset: IOIDataset, circuit: Sequence[Head], movers: Sequence[Head]
+) -> tuple[float, float]:
+    """Mean logit difference with only the circuit kept, and with the name movers ablated."""
+    kept, no_movers = [], []
+    for batch in dataset.batches:
+        means = head_means(lm, batch.abc_tokens)
+        kept.append(mean_ablated_logit_diff(lm, batch, keep=circuit, means=means).cpu())
+        no_movers.append(mean_ablated_logit_diff(lm, batch, ablate=movers, means=means).cpu())
+    return float(torch.cat(kept).mean()), float(torch.cat(no_movers).mean())
 
 
 @torch.no_grad()
 def find_ioi_circuit(
-    lm: LensModel,
-    dataset: IOIDataset | None = None,
-    *,
-    n_prompts: int = 48,
-    seed: int = 0,
-    mover_threshold: float = 0.05,
-    max_name_movers: int = 6,
-    n_sender_candidates: int = 10,
-    s_inhibition_threshold: float = 0.05,
-    attention_threshold: float = 0.15,
-    max_heads_per_class: int = 4,
+    lm: LensModel, dataset: IOIDataset | None = None, config: IOIConfig = _DEFAULT_CONFIG
 ) -> IOICircuit:
     """Find the IOI circuit's head classes, with evidence, and measure its faithfulness.
 
@@ -365,7 +516,7 @@ def find_ioi_circuit(
         logit difference (at most ``max_name_movers``, best first); negative name movers: the
         same with negative DLA. Attention from END to IO and S is recorded as evidence;
       * S-inhibition: among the ``n_sender_candidates`` heads below the name movers that
-        attend most from END to S2, those whose path-patched ABC output, reaching only the
+        attend most from END to S, those whose path-patched ABC output, reaching only the
         name movers' queries, lowers the logit difference by more than
         ``s_inhibition_threshold`` (relative);
       * induction (attention S2→S1+1), duplicate token (S2→S1) and previous token
@@ -379,112 +530,30 @@ def find_ioi_circuit(
 
     Args:
         lm: the model.
-        dataset: IOI prompts; by default ``ioi_dataset(lm, n_prompts, seed=seed)``.
+        dataset: IOI prompts; by default ``ioi_dataset(lm, config.n_prompts, seed=config.seed)``.
+        config: the thresholds.
 
     Returns:
         :class:`IOICircuit`.
     """
     if dataset is None:
-        dataset = ioi_dataset(lm, n_prompts, seed=seed)
-    cfg = lm.cfg
-    n_total = len(dataset)
-    diffs, sums = [], None
-    for batch in dataset.batches:
-        d, ev = _batch_evidence(lm, batch)
-        diffs.append(d)
-        if sums is None:
-            sums = ev
-        else:
-            for field in vars(sums):
-                setattr(sums, field, getattr(sums, field) + getattr(ev, field))
-    assert sums is not None
-    ev = _Evidence(**{k: v / n_total for k, v in vars(sums).items()})
-    logit_diffs = torch.cat(diffs)
+        dataset = ioi_dataset(lm, config.n_prompts, seed=config.seed)
+    logit_diffs, ev = _collect_evidence(lm, dataset)
     mean_ld = float(logit_diffs.mean())
-    layer_index = torch.arange(cfg.n_layers)[:, None].expand(cfg.n_layers, cfg.n_heads)
-
-    # No attention filter here: on SmolLM2 the strongest mover (23.3) puts more attention on
-    # the two S tokens together than on IO and would be dropped; attention is kept as evidence.
-    movers = _top_heads(ev.dla, mover_threshold * abs(mean_ld), max_name_movers)
-    negative = _top_heads(-ev.dla, mover_threshold * abs(mean_ld), max_heads_per_class)
-    if not movers:
-        raise RuntimeError("no name movers found: is the clean logit difference positive?")
-    first_mover_layer = min(layer for layer, _ in movers)
-
-    # Path patching is two forward passes per sender and batch, so only the heads that attend
-    # most to S2 from END (what S-inhibition heads do) are tested.
-    path = torch.full((cfg.n_layers, cfg.n_heads), float("nan"))
-    attn_end_s2 = ev.attn_end_s  # S1 + S2; the S-inhibition heads' query sits at END
-    candidates = _top_heads(attn_end_s2, 0.0, n_sender_candidates, layer_index < first_mover_layer)
-    if candidates:
-        totals = torch.zeros(len(candidates))
-        for batch in dataset.batches:
-            clean_z, abc_z = _clean_and_abc_z(lm, batch)
-            for i, sender in enumerate(candidates):
-                patched = path_patch_to_queries(
-                    lm, batch, sender, movers, clean_z=clean_z, abc_z=abc_z
-                )
-                totals[i] += float(patched.sum())
-        for (layer, head), total in zip(candidates, totals, strict=True):
-            path[layer, head] = (float(total) / n_total - mean_ld) / abs(mean_ld)
-    s_inhibition = _top_heads(
-        -torch.nan_to_num(path, nan=0.0), s_inhibition_threshold, max_heads_per_class
+    classes = _assign_classes(lm, dataset, ev, mean_ld, config)
+    heads = _circuit_heads(ev, classes)
+    ld_circuit, ld_no_movers = _ablation_checks(
+        lm, dataset, [h.head for h in heads], classes.name_mover
     )
-    below_si = layer_index < (max((lyr for lyr, _ in s_inhibition), default=first_mover_layer))
-    induction = _top_heads(ev.induction_s2, attention_threshold, max_heads_per_class, below_si)
-    duplicate = _top_heads(ev.duplicate_s2, attention_threshold, max_heads_per_class, below_si)
-    below_ind = layer_index < max((lyr for lyr, _ in induction), default=first_mover_layer)
-    previous = _top_heads(ev.previous_s1_plus_1, attention_threshold, max_heads_per_class, below_ind)
-
-    roles: list[tuple[str, list[Head], Tensor]] = [
-        ("name_mover", movers, ev.dla),
-        ("negative_name_mover", negative, ev.dla),
-        ("s_inhibition", s_inhibition, path),
-        ("induction", induction, ev.induction_s2),
-        ("duplicate_token", duplicate, ev.duplicate_s2),
-        ("previous_token", previous, ev.previous_s1_plus_1),
-    ]
-    heads: list[CircuitHead] = []
-    seen: set[Head] = set()
-    for role, members, score in roles:
-        for layer, head in members:
-            if (layer, head) in seen:
-                continue  # a head keeps its first (later-in-the-circuit) role
-            seen.add((layer, head))
-            heads.append(
-                CircuitHead(
-                    layer=layer, head=head, role=role, dla=float(ev.dla[layer, head]),
-                    attn_end_io=float(ev.attn_end_io[layer, head]),
-                    attn_end_s=float(ev.attn_end_s[layer, head]),
-                    path_patching=float(path[layer, head]), score=float(score[layer, head]),
-                )
-            )
-
-    circuit = [(h.layer, h.head) for h in heads]
-    kept, no_movers = [], []
-    for batch in dataset.batches:
-        kept.append(mean_ablated_logit_diff(lm, batch, keep=circuit).cpu())
-        no_movers.append(mean_ablated_logit_diff(lm, batch, ablate=movers).cpu())
-    ld_circuit = float(torch.cat(kept).mean())
-    ld_no_movers = float(torch.cat(no_movers).mean())
+    params = {**config.params(), "n_prompts_used": len(dataset),
+              "ablation": "mean over ABC prompts of the same template, per position, hook_z"}
     return IOICircuit(
         values=ev.dla,
         axes=("layer", "head"),
-        labels=(tuple(str(i) for i in range(cfg.n_layers)), tuple(str(i) for i in range(cfg.n_heads))),
-        meta=lm.meta(
-            dataset.prompts,
-            seed=dataset.seed,
-            data_source="lmsci_mi.data.ioi templates (ABBA/BABA, ABC corruption)",
-            params={
-                "n_prompts": n_total,
-                "ablation": "mean over ABC prompts of the same template, per position, hook_z",
-                "mover_threshold": mover_threshold,
-                "attention_threshold": attention_threshold,
-                "s_inhibition_threshold": s_inhibition_threshold,
-                "n_sender_candidates": n_sender_candidates,
-            },
-        ),
-        heads=tuple(heads),
+        labels=head_axis_labels(lm.cfg.n_layers, lm.cfg.n_heads),
+        meta=lm.meta(dataset.prompts, seed=dataset.seed, params=params,
+                     data_source="lmsci_mi.data.ioi templates (ABBA/BABA, ABC corruption)"),
+        heads=heads,
         logit_diffs=logit_diffs,
         logit_diff=mean_ld,
         fraction_positive=float((logit_diffs > 0).float().mean()),
@@ -493,7 +562,7 @@ def find_ioi_circuit(
         induction_s2=ev.induction_s2,
         duplicate_s2=ev.duplicate_s2,
         previous_s1_plus_1=ev.previous_s1_plus_1,
-        path_patching=path,
+        path_patching=classes.path_patching,
         logit_diff_circuit=ld_circuit,
         faithfulness=ld_circuit / mean_ld,
         logit_diff_without_name_movers=ld_no_movers,

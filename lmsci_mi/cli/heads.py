@@ -7,10 +7,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from lmsci_mi.circuits.heads import HEAD_SCORES, HeadScoreConfig
+from lmsci_mi.circuits.ioi import IOIConfig
 from lmsci_mi.cli.common import add_model_args, add_output_args, load_from_args, write_outputs
 from lmsci_mi.model import LensModel
-
-KINDS = ("induction", "previous_token", "duplicate_token", "prefix_matching", "copying")
+from lmsci_mi.sites import Head
 
 
 def register(commands: Any) -> None:
@@ -18,52 +19,44 @@ def register(commands: Any) -> None:
     heads = commands.add_parser("heads", help="score every head: induction, previous token, ...")
     add_model_args(heads)
     add_output_args(heads)
-    heads.add_argument("--kind", choices=KINDS, default="induction")
-    heads.add_argument("--n-sequences", type=int, default=20, help="repeated random sequences")
-    heads.add_argument("--half-length", type=int, default=20, help="tokens in each half")
-    heads.add_argument("--seed", type=int, default=0)
-    heads.add_argument("--exclude-bos", action="store_true",
-                       help="leave attention to the sink token out (TransformerLens exclude_bos)")
+    heads.add_argument("--kind", choices=HEAD_SCORES.names(), default="induction",
+                       help="what to score (default: induction)")
+    HeadScoreConfig.add_arguments(heads)
     heads.add_argument("--top", type=int, default=10, help="how many heads to list")
     heads.set_defaults(run=_run_heads)
 
     ioi = commands.add_parser("ioi", help="find the indirect-object-identification circuit")
     add_model_args(ioi)
     add_output_args(ioi)
-    ioi.add_argument("--n-prompts", type=int, default=48)
-    ioi.add_argument("--seed", type=int, default=0)
-    ioi.add_argument("--n-sender-candidates", type=int, default=10,
-                     help="heads tested by path patching for S-inhibition")
+    IOIConfig.add_arguments(ioi)
     ioi.set_defaults(run=_run_ioi)
 
     attention = commands.add_parser("attention", help="circuitsvis view of heads, offline HTML")
     add_model_args(attention)
     attention.add_argument("--prompt", required=True)
-    attention.add_argument("--heads", required=True, help="comma-separated LAYER.HEAD, e.g. 5.1,6.9")
+    attention.add_argument("--heads", required=True, type=_head_list,
+                           help="comma-separated heads, e.g. L5.H1,L6.H9")
     attention.add_argument("--html", type=Path, required=True, help="where to write the page")
     attention.set_defaults(run=_run_attention)
 
 
-def _run_heads(args: argparse.Namespace) -> int:
-    from lmsci_mi.circuits import heads as heads_mod
+def _head_list(text: str) -> list[Head]:
+    try:
+        heads = [Head.parse(part) for part in text.split(",") if part.strip()]
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if not heads:
+        raise argparse.ArgumentTypeError("no heads given; write e.g. L5.H1,L6.H9")
+    return heads
 
+
+def _run_heads(args: argparse.Namespace) -> int:
     lm = load_from_args(args)
-    if args.kind == "copying":
-        result = heads_mod.copying_scores(lm)
-    elif args.kind == "prefix_matching":
-        result = heads_mod.prefix_matching_scores(
-            lm, n_sequences=args.n_sequences, half_length=args.half_length, seed=args.seed,
-            exclude_bos=args.exclude_bos,
-        )
-    else:
-        scorer = getattr(heads_mod, f"{args.kind}_scores")
-        result = scorer(
-            lm, n_sequences=args.n_sequences, half_length=args.half_length, seed=args.seed,
-            exclude_bos=args.exclude_bos,
-        )
+    method = HEAD_SCORES.get(args.kind)
+    result = method.function(lm, config=HeadScoreConfig.from_args(args))
     print(f"{args.kind} scores on {lm.name}; top {args.top} heads:")
-    for layer, head, score in result.top(args.top):
-        print(f"  {layer}.{head}  {score:.3f}")
+    for head, score in result.top(args.top):
+        print(f"  {head}  {score:.3f}")
     write_outputs(result, args)
     return 0
 
@@ -72,38 +65,39 @@ def _run_ioi(args: argparse.Namespace) -> int:
     from lmsci_mi.circuits.ioi import find_ioi_circuit
 
     lm = load_from_args(args)
-    circuit = find_ioi_circuit(
-        lm, n_prompts=args.n_prompts, seed=args.seed,
-        n_sender_candidates=args.n_sender_candidates,
-    )
+    circuit = find_ioi_circuit(lm, config=IOIConfig.from_args(args))
     print(circuit.summary())
     write_outputs(circuit, args)
     return 0
 
 
 def _run_attention(args: argparse.Namespace) -> int:
-    from lmsci_mi.viz.attention import parse_heads, save_attention_html
+    from lmsci_mi.viz.attention import save_attention_html
 
     lm = load_from_args(args)
-    path = save_attention_html(lm, args.prompt, parse_heads(args.heads), args.html)
+    path = save_attention_html(lm, args.prompt, [(h.layer, h.head) for h in args.heads], args.html)
     print(f"wrote {path} (self-contained, opens offline)")
     return 0
 
 
 def _step_induction(lm: LensModel, out_dir: Path) -> str:
     """Induction heads: scores on repeated random tokens, and what ablating them costs."""
-    from lmsci_mi.circuits.heads import induction_ablation, induction_scores
+    from lmsci_mi.circuits.heads import (
+        InductionAblationConfig,
+        induction_ablation,
+        induction_scores,
+    )
 
-    scores = induction_scores(lm, n_sequences=8, half_length=15)
+    scores = induction_scores(lm, config=HeadScoreConfig(n_sequences=8, half_length=15))
     scores.save(out_dir / "induction_scores.json")
     scores.plot(out_dir / "induction_scores.png")
     top = scores.top(6)
-    heads = [(layer, head) for layer, head, score in top if score > 0.4] or [top[0][:2]]
+    heads = [head for head, score in top if score > 0.4] or [top[0][0]]
     check = induction_ablation(
-        lm, heads, n_sequences=8, half_length=15, n_random_draws=2,
+        lm, heads, InductionAblationConfig(n_sequences=8, half_length=15, n_random_draws=2),
         exclude=scores.heads_above(0.1),
     )
-    shown = ", ".join(f"{layer}.{head} ({score:.2f})" for layer, head, score in top)
+    shown = ", ".join(f"{head} ({score:.2f})" for head, score in top)
     return (
         f"Top induction heads (score = attention to the token after the earlier copy): {shown}\n"
         f"Mean-ablating {len(heads)} of them raises the second-half loss from "
@@ -119,7 +113,7 @@ def _step_ioi(lm: LensModel, out_dir: Path) -> str:
     from lmsci_mi.data.ioi import IOI_TEMPLATES, ioi_dataset
 
     data = ioi_dataset(lm, 8, templates=IOI_TEMPLATES[:1])
-    circuit = find_ioi_circuit(lm, data, n_sender_candidates=3)
+    circuit = find_ioi_circuit(lm, data, IOIConfig(n_sender_candidates=3))
     circuit.save(out_dir / "ioi_circuit.json")
     circuit.plot(out_dir / "ioi_circuit.png")
     return circuit.summary() + f"\nDLA heatmap: {out_dir / 'ioi_circuit.png'}"

@@ -8,20 +8,26 @@ import torch
 from transformer_lens.head_detector import detect_head
 
 from lmsci_mi import LensModel
-from lmsci_mi.circuits.heads import head_scores, induction_ablation, induction_scores
+from lmsci_mi.circuits.heads import (
+    HeadScoreConfig,
+    InductionAblationConfig,
+    head_scores,
+    induction_ablation,
+    induction_scores,
+)
 
 pytestmark = pytest.mark.slow
 
 
 def test_induction_heads_matter_for_repeated_tokens(clean_smollm2: LensModel) -> None:
     lm = clean_smollm2
-    scores = induction_scores(lm, n_sequences=8, half_length=15)
+    scores = induction_scores(lm, config=HeadScoreConfig(n_sequences=8, half_length=15))
     heads = scores.heads_above(0.4)
     assert 2 <= len(heads) <= 20
     # induction needs a previous-token head before it: never in the first layers
-    assert min(layer for layer, _ in heads) >= 2
+    assert min(head.layer for head in heads) >= 2
     check = induction_ablation(
-        lm, heads, n_sequences=8, half_length=15, n_random_draws=3,
+        lm, heads, InductionAblationConfig(n_sequences=8, half_length=15, n_random_draws=3),
         exclude=scores.heads_above(0.1),
     )
     assert check.loss_clean < 3.0  # the model does induct on repeated random tokens
@@ -38,6 +44,7 @@ def test_scores_match_transformer_lens_on_smollm2(clean_smollm2: LensModel) -> N
     tokens = lm.model.to_tokens(texts)  # what detect_head will see
     assert tokens.shape == (3, 16)
     for exclude_bos in (False, True):
-        ours = head_scores(lm, tokens, "induction", rows="all", exclude_bos=exclude_bos)
+        config = HeadScoreConfig(rows="all", exclude_bos=exclude_bos)
+        ours = head_scores(lm, tokens, "induction", config)
         theirs = detect_head(lm.model, texts, "induction_head", exclude_bos=exclude_bos)
         torch.testing.assert_close(ours.values, theirs.float(), atol=1e-4, rtol=1e-3)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from lmsci_mi import LensModel
-from lmsci_mi.circuits.ioi import find_ioi_circuit, ioi_logit_diff
+from lmsci_mi.circuits.ioi import IOIConfig, find_ioi_circuit, ioi_logit_diff
 from lmsci_mi.data.ioi import IOI_TEMPLATES, ioi_dataset
 
 pytestmark = pytest.mark.slow
@@ -26,9 +26,9 @@ def test_circuit_name_movers_carry_the_logit_difference(clean_smollm2: LensModel
     lm = clean_smollm2
     before = lm.model.W_O.detach().clone()
     data = ioi_dataset(lm, n_prompts=8, seed=1, templates=IOI_TEMPLATES[:1])
-    circuit = find_ioi_circuit(lm, data, n_sender_candidates=3)
+    circuit = find_ioi_circuit(lm, data, IOIConfig(n_sender_candidates=3))
     movers = circuit.heads_of("name_mover")
-    assert movers and all(layer >= lm.cfg.n_layers // 2 for layer, _ in movers)
+    assert movers and all(head.layer >= lm.cfg.n_layers // 2 for head in movers)
     for head in circuit.heads:
         if head.role == "name_mover":
             assert head.dla > 0

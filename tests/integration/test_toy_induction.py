@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from lmsci_mi.circuits.heads import composition_scores, induction_scores, previous_token_scores
+from lmsci_mi.circuits.heads import (
+    HeadScoreConfig,
+    composition_scores,
+    induction_scores,
+    previous_token_scores,
+)
 from lmsci_mi.circuits.toy_induction import load_toy_induction, training_record
+from lmsci_mi.sites import Head
 
 pytestmark = pytest.mark.slow
 
@@ -17,11 +23,12 @@ def toy():
 
 
 def test_detects_induction_head_and_its_previous_token_partner(toy) -> None:
-    induction = induction_scores(toy, n_sequences=50, seed=1)
-    layer, head, score = induction.top(1)[0]
-    assert layer == 1 and score > 0.7
+    config = HeadScoreConfig(n_sequences=50, seed=1)
+    induction = induction_scores(toy, config=config)
+    best, score = induction.top(1)[0]
+    assert best.layer == 1 and score > 0.7
 
-    previous = previous_token_scores(toy, n_sequences=50, seed=1)
+    previous = previous_token_scores(toy, config=config)
     prev_layer0 = previous.values[0]
     partner = int(prev_layer0.argmax())
     # chance is about 1/20 (uniform attention over the earlier tokens)
@@ -30,7 +37,7 @@ def test_detects_induction_head_and_its_previous_token_partner(toy) -> None:
 
     # The partner is the layer-0 head whose output the induction head's keys read most.
     k_comp = composition_scores(toy, "K")
-    scores = [k_comp.score((0, h), (1, head)) for h in range(toy.cfg.n_heads)]
+    scores = [k_comp.score(Head(0, h), best) for h in range(toy.cfg.n_heads)]
     assert max(range(len(scores)), key=scores.__getitem__) == partner
     record = training_record()
     assert record is not None and record["final_loss"] < 0.5 * record["chance_loss"]

@@ -10,8 +10,8 @@ from transformer_lens import head_detector as tl_detector
 
 from lmsci_mi import LensModel
 from lmsci_mi.circuits.heads import (
+    HeadScoreConfig,
     HeadScores,
-    composition_scores,
     copying_scores,
     detection_pattern,
     head_scores,
@@ -19,6 +19,7 @@ from lmsci_mi.circuits.heads import (
     previous_token_scores,
 )
 from lmsci_mi.data.repeated_tokens import repeated_random_tokens
+from lmsci_mi.sites import Head
 
 # Equal token length for TL's tokenizer, with repeated words so that the duplicate and induction
 # patterns are not empty.
@@ -49,10 +50,10 @@ def test_scores_match_transformer_lens_detect_head(
 ) -> None:
     tokens = tiny_gpt2.model.to_tokens(TEXTS)  # TL's own tokenisation: the very same inputs
     assert tokens.shape[0] == len(TEXTS)
-    ours = head_scores(
-        tiny_gpt2, tokens, kind,  # type: ignore[arg-type]
-        rows="all", exclude_bos=exclude_bos, exclude_current_token=exclude_current_token,
+    config = HeadScoreConfig(
+        rows="all", exclude_bos=exclude_bos, exclude_current_token=exclude_current_token
     )
+    ours = head_scores(tiny_gpt2, tokens, kind, config)  # type: ignore[arg-type]
     theirs = tl_detector.detect_head(
         tiny_gpt2.model, TEXTS, TL_NAMES[kind],  # type: ignore[arg-type]
         exclude_bos=exclude_bos, exclude_current_token=exclude_current_token,
@@ -75,16 +76,18 @@ def test_matched_rows_give_one_for_a_perfect_head(tiny: LensModel) -> None:
 
     with tiny.hooks.hooks(fwd=[("blocks.1.attn.hook_pattern", force)]):
         matched = head_scores(tiny, tokens, "induction")
-        all_rows = head_scores(tiny, tokens, "induction", rows="all")
+        all_rows = head_scores(tiny, tokens, "induction", HeadScoreConfig(rows="all"))
     assert matched.values[1, 1] == pytest.approx(1.0)
     assert all_rows.values[1, 1] == pytest.approx(6 / 13)  # 6 target rows of 13
-    assert matched.top(1)[0][:2] == (1, 1)
+    (best, score), *_ = matched.top(1)
+    assert best == Head(1, 1) and score == pytest.approx(1.0)
+    assert matched.heads_above(0.99) == (Head(1, 1),)
 
 
 def test_one_forward_pass_per_batch(tiny: LensModel) -> None:
     calls = []
     with tiny.hooks.hooks(fwd=[("hook_embed", lambda act, hook: calls.append(act.shape[0]))]):
-        induction_scores(tiny, n_sequences=10, half_length=4)
+        induction_scores(tiny, config=HeadScoreConfig(n_sequences=10, half_length=4, batch_size=32))
     assert calls == [10]
 
 
@@ -100,12 +103,16 @@ def test_bad_inputs_leave_no_hooks(tiny: LensModel) -> None:
 
 
 def test_head_scores_result_roundtrip_and_plot(tiny: LensModel, tmp_path) -> None:
-    scores = previous_token_scores(tiny, n_sequences=2, half_length=4)
-    assert scores.values.shape == (tiny.cfg.n_layers, tiny.cfg.n_heads)
+    scores = previous_token_scores(tiny, config=HeadScoreConfig(n_sequences=2, half_length=4))
     loaded = HeadScores.load(scores.save(tmp_path / "prev.json"))
     assert loaded == scores and loaded.head_kind == "previous_token"
+    assert loaded.labels[1][:2] == ("H0", "H1")
+    assert loaded.meta.params["n_sequences"] == 2 and loaded.meta.params["rows"] == "matched"
     ranked = scores.top(3)
-    assert [s for _, _, s in ranked] == sorted((s for _, _, s in ranked), reverse=True)
+    # best first, and each score is the value at that head
+    assert [s for _, s in ranked] == sorted((s for _, s in ranked), reverse=True)
+    assert all(s == float(scores.values[h.layer, h.head]) for h, s in ranked)
+    assert ranked[0][1] == float(scores.values.max())
     scores.plot(tmp_path / "prev.png")
     assert (tmp_path / "prev.png").stat().st_size > 0
 
@@ -132,14 +139,34 @@ def test_copying_score_equals_full_vocab_eigenvalues() -> None:
             assert float(ours[layer, head]) == pytest.approx(float(expected), abs=1e-4)
 
 
-@pytest.mark.parametrize("mode", ["Q", "K", "V"])
-@torch.no_grad()
-def test_composition_scores_match_transformer_lens(mode: str) -> None:
-    lm = _small_model()
-    ours = composition_scores(lm, mode)  # type: ignore[arg-type]
-    theirs = lm.model.all_composition_scores(mode)  # [L, H, L, H]
-    n = lm.cfg.n_layers * lm.cfg.n_heads
-    theirs_flat = theirs.reshape(n, n)
-    torch.testing.assert_close(ours.values[:3, 3:], theirs_flat[:3, 3:], atol=1e-5, rtol=1e-4)
-    assert float(ours.values[3:, :3].abs().sum()) == 0.0  # no composition backwards in depth
-    assert ours.score((0, 1), (1, 2)) == pytest.approx(float(theirs[0, 1, 1, 2]), rel=1e-4)
+# An adjacent repeat (" cat cat"): the second copy's induction target is the query's own position.
+ADJACENT = "the cat cat sat on the mat and the cat cat sat"
+
+
+def test_induction_pattern_keeps_the_diagonal_like_transformer_lens() -> None:
+    tokens = torch.tensor([[0, 5, 5, 6, 5, 5, 6]])
+    expected = tl_detector.get_induction_head_detection_pattern(tokens)
+    assert float(expected.diagonal().sum()) > 0  # the case this test is about
+    assert torch.equal(detection_pattern(tokens, "induction")[0], expected.float())
+
+
+@pytest.mark.parametrize("rows", ["all", "matched"])
+def test_induction_score_on_adjacent_repeat_equals_detect_head(tiny_gpt2: LensModel, rows: str) -> None:
+    tokens = tiny_gpt2.model.to_tokens(ADJACENT)
+    ours = head_scores(tiny_gpt2, tokens, "induction", HeadScoreConfig(rows="all"))
+    theirs = tl_detector.detect_head(tiny_gpt2.model, ADJACENT, "induction_head")
+    torch.testing.assert_close(ours.values, theirs.float(), atol=1e-6, rtol=1e-5)
+    if rows == "matched":
+        # "matched" divides by the target rows only; every row with a target counts, the
+        # diagonal one included, so a pattern forced onto the targets scores exactly 1.
+        ideal = detection_pattern(tokens, "induction")
+        ideal[:, :, 0] += (ideal.sum(-1) == 0).float()
+
+        def force(pattern: torch.Tensor, hook: object) -> torch.Tensor:
+            pattern = pattern.clone()
+            pattern[:, 0] = ideal / ideal.sum(-1, keepdim=True)
+            return pattern
+
+        with tiny_gpt2.hooks.hooks(fwd=[("blocks.0.attn.hook_pattern", force)]):
+            matched = head_scores(tiny_gpt2, tokens, "induction")
+        assert float(matched.values[0, 0]) == pytest.approx(1.0)

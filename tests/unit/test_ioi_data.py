@@ -7,6 +7,7 @@ import torch
 
 from lmsci_mi import LensModel
 from lmsci_mi.data.ioi import IOI_TEMPLATES, ioi_dataset, single_token_words
+from lmsci_mi.sites import Head
 
 
 def test_positions_point_at_the_names(tiny: LensModel) -> None:
@@ -70,15 +71,16 @@ def test_path_patching_and_ablation_identities(tiny: LensModel) -> None:
 
     batch = ioi_dataset(tiny, n_prompts=4, seed=0, templates=IOI_TEMPLATES[:1]).batches[0]
     clean = ioi_logit_diff(tiny(batch.tokens), batch)
+    receivers = [Head(1, 0), Head(1, 2)]
     # with the "corrupted" run equal to the clean one, path patching changes nothing
     same = replace(batch, abc_tokens=batch.tokens)
-    torch.testing.assert_close(path_patch_to_queries(tiny, same, (0, 1), [(1, 0), (1, 2)]), clean)
+    torch.testing.assert_close(path_patch_to_queries(tiny, same, Head(0, 1), receivers), clean)
     # a real ABC sender changes the receivers' queries, hence the logit difference
-    patched = path_patch_to_queries(tiny, batch, (0, 1), [(1, 0), (1, 2)])
+    patched = path_patch_to_queries(tiny, batch, Head(0, 1), receivers)
     assert not torch.allclose(patched, clean)
     # keeping every head ablates nothing
-    every = [(layer, head) for layer in range(2) for head in range(tiny.cfg.n_heads)]
+    every = [Head(layer, head) for layer in range(2) for head in range(tiny.cfg.n_heads)]
     torch.testing.assert_close(mean_ablated_logit_diff(tiny, batch, keep=every), clean)
     with pytest.raises(ValueError, match="not below"):
-        path_patch_to_queries(tiny, batch, (1, 1), [(1, 0)])
+        path_patch_to_queries(tiny, batch, Head(1, 1), [Head(1, 0)])
     assert tiny.hooks.attached_count() == 0
