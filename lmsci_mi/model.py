@@ -2,15 +2,18 @@
 
 Tokenisation policy (every analysis tokenises through here):
     Every prompt starts with exactly one attention-sink token, and the prompt's own tokens start
-    at position 1. The sink is the tokenizer's BOS when the tokenizer adds one (Gemma); otherwise
-    the model's document separator (``<|endoftext|>`` for SmolLM2 and GPT-2). Models attend to
-    the first position as a resting place; without a sink the first *word* becomes that resting
-    place, and corrupting it (as causal tracing does to a subject) breaks every head. With the
-    sink, a subject can never sit at position 0.
+    at position 1. The sink is the tokenizer's BOS (Gemma's ``<bos>``, GPT-2's
+    ``<|endoftext|>``), or the model's document separator where the declared BOS is a chat token
+    (``<|endoftext|>`` for SmolLM2). Models attend to the first position as a resting place;
+    without a sink the first *word* becomes that resting place, and corrupting it (as causal
+    tracing does to a subject) breaks every head. With the sink, a subject can never sit at
+    position 0. The sink changes results, so it is a choice (``load_model(..., sink=...)``) and
+    every result records it in ``meta.sink``.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -27,7 +30,30 @@ from lmsci_mi.results import Meta, Result, result_type
 if TYPE_CHECKING:
     from transformer_lens import HookedTransformerConfig
 
-__all__ = ["LensModel", "PaddedBatch", "TokenPredictions", "default_sink_token"]
+__all__ = [
+    "DEFAULT_SINK",
+    "LensModel",
+    "PaddedBatch",
+    "SinkChoice",
+    "TokenPredictions",
+    "default_sink_token",
+    "resolve_sink",
+]
+
+
+class _DefaultSink(enum.Enum):
+    DEFAULT = "default"
+
+    def __repr__(self) -> str:
+        return "DEFAULT_SINK"
+
+
+DEFAULT_SINK = _DefaultSink.DEFAULT
+"""``sink=DEFAULT_SINK``: the policy's sink for the model (see the module docstring)."""
+
+SinkChoice = str | int | None | _DefaultSink
+"""A sink choice: ``DEFAULT_SINK``, a token's text (``"<|endoftext|>"``, ``" the"``), a token id,
+or None for no sink at all."""
 
 
 @dataclass(frozen=True)
@@ -41,13 +67,50 @@ class PaddedBatch:
 
 
 def default_sink_token(tokenizer: Any) -> int | None:
-    """The policy's sink for a tokenizer: None when it adds its own BOS, else its BOS id."""
+    """The policy's sink for a tokenizer: its BOS id (None when it has none)."""
     if tokenizer is None or tokenizer.bos_token_id is None:
         return None
-    ids = tokenizer("a")["input_ids"]
-    if ids and ids[0] == tokenizer.bos_token_id:
-        return None
     return int(tokenizer.bos_token_id)
+
+
+def resolve_sink(tokenizer: Any, sink: SinkChoice, default: int | None, d_vocab: int) -> int | None:
+    """The token id of a sink choice (None: no sink).
+
+    Args:
+        tokenizer: the model's tokenizer (None for token-only models: ids only).
+        sink: ``DEFAULT_SINK`` (gives ``default``), None, a token id, or a token's text: a
+            vocabulary entry (``"<|endoftext|>"``) or text that is exactly one token (``" the"``).
+        default: the policy's sink id for this model.
+        d_vocab: the vocabulary size, to check ids.
+
+    Raises:
+        ValueError: an id outside the vocabulary, or text that is not exactly one token.
+
+    >>> from lmsci_mi import load_model
+    >>> lm = load_model("toy-2l")
+    >>> resolve_sink(lm.tokenizer, "<|im_start|>", 0, lm.cfg.d_vocab)
+    1
+    """
+    if sink is DEFAULT_SINK:
+        return default
+    if sink is None:
+        return None
+    if isinstance(sink, bool) or not isinstance(sink, int | str):
+        raise ValueError(f"a sink is a token's text, a token id or None, not {sink!r}")
+    if isinstance(sink, int):
+        if not 0 <= sink < d_vocab:
+            raise ValueError(f"sink token id {sink} is outside the vocabulary (0..{d_vocab - 1})")
+        return sink
+    if tokenizer is None:
+        raise ValueError(f"this model has no tokenizer: give the sink {sink!r} as a token id")
+    vocab_id = tokenizer.convert_tokens_to_ids(sink)
+    if vocab_id is not None and tokenizer.convert_ids_to_tokens(vocab_id) == sink:
+        return int(vocab_id)
+    ids = tokenizer(sink, add_special_tokens=False)["input_ids"]
+    if len(ids) != 1:
+        pieces = [tokenizer.decode([i]) for i in ids]
+        raise ValueError(f"sink {sink!r} is {len(ids)} tokens {pieces}, but the sink is one token")
+    return int(ids[0])
 
 
 @result_type
@@ -66,8 +129,7 @@ class LensModel:
         name: catalogue name (``"smollm2-135m"``) or path.
         source: where the weights came from.
         tokenizer: the Hugging Face tokenizer, or None for token-only toys.
-        sink_token_id: token put in front of every prompt, or None when the tokenizer adds its
-            own BOS (or the model has none).
+        sink_token_id: the token put in front of every prompt (position 0), or None for no sink.
         hooks: the model's :class:`~lmsci_mi.hooks.HookRegistry`; every intervention goes
             through it, e.g. ``with lm.hooks.patch(site, clean_act): ...``.
     """
@@ -96,11 +158,20 @@ class LensModel:
         )
 
     @classmethod
-    def wrap(cls, model: HookedTransformer, name: str = "custom") -> LensModel:
-        """Wrap a HookedTransformer you loaded yourself (sink = its BOS unless it adds one)."""
+    def wrap(
+        cls, model: HookedTransformer, name: str = "custom", *, sink: SinkChoice = DEFAULT_SINK
+    ) -> LensModel:
+        """Wrap a HookedTransformer you loaded yourself.
+
+        Args:
+            model: the model.
+            name: recorded in every result's ``meta``.
+            sink: the attention sink: by default the tokenizer's BOS; a token's text, a token id,
+                or None for none (see :func:`resolve_sink`).
+        """
         tokenizer = model.tokenizer
-        return cls(model, name=name, source="user model", tokenizer=tokenizer,
-                   sink_token_id=default_sink_token(tokenizer))
+        sink_id = resolve_sink(tokenizer, sink, default_sink_token(tokenizer), model.cfg.d_vocab)
+        return cls(model, name=name, source="user model", tokenizer=tokenizer, sink_token_id=sink_id)
 
     # ------------------------------------------------------------------ basics
 
@@ -116,9 +187,18 @@ class LensModel:
         """Run the model (logits by default); hooks from active interventions apply."""
         return self.model(tokens.to(self.device), **kwargs)
 
+    @property
+    def sink(self) -> str | None:
+        """The sink token's text (``"<|endoftext|>"``), or None when prompts get no sink."""
+        if self.sink_token_id is None:
+            return None
+        if self.tokenizer is None:
+            return f"<token {self.sink_token_id}>"
+        return str(self.tokenizer.decode([self.sink_token_id]))
+
     def meta(self, prompts: Sequence[str] = (), **fields: Any) -> Meta:
-        """A :class:`Meta` record naming this model, for results built on it."""
-        return Meta(model=self.name, prompts=tuple(prompts), **fields)
+        """A :class:`Meta` record naming this model and its sink, for results built on it."""
+        return Meta(model=self.name, prompts=tuple(prompts), sink=self.sink, **fields)
 
     # ------------------------------------------------------------------ tokenisation policy
 
@@ -128,9 +208,13 @@ class LensModel:
         return self.tokenizer
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of one prompt under the policy: one sink token, then the text's tokens."""
+        """Token ids of one prompt under the policy: one sink token, then the text's tokens.
+
+        The tokenizer's own special tokens are left out (a tokenizer that adds BOS has it as its
+        sink), so the sink is always this model's choice and appears once.
+        """
         tokenizer = self._require_tokenizer()
-        ids: list[int] = list(tokenizer(text, add_special_tokens=True)["input_ids"])
+        ids: list[int] = list(tokenizer(text, add_special_tokens=False)["input_ids"])
         if self.sink_token_id is not None and (not ids or ids[0] != self.sink_token_id):
             ids = [self.sink_token_id, *ids]
         return ids
@@ -221,7 +305,7 @@ class LensModel:
         Character offsets decide, so a token carrying a leading space (" Eiffel") counts.
         """
         tokenizer = self._require_tokenizer()
-        encoded = tokenizer(text, add_special_tokens=True, return_offsets_mapping=True)
+        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         shift = len(self.encode(text)) - len(encoded["input_ids"])  # 1 when the sink was added
         hits = [i + shift for i, (s, e) in enumerate(encoded["offset_mapping"])
                 if e > s and s < end and e > start]

@@ -9,6 +9,7 @@ A result holds its main tensor with named axes and axis labels, any further type
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import math
 import types
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, Union
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 from typing_extensions import dataclass_transform
@@ -30,7 +32,16 @@ if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
-__all__ = ["LayerCurve", "Meta", "ParamValue", "Result", "result_type"]
+__all__ = [
+    "UNRECORDED_SINK",
+    "LayerCurve",
+    "Meta",
+    "ParamValue",
+    "Result",
+    "ResultFileError",
+    "kind_of",
+    "result_type",
+]
 
 ParamValue = str | int | float | bool | None | tuple[Any, ...]
 """A JSON-able setting recorded in `Meta.params` (a noise scale, a layer window, a chunk size)."""
@@ -40,11 +51,29 @@ T = TypeVar("T")
 
 _RESULT_TYPES: dict[str, type[Result]] = {}
 _FORMAT = "lmsci-mi-result/1"
+# Results load their own types by importing the module the file names, but only lmsci-mi's own
+# modules: a shared file must not be able to make `load` import (run) arbitrary code.
+_AUTO_IMPORT_PACKAGE = "lmsci_mi"
+
+UNRECORDED_SINK = "<unrecorded>"
+"""``Meta.sink`` of a result saved before results recorded their sink (version 0.1)."""
+
+
+class ResultFileError(ValueError):
+    """A file given to :meth:`Result.load` is not a readable lmsci-mi result; says why."""
 
 
 @dataclass(frozen=True)
 class Meta:
-    """Where a result came from, so that a number can be traced back to its inputs."""
+    """Where a result came from, so that a number can be traced back to its inputs.
+
+    Attributes:
+        model: the model's name.
+        sink: the attention-sink token put in front of every prompt (its text, e.g.
+            ``"<|endoftext|>"``), or None when prompts had no sink. It changes results, so every
+            result states it; :meth:`LensModel.meta` fills it in.
+        prompts, seed, data_source, version, params: the inputs and settings of the analysis.
+    """
 
     model: str
     prompts: tuple[str, ...] = ()
@@ -52,6 +81,7 @@ class Meta:
     data_source: str = ""
     version: str = __version__
     params: Mapping[str, ParamValue] = field(default_factory=dict)
+    sink: str | None = field(kw_only=True)
 
 
 @dataclass_transform(frozen_default=True, eq_default=False)
@@ -116,20 +146,19 @@ class Result:
 
     def to_dict(self) -> dict[str, Any]:
         """The result as nested plain data: dataclasses become dicts, tensors stay tensors."""
-        return {"kind": type(self).__name__, **_encode_fields(self)}
+        return {"kind": kind_of(type(self)), **_encode_fields(self)}
 
     @classmethod
     def from_dict(cls: type[R], data: Mapping[str, Any]) -> R:
-        """Rebuild a result from :meth:`to_dict`; dispatches on ``data["kind"]``."""
-        kind = data.get("kind", cls.__name__)
-        target = _RESULT_TYPES.get(kind, cls if kind == cls.__name__ else None)
-        if target is None:
-            raise ValueError(
-                f"unknown result kind {kind!r}; import the module that defines it first "
-                f"(known: {sorted(_RESULT_TYPES)})"
-            )
+        """Rebuild a result from :meth:`to_dict`; dispatches on ``data["kind"]``.
+
+        The kind names its module (``"lmsci_mi.circuits.tracing:CausalTrace"``); a type of
+        lmsci-mi that is not imported yet is imported here. Bare kinds (``"CausalTrace"``, older
+        files) resolve among the registered types.
+        """
+        target = _resolve_kind(data.get("kind", kind_of(cls)))
         if not issubclass(target, cls):
-            raise TypeError(f"{kind} is not a {cls.__name__}")
+            raise TypeError(f"{data.get('kind')} is not a {cls.__name__}")
         return typing.cast(R, _decode_dataclass(target, data))
 
     # ------------------------------------------------------------------ files
@@ -153,17 +182,34 @@ class Result:
 
     @classmethod
     def load(cls: type[R], path: str | Path) -> R:
-        """Read a result written by :meth:`save` (either file's path may be given)."""
-        json_path = Path(path)
-        if json_path.suffix == ".safetensors":
-            json_path = json_path.with_suffix(".json")
-        if not json_path.exists() and json_path.with_suffix(json_path.suffix + ".json").exists():
-            json_path = json_path.with_suffix(json_path.suffix + ".json")
-        document = json.loads(json_path.read_text())
-        if document.get("format") != _FORMAT:
-            raise ValueError(f"{json_path} is not an lmsci-mi result file")
-        tensors = load_file(json_path.parent / document["tensors"])
-        return cls.from_dict(_internalise(document["result"], tensors))
+        """Read a result written by :meth:`save` (either file's path may be given).
+
+        Works in a fresh interpreter: the module that defines the result's type is imported
+        when needed (lmsci-mi's own modules only; import your own result types first).
+
+        Raises:
+            FileNotFoundError: no result file at ``path``.
+            ResultFileError: the file is not an lmsci-mi result, its tensor file is missing or
+                unreadable, or its fields do not fit its type; the message says which.
+        """
+        json_path = _json_path(Path(path))
+        document = _read_document(json_path)
+        tensor_path = json_path.parent / document["tensors"]
+        if not tensor_path.is_file():
+            raise ResultFileError(f"{json_path}: its tensor file {tensor_path} is missing")
+        try:
+            tensors = load_file(tensor_path)
+        except (SafetensorError, OSError, ValueError) as error:
+            raise ResultFileError(f"{tensor_path} is not a readable safetensors file ({error})") from None
+        try:
+            return cls.from_dict(_internalise(document["result"], tensors))
+        except ResultFileError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise ResultFileError(
+                f"{json_path} does not hold a valid {document['result'].get('kind', 'result')}: "
+                f"{type(error).__name__}: {error}"
+            ) from error
 
     # ------------------------------------------------------------------ tables and plots
 
@@ -236,6 +282,64 @@ class LayerCurve(Result):
 _RESULT_TYPES["Result"] = Result
 
 
+# ---------------------------------------------------------------------- kinds and files
+
+
+def kind_of(cls: type) -> str:
+    """The kind a result type saves under: ``"module:Name"``, so a loader can import it."""
+    return f"{cls.__module__}:{cls.__name__}"
+
+
+def _resolve_kind(kind: Any) -> type[Result]:
+    """The registered type of ``kind``, importing its module (lmsci-mi's own) if needed."""
+    if not isinstance(kind, str) or not kind:
+        raise ResultFileError(f"the result's kind {kind!r} is not a type name")
+    module, _, name = kind.rpartition(":")
+    if name not in _RESULT_TYPES and module:
+        in_package = module == _AUTO_IMPORT_PACKAGE or module.startswith(_AUTO_IMPORT_PACKAGE + ".")
+        if not in_package:
+            raise ResultFileError(
+                f"result kind {kind!r} is defined outside lmsci-mi; import {module} first "
+                "(loading imports only lmsci-mi's own modules)"
+            )
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise ResultFileError(f"result kind {kind!r}: cannot import {module} ({error})") from None
+    if name not in _RESULT_TYPES:
+        raise ResultFileError(
+            f"unknown result kind {kind!r}; import the module that defines it first "
+            f"(known: {sorted(_RESULT_TYPES)})"
+        )
+    return _RESULT_TYPES[name]
+
+
+def _json_path(path: Path) -> Path:
+    """The JSON half of a saved result, from either file's path (or the path without suffix)."""
+    if path.suffix == ".safetensors":
+        path = path.with_suffix(".json")
+    if not path.exists() and path.with_suffix(path.suffix + ".json").exists():
+        path = path.with_suffix(path.suffix + ".json")
+    if not path.is_file():
+        raise FileNotFoundError(f"no result file at {path}")
+    return path
+
+
+def _read_document(json_path: Path) -> dict[str, Any]:
+    """The parsed JSON of a saved result, checked for the format key and its parts."""
+    try:
+        document = json.loads(json_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ResultFileError(f"{json_path} is not an lmsci-mi result (not JSON: {error})") from None
+    if not isinstance(document, dict) or document.get("format") != _FORMAT:
+        raise ResultFileError(
+            f"{json_path} is not an lmsci-mi result (JSON without \"format\": \"{_FORMAT}\")"
+        )
+    if not isinstance(document.get("tensors"), str) or not isinstance(document.get("result"), dict):
+        raise ResultFileError(f"{json_path} is an incomplete lmsci-mi result (no tensors or result)")
+    return document
+
+
 # ---------------------------------------------------------------------- encoding helpers
 
 
@@ -296,12 +400,16 @@ def _decode(value: Any, hint: Any) -> Any:
 
 
 def _decode_dataclass(cls: type, data: Mapping[str, Any]) -> Any:
+    if not isinstance(data, Mapping):
+        raise TypeError(f"{cls.__name__} needs a mapping of fields, not {type(data).__name__}")
     hints = typing.get_type_hints(cls)
     kwargs = {}
     for f in dataclasses.fields(cls):
         if not f.init:
             continue
         if f.name not in data:
+            if cls is Meta and f.name == "sink":
+                kwargs["sink"] = UNRECORDED_SINK  # saved before results recorded their sink
             continue  # a field added later with a default: old files still load
         kwargs[f.name] = _decode(data[f.name], hints.get(f.name, Any))
     return cls(**kwargs)
@@ -322,6 +430,8 @@ def _externalise(value: Any, tensors: dict[str, Tensor], prefix: str) -> Any:
 def _internalise(value: Any, tensors: Mapping[str, Tensor]) -> Any:
     if isinstance(value, dict):
         if set(value) == {"__tensor__"}:
+            if value["__tensor__"] not in tensors:
+                raise ResultFileError(f"tensor {value['__tensor__']!r} is not in the tensor file")
             return tensors[value["__tensor__"]]
         return {k: _internalise(v, tensors) for k, v in value.items()}
     if isinstance(value, list):

@@ -13,8 +13,23 @@ import sys
 from collections.abc import Sequence
 
 from lmsci_mi.cli import circuits, core, editing, heads
+from lmsci_mi.loading import ModelNotAvailableError
 
-__all__ = ["build_parser", "main"]
+__all__ = ["USER_ERRORS", "build_parser", "main"]
+
+USER_ERRORS: tuple[type[Exception], ...] = (
+    ValueError,  # a bad value: a prompt that is not one token, a bad config, not a result file
+    KeyError,  # an unknown name in a registry or a table
+    ModelNotAvailableError,
+    # Paths the user gave: missing, a folder where a file is needed, not writable.
+    FileNotFoundError,
+    FileExistsError,
+    IsADirectoryError,
+    NotADirectoryError,
+    PermissionError,
+)
+"""What bad input raises. `main` reports these in one line and exits 2. Anything else is a bug,
+and its traceback is left to show."""
 
 _FEATURES = (core, circuits, heads, editing)
 
@@ -42,9 +57,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return int(args.run(args) or 0)
-    except (ValueError, LookupError, RuntimeError) as error:
+    except USER_ERRORS as error:
         # Bad input is the user's to fix: show the message, not a traceback.
-        print(f"lmsci-mi {args.command}: error: {error}", file=sys.stderr)
+        text = error.args[0] if isinstance(error, KeyError) and error.args else error
+        message = " ".join(str(text).split()) or type(error).__name__
+        print(f"lmsci-mi {args.command}: error: {message}", file=sys.stderr)
         return 2
 
 

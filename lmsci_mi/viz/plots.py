@@ -1,7 +1,8 @@
 """Matplotlib figures for results: heatmaps over (layer, position) or (layer, head), layer curves.
 
-The figures are plain matplotlib, written as PNG with the non-interactive Agg backend so that they
-work on a headless machine and in CI.
+The figures are plain ``matplotlib.figure.Figure`` objects made without pyplot, so importing this
+module leaves the process's matplotlib backend alone, and saving renders through an Agg canvas,
+which works on a headless machine and in CI.
 """
 
 from __future__ import annotations
@@ -9,11 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt
 import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
@@ -72,14 +68,16 @@ def plot_tensor(
     if values.ndim == 1:
         return plot_curves(values[None], series=[title], x_label=axes[0], title=title)
     if values.ndim == 2:
-        fig, ax = plt.subplots(figsize=(max(5, 0.35 * values.shape[1] + 2), 5))
+        fig = Figure(figsize=(max(5, 0.35 * values.shape[1] + 2), 5))
+        ax = fig.subplots()
         heatmap(ax, values, row_labels=labels[0], col_labels=labels[1], row_name=axes[0],
                 col_name=axes[1], title=title)
         fig.tight_layout()
         return fig
     if values.ndim == 3 and values.shape[0] <= 6:
         n = values.shape[0]
-        fig, grid = plt.subplots(1, n, figsize=(5 * n, 5), squeeze=False)
+        fig = Figure(figsize=(5 * n, 5))
+        grid = fig.subplots(1, n, squeeze=False)
         for i in range(n):
             heatmap(grid[0][i], values[i], row_labels=labels[1], col_labels=labels[2],
                     row_name=axes[1], col_name=axes[2], title=f"{axes[0]} = {labels[0][i]}")
@@ -95,7 +93,8 @@ def plot_tensor(
 def plot_curves(values: Tensor, *, series: Sequence[str], x_label: str, title: str) -> Figure:
     """One line per row of ``values`` (e.g. probe accuracy per layer for several probes)."""
     values = torch.as_tensor(values).detach().cpu().float()
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
     for row, name in zip(values, series, strict=True):
         ax.plot(range(len(row)), row.numpy(), marker="o", markersize=3, label=name)
     ax.set_xlabel(x_label)
@@ -108,9 +107,18 @@ def plot_curves(values: Tensor, *, series: Sequence[str], x_label: str, title: s
 
 
 def save_figure(fig: Figure, path: str | Path) -> Path:
-    """Write ``fig`` as PNG and close it (figures left open leak memory in long sessions)."""
+    """Write ``fig`` as PNG, whatever the process's backend.
+
+    ``savefig`` renders a PNG through an Agg canvas when the figure has no interactive one, so
+    this works headless. A figure made with pyplot (by a user, or a result's own ``plot``) is
+    also closed, since pyplot keeps every open figure alive; figures made here are not
+    registered with pyplot.
+    """
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    fig.savefig(out, dpi=120, format="png")
+    if fig.canvas.manager is not None:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
     return out

@@ -25,6 +25,22 @@ def test_ioi_prompt_prefers_the_indirect_object(clean_smollm2: LensModel) -> Non
     assert logits[lm.token_id(" Mary")] - logits[lm.token_id(" John")] > 2.0
 
 
+def test_the_sink_flips_a_hand_written_ioi_prompt(clean_smollm2: LensModel) -> None:
+    """Issue 8: the sink is a choice that changes results. On this prompt SmolLM2 prefers the
+    repeated name (S) with the default sink and the indirect object without any sink (measured
+    -0.53 and +4.18; the README's sink section)."""
+    prompt = "While Sarah and Peter were cooking dinner, Peter passed the salt to"
+    bare = LensModel.wrap(clean_smollm2.model, "smollm2-135m", sink=None)
+    diffs = {}
+    for lm in (clean_smollm2, bare):
+        tokens = lm.to_tokens(prompt)
+        with torch.no_grad():
+            logits = lm(tokens)[0, -1]
+        diffs[lm.sink] = float(logits[lm.token_id(" Sarah")] - logits[lm.token_id(" Peter")])
+    assert tokens.shape[1] == clean_smollm2.to_tokens(prompt).shape[1] - 1
+    assert diffs["<|endoftext|>"] < 0 < diffs[None], diffs
+
+
 def test_log_probs_match_transformers_on_the_same_gguf(clean_smollm2: LensModel) -> None:
     from transformers import AutoModelForCausalLM
 

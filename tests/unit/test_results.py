@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,6 +13,7 @@ import pytest
 import torch
 
 from lmsci_mi import LayerCurve, Meta, Result, result_type
+from lmsci_mi.results import UNRECORDED_SINK, ResultFileError
 
 
 @dataclass(frozen=True)
@@ -28,7 +33,7 @@ class _NestedResult(Result):
 
 def _meta() -> Meta:
     return Meta(model="toy", prompts=("a b", "c d"), seed=3, data_source="test",
-                params={"noise": 3.0, "window": (1, 2)})
+                params={"noise": 3.0, "window": (1, 2)}, sink="<|endoftext|>")
 
 
 def _result() -> _NestedResult:
@@ -90,3 +95,117 @@ def test_unknown_kind_is_a_clear_error() -> None:
     data["kind"] = "NoSuchResult"
     with pytest.raises(ValueError, match="unknown result kind"):
         Result.from_dict(data)
+
+
+def test_kind_names_the_module() -> None:
+    assert _result().to_dict()["kind"] == f"{__name__}:_NestedResult"
+
+
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          cwd=Path(__file__).parents[2], timeout=120)
+
+
+def test_load_in_a_fresh_interpreter_imports_the_type(tmp_path: Path) -> None:
+    """A result saved by a feature module loads where only `lmsci_mi` was imported."""
+    from lmsci_mi.circuits.attention import attention_summary
+    from lmsci_mi.loading import load_model
+
+    path = attention_summary(load_model("toy-2l", device="cpu"), "The cat sat").save(tmp_path / "a")
+    child = _python(
+        "import sys, lmsci_mi\n"
+        "assert 'lmsci_mi.circuits.attention' not in sys.modules\n"
+        f"r = lmsci_mi.Result.load({str(path)!r})\n"
+        "print(type(r).__module__, type(r).__name__, r.meta.sink)"
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.split() == ["lmsci_mi.circuits.attention", "AttentionSummary", "<|endoftext|>"]
+
+
+def test_old_files_with_a_bare_kind_still_load(tmp_path: Path) -> None:
+    result = _result()
+    path = result.save(tmp_path / "old.json")
+    document = json.loads(path.read_text())
+    document["result"]["kind"] = "_NestedResult"
+    del document["result"]["meta"]["sink"]  # saved before results recorded their sink
+    path.write_text(json.dumps(document))
+    loaded = Result.load(path)
+    assert type(loaded) is _NestedResult
+    assert loaded.meta.sink == UNRECORDED_SINK
+    assert loaded.values.equal(result.values)
+
+
+def test_load_imports_only_lmsci_mi_modules(tmp_path: Path) -> None:
+    path = _result().save(tmp_path / "r.json")
+    document = json.loads(path.read_text())
+    document["result"]["kind"] = "antigravity:Fly"
+    path.write_text(json.dumps(document))
+    with pytest.raises(ResultFileError, match="outside lmsci-mi; import antigravity first"):
+        Result.load(path)
+    assert "antigravity" not in sys.modules
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("just some text\n", "not JSON"),
+        (b"\x89PNG\r\n\x1a\n\x00\xff", "not JSON"),
+        ('{"a": 1}', "without \"format\""),
+        ("[1, 2]", "without \"format\""),
+        ('{"format": "lmsci-mi-result/1"}', "incomplete"),
+    ],
+)
+def test_a_file_that_is_not_a_result_is_a_clear_error(
+    tmp_path: Path, content: str | bytes, problem: str
+) -> None:
+    path = tmp_path / "notes.json"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    with pytest.raises(ResultFileError, match=problem) as info:
+        Result.load(path)
+    assert str(path) in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def test_missing_or_broken_tensor_file_is_a_clear_error(tmp_path: Path) -> None:
+    path = _result().save(tmp_path / "r.json")
+    tensors = path.with_suffix(".safetensors")
+    tensors.write_bytes(b"not safetensors")
+    with pytest.raises(ResultFileError, match="not a readable safetensors file"):
+        Result.load(path)
+    tensors.unlink()
+    with pytest.raises(ResultFileError, match="tensor file .* is missing"):
+        Result.load(path)
+    with pytest.raises(FileNotFoundError, match="no result file"):
+        Result.load(tmp_path / "nothing.json")
+
+
+def test_fields_that_do_not_fit_the_type_are_a_clear_error(tmp_path: Path) -> None:
+    path = _result().save(tmp_path / "r.json")
+    document = json.loads(path.read_text())
+    del document["result"]["baseline"]
+    path.write_text(json.dumps(document))
+    with pytest.raises(ResultFileError, match="does not hold a valid"):
+        Result.load(path)
+
+
+def test_importing_viz_keeps_the_matplotlib_backend(tmp_path: Path) -> None:
+    """`lmsci_mi.viz` used to call matplotlib.use("Agg") on import, for the whole process."""
+    child = _python(
+        "import sys, matplotlib, torch\n"
+        "matplotlib.use('svg')\n"
+        "import lmsci_mi.viz\n"
+        "from lmsci_mi import LayerCurve, Meta\n"
+        "assert matplotlib.get_backend() == 'svg', matplotlib.get_backend()\n"
+        "curve = LayerCurve(values=torch.rand(5), axes=('layer',), labels=((),),\n"
+        "                   meta=Meta(model='toy', sink=None))\n"
+        f"curve.plot({str(tmp_path / 'c.png')!r})\n"
+        "assert matplotlib.get_backend() == 'svg', matplotlib.get_backend()\n"
+        "print('pyplot' if 'matplotlib.pyplot' in sys.modules else 'no pyplot')"
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == "no pyplot"
+    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
