@@ -81,7 +81,7 @@ def main() -> None:
     heads.plot(args.out / "heads_attribution.png")
 
     # 3. Where each top head acts: per-position patching of its output at its layer.
-    top_layers = sorted({Head.parse(name).layer for name, _ in exact.top(4)})
+    top_layers = sorted({Head.parse(head).layer for head, _ in exact.top(4)})
     by_pos = patch_activations(lm, CLEAN, CORRUPTED, metric,
                                PatchingConfig(site="z", layers=tuple(top_layers), normalise=True))
     print("\n[3] top heads by position:")

@@ -35,7 +35,7 @@ from lmsci_mi.circuits.patching import (
 )
 from lmsci_mi.config import config
 from lmsci_mi.results import Result, result_type
-from lmsci_mi.sites import hook_name, site
+from lmsci_mi.sites import Head, hook_name, site
 
 if TYPE_CHECKING:
     from transformer_lens.hook_points import HookPoint
@@ -117,8 +117,8 @@ class AttributionResult(Result):
             )
         return spearman(self.values, exact.values)
 
-    def top(self, k: int = 10) -> tuple[tuple[str, float], ...]:
-        """The ``k`` largest estimates as (label, value), e.g. ``("L9.H6", 0.4)``."""
+    def top(self, k: int = 10) -> tuple[tuple[Head | str, float], ...]:
+        """The ``k`` largest estimates as ``(key, value)``, keyed as in PatchingResult.top."""
         return top_cells(self, k)
 
 

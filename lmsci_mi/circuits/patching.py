@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Int
 from torch import Tensor
 
 from lmsci_mi.circuits.metrics import KLToClean, Metric, Normalised
@@ -97,23 +97,25 @@ class PatchingResult(Result):
     metric: str
     work: SweepStats
 
-    def top(self, k: int = 10) -> tuple[tuple[str, float], ...]:
-        """The ``k`` largest cells as (label, value): ``("L9.H6", 0.41)``, ``("L3 @5:John", 0.2)``."""
+    def top(self, k: int = 10) -> tuple[tuple[Head | str, float], ...]:
+        """The ``k`` largest cells as ``(key, value)``, best first: the key is a
+        :class:`~lmsci_mi.sites.Head` when the cell is one head (``Head('L9.H6')``, as on every
+        head result), else the cell's label (``"L3 @5:John"``, ``"L9.H6 @END"``)."""
         return top_cells(self, k)
 
 
-def top_cells(result: Result, k: int) -> tuple[tuple[str, float], ...]:
-    """The ``k`` largest cells of a (layer[, position][, head]) sweep, labelled by layer and head
-    as :class:`~lmsci_mi.sites.Head` prints them."""
+def top_cells(result: Result, k: int) -> tuple[tuple[Head | str, float], ...]:
+    """The ``k`` largest cells of a (layer[, position][, head]) sweep (see PatchingResult.top)."""
     flat = result.values.flatten()
-    out = []
+    out: list[tuple[Head | str, float]] = []
     for index in flat.argsort(descending=True)[:k].tolist():
         coords = torch.unravel_index(torch.tensor(index), result.values.shape)
         named = {ax: result.axis_labels(a)[int(c)] for a, (ax, c) in enumerate(zip(result.axes, coords, strict=True))}
-        label = str(Head(int(named["layer"]), int(named["head"]))) if "head" in named else f"L{named['layer']}"
+        head = Head(int(named["layer"]), int(named["head"])) if "head" in named else None
+        key: Head | str = head if head is not None else f"L{named['layer']}"
         if "position" in named:
-            label += f" @{named['position']}"
-        out.append((label, float(flat[index])))
+            key = f"{key} @{named['position']}"
+        out.append((key, float(flat[index])))
     return tuple(out)
 
 

@@ -12,6 +12,7 @@ from lmsci_mi import LensModel
 from lmsci_mi.circuits import LogitDiff, patch_activations
 from lmsci_mi.circuits.patching import PatchingConfig
 from lmsci_mi.loading import TOY_MODELS
+from lmsci_mi.sites import Head
 from lmsci_mi.sweep import SweepConfig
 
 CLEAN = "When Mary and John went, John gave it to"
@@ -212,9 +213,13 @@ def test_result_round_trip_and_top(tiny: LensModel, tmp_path) -> None:
     res = _patch(tiny, _metric(tiny), site="z", positions="all")
     loaded = type(res).load(res.save(tmp_path / "patch.json"))
     assert loaded == res
-    label, value = res.top(1)[0]
-    assert label.startswith("L") and ".H" in label
+    head, value = res.top(1)[0]
+    layer, index = divmod(int(res.values.argmax()), res.values.shape[1])
+    assert head == Head(layer, index)  # the same key as every head result's top()
     assert value == pytest.approx(float(res.values.max()))
+    by_position = _patch(tiny, _metric(tiny), site="z", positions="each")
+    key, _ = by_position.top(1)[0]
+    assert isinstance(key, str) and key.startswith("L") and " @" in key
 
 
 def _shifted(act: torch.Tensor, src: int, dst: int, length: int) -> torch.Tensor:
