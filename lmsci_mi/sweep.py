@@ -248,11 +248,14 @@ def _plan_rows(base: BaseRun, rows: Sequence[Row], n_layers: int, reuse_prefix: 
     for index, row in enumerate(rows):
         if not row.interventions:
             raise ValueError(f"row {index} has no intervention")
-        prefix = min(_first_change(base, item) for item in row.interventions)
+        changes = [(_first_change(base, item), _start_layer(item.hook, n_layers)) for item in row.interventions]
+        prefix = min(first for first, _ in changes)
         if prefix > last_needed:
             continue  # nothing the readout sees changes: the row reads the base run
         prefix = min(prefix, first_needed) if reuse_prefix else 0
-        layer = min(_start_layer(item.hook, n_layers) for item in row.interventions)
+        # Interventions below the first one that changes anything see base inputs and write
+        # base values (e.g. heads frozen at their clean output): the row can start above them.
+        layer = min(start for first, start in changes if first < base.n_pos)
         planned.append(PlannedRow(index, row, layer, prefix))
     return planned
 

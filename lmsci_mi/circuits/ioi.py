@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
-from contextlib import ExitStack
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,9 +23,11 @@ from lmsci_mi.circuits.ablation import all_heads, head_means, mean_ablated_logit
 from lmsci_mi.circuits.heads import head_axis_labels, top_heads
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.ioi import IOIBatch, IOIDataset, ioi_dataset
+from lmsci_mi.hooks import selection_mask
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import Head, hook_name
+from lmsci_mi.sweep import BaseRun, Intervention, Row, SweepConfig, run_rows
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -39,6 +40,7 @@ __all__ = [
     "find_ioi_circuit",
     "ioi_logit_diff",
     "mean_ablated_logit_diff",
+    "path_patch_senders",
     "path_patch_to_queries",
 ]
 
@@ -224,17 +226,6 @@ def ioi_logit_diff(
     ).float()
 
 
-def _clean_and_abc_z(lm: LensModel, batch: IOIBatch) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
-    """Every head's output (``hook_z``) on the clean prompts and on their ABC corruptions."""
-    names = z_hooks(lm)
-    runs = []
-    for tokens in (batch.tokens, batch.abc_tokens):
-        with lm.hooks.capture(names) as cap:
-            lm.model(tokens)
-        runs.append({n: cap[n] for n in names})
-    return runs[0], runs[1]
-
-
 @torch.no_grad()
 def mean_ablated_logit_diff(
     lm: LensModel,
@@ -261,60 +252,94 @@ def mean_ablated_logit_diff(
     return ioi_logit_diff(mean_ablated_logits(lm, batch.tokens, ablated, means), batch)
 
 
-def _frozen_sources(
-    clean_z: dict[str, Tensor], abc_z: dict[str, Tensor], sender: Head, below: int
-) -> dict[str, Tensor]:
-    """``hook_z`` of every layer below ``below`` as in the clean run, except the sender's head,
-    which comes from the ABC run."""
-    sources = {hook_name("z", layer): clean_z[hook_name("z", layer)] for layer in range(below)}
-    name = hook_name("z", sender.layer)
-    mixed = sources[name].clone()
-    mixed[:, :, sender.head] = abc_z[name][:, :, sender.head]
-    sources[name] = mixed
-    return sources
+def _sender_rows(base: BaseRun, abc_z: dict[str, Tensor], senders: Sequence[Head], below: int) -> list[Row]:
+    """Path patching's first step, one row per sender: every head's ``hook_z`` below ``below``
+    frozen at its clean value, except the sender's, taken from the ABC run."""
+    rows = []
+    for sender in senders:
+        items = []
+        for layer in range(below):
+            name = hook_name("z", layer)
+            source = base.acts[name]
+            if layer == sender.layer:
+                source = source.clone()
+                source[:, :, sender.head] = abc_z[name][:, :, sender.head]
+            items.append(Intervention(name, source, torch.ones((1,) * source.ndim, dtype=torch.bool)))
+        rows.append(Row(tuple(items)))
+    return rows
+
+
+def _query_rows(base: BaseRun, batch: IOIBatch, queries: dict[str, Tensor], receivers: Sequence[Head]) -> list[Row]:
+    """Path patching's second step: each sender's receiver queries written in at END only."""
+    n_rows = next(iter(queries.values())).shape[0]
+    rows = []
+    for r in range(n_rows):
+        items = []
+        for name, captured in queries.items():
+            heads = [h.head for h in receivers if hook_name("q", h.layer) == name]
+            mask = selection_mask(base.acts[name], name, batch.end.to(captured.device), heads)
+            items.append(Intervention(name, captured[r], mask))
+        rows.append(Row(tuple(items)))
+    return rows
 
 
 @torch.no_grad()
+def path_patch_senders(
+    lm: LensModel,
+    batch: IOIBatch,
+    senders: Sequence[Head | tuple[int, int]],
+    receivers: Sequence[Head | tuple[int, int]],
+    config: SweepConfig | None = None,
+) -> Float[Tensor, "sender n"]:
+    """Path patching (Wang et al. 2022) of many senders at once: each sender's output comes from
+    the ABC run and reaches only the receivers' queries at END; returns the logit difference per
+    sender and prompt.
+
+    A planner over the sweep engine, in two sweeps over the clean run:
+      1. one row per sender: every head's ``hook_z`` below the receivers frozen at its clean
+         value, the sender's from the ABC run; the rows capture the receivers' queries
+         (``hook_q``; MLPs are recomputed, as in the paper);
+      2. one row per sender: those queries written into the clean run at END, receivers only.
+    A head's query is a function of its query input alone, so patching ``hook_q`` equals patching
+    ``hook_q_input`` (which fires only with ``use_split_qkv_input``, a setting we do not change).
+    Reads the model only.
+    """
+    senders = [Head.parse(s) for s in senders]
+    receivers = [Head.parse(r) for r in receivers]
+    top = max(r.layer for r in receivers)
+    low = [str(s) for s in senders if s.layer >= top]
+    if low:
+        raise ValueError(f"senders {low} are not below the receivers' layers (highest {top})")
+    z_names = [hook_name("z", layer) for layer in range(top)]
+    q_names = sorted({hook_name("q", r.layer) for r in receivers})
+    with lm.hooks.capture(z_names) as abc:
+        lm.model(batch.abc_tokens, stop_at_layer=top)
+    base = BaseRun.record(lm, batch.tokens, answer_positions=batch.end, capture=[*z_names, *q_names])
+    step1 = run_rows(lm, base, _sender_rows(base, {n: abc[n] for n in z_names}, senders, top), None,
+                     config, capture=q_names)
+    readout = _logit_diff_readout(batch)
+    return run_rows(lm, base, _query_rows(base, batch, step1.captured, receivers), readout, config).values
+
+
+def _logit_diff_readout(batch: IOIBatch) -> Callable[[Tensor], Tensor]:
+    """logit(IO) − logit(S) of each prompt, from the engine's ``[row, n, vocab]`` answer logits."""
+
+    def readout(logits: Tensor) -> Tensor:
+        rows = torch.arange(logits.shape[1], device=logits.device)
+        io, s = batch.io_token.to(logits.device), batch.s_token.to(logits.device)
+        return (logits[:, rows, io] - logits[:, rows, s]).float()
+
+    return readout
+
+
 def path_patch_to_queries(
     lm: LensModel,
     batch: IOIBatch,
     sender: Head | tuple[int, int],
     receivers: Sequence[Head | tuple[int, int]],
-    *,
-    clean_z: dict[str, Tensor] | None = None,
-    abc_z: dict[str, Tensor] | None = None,
 ) -> Float[Tensor, " n"]:
-    """Path patching (Wang et al. 2022): the sender's output comes from the ABC run and reaches
-    only the receivers' queries at END; returns the resulting logit difference per prompt.
-
-    Two steps, both ``hooks.patch`` with precomputed sources:
-      1. run the clean prompts with every head's ``hook_z`` below the receivers patched to its
-         clean value, except the sender's, patched from the ABC run; record the receivers'
-         queries (``hook_q``, computed from the residual stream that step produces);
-      2. run the clean prompts again with only those receivers' ``hook_q`` at END replaced.
-    A head's query is a function of its query input alone, so patching ``hook_q`` equals patching
-    ``hook_q_input`` (which fires only with ``use_split_qkv_input``, a model setting we do not
-    change). MLPs are recomputed in step 1, as in the paper (only heads are frozen).
-    """
-    sender = Head.parse(sender)
-    receivers = [Head.parse(r) for r in receivers]
-    if clean_z is None or abc_z is None:
-        clean_z, abc_z = _clean_and_abc_z(lm, batch)
-    top = max(r.layer for r in receivers)
-    if sender.layer >= top:
-        raise ValueError(f"sender {sender} is not below the receivers' layers")
-    q_sites = sorted({hook_name("q", r.layer) for r in receivers})
-    with ExitStack() as stack:
-        for name, source in _frozen_sources(clean_z, abc_z, sender, top).items():
-            stack.enter_context(lm.hooks.patch(name, source))
-        q_cap = stack.enter_context(lm.hooks.capture(q_sites))
-        lm.model(batch.tokens, stop_at_layer=top + 1)
-    with ExitStack() as stack:
-        for site in q_sites:
-            heads = [r.head for r in receivers if hook_name("q", r.layer) == site]
-            stack.enter_context(lm.hooks.patch(site, q_cap[site], positions=batch.end, heads=heads))
-        logits = lm.model(batch.tokens)
-    return ioi_logit_diff(logits, batch)
+    """:func:`path_patch_senders` for one sender: the logit difference per prompt."""
+    return path_patch_senders(lm, batch, [sender], receivers)[0]
 
 
 # --------------------------------------------------------------------------- evidence
@@ -438,10 +463,7 @@ def _path_patching_effects(
         return path
     totals = torch.zeros(len(candidates))
     for batch in dataset.batches:
-        clean_z, abc_z = _clean_and_abc_z(lm, batch)
-        for i, sender in enumerate(candidates):
-            patched = path_patch_to_queries(lm, batch, sender, movers, clean_z=clean_z, abc_z=abc_z)
-            totals[i] += float(patched.sum())
+        totals += path_patch_senders(lm, batch, candidates, movers).sum(-1).cpu()
     for sender, total in zip(candidates, totals, strict=True):
         path[sender.layer, sender.head] = (float(total) / len(dataset) - mean_ld) / abs(mean_ld)
     return path

@@ -99,3 +99,15 @@ def test_no_field_has_a_default() -> None:
     fields = dataclasses.fields(IOICircuit)
     assert [f.name for f in fields if f.default is not dataclasses.MISSING] == []
     assert [f.name for f in fields if f.default_factory is not dataclasses.MISSING] == []
+
+
+def test_many_senders_in_one_sweep_equal_one_at_a_time(tiny: LensModel) -> None:
+    from lmsci_mi.circuits.ioi import path_patch_senders
+
+    batch = ioi_dataset(tiny, 4, seed=3).batches[0]
+    senders = [Head(0, h) for h in range(tiny.cfg.n_heads)]
+    receivers = [Head(1, 0), Head(1, 3)]
+    together = path_patch_senders(tiny, batch, senders, receivers)
+    alone = torch.stack([path_patch_to_queries(tiny, batch, s, receivers) for s in senders])
+    torch.testing.assert_close(together, alone, atol=1e-5, rtol=0)
+    assert tiny.hooks.attached_count() == 0
