@@ -222,13 +222,10 @@ def rome_requests(
 
 def traced_layer(lm: LensModel, request: EditRequest) -> int:
     """The MLP layer where restoring the subject's last token recovers the answer most."""
-    try:
-        from lmsci_mi.circuits import causal_trace
-    except ImportError:  # an install without the circuits package
-        layer = default_rome_layer(lm)
-        logger.info("causal tracing unavailable; using the default ROME layer %d", layer)
-        return layer
-    trace = causal_trace(lm, request.rewrite_prompt, request.subject, kinds=("mlp",))
+    # A documented one-way use of a public circuits function (STYLE.md): editing may trace.
+    from lmsci_mi.circuits import TraceConfig, causal_trace
+
+    trace = causal_trace(lm, request.rewrite_prompt, request.subject, TraceConfig(kinds=("mlp",)))
     layer = int(trace.peak_layer(kind="mlp"))
     logger.info("causal trace of %r: MLP peak at layer %d", request.rewrite_prompt, layer)
     return layer
