@@ -221,6 +221,17 @@ class Head:
     def __iter__(self) -> Iterator[int]:  # lets `layer, head = h` unpack
         return iter((self.layer, self.head))
 
+    @staticmethod
+    def axis_labels(n_heads: int) -> tuple[str, ...]:
+        """Labels of a result's head axis, ``("H0", "H1", ...)``: with the layer axis's ``"23"``
+        they name the head ``L23.H3``."""
+        return tuple(f"H{h}" for h in range(n_heads))
+
+    @classmethod
+    def from_axis_labels(cls, layer: str, head: str) -> Head:
+        """The head at a cell of a result, from its layer and head axis labels."""
+        return cls(int(layer), int(head.removeprefix("H")))
+
     @classmethod
     def parse(cls, text: str | Head | tuple[int, int]) -> Head:
         """A head from its label ``"L23.H3"`` (or a Head, or a ``(layer, head)`` pair).

@@ -1,11 +1,18 @@
 """Circuit discovery: causal tracing, activation and attribution patching, head detection, IOI."""
 
+from lmsci_mi.circuits.ablation import mean_ablate_heads as mean_ablate_heads
+from lmsci_mi.circuits.ablation import mean_ablated_logits as mean_ablated_logits
+from lmsci_mi.circuits.attention import AttentionSummary as AttentionSummary
+from lmsci_mi.circuits.attention import attention_summary as attention_summary
 from lmsci_mi.circuits.attribution import AttributionConfig as AttributionConfig
 from lmsci_mi.circuits.attribution import AttributionResult as AttributionResult
 from lmsci_mi.circuits.attribution import attribution_patch as attribution_patch
+from lmsci_mi.circuits.heads import HEAD_SCORES as HEAD_SCORES
 from lmsci_mi.circuits.heads import CompositionScores as CompositionScores
+from lmsci_mi.circuits.heads import HeadScoreConfig as HeadScoreConfig
 from lmsci_mi.circuits.heads import HeadScores as HeadScores
 from lmsci_mi.circuits.heads import InductionAblation as InductionAblation
+from lmsci_mi.circuits.heads import InductionAblationConfig as InductionAblationConfig
 from lmsci_mi.circuits.heads import composition_scores as composition_scores
 from lmsci_mi.circuits.heads import copying_scores as copying_scores
 from lmsci_mi.circuits.heads import duplicate_token_scores as duplicate_token_scores
@@ -16,7 +23,9 @@ from lmsci_mi.circuits.heads import prefix_matching_scores as prefix_matching_sc
 from lmsci_mi.circuits.heads import previous_token_scores as previous_token_scores
 from lmsci_mi.circuits.ioi import CircuitHead as CircuitHead
 from lmsci_mi.circuits.ioi import IOICircuit as IOICircuit
+from lmsci_mi.circuits.ioi import IOIConfig as IOIConfig
 from lmsci_mi.circuits.ioi import find_ioi_circuit as find_ioi_circuit
+from lmsci_mi.circuits.ioi import path_patch_senders as path_patch_senders
 from lmsci_mi.circuits.ioi import path_patch_to_queries as path_patch_to_queries
 from lmsci_mi.circuits.metrics import KLToClean as KLToClean
 from lmsci_mi.circuits.metrics import LogitDiff as LogitDiff
@@ -34,15 +43,20 @@ from lmsci_mi.circuits.tracing import TraceConfig as TraceConfig
 from lmsci_mi.circuits.tracing import causal_trace as causal_trace
 
 __all__ = [
+    "HEAD_SCORES",
     "PATCH_SITES",
+    "AttentionSummary",
     "AttributionConfig",
     "AttributionResult",
     "CausalTrace",
     "CircuitHead",
     "CompositionScores",
+    "HeadScoreConfig",
     "HeadScores",
     "IOICircuit",
+    "IOIConfig",
     "InductionAblation",
+    "InductionAblationConfig",
     "KLToClean",
     "LogitDiff",
     "Metric",
@@ -51,6 +65,7 @@ __all__ = [
     "PatchingResult",
     "TargetProb",
     "TraceConfig",
+    "attention_summary",
     "attribution_patch",
     "causal_trace",
     "composition_scores",
@@ -61,8 +76,11 @@ __all__ = [
     "induction_ablation",
     "induction_scores",
     "load_toy_induction",
+    "mean_ablate_heads",
+    "mean_ablated_logits",
     "normalised",
     "patch_activations",
+    "path_patch_senders",
     "path_patch_to_queries",
     "prefix_matching_scores",
     "previous_token_scores",

@@ -123,7 +123,7 @@ _DEFAULT_ABLATION = InductionAblationConfig()
 
 def head_axis_labels(n_layers: int, n_heads: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Axis labels of a ``[layer, head]`` result: ``("0", "1", …)`` and ``("H0", "H1", …)``."""
-    return tuple(str(i) for i in range(n_layers)), tuple(f"H{i}" for i in range(n_heads))
+    return tuple(str(i) for i in range(n_layers)), Head.axis_labels(n_heads)
 
 
 def top_heads(values: Float[Tensor, "layer head"], k: int) -> tuple[tuple[Head, float], ...]:

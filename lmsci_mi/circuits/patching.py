@@ -111,7 +111,7 @@ def top_cells(result: Result, k: int) -> tuple[tuple[Head | str, float], ...]:
     for index in flat.argsort(descending=True)[:k].tolist():
         coords = torch.unravel_index(torch.tensor(index), result.values.shape)
         named = {ax: result.axis_labels(a)[int(c)] for a, (ax, c) in enumerate(zip(result.axes, coords, strict=True))}
-        head = Head(int(named["layer"]), int(named["head"])) if "head" in named else None
+        head = Head.from_axis_labels(named["layer"], named["head"]) if "head" in named else None
         key: Head | str = head if head is not None else f"L{named['layer']}"
         if "position" in named:
             key = f"{key} @{named['position']}"
@@ -237,7 +237,7 @@ def sweep_axes(pairs: PromptPairs, cfg: PatchingConfig, layers: Sequence[int], n
         labels.append(pairs.position_names)
     if site(cfg.site).per_head:
         axes.append("head")
-        labels.append(tuple(str(h) for h in range(n_heads)))
+        labels.append(Head.axis_labels(n_heads))
     return tuple(axes), tuple(labels)
 
 
