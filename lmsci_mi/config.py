@@ -12,7 +12,7 @@ import dataclasses
 import types
 import typing
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 from typing_extensions import Self, dataclass_transform
 
@@ -42,8 +42,6 @@ class Config:
     (tensors, callables). ``__post_init__`` checks the values, so a bad config never reaches an
     analysis.
     """
-
-    cli_prefix: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
         self.validate()
