@@ -167,8 +167,14 @@ class Result:
         """Write ``path`` (JSON) and ``path`` with suffix ``.safetensors`` (the tensors).
 
         Returns the JSON path. No pickle is involved, so a saved result is safe to share.
+
+        Raises:
+            ValueError: ``path`` names no file (empty, or ending in ``..``), or the tensor file
+                cannot be written there.
         """
         json_path = Path(path)
+        if json_path.name in ("", ".", ".."):
+            raise ValueError(f"cannot save a result as {str(path)!r}: give a file name, e.g. trace.json")
         if json_path.suffix != ".json":
             json_path = json_path.with_suffix(json_path.suffix + ".json")
         tensors: dict[str, Tensor] = {}
@@ -177,7 +183,10 @@ class Result:
         tensor_path = json_path.with_suffix(".safetensors")
         document = {"format": _FORMAT, "tensors": tensor_path.name, "result": plain}
         json_path.write_text(json.dumps(document, indent=1, allow_nan=True))
-        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, tensor_path)
+        try:
+            save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, tensor_path)
+        except SafetensorError as error:  # e.g. a folder of that name: an I/O error, not a bug
+            raise ValueError(f"cannot write {tensor_path}: {error}") from None
         return json_path
 
     @classmethod

@@ -15,15 +15,20 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from lmsci_mi.model import LensModel
+from lmsci_mi.sites import Head, hook_name
 
 __all__ = ["attention_html", "head_patterns", "parse_heads", "save_attention_html"]
 
 
-def parse_heads(spec: str) -> list[tuple[int, int]]:
-    """Parse ``"5.1,6.9"`` (also ``"L5H1"``/``"5:1"``) into ``[(5, 1), (6, 9)]``.
+def parse_heads(spec: str) -> list[Head]:
+    """Parse a comma-separated list of heads: ``"L5.H1,L6.H9"``, and also ``"5.1"``, ``"L5H1"`` or
+    ``"5:1"``, the spellings users type.
 
-    >>> parse_heads("5.1, 6.9")
-    [(5, 1), (6, 9)]
+    Raises:
+        ValueError: a part that is not a head, or no head at all.
+
+    >>> parse_heads("L5.H1, 6.9")
+    [Head('L5.H1'), Head('L6.H9')]
     """
     heads = []
     for part in spec.split(","):
@@ -31,9 +36,12 @@ def parse_heads(spec: str) -> list[tuple[int, int]]:
         if not part:
             continue
         pieces = [p for p in part.split(".") if p]
-        if len(pieces) != 2 or not all(p.isdigit() for p in pieces):
-            raise ValueError(f"cannot read head {part!r}: write heads as LAYER.HEAD, e.g. 5.1")
-        heads.append((int(pieces[0]), int(pieces[1])))
+        if len(pieces) != 2 or not all(p.isascii() and p.isdigit() for p in pieces):
+            raise ValueError(
+                f"cannot read head {part!r}: write heads as L<layer>.H<head> or LAYER.HEAD, e.g. "
+                "L5.H1 or 5.1"
+            )
+        heads.append(Head(int(pieces[0]), int(pieces[1])))
     if not heads:
         raise ValueError("no heads given")
     return heads
@@ -43,7 +51,7 @@ def parse_heads(spec: str) -> list[tuple[int, int]]:
 def head_patterns(
     lm: LensModel,
     tokens: Int[Tensor, " pos"] | Int[Tensor, "1 pos"],
-    heads: Sequence[tuple[int, int]],
+    heads: Sequence[Head | tuple[int, int]],
 ) -> Float[Tensor, "head q k"]:
     """Attention patterns of ``heads`` on one sequence, from one forward pass. Reads the model.
 
@@ -51,25 +59,28 @@ def head_patterns(
         ValueError: a layer or head index out of range.
     """
     cfg = lm.cfg
+    heads = [Head.parse(h) for h in heads]
+    if not heads:
+        raise ValueError("no heads given")
     for layer, head in heads:
         if not (0 <= layer < cfg.n_layers and 0 <= head < cfg.n_heads):
             raise ValueError(
-                f"head {layer}.{head} does not exist: {lm.name} has {cfg.n_layers} layers of "
+                f"head {Head(layer, head)} does not exist: {lm.name} has {cfg.n_layers} layers of "
                 f"{cfg.n_heads} heads"
             )
     tokens = tokens.reshape(1, -1).to(lm.device)
-    sites = sorted({f"blocks.{layer}.attn.hook_pattern" for layer, _ in heads})
+    sites = sorted({hook_name("pattern", layer) for layer, _ in heads})
     with lm.hooks.capture(sites) as cap:
         lm.model(tokens, stop_at_layer=max(layer for layer, _ in heads) + 1)
     return torch.stack(
-        [cap[f"blocks.{layer}.attn.hook_pattern"][0, head] for layer, head in heads]
+        [cap[hook_name("pattern", layer)][0, head] for layer, head in heads]
     ).float().cpu()
 
 
 def attention_html(
     lm: LensModel,
     prompt: str | Int[Tensor, " pos"],
-    heads: Sequence[tuple[int, int]],
+    heads: Sequence[Head | tuple[int, int]],
     *,
     token_labels: Sequence[str] | None = None,
 ) -> str:
@@ -78,7 +89,7 @@ def attention_html(
     Args:
         lm: the model.
         prompt: text (tokenised with the sink) or token ids.
-        heads: ``(layer, head)`` pairs.
+        heads: :class:`~lmsci_mi.sites.Head` values or ``(layer, head)`` pairs.
         token_labels: names shown for the tokens (default: the decoded tokens, or the ids for a
             model without tokenizer).
 
@@ -97,7 +108,7 @@ def attention_html(
     rendered = attention_heads(
         attention=patterns,
         tokens=list(token_labels),
-        attention_head_names=[f"L{layer}H{head}" for layer, head in heads],
+        attention_head_names=[Head.parse(h).label for h in heads],
     )
     return rendered.local_src
 
@@ -105,7 +116,7 @@ def attention_html(
 def save_attention_html(
     lm: LensModel,
     prompt: str | Int[Tensor, " pos"],
-    heads: Sequence[tuple[int, int]],
+    heads: Sequence[Head | tuple[int, int]],
     path: str | Path,
     **kwargs: Sequence[str] | None,
 ) -> Path:

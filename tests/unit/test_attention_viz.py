@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from lmsci_mi import LensModel
+from lmsci_mi.sites import Head
 from lmsci_mi.viz.attention import head_patterns, parse_heads, save_attention_html
 
 PROMPT = "When Mary and John went to the store, John gave a drink to"
@@ -20,7 +21,7 @@ def test_saved_page_is_offline_and_names_heads(tiny: LensModel, tmp_path) -> Non
     assert not re.search(r"<script[^>]+src=", html)
     assert "unpkg" not in html and "cdn" not in html.lower()
     assert len(html) > 100_000  # the inlined bundle
-    assert "L0H1" in html and "L1H3" in html and " Mary" in html
+    assert "L0.H1" in html and "L1.H3" in html and " Mary" in html
     assert tiny.hooks.attached_count() == 0
 
 
@@ -33,9 +34,10 @@ def test_patterns_are_the_models(tiny: LensModel) -> None:
 
 
 def test_bad_heads(tiny: LensModel) -> None:
-    assert parse_heads("5.1,L6H9") == [(5, 1), (6, 9)]
-    with pytest.raises(ValueError, match=r"LAYER\.HEAD"):
-        parse_heads("5")
+    assert parse_heads("5.1,L6H9, L7.H2") == [Head(5, 1), Head(6, 9), Head(7, 2)]
+    for bad in ("5", "١.٢", "L5.H1.3", ","):
+        with pytest.raises(ValueError, match=r"LAYER\.HEAD|no heads"):
+            parse_heads(bad)
     with pytest.raises(ValueError, match="does not exist"):
         head_patterns(tiny, tiny.to_tokens(PROMPT), [(7, 0)])
     assert tiny.hooks.attached_count() == 0

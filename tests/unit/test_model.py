@@ -64,44 +64,6 @@ def test_top_tokens_result(tiny: LensModel) -> None:
     assert top.meta.sink == "<|endoftext|>"
 
 
-def test_sink_can_be_another_token_or_none(tiny: LensModel) -> None:
-    text = tiny.encode("The cat")[1:]
-    chat = load_model("toy-2l", device="cpu", sink="<|im_start|>")
-    assert chat.encode("The cat") == [1, *text] and chat.sink == "<|im_start|>"
-    word = load_model("toy-2l", device="cpu", sink=" the")
-    assert word.encode("The cat")[1:] == text and word.sink == " the"
-    by_id = load_model("toy-2l", device="cpu", sink=2)
-    assert by_id.encode("The cat") == [2, *text]
-    bare = load_model("toy-2l", device="cpu", sink=None)
-    assert bare.encode("The cat") == text and bare.sink is None
-    assert bare.top_tokens("The cat", k=2).meta.sink is None
-    # Without a sink the subject may start at position 0.
-    assert bare.find_subject("The cat", "The") == range(0, 1)
-    assert tiny.find_subject("The cat", "The") == range(1, 2)
-
-
-def test_no_sink_changes_the_logits(tiny: LensModel) -> None:
-    bare = load_model("toy-2l", device="cpu", sink=None)
-    with_sink = tiny(tiny.to_tokens("The cat sat"))[0, -1]
-    without = bare(bare.to_tokens("The cat sat"))[0, -1]
-    assert not torch.allclose(with_sink, without)
-
-
-def test_bad_sinks_are_errors() -> None:
-    with pytest.raises(ValueError, match="2 tokens"):
-        load_model("toy-2l", device="cpu", sink="The cat")
-    with pytest.raises(ValueError, match="outside the vocabulary"):
-        load_model("toy-2l", device="cpu", sink=10**6)
-    with pytest.raises(ValueError, match="not True"):
-        load_model("toy-2l", device="cpu", sink=True)  # type: ignore[arg-type]
-
-
-def test_wrap_takes_a_sink(tiny: LensModel) -> None:
-    assert LensModel.wrap(tiny.model).sink_token_id == tiny.tokenizer.bos_token_id
-    assert LensModel.wrap(tiny.model, sink="<|endoftext|>").sink_token_id == 0
-    assert LensModel.wrap(tiny.model, sink=None).meta().sink is None
-
-
 def test_bad_device_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="not a torch device"):
         load_model("toy-2l", device="gpu-please")

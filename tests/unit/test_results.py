@@ -177,10 +177,19 @@ def test_missing_or_broken_tensor_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ResultFileError, match="not a readable safetensors file"):
         Result.load(path)
     tensors.unlink()
-    with pytest.raises(ResultFileError, match="tensor file .* is missing"):
+    with pytest.raises(ResultFileError, match=r"tensor file .* is missing"):
         Result.load(path)
     with pytest.raises(FileNotFoundError, match="no result file"):
         Result.load(tmp_path / "nothing.json")
+
+
+def test_saving_where_no_file_can_be_is_a_value_error(tmp_path: Path) -> None:
+    for bad in ("", ".", tmp_path / ".."):
+        with pytest.raises(ValueError, match="give a file name"):
+            _result().save(bad)
+    (tmp_path / "r.safetensors").mkdir()
+    with pytest.raises(ValueError, match="cannot write"):
+        _result().save(tmp_path / "r.json")
 
 
 def test_fields_that_do_not_fit_the_type_are_a_clear_error(tmp_path: Path) -> None:
