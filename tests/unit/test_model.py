@@ -70,3 +70,20 @@ def test_bad_device_is_a_value_error() -> None:
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="not available"):
             load_model("toy-2l", device="cuda")
+
+
+def test_linear_weights_are_stored_transposed_without_changing_results() -> None:
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    from lmsci_mi.loading import TOY_MODELS
+
+    cfg = HookedTransformerConfig(**TOY_MODELS["toy-2l"], device="cpu")
+    model = HookedTransformer(cfg).eval()
+    tokens = torch.tensor([[0, 5, 9, 2, 7]])
+    with torch.no_grad():
+        before = model(tokens)
+    lm = LensModel(model, name="toy", source="test", tokenizer=None, sink_token_id=None)
+    # TransformerLens's F.linear(x, W.T.contiguous()) then copies nothing.
+    assert model.blocks[0].mlp.W_out.T.is_contiguous() and model.unembed.W_U.T.is_contiguous()
+    with torch.no_grad():
+        assert torch.equal(lm(tokens), before)
