@@ -201,6 +201,8 @@ class WeightEdit:
     def save(self, path: str | Path, metadata: Mapping[str, str] | None = None) -> Path:
         """Write the deltas as safetensors, with ``metadata`` (strings) in the header."""
         out = Path(path)
+        if out.is_dir() or not out.name:
+            raise ValueError(f"{path} is a folder; give a file name, e.g. {out / 'edit.safetensors'}")
         out.parent.mkdir(parents=True, exist_ok=True)
         header = {"format": EDIT_FORMAT, "model": self.lm.name, **(metadata or {})}
         save_file({k: v.detach().cpu().contiguous() for k, v in self.deltas.items()}, out, header)
@@ -219,7 +221,7 @@ def read_deltas(path: str | Path) -> tuple[dict[str, Tensor], dict[str, str]]:
         with safe_open(str(path), framework="pt") as handle:
             metadata = dict(handle.metadata() or {})
             deltas = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118
-    except (FileNotFoundError, IsADirectoryError) as error:
+    except OSError as error:  # missing, a folder, a device...
         raise ValueError(f"no edit file at {path} ({error.strerror}); {fix}") from None
     except SafetensorError as error:
         raise ValueError(f"{path} is not a saved edit (not safetensors: {error}); {fix}") from None

@@ -133,6 +133,8 @@ def top_heads(values: Float[Tensor, "layer head"], k: int) -> tuple[tuple[Head, 
     >>> top_heads(torch.tensor([[0.25, 0.75], [0.5, float("nan")]]), 2)
     ((Head('L0.H1'), 0.75), (Head('L1.H0'), 0.5))
     """
+    if k < 1:
+        raise ValueError(f"k must be at least 1, not {k}")
     flat = values.detach().float().cpu().flatten()
     ranked = torch.nan_to_num(flat, nan=-math.inf).topk(min(k, flat.numel())).indices
     n_heads = values.shape[1]

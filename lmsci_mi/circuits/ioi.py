@@ -449,7 +449,11 @@ def _name_movers(ev: _Evidence, mean_ld: float, config: IOIConfig) -> tuple[list
     movers = _top_heads(ev.dla, threshold, config.max_name_movers)
     negative = _top_heads(-ev.dla, threshold, config.max_heads_per_class)
     if not movers:
-        raise RuntimeError("no name movers found: is the clean logit difference positive?")
+        # A finding about the model on these prompts, reported to the user, not a bug.
+        raise ValueError(
+            f"no name movers found: no head's DLA exceeds mover_threshold × |logit diff| "
+            f"({mean_ld:+.2f}); check that the model does IOI (a positive logit difference), use "
+            "more prompts, or lower mover_threshold")
     return movers, negative
 
 

@@ -106,6 +106,8 @@ class PatchingResult(Result):
 
 def top_cells(result: Result, k: int) -> tuple[tuple[Head | str, float], ...]:
     """The ``k`` largest cells of a (layer[, position][, head]) sweep (see PatchingResult.top)."""
+    if k < 1:
+        raise ValueError(f"k must be at least 1, not {k}")
     flat = result.values.flatten()
     out: list[tuple[Head | str, float]] = []
     for index in flat.argsort(descending=True)[:k].tolist():

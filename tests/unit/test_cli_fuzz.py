@@ -186,16 +186,7 @@ def run_cli(argv: list[str]) -> tuple[int, str]:
 
 
 COMMANDS = sorted(_subparsers())
-KNOWN_CRASHES: dict[str, str] = {
-    "edit": "`edit --apply FILE` on a file that is not a saved delta (a text file, a folder, a "
-    "result's JSON) ends in a SafetensorError/OSError traceback from weights.read_deltas; "
-    "`edit --save FOLDER` in a SafetensorError from the handle's save_file",
-    "heads": "`heads --model toy-2l --device cpu --top -2` raises RuntimeError('selected index k "
-    "out of range') from HeadScores.top (circuits/heads.py): --top is not checked",
-    "ioi": "`ioi --model toy-2l --device cpu --n-prompts 5 --seed 3` raises RuntimeError('no name "
-    "movers found') from circuits/ioi.py: a finding about the model, not a bug, so it should be "
-    "a ValueError subclass that main reports",
-}
+KNOWN_CRASHES: dict[str, str] = {}
 """Crashes found by this test in modules owned elsewhere (cli/editing.py, weights.py,
 cli/heads.py, circuits/heads.py, circuits/ioi.py): the subcommand's case stays xfail (not strict) until they are fixed."""
 
