@@ -17,12 +17,14 @@ from lmsci_mi.hooks import registry_for as registry_for
 from lmsci_mi.loading import ModelNotAvailableError as ModelNotAvailableError
 from lmsci_mi.loading import list_models as list_models
 from lmsci_mi.loading import load_model as load_model
+from lmsci_mi.model import DEFAULT_SINK as DEFAULT_SINK
 from lmsci_mi.model import LensModel as LensModel
 from lmsci_mi.model import TokenPredictions as TokenPredictions
 from lmsci_mi.registry import MethodRegistry as MethodRegistry
 from lmsci_mi.results import LayerCurve as LayerCurve
 from lmsci_mi.results import Meta as Meta
 from lmsci_mi.results import Result as Result
+from lmsci_mi.results import ResultFileError as ResultFileError
 from lmsci_mi.results import result_type as result_type
 from lmsci_mi.sites import Head as Head
 from lmsci_mi.sites import hook_name as hook_name
@@ -30,6 +32,7 @@ from lmsci_mi.sweep import SweepConfig as SweepConfig
 from lmsci_mi.weights import WeightEdit as WeightEdit
 
 __all__ = [
+    "DEFAULT_SINK",
     "Capture",
     "Config",
     "Head",
@@ -40,6 +43,7 @@ __all__ = [
     "MethodRegistry",
     "ModelNotAvailableError",
     "Result",
+    "ResultFileError",
     "SweepConfig",
     "TokenPredictions",
     "UnknownHookError",

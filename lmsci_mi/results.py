@@ -448,6 +448,13 @@ def _internalise(value: Any, tensors: Mapping[str, Tensor]) -> Any:
     return value
 
 
+def _same_values(a: Tensor, b: Tensor) -> bool:
+    """Bit-for-bit equal, with NaN equal to NaN (a result marks "not tested" cells with NaN)."""
+    if a.is_floating_point() or a.is_complex():
+        return bool(torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0)))
+    return bool(torch.equal(a, b))
+
+
 def _equal(a: Any, b: Any) -> bool:
     if isinstance(a, Tensor) or isinstance(b, Tensor):
         return (
@@ -455,7 +462,7 @@ def _equal(a: Any, b: Any) -> bool:
             and isinstance(b, Tensor)
             and a.dtype == b.dtype
             and a.shape == b.shape
-            and bool(torch.equal(a.detach().cpu(), b.detach().cpu()))
+            and _same_values(a.detach().cpu(), b.detach().cpu())
         )
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)

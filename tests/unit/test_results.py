@@ -218,3 +218,14 @@ def test_importing_viz_keeps_the_matplotlib_backend(tmp_path: Path) -> None:
     assert child.returncode == 0, child.stderr
     assert child.stdout.strip() == "no pyplot"
     assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_results_holding_nan_equal_themselves_after_a_round_trip(tmp_path) -> None:
+    from lmsci_mi.results import LayerCurve, Meta
+
+    curve = LayerCurve(values=torch.tensor([0.5, float("nan")]), axes=("layer",), labels=((),),
+                       meta=Meta(model="toy", sink=None))
+    assert curve == LayerCurve.load(curve.save(tmp_path / "curve.json"))
+    other = LayerCurve(values=torch.tensor([0.5, 1.0]), axes=("layer",), labels=((),),
+                       meta=Meta(model="toy", sink=None))
+    assert curve != other
