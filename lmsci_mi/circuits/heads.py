@@ -161,12 +161,13 @@ class HeadScores(Result):
 
     def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
         """Layer × head heatmap of the scores."""
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
 
         from lmsci_mi.viz.plots import heatmap, save_figure
 
         n_layers, n_heads = self.values.shape
-        fig, ax = plt.subplots(figsize=(max(4, 0.5 * n_heads + 2), max(3, 0.22 * n_layers + 1.5)))
+        fig = Figure(figsize=(max(4, 0.5 * n_heads + 2), max(3, 0.22 * n_layers + 1.5)))
+        ax = fig.subplots()
         heatmap(
             ax,
             torch.nan_to_num(self.values.float()),

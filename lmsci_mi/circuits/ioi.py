@@ -189,12 +189,13 @@ class IOICircuit(Result):
 
     def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
         """DLA heatmap with circuit heads marked by the initial of their class."""
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
 
         from lmsci_mi.viz.plots import heatmap, save_figure
 
         n_layers, n_heads = self.values.shape
-        fig, ax = plt.subplots(figsize=(max(5, 0.6 * n_heads + 2), max(4, 0.25 * n_layers + 1.5)))
+        fig = Figure(figsize=(max(5, 0.6 * n_heads + 2), max(4, 0.25 * n_layers + 1.5)))
+        ax = fig.subplots()
         heatmap(
             ax, self.values, row_labels=self.axis_labels(0), col_labels=self.axis_labels(1),
             row_name="layer", col_name="head",

@@ -102,7 +102,7 @@ class CausalTrace(Result):
 
         Subject tokens are starred; each panel's colour bar is p(target).
         """
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
 
         from lmsci_mi.viz.plots import heatmap, save_figure
 
@@ -112,7 +112,8 @@ class CausalTrace(Result):
         ]
         layers = self.axis_labels(1)
         n = len(self.kinds)
-        fig, grid = plt.subplots(1, n, figsize=(5.2 * n, 0.32 * len(tokens) + 2.2), squeeze=False)
+        fig = Figure(figsize=(5.2 * n, 0.32 * len(tokens) + 2.2))
+        grid = fig.subplots(1, n, squeeze=False)
         for i, kind in enumerate(self.kinds):
             label = _KIND_TITLE[kind]
             if kind != "resid" and self.window > 1:
