@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import sys
 import sysconfig
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -80,6 +80,8 @@ def text_chunks(
     lm: LensModel,
     n_tokens: int,
     seq_len: int = 128,
+    documents: Iterable[str] | None = None,
+    name: str = "the stdlib text",
 ) -> Int[Tensor, "chunk seq_len"]:
     """Token sequences of the stdlib text, each starting with the model's sink token.
 
@@ -89,6 +91,9 @@ def text_chunks(
 
     Args:
         lm: the model whose tokenizer to use.
+        documents: the text, one string per document (default: :func:`stdlib_documents`);
+            blank documents are skipped.
+        name: what to call the text in errors.
         n_tokens: how many text tokens (sink excluded) to return at least; rounded up to whole rows.
         seq_len: row length including the sink.
 
@@ -110,16 +115,18 @@ def text_chunks(
     needed = n_rows * per_row
     separator = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else lm.sink_token_id
     stream: list[int] = []
-    for doc in stdlib_documents():
-        stream.extend(tokenizer(doc, add_special_tokens=False)["input_ids"])
+    for doc in stdlib_documents() if documents is None else documents:
+        if not doc.strip():
+            continue
+        stream.extend(lm.continuation_ids(doc))
         if separator is not None:
             stream.append(separator)
         if len(stream) >= needed:
             break
     if len(stream) < needed:
         raise ValueError(
-            f"the stdlib text holds {len(stream)} tokens for {lm.name}, fewer than the "
-            f"{needed} asked for"
+            f"{name} holds {len(stream)} tokens for {lm.name}, fewer than the {needed} asked for; "
+            "give more text or ask for fewer tokens"
         )
     rows = torch.tensor(stream[:needed], dtype=torch.long).view(n_rows, per_row)
     sink = lm.sink_token_id if lm.sink_token_id is not None else tokenizer.bos_token_id

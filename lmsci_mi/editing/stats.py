@@ -23,7 +23,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from lmsci_mi.config import Config, config
-from lmsci_mi.data.text_corpus import STDLIB_TEXT_SOURCE, stdlib_documents
+from lmsci_mi.data.text_corpus import STDLIB_TEXT_SOURCE, stdlib_documents, text_chunks
 from lmsci_mi.loading import cache_root
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
@@ -327,28 +327,7 @@ def _token_rows(
     ``seq_len - 1`` tokens, each behind the attention sink (as every lmsci-mi prompt is)."""
     if lm.tokenizer is None:
         raise ValueError(f"{lm.name} has no tokenizer: key statistics need text")
-    per_row = seq_len - 1
-    n_rows = -(-n_tokens // per_row)
-    needed = n_rows * per_row
-    eos = lm.tokenizer.eos_token_id
-    separator = eos if eos is not None else lm.sink_token_id
-    stream: list[int] = []
-    for doc in source.documents():
-        if not doc.strip():
-            continue
-        stream.extend(lm.continuation_ids(doc))
-        if separator is not None:
-            stream.append(separator)
-        if len(stream) >= needed:
-            break
-    if len(stream) < needed:
-        raise ValueError(
-            f"the text {source.name!r} holds {len(stream)} tokens for {lm.name}, fewer than the "
-            f"{needed} asked for; give more text or ask for fewer tokens"
-        )
-    body = torch.tensor(stream[:needed], dtype=torch.long).view(n_rows, per_row)
-    sink = lm.sink_token_id if lm.sink_token_id is not None else lm.tokenizer.bos_token_id
-    return torch.cat([torch.full((n_rows, 1), sink, dtype=torch.long), body], dim=1)
+    return text_chunks(lm, n_tokens, seq_len, documents=source.documents(), name=f"the text {source.name!r}")
 
 
 @torch.no_grad()
