@@ -314,14 +314,18 @@ def _pass_hooks(base: BaseRun, run: Pass) -> list[tuple[str, Callable[[Tensor, H
     batch holds exactly the rows that started at or below ``l``, each ``base.batch`` sequences.
     """
     per_hook: dict[str, list[tuple[int, Intervention]]] = {}
+    n_layers = len(base.keys)
     for slot, planned in enumerate(run.rows):
         for item in planned.row.interventions:
-            per_hook.setdefault(item.hook, []).append((slot, item))
+            # Interventions below the row's start layer never fire for it: they are identities
+            # (see _plan_rows), and the row is not in the batch yet.
+            if _start_layer(item.hook, n_layers) >= planned.layer:
+                per_hook.setdefault(item.hook, []).append((slot, item))
     hooks = []
     for name, items in per_hook.items():
         axis = layout_of(name).position_axis
         act = _suffix(base.acts[name], axis, run.prefix)
-        here = _start_layer(name, len(base.keys))
+        here = _start_layer(name, n_layers)
         n_present = sum(1 for r in run.rows if r.layer <= here)
         mask = torch.zeros((n_present, *act.shape), dtype=torch.bool, device=act.device)
         source = act.unsqueeze(0).repeat(n_present, *[1] * act.ndim)

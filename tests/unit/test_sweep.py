@@ -123,3 +123,25 @@ def test_captures_equal_the_registry_capture(tiny: LensModel) -> None:
         tiny(tokens)
     torch.testing.assert_close(out.captured[q1][0], cap[q1], atol=1e-5, rtol=0)
     assert out.values.numel() == 0
+
+
+def test_identity_interventions_below_the_first_change_are_skipped(tiny: LensModel) -> None:
+    # A row that freezes layer 0 at its base value and changes layer 1 starts at layer 1, in a
+    # pass with a row that starts at layer 0; both equal plain forward passes.
+    tokens = tiny.to_tokens(PROMPT)
+    z0, z1 = hook_name("z", 0), hook_name("z", 1)
+    base = BaseRun.record(tiny, tokens, capture=[z0, z1])
+    everywhere = torch.ones(1, 1, 1, 1, dtype=torch.bool)
+    new_z1 = torch.randn_like(base.acts[z1])
+    new_z0 = torch.randn_like(base.acts[z0])
+    rows = [Row((Intervention(z0, base.acts[z0], everywhere), Intervention(z1, new_z1, everywhere))),
+            Row((Intervention(z0, new_z0, everywhere),))]
+    out = run_rows(tiny, base, rows, lambda logits: logits)
+    assert out.stats.passes == 1
+    with torch.no_grad():
+        with tiny.hooks.patch(z1, new_z1):
+            first = tiny(tokens)[:, -1]
+        with tiny.hooks.patch(z0, new_z0):
+            second = tiny(tokens)[:, -1]
+    torch.testing.assert_close(out.values[0], first, atol=1e-5, rtol=0)
+    torch.testing.assert_close(out.values[1], second, atol=1e-5, rtol=0)
