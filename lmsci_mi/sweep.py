@@ -29,6 +29,7 @@ from transformer_lens.cache.key_value_cache_entry import TransformerLensKeyValue
 from transformer_lens.hook_points import HookPoint
 
 from lmsci_mi.config import Config, config
+from lmsci_mi.hooks import HookFn
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import hook_name, layer_of, layout_of
 
@@ -307,7 +308,7 @@ def _suffix(tensor: Tensor, axis: int, prefix: int) -> Tensor:
     return tensor if tensor.shape[axis] == 1 else tensor.narrow(axis, prefix, tensor.shape[axis] - prefix)
 
 
-def _pass_hooks(base: BaseRun, run: Pass) -> list[tuple[str, Callable[[Tensor, HookPoint], Tensor]]]:
+def _pass_hooks(base: BaseRun, run: Pass) -> list[tuple[str, HookFn]]:
     """One replacing hook per intervened hook name, covering every row of the pass.
 
     Rows join the batch in order of their start layer, so when a hook at layer ``l`` fires the
@@ -338,10 +339,10 @@ def _pass_hooks(base: BaseRun, run: Pass) -> list[tuple[str, Callable[[Tensor, H
     return hooks
 
 
-def _replacing(name: str, mask: Tensor, source: Tensor) -> tuple[str, Callable[[Tensor, HookPoint], Tensor]]:
+def _replacing(name: str, mask: Tensor, source: Tensor) -> tuple[str, HookFn]:
     """The engine's one intervention hook: ``source`` where ``mask``, the activation elsewhere."""
 
-    def replace(activation: Tensor, hook: HookPoint) -> Tensor:
+    def replace(activation: Tensor, hook: HookPoint) -> Tensor | None:
         return torch.where(mask.to(activation.device), source.to(activation), activation)
 
     return name, replace
@@ -368,6 +369,7 @@ def _run_pass(lm: LensModel, base: BaseRun, run: Pass, readout: Readout | None,
             assert resid is not None
             entry = _entry(base, layer, prefix, resid.shape[0] // base.batch) if prefix else None
             resid = model.blocks[layer](resid, past_kv_cache_entry=entry)
+            assert resid is not None
             token_layers += resid.shape[0] * resid.shape[1]
         values = None
         if readout is not None:

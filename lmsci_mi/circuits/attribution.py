@@ -194,7 +194,8 @@ def attribution_patch(
         rows = [_reduce(cfg, (aligned_source(pairs, cfg.site, clean_acts[n], a) - a) * g, pairs)
                 for n, a, g in zip(names, acts, grads, strict=True)]
     values = torch.stack(rows).cpu() + base
-    n_heads = acts[0].shape[site(cfg.site).layout.head_axis] if site(cfg.site).per_head else 0
+    head_axis = site(cfg.site).layout.head_axis
+    n_heads = acts[0].shape[head_axis] if head_axis is not None else 0
     axes, labels = sweep_axes(pairs, cfg, layers, n_heads)
     exact = patch_activations(lm, clean, corrupted, raw_metric, cfg, align=align) if cfg.compare_exact else None
     result = AttributionResult(
