@@ -343,7 +343,13 @@ class LensModel:
         return PaddedBatch(torch.tensor(rows, dtype=torch.long, device=self.device), lengths, mask)
 
     def encode_batch(self, texts: Sequence[str]) -> PaddedBatch:
-        """Tokenise prompts of any lengths under the sink policy, right-padded (see pad_batch)."""
+        """Tokenise prompts of any lengths under the sink policy, right-padded (see pad_batch).
+
+        >>> from lmsci_mi import load_model
+        >>> batch = load_model("toy-2l").encode_batch(["The cat sat", "A dog"])
+        >>> batch.lengths.tolist(), batch.mask.sum(1).tolist()
+        ([4, 3], [4, 3])
+        """
         return self.pad_batch([self.encode(text) for text in texts])
 
     def unembed(self, resid: Float[Tensor, "... d_model"]) -> Float[Tensor, "... vocab"]:

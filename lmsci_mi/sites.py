@@ -108,10 +108,8 @@ SITES: Mapping[str, Site] = {
 ``attn_scores`` are indexed by query position (their position axis) and key position."""
 
 WEIGHTS: Mapping[str, str] = {
-    "W_in": "blocks.{layer}.mlp.W_in",
     "W_out": "blocks.{layer}.mlp.W_out",
     "b_out": "blocks.{layer}.mlp.b_out",
-    "W_O": "blocks.{layer}.attn.W_O",
 }
 """Parameter names by short name, for weight edits (ROME and MEMIT write ``W_out``)."""
 
