@@ -10,6 +10,7 @@ the selected rows, straight into a preallocated buffer (host memory, or a ``.npy
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -59,12 +60,20 @@ class CollectConfig(Config):
         default=None, metadata={"help": "keep a seeded random subset of this many positions"}
     )
     seed: int = field(default=0, metadata={"help": "seed of the max_items subsample"})
+    autocast: str | None = field(
+        default=None,
+        metadata={
+            "help": "run the forward pass under autocast to this dtype (bfloat16: ~3.5x faster "
+            "on CPUs with AMX, activations within ~1% relative error)"
+        },
+    )
     progress: bool = field(default=True, metadata={"help": "show a progress bar", "cli": False})
 
     def validate(self) -> None:
         if self.token_budget < 1:
             raise ValueError(f"token_budget must be positive, not {self.token_budget}")
         validate_choice("dtype", self.dtype, sorted(_DTYPES))
+        validate_choice("autocast", self.autocast, [None, "bfloat16", "float16"])
         if self.max_items is not None and self.max_items < 1:
             raise ValueError(f"max_items must be positive or None, not {self.max_items}")
 
@@ -272,7 +281,7 @@ def collect_activations(
             picked = activation[rows, cols]
             buffer(hook.name or "", tuple(picked.shape[1:]))[slots] = picked.to("cpu", dtype)
 
-        with lm.hooks.hooks(fwd=[(names, store)], label="collect"):
+        with lm.hooks.hooks(fwd=[(names, store)], label="collect"), _autocast(lm, config.autocast):
             if stop is None:
                 resid = lm.model(padded.tokens, stop_at_layer=lm.cfg.n_layers)
                 lm.model.ln_final(resid)
@@ -283,6 +292,12 @@ def collect_activations(
     return Activations(
         {name: buffers[name] for name in names}, example, position, token, tuple(names)
     )
+
+
+def _autocast(lm: LensModel, dtype: str | None) -> contextlib.AbstractContextManager:
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=lm.device.type, dtype=getattr(torch, dtype))
 
 
 def _subsample(chosen: list[list[int]], config: CollectConfig) -> list[list[int]]:

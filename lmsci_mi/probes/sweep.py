@@ -18,7 +18,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from lmsci_mi.collect import CollectConfig, PositionChoice, collect_activations
-from lmsci_mi.config import config
+from lmsci_mi.config import config, validate_choice
 from lmsci_mi.model import LensModel
 from lmsci_mi.probes.linear import PROBE_KINDS, ProbeConfig, ProbeFit, Split, fit_probes
 from lmsci_mi.results import Result, result_type
@@ -57,9 +57,17 @@ class ProbeSweepConfig(ProbeConfig):
     token_budget: int = field(
         default=8192, metadata={"help": "tokens per forward pass while collecting"}
     )
+    autocast: str | None = field(
+        default=None,
+        metadata={
+            "help": "collect under autocast to this dtype (bfloat16: ~3.5x faster on CPUs with "
+            "AMX; default: exact float32)"
+        },
+    )
 
     def validate(self) -> None:
         super().validate()
+        validate_choice("autocast", self.autocast, [None, "bfloat16", "float16"])
         row = site_row(self.site)
         if row.layout.position_axis != 1:
             raise ValueError(
@@ -250,7 +258,7 @@ def probe_sweep(
         texts,
         hooks,
         positions=positions,
-        config=CollectConfig(token_budget=config.token_budget, progress=True),
+        config=CollectConfig(token_budget=config.token_budget, autocast=config.autocast),
     )
     if len(labels) != len(acts):
         raise ValueError(

@@ -97,3 +97,12 @@ def test_bad_input_is_named(lm):
     with pytest.raises(ValueError, match="dtype"):
         CollectConfig(dtype="int8")
     assert lm.hooks.attached_count() == 0
+
+
+def test_autocast_collection_is_close_to_float32(lm):
+    hook = hook_name("resid_post", 1)
+    exact = collect_activations(lm, TEXTS, [hook], positions="all", config=QUIET)
+    fast = collect_activations(lm, TEXTS, [hook], positions="all", config=QUIET.replace(autocast="bfloat16"))
+    assert fast.acts[hook].dtype == torch.float32
+    cosine = torch.nn.functional.cosine_similarity(exact.acts[hook], fast.acts[hook], dim=-1)
+    assert cosine.min() > 0.99 and not torch.equal(exact.acts[hook], fast.acts[hook])

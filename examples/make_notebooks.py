@@ -1,6 +1,6 @@
-"""Write examples/heads.ipynb (and, with --execute, run it offline so its outputs are saved).
+"""Write the example notebooks (and, with --execute, run them offline so their outputs are saved).
 
-    .venv/bin/python examples/make_heads_notebook.py --execute
+    .venv/bin/python examples/make_notebooks.py --execute [--only heads|probes]
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-CELLS = [
+HEADS = [
     ("md", "# Looking at attention heads\n\nInduction, previous-token and duplicate-token heads "
            "in SmolLM2-135M and in a toy model trained to have them, with circuitsvis views that "
            "work offline. Everything here runs on CPU in a few minutes."),
@@ -59,9 +59,38 @@ CELLS = [
 ]
 
 
-def build() -> nbformat.NotebookNode:
+PROBES = [
+    ("md", "# Probing SmolLM2 across layers\n\nDoes the residual stream after each layer linearly "
+           "encode a city's country (read at the city's last token), or the number of a sentence's "
+           "subject? Each layer gets an L2-regularised logistic probe, its strength chosen on a "
+           "validation split, and a control task (Hewitt & Liang 2019): the same probe trained to "
+           "give each word type a random label. Selectivity = accuracy − control accuracy."),
+    ("code", "import os\nos.environ['HF_HUB_OFFLINE'] = '1'\n"
+             "from IPython.display import Image\n"
+             "from lmsci_mi import load_model\n"
+             "from lmsci_mi.probes import ProbeSweepConfig, probe_task, task_dataset\n"
+             "lm = load_model('smollm2-135m')\n"
+             "data = task_dataset('country')\n"
+             "print(len(data), 'examples;', data.source)\nprint(data.texts[0], '->', data.labels[0])"),
+    ("code", "sweep = probe_task(lm, 'country')\n"
+             "print(sweep.peak())\n"
+             "sweep.plot('probes_country.png')\nImage('probes_country.png')"),
+    ("md", "The table has one row per layer; export it to CSV, Parquet or JSON for your own analysis."),
+    ("code", "frame = sweep.to_dataframe()\n"
+             "sweep.export('probes_country.parquet')\n"
+             "frame[['layer', 'accuracy', 'control_accuracy', 'selectivity', 'majority', 'ci_low', "
+             "'ci_high']].round(3).head(12)"),
+    ("md", "## A syntactic property: the subject's number, read after an attractor noun"),
+    ("code", "number = probe_task(lm, 'subject_number')\nprint(number.peak())\n"
+             "number.plot('probes_subject_number.png')\nImage('probes_subject_number.png')"),
+]
+
+NOTEBOOKS = {"heads": HEADS, "probes": PROBES}
+
+
+def build(cells: list[tuple[str, str]]) -> nbformat.NotebookNode:
     nb = new_notebook()
-    nb.cells = [new_markdown_cell(src) if kind == "md" else new_code_cell(src) for kind, src in CELLS]
+    nb.cells = [new_markdown_cell(src) if kind == "md" else new_code_cell(src) for kind, src in cells]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     return nb
 
@@ -69,16 +98,20 @@ def build() -> nbformat.NotebookNode:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--execute", action="store_true")
+    parser.add_argument("--only", choices=sorted(NOTEBOOKS), default=None)
     args = parser.parse_args()
-    path = Path(__file__).with_name("heads.ipynb")
-    nb = build()
-    if args.execute:
-        from nbclient import NotebookClient
+    for name, cells in NOTEBOOKS.items():
+        if args.only not in (None, name):
+            continue
+        path = Path(__file__).with_name(f"{name}.ipynb")
+        nb = build(cells)
+        if args.execute:
+            from nbclient import NotebookClient
 
-        NotebookClient(nb, timeout=1200, kernel_name="python3",
-                       resources={"metadata": {"path": str(path.parent)}}).execute()
-    nbformat.write(nb, path)
-    print(f"wrote {path}")
+            NotebookClient(nb, timeout=1200, kernel_name="python3",
+                           resources={"metadata": {"path": str(path.parent)}}).execute()
+        nbformat.write(nb, path)
+        print("wrote", path)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,126 @@
+"""Probe sweeps on SmolLM2: the speed target and the real tasks' curves.
+
+1. Speed: a sweep over all 30 layers with 5,000 examples (subject_number), collection included,
+   with the control task and the bootstrap on. Prints collection and fit seconds. The same
+   features are also fitted layer by layer with scikit-learn's ``LogisticRegression`` (on
+   ``--sklearn-layers`` layers, same strength grid and split) for the ratio and the accuracy gap.
+2. The tasks: every registered task's sweep, with its peak, selectivity and baseline; the curves
+   are written as PNG and the tables as Parquet under ``--out``.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/probes.py [--out out/probes] [--sklearn-layers 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch
+
+from lmsci_mi import load_model
+from lmsci_mi.collect import CollectConfig, collect_activations
+from lmsci_mi.data.probing import subject_number_dataset
+from lmsci_mi.probes import PROBE_TASKS, ProbeSweepConfig, Split, fit_probes, probe_task
+from lmsci_mi.sites import hook_name
+
+
+def speed(lm, n_examples: int, sklearn_layers: int) -> None:
+    data = subject_number_dataset(n_examples, seed=0)
+    hooks = [hook_name("resid_post", layer) for layer in range(lm.cfg.n_layers)]
+    n_tokens = sum(len(lm.encode(t)) for t in data.texts)
+    config = ProbeSweepConfig()
+    print(f"speed: {len(hooks)} layers x {n_examples} examples ({n_tokens} tokens), probe + control, "
+          f"{len(config.l2_grid)} strengths, {config.bootstrap} bootstrap resamples (target: 60 s)")
+    peaks = {}
+    for autocast in (None, "bfloat16"):
+        start = time.perf_counter()
+        acts = collect_activations(lm, data.texts, hooks,
+                                   config=CollectConfig(progress=False, autocast=autocast))
+        collected = time.perf_counter()
+        split = Split.random(len(acts), seed=0)
+        features = acts.stack(hooks).to(lm.device)
+        fits, _control = fit_probes(features, list(data.labels), split, config,
+                                   word_types=acts.token.tolist())
+        fitted = time.perf_counter()
+        scores = torch.tensor([f.score for f in fits])
+        peaks[autocast] = scores
+        print(f"  {autocast or 'float32':9s} collect {collected - start:6.1f} s ({n_tokens / (collected - start):.0f} "
+              f"tok/s)   fit {fitted - collected:6.1f} s   total {fitted - start:6.1f} s   "
+              f"peak layer {int(scores.argmax())}: accuracy {scores.max():.3f}")
+        if autocast is None and sklearn_layers:
+            _sklearn(features, data.labels, split, config, fits, sklearn_layers)
+    gap = (peaks[None] - peaks["bfloat16"]).abs().max()
+    print(f"  largest per-layer accuracy difference, float32 vs bfloat16 collection: {gap * 100:.2f} points")
+
+
+def _sklearn(features, labels, split, config, fits, n_layers: int) -> None:
+    """scikit-learn on the same standardised features, strength grid and split, layer by layer."""
+    from sklearn.linear_model import LogisticRegression
+
+    classes = sorted(set(labels))
+    y = torch.tensor([classes.index(v) for v in labels])
+    layers = torch.linspace(0, features.shape[0] - 1, n_layers).round().long().tolist()
+    start = time.perf_counter()
+    gaps = []
+    for layer in layers:
+        x = features[layer].cpu()
+        mean, std = x[split.train].mean(0), x[split.train].std(0).clamp_min(1e-6)
+        z = ((x - mean) / std).numpy()
+        best = (-1.0, None)
+        for l2 in config.l2_grid:
+            model = LogisticRegression(C=1 / (l2 * len(split.train)), max_iter=1000)
+            model.fit(z[split.train], y[split.train].numpy())
+            val = model.score(z[split.val], y[split.val].numpy())
+            if val > best[0]:
+                best = (val, model)
+        test = best[1].score(z[split.test], y[split.test].numpy())
+        gaps.append(abs(test - fits[layer].score))
+    seconds = time.perf_counter() - start
+    print(f"  scikit-learn, task only, {n_layers} layers: {seconds:.1f} s "
+          f"(~{seconds / n_layers * features.shape[0]:.0f} s for all layers, task only); "
+          f"largest test-accuracy gap to lmsci-mi {max(gaps) * 100:.2f} points")
+
+
+def tasks(lm, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"{'task':15s} {'peak layer':>10s} {'accuracy':>9s} {'95% CI':>13s} {'control':>8s} "
+          f"{'selectivity':>11s} {'majority':>8s} {'n (train/val/test)':>19s} {'seconds':>8s}")
+    for name in PROBE_TASKS.names():
+        start = time.perf_counter()
+        result = probe_task(lm, name)
+        seconds = time.perf_counter() - start
+        result.save(out / f"{name}.json")
+        result.export(out / f"{name}.parquet")
+        result.plot(out / f"{name}.png")
+        peak = result.peak()
+        row = result.values[int(peak.layer)]
+        interval = f"[{row[4]:.3f},{row[5]:.3f}]"
+        sizes = f"{result.n_train}/{result.n_val}/{result.n_test}"
+        print(f"{name:15s} {peak.layer:>10s} {peak.score:9.3f} {interval:>13s} {peak.control:8.3f} "
+              f"{peak.selectivity:+11.3f} {peak.baseline:8.3f} {sizes:>19s} {seconds:8.1f}")
+        print("   per layer: " + " ".join(f"{v:.2f}" for v in result.metric("score").tolist()))
+        print("   control:   " + " ".join(f"{v:.2f}" for v in result.metric("control").tolist()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, default=Path("out/probes"))
+    parser.add_argument("--n-examples", type=int, default=5000)
+    parser.add_argument("--sklearn-layers", type=int, default=3)
+    parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--skip-tasks", action="store_true")
+    args = parser.parse_args()
+    lm = load_model("smollm2-135m")
+    lm.encode("warm up the tokenizer")
+    if not args.skip_speed:
+        speed(lm, args.n_examples, args.sklearn_layers)
+    if not args.skip_tasks:
+        tasks(lm, args.out)
+
+
+if __name__ == "__main__":
+    main()
