@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -23,9 +23,11 @@ from jaxtyping import Int
 from numpy.lib.format import open_memmap
 from torch import Tensor
 from tqdm.auto import tqdm
+from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 from transformer_lens.hook_points import HookPoint
 
 from lmsci_mi.config import Config, config, validate_choice
+from lmsci_mi.hooks import HookFn
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import SITES, layer_of, layout_of, parse_hook_name
 
@@ -65,6 +67,20 @@ class CollectConfig(Config):
         metadata={
             "help": "run the forward pass under autocast to this dtype (bfloat16: ~3.5x faster "
             "on CPUs with AMX, activations within ~1% relative error)"
+        },
+    )
+    batch_overhead_tokens: int = field(
+        default=64,
+        metadata={
+            "help": "what one more forward call costs, in tokens (planning only: a batch "
+            "closes when a text would cost more inside it than this plus its length)"
+        },
+    )
+    reuse_prefix: bool = field(
+        default=True,
+        metadata={
+            "help": "compute the tokens every text of a batch starts with once (the sink, a "
+            "template's opening words) and share their keys and values"
         },
     )
     progress: bool = field(default=True, metadata={"help": "show a progress bar", "cli": False})
@@ -164,16 +180,77 @@ def _in_table(hook: str) -> bool:
     return True
 
 
-def _batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
-    """Text indices grouped into batches of similar length with ``batch × width <= budget``."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+def _batches(
+    sequences: Sequence[Sequence[int]], budget: int, reuse_prefix: bool, overhead: int = 64
+) -> list[list[int]]:
+    """Text indices grouped into batches with ``batch × width <= budget``.
+
+    Two plans are made: by length (least padding) and, when prefixes are reused, in token order,
+    where a batch closes early when the next text would cost more inside it (by shortening the
+    shared prefix) than on its own (so each template's texts share their opening words). The plan
+    that computes fewer tokens is used.
+    """
+    by_length = sorted(range(len(sequences)), key=lambda i: -len(sequences[i]))
+    plans = [_pack(sequences, by_length, budget, share=False, overhead=overhead)]
+    if reuse_prefix:
+        by_tokens = sorted(range(len(sequences)), key=lambda i: list(sequences[i]))
+        plans.append(_pack(sequences, by_tokens, budget, share=True, overhead=overhead))
+    return min(plans, key=lambda plan: _cost(sequences, plan, reuse_prefix, overhead))
+
+
+def _cost(
+    sequences: Sequence[Sequence[int]],
+    plan: list[list[int]],
+    reuse_prefix: bool,
+    overhead: int = 64,
+) -> int:
+    """Tokens computed by ``plan`` (each batch's shared prefix once, then every row's rest), plus
+    ``overhead`` per forward call."""
+    total = 0
+    for batch in plan:
+        seqs = [sequences[i] for i in batch]
+        prefix = _shared_prefix(seqs) if reuse_prefix else 0
+        total += (
+            prefix
+            + len(batch) * (max(len(s) for s in seqs) - prefix)
+            + overhead * (1 + (prefix > 0))
+        )
+    return total
+
+
+def _pack(
+    sequences: Sequence[Sequence[int]], order: list[int], budget: int, *, share: bool, overhead: int
+) -> list[list[int]]:
     batches: list[list[int]] = []
+    width = prefix = shortest = 0
     for i in order:
-        if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= budget:
-            batches[-1].append(i)
-        else:
-            batches.append([i])
+        seq = sequences[i]
+        if batches:
+            rows = len(batches[-1])
+            new_width = max(width, len(seq))
+            new_prefix = 0
+            if share:
+                first = sequences[batches[-1][0]]
+                new_prefix = min(prefix, _common(first, seq), min(shortest, len(seq)) - 1)
+            extra = (
+                new_prefix
+                + (rows + 1) * (new_width - new_prefix)
+                - (prefix + rows * (width - prefix))
+            )
+            if (rows + 1) * new_width <= budget and (not share or extra <= len(seq) + 2 * overhead):
+                batches[-1].append(i)
+                width, prefix, shortest = new_width, new_prefix, min(shortest, len(seq))
+                continue
+        batches.append([i])
+        width, prefix, shortest = len(seq), len(seq) - 1, len(seq)
     return batches
+
+
+def _common(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
 
 
 _DEFAULT = CollectConfig()
@@ -269,29 +346,108 @@ def collect_activations(
         return buffers[name]
 
     stop = _stop_layer(names, lm.cfg.n_layers)
-    lengths = [len(s) for s in sequences]
-    batches = [b for b in _batches(lengths, config.token_budget) if any(chosen[i] for i in b)]
+    batches = [
+        b
+        for b in _batches(
+            sequences, config.token_budget, config.reuse_prefix, config.batch_overhead_tokens
+        )
+        if any(chosen[i] for i in b)
+    ]
     for batch in tqdm(batches, desc="collect", unit="batch", disable=not config.progress):
-        padded = lm.pad_batch([sequences[i] for i in batch])
-        rows = torch.tensor([r for r, i in enumerate(batch) for _ in chosen[i]], device=lm.device)
-        cols = torch.tensor([p for i in batch for p in chosen[i]], device=lm.device)
-        slots = torch.cat([torch.arange(int(offsets[i]), int(offsets[i + 1])) for i in batch])
-
-        def store(activation: Tensor, hook: HookPoint, rows=rows, cols=cols, slots=slots) -> None:
-            picked = activation[rows, cols]
-            buffer(hook.name or "", tuple(picked.shape[1:]))[slots] = picked.to("cpu", dtype)
-
-        with lm.hooks.hooks(fwd=[(names, store)], label="collect"), _autocast(lm, config.autocast):
-            if stop is None:
-                resid = lm.model(padded.tokens, stop_at_layer=lm.cfg.n_layers)
-                lm.model.ln_final(resid)
-            else:
-                lm.model(padded.tokens, stop_at_layer=stop)
+        seqs = [sequences[i] for i in batch]
+        prefix = _shared_prefix(seqs) if config.reuse_prefix else 0
+        items = [
+            (r, p, slot)
+            for r, i in enumerate(batch)
+            for p, slot in zip(chosen[i], range(int(offsets[i]), int(offsets[i + 1])), strict=True)
+        ]
+        early = [(0, p, slot) for _, p, slot in items if p < prefix]  # read from the shared prefix
+        late = [(r, p - prefix, slot) for r, p, slot in items if p >= prefix]
+        cache = None
+        with _autocast(lm, config.autocast):
+            if prefix:
+                cache = TransformerLensKeyValueCache.init_cache(lm.cfg, lm.device, 1)
+                _forward(
+                    lm,
+                    names,
+                    _storing(early, buffer, dtype, lm.device),
+                    torch.tensor([seqs[0][:prefix]], device=lm.device),
+                    stop,
+                    cache,
+                )
+                _share(cache, len(batch))
+            padded = lm.pad_batch([seq[prefix:] for seq in seqs])
+            _forward(
+                lm, names, _storing(late, buffer, dtype, lm.device), padded.tokens, stop, cache
+            )
     for array in memmaps:
         array.flush()
     return Activations(
         {name: buffers[name] for name in names}, example, position, token, tuple(names)
     )
+
+
+def _storing(
+    items: list[tuple[int, int, int]],
+    buffer: Callable[[str, tuple[int, ...]], Tensor],
+    dtype: torch.dtype,
+    device: torch.device,
+) -> HookFn:
+    """A hook writing activation ``[row, position]`` of each item into its buffer slot."""
+    rows = torch.tensor([r for r, _, _ in items], dtype=torch.long, device=device)
+    cols = torch.tensor([p for _, p, _ in items], dtype=torch.long, device=device)
+    slots = torch.tensor([slot for _, _, slot in items], dtype=torch.long)
+
+    def store(activation: Tensor, hook: HookPoint) -> None:
+        if len(slots):
+            picked = activation[rows, cols]
+            buffer(hook.name or "", tuple(picked.shape[1:]))[slots] = picked.to("cpu", dtype)
+
+    return store
+
+
+def _forward(
+    lm: LensModel,
+    names: list[str],
+    store: HookFn,
+    tokens: Tensor,
+    stop: int | None,
+    cache: TransformerLensKeyValueCache | None,
+) -> None:
+    """Run ``tokens`` (after the cached prefix, if any) as far as the hooks need, storing rows."""
+    # Every position is real (padding sits after a row's end, where causal attention never looks
+    # back from a real token), so the mask is all ones; TransformerLens would otherwise guess
+    # padding from the pad token's id.
+    kwargs = (
+        {"past_kv_cache": cache, "attention_mask": torch.ones_like(tokens)}
+        if cache is not None
+        else {}
+    )
+    with lm.hooks.hooks(fwd=[(names, store)], label="collect"):
+        if stop is None:
+            resid = lm.model(tokens, stop_at_layer=lm.cfg.n_layers, **kwargs)
+            lm.model.ln_final(resid)
+        else:
+            lm.model(tokens, stop_at_layer=stop, **kwargs)
+
+
+def _shared_prefix(sequences: Sequence[Sequence[int]]) -> int:
+    """Tokens every sequence starts with, leaving each at least one token of its own."""
+    shortest = min(len(s) for s in sequences)
+    first = sequences[0]
+    n = 0
+    while n < shortest - 1 and all(s[n] == first[n] for s in sequences):
+        n += 1
+    return n
+
+
+def _share(cache: TransformerLensKeyValueCache, batch: int) -> None:
+    """Turn a one-sequence prefix cache into a frozen cache shared by ``batch`` sequences."""
+    for entry in cache.entries:
+        entry.past_keys = entry.past_keys.expand(batch, -1, -1, -1)
+        entry.past_values = entry.past_values.expand(batch, -1, -1, -1)
+    cache.previous_attention_mask = cache.previous_attention_mask.expand(batch, -1)
+    cache.freeze()
 
 
 def _autocast(lm: LensModel, dtype: str | None) -> contextlib.AbstractContextManager:

@@ -106,3 +106,17 @@ def test_autocast_collection_is_close_to_float32(lm):
     assert fast.acts[hook].dtype == torch.float32
     cosine = torch.nn.functional.cosine_similarity(exact.acts[hook], fast.acts[hook], dim=-1)
     assert cosine.min() > 0.99 and not torch.equal(exact.acts[hook], fast.acts[hook])
+
+
+@pytest.mark.parametrize("name", ["toy-2l", "toy-gpt2-2l"])  # rotary and absolute positions
+def test_shared_prefixes_are_computed_once_with_the_same_activations(name):
+    model = load_model(name)
+    texts = [f"Last summer we spent a week in {city}" for city in ("Paris", "Rome", "Kyoto", "Oslo")]
+    texts += ["Last summer we", "Something else entirely"]
+    hooks = [hook_name("resid_post", 0), hook_name("ln_final")]
+    exact = collect_activations(model, texts, hooks, positions="all", config=QUIET.replace(reuse_prefix=False))
+    shared = collect_activations(model, texts, hooks, positions="all",
+                                 config=QUIET.replace(reuse_prefix=True, token_budget=64))
+    for hook in hooks:
+        torch.testing.assert_close(shared.acts[hook], exact.acts[hook], rtol=1e-4, atol=1e-5)
+    assert model.hooks.attached_count() == 0
