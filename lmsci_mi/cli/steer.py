@@ -30,11 +30,19 @@ def register(commands: Any) -> None:
     )
     sub = steer.add_subparsers(dest="steer_command", required=True, metavar="SUBCOMMAND")
 
-    train = sub.add_parser("train", help="train a steer on the bundled texts (cached: a rerun is instant)")
+    train = sub.add_parser(
+        "train", help="train a steer on the bundled texts (cached: a rerun is instant)"
+    )
     _model_args(train, default=DEFAULT_MODEL)
-    train.add_argument("--attribute", type=_attributes, default=("sentiment",),
-                       help=f"attribute(s), comma-separated, one steer each: {', '.join(STEERING_ATTRIBUTES)}")
-    train.add_argument("--out", type=Path, default=None, help="also write the steer here (safetensors)")
+    train.add_argument(
+        "--attribute",
+        type=_attributes,
+        default=("sentiment",),
+        help=f"attribute(s), comma-separated, one steer each: {', '.join(STEERING_ATTRIBUTES)}",
+    )
+    train.add_argument(
+        "--out", type=Path, default=None, help="also write the steer here (safetensors)"
+    )
     train.add_argument("--plot", type=Path, default=None, help="write the loss curve as PNG")
     LMSteerConfig.add_arguments(train.add_argument_group("steer shape (LMSteerConfig)"))
     SteerTrainConfig.add_arguments(train.add_argument_group("training (SteerTrainConfig)"))
@@ -43,7 +51,9 @@ def register(commands: Any) -> None:
     generate = sub.add_parser("generate", help="continue a prompt under a steer")
     _steer_args(generate)
     generate.add_argument("--value", type=float, default=5.0, help="value of steer 0 (default 5)")
-    generate.add_argument("--value2", type=float, default=None, help="value of steer 1 (composition)")
+    generate.add_argument(
+        "--value2", type=float, default=None, help="value of steer 1 (composition)"
+    )
     generate.add_argument("--prompt", default="The movie was", help="the prompt")
     generate.add_argument("--tokens", type=int, default=20, help="tokens to generate")
     generate.add_argument("--samples", type=int, default=1, help="continuations to sample")
@@ -53,26 +63,38 @@ def register(commands: Any) -> None:
 
     svd = sub.add_parser("svd", help="words at both ends of W's top singular directions")
     _steer_args(svd)
-    svd.add_argument("--export", type=Path, default=None, help="write the word table (.csv, .parquet or .json)")
+    svd.add_argument(
+        "--export", type=Path, default=None, help="write the word table (.csv, .parquet or .json)"
+    )
     svd.add_argument("--out", type=Path, default=None, help="save the result (JSON + safetensors)")
     SVDConfig.add_arguments(svd)
     svd.set_defaults(run=_run_svd)
 
-    highlight = sub.add_parser("highlight", help="the spans of a text that carry the steered attribute")
+    highlight = sub.add_parser(
+        "highlight", help="the spans of a text that carry the steered attribute"
+    )
     _steer_args(highlight)
     highlight.add_argument("--text", required=True, help="the text to highlight")
-    highlight.add_argument("--html", type=Path, default=None, help="write an offline HTML view here")
+    highlight.add_argument(
+        "--html", type=Path, default=None, help="write an offline HTML view here"
+    )
     HighlightConfig.add_arguments(highlight)
     highlight.set_defaults(run=_run_highlight)
 
-    evaluate = sub.add_parser("eval", help="the control curve: sentiment, topic, perplexity, distinct-n")
+    evaluate = sub.add_parser(
+        "eval", help="the control curve: sentiment, topic, perplexity, distinct-n"
+    )
     _steer_args(evaluate)
     evaluate.add_argument("--plot", type=Path, default=None, help="write the curve as PNG")
-    evaluate.add_argument("--out", type=Path, default=None, help="save the result (JSON + safetensors)")
+    evaluate.add_argument(
+        "--out", type=Path, default=None, help="save the result (JSON + safetensors)"
+    )
     SteerEvalConfig.add_arguments(evaluate)
     evaluate.set_defaults(run=_run_eval)
 
-    transfer = sub.add_parser("transfer", help="map a steer onto another model through the unembeddings")
+    transfer = sub.add_parser(
+        "transfer", help="map a steer onto another model through the unembeddings"
+    )
     _steer_args(transfer)
     transfer.add_argument("--to", required=True, help="the target model, e.g. gemma3-270m")
     transfer.add_argument("--out", type=Path, default=None, help="write the transferred steer here")
@@ -88,12 +110,20 @@ def _attributes(text: str) -> tuple[str, ...]:
 
 
 def _model_args(parser: argparse.ArgumentParser, *, default: str | None) -> None:
-    parser.add_argument("--model", default=default,
-                        help="model name or path" + (" (default: the steer's model)" if default is None else
-                                                     f" (default {default})"))
+    parser.add_argument(
+        "--model",
+        default=default,
+        help="model name or path"
+        + (" (default: the steer's model)" if default is None else f" (default {default})"),
+    )
     parser.add_argument("--device", default=None, help="torch device (default: cuda if present)")
-    parser.add_argument("--sink", type=parse_sink, default=DEFAULT_SINK, metavar="default|none|TOKEN",
-                        help="attention-sink token before every prompt (default: the model's)")
+    parser.add_argument(
+        "--sink",
+        type=parse_sink,
+        default=DEFAULT_SINK,
+        metavar="default|none|TOKEN",
+        help="attention-sink token before every prompt (default: the model's)",
+    )
 
 
 def _steer_args(parser: argparse.ArgumentParser) -> None:
@@ -119,12 +149,16 @@ def _run_train(args: argparse.Namespace) -> int:
     steer_config = LMSteerConfig.from_args(args)
     train_config = SteerTrainConfig.from_args(args)
     if args.out is not None and args.out.is_dir():
-        raise IsADirectoryError(f"--out {args.out} is a folder; give a file name, e.g. steer.safetensors")
+        raise IsADirectoryError(
+            f"--out {args.out} is a folder; give a file name, e.g. steer.safetensors"
+        )
     lm = load_model(args.model, device=args.device, sink=args.sink)
     steer, run = train_steer(lm, texts, steer_config, train_config)
-    print(f"{steer}\n  {run.n_texts} texts, {run.n_tokens} target tokens; loss {run.unsteered_loss:.3f} "
-          f"(unsteered) -> {run.final_loss:.3f}; collect {run.collect_seconds:.1f} s, "
-          f"train {run.train_seconds:.1f} s (0 s when cached)")
+    print(
+        f"{steer}\n  {run.n_texts} texts, {run.n_tokens} target tokens; loss {run.unsteered_loss:.3f} "
+        f"(unsteered) -> {run.final_loss:.3f}; collect {run.collect_seconds:.1f} s, "
+        f"train {run.train_seconds:.1f} s (0 s when cached)"
+    )
     if args.out is not None:
         print(f"saved steer to {steer.save(args.out)}")
     if args.plot is not None:
@@ -166,8 +200,10 @@ def _run_svd(args: argparse.Namespace) -> int:
         print(f"direction {j} (singular value {s:.3g})")
         print(f"  raised:  {' '.join(probe.top_words[j])}")
         print(f"  lowered: {' '.join(probe.bottom_words[j])}")
-    print(f"mean |VADER valence|: direction 0's end words {probe.end_valence:.3f}, "
-          f"{len(probe.random_words)} random words {probe.random_valence:.3f}")
+    print(
+        f"mean |VADER valence|: direction 0's end words {probe.end_valence:.3f}, "
+        f"{len(probe.random_words)} random words {probe.random_valence:.3f}"
+    )
     if args.export is not None:
         table = probe.to_table()
         suffix = args.export.suffix.lower()
@@ -207,8 +243,10 @@ def _run_eval(args: argparse.Namespace) -> int:
     steer, lm = _load(args)
     curve = evaluate_steer(lm, steer, config)
     print(curve.table())
-    print(f"gap (last - first value): sentiment {curve.gap('sentiment'):+.3f}, topic {curve.gap('topic'):+.3f}; "
-          f"sentiment monotone: {curve.is_monotone('sentiment')}")
+    print(
+        f"gap (last - first value): sentiment {curve.gap('sentiment'):+.3f}, topic {curve.gap('topic'):+.3f}; "
+        f"sentiment monotone: {curve.is_monotone('sentiment')}"
+    )
     if args.out is not None:
         print(f"saved result to {curve.save(args.out)}")
     if args.plot is not None:
@@ -222,7 +260,9 @@ def _run_transfer(args: argparse.Namespace) -> int:
 
     config = TransferConfig.from_args(args)
     if args.out is not None and args.out.is_dir():
-        raise IsADirectoryError(f"--out {args.out} is a folder; give a file name, e.g. steer.safetensors")
+        raise IsADirectoryError(
+            f"--out {args.out} is a folder; give a file name, e.g. steer.safetensors"
+        )
     steer, source = _load(args)
     target = load_model(args.to, device=args.device, sink=args.sink)
     moved, fit = transfer_steer(steer, source, target, config)

@@ -79,7 +79,9 @@ def steering_texts(attributes: str | Sequence[str] = "sentiment") -> SteeringTex
         raise ValueError(f"give at least one attribute: {list(STEERING_ATTRIBUTES)}")
     for name in names:
         if name not in STEERING_ATTRIBUTES:
-            raise ValueError(f"no bundled texts for attribute {name!r}; choose from {list(STEERING_ATTRIBUTES)}")
+            raise ValueError(
+                f"no bundled texts for attribute {name!r}; choose from {list(STEERING_ATTRIBUTES)}"
+            )
     texts: list[str] = []
     rows: list[list[float]] = []
     sources = []

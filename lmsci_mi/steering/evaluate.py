@@ -75,6 +75,9 @@ class SteerEvalConfig(Config):
             raise ValueError(f"top_p must be in (0, 1], not {self.top_p}")
 
 
+_DEFAULT_STEER_EVAL_CONFIG = SteerEvalConfig()
+
+
 @result_type
 class ControlCurve(Result):
     """Metrics of continuations at each steer setting.
@@ -179,7 +182,9 @@ def generate_steered(
         groups.setdefault(len(seq), []).append(i)
     out: list[list[int]] = [[] for _ in prompts]
     devices = [lm.device] if lm.device.type == "cuda" else []
-    context = steer.apply(lm, values if values is not None else {}) if steer is not None else _nothing()
+    context = (
+        steer.apply(lm, values if values is not None else {}) if steer is not None else _nothing()
+    )
     with torch.random.fork_rng(devices=devices), context:
         if seed is not None:
             torch.manual_seed(seed)
@@ -189,9 +194,14 @@ def generate_steered(
                 chunk = members[start : start + batch_size]
                 tokens = torch.tensor([sequences[i] for i in chunk], device=lm.device)
                 generated = lm.model.generate(
-                    tokens, max_new_tokens=max_new_tokens, do_sample=temperature > 0,
-                    temperature=max(temperature, 1e-6), top_p=top_p if temperature > 0 else None,
-                    use_past_kv_cache=use_kv_cache, verbose=False, stop_at_eos=False,
+                    tokens,
+                    max_new_tokens=max_new_tokens,
+                    do_sample=temperature > 0,
+                    temperature=max(temperature, 1e-6),
+                    top_p=top_p if temperature > 0 else None,
+                    use_past_kv_cache=use_kv_cache,
+                    verbose=False,
+                    stop_at_eos=False,
                 )
                 assert isinstance(generated, Tensor)
                 for row, i in enumerate(chunk):
@@ -266,7 +276,11 @@ def distinct_n(texts: Sequence[str], n: int) -> float:
 
 @torch.no_grad()
 def perplexity(
-    lm: LensModel, prompts: Sequence[str], continuations: Sequence[Sequence[int]], *, batch_size: int = 16
+    lm: LensModel,
+    prompts: Sequence[str],
+    continuations: Sequence[Sequence[int]],
+    *,
+    batch_size: int = 16,
 ) -> float:
     """Token-level perplexity of the continuations given their prompts under ``lm`` as it is
     (call it outside any steer): exp of the mean negative log-likelihood over all continuation
@@ -275,18 +289,23 @@ def perplexity(
     total, count = 0.0, 0
     for start in range(0, len(prompts), batch_size):
         prompt_ids = [lm.encode(p) for p in prompts[start : start + batch_size]]
-        rows = [p + list(c) for p, c in zip(prompt_ids, continuations[start : start + batch_size], strict=True)]
+        rows = [
+            p + list(c)
+            for p, c in zip(prompt_ids, continuations[start : start + batch_size], strict=True)
+        ]
         batch = lm.pad_batch(rows)
         log_probs = lm(batch.tokens).float().log_softmax(-1)
         for r, (p, row) in enumerate(zip(prompt_ids, rows, strict=True)):
             positions = torch.arange(len(p) - 1, len(row) - 1, device=lm.device)
-            targets = torch.tensor(row[len(p):], device=lm.device)
+            targets = torch.tensor(row[len(p) :], device=lm.device)
             total -= float(log_probs[r, positions, targets].sum())
             count += len(targets)
     return float(torch.tensor(total / max(count, 1)).exp())
 
 
-def _metrics(lm: LensModel, prompts: Sequence[str], ids: Sequence[Sequence[int]]) -> tuple[list[float], list[str]]:
+def _metrics(
+    lm: LensModel, prompts: Sequence[str], ids: Sequence[Sequence[int]]
+) -> tuple[list[float], list[str]]:
     texts = [lm.tokenizer.decode(c, skip_special_tokens=True) for c in ids]
     sentiment = sentiment_scores(texts)
     topic = topic_scores(texts)
@@ -305,7 +324,7 @@ def evaluate_settings(
     lm: LensModel,
     steer: LMSteer,
     settings: Sequence[Mapping[str | int, float]],
-    config: SteerEvalConfig = SteerEvalConfig(),
+    config: SteerEvalConfig = _DEFAULT_STEER_EVAL_CONFIG,
     *,
     prompts: Sequence[str] | None = None,
 ) -> ControlCurve:
@@ -330,11 +349,16 @@ def evaluate_settings(
     if not prompts:
         raise ValueError("no prompts to evaluate on")
     sample = {
-        "max_new_tokens": config.max_new_tokens, "temperature": config.temperature,
-        "top_p": config.top_p, "seed": config.seed, "batch_size": config.batch_size,
+        "max_new_tokens": config.max_new_tokens,
+        "temperature": config.temperature,
+        "top_p": config.top_p,
+        "seed": config.seed,
+        "batch_size": config.batch_size,
     }
     rows, samples = [], []
-    for setting in tqdm(settings, desc="evaluate steer", unit="setting", disable=not config.progress):
+    for setting in tqdm(
+        settings, desc="evaluate steer", unit="setting", disable=not config.progress
+    ):
         ids = generate_steered(lm, prompts, steer, setting, **sample)
         row, texts = _metrics(lm, prompts, ids)
         rows.append(row)
@@ -348,7 +372,9 @@ def evaluate_settings(
         values=torch.tensor(rows),
         axes=("setting", "metric"),
         labels=(labels, METRICS),
-        meta=lm.meta(prompts, seed=config.seed, data_source=neutral_prompts_source(), params=config.params()),
+        meta=lm.meta(
+            prompts, seed=config.seed, data_source=neutral_prompts_source(), params=config.params()
+        ),
         attributes=steer.attributes,
         settings=tuple(tuple(v) for v in vectors),
         unsteered=tuple(unsteered),
@@ -356,7 +382,9 @@ def evaluate_settings(
     )
 
 
-def evaluate_steer(lm: LensModel, steer: LMSteer, config: SteerEvalConfig = SteerEvalConfig()) -> ControlCurve:
+def evaluate_steer(
+    lm: LensModel, steer: LMSteer, config: SteerEvalConfig = _DEFAULT_STEER_EVAL_CONFIG
+) -> ControlCurve:
     """The continuous-control curve: ``config.attribute`` at each of ``config.values``, the other
     steers at 0 and the dummy at 1; the unsteered model is reported separately. Reads the model.
 

@@ -30,19 +30,32 @@ __all__ = ["Highlight", "HighlightConfig", "highlight_keywords", "max_spans"]
 class HighlightConfig(Config):
     """Keyword highlighting settings (the reference's defaults: 4 spans of at most 10 tokens)."""
 
-    attribute: str = field(default="sentiment", metadata={"help": "the steer whose evidence is shown"})
-    value: float = field(default=5.0, metadata={"help": "steer value s: evidence is log p(+s) − log p(−s)"})
+    attribute: str = field(
+        default="sentiment", metadata={"help": "the steer whose evidence is shown"}
+    )
+    value: float = field(
+        default=5.0, metadata={"help": "steer value s: evidence is log p(+s) − log p(−s)"}
+    )
     max_spans: int = field(default=4, metadata={"help": "at most this many spans"})
     max_length: int = field(default=10, metadata={"help": "tokens per span at most"})
 
     def validate(self) -> None:
         if self.max_spans < 1 or self.max_length < 1:
-            raise ValueError(f"max_spans and max_length must be at least 1, not {self.max_spans}, {self.max_length}")
+            raise ValueError(
+                f"max_spans and max_length must be at least 1, not {self.max_spans}, {self.max_length}"
+            )
         if not self.value > 0:
-            raise ValueError(f"value must be positive (evidence compares +value with −value), not {self.value}")
+            raise ValueError(
+                f"value must be positive (evidence compares +value with −value), not {self.value}"
+            )
 
 
-def max_spans(evidence: Sequence[float] | Tensor, n_spans: int, max_length: int) -> tuple[float, list[tuple[int, int]]]:
+_DEFAULT_HIGHLIGHT_CONFIG = HighlightConfig()
+
+
+def max_spans(
+    evidence: Sequence[float] | Tensor, n_spans: int, max_length: int
+) -> tuple[float, list[tuple[int, int]]]:
     """At most ``n_spans`` disjoint spans ``[start, end)`` of at most ``max_length`` items with the
     largest total evidence (0 with no span when nothing is positive). O(T · n · L).
 
@@ -110,8 +123,14 @@ class Highlight(Result):
         tokens = self.axis_labels(0)[1:]
         values = self.values[1:].tolist()
         bound = max((abs(v) for v in values), default=1.0) or 1.0
-        view = colored_tokens(tokens, values, min_value=-bound, max_value=bound,
-                              negative_color="red", positive_color="green")
+        view = colored_tokens(
+            tokens,
+            values,
+            min_value=-bound,
+            max_value=bound,
+            negative_color="red",
+            positive_color="green",
+        )
         spans = "".join(f"<li>{_escape(s)}</li>" for s in self.span_texts())
         return (
             "<!DOCTYPE html><html><head><meta charset='utf-8'><title>LM-Steer highlight</title></head>"
@@ -132,7 +151,9 @@ def _escape(text: str) -> str:
 
 
 @torch.no_grad()
-def token_evidence(lm: LensModel, steer: LMSteer, text: str, index: int, value: float) -> Float[Tensor, " pos"]:
+def token_evidence(
+    lm: LensModel, steer: LMSteer, text: str, index: int, value: float
+) -> Float[Tensor, " pos"]:
     """log p₊(token) − log p₋(token) for each token of ``text`` (0 at the sink)."""
     tokens = torch.tensor([lm.encode(text)], device=lm.device)
     with lm.hooks.capture([hook_name("ln_final")]) as captured:
@@ -147,7 +168,9 @@ def token_evidence(lm: LensModel, steer: LMSteer, text: str, index: int, value: 
     return torch.cat([torch.zeros(1, device=lm.device), scores[0] - scores[1]]).cpu()
 
 
-def highlight_keywords(lm: LensModel, steer: LMSteer, text: str, config: HighlightConfig = HighlightConfig()) -> Highlight:
+def highlight_keywords(
+    lm: LensModel, steer: LMSteer, text: str, config: HighlightConfig = _DEFAULT_HIGHLIGHT_CONFIG
+) -> Highlight:
     """The tokens of ``text`` that carry the steer's attribute, and the best spans of them.
 
     Reads the model only.

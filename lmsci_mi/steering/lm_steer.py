@@ -51,10 +51,19 @@ class LMSteerConfig(Config):
     thousand tokens, and a low rank keeps each training step cheap (see ``train.py``).
     """
 
-    rank: int = field(default=32, metadata={"help": "rank r of each steer's factors P1, P2 (d x r)"})
-    epsilon: float = field(default=1e-3, metadata={"help": "scale ε of the steer: h + ε Σ s_i (h P1_i) P2_iᵀ"})
-    init_std: float = field(default=1e-2, metadata={"help": "standard deviation of the initial factors"})
-    dummy: bool = field(default=True, metadata={"help": "add a dummy steer held at 1 (absorbs the corpus-wide shift)"})
+    rank: int = field(
+        default=32, metadata={"help": "rank r of each steer's factors P1, P2 (d x r)"}
+    )
+    epsilon: float = field(
+        default=1e-3, metadata={"help": "scale ε of the steer: h + ε Σ s_i (h P1_i) P2_iᵀ"}
+    )
+    init_std: float = field(
+        default=1e-2, metadata={"help": "standard deviation of the initial factors"}
+    )
+    dummy: bool = field(
+        default=True,
+        metadata={"help": "add a dummy steer held at 1 (absorbs the corpus-wide shift)"},
+    )
 
     def validate(self) -> None:
         if self.rank < 1:
@@ -63,6 +72,9 @@ class LMSteerConfig(Config):
             raise ValueError(f"epsilon must be positive, not {self.epsilon}")
         if not self.init_std >= 0:
             raise ValueError(f"init_std must be non-negative, not {self.init_std}")
+
+
+_DEFAULT_STEER_CONFIG = LMSteerConfig()
 
 
 def normalized_to_unembed_input(lm: LensModel, h: Float[Tensor, "... d_model"]) -> Tensor:
@@ -81,7 +93,9 @@ def normalized_to_unembed_input(lm: LensModel, h: Float[Tensor, "... d_model"]) 
     return h
 
 
-def logits_from_normalized(lm: LensModel, h: Float[Tensor, "... d_model"]) -> Float[Tensor, "... vocab"]:
+def logits_from_normalized(
+    lm: LensModel, h: Float[Tensor, "... d_model"]
+) -> Float[Tensor, "... vocab"]:
     """Logits from final normalised states (the output of ``hook_name("ln_final")``).
 
     The rest of the final norm, the unembedding and the logit soft cap: exactly what the model
@@ -114,7 +128,7 @@ class LMSteer(nn.Module):
         attributes: Sequence[str],
         d_model: int,
         model_name: str,
-        config: LMSteerConfig = LMSteerConfig(),
+        config: LMSteerConfig = _DEFAULT_STEER_CONFIG,
         *,
         seed: int = 0,
     ) -> None:
@@ -136,7 +150,11 @@ class LMSteer(nn.Module):
 
     @classmethod
     def for_model(
-        cls, lm: LensModel, attributes: Sequence[str], config: LMSteerConfig = LMSteerConfig(), *,
+        cls,
+        lm: LensModel,
+        attributes: Sequence[str],
+        config: LMSteerConfig = _DEFAULT_STEER_CONFIG,
+        *,
         seed: int = 0,
     ) -> LMSteer:
         """A freshly initialised steer for ``lm``, on its device."""
@@ -215,7 +233,9 @@ class LMSteer(nn.Module):
         scaled = projected * vector.to(h.dtype).repeat_interleave(r)
         return self.config.epsilon * scaled @ self.p2.transpose(1, 2).reshape(n * r, d)
 
-    def steered(self, h: Float[Tensor, "... d_model"], values: SteerValues, *, dummy: float = 1.0) -> Tensor:
+    def steered(
+        self, h: Float[Tensor, "... d_model"], values: SteerValues, *, dummy: float = 1.0
+    ) -> Tensor:
         """h + ε Σᵢ sᵢ (h P1ᵢ) P2ᵢᵀ."""
         return h + self.shift(h, self.value_vector(values, dummy=dummy))
 
@@ -241,7 +261,9 @@ class LMSteer(nn.Module):
 
         def steer_hook(activation: Tensor, hook: HookPoint) -> Tensor:
             with torch.no_grad():
-                return activation + self.shift(activation, vector.to(activation.device)).to(activation.dtype)
+                return activation + self.shift(activation, vector.to(activation.device)).to(
+                    activation.dtype
+                )
 
         with lm.hooks.hooks(fwd=[(hook_name("ln_final"), steer_hook)], label="lm_steer"):
             yield
@@ -256,7 +278,9 @@ class LMSteer(nn.Module):
         """
         path = Path(path)
         if path.name in ("", ".", ".."):
-            raise ValueError(f"cannot save a steer as {str(path)!r}: give a file name, e.g. steer.safetensors")
+            raise ValueError(
+                f"cannot save a steer as {str(path)!r}: give a file name, e.g. steer.safetensors"
+            )
         path.parent.mkdir(parents=True, exist_ok=True)
         metadata = {
             "format": _FORMAT,
@@ -265,7 +289,10 @@ class LMSteer(nn.Module):
             "attributes": json.dumps(list(self.attributes)),
             "config": json.dumps(self.config.params()),
         }
-        tensors = {"p1": self.p1.detach().cpu().contiguous(), "p2": self.p2.detach().cpu().contiguous()}
+        tensors = {
+            "p1": self.p1.detach().cpu().contiguous(),
+            "p2": self.p2.detach().cpu().contiguous(),
+        }
         try:
             save_file(tensors, str(path), metadata=metadata)
         except (SafetensorError, OSError) as error:
@@ -295,7 +322,9 @@ class LMSteer(nn.Module):
             attributes = tuple(json.loads(metadata["attributes"]))
             steer = cls(attributes, int(metadata["d_model"]), metadata["model"], config)
         except (SafetensorError, OSError, KeyError, TypeError, json.JSONDecodeError) as error:
-            raise ValueError(f"{path} is not a readable LMSteer file ({type(error).__name__}: {error})") from None
+            raise ValueError(
+                f"{path} is not a readable LMSteer file ({type(error).__name__}: {error})"
+            ) from None
         if p1.shape != steer.p1.shape or p2.shape != steer.p2.shape:
             raise ValueError(f"{path}: factor shapes {tuple(p1.shape)} do not match its metadata")
         with torch.no_grad():

@@ -39,7 +39,12 @@ class SVDConfig(Config):
 
     def validate(self) -> None:
         if self.n_directions < 1 or self.top_k < 1:
-            raise ValueError(f"n_directions and top_k must be at least 1, not {self.n_directions}, {self.top_k}")
+            raise ValueError(
+                f"n_directions and top_k must be at least 1, not {self.n_directions}, {self.top_k}"
+            )
+
+
+_DEFAULT_S_V_D_CONFIG = SVDConfig()
 
 
 @result_type
@@ -72,11 +77,22 @@ class SteerSVD(Result):
 
         rows = []
         for j in range(len(self.top_words)):
-            for end, words, scores in (("top", self.top_words[j], self.top_scores[j]),
-                                       ("bottom", self.bottom_words[j], self.bottom_scores[j])):
+            for end, words, scores in (
+                ("top", self.top_words[j], self.top_scores[j]),
+                ("bottom", self.bottom_words[j], self.bottom_scores[j]),
+            ):
                 for rank, (word, score) in enumerate(zip(words, scores, strict=True)):
-                    rows.append({"direction": j, "singular_value": float(self.values[j]), "end": end,
-                                 "rank": rank, "word": word, "score": score, "valence": vader_valence(word)})
+                    rows.append(
+                        {
+                            "direction": j,
+                            "singular_value": float(self.values[j]),
+                            "end": end,
+                            "rank": rank,
+                            "word": word,
+                            "score": score,
+                            "valence": vader_valence(word),
+                        }
+                    )
         return pd.DataFrame(rows)
 
 
@@ -94,7 +110,7 @@ def word_vocabulary(lm: LensModel) -> tuple[list[int], list[str]]:
 
 
 @torch.no_grad()
-def steer_svd(lm: LensModel, steer: LMSteer, config: SVDConfig = SVDConfig()) -> SteerSVD:
+def steer_svd(lm: LensModel, steer: LMSteer, config: SVDConfig = _DEFAULT_S_V_D_CONFIG) -> SteerSVD:
     """The SVD probe of one steer's W. Reads the model only.
 
     Raises:
@@ -127,7 +143,9 @@ def steer_svd(lm: LensModel, steer: LMSteer, config: SVDConfig = SVDConfig()) ->
     top_words = tuple(tuple(words[i] for i in row) for row in top.indices.tolist())
     bottom_words = tuple(tuple(words[i] for i in row) for row in bottom.indices.tolist())
     generator = torch.Generator().manual_seed(config.seed)
-    random_words = tuple(words[i] for i in torch.randperm(len(words), generator=generator)[:k].tolist())
+    random_words = tuple(
+        words[i] for i in torch.randperm(len(words), generator=generator)[:k].tolist()
+    )
     ends = top_words[0] + bottom_words[0]
     return SteerSVD(
         values=s[:n].cpu(),

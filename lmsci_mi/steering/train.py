@@ -16,6 +16,7 @@ import logging
 import time
 from dataclasses import field
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +33,8 @@ from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name
 from lmsci_mi.steering.lm_steer import LMSteer, LMSteerConfig, normalized_to_unembed_input
+
+_DEFAULT_STEER_CONFIG = LMSteerConfig()
 
 __all__ = [
     "SteerTrainConfig",
@@ -53,7 +56,9 @@ class SteerTrainConfig(Config):
     steps: int = field(default=300, metadata={"help": "optimiser steps"})
     batch_tokens: int = field(default=1024, metadata={"help": "next-token targets per step"})
     lr: float = field(default=1e-2, metadata={"help": "Adam learning rate"})
-    regularization: float = field(default=0.0, metadata={"help": "weight of ‖P1‖² + ‖P2‖² in the loss"})
+    regularization: float = field(
+        default=0.0, metadata={"help": "weight of ‖P1‖² + ‖P2‖² in the loss"}
+    )
     max_tokens: int = field(default=128, metadata={"help": "tokens kept per text (sink included)"})
     seed: int = field(default=0, metadata={"help": "seeds the initial factors and the batches"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar", "cli": False})
@@ -63,11 +68,16 @@ class SteerTrainConfig(Config):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
         if self.max_tokens < 2:
-            raise ValueError(f"max_tokens must be at least 2 (a token and its successor), not {self.max_tokens}")
+            raise ValueError(
+                f"max_tokens must be at least 2 (a token and its successor), not {self.max_tokens}"
+            )
         if not self.lr > 0:
             raise ValueError(f"lr must be positive, not {self.lr}")
         if not self.regularization >= 0:
             raise ValueError(f"regularization must be non-negative, not {self.regularization}")
+
+
+_DEFAULT_STEER_TRAIN_CONFIG = SteerTrainConfig()
 
 
 @result_type
@@ -117,7 +127,9 @@ def steered_logits(
     p2 = steer.p2.transpose(1, 2).reshape(n * r, d)  # [steer*rank, d]: row (i, k) is P2ᵢ[:, k]
     if isinstance(gain, Tensor):
         p2 = p2 * gain.detach()
-    projected = (h @ steer.p1.permute(1, 0, 2).reshape(d, n * r)) * values.repeat_interleave(r, dim=1)
+    projected = (h @ steer.p1.permute(1, 0, 2).reshape(d, n * r)) * values.repeat_interleave(
+        r, dim=1
+    )
     shift = steer.config.epsilon * projected @ (p2 @ w_u)
     cap = lm.cfg.output_logits_soft_cap
     return apply_softcap(base + shift, cap), apply_softcap(base, cap)
@@ -139,18 +151,24 @@ def collect_final_states(
     if not any(positions):
         raise ValueError("no training text has two tokens: nothing to train on")
     acts = collect_activations(
-        lm, sequences, [hook_name("ln_final")], positions=positions,
+        lm,
+        sequences,
+        [hook_name("ln_final")],
+        positions=positions,
         config=CollectConfig(progress=progress),
     )
     targets = torch.tensor(
-        [sequences[e][p + 1] for e, p in zip(acts.example.tolist(), acts.position.tolist(), strict=True)]
+        [
+            sequences[e][p + 1]
+            for e, p in zip(acts.example.tolist(), acts.position.tolist(), strict=True)
+        ]
     )
     return acts.acts[hook_name("ln_final")], targets, acts.example
 
 
 def model_fingerprint(lm: LensModel) -> str:
     """A hash of every weight of the model, with its name and sink (a cache key part)."""
-    hasher = hashlib.blake2b(digest_size=12)
+    hasher: Any = hashlib.blake2b(digest_size=12)  # Any: it takes numpy arrays as buffers
     hasher.update(f"{lm.name}|{lm.sink}|{lm.cfg.dtype}".encode())
     for name, param in lm.model.named_parameters():
         hasher.update(name.encode())
@@ -158,12 +176,15 @@ def model_fingerprint(lm: LensModel) -> str:
     return hasher.hexdigest()
 
 
-def _cache_paths(lm: LensModel, texts: SteeringTexts, steer_config: LMSteerConfig,
-                 train_config: SteerTrainConfig) -> tuple[Path, Path]:
+def _cache_paths(
+    lm: LensModel, texts: SteeringTexts, steer_config: LMSteerConfig, train_config: SteerTrainConfig
+) -> tuple[Path, Path]:
     hasher = hashlib.blake2b(digest_size=12)
     hasher.update(model_fingerprint(lm).encode())
     payload = {
-        "texts": list(texts.texts), "labels": texts.labels.tolist(), "attributes": list(texts.attributes),
+        "texts": list(texts.texts),
+        "labels": texts.labels.tolist(),
+        "attributes": list(texts.attributes),
         "steer": steer_config.params(),
         "train": {k: v for k, v in train_config.params().items() if k != "progress"},
     }
@@ -176,8 +197,8 @@ def _cache_paths(lm: LensModel, texts: SteeringTexts, steer_config: LMSteerConfi
 def train_steer(
     lm: LensModel,
     texts: SteeringTexts,
-    steer_config: LMSteerConfig = LMSteerConfig(),
-    train_config: SteerTrainConfig = SteerTrainConfig(),
+    steer_config: LMSteerConfig = _DEFAULT_STEER_CONFIG,
+    train_config: SteerTrainConfig = _DEFAULT_STEER_TRAIN_CONFIG,
     *,
     cache: bool = True,
 ) -> tuple[LMSteer, SteerTraining]:
@@ -229,7 +250,12 @@ def train_steer(
     cursor = 0
     losses, base_losses = [], []
     start = time.perf_counter()
-    bar = tqdm(range(train_config.steps), desc="train steer", unit="step", disable=not train_config.progress)
+    bar = tqdm(
+        range(train_config.steps),
+        desc="train steer",
+        unit="step",
+        disable=not train_config.progress,
+    )
     for _ in bar:
         if cursor + train_config.batch_tokens > n_items and cursor > 0:
             order, cursor = torch.randperm(n_items, generator=generator), 0
@@ -240,7 +266,9 @@ def train_steer(
         y = targets[batch].to(lm.device)
         loss = F.cross_entropy(logits.float(), y)
         if train_config.regularization > 0:
-            loss = loss + train_config.regularization * (steer.p1.square().sum() + steer.p2.square().sum())
+            loss = loss + train_config.regularization * (
+                steer.p1.square().sum() + steer.p2.square().sum()
+            )
         optimiser.zero_grad()
         loss.backward()
         optimiser.step()
@@ -255,7 +283,9 @@ def train_steer(
         axes=("step",),
         labels=((),),
         meta=lm.meta(
-            texts.texts, seed=train_config.seed, data_source=texts.source,
+            texts.texts,
+            seed=train_config.seed,
+            data_source=texts.source,
             params={
                 **{f"steer.{k}": v for k, v in steer_config.params().items()},
                 **{f"train.{k}": v for k, v in train_config.params().items()},

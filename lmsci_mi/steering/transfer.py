@@ -27,8 +27,12 @@ __all__ = ["SteerTransfer", "TransferConfig", "shared_tokens", "transfer_steer"]
 class TransferConfig(Config):
     """How the unembedding map is fitted."""
 
-    ridge: float = field(default=1e-3, metadata={"help": "ridge penalty, relative to the mean eigenvalue of XᵀX"})
-    holdout: float = field(default=0.1, metadata={"help": "fraction of shared tokens held out to score the map"})
+    ridge: float = field(
+        default=1e-3, metadata={"help": "ridge penalty, relative to the mean eigenvalue of XᵀX"}
+    )
+    holdout: float = field(
+        default=0.1, metadata={"help": "fraction of shared tokens held out to score the map"}
+    )
     seed: int = field(default=0, metadata={"help": "seed of the held-out split"})
 
     def validate(self) -> None:
@@ -36,6 +40,9 @@ class TransferConfig(Config):
             raise ValueError(f"ridge must be non-negative, not {self.ridge}")
         if not 0 <= self.holdout < 1:
             raise ValueError(f"holdout must be in [0, 1), not {self.holdout}")
+
+
+_DEFAULT_TRANSFER_CONFIG = TransferConfig()
 
 
 @result_type
@@ -61,7 +68,9 @@ def shared_tokens(source: LensModel, target: LensModel) -> tuple[list[int], list
 
     def table(lm: LensModel) -> dict[str, int]:
         strings: dict[str, int] = {}
-        for token_id, text in enumerate(lm.tokenizer.batch_decode([[i] for i in range(lm.cfg.d_vocab)])):
+        for token_id, text in enumerate(
+            lm.tokenizer.batch_decode([[i] for i in range(lm.cfg.d_vocab)])
+        ):
             if text and "\ufffd" not in text and text not in strings:
                 strings[text] = token_id
         return strings
@@ -80,7 +89,10 @@ def _unembedding(lm: LensModel) -> Tensor:
 
 @torch.no_grad()
 def transfer_steer(
-    steer: LMSteer, source: LensModel, target: LensModel, config: TransferConfig = TransferConfig()
+    steer: LMSteer,
+    source: LensModel,
+    target: LensModel,
+    config: TransferConfig = _DEFAULT_TRANSFER_CONFIG,
 ) -> tuple[LMSteer, SteerTransfer]:
     """Map ``steer`` (trained on ``source``) onto ``target``. Reads both models only.
 

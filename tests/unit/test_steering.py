@@ -13,7 +13,12 @@ from safetensors.torch import save_file
 
 from lmsci_mi import LensModel, load_model
 from lmsci_mi.cli import main
-from lmsci_mi.data.steering_texts import SteeringTexts, neutral_prompts, steering_texts, topic_lexicon
+from lmsci_mi.data.steering_texts import (
+    SteeringTexts,
+    neutral_prompts,
+    steering_texts,
+    topic_lexicon,
+)
 from lmsci_mi.sites import hook_name
 from lmsci_mi.steering import (
     LMSteer,
@@ -35,7 +40,9 @@ from lmsci_mi.steering.evaluate import sentiment_scores
 
 def _strong_steer(lm: LensModel, attributes: tuple[str, ...] = ("sentiment", "topic")) -> LMSteer:
     """A random steer large enough to change the toy's predictions."""
-    return LMSteer.for_model(lm, attributes, LMSteerConfig(rank=8, epsilon=1.0, init_std=0.2), seed=1)
+    return LMSteer.for_model(
+        lm, attributes, LMSteerConfig(rank=8, epsilon=1.0, init_std=0.2), seed=1
+    )
 
 
 # ------------------------------------------------------------------ the algebra
@@ -49,7 +56,11 @@ def test_steer_equals_the_explicit_embedding_transform(model: str) -> None:
     h = torch.randn(5, lm.cfg.d_model)
     values = {"sentiment": 2.5, "topic": -1.5}
     eps = steer.config.epsilon
-    w = 2.5 * steer.matrix("sentiment") + -1.5 * steer.matrix("topic") + steer.p1[-1] @ steer.p2[-1].T
+    w = (
+        2.5 * steer.matrix("sentiment")
+        + -1.5 * steer.matrix("topic")
+        + steer.p1[-1] @ steer.p2[-1].T
+    )
     w_u = lm.model.unembed.W_U.detach()
     gain = getattr(lm.model.ln_final, "w", None)  # the toys keep their norm's gain (no fold_ln)
     if gain is not None:
@@ -102,8 +113,10 @@ def test_steered_generation_is_the_same_with_and_without_the_kv_cache(tiny: Lens
     plain = generate_steered(tiny, prompts, None, None, **kwargs)
     assert cached == uncached
     assert cached != plain  # the steer acts at every generated step
-    sampled = [generate_steered(tiny, prompts, steer, [3.0], seed=4, use_kv_cache=c, max_new_tokens=6)
-               for c in (True, False)]
+    sampled = [
+        generate_steered(tiny, prompts, steer, [3.0], seed=4, use_kv_cache=c, max_new_tokens=6)
+        for c in (True, False)
+    ]
     assert sampled[0] == sampled[1]
     assert tiny.hooks.attached_count() == 0
 
@@ -112,7 +125,10 @@ def test_batched_generation_equals_one_prompt_at_a_time(tiny: LensModel) -> None
     steer = _strong_steer(tiny)
     prompts = ["The cat sat", "A dog ran", "Once upon a time there"]
     together = generate_steered(tiny, prompts, steer, [2.0], max_new_tokens=6, temperature=0.0)
-    alone = [generate_steered(tiny, [p], steer, [2.0], max_new_tokens=6, temperature=0.0)[0] for p in prompts]
+    alone = [
+        generate_steered(tiny, [p], steer, [2.0], max_new_tokens=6, temperature=0.0)[0]
+        for p in prompts
+    ]
     assert together == alone
 
 
@@ -138,7 +154,11 @@ def test_max_spans_matches_brute_force() -> None:
         values = [round(rng.uniform(-3, 3), 2) for _ in range(t)]
         n, length = rng.randint(1, 3), rng.randint(1, 4)
         total, spans = max_spans(values, n, length)
-        assert total == pytest.approx(_brute_force(values, n, length), abs=1e-9), (values, n, length)
+        assert total == pytest.approx(_brute_force(values, n, length), abs=1e-9), (
+            values,
+            n,
+            length,
+        )
         assert len(spans) <= n
         assert all(0 < e - s <= length for s, e in spans)
         assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
@@ -163,11 +183,12 @@ def test_save_and_load_round_trip(tiny: LensModel, tmp_path: Path) -> None:
     assert torch.equal(loaded.p1, steer.p1) and torch.equal(loaded.p2, steer.p2)
 
 
-def test_a_steer_of_another_model_is_refused(tiny: LensModel, tiny_gpt2: LensModel, tmp_path: Path) -> None:
+def test_a_steer_of_another_model_is_refused(
+    tiny: LensModel, tiny_gpt2: LensModel, tmp_path: Path
+) -> None:
     steer = _strong_steer(tiny)
-    with pytest.raises(ValueError, match="belongs to toy-2l"):
-        with steer.apply(tiny_gpt2, [1.0]):
-            pass
+    with pytest.raises(ValueError, match="belongs to toy-2l"), steer.apply(tiny_gpt2, [1.0]):
+        pass
     path = steer.save(tmp_path / "s.safetensors")
     with pytest.raises(ValueError, match="belongs to toy-2l"):
         LMSteer.load(path, tiny_gpt2)
@@ -217,8 +238,12 @@ def test_training_lowers_the_loss_never_touches_the_model_and_is_cached(
     monkeypatch.setenv("LMSCI_MI_CACHE", str(tmp_path))
     weights = [p.detach().clone() for p in tiny.model.parameters()]
     full = steering_texts("sentiment")
-    texts = SteeringTexts(full.texts[:3] + full.texts[-3:], full.labels[[0, 1, 2, -3, -2, -1]],
-                          full.attributes, full.source)
+    texts = SteeringTexts(
+        full.texts[:3] + full.texts[-3:],
+        full.labels[[0, 1, 2, -3, -2, -1]],
+        full.attributes,
+        full.source,
+    )
     # every step sees all ~80 targets, so the loss is one function and must fall
     config = SteerTrainConfig(steps=20, batch_tokens=4096, lr=1e-2, progress=False)
     shape = LMSteerConfig(rank=4, epsilon=1.0)
@@ -240,7 +265,9 @@ def test_training_lowers_the_loss_never_touches_the_model_and_is_cached(
 def test_evaluate_settings_rows_and_unsteered(tiny: LensModel) -> None:
     steer = _strong_steer(tiny)
     config = SteerEvalConfig(n_prompts=4, max_new_tokens=4, progress=False)
-    curve = evaluate_settings(tiny, steer, [{"sentiment": -1.0}, {"sentiment": 1.0, "topic": 2.0}], config)
+    curve = evaluate_settings(
+        tiny, steer, [{"sentiment": -1.0}, {"sentiment": 1.0, "topic": 2.0}], config
+    )
     assert curve.values.shape == (2, 6)
     assert curve.settings == ((-1.0, 0.0), (1.0, 2.0))
     assert len(curve.unsteered) == 6 and all(len(c) == 4 for c in curve.continuations)
@@ -285,18 +312,33 @@ def test_bundled_texts_agree_with_vader_and_prompts_are_neutral() -> None:
     topic = steering_texts("topic")
     lexicon = topic_lexicon()
     assert set(lexicon) == {"food", "technology"} and not lexicon["food"] & lexicon["technology"]
-    assert abs(float(torch.tensor(sentiment_scores(topic.texts)).mean())) < 0.1  # topic texts are neutral
+    assert (
+        abs(float(torch.tensor(sentiment_scores(topic.texts)).mean())) < 0.1
+    )  # topic texts are neutral
 
 
 # ------------------------------------------------------------------ command line
 
 
-def test_cli_steer_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_steer_round_trip(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("LMSCI_MI_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "s.safetensors"
-    train = ["steer", "train", "--model", "toy-2l", "--device", "cpu", "--steps", "2",
-             "--rank", "2", "--out", str(out)]
+    train = [
+        "steer",
+        "train",
+        "--model",
+        "toy-2l",
+        "--device",
+        "cpu",
+        "--steps",
+        "2",
+        "--rank",
+        "2",
+        "--out",
+        str(out),
+    ]
     assert main(train) == 0
     assert main(["steer", "generate", "--steer", str(out), "--value", "3", "--tokens", "3"]) == 0
     assert main(["steer", "generate", "--steer", str(out), "--value", "3", "--value2", "1"]) == 2
@@ -305,12 +347,52 @@ def test_cli_steer_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     assert "belongs to toy-2l" in capsys.readouterr().err
     assert main(["steer", "svd", "--steer", str(out), "--export", str(tmp_path / "t.csv")]) == 0
     assert (tmp_path / "t.csv").read_text().startswith("direction,")
-    assert main(["steer", "highlight", "--steer", str(out), "--text", "A good day",
-                 "--html", str(tmp_path / "h.html")]) == 0
-    assert main(["steer", "eval", "--steer", str(out), "--n-prompts", "2", "--max-new-tokens", "2",
-                 "--values=-1,1"]) == 0
-    assert main(["steer", "transfer", "--steer", str(out), "--to", "toy-gpt2-2l",
-                 "--out", str(tmp_path / "t.safetensors")]) == 0
+    assert (
+        main(
+            [
+                "steer",
+                "highlight",
+                "--steer",
+                str(out),
+                "--text",
+                "A good day",
+                "--html",
+                str(tmp_path / "h.html"),
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "steer",
+                "eval",
+                "--steer",
+                str(out),
+                "--n-prompts",
+                "2",
+                "--max-new-tokens",
+                "2",
+                "--values=-1,1",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "steer",
+                "transfer",
+                "--steer",
+                str(out),
+                "--to",
+                "toy-gpt2-2l",
+                "--out",
+                str(tmp_path / "t.safetensors"),
+            ]
+        )
+        == 0
+    )
     assert LMSteer.load(tmp_path / "t.safetensors").model_name == "toy-gpt2-2l"
     assert main(["steer", "svd", "--steer", str(tmp_path / "missing")]) == 2
     (tmp_path / "junk.json").write_text(json.dumps({}))
