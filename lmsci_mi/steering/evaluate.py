@@ -60,7 +60,7 @@ class SteerEvalConfig(Config):
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature (0: greedy)"})
     top_p: float = field(default=0.9, metadata={"help": "nucleus sampling threshold"})
     seed: int = field(default=0, metadata={"help": "sampling seed (the same for every value)"})
-    batch_size: int = field(default=32, metadata={"help": "prompts per generation batch"})
+    batch_size: int = field(default=64, metadata={"help": "prompts per generation batch"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar", "cli": False})
 
     def validate(self) -> None:
@@ -160,13 +160,16 @@ def generate_steered(
     temperature: float = 1.0,
     top_p: float | None = 0.9,
     seed: int | None = 0,
-    batch_size: int = 32,
+    batch_size: int = 64,
     use_kv_cache: bool = True,
 ) -> list[list[int]]:
     """Continue each prompt under a steer; returns each continuation's token ids.
 
-    Prompts of equal token length are sampled together (no padding, so positions are exact), with
-    the KV cache unless ``use_kv_cache=False``; the steer hook applies at every step. The random
+    Prompts of different lengths share one batch without padding: every row advances one
+    position per step, fed its own prompt token while it has one and its sampled token after
+    that, so positions stay exact and a batch costs (longest − shortest prompt + new tokens)
+    steps. With the KV cache each step feeds one position (``use_kv_cache=False`` recomputes the
+    whole sequence and gives the same tokens). The steer hook applies at every step. The random
     state is forked and seeded, so a seed gives the same samples at every steer value. Reads the
     model only.
 
@@ -176,36 +179,49 @@ def generate_steered(
     >>> [len(c) for c in generate_steered(lm, ["Hi", "Hello there"], steer, [2.0], max_new_tokens=3)]
     [3, 3]
     """
+    from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
+    from transformer_lens.utilities import sample_logits
+
     sequences = [lm.encode(p) for p in prompts]
-    groups: dict[int, list[int]] = {}
-    for i, seq in enumerate(sequences):
-        groups.setdefault(len(seq), []).append(i)
     out: list[list[int]] = [[] for _ in prompts]
     devices = [lm.device] if lm.device.type == "cuda" else []
     context = (
         steer.apply(lm, values if values is not None else {}) if steer is not None else _nothing()
     )
+    # Rows of similar length share a batch, so few steps are spent feeding prompt tokens.
+    order = sorted(range(len(prompts)), key=lambda i: len(sequences[i]))
     with torch.random.fork_rng(devices=devices), context:
         if seed is not None:
             torch.manual_seed(seed)
-        for length in sorted(groups):
-            members = groups[length]
-            for start in range(0, len(members), batch_size):
-                chunk = members[start : start + batch_size]
-                tokens = torch.tensor([sequences[i] for i in chunk], device=lm.device)
-                generated = lm.model.generate(
-                    tokens,
-                    max_new_tokens=max_new_tokens,
-                    do_sample=temperature > 0,
-                    temperature=max(temperature, 1e-6),
-                    top_p=top_p if temperature > 0 else None,
-                    use_past_kv_cache=use_kv_cache,
-                    verbose=False,
-                    stop_at_eos=False,
-                )
-                assert isinstance(generated, Tensor)
-                for row, i in enumerate(chunk):
-                    out[i] = generated[row, length:].tolist()
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            lengths = torch.tensor([len(sequences[i]) for i in rows], device=lm.device)
+            shortest, longest = int(lengths.min()), int(lengths.max())
+            width = longest + max_new_tokens
+            tokens = torch.zeros(len(rows), width, dtype=torch.long, device=lm.device)
+            for r, i in enumerate(rows):
+                tokens[r, : len(sequences[i])] = torch.tensor(sequences[i], device=lm.device)
+            cache = (
+                TransformerLensKeyValueCache.init_cache(lm.cfg, lm.cfg.device, len(rows))
+                if use_kv_cache
+                else None
+            )
+            logits = lm.model(tokens[:, :shortest], past_kv_cache=cache)[:, -1]
+            for t in range(shortest, width):
+                if temperature > 0:
+                    sampled = sample_logits(logits, top_p=top_p, temperature=temperature)
+                else:
+                    sampled = logits.argmax(-1)
+                in_prompt = t < lengths
+                tokens[:, t] = torch.where(in_prompt, tokens[:, t], sampled)
+                if t + 1 < width:
+                    if cache is not None:
+                        logits = lm.model(tokens[:, t : t + 1], past_kv_cache=cache)[:, -1]
+                    else:
+                        logits = lm.model(tokens[:, : t + 1])[:, -1]
+            for r, i in enumerate(rows):
+                n = len(sequences[i])
+                out[i] = tokens[r, n : n + max_new_tokens].tolist()
     return out
 
 

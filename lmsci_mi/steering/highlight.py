@@ -44,9 +44,10 @@ class HighlightConfig(Config):
             raise ValueError(
                 f"max_spans and max_length must be at least 1, not {self.max_spans}, {self.max_length}"
             )
-        if not self.value > 0:
+        if not (self.value != 0 and abs(self.value) < float("inf")):
             raise ValueError(
-                f"value must be positive (evidence compares +value with −value), not {self.value}"
+                f"value must be finite and non-zero (evidence compares +value with −value; a "
+                f"negative value highlights the other pole), not {self.value}"
             )
 
 

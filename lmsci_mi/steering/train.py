@@ -32,7 +32,12 @@ from lmsci_mi.loading import cache_root
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name
-from lmsci_mi.steering.lm_steer import LMSteer, LMSteerConfig, normalized_to_unembed_input
+from lmsci_mi.steering.lm_steer import (
+    LMSteer,
+    LMSteerConfig,
+    logits_from_normalized,
+    normalized_to_unembed_input,
+)
 
 _DEFAULT_STEER_CONFIG = LMSteerConfig()
 
@@ -43,6 +48,7 @@ __all__ = [
     "model_fingerprint",
     "steered_logits",
     "train_steer",
+    "unsteered_loss",
 ]
 
 logger = logging.getLogger(__name__)
@@ -106,33 +112,44 @@ def steered_logits(
     steer: LMSteer,
     h: Float[Tensor, "batch d_model"],
     values: Float[Tensor, "batch steer"],
-) -> tuple[Float[Tensor, "batch vocab"], Float[Tensor, "batch vocab"]]:
-    """Steered and unsteered logits of final normalised states, with per-row steer values.
+) -> Float[Tensor, "batch vocab"]:
+    """Steered logits of final normalised states, with per-row steer values.
 
     ``values`` holds every steer's value, dummy included (one row per state). The steer's change
     of the logits is computed through its rank: ε ((h P1) ⊙ s) (P2ᵀ diag(g) W_U), so a training step
-    costs one frozen ``d × vocab`` product plus two of width ``steers × rank`` instead of
-    backpropagating through ``d × vocab``. The frozen weights are detached: no gradient reaches
-    the model. Equal to unembedding ``h + ε Σᵢ sᵢ (h P1ᵢ) P2ᵢᵀ`` (tested).
-
-    Returns:
-        (steered logits, unsteered logits); the unsteered ones carry no gradient.
+    costs one frozen ``d × vocab`` product without gradient plus products of width
+    ``steers × rank``, instead of backpropagating through ``d × vocab``. The frozen weights are
+    detached: no gradient reaches the model. Equal to unembedding ``h + ε Σᵢ sᵢ (h P1ᵢ) P2ᵢᵀ``
+    (tested).
     """
     n, d, r = steer.p1.shape
     unembed = lm.model.unembed
     w_u = unembed.W_U.detach()
     with torch.no_grad():
-        base = normalized_to_unembed_input(lm, h) @ w_u + unembed.b_U.detach()
+        base = torch.addmm(unembed.b_U.detach(), normalized_to_unembed_input(lm, h), w_u)
     gain = getattr(lm.model.ln_final, "w", None)
     p2 = steer.p2.transpose(1, 2).reshape(n * r, d)  # [steer*rank, d]: row (i, k) is P2ᵢ[:, k]
     if isinstance(gain, Tensor):
         p2 = p2 * gain.detach()
-    projected = (h @ steer.p1.permute(1, 0, 2).reshape(d, n * r)) * values.repeat_interleave(
-        r, dim=1
-    )
-    shift = steer.config.epsilon * projected @ (p2 @ w_u)
-    cap = lm.cfg.output_logits_soft_cap
-    return apply_softcap(base + shift, cap), apply_softcap(base, cap)
+    p1 = steer.p1.permute(1, 0, 2).reshape(d, n * r)
+    projected = (h @ p1) * values.repeat_interleave(r, dim=1)
+    # addmm writes the sum into one new [batch, vocab] tensor: a step allocates few of them
+    logits = torch.addmm(base, projected, p2 @ w_u, alpha=steer.config.epsilon)
+    return apply_softcap(logits, lm.cfg.output_logits_soft_cap)
+
+
+@torch.no_grad()
+def unsteered_loss(
+    lm: LensModel, states: Tensor, targets: Tensor, *, batch_tokens: int = 1024
+) -> float:
+    """Mean next-token cross-entropy of the unsteered model on collected final states."""
+    total = 0.0
+    for start in range(0, len(targets), batch_tokens):
+        h = states[start : start + batch_tokens].to(lm.device, lm.cfg.dtype)
+        logits = logits_from_normalized(lm, h).float()
+        y = targets[start : start + batch_tokens].to(lm.device)
+        total += float(F.cross_entropy(logits, y, reduction="sum"))
+    return total / max(len(targets), 1)
 
 
 def collect_final_states(
@@ -228,8 +245,15 @@ def train_steer(
     """
     if len(texts) == 0:
         raise ValueError("the training set is empty: give at least one labelled text")
-    steer_path, result_path = _cache_paths(lm, texts, steer_config, train_config)
-    if cache and steer_path.is_file() and result_path.is_file():
+    steer_path, result_path = (
+        _cache_paths(lm, texts, steer_config, train_config) if cache else (None, None)
+    )
+    if (
+        steer_path is not None
+        and result_path is not None
+        and steer_path.is_file()
+        and result_path.is_file()
+    ):
         logger.info("loading cached steer %s", steer_path)
         return LMSteer.load(steer_path, lm), SteerTraining.load(result_path)
 
@@ -248,8 +272,9 @@ def train_steer(
     n_items = len(targets)
     order = torch.randperm(n_items, generator=generator)
     cursor = 0
-    losses, base_losses = [], []
+    losses: list[float] = []
     start = time.perf_counter()
+    base_loss = unsteered_loss(lm, states, targets, batch_tokens=train_config.batch_tokens)
     bar = tqdm(
         range(train_config.steps),
         desc="train steer",
@@ -262,7 +287,7 @@ def train_steer(
         batch = order[cursor : cursor + train_config.batch_tokens]
         cursor += len(batch)
         h = states[batch].to(lm.device, lm.cfg.dtype)
-        logits, base = steered_logits(lm, steer, h, labels[batch].to(lm.device, h.dtype))
+        logits = steered_logits(lm, steer, h, labels[batch].to(lm.device, h.dtype))
         y = targets[batch].to(lm.device)
         loss = F.cross_entropy(logits.float(), y)
         if train_config.regularization > 0:
@@ -273,9 +298,7 @@ def train_steer(
         loss.backward()
         optimiser.step()
         losses.append(loss.detach().item())
-        with torch.no_grad():
-            base_losses.append(float(F.cross_entropy(base.float(), y)))
-        bar.set_postfix(loss=f"{losses[-1]:.3f}", unsteered=f"{base_losses[-1]:.3f}")
+        bar.set_postfix(loss=f"{losses[-1]:.3f}", unsteered=f"{base_loss:.3f}")
     train_seconds = time.perf_counter() - start
     tail = max(1, len(losses) // 10)
     result = SteerTraining(
@@ -294,13 +317,13 @@ def train_steer(
         attributes=texts.attributes,
         n_texts=len(texts),
         n_tokens=n_items,
-        unsteered_loss=sum(base_losses) / len(base_losses),
+        unsteered_loss=base_loss,
         final_loss=sum(losses[-tail:]) / tail,
         collect_seconds=collect_seconds,
         train_seconds=train_seconds,
     )
     steer.requires_grad_(False)
-    if cache:
+    if steer_path is not None and result_path is not None:
         steer.save(steer_path)
         result.save(result_path)
     return steer, result
