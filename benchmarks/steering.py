@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -43,17 +45,19 @@ from lmsci_mi.steering import (
 from lmsci_mi.steering.lm_steer import LMSteer
 
 STEER = LMSteerConfig()
-TRAIN = SteerTrainConfig(steps=300, batch_tokens=1024)
-S = 10.0  # the control curve's end value: ±S with the dummy at 1
-EVAL = SteerEvalConfig(values=(-S, -S / 2, 0.0, S / 2, S), n_prompts=60, max_new_tokens=20)
-T = 10.0  # the topic steer's value in the composition grid
+TRAIN = SteerTrainConfig(steps=200, batch_tokens=512)
+GRID = (-4.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 4.0)
+"""Steer values of the control curve (the dummy at 1 throughout). The end value s used below is
+the largest of 4, 2, 1 whose ±s perplexity stays within 1.5x the unsteered model's, a rule fixed
+before the run; the grid holds -s, -s/2, 0, s/2, s for each."""
+EVAL = SteerEvalConfig(values=GRID, n_prompts=60, max_new_tokens=20)
 SENTENCES = (
     "The staff were wonderful and the food was absolutely delicious.",
     "The room was filthy, the staff were rude and the trip was a disaster.",
 )
 
 
-def _cached(name: str, key: object, compute):  # noqa: ANN001, ANN202 - a small local helper
+def _cached(name: str, key: object, compute: Callable[[], Result]) -> tuple[Result, bool]:
     """Load the result saved under ``name`` and ``key``, or compute and save it."""
     digest = hashlib.blake2b(json.dumps(key, sort_keys=True, default=str).encode(), digest_size=8)
     path = cache_root() / "benchmarks" / f"steering-{name}-{digest.hexdigest()}.json"
@@ -65,9 +69,13 @@ def _cached(name: str, key: object, compute):  # noqa: ANN001, ANN202 - a small 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
     parser.add_argument("--no-transfer", action="store_true", help="skip the transfer to Gemma")
-    parser.add_argument("--out-dir", type=Path, default=Path("out/steering"), help="figures and tables")
+    parser.add_argument(
+        "--out-dir", type=Path, default=Path("out/steering"), help="figures and tables"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     args.out_dir.mkdir(parents=True, exist_ok=True)
@@ -79,42 +87,77 @@ def main() -> None:
     steer, run = train_steer(lm, texts, STEER, TRAIN)
     wall = time.perf_counter() - start
     print(f"## Training ({lm.name}, {steer})\n")
-    print(f"{run.n_texts} texts, {run.n_tokens} next-token targets; {TRAIN.steps} steps of "
-          f"{TRAIN.batch_tokens} tokens, Adam lr {TRAIN.lr}")
+    print(
+        f"{run.n_texts} texts, {run.n_tokens} next-token targets; {TRAIN.steps} steps of "
+        f"{TRAIN.batch_tokens} tokens, Adam lr {TRAIN.lr}"
+    )
     print(f"loss: unsteered {run.unsteered_loss:.3f} -> steered {run.final_loss:.3f} (last tenth)")
-    print(f"cost: collect states {run.collect_seconds:.1f} s + train {run.train_seconds:.1f} s "
-          f"(this call {wall:.1f} s; 0 when cached)\n")
+    print(
+        f"cost: collect states {run.collect_seconds:.1f} s + train {run.train_seconds:.1f} s "
+        f"(this call {wall:.1f} s; 0 when cached)\n"
+    )
     run.plot(args.out_dir / "loss.png")
     steer_path = steer.save(args.out_dir / "steer-sentiment-topic.safetensors")
 
-    key = {"steer": str(steer_path.stat().st_size), "p1": float(steer.p1.sum()), "eval": EVAL.params()}
-    curve, hit = _cached("curve", key, lambda: evaluate_settings(
-        lm, steer, [{"sentiment": v} for v in EVAL.values], EVAL))
+    key = {
+        "steer": str(steer_path.stat().st_size),
+        "p1": float(steer.p1.sum()),
+        "eval": EVAL.params(),
+    }
+    curve, hit = _cached(
+        "curve", key, lambda: evaluate_settings(lm, steer, [{"sentiment": v} for v in GRID], EVAL)
+    )
     assert isinstance(curve, ControlCurve)
-    print(f"## Sentiment control curve ({EVAL.n_prompts} neutral prompts, {EVAL.max_new_tokens} new "
-          f"tokens, T={EVAL.temperature}, top-p {EVAL.top_p}; topic steer 0, dummy 1){' [cached]' if hit else ''}\n")
+    print(
+        f"## Sentiment control curve ({EVAL.n_prompts} neutral prompts, {EVAL.max_new_tokens} new "
+        f"tokens, T={EVAL.temperature}, top-p {EVAL.top_p}; topic steer 0, dummy 1){' [cached]' if hit else ''}\n"
+    )
     print(curve.table())
     ppl0 = curve.unsteered[2]
-    ppl = curve.metric("perplexity")
-    print(f"\nsentiment monotone: {curve.is_monotone()}; gap(+{S:g}, -{S:g}) = {curve.gap():+.3f}; "
-          f"perplexity at -{S:g} / +{S:g} = {ppl[0] / ppl0:.2f}x / {ppl[-1] / ppl0:.2f}x unsteered\n")
+    ppl = dict(zip(GRID, curve.metric("perplexity").tolist(), strict=True))
+    sent = dict(zip(GRID, curve.metric("sentiment").tolist(), strict=True))
+    fits = [s for s in (4.0, 2.0, 1.0) if max(ppl[s], ppl[-s]) <= 1.5 * ppl0]
+    S = fits[0] if fits else 1.0
+    five = [sent[v] for v in (-S, -S / 2, 0.0, S / 2, S)]
+    monotone = all(a < b for a, b in itertools.pairwise(five))
+    print(
+        f"\ns = {S:g}: sentiment at -s, -s/2, 0, s/2, s = {', '.join(f'{v:+.3f}' for v in five)} "
+        f"(monotone: {monotone}); gap(+s, -s) = {sent[S] - sent[-S]:+.3f}; perplexity at -s / +s = "
+        f"{ppl[-S] / ppl0:.2f}x / {ppl[S] / ppl0:.2f}x unsteered ({ppl0:.2f})\n"
+    )
     curve.plot(args.out_dir / "control_curve.png")
     for label, samples in zip(curve.axis_labels(0), curve.continuations, strict=True):
         print(f"  {label}: {samples[0]!r} | {samples[1]!r}")
 
-    grid = [{"sentiment": s, "topic": t} for s in (-S, 0.0, S) for t in (-T, 0.0, T)]
-    both, hit = _cached("composition", {**key, "grid": grid}, lambda: evaluate_settings(lm, steer, grid, EVAL))
+    T = S
+    grid = [
+        {"sentiment": a, "topic": b}
+        for a, b in ((0, 0), (S, 0), (0, T), (S, T), (-S, -T), (S, -T), (-S, T))
+    ]
+    both, hit = _cached(
+        "composition", {**key, "grid": grid}, lambda: evaluate_settings(lm, steer, grid, EVAL)
+    )
     assert isinstance(both, ControlCurve)
     print(f"\n## Composition: sentiment and topic together{' [cached]' if hit else ''}\n")
     print(both.table())
+    rows = {tuple(v): i for i, v in enumerate(both.settings)}
+    base, joint = both.values[rows[(0.0, 0.0)]], both.values[rows[(S, T)]]
+    print(
+        f"\nboth steers at +{S:g} vs both at 0: sentiment {joint[0] - base[0]:+.3f}, "
+        f"topic score {joint[1] - base[1]:+.4f}"
+    )
 
     probe = steer_svd(lm, steer, SVDConfig(n_directions=3))
     print("\n## SVD probe of the sentiment steer's W\n")
     for j, value in enumerate(probe.values.tolist()):
-        print(f"direction {j} (σ {value:.3g})\n  raised:  {' '.join(probe.top_words[j])}\n"
-              f"  lowered: {' '.join(probe.bottom_words[j])}")
-    print(f"mean |VADER valence| of direction 0's 2x20 end words: {probe.end_valence:.3f}; "
-          f"of 20 random vocabulary words: {probe.random_valence:.3f} ({' '.join(probe.random_words)})")
+        print(
+            f"direction {j} (σ {value:.3g})\n  raised:  {' '.join(probe.top_words[j])}\n"
+            f"  lowered: {' '.join(probe.bottom_words[j])}"
+        )
+    print(
+        f"mean |VADER valence| of direction 0's 2x20 end words: {probe.end_valence:.3f}; "
+        f"of 20 random vocabulary words: {probe.random_valence:.3f} ({' '.join(probe.random_words)})"
+    )
     probe.to_table().to_csv(args.out_dir / "svd_words.csv", index=False)
 
     print("\n## Keyword highlighting (4 spans of at most 10 tokens; s = 5)\n")
@@ -122,22 +165,33 @@ def main() -> None:
         config = HighlightConfig(value=5.0 * sign)
         result = highlight_keywords(lm, steer, sentence, config)
         result.save_html(args.out_dir / f"highlight_{'positive' if sign > 0 else 'negative'}.html")
-        print(f"{sentence}\n  evidence for the {'positive' if sign > 0 else 'negative'} pole: "
-              f"{result.span_texts()}")
+        print(
+            f"{sentence}\n  evidence for the {'positive' if sign > 0 else 'negative'} pole: "
+            f"{result.span_texts()}"
+        )
 
     if args.no_transfer:
         return
     gemma = load_model("gemma3-270m")
     moved, fit = transfer_steer(steer, lm, gemma)
-    print(f"\n## Transfer to {gemma.name}\n\nmap fitted on {fit.n_shared} shared token strings, "
-          f"held-out R² {fit.r2:.3f}")
+    print(
+        f"\n## Transfer to {gemma.name}\n\nmap fitted on {fit.n_shared} shared token strings, "
+        f"held-out R² {fit.r2:.3f}"
+    )
     ends = [{"sentiment": -S}, {"sentiment": S}]
-    moved_curve, hit = _cached("transfer", {**key, "r2": fit.r2}, lambda: evaluate_settings(gemma, moved, ends, EVAL))
+    moved_curve, hit = _cached(
+        "transfer",
+        {**key, "r2": fit.r2, "s": S},
+        lambda: evaluate_settings(gemma, moved, ends, EVAL),
+    )
     assert isinstance(moved_curve, ControlCurve)
     print(moved_curve.table())
-    fraction = moved_curve.gap() / curve.gap()
-    print(f"gap on {gemma.name}: {moved_curve.gap():+.3f}; on {lm.name}: {curve.gap():+.3f}; "
-          f"fraction kept {fraction:.2f}{' [cached]' if hit else ''}")
+    source_gap = sent[S] - sent[-S]
+    print(
+        f"gap(+{S:g}, -{S:g}) on {gemma.name}: {moved_curve.gap():+.3f}; on {lm.name}: "
+        f"{source_gap:+.3f}; fraction kept {moved_curve.gap() / source_gap:.2f}"
+        f"{' [cached]' if hit else ''}"
+    )
     LMSteer.save(moved, args.out_dir / "steer-gemma3-270m.safetensors")
 
 
