@@ -46,10 +46,14 @@ from lmsci_mi.steering.lm_steer import LMSteer
 
 STEER = LMSteerConfig()
 TRAIN = SteerTrainConfig(steps=200, batch_tokens=512)
-GRID = (-4.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 4.0)
-"""Steer values of the control curve (the dummy at 1 throughout). The end value s used below is
-the largest of 4, 2, 1 whose ±s perplexity stays within 1.5x the unsteered model's, a rule fixed
-before the run; the grid holds -s, -s/2, 0, s/2, s for each."""
+GRID = (-2.0, -1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0, 2.0)
+"""Steer values of the control curve (the dummy at 1 throughout). The end value s reported is the
+largest of 2, 1, 0.5 whose ±s perplexity stays within 1.5x the unsteered model's; the grid holds
+-s, -s/2, 0, s/2, s for each."""
+COMPOSITION = 2.0
+"""Both steers' magnitude in the composition grid."""
+TRANSFER = 1.0
+"""The steer value at which the transfer's +s/−s gap is compared."""
 EVAL = SteerEvalConfig(values=GRID, n_prompts=60, max_new_tokens=20)
 SENTENCES = (
     "The staff were wonderful and the food was absolutely delicious.",
@@ -101,7 +105,7 @@ def main() -> None:
 
     key = {
         "steer": str(steer_path.stat().st_size),
-        "p1": float(steer.p1.sum()),
+        "p1": float(steer.p1.detach().sum()),
         "eval": EVAL.params(),
     }
     curve, hit = _cached(
@@ -116,8 +120,8 @@ def main() -> None:
     ppl0 = curve.unsteered[2]
     ppl = dict(zip(GRID, curve.metric("perplexity").tolist(), strict=True))
     sent = dict(zip(GRID, curve.metric("sentiment").tolist(), strict=True))
-    fits = [s for s in (4.0, 2.0, 1.0) if max(ppl[s], ppl[-s]) <= 1.5 * ppl0]
-    S = fits[0] if fits else 1.0
+    fits = [s for s in (2.0, 1.0, 0.5) if max(ppl[s], ppl[-s]) <= 1.5 * ppl0]
+    S = fits[0] if fits else 0.5
     five = [sent[v] for v in (-S, -S / 2, 0.0, S / 2, S)]
     monotone = all(a < b for a, b in itertools.pairwise(five))
     print(
@@ -129,7 +133,7 @@ def main() -> None:
     for label, samples in zip(curve.axis_labels(0), curve.continuations, strict=True):
         print(f"  {label}: {samples[0]!r} | {samples[1]!r}")
 
-    T = S
+    S, T = COMPOSITION, COMPOSITION
     grid = [
         {"sentiment": a, "topic": b}
         for a, b in ((0, 0), (S, 0), (0, T), (S, T), (-S, -T), (S, -T), (-S, T))
@@ -140,11 +144,14 @@ def main() -> None:
     assert isinstance(both, ControlCurve)
     print(f"\n## Composition: sentiment and topic together{' [cached]' if hit else ''}\n")
     print(both.table())
-    rows = {tuple(v): i for i, v in enumerate(both.settings)}
-    base, joint = both.values[rows[(0.0, 0.0)]], both.values[rows[(S, T)]]
+    row = {tuple(v): both.values[i] for i, v in enumerate(both.settings)}
+    sentiment_effect = row[(S, T)][0] - row[(-S, T)][0]
+    topic_effect = row[(S, T)][1] - row[(S, -T)][1]
     print(
-        f"\nboth steers at +{S:g} vs both at 0: sentiment {joint[0] - base[0]:+.3f}, "
-        f"topic score {joint[1] - base[1]:+.4f}"
+        f"\nwith both steers on: sentiment +{S:g} vs -{S:g} (topic at +{T:g}) moves sentiment by "
+        f"{sentiment_effect:+.3f}; topic +{T:g} vs -{T:g} (sentiment at +{S:g}) moves the topic "
+        f"score by {topic_effect:+.3f}; (+,+) vs (-,-): sentiment "
+        f"{row[(S, T)][0] - row[(-S, -T)][0]:+.3f}, topic {row[(S, T)][1] - row[(-S, -T)][1]:+.3f}"
     )
 
     probe = steer_svd(lm, steer, SVDConfig(n_directions=3))
@@ -178,6 +185,7 @@ def main() -> None:
         f"\n## Transfer to {gemma.name}\n\nmap fitted on {fit.n_shared} shared token strings, "
         f"held-out R² {fit.r2:.3f}"
     )
+    S = TRANSFER
     ends = [{"sentiment": -S}, {"sentiment": S}]
     moved_curve, hit = _cached(
         "transfer",

@@ -330,6 +330,7 @@ class LMSteer(nn.Module):
         with torch.no_grad():
             steer.p1.copy_(p1)
             steer.p2.copy_(p2)
+        steer.requires_grad_(False)  # a loaded steer is for use; train_steer trains fresh ones
         if lm is not None:
             steer.check_model(lm)
             steer = steer.to(lm.device)
