@@ -74,7 +74,11 @@ def benchmark(args: argparse.Namespace) -> None:
         small = args.stats_tokens
         _, wall, cpu = timed(
             lambda: key_statistics(
-                lm, layers, StatsConfig(n_tokens=small), use_cache=False, cache_dir=Path(args.scratch)
+                lm,
+                layers,
+                StatsConfig(n_tokens=small),
+                use_cache=False,
+                cache_dir=Path(args.scratch),
             )
         )
         print(
@@ -90,14 +94,18 @@ def benchmark(args: argparse.Namespace) -> None:
     _, wall, cpu = timed(lambda: context_templates(lm, 10))
     print(f"| context prefixes (once per model, cached) | | {wall:.1f} | {cpu:.1f} |")
     for fact in facts[: args.n_rome]:
-        handle, wall, cpu = timed(lambda f=fact: rome_edit(lm, f, ROMEHyperParams(layer=layer), stats=stats))
+        handle, wall, cpu = timed(
+            lambda f=fact: rome_edit(lm, f, ROMEHyperParams(layer=layer), stats=stats)
+        )
         handle.restore()
         print(f"| ROME edit, {fact.subject} →{fact.target_new} | | {wall:.1f} | {cpu:.1f} |")
     if not args.n_memit:
         return
     batch = facts[: args.n_memit]
     context_templates(lm, 5, (10,))
-    handle, wall, cpu = timed(lambda: memit_edit(lm, batch, MEMITHyperParams(layers=layers), stats=stats))
+    handle, wall, cpu = timed(
+        lambda: memit_edit(lm, batch, MEMITHyperParams(layers=layers), stats=stats)
+    )
     handle.restore()
     print(f"| MEMIT batch of {len(batch)} facts | | {wall:.1f} | {cpu:.1f} |")
 
@@ -199,7 +207,10 @@ def main() -> None:
         "--shard", default="0/1", help="ROME facts shard i/k (run k processes, the last combines)"
     )
     parser.add_argument(
-        "--generation-tokens", type=int, default=GENERATION_TOKENS, help="tokens per generation for GE"
+        "--generation-tokens",
+        type=int,
+        default=GENERATION_TOKENS,
+        help="tokens per generation for GE",
     )
     parser.add_argument(
         "--table-from",

@@ -77,10 +77,14 @@ def main() -> None:
 
         tl_like = HeadScoreConfig(rows="all", batch_size=64)  # detect_head's normalisation
         batched = lambda: head_scores(lm, tokens, "induction", tl_like)  # noqa: E731
-        per_prompt = lambda: torch.stack(  # noqa: E731
-            [head_scores(lm, tokens[i : i + 1], "induction", tl_like).values
-             for i in range(len(texts))]
-        ).mean(0)
+        per_prompt = (
+            lambda: torch.stack(  # noqa: E731
+                [
+                    head_scores(lm, tokens[i : i + 1], "induction", tl_like).values
+                    for i in range(len(texts))
+                ]
+            ).mean(0)
+        )
         tl_loop = lambda: detect_head(lm.model, texts, "induction_head")  # noqa: E731
 
         t_batched, ours = timed(batched)
@@ -90,13 +94,23 @@ def main() -> None:
         count_passes(per_prompt)
         rows = [
             ("lmsci-mi head_scores, batched", t_batched, passes[0], 0.0),
-            ("lmsci-mi, one prompt per pass", t_loop, passes[1],
-             float((loop_values - ours.values).abs().max())),
-            ("TransformerLens detect_head loop", t_tl, len(texts),
-             float((tl_values.float() - ours.values).abs().max())),
+            (
+                "lmsci-mi, one prompt per pass",
+                t_loop,
+                passes[1],
+                float((loop_values - ours.values).abs().max()),
+            ),
+            (
+                "TransformerLens detect_head loop",
+                t_tl,
+                len(texts),
+                float((tl_values.float() - ours.values).abs().max()),
+            ),
         ]
-    print(f"induction scores, {lm.cfg.n_layers} layers x {lm.cfg.n_heads} heads, "
-          f"{args.n_sequences} sequences of {tokens.shape[1]} tokens, device {lm.device}")
+    print(
+        f"induction scores, {lm.cfg.n_layers} layers x {lm.cfg.n_heads} heads, "
+        f"{args.n_sequences} sequences of {tokens.shape[1]} tokens, device {lm.device}"
+    )
     print(f"{'method':<36} {'seconds':>8} {'ratio':>7} {'passes':>7} {'max |diff|':>11}")
     for name, seconds, n_passes, diff in rows:
         print(f"{name:<36} {seconds:8.2f} {seconds / t_batched:7.2f} {n_passes:7d} {diff:11.2e}")

@@ -28,9 +28,23 @@ print(f"{{t1 - t0:.3f}} {{t2 - t1:.3f}} {{lm.tokenizer.decode([int(lp.argmax())]
 
 
 def run(model: str, cache: str) -> tuple[float, float, str]:
-    env = {**os.environ, "LMSCI_MI_CACHE": cache, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
-    out = subprocess.run([sys.executable, "-c", CHILD.format(model=model)], env=env,
-                         capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+    env = {
+        **os.environ,
+        "LMSCI_MI_CACHE": cache,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_VERBOSITY": "error",
+    }
+    out = (
+        subprocess.run(
+            [sys.executable, "-c", CHILD.format(model=model)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     imports, load, top = out.split(" ", 2)
     return float(imports), float(load), top
 
@@ -53,7 +67,9 @@ def main() -> None:
         print(f"{name:<20} {imports:>9.2f} {load:>8.2f}  {top}")
     cold = min(r[2] for r in rows if r[0].startswith("cold"))
     warm = min(r[2] for r in rows if r[0] == "cached")
-    print(f"\nbest cold {cold:.2f} s, best cached {warm:.2f} s: cached load is {cold / warm:.1f}x faster")
+    print(
+        f"\nbest cold {cold:.2f} s, best cached {warm:.2f} s: cached load is {cold / warm:.1f}x faster"
+    )
 
 
 if __name__ == "__main__":

@@ -89,16 +89,34 @@ def _tl_sweeps(model, corrupted, cache, tl_metric, layers, n_pos, n_heads, all_l
     subset (the same index grid as ours)."""
     if layers == all_layers:
         return {
-            "resid": lambda: tl_patching.get_act_patch_resid_pre(model, corrupted, cache, tl_metric),
+            "resid": lambda: tl_patching.get_act_patch_resid_pre(
+                model, corrupted, cache, tl_metric
+            ),
             "heads": lambda: tl_patching.get_act_patch_attn_head_out_all_pos(
-                model, corrupted, cache, tl_metric),
+                model, corrupted, cache, tl_metric
+            ),
         }
     return {
-        "resid": lambda: tl_subset(model, corrupted, cache, tl_metric, tl_patching.layer_pos_patch_setter,
-                                   "resid_pre", ["layer", "pos"], [layers, list(range(n_pos))]),
-        "heads": lambda: tl_subset(model, corrupted, cache, tl_metric,
-                                   tl_patching.layer_head_vector_patch_setter, "z", ["layer", "head"],
-                                   [layers, list(range(n_heads))]),
+        "resid": lambda: tl_subset(
+            model,
+            corrupted,
+            cache,
+            tl_metric,
+            tl_patching.layer_pos_patch_setter,
+            "resid_pre",
+            ["layer", "pos"],
+            [layers, list(range(n_pos))],
+        ),
+        "heads": lambda: tl_subset(
+            model,
+            corrupted,
+            cache,
+            tl_metric,
+            tl_patching.layer_head_vector_patch_setter,
+            "z",
+            ["layer", "head"],
+            [layers, list(range(n_heads))],
+        ),
     }
 
 
@@ -106,17 +124,26 @@ def _floors(cfg, result, n_pos: int, layers, rows_per_layer: int) -> tuple[float
     """FLOPs of (resume-at-layer only) and of the least the engine's schedule needs (prefix reuse)."""
     unembed = 2.0 * cfg.d_model * cfg.d_vocab
     resume = sweep_flops(cfg, n_pos, rows_per_layer, layers)
-    prefix = result.work.token_layers_needed * layer_flops_per_token(cfg) + unembed * result.values.numel()
+    prefix = (
+        result.work.token_layers_needed * layer_flops_per_token(cfg)
+        + unembed * result.values.numel()
+    )
     return resume, prefix
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=10, help="noise samples for the trace")
-    parser.add_argument("--trace-layers", type=int, default=6,
-                        help="layers the naive trace loop is timed on (extrapolated; default 6)")
+    parser.add_argument(
+        "--trace-layers",
+        type=int,
+        default=6,
+        help="layers the naive trace loop is timed on (extrapolated; default 6)",
+    )
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--no-trace", action="store_true", help="skip (c), whose naive loop is slow")
+    parser.add_argument(
+        "--no-trace", action="store_true", help="skip (c), whose naive loop is slow"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -137,22 +164,38 @@ def main() -> None:
 
     rows = []
     for scope, layers in (("all layers", all_layers), ("layers 0,5,..,25", subset)):
-        peers = _tl_sweeps(model, corrupted, cache, tl_metric, layers, n_pos, cfg.n_heads, all_layers)
+        peers = _tl_sweeps(
+            model, corrupted, cache, tl_metric, layers, n_pos, cfg.n_heads, all_layers
+        )
         for key, config, per_layer in (
             ("resid", PatchingConfig(site="resid_pre", layers=tuple(layers)), n_pos),
             ("heads", PatchingConfig(site="z", positions="all", layers=tuple(layers)), cfg.n_heads),
         ):
-            ours, t_ours = timed(lambda config=config: patch_activations(lm, clean, corrupted, metric, config))
+            ours, t_ours = timed(
+                lambda config=config: patch_activations(lm, clean, corrupted, metric, config)
+            )
             with torch.no_grad():
                 peer, t_peer = timed(peers[key])
             name = f"{'resid_pre (layer×pos)' if key == 'resid' else 'head z, all pos'}, {scope}"
-            rows.append((name, ours.values, peer.cpu(), t_ours, t_peer,
-                         *_floors(cfg, ours, n_pos, layers, per_layer), ours.work))
+            rows.append(
+                (
+                    name,
+                    ours.values,
+                    peer.cpu(),
+                    t_ours,
+                    t_peer,
+                    *_floors(cfg, ours, n_pos, layers, per_layer),
+                    ours.work,
+                )
+            )
 
     trace_line = "trace skipped"
     if not args.no_trace:
-        trace, t_trace = timed(lambda: causal_trace(
-            lm, EIFFEL, "Eiffel Tower", TraceConfig(target=" Paris", n_samples=args.samples)))
+        trace, t_trace = timed(
+            lambda: causal_trace(
+                lm, EIFFEL, "Eiffel Tower", TraceConfig(target=" Paris", n_samples=args.samples)
+            )
+        )
         timed_layers = all_layers[:: max(1, cfg.n_layers // args.trace_layers)][: args.trace_layers]
         naive, t_naive = timed(lambda: naive_causal_trace(lm, trace, layers=timed_layers))
         t_naive_full = t_naive / len(timed_layers) * cfg.n_layers
@@ -162,29 +205,40 @@ def main() -> None:
             f"(c) causal trace, {trace.values.shape[-1]} tokens, {args.samples} samples, 3 kinds: "
             f"{t_trace:.2f} s vs naive loop {t_naive_full:.1f} s (timed on {len(timed_layers)} layers, "
             f"extrapolated) = {t_naive_full / t_trace:.1f}×; max |diff| {diff:.1e}; prefix floor "
-            f"{floor:.2f} s ({100 * floor / t_trace:.0f}%)")
+            f"{floor:.2f} s ({100 * floor / t_trace:.0f}%)"
+        )
 
     attr, t_attr = timed(lambda: attribution_patch(lm, clean, corrupted, metric))
     heads_all = next(r for r in rows if r[0].startswith("head z") and "all layers" in r[0])
     rho = spearman(attr.values, heads_all[1])
 
     print(f"\nSmolLM2-135M on CPU ({torch.get_num_threads()} threads); IOI pair of {n_pos} tokens.")
-    print(f"float32 2048² matmul: {gflops:.0f} GFLOP/s; one forward pass: {t_forward * 1000:.0f} ms.\n")
-    header = (f"{'sweep':36s} {'lmsci-mi s':>10s} {'TL s':>8s} {'speed-up':>9s} {'max |diff|':>10s} "
-              f"{'floor s':>8s} {'floor %':>7s} {'prefix floor s':>14s} {'pf %':>5s} {'passes':>6s}")
+    print(
+        f"float32 2048² matmul: {gflops:.0f} GFLOP/s; one forward pass: {t_forward * 1000:.0f} ms.\n"
+    )
+    header = (
+        f"{'sweep':36s} {'lmsci-mi s':>10s} {'TL s':>8s} {'speed-up':>9s} {'max |diff|':>10s} "
+        f"{'floor s':>8s} {'floor %':>7s} {'prefix floor s':>14s} {'pf %':>5s} {'passes':>6s}"
+    )
     print(header)
     print("-" * len(header))
     for name, ours, peer, t_ours, t_peer, resume, prefix, work in rows:
         diff = float((ours.float() - peer.float()).abs().max())
         floor, pfloor = resume / (gflops * 1e9), prefix / (gflops * 1e9)
-        print(f"{name:36s} {t_ours:10.2f} {t_peer:8.2f} {t_peer / t_ours:8.1f}× {diff:10.2e} "
-              f"{floor:8.2f} {100 * floor / t_ours:6.0f}% {pfloor:14.2f} {100 * pfloor / t_ours:4.0f}% "
-              f"{work.passes:6d}")
-    print("\nfloor: FLOPs of resuming each row at its layer / matmul throughput; prefix floor: FLOPs "
-          "of the positions from each row's first change on (what prefix reuse allows).")
+        print(
+            f"{name:36s} {t_ours:10.2f} {t_peer:8.2f} {t_peer / t_ours:8.1f}× {diff:10.2e} "
+            f"{floor:8.2f} {100 * floor / t_ours:6.0f}% {pfloor:14.2f} {100 * pfloor / t_ours:4.0f}% "
+            f"{work.passes:6d}"
+        )
+    print(
+        "\nfloor: FLOPs of resuming each row at its layer / matmul throughput; prefix floor: FLOPs "
+        "of the positions from each row's first change on (what prefix reuse allows)."
+    )
     print(trace_line)
-    print(f"(d) attribution patching over all {cfg.n_layers}×{cfg.n_heads} heads: {t_attr:.2f} s = "
-          f"{t_attr / t_forward:.1f} forward-pass equivalents; Spearman vs exact head patching: {rho:.3f}")
+    print(
+        f"(d) attribution patching over all {cfg.n_layers}×{cfg.n_heads} heads: {t_attr:.2f} s = "
+        f"{t_attr / t_forward:.1f} forward-pass equivalents; Spearman vs exact head patching: {rho:.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -189,7 +189,7 @@ def main() -> None:
     ends = [{"sentiment": -S}, {"sentiment": S}]
     moved_curve, hit = _cached(
         "transfer",
-        {**key, "r2": fit.r2, "s": S},
+        {**key, "r2": fit.r2, "s": S, "map": "ridge both ways"},
         lambda: evaluate_settings(gemma, moved, ends, EVAL),
     )
     assert isinstance(moved_curve, ControlCurve)

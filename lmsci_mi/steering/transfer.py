@@ -1,11 +1,11 @@
 """Transferring an LM-Steer to another model through a linear map between the unembeddings.
 
-Han et al. 2024 ("transferring to another LM", eq. 3): with the source model's output embeddings
-approximated from the target's, u_s ≈ Mᵀ u_t, fitted by ridge least squares over the tokens whose
-strings both vocabularies share, the steer's logit change ε s h_s P1 P2ᵀ u_s carries over as
-ε s h_t N P1 (M P2)ᵀ u_t, where N = (M⁺)ᵀ maps target states to source states so that logits are
-kept (h_s · u_s = h_t N Mᵀ u_t ≈ h_t · u_t). The reference code maps both factors with one
-learned matrix; the two maps here are the closed-form pair.
+Han et al. 2024 ("transferring to another LM", eq. 3): two ridge regressions over the tokens whose
+strings both vocabularies share map the output embeddings each way, u_s ≈ Mᵀ u_t and u_t ≈ Bᵀ u_s.
+The steer's logit change ε s h_s P1 P2ᵀ u_s then carries over as ε s (h_t Bᵀ) P1 P2ᵀ (Mᵀ u_t):
+h_t · u_t ≈ (h_t Bᵀ) · u_s, so h_t Bᵀ stands for the source state. That is P1' = Bᵀ P1 and
+P2' = M P2. (The reference code learns the maps by gradient descent; these are closed form. The
+pseudo-inverse of M in place of Bᵀ inflates the steer wherever the fit is poor.)
 """
 
 from __future__ import annotations
@@ -87,6 +87,13 @@ def _unembedding(lm: LensModel) -> Tensor:
     return w_u * gain.detach().float()[:, None] if isinstance(gain, Tensor) else w_u
 
 
+def _ridge(x: Tensor, y: Tensor, ridge: float) -> Tensor:
+    """The ridge solution w of x @ w ≈ y (penalty relative to the mean eigenvalue of xᵀx)."""
+    gram = x.T @ x
+    penalty = ridge * gram.diagonal().mean()
+    return torch.linalg.solve(gram + penalty * torch.eye(gram.shape[0]), x.T @ y)
+
+
 @torch.no_grad()
 def transfer_steer(
     steer: LMSteer,
@@ -123,9 +130,8 @@ def transfer_steer(
     order = torch.randperm(len(x), generator=generator)
     n_test = int(len(x) * config.holdout)
     test, train = order[:n_test], order[n_test:]
-    gram = x[train].T @ x[train]
-    penalty = config.ridge * gram.diagonal().mean()
-    m = torch.linalg.solve(gram + penalty * torch.eye(d_t), x[train].T @ y[train])  # [d_t, d_s]
+    m = _ridge(x[train], y[train], config.ridge)  # [d_t, d_s]: x @ m ≈ y, i.e. u_s ≈ mᵀ u_t
+    b = _ridge(y[train], x[train], config.ridge)  # [d_s, d_t]: y @ b ≈ x, i.e. u_t ≈ bᵀ u_s
     if n_test > 0:
         residual = y[test] - x[test] @ m
         centred = y[test] - y[test].mean(0)
@@ -133,7 +139,7 @@ def transfer_steer(
         r2 = float(1 - residual.square().sum() / centred.square().sum())
     else:
         per_dim, r2 = torch.full((d_s,), float("nan")), float("nan")
-    n = torch.linalg.pinv(m).T  # [d_t, d_s]: h_t N ≈ h_s, so that h_t N Mᵀ u_t ≈ h_t · u_t
+    n = b.T  # [d_t, d_s]: h_t n stands for h_s, since h_t · u_t ≈ (h_t bᵀ) · u_s
     moved = LMSteer(steer.attributes, d_t, target.name, steer.config)
     moved.p1.copy_(torch.einsum("ts,ksr->ktr", n, steer.p1.detach().float().cpu()))
     moved.p2.copy_(torch.einsum("ts,ksr->ktr", m, steer.p2.detach().float().cpu()))
