@@ -34,7 +34,9 @@ from lmsci_mi.steering.evaluate import sentiment_scores
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
     parser.add_argument("--out", type=Path, default=Path("out/steer_sentiment"))
     parser.add_argument("--steps", type=int, default=300, help="training steps")
     args = parser.parse_args()
@@ -44,8 +46,10 @@ def main() -> None:
     steer, run = train_steer(
         lm, steering_texts("sentiment"), LMSteerConfig(), SteerTrainConfig(steps=args.steps)
     )
-    print(f"{steer}: loss {run.unsteered_loss:.2f} -> {run.final_loss:.2f} "
-          f"({run.collect_seconds + run.train_seconds:.0f} s when not cached)")
+    print(
+        f"{steer}: loss {run.unsteered_loss:.2f} -> {run.final_loss:.2f} "
+        f"({run.collect_seconds + run.train_seconds:.0f} s when not cached)"
+    )
     print(f"saved to {steer.save(args.out / 'sentiment.safetensors')}\n")
 
     prompts = list(neutral_prompts()[:16])

@@ -51,7 +51,10 @@ def test_highlights_fall_on_the_sentiment_words(
 ) -> None:
     config = HighlightConfig(max_spans=2, max_length=3)
     good = highlight_keywords(
-        clean_smollm2, sentiment_steer, "The staff were wonderful and the food was delicious.", config
+        clean_smollm2,
+        sentiment_steer,
+        "The staff were wonderful and the food was delicious.",
+        config,
     )
     assert any("wonderful" in s or "delicious" in s for s in good.span_texts()), good.span_texts()
     # a negative value asks for the evidence of the other pole
