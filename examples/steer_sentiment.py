@@ -38,13 +38,17 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--out", type=Path, default=Path("out/steer_sentiment"))
-    parser.add_argument("--steps", type=int, default=300, help="training steps")
+    parser.add_argument("--steps", type=int, default=200, help="training steps")
+    parser.add_argument("--batch-tokens", type=int, default=512, help="targets per step")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
     lm = load_model("smollm2-135m")
     steer, run = train_steer(
-        lm, steering_texts("sentiment"), LMSteerConfig(), SteerTrainConfig(steps=args.steps)
+        lm,
+        steering_texts("sentiment"),
+        LMSteerConfig(),
+        SteerTrainConfig(steps=args.steps, batch_tokens=args.batch_tokens),
     )
     print(
         f"{steer}: loss {run.unsteered_loss:.2f} -> {run.final_loss:.2f} "
