@@ -3,7 +3,8 @@
 1. Train a sentiment steer (plus the dummy) on the bundled positive and negative texts. The model
    stays frozen: the final normalised states are collected once and the steer is trained against
    the frozen unembedding (a few minutes on two CPU cores; cached, so a rerun is instant).
-2. Continue a few neutral prompts at steer values from -10 to +10 (continuous control).
+2. Continue a few neutral prompts at steer values from -2 to +2 (continuous control; beyond
+   about ±2 the text degenerates, see docs/steering.md).
 3. List the words at both ends of the steer's top singular direction (the SVD probe).
 4. Highlight the words of a review that carry its sentiment, as an offline HTML page.
 
@@ -57,7 +58,7 @@ def main() -> None:
     print(f"saved to {steer.save(args.out / 'sentiment.safetensors')}\n")
 
     prompts = list(neutral_prompts()[:16])
-    for value in (-10.0, -5.0, 0.0, 5.0, 10.0):
+    for value in (-2.0, -1.0, 0.0, 1.0, 2.0):
         ids = generate_steered(lm, prompts, steer, {"sentiment": value}, max_new_tokens=20)
         texts = [lm.tokenizer.decode(i, skip_special_tokens=True) for i in ids]
         mean = sum(sentiment_scores(texts)) / len(texts)
