@@ -1,0 +1,55 @@
+"""Steering: LM-Steer (Han et al., ACL 2024) on any HookedTransformer, through the hook registry.
+
+Train steers on cached final-norm states (:func:`train_steer`), steer continuously and in
+combination (:meth:`LMSteer.apply`), evaluate a control curve (:func:`evaluate_steer`), probe W
+with the SVD (:func:`steer_svd`), highlight keywords (:func:`highlight_keywords`) and transfer a
+steer to another model (:func:`transfer_steer`).
+"""
+
+from lmsci_mi.steering.evaluate import ControlCurve as ControlCurve
+from lmsci_mi.steering.evaluate import SteerEvalConfig as SteerEvalConfig
+from lmsci_mi.steering.evaluate import evaluate_settings as evaluate_settings
+from lmsci_mi.steering.evaluate import evaluate_steer as evaluate_steer
+from lmsci_mi.steering.evaluate import generate_steered as generate_steered
+from lmsci_mi.steering.highlight import Highlight as Highlight
+from lmsci_mi.steering.highlight import HighlightConfig as HighlightConfig
+from lmsci_mi.steering.highlight import highlight_keywords as highlight_keywords
+from lmsci_mi.steering.highlight import max_spans as max_spans
+from lmsci_mi.steering.lm_steer import LMSteer as LMSteer
+from lmsci_mi.steering.lm_steer import LMSteerConfig as LMSteerConfig
+from lmsci_mi.steering.lm_steer import logits_from_normalized as logits_from_normalized
+from lmsci_mi.steering.svd import SteerSVD as SteerSVD
+from lmsci_mi.steering.svd import SVDConfig as SVDConfig
+from lmsci_mi.steering.svd import steer_svd as steer_svd
+from lmsci_mi.steering.train import SteerTrainConfig as SteerTrainConfig
+from lmsci_mi.steering.train import SteerTraining as SteerTraining
+from lmsci_mi.steering.train import steered_logits as steered_logits
+from lmsci_mi.steering.train import train_steer as train_steer
+from lmsci_mi.steering.transfer import SteerTransfer as SteerTransfer
+from lmsci_mi.steering.transfer import TransferConfig as TransferConfig
+from lmsci_mi.steering.transfer import transfer_steer as transfer_steer
+
+__all__ = [
+    "ControlCurve",
+    "Highlight",
+    "HighlightConfig",
+    "LMSteer",
+    "LMSteerConfig",
+    "SVDConfig",
+    "SteerEvalConfig",
+    "SteerSVD",
+    "SteerTrainConfig",
+    "SteerTraining",
+    "SteerTransfer",
+    "TransferConfig",
+    "evaluate_settings",
+    "evaluate_steer",
+    "generate_steered",
+    "highlight_keywords",
+    "logits_from_normalized",
+    "max_spans",
+    "steer_svd",
+    "steered_logits",
+    "train_steer",
+    "transfer_steer",
+]

@@ -1,0 +1,411 @@
+"""Evaluating steers: continuations of neutral prompts at several steer values, scored for sentiment
+(mean VADER compound), a topic word score, perplexity under the unsteered model and distinct-n.
+
+Follows LM-Steer's evaluation (Han et al. 2024: sampled 20-token continuations, perplexity under
+a reference model, dist-1/2/3), with VADER (offline, lexicon-based) in place of the SST-2
+classifier and the model itself, unsteered, as the perplexity reference. Generation is batched
+over prompts of equal token length and uses the KV cache; the steer applies at every step.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import field
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from lmsci_mi.config import Config, config
+from lmsci_mi.data.steering_texts import neutral_prompts, neutral_prompts_source, topic_lexicon
+from lmsci_mi.model import LensModel
+from lmsci_mi.results import Result, result_type
+from lmsci_mi.steering.lm_steer import LMSteer
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "METRICS",
+    "ControlCurve",
+    "SteerEvalConfig",
+    "distinct_n",
+    "evaluate_settings",
+    "evaluate_steer",
+    "generate_steered",
+    "perplexity",
+    "sentiment_scores",
+    "topic_scores",
+]
+
+METRICS = ("sentiment", "topic", "perplexity", "distinct_1", "distinct_2", "distinct_3")
+"""The columns of a :class:`ControlCurve`."""
+
+
+@config
+class SteerEvalConfig(Config):
+    """How a steer is evaluated. LM-Steer samples at T = 1 with top-p 0.9, 20 new tokens."""
+
+    attribute: str = field(default="sentiment", metadata={"help": "the steer the curve varies"})
+    values: tuple[float, ...] = field(
+        default=(-10.0, -5.0, 0.0, 5.0, 10.0),
+        metadata={"help": "steer values of the control curve (the dummy stays at 1 throughout)"},
+    )
+    n_prompts: int = field(default=60, metadata={"help": "neutral prompts (60 are bundled)"})
+    max_new_tokens: int = field(default=20, metadata={"help": "tokens per continuation"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature (0: greedy)"})
+    top_p: float = field(default=0.9, metadata={"help": "nucleus sampling threshold"})
+    seed: int = field(default=0, metadata={"help": "sampling seed (the same for every value)"})
+    batch_size: int = field(default=64, metadata={"help": "prompts per generation batch"})
+    progress: bool = field(default=True, metadata={"help": "show a progress bar", "cli": False})
+
+    def validate(self) -> None:
+        if not self.values:
+            raise ValueError("give at least one steer value")
+        for name in ("n_prompts", "max_new_tokens", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if not self.temperature >= 0:
+            raise ValueError(f"temperature must be non-negative, not {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], not {self.top_p}")
+
+
+_DEFAULT_STEER_EVAL_CONFIG = SteerEvalConfig()
+
+
+@result_type
+class ControlCurve(Result):
+    """Metrics of continuations at each steer setting.
+
+    ``values`` is ``[setting, metric]`` (axes ``("setting", "metric")``; metrics :data:`METRICS`).
+
+    Attributes:
+        attributes: the steer names, one per entry of each setting.
+        settings: per row, the value of every steer (the dummy is 1 in every row).
+        unsteered: the metrics of the model without any steer (dummy off too).
+        continuations: per row, the sampled continuations (prompt order).
+    """
+
+    attributes: tuple[str, ...]
+    settings: tuple[tuple[float, ...], ...]
+    unsteered: tuple[float, ...]
+    continuations: tuple[tuple[str, ...], ...]
+
+    def metric(self, name: str) -> Tensor:
+        """One metric's column, one entry per setting."""
+        return self.values[:, METRICS.index(name)]
+
+    def gap(self, name: str = "sentiment") -> float:
+        """The metric at the last setting minus the first (the +s/−s gap of a curve)."""
+        column = self.metric(name)
+        return float(column[-1] - column[0])
+
+    def is_monotone(self, name: str = "sentiment") -> bool:
+        """Whether the metric rises strictly along the settings."""
+        column = self.metric(name)
+        return bool((column[1:] > column[:-1]).all())
+
+    def table(self) -> str:
+        """A Markdown table: one row per setting, the unsteered model first."""
+        header = "| setting | " + " | ".join(METRICS) + " |"
+        lines = [header, "|" + "---|" * (len(METRICS) + 1)]
+        lines.append("| unsteered | " + " | ".join(f"{v:.3f}" for v in self.unsteered) + " |")
+        for label, row in zip(self.axis_labels(0), self.values.tolist(), strict=True):
+            lines.append(f"| {label} | " + " | ".join(f"{v:.3f}" for v in row) + " |")
+        return "\n".join(lines)
+
+    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+        """Sentiment and topic score against the first varying steer, perplexity on a second axis."""
+        from matplotlib.figure import Figure
+
+        from lmsci_mi.viz.plots import save_figure
+
+        settings = torch.tensor(self.settings)
+        varying = int((settings.max(0).values - settings.min(0).values).argmax())
+        x = settings[:, varying].tolist()
+        fig = Figure(figsize=(6, 4))
+        ax = fig.add_subplot()
+        for name, style in (("sentiment", "o-"), ("topic", "s--")):
+            ax.plot(x, self.metric(name).tolist(), style, label=f"{name} (steered)")
+            ax.axhline(self.unsteered[METRICS.index(name)], ls=":", lw=1, color="grey")
+        ax.set_xlabel(f"{self.attributes[varying]} steer value (dummy at 1)")
+        ax.set_ylabel("mean VADER compound / topic score")
+        twin = ax.twinx()
+        twin.plot(x, self.metric("perplexity").tolist(), "^-", color="tab:red", label="perplexity")
+        twin.set_ylabel("perplexity (unsteered model)", color="tab:red")
+        ax.legend(loc="upper left")
+        ax.set_title(title or f"LM-Steer control curve — {self.meta.model}")
+        fig.tight_layout()
+        if path is not None:
+            save_figure(fig, path)
+        return fig
+
+
+# ---------------------------------------------------------------------- generation
+
+
+@torch.no_grad()
+def generate_steered(
+    lm: LensModel,
+    prompts: Sequence[str],
+    steer: LMSteer | None = None,
+    values: Mapping[str | int, float] | Sequence[float] | float | None = None,
+    *,
+    max_new_tokens: int = 20,
+    temperature: float = 1.0,
+    top_p: float | None = 0.9,
+    seed: int | None = 0,
+    batch_size: int = 64,
+    use_kv_cache: bool = True,
+) -> list[list[int]]:
+    """Continue each prompt under a steer; returns each continuation's token ids.
+
+    Prompts of different lengths share one batch without padding: every row advances one
+    position per step, fed its own prompt token while it has one and its sampled token after
+    that, so positions stay exact and a batch costs (longest − shortest prompt + new tokens)
+    steps. With the KV cache each step feeds one position (``use_kv_cache=False`` recomputes the
+    whole sequence and gives the same tokens). The steer hook applies at every step. The random
+    state is forked and seeded, so a seed gives the same samples at every steer value. Reads the
+    model only.
+
+    >>> from lmsci_mi import load_model
+    >>> lm = load_model("toy-2l")
+    >>> steer = LMSteer.for_model(lm, ("sentiment",))
+    >>> [len(c) for c in generate_steered(lm, ["Hi", "Hello there"], steer, [2.0], max_new_tokens=3)]
+    [3, 3]
+    """
+    from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
+    from transformer_lens.utilities import sample_logits
+
+    sequences = [lm.encode(p) for p in prompts]
+    out: list[list[int]] = [[] for _ in prompts]
+    devices = [lm.device] if lm.device.type == "cuda" else []
+    context = (
+        steer.apply(lm, values if values is not None else {}) if steer is not None else _nothing()
+    )
+    # Rows of similar length share a batch, so few steps are spent feeding prompt tokens.
+    order = sorted(range(len(prompts)), key=lambda i: len(sequences[i]))
+    with torch.random.fork_rng(devices=devices), context:
+        if seed is not None:
+            torch.manual_seed(seed)
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            lengths = torch.tensor([len(sequences[i]) for i in rows], device=lm.device)
+            shortest, longest = int(lengths.min()), int(lengths.max())
+            width = longest + max_new_tokens
+            tokens = torch.zeros(len(rows), width, dtype=torch.long, device=lm.device)
+            for r, i in enumerate(rows):
+                tokens[r, : len(sequences[i])] = torch.tensor(sequences[i], device=lm.device)
+            cache = (
+                TransformerLensKeyValueCache.init_cache(lm.cfg, lm.cfg.device, len(rows))
+                if use_kv_cache
+                else None
+            )
+            logits = lm.model(tokens[:, :shortest], past_kv_cache=cache)[:, -1]
+            for t in range(shortest, width):
+                if temperature > 0:
+                    sampled = sample_logits(logits, top_p=top_p, temperature=temperature)
+                else:
+                    sampled = logits.argmax(-1)
+                in_prompt = t < lengths
+                tokens[:, t] = torch.where(in_prompt, tokens[:, t], sampled)
+                if t + 1 < width:
+                    if cache is not None:
+                        logits = lm.model(tokens[:, t : t + 1], past_kv_cache=cache)[:, -1]
+                    else:
+                        logits = lm.model(tokens[:, : t + 1])[:, -1]
+            for r, i in enumerate(rows):
+                n = len(sequences[i])
+                out[i] = tokens[r, n : n + max_new_tokens].tolist()
+    return out
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+# ---------------------------------------------------------------------- metrics
+
+
+@cache
+def _vader() -> Any:
+    from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
+
+    return SentimentIntensityAnalyzer()
+
+
+def sentiment_scores(texts: Sequence[str]) -> list[float]:
+    """VADER compound score of each text, in [-1, 1] (0 for text with no sentiment word).
+
+    >>> sentiment_scores(["What a wonderful day", "This is awful", "The bus"])
+    [0.5719, -0.4588, 0.0]
+    """
+    analyzer = _vader()
+    return [float(analyzer.polarity_scores(t)["compound"]) for t in texts]
+
+
+def vader_valence(word: str) -> float:
+    """A word's VADER lexicon valence (−4 … +4), 0 when it is not in the lexicon."""
+    return float(_vader().lexicon.get(word.lower(), 0.0))
+
+
+_WORD = re.compile(r"[a-z]+")
+
+
+def topic_scores(texts: Sequence[str]) -> list[float]:
+    """Per text, (food words − technology words) / words, with the bundled topic word lists.
+
+    >>> topic_scores(["Bake the bread in the oven", "Open the software update"])
+    [0.5, -0.5]
+    """
+    lexicon = topic_lexicon()
+    scores = []
+    for text in texts:
+        words = _WORD.findall(text.lower())
+        food = sum(w in lexicon["food"] for w in words)
+        tech = sum(w in lexicon["technology"] for w in words)
+        scores.append((food - tech) / max(len(words), 1))
+    return scores
+
+
+def distinct_n(texts: Sequence[str], n: int) -> float:
+    """Distinct n-grams over all texts: unique n-grams / n-grams, of whitespace-split words.
+
+    >>> distinct_n(["a b a b", "a b c"], 2)
+    0.6
+    """
+    grams = []
+    for text in texts:
+        words = text.split()
+        grams += [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else 0.0
+
+
+@torch.no_grad()
+def perplexity(
+    lm: LensModel,
+    prompts: Sequence[str],
+    continuations: Sequence[Sequence[int]],
+    *,
+    batch_size: int = 16,
+) -> float:
+    """Token-level perplexity of the continuations given their prompts under ``lm`` as it is
+    (call it outside any steer): exp of the mean negative log-likelihood over all continuation
+    tokens. Reads the model only.
+    """
+    total, count = 0.0, 0
+    for start in range(0, len(prompts), batch_size):
+        prompt_ids = [lm.encode(p) for p in prompts[start : start + batch_size]]
+        rows = [
+            p + list(c)
+            for p, c in zip(prompt_ids, continuations[start : start + batch_size], strict=True)
+        ]
+        batch = lm.pad_batch(rows)
+        log_probs = lm(batch.tokens).float().log_softmax(-1)
+        for r, (p, row) in enumerate(zip(prompt_ids, rows, strict=True)):
+            positions = torch.arange(len(p) - 1, len(row) - 1, device=lm.device)
+            targets = torch.tensor(row[len(p) :], device=lm.device)
+            total -= float(log_probs[r, positions, targets].sum())
+            count += len(targets)
+    return float(torch.tensor(total / max(count, 1)).exp())
+
+
+def _metrics(
+    lm: LensModel, prompts: Sequence[str], ids: Sequence[Sequence[int]]
+) -> tuple[list[float], list[str]]:
+    texts = [lm.tokenizer.decode(c, skip_special_tokens=True) for c in ids]
+    sentiment = sentiment_scores(texts)
+    topic = topic_scores(texts)
+    row = [
+        sum(sentiment) / len(sentiment),
+        sum(topic) / len(topic),
+        perplexity(lm, prompts, ids),
+        distinct_n(texts, 1),
+        distinct_n(texts, 2),
+        distinct_n(texts, 3),
+    ]
+    return row, texts
+
+
+def evaluate_settings(
+    lm: LensModel,
+    steer: LMSteer,
+    settings: Sequence[Mapping[str | int, float]],
+    config: SteerEvalConfig = _DEFAULT_STEER_EVAL_CONFIG,
+    *,
+    prompts: Sequence[str] | None = None,
+) -> ControlCurve:
+    """Metrics of steered continuations at each setting (several steers may be set at once:
+    composition), plus the unsteered model. Reads the model only.
+
+    Args:
+        lm: the model the steer belongs to.
+        steer: the steer.
+        settings: per row, ``{steer name or index: value}``; the dummy is 1 in every row.
+        config: sampling and prompt count (``values``/``attribute`` are not used here).
+        prompts: defaults to the first ``config.n_prompts`` bundled neutral prompts.
+
+    Raises:
+        ValueError: a steer of another model, an unknown steer, no settings.
+    """
+    steer.check_model(lm)
+    if not settings:
+        raise ValueError("give at least one steer setting")
+    vectors = [steer.value_vector(s)[: len(steer.attributes)].tolist() for s in settings]
+    prompts = list(prompts if prompts is not None else neutral_prompts()[: config.n_prompts])
+    if not prompts:
+        raise ValueError("no prompts to evaluate on")
+    sample = {
+        "max_new_tokens": config.max_new_tokens,
+        "temperature": config.temperature,
+        "top_p": config.top_p,
+        "seed": config.seed,
+        "batch_size": config.batch_size,
+    }
+    rows, samples = [], []
+    for setting in tqdm(
+        settings, desc="evaluate steer", unit="setting", disable=not config.progress
+    ):
+        ids = generate_steered(lm, prompts, steer, setting, **sample)
+        row, texts = _metrics(lm, prompts, ids)
+        rows.append(row)
+        samples.append(tuple(texts))
+    unsteered, _ = _metrics(lm, prompts, generate_steered(lm, prompts, None, None, **sample))
+    labels = tuple(
+        ", ".join(f"{name}={value:+g}" for name, value in zip(steer.attributes, v, strict=True))
+        for v in vectors
+    )
+    return ControlCurve(
+        values=torch.tensor(rows),
+        axes=("setting", "metric"),
+        labels=(labels, METRICS),
+        meta=lm.meta(
+            prompts, seed=config.seed, data_source=neutral_prompts_source(), params=config.params()
+        ),
+        attributes=steer.attributes,
+        settings=tuple(tuple(v) for v in vectors),
+        unsteered=tuple(unsteered),
+        continuations=tuple(samples),
+    )
+
+
+def evaluate_steer(
+    lm: LensModel, steer: LMSteer, config: SteerEvalConfig = _DEFAULT_STEER_EVAL_CONFIG
+) -> ControlCurve:
+    """The continuous-control curve: ``config.attribute`` at each of ``config.values``, the other
+    steers at 0 and the dummy at 1; the unsteered model is reported separately. Reads the model.
+
+    Raises:
+        ValueError: a steer of another model or an unknown attribute.
+    """
+    index = steer.index_of(config.attribute)
+    return evaluate_settings(lm, steer, [{index: v} for v in config.values], config)

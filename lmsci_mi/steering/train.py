@@ -1,0 +1,329 @@
+"""Training an LM-Steer on cached final-norm states, against the frozen unembedding.
+
+The steer acts after the last block, so gradients never need to enter the transformer: the final
+normalised states of the training texts are collected once (``collect_activations`` at
+``hook_name("ln_final")``), and each step is next-token cross-entropy through the frozen
+unembedding with the steer values set to the text's labels and the dummy at 1 (Han et al. 2024).
+Only real next tokens are targets, so padding never enters the loss (the reference code's
+unmasked EOS padding is a known pitfall). Results are cached on disk by everything that changes them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor
+from tqdm.auto import tqdm
+from transformer_lens.utilities.activation_functions import apply_softcap
+
+from lmsci_mi.collect import CollectConfig, collect_activations
+from lmsci_mi.config import Config, config
+from lmsci_mi.data.steering_texts import SteeringTexts
+from lmsci_mi.loading import cache_root
+from lmsci_mi.model import LensModel
+from lmsci_mi.results import Result, result_type
+from lmsci_mi.sites import hook_name
+from lmsci_mi.steering.lm_steer import (
+    LMSteer,
+    LMSteerConfig,
+    logits_from_normalized,
+    normalized_to_unembed_input,
+)
+
+_DEFAULT_STEER_CONFIG = LMSteerConfig()
+
+__all__ = [
+    "SteerTrainConfig",
+    "SteerTraining",
+    "collect_final_states",
+    "model_fingerprint",
+    "steered_logits",
+    "train_steer",
+    "unsteered_loss",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@config
+class SteerTrainConfig(Config):
+    """How a steer is trained. The reference recipe is Adam at lr 1e-2 for 1000 steps of 32
+    texts; here a step is a batch of tokens drawn from the cached states."""
+
+    steps: int = field(default=300, metadata={"help": "optimiser steps"})
+    batch_tokens: int = field(default=1024, metadata={"help": "next-token targets per step"})
+    lr: float = field(default=1e-2, metadata={"help": "Adam learning rate"})
+    regularization: float = field(
+        default=0.0, metadata={"help": "weight of ‖P1‖² + ‖P2‖² in the loss"}
+    )
+    max_tokens: int = field(default=128, metadata={"help": "tokens kept per text (sink included)"})
+    seed: int = field(default=0, metadata={"help": "seeds the initial factors and the batches"})
+    progress: bool = field(default=True, metadata={"help": "show a progress bar", "cli": False})
+
+    def validate(self) -> None:
+        for name in ("steps", "batch_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if self.max_tokens < 2:
+            raise ValueError(
+                f"max_tokens must be at least 2 (a token and its successor), not {self.max_tokens}"
+            )
+        if not self.lr > 0:
+            raise ValueError(f"lr must be positive, not {self.lr}")
+        if not self.regularization >= 0:
+            raise ValueError(f"regularization must be non-negative, not {self.regularization}")
+
+
+_DEFAULT_STEER_TRAIN_CONFIG = SteerTrainConfig()
+
+
+@result_type
+class SteerTraining(Result):
+    """A training run: ``values`` is the loss per step (axis ``("step",)``).
+
+    Attributes:
+        attributes: the steers trained.
+        n_texts, n_tokens: training texts and next-token targets.
+        unsteered_loss: mean next-token loss of the unsteered model on the training tokens.
+        final_loss: mean loss over the last tenth of the steps.
+        collect_seconds, train_seconds: the costs of collecting the states and of the steps.
+    """
+
+    attributes: tuple[str, ...]
+    n_texts: int
+    n_tokens: int
+    unsteered_loss: float
+    final_loss: float
+    collect_seconds: float
+    train_seconds: float
+
+
+def steered_logits(
+    lm: LensModel,
+    steer: LMSteer,
+    h: Float[Tensor, "batch d_model"],
+    values: Float[Tensor, "batch steer"],
+) -> Float[Tensor, "batch vocab"]:
+    """Steered logits of final normalised states, with per-row steer values.
+
+    ``values`` holds every steer's value, dummy included (one row per state). The steer's change
+    of the logits is computed through its rank: ε ((h P1) ⊙ s) (P2ᵀ diag(g) W_U), so a training step
+    costs one frozen ``d × vocab`` product without gradient plus products of width
+    ``steers × rank``, instead of backpropagating through ``d × vocab``. The frozen weights are
+    detached: no gradient reaches the model. Equal to unembedding ``h + ε Σᵢ sᵢ (h P1ᵢ) P2ᵢᵀ``
+    (tested).
+    """
+    n, d, r = steer.p1.shape
+    unembed = lm.model.unembed
+    w_u = unembed.W_U.detach()
+    with torch.no_grad():
+        base = torch.addmm(unembed.b_U.detach(), normalized_to_unembed_input(lm, h), w_u)
+    gain = getattr(lm.model.ln_final, "w", None)
+    p2 = steer.p2.transpose(1, 2).reshape(n * r, d)  # [steer*rank, d]: row (i, k) is P2ᵢ[:, k]
+    if isinstance(gain, Tensor):
+        p2 = p2 * gain.detach()
+    p1 = steer.p1.permute(1, 0, 2).reshape(d, n * r)
+    projected = (h @ p1) * values.repeat_interleave(r, dim=1)
+    # addmm writes the sum into one new [batch, vocab] tensor: a step allocates few of them
+    logits = torch.addmm(base, projected, p2 @ w_u, alpha=steer.config.epsilon)
+    return apply_softcap(logits, lm.cfg.output_logits_soft_cap)
+
+
+@torch.no_grad()
+def unsteered_loss(
+    lm: LensModel, states: Tensor, targets: Tensor, *, batch_tokens: int = 1024
+) -> float:
+    """Mean next-token cross-entropy of the unsteered model on collected final states."""
+    total = 0.0
+    for start in range(0, len(targets), batch_tokens):
+        h = states[start : start + batch_tokens].to(lm.device, lm.cfg.dtype)
+        logits = logits_from_normalized(lm, h).float()
+        y = targets[start : start + batch_tokens].to(lm.device)
+        total += float(F.cross_entropy(logits, y, reduction="sum"))
+    return total / max(len(targets), 1)
+
+
+def collect_final_states(
+    lm: LensModel, texts: SteeringTexts, max_tokens: int, *, progress: bool = True
+) -> tuple[Float[Tensor, "item d_model"], Int[Tensor, " item"], Int[Tensor, " item"]]:
+    """The final normalised state at every position that has a next token, its target and its text.
+
+    The sink's state is kept (it predicts a text's first token); the last position is not (it
+    has no target). Reads the model only.
+
+    Returns:
+        (states ``[item, d]``, next-token targets ``[item]``, text index ``[item]``).
+    """
+    sequences = [lm.encode(text)[:max_tokens] for text in texts.texts]
+    positions = [list(range(len(seq) - 1)) for seq in sequences]
+    if not any(positions):
+        raise ValueError("no training text has two tokens: nothing to train on")
+    acts = collect_activations(
+        lm,
+        sequences,
+        [hook_name("ln_final")],
+        positions=positions,
+        config=CollectConfig(progress=progress),
+    )
+    targets = torch.tensor(
+        [
+            sequences[e][p + 1]
+            for e, p in zip(acts.example.tolist(), acts.position.tolist(), strict=True)
+        ]
+    )
+    return acts.acts[hook_name("ln_final")], targets, acts.example
+
+
+def model_fingerprint(lm: LensModel) -> str:
+    """A hash of every weight of the model, with its name and sink (a cache key part)."""
+    hasher: Any = hashlib.blake2b(digest_size=12)  # Any: it takes numpy arrays as buffers
+    hasher.update(f"{lm.name}|{lm.sink}|{lm.cfg.dtype}".encode())
+    for name, param in lm.model.named_parameters():
+        hasher.update(name.encode())
+        hasher.update(param.detach().cpu().contiguous().view(torch.uint8).numpy())
+    return hasher.hexdigest()
+
+
+def _cache_paths(
+    lm: LensModel, texts: SteeringTexts, steer_config: LMSteerConfig, train_config: SteerTrainConfig
+) -> tuple[Path, Path]:
+    hasher = hashlib.blake2b(digest_size=12)
+    hasher.update(model_fingerprint(lm).encode())
+    payload = {
+        "texts": list(texts.texts),
+        "labels": texts.labels.tolist(),
+        "attributes": list(texts.attributes),
+        "steer": steer_config.params(),
+        "train": {k: v for k, v in train_config.params().items() if k != "progress"},
+    }
+    hasher.update(json.dumps(payload, sort_keys=True).encode())
+    stem = cache_root() / "steers" / f"{lm.name}-{'-'.join(texts.attributes)}-{hasher.hexdigest()}"
+    # The training result saves as JSON plus its own .safetensors: give it a stem of its own.
+    return stem.with_name(stem.name + ".safetensors"), stem.with_name(stem.name + "-training.json")
+
+
+def train_steer(
+    lm: LensModel,
+    texts: SteeringTexts,
+    steer_config: LMSteerConfig = _DEFAULT_STEER_CONFIG,
+    train_config: SteerTrainConfig = _DEFAULT_STEER_TRAIN_CONFIG,
+    *,
+    cache: bool = True,
+) -> tuple[LMSteer, SteerTraining]:
+    """Train one steer per attribute of ``texts`` (plus the dummy) on ``lm``, which stays frozen.
+
+    Args:
+        lm: the model. It is only read.
+        texts: labelled texts (:func:`lmsci_mi.data.steering_texts.steering_texts`).
+        steer_config: rank, ε, dummy.
+        train_config: steps, batch, learning rate, seed.
+        cache: read and write the trained steer under the cache folder, keyed by the model's
+            weights, the texts, their labels and both configs; a second call is instant.
+
+    Returns:
+        (the trained :class:`LMSteer`, a :class:`SteerTraining` with the loss curve).
+
+    Raises:
+        ValueError: no texts, or no text with two tokens.
+
+    >>> from lmsci_mi import load_model
+    >>> from lmsci_mi.data.steering_texts import steering_texts
+    >>> lm = load_model("toy-2l")
+    >>> steer, run = train_steer(lm, steering_texts("sentiment"),
+    ...                          train_config=SteerTrainConfig(steps=3, progress=False), cache=False)
+    >>> run.values.shape, steer.attributes
+    (torch.Size([3]), ('sentiment',))
+    """
+    if len(texts) == 0:
+        raise ValueError("the training set is empty: give at least one labelled text")
+    steer_path, result_path = (
+        _cache_paths(lm, texts, steer_config, train_config) if cache else (None, None)
+    )
+    if (
+        steer_path is not None
+        and result_path is not None
+        and steer_path.is_file()
+        and result_path.is_file()
+    ):
+        logger.info("loading cached steer %s", steer_path)
+        return LMSteer.load(steer_path, lm), SteerTraining.load(result_path)
+
+    start = time.perf_counter()
+    states, targets, example = collect_final_states(
+        lm, texts, train_config.max_tokens, progress=train_config.progress
+    )
+    collect_seconds = time.perf_counter() - start
+    labels = texts.labels.to(states.dtype)[example]
+    if steer_config.dummy:
+        labels = torch.cat([labels, torch.ones(len(labels), 1)], dim=1)
+
+    steer = LMSteer.for_model(lm, texts.attributes, steer_config, seed=train_config.seed)
+    optimiser = torch.optim.Adam(steer.parameters(), lr=train_config.lr)
+    generator = torch.Generator().manual_seed(train_config.seed)
+    n_items = len(targets)
+    order = torch.randperm(n_items, generator=generator)
+    cursor = 0
+    losses: list[float] = []
+    start = time.perf_counter()
+    base_loss = unsteered_loss(lm, states, targets, batch_tokens=train_config.batch_tokens)
+    bar = tqdm(
+        range(train_config.steps),
+        desc="train steer",
+        unit="step",
+        disable=not train_config.progress,
+    )
+    for _ in bar:
+        if cursor + train_config.batch_tokens > n_items and cursor > 0:
+            order, cursor = torch.randperm(n_items, generator=generator), 0
+        batch = order[cursor : cursor + train_config.batch_tokens]
+        cursor += len(batch)
+        h = states[batch].to(lm.device, lm.cfg.dtype)
+        logits = steered_logits(lm, steer, h, labels[batch].to(lm.device, h.dtype))
+        y = targets[batch].to(lm.device)
+        loss = F.cross_entropy(logits.float(), y)
+        if train_config.regularization > 0:
+            loss = loss + train_config.regularization * (
+                steer.p1.square().sum() + steer.p2.square().sum()
+            )
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+        losses.append(loss.detach().item())
+        bar.set_postfix(loss=f"{losses[-1]:.3f}", unsteered=f"{base_loss:.3f}")
+    train_seconds = time.perf_counter() - start
+    tail = max(1, len(losses) // 10)
+    result = SteerTraining(
+        values=torch.tensor(losses),
+        axes=("step",),
+        labels=((),),
+        meta=lm.meta(
+            texts.texts,
+            seed=train_config.seed,
+            data_source=texts.source,
+            params={
+                **{f"steer.{k}": v for k, v in steer_config.params().items()},
+                **{f"train.{k}": v for k, v in train_config.params().items()},
+            },
+        ),
+        attributes=texts.attributes,
+        n_texts=len(texts),
+        n_tokens=n_items,
+        unsteered_loss=base_loss,
+        final_loss=sum(losses[-tail:]) / tail,
+        collect_seconds=collect_seconds,
+        train_seconds=train_seconds,
+    )
+    steer.requires_grad_(False)
+    if steer_path is not None and result_path is not None:
+        steer.save(steer_path)
+        result.save(result_path)
+    return steer, result
