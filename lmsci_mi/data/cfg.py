@@ -34,6 +34,12 @@ class CFGConfig(Config):
     The default has 5 levels counting the terminals (root, three NT levels of 3 NTs, 3 terminals),
     two rules of length 2-3 per NT, so strings have 2^4 = 16 to 3^4 = 81 terminals. It is the
     paper's cfg3b with its two middle NT levels removed, so that a dense span DP is fast.
+
+    ``prefix_free`` adds one condition to the paper's family: no right-hand side at a level is a
+    prefix of another (``3 3`` and ``3 3 2`` cannot both be rules of one level). Then every
+    token's NT boundaries, and its ancestors at the NT ends, follow from the tokens up to it, so a
+    causal model *can* know them at that token. Without it, whether ``3 3`` ends an NT depends on
+    the next token, and no probe of a causal model reaches 100% on such labels.
     """
 
     nts_per_level: tuple[int, ...] = field(
@@ -45,6 +51,10 @@ class CFGConfig(Config):
     )
     rules_per_nt: tuple[int, ...] = field(
         default=(2,), metadata={"help": "allowed numbers of rules per NT (drawn per NT)"}
+    )
+    prefix_free: bool = field(
+        default=True,
+        metadata={"help": "no right-hand side at a level is a prefix of another (see the class doc)"},
     )
     seed: int = field(default=0, metadata={"help": "seed of the grammar's construction"})
 
@@ -264,25 +274,39 @@ def build_grammar(config: CFGConfig = CFGConfig()) -> Grammar:
         below = config.n_terminals if last else sizes[level + 1]
         offset = 1 if last else 0  # terminals are tokens 1..n_terminals
         for _attempt in range(1000):
-            counts = rng.choice(config.rules_per_nt, size=size)
-            seen: set[tuple[int, ...]] = set()
-            nts: list[tuple[tuple[int, ...], ...]] = []
-            for count in counts:
-                rules = []
-                while len(rules) < count:
-                    length = int(rng.choice(config.rule_lengths))
-                    rhs = tuple(int(s) + offset for s in rng.integers(0, below, size=length))
-                    if rhs not in seen:
-                        seen.add(rhs)
-                        rules.append(rhs)
-                nts.append(tuple(rules))
-            used = {s - offset for rhs in seen for s in rhs}
-            if len(used) == below:
-                levels.append(tuple(nts))
+            nts = _draw_level(rng, config, size, below, offset)
+            if nts is not None:
+                levels.append(nts)
                 break
         else:
-            raise ValueError(f"level {level}: cannot use all {below} symbols below with these rules")
+            raise ValueError(f"level {level}: cannot draw {size} NTs' rules that meet the conditions")
     return Grammar(config=config, rules=tuple(levels))
+
+
+def _draw_level(
+    rng: np.random.Generator, config: CFGConfig, size: int, below: int, offset: int
+) -> tuple[tuple[tuple[int, ...], ...], ...] | None:
+    """One level's rules, or None when a draw breaks a condition (the caller redraws)."""
+    seen: set[tuple[int, ...]] = set()
+    nts: list[tuple[tuple[int, ...], ...]] = []
+    for count in rng.choice(config.rules_per_nt, size=size):
+        rules: list[tuple[int, ...]] = []
+        for _draw in range(200):
+            if len(rules) == count:
+                break
+            length = int(rng.choice(config.rule_lengths))
+            rhs = tuple(int(s) + offset for s in rng.integers(0, below, size=length))
+            clash = config.prefix_free and any(
+                other[: len(rhs)] == rhs or rhs[: len(other)] == other for other in seen
+            )
+            if rhs not in seen and not clash:
+                seen.add(rhs)
+                rules.append(rhs)
+        if len(rules) < count:
+            return None
+        nts.append(tuple(rules))
+    used = {s - offset for rhs in seen for s in rhs}
+    return tuple(nts) if len(used) == below else None
 
 
 # --------------------------------------------------------------------------- parsing
