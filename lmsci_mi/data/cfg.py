@@ -11,6 +11,7 @@ those of the last level into terminals. Tokens: 0 is BOS, terminals are ``1..n_t
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -54,7 +55,9 @@ class CFGConfig(Config):
     )
     prefix_free: bool = field(
         default=True,
-        metadata={"help": "no right-hand side at a level is a prefix of another (see the class doc)"},
+        metadata={
+            "help": "no right-hand side at a level is a prefix of another (see the class doc)"
+        },
     )
     seed: int = field(default=0, metadata={"help": "seed of the grammar's construction"})
 
@@ -67,11 +70,17 @@ class CFGConfig(Config):
         if min(self.nts_per_level) < 1 or self.n_terminals < 1:
             raise ValueError("every level needs at least one NT, and n_terminals must be >= 1")
         if not self.rule_lengths or not set(self.rule_lengths) <= {2, 3}:
-            raise ValueError(f"rule_lengths must be a non-empty subset of (2, 3), not {self.rule_lengths}")
+            raise ValueError(
+                f"rule_lengths must be a non-empty subset of (2, 3), not {self.rule_lengths}"
+            )
         if not self.rules_per_nt or min(self.rules_per_nt) < 1:
             raise ValueError(f"rules_per_nt must list counts >= 1, not {self.rules_per_nt}")
         for level, size in enumerate(self.nts_per_level):
-            below = self.nts_per_level[level + 1] if level + 1 < len(self.nts_per_level) else self.n_terminals
+            below = (
+                self.nts_per_level[level + 1]
+                if level + 1 < len(self.nts_per_level)
+                else self.n_terminals
+            )
             distinct = sum(below**length for length in set(self.rule_lengths))
             if size * max(self.rules_per_nt) > distinct:
                 raise ValueError(
@@ -125,7 +134,8 @@ class Grammar:
             last = level == self.n_levels - 1
             for a, rhs_list in enumerate(nts):
                 rendered = " | ".join(
-                    " ".join(str(s) if last else f"N{level + 1}.{s}" for s in rhs) for rhs in rhs_list
+                    " ".join(str(s) if last else f"N{level + 1}.{s}" for s in rhs)
+                    for rhs in rhs_list
                 )
                 lines.append(f"N{level}.{a} -> {rendered}")
         return "\n".join(lines)
@@ -231,9 +241,11 @@ class CFGSample:
         """Each sequence's terminal tokens as a list."""
         flat = self.tokens.tolist()
         bounds = self.offsets.tolist()
-        return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        return [flat[a:b] for a, b in itertools.pairwise(bounds)]
 
-    def padded(self, *, bos: int | None = BOS, pad: int = -1) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def padded(
+        self, *, bos: int | None = BOS, pad: int = -1
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """``[n, pos]`` tokens (with ``bos`` in front when given), ancestors ``[n, pos, level]``,
         boundaries and a mask of real terminal positions, right-padded with ``pad``/-1/False."""
         n, width = len(self), int(self.lengths.max())
@@ -254,7 +266,7 @@ class CFGSample:
         return tokens, ancestors, boundaries, mask
 
 
-def build_grammar(config: CFGConfig = CFGConfig()) -> Grammar:
+def build_grammar(config: CFGConfig | None = None) -> Grammar:
     """Draw a grammar of the family, seeded by ``config.seed``.
 
     Right-hand sides are drawn uniformly (length from ``rule_lengths``, symbols from the level
@@ -266,6 +278,7 @@ def build_grammar(config: CFGConfig = CFGConfig()) -> Grammar:
     >>> grammar.n_levels, grammar.vocab_size, len(grammar.rules[1])
     (2, 4, 2)
     """
+    config = config if config is not None else CFGConfig()
     rng = np.random.default_rng(config.seed)
     sizes = config.nts_per_level
     levels = []
@@ -279,7 +292,9 @@ def build_grammar(config: CFGConfig = CFGConfig()) -> Grammar:
                 levels.append(nts)
                 break
         else:
-            raise ValueError(f"level {level}: cannot draw {size} NTs' rules that meet the conditions")
+            raise ValueError(
+                f"level {level}: cannot draw {size} NTs' rules that meet the conditions"
+            )
     return Grammar(config=config, rules=tuple(levels))
 
 
@@ -313,7 +328,10 @@ def _draw_level(
 
 
 def cfg_span_tables(
-    grammar: Grammar, sequences: Sequence[Sequence[int]], *, device: torch.device | str | None = None
+    grammar: Grammar,
+    sequences: Sequence[Sequence[int]],
+    *,
+    device: torch.device | str | None = None,
 ) -> list[Bool[Tensor, "batch nt start end"]]:
     """The inside-DP tables of a level-wise CYK parse, one per NT level.
 

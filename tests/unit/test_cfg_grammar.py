@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from functools import lru_cache
+from functools import cache
 
 import pytest
 import torch
@@ -20,7 +20,7 @@ def _derives(grammar: Grammar, tokens: tuple[int, ...]):
     """A plain recursive top-down parser: derives(level, nt, i, j) tries every split."""
     last = grammar.n_levels - 1
 
-    @lru_cache(maxsize=None)
+    @cache
     def derives(level: int, nt: int, i: int, j: int) -> bool:
         for rhs in grammar.rules[level][nt]:
             if level == last:
@@ -46,7 +46,11 @@ def test_construction_is_seeded_and_follows_the_family(grammar: Grammar) -> None
         rhs = [r for rules in nts for r in rules]
         assert len(rhs) == len(set(rhs)), "duplicate right-hand side at a level"
         assert all(len(r) in (2, 3) for r in rhs)
-        below = range(1, 4) if level == grammar.n_levels - 1 else range(grammar.config.nts_per_level[level + 1])
+        below = (
+            range(1, 4)
+            if level == grammar.n_levels - 1
+            else range(grammar.config.nts_per_level[level + 1])
+        )
         assert {s for r in rhs for s in r} == set(below)
 
 
@@ -113,7 +117,13 @@ def test_span_dp_matches_brute_force_on_small_strings() -> None:
             for nt in range(len(small.rules[level])):
                 for i in range(len(seq)):
                     for j in range(i + 1, len(seq) + 1):
-                        assert bool(tables[level][b, nt, i, j]) == derives(level, nt, i, j), (seq, level, nt, i, j)
+                        assert bool(tables[level][b, nt, i, j]) == derives(level, nt, i, j), (
+                            seq,
+                            level,
+                            nt,
+                            i,
+                            j,
+                        )
     accepted = cfg_accepts(small, strings)
     assert accepted.tolist() == [_derives(small, s)(0, 0, 0, len(s)) for s in strings]
     assert 0 < accepted.sum() < len(strings)

@@ -7,7 +7,7 @@ adjacent spans, beyond what their position bias explains.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import torch
 from jaxtyping import Bool, Float
@@ -82,7 +82,7 @@ def _bias_removed(
 
 
 def cfg_attention_transitions(
-    lm: LensModel, grammar: Grammar, config: AttentionTransitionConfig = AttentionTransitionConfig()
+    lm: LensModel, grammar: Grammar, config: AttentionTransitionConfig | None = None
 ) -> CFGAttentionTransitions:
     """Bias-removed attention from NT-ends to the most recent earlier NT-ends, per level pair.
 
@@ -95,6 +95,7 @@ def cfg_attention_transitions(
     >>> result.values.shape, result.axes
     (torch.Size([3, 3]), ('from_level', 'to_level'))
     """
+    config = config if config is not None else AttentionTransitionConfig()
     levels = list(range(1, grammar.n_levels))
     n_levels = len(levels)
     total = torch.zeros(lm.cfg.n_layers, lm.cfg.n_heads, n_levels, n_levels)

@@ -67,7 +67,9 @@ class CFGModelConfig(Config):
     def validate(self) -> None:
         validate_choice("positional", self.positional, ("rotary", "standard"))
         if self.d_model % self.n_heads:
-            raise ValueError(f"d_model ({self.d_model}) must be a multiple of n_heads ({self.n_heads})")
+            raise ValueError(
+                f"d_model ({self.d_model}) must be a multiple of n_heads ({self.n_heads})"
+            )
         for name in ("n_layers", "d_model", "n_heads", "context", "batch_size", "steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, not {getattr(self, name)}")
@@ -99,7 +101,11 @@ class CFGModelConfig(Config):
 
 def _key(grammar_config: CFGConfig, model_config: CFGModelConfig) -> str:
     blob = json.dumps(
-        {"grammar": grammar_config.params(), "model": model_config.params(), "format": _TRAIN_FORMAT},
+        {
+            "grammar": grammar_config.params(),
+            "model": model_config.params(),
+            "format": _TRAIN_FORMAT,
+        },
         sort_keys=True,
     ).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
@@ -144,7 +150,7 @@ def _packed_rows(grammar: Grammar, config: CFGModelConfig, step: int) -> torch.T
 
 def train_cfg_model(
     grammar: Grammar,
-    config: CFGModelConfig = CFGModelConfig(),
+    config: CFGModelConfig | None = None,
     *,
     progress: bool = False,
 ) -> tuple[HookedTransformer, CFGTraining]:
@@ -156,6 +162,7 @@ def train_cfg_model(
     Returns:
         The trained model (eval mode, on the CPU) and its :class:`CFGTraining` record.
     """
+    config = config if config is not None else CFGModelConfig()
     torch.manual_seed(config.seed)
     model = HookedTransformer(config.hooked_config(grammar))
     optimiser = torch.optim.AdamW(
@@ -202,8 +209,8 @@ def _wrap(model: HookedTransformer, name: str, source: str, grammar: Grammar) ->
 
 
 def load_cfg_model(
-    grammar_config: CFGConfig = CFGConfig(),
-    model_config: CFGModelConfig = CFGModelConfig(),
+    grammar_config: CFGConfig | None = None,
+    model_config: CFGModelConfig | None = None,
     *,
     train: bool = True,
     retrain: bool = False,
@@ -223,6 +230,8 @@ def load_cfg_model(
     Raises:
         FileNotFoundError: nothing cached and ``train`` is False.
     """
+    grammar_config = grammar_config if grammar_config is not None else CFGConfig()
+    model_config = model_config if model_config is not None else CFGModelConfig()
     grammar = build_grammar(grammar_config)
     folder = _folder(grammar_config, model_config)
     weights, record_file = folder / "weights.safetensors", folder / "record.json"
@@ -239,19 +248,27 @@ def load_cfg_model(
             )
         model, record = train_cfg_model(grammar, model_config, progress=progress)
         folder.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, weights)
-        record_file.write_text(json.dumps({
-            "grammar": grammar_config.params(), "model": model_config.params(),
-            "training": record.__dict__,
-        }, indent=1))
-    model.to(device if device is not None else default_device())
+        save_file(
+            {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, weights
+        )
+        record_file.write_text(
+            json.dumps(
+                {
+                    "grammar": grammar_config.params(),
+                    "model": model_config.params(),
+                    "training": record.__dict__,
+                },
+                indent=1,
+            )
+        )
+    model.to(device if device is not None else default_device(), print_details=False)
     name = f"cfg-gpt-{_key(grammar_config, model_config)}"
     return _wrap(model, name, str(folder), grammar), record
 
 
 def random_cfg_model(
-    grammar_config: CFGConfig = CFGConfig(),
-    model_config: CFGModelConfig = CFGModelConfig(),
+    grammar_config: CFGConfig | None = None,
+    model_config: CFGModelConfig | None = None,
     *,
     device: torch.device | str | None = None,
 ) -> LensModel:
@@ -261,17 +278,26 @@ def random_cfg_model(
     >>> lm.cfg.n_layers, lm.cfg.d_vocab
     (4, 5)
     """
+    grammar_config = grammar_config if grammar_config is not None else CFGConfig()
+    model_config = model_config if model_config is not None else CFGModelConfig()
     grammar = build_grammar(grammar_config)
     torch.manual_seed(model_config.seed)
     model = HookedTransformer(model_config.hooked_config(grammar))
     model.eval()
-    model.to(device if device is not None else default_device())
-    return _wrap(model, f"cfg-gpt-random-{_key(grammar_config, model_config)}", "random init", grammar)
+    model.to(device if device is not None else default_device(), print_details=False)
+    return _wrap(
+        model, f"cfg-gpt-random-{_key(grammar_config, model_config)}", "random init", grammar
+    )
 
 
 @torch.no_grad()
 def sample_cfg_model(
-    lm: LensModel, grammar: Grammar, n: int, *, temperature: float = 1.0, seed: int = 0,
+    lm: LensModel,
+    grammar: Grammar,
+    n: int,
+    *,
+    temperature: float = 1.0,
+    seed: int = 0,
     batch_size: int = 250,
 ) -> list[list[int] | None]:
     """Generate ``n`` strings from BOS (cached generation); None for a sample with no EOS in
@@ -286,8 +312,13 @@ def sample_cfg_model(
             count = min(batch_size, n - start)
             prompt = torch.full((count, 1), grammar.bos, dtype=torch.long, device=lm.device)
             tokens = lm.model.generate(
-                prompt, max_new_tokens=longest + 1, stop_at_eos=True, eos_token_id=grammar.eos,
-                do_sample=temperature > 0, temperature=max(temperature, 1e-6), verbose=False,
+                prompt,
+                max_new_tokens=longest + 1,
+                stop_at_eos=True,
+                eos_token_id=grammar.eos,
+                do_sample=temperature > 0,
+                temperature=max(temperature, 1e-6),
+                verbose=False,
             )
             assert isinstance(tokens, torch.Tensor)
             for row in tokens[:, 1:].tolist():
@@ -317,7 +348,12 @@ class CFGEvaluation:
 
 @torch.no_grad()
 def evaluate_cfg_model(
-    lm: LensModel, grammar: Grammar, *, n_documents: int = 500, n_samples: int = 500, seed: int = 12345
+    lm: LensModel,
+    grammar: Grammar,
+    *,
+    n_documents: int = 500,
+    n_samples: int = 500,
+    seed: int = 12345,
 ) -> CFGEvaluation:
     """Next-token accuracy and loss on held-out documents, and generation validity.
 

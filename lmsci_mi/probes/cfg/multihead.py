@@ -54,18 +54,31 @@ class MultiHeadLinearProbe(nn.Module):
     """
 
     def __init__(
-        self, n_layers: int, n_classes: Sequence[int], d_model: int, n_positions: int,
+        self,
+        n_layers: int,
+        n_classes: Sequence[int],
+        d_model: int,
+        n_positions: int,
         config: MultiHeadProbeConfig,
     ) -> None:
         super().__init__()
         generator = torch.Generator().manual_seed(config.seed)
         n_tasks, width = len(n_classes), max(n_classes)
-        self.position = nn.Parameter(0.5 * torch.randn(
-            n_layers, n_tasks, config.heads, n_positions, config.position_dim, generator=generator
-        ))
-        self.read = nn.Parameter(torch.randn(
-            n_layers, n_tasks, config.heads, d_model, width, generator=generator
-        ) / (d_model**0.5 * config.heads))
+        self.position = nn.Parameter(
+            0.5
+            * torch.randn(
+                n_layers,
+                n_tasks,
+                config.heads,
+                n_positions,
+                config.position_dim,
+                generator=generator,
+            )
+        )
+        self.read = nn.Parameter(
+            torch.randn(n_layers, n_tasks, config.heads, d_model, width, generator=generator)
+            / (d_model**0.5 * config.heads)
+        )
         self.bias = nn.Parameter(torch.zeros(n_layers, n_tasks, width))
         # classes a task does not have get a large negative logit
         absent = torch.arange(width)[None, :] >= torch.tensor(list(n_classes))[:, None]
@@ -108,7 +121,9 @@ class MultiHeadProbeFits:
 def balanced_accuracy(predicted: Tensor, labels: Tensor, n_classes: int) -> Tensor:
     """Mean over the classes present in ``labels`` of the fraction of them predicted right."""
     recalls = [
-        (predicted[labels == c] == c).float().mean() for c in range(n_classes) if bool((labels == c).any())
+        (predicted[labels == c] == c).float().mean()
+        for c in range(n_classes)
+        if bool((labels == c).any())
     ]
     return torch.stack(recalls).mean()
 
@@ -119,7 +134,7 @@ def fit_multihead_probes(
     masks: Bool[Tensor, "task seq pos"],
     train: Int[Tensor, " n_train"],
     test: Int[Tensor, " n_test"],
-    config: MultiHeadProbeConfig = MultiHeadProbeConfig(),
+    config: MultiHeadProbeConfig | None = None,
 ) -> MultiHeadProbeFits:
     """Fit one multi-head linear probe per layer and task on whole sequences of frozen states.
 
@@ -148,6 +163,7 @@ def fit_multihead_probes(
     >>> bool(fits.accuracy[0, 0] > 0.95)  # a linear probe on h_i alone gets 50%
     True
     """
+    config = config if config is not None else MultiHeadProbeConfig()
     if hidden.shape[1:3] != labels.shape[1:] or labels.shape != masks.shape:
         raise ValueError(
             f"hidden {tuple(hidden.shape)} must be [layer, seq, pos, d] and labels "
@@ -163,7 +179,9 @@ def fit_multihead_probes(
     features = (hidden - mean) / std
     labels = labels.clamp_min(0) * masks
     n_classes = [int(labels[t][masks[t]].max()) + 1 for t in range(len(labels))]
-    probe = MultiHeadLinearProbe(hidden.shape[0], n_classes, hidden.shape[-1], hidden.shape[2], config)
+    probe = MultiHeadLinearProbe(
+        hidden.shape[0], n_classes, hidden.shape[-1], hidden.shape[2], config
+    )
     probe = probe.to(hidden.device)
     optimiser = torch.optim.Adam(probe.parameters(), lr=config.lr)
     x, y, m = features[:, train], labels[:, train], masks[:, train]
@@ -176,7 +194,9 @@ def fit_multihead_probes(
         logits = probe(x[:, rows])  # [layer, task, seq, pos, class]
         targets, weights = y[:, rows], m[:, rows]
         token_loss = nn.functional.cross_entropy(
-            logits.flatten(0, 3), targets.expand(len(logits), *targets.shape).flatten(), reduction="none"
+            logits.flatten(0, 3),
+            targets.expand(len(logits), *targets.shape).flatten(),
+            reduction="none",
         ).view(logits.shape[:4])
         counts = weights.sum((1, 2)).clamp_min(1).float()
         loss = ((token_loss * weights).sum((2, 3)) / counts).sum()
@@ -185,9 +205,13 @@ def fit_multihead_probes(
         loss.backward()
         optimiser.step()
     with torch.no_grad():
-        train_pred = torch.cat([probe(x[:, i : i + 256]).argmax(-1) for i in range(0, x.shape[1], 256)], 2)
+        train_pred = torch.cat(
+            [probe(x[:, i : i + 256]).argmax(-1) for i in range(0, x.shape[1], 256)], 2
+        )
         test_x = features[:, test]
-        test_pred = torch.cat([probe(test_x[:, i : i + 256]).argmax(-1) for i in range(0, len(test), 256)], 2)
+        test_pred = torch.cat(
+            [probe(test_x[:, i : i + 256]).argmax(-1) for i in range(0, len(test), 256)], 2
+        )
     shape = (hidden.shape[0], len(labels))
     accuracy, balanced, train_accuracy = torch.zeros(shape), torch.zeros(shape), torch.zeros(shape)
     for layer in range(shape[0]):
@@ -197,5 +221,7 @@ def fit_multihead_probes(
             guess = test_pred[layer, t][test_mask]
             accuracy[layer, t] = (guess == truth).float().mean()
             balanced[layer, t] = balanced_accuracy(guess, truth, n_classes[t])
-            train_accuracy[layer, t] = (train_pred[layer, t][train_mask] == y[t][train_mask]).float().mean()
+            train_accuracy[layer, t] = (
+                (train_pred[layer, t][train_mask] == y[t][train_mask]).float().mean()
+            )
     return MultiHeadProbeFits(accuracy, balanced, train_accuracy, probe)

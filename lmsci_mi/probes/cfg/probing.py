@@ -32,7 +32,11 @@ from lmsci_mi.probes.cfg.model import (
     load_cfg_model,
     random_cfg_model,
 )
-from lmsci_mi.probes.cfg.multihead import MultiHeadProbeConfig, balanced_accuracy, fit_multihead_probes
+from lmsci_mi.probes.cfg.multihead import (
+    MultiHeadProbeConfig,
+    balanced_accuracy,
+    fit_multihead_probes,
+)
 from lmsci_mi.probes.linear import ProbeConfig, Split, fit_probes
 from lmsci_mi.results import ParamValue, Result, result_type
 from lmsci_mi.sites import hook_name
@@ -40,7 +44,13 @@ from lmsci_mi.sites import hook_name
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["CFGProbeConfig", "CFGProbeTable", "cfg_hidden_states", "cfg_probe_table", "run_cfg_probes"]
+__all__ = [
+    "CFGProbeConfig",
+    "CFGProbeTable",
+    "cfg_hidden_states",
+    "cfg_probe_table",
+    "run_cfg_probes",
+]
 
 MODELS = ("trained", "random")
 PROBES = ("linear", "multihead")
@@ -59,7 +69,9 @@ class CFGProbeConfig(Config):
     seed: int = field(default=777, metadata={"help": "seed of the strings and the split"})
     multihead: bool = field(default=True, metadata={"help": "also fit the multi-head linear probe"})
     multihead_heads: int = field(default=8, metadata={"help": "heads of the multi-head probe"})
-    multihead_steps: int = field(default=300, metadata={"help": "Adam steps of the multi-head probe"})
+    multihead_steps: int = field(
+        default=300, metadata={"help": "Adam steps of the multi-head probe"}
+    )
     l2_grid: tuple[float, ...] = field(
         default=(1e-4, 1e-3, 1e-2, 1e-1), metadata={"help": "L2 strengths for the linear probes"}
     )
@@ -69,7 +81,9 @@ class CFGProbeConfig(Config):
 
     def validate(self) -> None:
         if self.n_sequences < 10:
-            raise ValueError(f"n_sequences must be >= 10 (to split 60/20/20), not {self.n_sequences}")
+            raise ValueError(
+                f"n_sequences must be >= 10 (to split 60/20/20), not {self.n_sequences}"
+            )
         if self.multihead_heads < 1 or self.multihead_steps < 1 or self.n_samples < 1:
             raise ValueError("multihead_heads, multihead_steps and n_samples must be >= 1")
         if not self.l2_grid or min(self.l2_grid) < 0:
@@ -108,7 +122,9 @@ class CFGProbeTable(Result):
     attention: CFGAttentionTransitions | None = None
     attention_random: CFGAttentionTransitions | None = None
 
-    def best(self, *, model: str = "trained", probe: str = "linear", balanced: bool = False) -> Tensor:
+    def best(
+        self, *, model: str = "trained", probe: str = "linear", balanced: bool = False
+    ) -> Tensor:
         """``[level, target]`` accuracy (or balanced accuracy) at the best layer."""
         table = self.balanced if balanced else self.values
         values = table[:, :, MODELS.index(model), PROBES.index(probe)]
@@ -120,8 +136,9 @@ class CFGProbeTable(Result):
 
         from lmsci_mi.viz.plots import save_figure
 
-        fig, axes = plt.subplots(len(PROBES), len(TARGETS), figsize=(10, 7), sharex=True, sharey=True,
-                                 squeeze=False)
+        fig, axes = plt.subplots(
+            len(PROBES), len(TARGETS), figsize=(10, 7), sharex=True, sharey=True, squeeze=False
+        )
         layers = self.axis_labels(1)
         colours = plt.get_cmap("viridis")
         n_levels = self.values.shape[0]
@@ -134,8 +151,14 @@ class CFGProbeTable(Result):
                         curve = self.values[level, :, m, p, t]
                         if curve.isnan().all():
                             continue
-                        ax.plot(range(len(layers)), curve.numpy(), style, color=colour, marker="o",
-                                label=f"{self.axis_labels(0)[level]} ({MODELS[m]})")
+                        ax.plot(
+                            range(len(layers)),
+                            curve.numpy(),
+                            style,
+                            color=colour,
+                            marker="o",
+                            label=f"{self.axis_labels(0)[level]} ({MODELS[m]})",
+                        )
                 ax.set_title(f"{probe} probe, NT {target}")
                 ax.set_xticks(range(len(layers)), layers, rotation=30)
                 ax.set_ylim(0, 1.02)
@@ -155,7 +178,9 @@ def cfg_hidden_states(
 ) -> Float[Tensor, "layer seq pos d_model"]:
     """The residual stream at every position of whole sequences, for the embeddings and after
     every block, read through the hook registry (the multi-head probe needs [seq, pos, d])."""
-    names = [hook_name("resid_pre", 0)] + [hook_name("resid_post", layer) for layer in range(lm.cfg.n_layers)]
+    names = [hook_name("resid_pre", 0)] + [
+        hook_name("resid_post", layer) for layer in range(lm.cfg.n_layers)
+    ]
     chunks = []
     for start in range(0, len(tokens), batch_size):
         with lm.hooks.capture(names) as captured:
@@ -166,7 +191,12 @@ def cfg_hidden_states(
 
 def _token_split(rows: Tensor, split: Split) -> Split:
     """The split of labelled tokens that follows the split of their sequences (``rows``)."""
-    return Split(*(torch.nonzero(torch.isin(rows, part)).flatten() for part in (split.train, split.val, split.test)))
+    return Split(
+        *(
+            torch.nonzero(torch.isin(rows, part)).flatten()
+            for part in (split.train, split.val, split.test)
+        )
+    )
 
 
 def _probe_models(
@@ -190,9 +220,14 @@ def _probe_models(
     accuracy, balanced = torch.full(shape, float("nan")), torch.full(shape, float("nan"))
     majority = torch.zeros(len(levels), len(TARGETS))
     probe_config = ProbeConfig(control=False, bootstrap=0, l2_grid=config.l2_grid, seed=config.seed)
-    multihead_config = MultiHeadProbeConfig(heads=config.multihead_heads, steps=config.multihead_steps,
-                                            seed=config.seed)
-    bar = tqdm(total=len(MODELS) * (len(labels) + config.multihead), disable=not progress, desc="cfg probes")
+    multihead_config = MultiHeadProbeConfig(
+        heads=config.multihead_heads, steps=config.multihead_steps, seed=config.seed
+    )
+    bar = tqdm(
+        total=len(MODELS) * (len(labels) + config.multihead),
+        disable=not progress,
+        desc="cfg probes",
+    )
     for m, name in enumerate(MODELS):
         hidden = cfg_hidden_states(models[name], tokens)  # [layer, seq, pos, d]
         for task in range(len(labels)):
@@ -205,15 +240,21 @@ def _probe_models(
             n_classes = int(y.max()) + 1
             for layer, fit in enumerate(fits):
                 accuracy[a, layer, m, 0, t] = fit.score
-                guess = torch.tensor(fit.probe.classes)[fit.probe.decision(flat[layer, split.test]).argmax(-1)]
+                guess = torch.tensor(fit.probe.classes)[
+                    fit.probe.decision(flat[layer, split.test]).argmax(-1)
+                ]
                 balanced[a, layer, m, 0, t] = balanced_accuracy(guess, y[split.test], n_classes)
             bar.update()
         if config.multihead:
-            fits = fit_multihead_probes(hidden, labels, masks, seq_split.train, seq_split.test,
-                                        multihead_config)
-            accuracy[:, :, m, 1] = fits.accuracy.T.reshape(len(levels), len(TARGETS), n_layers).transpose(1, 2)
+            fits = fit_multihead_probes(
+                hidden, labels, masks, seq_split.train, seq_split.test, multihead_config
+            )
+            accuracy[:, :, m, 1] = fits.accuracy.T.reshape(
+                len(levels), len(TARGETS), n_layers
+            ).transpose(1, 2)
             balanced[:, :, m, 1] = fits.balanced_accuracy.T.reshape(
-                len(levels), len(TARGETS), n_layers).transpose(1, 2)
+                len(levels), len(TARGETS), n_layers
+            ).transpose(1, 2)
             bar.update()
     bar.close()
     return accuracy, balanced, majority
@@ -223,7 +264,7 @@ def cfg_probe_table(
     trained: LensModel,
     random: LensModel,
     grammar: Grammar,
-    config: CFGProbeConfig = CFGProbeConfig(),
+    config: CFGProbeConfig | None = None,
     *,
     training: CFGTraining | None = None,
     progress: bool = False,
@@ -247,9 +288,15 @@ def cfg_probe_table(
     >>> table.values.shape, table.axes[1:]
     (torch.Size([3, 5, 2, 2, 3]), ('layer', 'model', 'probe', 'target'))
     """
-    values, balanced, majority = _probe_models({"trained": trained, "random": random}, grammar, config,
-                                               progress=progress)
-    evaluation = evaluate_cfg_model(trained, grammar, n_samples=config.n_samples) if config.evaluate else None
+    config = config if config is not None else CFGProbeConfig()
+    values, balanced, majority = _probe_models(
+        {"trained": trained, "random": random}, grammar, config, progress=progress
+    )
+    evaluation = (
+        evaluate_cfg_model(trained, grammar, n_samples=config.n_samples)
+        if config.evaluate
+        else None
+    )
     attention = attention_random = None
     if config.attention:
         attention_config = AttentionTransitionConfig(seed=config.seed + 1)
@@ -263,7 +310,9 @@ def cfg_probe_table(
         values=values,
         axes=("level", "layer", "model", "probe", "target"),
         labels=(levels, layers, MODELS, PROBES, TARGETS),
-        meta=trained.meta(data_source="cfg sampler (lmsci_mi.data.cfg)", seed=config.seed, params=params),
+        meta=trained.meta(
+            data_source="cfg sampler (lmsci_mi.data.cfg)", seed=config.seed, params=params
+        ),
         balanced=balanced,
         majority=majority,
         grammar=str(grammar),
@@ -275,10 +324,10 @@ def cfg_probe_table(
 
 
 def run_cfg_probes(
-    config: CFGProbeConfig = CFGProbeConfig(),
+    config: CFGProbeConfig | None = None,
     *,
-    grammar_config: CFGConfig = CFGConfig(),
-    model_config: CFGModelConfig = CFGModelConfig(),
+    grammar_config: CFGConfig | None = None,
+    model_config: CFGModelConfig | None = None,
     train: bool = False,
     progress: bool = False,
 ) -> CFGProbeTable:
@@ -295,6 +344,9 @@ def run_cfg_probes(
     Raises:
         FileNotFoundError: the model is not cached and ``train`` is False.
     """
+    config = config if config is not None else CFGProbeConfig()
+    grammar_config = grammar_config if grammar_config is not None else CFGConfig()
+    model_config = model_config if model_config is not None else CFGModelConfig()
     grammar = build_grammar(grammar_config)
     trained, training = load_cfg_model(grammar_config, model_config, train=train, progress=progress)
     random = random_cfg_model(grammar_config, model_config, device=trained.device)
