@@ -129,6 +129,10 @@ def test_probe_table_round_trip(tmp_path: Path) -> None:
     frame = table.to_dataframe()
     assert len(frame) == table.values.numel()
     assert set(frame["target"]) == {"ancestor", "ancestor at NT end", "boundary"}
+    row = frame.iloc[-1]  # the last cell: last level, last layer, random, multihead, boundary
+    assert row["value"] == pytest.approx(float(table.values[-1, -1, 1, 1, 2]))
+    assert row["balanced_accuracy"] == pytest.approx(float(table.balanced[-1, -1, 1, 1, 2]))
+    assert row["majority"] == pytest.approx(float(table.majority[-1, 2]))
     loaded = CFGProbeTable.load(table.save(tmp_path / "cfg.json"))
     assert loaded == table
     assert loaded.attention == table.attention

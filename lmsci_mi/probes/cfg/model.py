@@ -10,6 +10,7 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -56,11 +57,11 @@ class CFGModelConfig(Config):
     positional: Literal["rotary", "standard"] = field(
         default="rotary", metadata={"help": "rotary or learned absolute positions"}
     )
-    context: int = field(default=256, metadata={"help": "tokens per packed training row"})
+    context: int = field(default=128, metadata={"help": "tokens per packed training row"})
     batch_size: int = field(default=32, metadata={"help": "rows per training step"})
-    steps: int = field(default=1500, metadata={"help": "optimiser steps"})
-    lr: float = field(default=2e-3, metadata={"help": "peak AdamW learning rate"})
-    warmup: int = field(default=100, metadata={"help": "linear warm-up steps"})
+    steps: int = field(default=700, metadata={"help": "optimiser steps"})
+    lr: float = field(default=3e-3, metadata={"help": "peak AdamW learning rate"})
+    warmup: int = field(default=50, metadata={"help": "linear warm-up steps"})
     weight_decay: float = field(default=0.1, metadata={"help": "AdamW weight decay"})
     seed: int = field(default=0, metadata={"help": "seed of the initial weights and the data"})
 
@@ -153,11 +154,19 @@ def train_cfg_model(
     config: CFGModelConfig | None = None,
     *,
     progress: bool = False,
+    on_step: Callable[[int, HookedTransformer], None] | None = None,
 ) -> tuple[HookedTransformer, CFGTraining]:
     """Train a GPT on ``grammar`` from scratch (no cache), on the CPU, deterministically.
 
     Next-token cross-entropy on every position of packed rows; AdamW with linear warm-up and
     cosine decay to 10%.
+
+    Args:
+        grammar: the grammar to learn.
+        config: the model and its training run.
+        progress: show a progress bar.
+        on_step: called as ``on_step(step, model)`` after each step (e.g. to evaluate every few
+            hundred steps); its time is left out of the recorded cost.
 
     Returns:
         The trained model (eval mode, on the CPU) and its :class:`CFGTraining` record.
@@ -178,6 +187,7 @@ def train_cfg_model(
     schedule = torch.optim.lr_scheduler.LambdaLR(optimiser, factor)
     start, cpu_start = time.perf_counter(), time.process_time()
     losses: list[float] = []
+    paused = cpu_paused = 0.0  # time spent in on_step, left out of the cost
     bar = tqdm(range(config.steps), disable=not progress, desc="cfg gpt", unit="step")
     model.train()
     for step in bar:
@@ -191,10 +201,16 @@ def train_cfg_model(
         losses.append(float(loss.detach()))
         if step % 50 == 0:
             bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        if on_step is not None:
+            pause, cpu_pause = time.perf_counter(), time.process_time()
+            on_step(step, model)
+            model.train()
+            paused += time.perf_counter() - pause
+            cpu_paused += time.process_time() - cpu_pause
     model.eval()
     record = CFGTraining(
-        seconds=time.perf_counter() - start,
-        cpu_seconds=time.process_time() - cpu_start,
+        seconds=time.perf_counter() - start - paused,
+        cpu_seconds=time.process_time() - cpu_start - cpu_paused,
         tokens=config.steps * config.batch_size * config.context,
         final_loss=sum(losses[-50:]) / len(losses[-50:]),
         threads=torch.get_num_threads(),
@@ -216,6 +232,7 @@ def load_cfg_model(
     retrain: bool = False,
     device: torch.device | str | None = None,
     progress: bool = False,
+    on_step: Callable[[int, HookedTransformer], None] | None = None,
 ) -> tuple[LensModel, CFGTraining]:
     """The trained GPT as a :class:`LensModel`, from the cache, or trained and cached.
 
@@ -226,6 +243,7 @@ def load_cfg_model(
     Args:
         train: train when nothing is cached (False raises instead, e.g. for a CLI without --train).
         retrain: train even when cached.
+        on_step: passed to :func:`train_cfg_model` when training.
 
     Raises:
         FileNotFoundError: nothing cached and ``train`` is False.
@@ -246,7 +264,7 @@ def load_cfg_model(
                 f"no trained CFG model cached at {folder}; train it first (`train=True`, or "
                 "`lmsci-mi probe cfg --train`)"
             )
-        model, record = train_cfg_model(grammar, model_config, progress=progress)
+        model, record = train_cfg_model(grammar, model_config, progress=progress, on_step=on_step)
         folder.mkdir(parents=True, exist_ok=True)
         save_file(
             {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, weights

@@ -42,6 +42,7 @@ from lmsci_mi.results import ParamValue, Result, result_type
 from lmsci_mi.sites import hook_name
 
 if TYPE_CHECKING:
+    import pandas as pd
     from matplotlib.figure import Figure
 
 __all__ = [
@@ -65,12 +66,12 @@ class CFGProbeConfig(Config):
     The multi-head probe trains on the train split's sequences and is scored on the test split's.
     """
 
-    n_sequences: int = field(default=600, metadata={"help": "sampled strings to probe on"})
+    n_sequences: int = field(default=400, metadata={"help": "sampled strings to probe on"})
     seed: int = field(default=777, metadata={"help": "seed of the strings and the split"})
     multihead: bool = field(default=True, metadata={"help": "also fit the multi-head linear probe"})
-    multihead_heads: int = field(default=8, metadata={"help": "heads of the multi-head probe"})
+    multihead_heads: int = field(default=4, metadata={"help": "heads of the multi-head probe"})
     multihead_steps: int = field(
-        default=300, metadata={"help": "Adam steps of the multi-head probe"}
+        default=200, metadata={"help": "Adam steps of the multi-head probe"}
     )
     l2_grid: tuple[float, ...] = field(
         default=(1e-4, 1e-3, 1e-2, 1e-1), metadata={"help": "L2 strengths for the linear probes"}
@@ -129,6 +130,16 @@ class CFGProbeTable(Result):
         table = self.balanced if balanced else self.values
         values = table[:, :, MODELS.index(model), PROBES.index(probe)]
         return values.nan_to_num(-1.0).amax(1)
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per (level, layer, model, probe, target): ``value`` (test accuracy),
+        ``balanced_accuracy`` and ``majority`` (the majority-class accuracy of that level and
+        target)."""
+        frame = super().to_dataframe()
+        frame["balanced_accuracy"] = self.balanced.detach().cpu().float().numpy().ravel()
+        majority = self.majority.detach().cpu().float().numpy()
+        frame["majority"] = majority[frame["level_index"], frame["target_index"]]
+        return frame
 
     def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
         """Accuracy against layer, one panel per (probe, target), one line per level and model."""
