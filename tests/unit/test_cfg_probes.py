@@ -15,6 +15,7 @@ from lmsci_mi.probes.cfg import (
     CFGProbeConfig,
     CFGProbeTable,
     cfg_attention_transitions,
+    cfg_hidden_states,
     cfg_probe_table,
     evaluate_cfg_model,
     load_cfg_model,
@@ -140,3 +141,16 @@ def test_probe_table_round_trip(tmp_path: Path) -> None:
     assert (table.majority[:, 2] > 0.5).all() and (table.majority > 0).all()
     table.plot(tmp_path / "cfg.png")
     assert (tmp_path / "cfg.png").stat().st_size > 0
+
+
+def test_hidden_states_match_a_plain_capture() -> None:
+    grammar = build_grammar(GRAMMAR)
+    lm = random_cfg_model(GRAMMAR, TINY, device="cpu")
+    tokens, _, _, mask = grammar.sample(12, seed=5).padded(bos=grammar.bos, pad=grammar.eos)
+    hidden = cfg_hidden_states(lm, tokens, mask)
+    last = hook_name("resid_post", lm.cfg.n_layers - 1)
+    with lm.hooks.capture([last]) as captured:
+        lm.model(tokens, return_type=None)
+    assert hidden.shape == (lm.cfg.n_layers + 1, *tokens.shape, lm.cfg.d_model)
+    assert torch.allclose(hidden[-1][mask], captured[last][mask], atol=1e-5)
+    assert (hidden[:, ~mask] == 0).all()  # BOS and padding stay empty

@@ -16,6 +16,7 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from lmsci_mi.collect import CollectConfig, collect_activations
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.cfg import CFGConfig, Grammar, build_grammar
 from lmsci_mi.model import LensModel
@@ -185,19 +186,30 @@ class CFGProbeTable(Result):
 
 @torch.no_grad()
 def cfg_hidden_states(
-    lm: LensModel, tokens: Tensor, *, batch_size: int = 100
+    lm: LensModel, tokens: Tensor, mask: Tensor, *, progress: bool = False
 ) -> Float[Tensor, "layer seq pos d_model"]:
-    """The residual stream at every position of whole sequences, for the embeddings and after
-    every block, read through the hook registry (the multi-head probe needs [seq, pos, d])."""
+    """The residual stream at every labelled position of whole sequences, for the embeddings and
+    after every block, collected by :func:`~lmsci_mi.collect.collect_activations` and laid back
+    out as ``[layer, seq, pos, d]`` (zeros at the BOS sink and the padding), since the
+    multi-head probe mixes positions.
+
+    Args:
+        lm: the model.
+        tokens: ``[seq, pos]`` BOS-first token ids, right-padded.
+        mask: ``[seq, pos]`` True at the real tokens after BOS.
+        progress: show the collection's progress bar.
+    """
     names = [hook_name("resid_pre", 0)] + [
         hook_name("resid_post", layer) for layer in range(lm.cfg.n_layers)
     ]
-    chunks = []
-    for start in range(0, len(tokens), batch_size):
-        with lm.hooks.capture(names) as captured:
-            lm.model(tokens[start : start + batch_size].to(lm.device), return_type=None)
-        chunks.append(torch.stack([captured[name].float().cpu() for name in names]))
-    return torch.cat(chunks, dim=1)
+    lengths = mask.sum(1) + 1
+    sequences = [row[:n].tolist() for row, n in zip(tokens, lengths.tolist(), strict=True)]
+    collected = collect_activations(
+        lm, sequences, names, positions="all", config=CollectConfig(progress=progress)
+    )
+    hidden = torch.zeros(len(names), *tokens.shape, lm.cfg.d_model)
+    hidden[:, collected.example, collected.position] = collected.stack().float()
+    return hidden
 
 
 def _token_split(rows: Tensor, split: Split) -> Split:
@@ -240,7 +252,7 @@ def _probe_models(
         desc="cfg probes",
     )
     for m, name in enumerate(MODELS):
-        hidden = cfg_hidden_states(models[name], tokens)  # [layer, seq, pos, d]
+        hidden = cfg_hidden_states(models[name], tokens, mask)  # [layer, seq, pos, d]
         for task in range(len(labels)):
             a, t = divmod(task, len(TARGETS))
             rows = torch.nonzero(masks[task])[:, 0]
