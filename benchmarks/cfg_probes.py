@@ -118,10 +118,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--retrain", action="store_true", help="train even when cached")
     parser.add_argument(
+        "--nts-per-level",
+        default="1,3,3",
+        help="the grammar's NTs per level, root first (default 1,3,3; 1,3,3,3 is one level deeper)",
+    )
+    parser.add_argument(
         "--out", type=Path, default=Path("out") / "cfg_probes.json", help="where to save the result"
     )
     args = parser.parse_args()
-    grammar_config, model_config, probe_config = CFGConfig(), CFGModelConfig(), CFGProbeConfig()
+    levels = tuple(int(n) for n in args.nts_per_level.split(","))
+    grammar_config = CFGConfig(nts_per_level=levels)
+    model_config, probe_config = CFGModelConfig(), CFGProbeConfig()
     grammar = build_grammar(grammar_config)
     print(f"grammar ({grammar.n_levels} NT levels, strings of {grammar.length_range} terminals):")
     print(grammar)

@@ -124,7 +124,7 @@ def test_probe_table_round_trip(tmp_path: Path) -> None:
         n_sequences=30, multihead_steps=5, attention=True, evaluate=False, n_samples=5
     )
     table = cfg_probe_table(trained, lm, grammar, config)
-    assert table.values.shape == (3, 2, 2, 2, 3)
+    assert table.values.shape == (2, 2, 2, 2, 3)
     assert ((table.values >= 0) & (table.values <= 1)).all()
     assert table.attention is not None and table.attention_random is not None
     frame = table.to_dataframe()

@@ -93,7 +93,7 @@ def cfg_attention_transitions(
     >>> result = cfg_attention_transitions(random_cfg_model(), build_grammar(CFGConfig()),
     ...                                    AttentionTransitionConfig(n_sequences=8))
     >>> result.values.shape, result.axes
-    (torch.Size([3, 3]), ('from_level', 'to_level'))
+    (torch.Size([2, 2]), ('from_level', 'to_level'))
     """
     config = config if config is not None else AttentionTransitionConfig()
     levels = list(range(1, grammar.n_levels))

@@ -309,7 +309,7 @@ def cfg_probe_table(
     >>> table = cfg_probe_table(lm, lm, build_grammar(CFGConfig()), CFGProbeConfig(
     ...     n_sequences=20, multihead=False, attention=False, evaluate=False))
     >>> table.values.shape, table.axes[1:]
-    (torch.Size([3, 5, 2, 2, 3]), ('layer', 'model', 'probe', 'target'))
+    (torch.Size([2, 5, 2, 2, 3]), ('layer', 'model', 'probe', 'target'))
     """
     config = config if config is not None else CFGProbeConfig()
     values, balanced, majority = _probe_models(
