@@ -14,7 +14,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 import torch
@@ -37,6 +37,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 PositionChoice = Literal["last", "all"] | Sequence[Sequence[int]]
 """Which positions to keep: ``"last"`` (each text's last token), ``"all"`` (every real token but
@@ -95,10 +96,8 @@ class Activations:
         """The activations of several hooks as one ``[hook, item, ...]`` tensor (a copy)."""
         return torch.stack([self.acts[name] for name in (hooks or self.hooks)])
 
-    def per_item(self, values: Sequence[object] | Tensor) -> list[object] | Tensor:
-        """Expand one value per text (a label) to one value per row."""
-        if isinstance(values, Tensor):
-            return values[self.example]
+    def per_item(self, values: Sequence[T]) -> list[T]:
+        """Expand one value per text (a label, a group) to one value per row."""
         return [values[i] for i in self.example.tolist()]
 
 

@@ -110,7 +110,8 @@ def _argparse_kwargs(hint: Any, default: Any) -> dict[str, Any]:
         return {"choices": list(get_args(hint)), "type": type(get_args(hint)[0])}
     if origin in (tuple, Sequence) or hint in (tuple,):
         element = next((a for a in get_args(hint) if a is not Ellipsis), str)
-        return {"type": _int_list if element is int else _str_list, "metavar": "A,B,..."}
+        parse = {int: _int_list, float: _float_list}.get(element, _str_list)
+        return {"type": parse, "metavar": "A,B,..."}
     if hint in (int, float, str):
         return {"type": hint}
     return {"type": str}
@@ -132,6 +133,16 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 
 _int_list.__name__ = "integer list"
+
+
+def _float_list(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
+
+
+_float_list.__name__ = "number list"
 
 
 def _str_list(text: str) -> tuple[str, ...]:

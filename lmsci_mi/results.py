@@ -12,9 +12,10 @@ import dataclasses
 import importlib
 import json
 import math
+import os
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, Union
@@ -240,6 +241,31 @@ class Result:
         columns["value"] = array.ravel()
         return pd.DataFrame(columns)
 
+    def export(self, path: str | Path) -> Path:
+        """Write :meth:`to_dataframe` as a table: ``.csv``, ``.parquet`` (pyarrow) or ``.json``
+        (a list of records), chosen by the suffix.
+
+        The table is written to a temporary file beside ``path`` and renamed into place, so a
+        failed export never leaves a half-written file.
+
+        Raises:
+            ValueError: an unsupported suffix (the message lists the supported ones).
+        """
+        out = Path(path)
+        writer = _TABLE_WRITERS.get(out.suffix.lower())
+        if writer is None:
+            raise ValueError(f"cannot export to {str(path)!r}: use a file ending in one of "
+                             f"{sorted(_TABLE_WRITERS)}")
+        frame = self.to_dataframe()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        partial = out.with_name(f".{out.name}.partial")
+        try:
+            writer(frame, partial)
+            os.replace(partial, out)
+        finally:
+            partial.unlink(missing_ok=True)
+        return out
+
     def axis_labels(self, axis: int) -> list[str]:
         """Labels of one axis, falling back to the indices."""
         labels = self.labels[axis]
@@ -289,6 +315,13 @@ class LayerCurve(Result):
 
 
 _RESULT_TYPES["Result"] = Result
+
+_TABLE_WRITERS: dict[str, Callable[[pd.DataFrame, Path], object]] = {
+    ".csv": lambda frame, path: frame.to_csv(path, index=False),
+    ".parquet": lambda frame, path: frame.to_parquet(path, index=False, engine="pyarrow"),
+    ".json": lambda frame, path: frame.to_json(path, orient="records", indent=1),
+}
+"""Table formats of :meth:`Result.export`, by file suffix."""
 
 
 # ---------------------------------------------------------------------- kinds and files

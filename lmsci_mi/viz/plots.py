@@ -15,7 +15,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from torch import Tensor
 
-__all__ = ["heatmap", "plot_curves", "plot_tensor", "save_figure"]
+__all__ = ["heatmap", "plot_curves", "plot_layer_scores", "plot_tensor", "save_figure"]
 
 
 def heatmap(
@@ -101,6 +101,38 @@ def plot_curves(values: Tensor, *, series: Sequence[str], x_label: str, title: s
     ax.set_title(title, fontsize=10)
     if len(series) > 1:
         ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_layer_scores(
+    layers: Sequence[str],
+    lines: dict[str, Tensor],
+    *,
+    band: tuple[Tensor, Tensor] | None,
+    x_label: str,
+    y_label: str,
+    title: str,
+) -> Figure:
+    """Scores against layer, one line per entry of ``lines``; ``band`` shades the first line's
+    interval (a probe's bootstrap interval)."""
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
+    x = range(len(layers))
+    for i, (name, values) in enumerate(lines.items()):
+        style = {"marker": "o", "markersize": 3} if i == 0 else {"linestyle": "--" if i < 3 else ":"}
+        ax.plot(x, torch.as_tensor(values).cpu().float().numpy(), label=name, **style)
+    if band is not None:
+        low, high = (torch.as_tensor(b).cpu().float().numpy() for b in band)
+        ax.fill_between(x, low, high, alpha=0.2, label="95% bootstrap interval")
+    step = max(1, len(layers) // 15)
+    ax.set_xticks(list(x)[::step], list(layers)[::step])
+    ax.set_xlabel(x_label)
+    ax.set_ylabel(y_label)
+    ax.set_title(title, fontsize=10)
+    ax.axhline(0, color="grey", linewidth=0.5)
+    ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig

@@ -1,0 +1,60 @@
+"""`lmsci-mi probe`: a linear-probe sweep over layers for a registered task, exported as a table
+(CSV, Parquet or JSON) and plotted against layer."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from lmsci_mi.cli.common import add_model_args, add_output_args, load_from_args, write_outputs
+from lmsci_mi.probes.sweep import ProbeSweepConfig
+from lmsci_mi.probes.tasks import PROBE_TASKS, ProbeTaskConfig
+
+
+def register(commands: Any) -> None:
+    """Add this feature's subcommands to the parser."""
+    probe = commands.add_parser(
+        "probe", help="linear probes per layer, with control tasks; export CSV/Parquet/JSON",
+        description="Probe every layer for a task (`--task`, see `--list-tasks`), or run the "
+        "synthetic-CFG probes (`lmsci-mi probe cfg`).")
+    add_model_args(probe)
+    add_output_args(probe)
+    probe.add_argument("--task", default=None, help="a registered task (see --list-tasks)")
+    probe.add_argument("--list-tasks", action="store_true", help="list the tasks and exit")
+    probe.add_argument("--export", type=Path, default=None,
+                       help="write the per-layer table here (.csv, .parquet or .json)")
+    ProbeSweepConfig.add_arguments(probe)
+    ProbeTaskConfig.add_arguments(probe)
+    probe.set_defaults(run=_run_probe)
+
+
+def _run_probe(args: argparse.Namespace) -> int:
+    from lmsci_mi.probes.tasks import probe_task, task_dataset
+
+    if args.list_tasks:
+        for method in PROBE_TASKS:
+            print(f"{method.name:16s} {method.description}")
+        return 0
+    if args.task is None:
+        raise ValueError(f"give --task NAME (one of {', '.join(PROBE_TASKS.names())}) or --list-tasks")
+    if args.export is not None and args.export.suffix.lower() not in (".csv", ".parquet", ".json"):
+        raise ValueError(f"--export {args.export}: use a file ending in .csv, .parquet or .json")
+    config = ProbeSweepConfig.from_args(args)
+    task_config = ProbeTaskConfig.from_args(args)
+    task_dataset(args.task, task_config)  # an unknown task fails before the model loads
+    lm = load_from_args(args)
+    result = probe_task(lm, args.task, config, task_config)
+    peak = result.peak()
+    frame = result.to_dataframe()
+    score = result.score_name
+    print(f"{args.task} probe on {lm.name} ({result.site}; {result.n_train}/{result.n_val}/{result.n_test} "
+          f"train/val/test examples)")
+    print(frame[["layer", score, f"control_{score}", "selectivity", frame.columns[5]]]
+          .to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"peak: layer {peak.layer}, {score} {peak.score:.3f} (control {peak.control:.3f}, "
+          f"selectivity {peak.selectivity:+.3f}, baseline {peak.baseline:.3f})")
+    if args.export is not None:
+        print(f"exported the table to {result.export(args.export)}")
+    write_outputs(result, args)
+    return 0

@@ -1,0 +1,332 @@
+"""Probe sweeps: one linear probe per layer at a site, with a control task and a majority baseline,
+as a result with one row per layer that exports to CSV/Parquet/JSON and plots against layer.
+
+Activations come from the core collection (one batched pass over all layers); every layer's probe,
+and its control, is fitted in one batch (:mod:`lmsci_mi.probes.linear`). After Conneau et al. 2018
+(probing across layers) and Hewitt & Liang 2019 (selectivity).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from lmsci_mi.collect import CollectConfig, PositionChoice, collect_activations
+from lmsci_mi.config import config
+from lmsci_mi.model import LensModel
+from lmsci_mi.probes.linear import PROBE_KINDS, ProbeConfig, ProbeFit, Split, fit_probes
+from lmsci_mi.results import Result, result_type
+from lmsci_mi.sites import site as site_row
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+__all__ = ["METRICS", "ProbePeak", "ProbeSweep", "ProbeSweepConfig", "probe_sweep"]
+
+METRICS = (
+    "score",
+    "control",
+    "selectivity",
+    "baseline",
+    "ci_low",
+    "ci_high",
+    "val_score",
+    "l2",
+    "control_l2",
+)
+"""The columns of :attr:`ProbeSweep.values`: test score (accuracy or R²), the control task's test
+score, selectivity (score − control), the majority-class (or mean) baseline, the score's 95%
+bootstrap interval, the validation score, and the chosen L2 strengths."""
+
+
+@config
+class ProbeSweepConfig(ProbeConfig):
+    """A probe sweep: where to read (site, layers) plus how each probe is fitted."""
+
+    site: str = field(default="resid_post", metadata={"help": "site of the site table to probe"})
+    layers: tuple[int, ...] | None = field(
+        default=None, metadata={"help": "layers to probe (default: all)"}
+    )
+    token_budget: int = field(
+        default=8192, metadata={"help": "tokens per forward pass while collecting"}
+    )
+
+    def validate(self) -> None:
+        super().validate()
+        row = site_row(self.site)
+        if row.layout.position_axis != 1:
+            raise ValueError(
+                f"site {self.site!r} has no vector per position; probe a residual, MLP or "
+                "per-head site instead"
+            )
+        if self.layers is not None and (not self.layers or min(self.layers) < 0):
+            raise ValueError(f"layers must be non-negative layer indices, not {self.layers}")
+        if self.layers is not None and not row.per_layer:
+            raise ValueError(f"site {self.site!r} exists once per model; give no layers")
+
+
+@dataclass(frozen=True)
+class ProbePeak:
+    """The best layer of a sweep and its numbers."""
+
+    layer: str
+    score: float
+    selectivity: float
+    control: float
+    baseline: float
+
+
+@result_type
+class ProbeSweep(Result):
+    """Probe scores per layer: ``values[layer, metric]`` with the metrics of :data:`METRICS`.
+
+    Attributes:
+        task: the probed property.
+        site: the site probed at each layer (``hooks`` gives the hook names).
+        score_name: ``"accuracy"`` (logistic) or ``"r2"`` (ridge).
+        classes: the class labels (logistic), as strings.
+        weight, bias, mean, std: each layer's probe, ``[layer, d, out]``, ``[layer, out]`` and
+            the standardisation ``[layer, d]``; ``weight[l, :, c]`` is a direction in
+            standardised activation space.
+        n_train, n_val, n_test: the split sizes.
+    """
+
+    task: str
+    site: str
+    hooks: tuple[str, ...]
+    score_name: str
+    classes: tuple[str, ...]
+    weight: Tensor
+    bias: Tensor
+    mean: Tensor
+    std: Tensor
+    n_train: int
+    n_val: int
+    n_test: int
+
+    def metric(self, name: str) -> Tensor:
+        """One metric's column, ``[layer]``."""
+        return self.values[:, METRICS.index(name)]
+
+    def peak(self) -> ProbePeak:
+        """The layer with the best test score."""
+        best = int(self.metric("score").argmax())
+        row = dict(zip(METRICS, self.values[best].tolist(), strict=True))
+        return ProbePeak(
+            self.axis_labels(0)[best],
+            row["score"],
+            row["selectivity"],
+            row["control"],
+            row["baseline"],
+        )
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per layer: ``layer``, ``hook``, the score under its own name (``accuracy`` or
+        ``r2``), ``control_<score>``, ``selectivity``, ``majority`` (or ``mean_baseline``), the
+        interval, the chosen strengths, and the task, site and model."""
+        import pandas as pd
+
+        baseline = "majority" if self.score_name == "accuracy" else "mean_baseline"
+        names = {
+            "score": self.score_name,
+            "control": f"control_{self.score_name}",
+            "baseline": baseline,
+            "val_score": f"val_{self.score_name}",
+        }
+        frame = pd.DataFrame(
+            self.values.cpu().float().numpy(), columns=[names.get(m, m) for m in METRICS]
+        )
+        frame.insert(0, "hook", list(self.hooks))
+        frame.insert(0, "layer", self.axis_labels(0))
+        frame["task"], frame["site"], frame["model"] = self.task, self.site, self.meta.model
+        frame["n_train"], frame["n_val"], frame["n_test"] = self.n_train, self.n_val, self.n_test
+        return frame
+
+    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+        """Test score, control score and baseline against layer, with the score's 95% interval."""
+        from lmsci_mi.viz.plots import plot_layer_scores, save_figure
+
+        label = "accuracy" if self.score_name == "accuracy" else "R²"
+        fig = plot_layer_scores(
+            self.axis_labels(0),
+            {
+                f"probe {label}": self.metric("score"),
+                f"control task {label}": self.metric("control"),
+                "selectivity": self.metric("selectivity"),
+                (
+                    "majority class" if self.score_name == "accuracy" else "mean baseline"
+                ): self.metric("baseline"),
+            },
+            band=(self.metric("ci_low"), self.metric("ci_high")),
+            x_label=f"layer ({self.site})",
+            y_label=label,
+            title=title or f"{self.task} probe — {self.meta.model}",
+        )
+        if path is not None:
+            save_figure(fig, path)
+        return fig
+
+
+_DEFAULT = ProbeSweepConfig()
+
+
+def probe_sweep(
+    lm: LensModel,
+    texts: Sequence[str],
+    labels: Sequence[Hashable],
+    *,
+    positions: PositionChoice = "last",
+    groups: Sequence[Hashable] | None = None,
+    config: ProbeSweepConfig = _DEFAULT,
+    task: str = "probe",
+    data_source: str = "",
+) -> ProbeSweep:
+    """Probe ``config.site`` at every layer (or ``config.layers``) for ``labels``.
+
+    With nothing else given, probes the residual stream after every layer at each text's last
+    token, with a seeded 60/20/20 split, a control task and a 1000-sample bootstrap. Reads the
+    model only.
+
+    Args:
+        lm: the model.
+        texts: the texts.
+        labels: one label per text; or, when ``positions`` keeps several positions of a text,
+            one label per kept position (in text, then position order).
+        positions: ``"last"``, ``"all"`` or one position list per text (see
+            :func:`lmsci_mi.collect.collect_activations`).
+        groups: one key per text; a group goes whole into one split. When several positions of
+            a text are probed, the text is the group by default.
+        config: site, layers and the probe's settings.
+        task, data_source: recorded in the result.
+
+    Returns:
+        A :class:`ProbeSweep`, one row per layer.
+
+    Raises:
+        ValueError: labels and texts of different lengths, a single class, a site or layer that
+            does not exist, or bad positions.
+
+    >>> from lmsci_mi import load_model
+    >>> lm = load_model("toy-2l")
+    >>> texts = [f"{w} is here" for w in ["cat", "dog", "fish", "bird"] * 10]
+    >>> labels = [t.startswith(("cat", "dog")) for t in texts]
+    >>> sweep = probe_sweep(lm, texts, labels, config=ProbeSweepConfig(bootstrap=0, control=False))
+    >>> sweep.values.shape, sweep.axes
+    (torch.Size([2, 9]), ('layer', 'metric'))
+    """
+    if len(texts) == 0:
+        raise ValueError("probe_sweep needs texts and labels; got no texts")
+    row = site_row(config.site)
+    n_layers = lm.cfg.n_layers
+    if row.per_layer:
+        layers = config.layers if config.layers is not None else tuple(range(n_layers))
+        bad = [layer for layer in layers if layer >= n_layers]
+        if bad:
+            raise ValueError(
+                f"layer {bad[0]} does not exist: the model has {n_layers} layers (0–{n_layers - 1})"
+            )
+        hooks = [row.hook(layer) for layer in layers]
+        layer_labels = tuple(str(layer) for layer in layers)
+    else:
+        hooks, layer_labels = [row.hook()], (config.site,)
+    if isinstance(positions, str) and positions == "last" and len(labels) != len(texts):
+        raise ValueError(
+            f"{len(labels)} labels for {len(texts)} texts; give exactly one label per text"
+        )
+    if PROBE_KINDS.get(config.kind).function.classification and len(set(labels)) < 2:
+        raise ValueError(
+            f"every label is {next(iter(labels))!r}: a probe needs at least two classes"
+        )
+
+    acts = collect_activations(
+        lm,
+        texts,
+        hooks,
+        positions=positions,
+        config=CollectConfig(token_budget=config.token_budget, progress=True),
+    )
+    if len(labels) != len(acts):
+        raise ValueError(
+            f"{len(labels)} labels for {len(acts)} probed positions of {len(texts)} texts; "
+            "give one label per text, or one per probed position"
+        )
+    row_groups = None
+    if groups is not None:
+        if len(groups) != len(texts):
+            raise ValueError(
+                f"{len(groups)} groups for {len(texts)} texts; give one group per text"
+            )
+        row_groups = acts.per_item(list(groups))
+    elif len(acts) != len(texts):  # several positions of a text: the test texts are unseen texts
+        row_groups = acts.example.tolist()
+    split = Split.random(
+        len(acts),
+        fractions=tuple(config.fractions),
+        seed=config.seed,  # type: ignore[arg-type]
+        groups=row_groups,
+    )
+    features: Float[Tensor, "layer n d"] = acts.stack(hooks).flatten(2).to(lm.device)
+    fits, control = fit_probes(
+        features, list(labels), split, config, word_types=acts.token.tolist()
+    )
+    return _sweep_result(
+        lm, texts, fits, control, split, hooks, layer_labels, task, config, data_source
+    )
+
+
+def _sweep_result(
+    lm: LensModel,
+    texts: Sequence[str],
+    fits: list[ProbeFit],
+    control: list[ProbeFit] | None,
+    split: Split,
+    hooks: list[str],
+    layer_labels: tuple[str, ...],
+    task: str,
+    config: ProbeSweepConfig,
+    data_source: str,
+) -> ProbeSweep:
+    nan = float("nan")
+    rows = []
+    for i, fit in enumerate(fits):
+        ctrl = control[i] if control is not None else None
+        rows.append(
+            [
+                fit.score,
+                ctrl.score if ctrl else nan,
+                fit.score - ctrl.score if ctrl else nan,
+                fit.baseline,
+                *fit.interval,
+                fit.val_score,
+                fit.probe.l2,
+                ctrl.probe.l2 if ctrl else nan,
+            ]
+        )
+    kind = PROBE_KINDS.get(config.kind).function
+    return ProbeSweep(
+        values=torch.tensor(rows, dtype=torch.float32),
+        axes=("layer", "metric"),
+        labels=(layer_labels, METRICS),
+        meta=lm.meta(
+            tuple(texts), seed=config.seed, data_source=data_source, params=config.params()
+        ),
+        task=task,
+        site=config.site,
+        hooks=tuple(hooks),
+        score_name="accuracy" if kind.classification else "r2",
+        classes=tuple(str(c) for c in fits[0].probe.classes),
+        weight=torch.stack([f.probe.weight for f in fits]).cpu(),
+        bias=torch.stack([f.probe.bias for f in fits]).cpu(),
+        mean=torch.stack([f.probe.mean for f in fits]).cpu(),
+        std=torch.stack([f.probe.std for f in fits]).cpu(),
+        n_train=len(split.train),
+        n_val=len(split.val),
+        n_test=len(split.test),
+    )
