@@ -154,3 +154,20 @@ def test_hidden_states_match_a_plain_capture() -> None:
     assert hidden.shape == (lm.cfg.n_layers + 1, *tokens.shape, lm.cfg.d_model)
     assert torch.allclose(hidden[-1][mask], captured[last][mask], atol=1e-5)
     assert (hidden[:, ~mask] == 0).all()  # BOS and padding stay empty
+
+
+def test_cli_refuses_bad_export_and_missing_model(cache: Path) -> None:
+    import argparse
+
+    from lmsci_mi.cli.probe_cfg import add_cfg_arguments
+
+    parser = argparse.ArgumentParser()
+    add_cfg_arguments(parser)
+    args = parser.parse_args(["--export", "table.txt"])
+    with pytest.raises(ValueError, match="--export"):
+        args.run(args)
+    args = parser.parse_args(["--n-sequences", "20"])
+    with pytest.raises(FileNotFoundError, match="--train"):
+        args.run(args)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--n-sequences", "many"])
