@@ -123,12 +123,15 @@ def main() -> None:
         help="the grammar's NTs per level, root first (default 1,3,3; 1,3,3,3 is one level deeper)",
     )
     parser.add_argument(
+        "--steps", type=int, default=CFGModelConfig().steps, help="training steps (default: the config's)"
+    )
+    parser.add_argument(
         "--out", type=Path, default=Path("out") / "cfg_probes.json", help="where to save the result"
     )
     args = parser.parse_args()
     levels = tuple(int(n) for n in args.nts_per_level.split(","))
     grammar_config = CFGConfig(nts_per_level=levels)
-    model_config, probe_config = CFGModelConfig(), CFGProbeConfig()
+    model_config, probe_config = CFGModelConfig(steps=args.steps), CFGProbeConfig()
     grammar = build_grammar(grammar_config)
     print(f"grammar ({grammar.n_levels} NT levels, strings of {grammar.length_range} terminals):")
     print(grammar)

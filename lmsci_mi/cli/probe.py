@@ -1,5 +1,5 @@
 """`lmsci-mi probe`: a linear-probe sweep over layers for a registered task, exported as a table
-(CSV, Parquet or JSON) and plotted against layer."""
+(CSV, Parquet or JSON) and plotted against layer; `lmsci-mi probe cfg` runs the synthetic-CFG probes."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from lmsci_mi.cli.common import add_model_args, add_output_args, load_from_args, write_outputs
+from lmsci_mi.cli.probe_cfg import add_cfg_arguments
 from lmsci_mi.probes.sweep import ProbeSweepConfig
 from lmsci_mi.probes.tasks import PROBE_TASKS, ProbeTaskConfig
 
@@ -27,6 +28,9 @@ def register(commands: Any) -> None:
     ProbeSweepConfig.add_arguments(probe)
     ProbeTaskConfig.add_arguments(probe)
     probe.set_defaults(run=_run_probe)
+    synthetic = probe.add_subparsers(dest="probe_command", required=False, metavar="cfg")
+    add_cfg_arguments(synthetic.add_parser(
+        "cfg", help="DP-feature probes on a GPT trained on a synthetic CFG (Allen-Zhu & Li)"))
 
 
 def _run_probe(args: argparse.Namespace) -> int:
