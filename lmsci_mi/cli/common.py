@@ -45,12 +45,17 @@ def parse_sink(text: str) -> SinkChoice:
     return text
 
 
-def add_model_args(parser: argparse.ArgumentParser) -> None:
-    """``--model``, ``--device`` and ``--sink``: which model, where, and its attention sink."""
+def add_model_args(parser: argparse.ArgumentParser, *, default: str | None = DEFAULT_MODEL,
+                   default_help: str | None = None) -> None:
+    """``--model``, ``--device`` and ``--sink``: which model, where, and its attention sink.
+
+    ``default=None`` with ``default_help`` suits commands whose input names its own model
+    (a saved steer).
+    """
     parser.add_argument(
         "--model",
-        default=DEFAULT_MODEL,
-        help=f"model name or path (default {DEFAULT_MODEL}; `lmsci-mi models` lists them)",
+        default=default,
+        help=f"model name or path (default {default_help or default}; `lmsci-mi models` lists them)",
     )
     parser.add_argument("--device", default=None, help="torch device (default: cuda if present)")
     parser.add_argument(

@@ -55,7 +55,7 @@ def _run_probe(args: argparse.Namespace) -> int:
     print(f"{args.task} probe on {lm.name} ({result.site}; {result.n_train}/{result.n_val}/{result.n_test} "
           f"train/val/test examples)")
     print(frame[["layer", score, f"control_{score}", "selectivity", frame.columns[5]]]
-          .to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+          .round(3).to_string(index=False))
     print(f"peak: layer {peak.layer}, {score} {peak.score:.3f} (control {peak.control:.3f}, "
           f"selectivity {peak.selectivity:+.3f}, baseline {peak.baseline:.3f})")
     if args.export is not None:

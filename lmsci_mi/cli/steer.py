@@ -7,9 +7,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from lmsci_mi.cli.common import parse_sink
-from lmsci_mi.loading import DEFAULT_MODEL, load_model
-from lmsci_mi.model import DEFAULT_SINK, LensModel
+from lmsci_mi.cli.common import add_model_args
+from lmsci_mi.loading import load_model
+from lmsci_mi.model import LensModel
 
 
 def register(commands: Any) -> None:
@@ -33,7 +33,7 @@ def register(commands: Any) -> None:
     train = sub.add_parser(
         "train", help="train a steer on the bundled texts (cached: a rerun is instant)"
     )
-    _model_args(train, default=DEFAULT_MODEL)
+    add_model_args(train)
     train.add_argument(
         "--attribute",
         type=_attributes,
@@ -109,26 +109,9 @@ def _attributes(text: str) -> tuple[str, ...]:
     return names
 
 
-def _model_args(parser: argparse.ArgumentParser, *, default: str | None) -> None:
-    parser.add_argument(
-        "--model",
-        default=default,
-        help="model name or path"
-        + (" (default: the steer's model)" if default is None else f" (default {default})"),
-    )
-    parser.add_argument("--device", default=None, help="torch device (default: cuda if present)")
-    parser.add_argument(
-        "--sink",
-        type=parse_sink,
-        default=DEFAULT_SINK,
-        metavar="default|none|TOKEN",
-        help="attention-sink token before every prompt (default: the model's)",
-    )
-
-
 def _steer_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steer", type=Path, required=True, help="a steer file from `steer train`")
-    _model_args(parser, default=None)
+    add_model_args(parser, default=None, default_help="the steer's model")
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, LensModel]:
