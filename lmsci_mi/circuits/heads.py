@@ -250,9 +250,9 @@ def _mean_pattern_scores(
     counts = torch.zeros_like(totals)
     targets: dict[str, Tensor] = {}
 
-    def score(pattern: Tensor, hook: HookPoint) -> None:
+    def score(activation: Tensor, hook: HookPoint) -> None:
         # Scored where it fires, so the patterns of 30 layers are never all held at once.
-        per_seq = _pattern_score(pattern, targets["now"], config).double().cpu()
+        per_seq = _pattern_score(activation, targets["now"], config).double().cpu()
         valid = ~per_seq.isnan()
         layer = layer_of(hook.name or "")
         totals[layer] += per_seq.nan_to_num(0.0).sum(0)

@@ -121,8 +121,9 @@ def plot_layer_scores(
     ax = fig.subplots()
     x = range(len(layers))
     for i, (name, values) in enumerate(lines.items()):
-        style = {"marker": "o", "markersize": 3} if i == 0 else {"linestyle": "--" if i < 3 else ":"}
-        ax.plot(x, torch.as_tensor(values).cpu().float().numpy(), label=name, **style)
+        # The probe's own line is solid with markers; the references are dashed, the baseline dotted.
+        style = "o-" if i == 0 else "--" if i < 3 else ":"
+        ax.plot(x, torch.as_tensor(values).cpu().float().numpy(), style, label=name, markersize=3)
     if band is not None:
         low, high = (torch.as_tensor(b).cpu().float().numpy() for b in band)
         ax.fill_between(x, low, high, alpha=0.2, label="95% bootstrap interval")
