@@ -295,6 +295,47 @@ def collect_activations(
     >>> tuple(acts.acts["blocks.1.hook_resid_post"].shape), acts.position.tolist()
     ((2, 64), [3, 2])
     """
+    names = _checked_hooks(lm, texts, hooks)
+    sequences = [lm.encode(t) if isinstance(t, str) else [int(x) for x in t] for t in texts]
+    chosen = select_positions(sequences, positions, skip=1 if lm.sink is not None else 0)
+    chosen = _subsample(chosen, config)
+    counts = [len(c) for c in chosen]
+    offsets = np.cumsum([0, *counts])
+    if offsets[-1] == 0:
+        raise ValueError("no position selected: every position list is empty")
+    buffers = _Buffers(int(offsets[-1]), config.dtype, out_dir)
+    stop = _stop_layer(names, lm.cfg.n_layers)
+    plan = _batches(
+        sequences, config.token_budget, config.reuse_prefix, config.batch_overhead_tokens
+    )
+    batches = [b for b in plan if any(chosen[i] for i in b)]
+    for batch in tqdm(batches, desc="collect", unit="batch", disable=not config.progress):
+        slots = {
+            i: list(zip(chosen[i], range(int(offsets[i]), int(offsets[i + 1])), strict=True))
+            for i in batch
+        }
+        _collect_batch(
+            lm,
+            names,
+            [sequences[i] for i in batch],
+            [slots[i] for i in batch],
+            buffers,
+            stop,
+            config,
+        )
+    return Activations(
+        buffers.finish(names),
+        example=torch.repeat_interleave(torch.arange(len(chosen)), torch.tensor(counts)),
+        position=torch.tensor([p for c in chosen for p in c], dtype=torch.long),
+        token=torch.tensor(
+            [sequences[i][p] for i, c in enumerate(chosen) for p in c], dtype=torch.long
+        ),
+        hooks=tuple(names),
+    )
+
+
+def _checked_hooks(lm: LensModel, texts: Sequence[object], hooks: Sequence[str]) -> list[str]:
+    """The hook names, resolved and checked before anything runs."""
     if len(texts) == 0:
         raise ValueError("collect_activations needs at least one text")
     if len(hooks) == 0:
@@ -306,85 +347,74 @@ def collect_activations(
                 f"{name} has no vector per position (attention patterns are [query, key]); "
                 "capture it with lm.hooks.capture instead"
             )
-    sequences = [lm.encode(t) if isinstance(t, str) else [int(x) for x in t] for t in texts]
-    skip = 1 if lm.sink is not None else 0
-    chosen = select_positions(sequences, positions, skip=skip)
-    chosen = _subsample(chosen, config)
+    return names
 
-    offsets = np.cumsum([0] + [len(c) for c in chosen])
-    n_items = int(offsets[-1])
-    if n_items == 0:
-        raise ValueError("no position selected: every position list is empty")
-    example = torch.repeat_interleave(
-        torch.arange(len(chosen)), torch.tensor([len(c) for c in chosen])
-    )
-    position = torch.tensor([p for c in chosen for p in c], dtype=torch.long)
-    token = torch.tensor(
-        [sequences[i][p] for i, c in enumerate(chosen) for p in c], dtype=torch.long
-    )
 
-    buffers: dict[str, Tensor] = {}
-    memmaps: list[np.memmap] = []
-    dtype = _DTYPES[config.dtype]
-    folder = Path(out_dir) if out_dir is not None else None
+class _Buffers:
+    """One ``[item, ...]`` buffer per hook, allocated at its first activation: in host memory
+    (on purpose: a large collection must not fill an accelerator's memory) or a ``.npy`` memmap."""
 
-    def buffer(name: str, shape: tuple[int, ...]) -> Tensor:
-        if name not in buffers:
-            if folder is None:
-                # Host memory on purpose: a large collection must not fill an accelerator's memory.
-                buffers[name] = torch.empty((n_items, *shape), dtype=dtype)
+    def __init__(self, n_items: int, dtype: str, out_dir: str | Path | None) -> None:
+        self.n_items, self.dtype_name, self.dtype = n_items, dtype, _DTYPES[dtype]
+        self.folder = Path(out_dir) if out_dir is not None else None
+        self.tensors: dict[str, Tensor] = {}
+        self.memmaps: list[np.memmap] = []
+
+    def __call__(self, name: str, shape: tuple[int, ...]) -> Tensor:
+        if name not in self.tensors:
+            if self.folder is None:
+                self.tensors[name] = torch.empty((self.n_items, *shape), dtype=self.dtype)
             else:
-                folder.mkdir(parents=True, exist_ok=True)
+                self.folder.mkdir(parents=True, exist_ok=True)
                 array = open_memmap(
-                    folder / f"{name}.npy",
+                    self.folder / f"{name}.npy",
                     mode="w+",
-                    dtype=np.dtype(config.dtype),
-                    shape=(n_items, *shape),
+                    dtype=np.dtype(self.dtype_name),
+                    shape=(self.n_items, *shape),
                 )
-                memmaps.append(array)
-                buffers[name] = torch.from_numpy(array)
-        return buffers[name]
+                self.memmaps.append(array)
+                self.tensors[name] = torch.from_numpy(array)
+        return self.tensors[name]
 
-    stop = _stop_layer(names, lm.cfg.n_layers)
-    batches = [
-        b
-        for b in _batches(
-            sequences, config.token_budget, config.reuse_prefix, config.batch_overhead_tokens
-        )
-        if any(chosen[i] for i in b)
-    ]
-    for batch in tqdm(batches, desc="collect", unit="batch", disable=not config.progress):
-        seqs = [sequences[i] for i in batch]
-        prefix = _shared_prefix(seqs) if config.reuse_prefix else 0
-        items = [
-            (r, p, slot)
-            for r, i in enumerate(batch)
-            for p, slot in zip(chosen[i], range(int(offsets[i]), int(offsets[i + 1])), strict=True)
-        ]
-        early = [(0, p, slot) for _, p, slot in items if p < prefix]  # read from the shared prefix
-        late = [(r, p - prefix, slot) for r, p, slot in items if p >= prefix]
-        cache = None
-        with _autocast(lm, config.autocast):
-            if prefix:
-                cache = TransformerLensKeyValueCache.init_cache(lm.cfg, lm.device, 1)
-                _forward(
-                    lm,
-                    names,
-                    _storing(early, buffer, dtype, lm.device),
-                    torch.tensor([seqs[0][:prefix]], device=lm.device),
-                    stop,
-                    cache,
-                )
-                _share(cache, len(batch))
-            padded = lm.pad_batch([seq[prefix:] for seq in seqs])
+    def finish(self, names: Sequence[str]) -> dict[str, Tensor]:
+        for array in self.memmaps:
+            array.flush()
+        return {name: self.tensors[name] for name in names}
+
+
+def _collect_batch(
+    lm: LensModel,
+    names: list[str],
+    seqs: list[list[int]],
+    slots: list[list[tuple[int, int]]],
+    buffers: _Buffers,
+    stop: int | None,
+    config: CollectConfig,
+) -> None:
+    """Run one batch: its shared prefix once (if any), then every row's rest, storing the rows
+    whose (position, slot) pairs ``slots`` lists."""
+    prefix = _shared_prefix(seqs) if config.reuse_prefix else 0
+    items = [(r, p, slot) for r, row in enumerate(slots) for p, slot in row]
+    early = [(0, p, slot) for _, p, slot in items if p < prefix]  # read from the shared prefix
+    late = [(r, p - prefix, slot) for r, p, slot in items if p >= prefix]
+    cache = None
+    with _autocast(lm, config.autocast):
+        if prefix:
+            cache = TransformerLensKeyValueCache.init_cache(lm.cfg, lm.device, 1)
+            prefix_tokens = torch.tensor([seqs[0][:prefix]], device=lm.device)
             _forward(
-                lm, names, _storing(late, buffer, dtype, lm.device), padded.tokens, stop, cache
+                lm,
+                names,
+                _storing(early, buffers, buffers.dtype, lm.device),
+                prefix_tokens,
+                stop,
+                cache,
             )
-    for array in memmaps:
-        array.flush()
-    return Activations(
-        {name: buffers[name] for name in names}, example, position, token, tuple(names)
-    )
+            _share(cache, len(seqs))
+        padded = lm.pad_batch([seq[prefix:] for seq in seqs])
+        _forward(
+            lm, names, _storing(late, buffers, buffers.dtype, lm.device), padded.tokens, stop, cache
+        )
 
 
 def _storing(
