@@ -17,7 +17,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from lmsci_mi.collect import CollectConfig, PositionChoice, collect_activations
+from lmsci_mi.collect import Activations, CollectConfig, PositionChoice, collect_activations
 from lmsci_mi.config import config, validate_choice
 from lmsci_mi.model import LensModel
 from lmsci_mi.probes.linear import PROBE_KINDS, ProbeConfig, ProbeFit, Split, fit_probes
@@ -229,30 +229,8 @@ def probe_sweep(
     >>> sweep.values.shape, sweep.axes
     (torch.Size([2, 9]), ('layer', 'metric'))
     """
-    if len(texts) == 0:
-        raise ValueError("probe_sweep needs texts and labels; got no texts")
-    row = site_row(config.site)
-    n_layers = lm.cfg.n_layers
-    if row.per_layer:
-        layers = config.layers if config.layers is not None else tuple(range(n_layers))
-        bad = [layer for layer in layers if layer >= n_layers]
-        if bad:
-            raise ValueError(
-                f"layer {bad[0]} does not exist: the model has {n_layers} layers (0–{n_layers - 1})"
-            )
-        hooks = [row.hook(layer) for layer in layers]
-        layer_labels = tuple(str(layer) for layer in layers)
-    else:
-        hooks, layer_labels = [row.hook()], (config.site,)
-    if isinstance(positions, str) and positions == "last" and len(labels) != len(texts):
-        raise ValueError(
-            f"{len(labels)} labels for {len(texts)} texts; give exactly one label per text"
-        )
-    if PROBE_KINDS.get(config.kind).function.classification and len(set(labels)) < 2:
-        raise ValueError(
-            f"every label is {next(iter(labels))!r}: a probe needs at least two classes"
-        )
-
+    hooks, layer_labels = _probed_hooks(lm, config)
+    _check_labels(texts, labels, positions, config)
     acts = collect_activations(
         lm,
         texts,
@@ -265,20 +243,11 @@ def probe_sweep(
             f"{len(labels)} labels for {len(acts)} probed positions of {len(texts)} texts; "
             "give one label per text, or one per probed position"
         )
-    row_groups = None
-    if groups is not None:
-        if len(groups) != len(texts):
-            raise ValueError(
-                f"{len(groups)} groups for {len(texts)} texts; give one group per text"
-            )
-        row_groups = acts.per_item(list(groups))
-    elif len(acts) != len(texts):  # several positions of a text: the test texts are unseen texts
-        row_groups = acts.example.tolist()
     split = Split.random(
         len(acts),
-        fractions=tuple(config.fractions),
-        seed=config.seed,  # type: ignore[arg-type]
-        groups=row_groups,
+        fractions=config.fractions,
+        seed=config.seed,
+        groups=_row_groups(acts, len(texts), groups),
     )
     features: Float[Tensor, "layer n d"] = acts.stack(hooks).flatten(2).to(lm.device)
     fits, control = fit_probes(
@@ -287,6 +256,50 @@ def probe_sweep(
     return _sweep_result(
         lm, texts, fits, control, split, hooks, layer_labels, task, config, data_source
     )
+
+
+def _probed_hooks(lm: LensModel, config: ProbeSweepConfig) -> tuple[list[str], tuple[str, ...]]:
+    """The hook of each probed layer, and the layers' labels (the site's name when it exists once)."""
+    row = site_row(config.site)
+    if not row.per_layer:
+        return [row.hook()], (config.site,)
+    n_layers = lm.cfg.n_layers
+    layers = config.layers if config.layers is not None else tuple(range(n_layers))
+    bad = [layer for layer in layers if layer >= n_layers]
+    if bad:
+        raise ValueError(
+            f"layer {bad[0]} does not exist: the model has {n_layers} layers (0–{n_layers - 1})"
+        )
+    return [row.hook(layer) for layer in layers], tuple(str(layer) for layer in layers)
+
+
+def _check_labels(
+    texts: Sequence[str],
+    labels: Sequence[Hashable],
+    positions: PositionChoice,
+    config: ProbeSweepConfig,
+) -> None:
+    """What can be checked before the model runs: texts, one label per text, two classes."""
+    if len(texts) == 0:
+        raise ValueError("probe_sweep needs texts and labels; got no texts")
+    if isinstance(positions, str) and positions == "last" and len(labels) != len(texts):
+        raise ValueError(
+            f"{len(labels)} labels for {len(texts)} texts; give exactly one label per text"
+        )
+    if PROBE_KINDS.get(config.kind).function.classification and len(set(labels)) < 2:
+        raise ValueError(
+            f"every label is {next(iter(labels))!r}: a probe needs at least two classes"
+        )
+
+
+def _row_groups(acts: Activations, n_texts: int, groups: Sequence[Hashable] | None) -> list | None:
+    """The split groups of the collected rows: the caller's per-text groups, or the text itself
+    when several positions of a text are probed (so the test texts are unseen texts)."""
+    if groups is not None:
+        if len(groups) != n_texts:
+            raise ValueError(f"{len(groups)} groups for {n_texts} texts; give one group per text")
+        return acts.per_item(list(groups))
+    return acts.example.tolist() if len(acts) != n_texts else None
 
 
 def _sweep_result(
