@@ -392,23 +392,8 @@ def fit_probes(
         )
     if min(len(split.train), len(split.val), len(split.test)) == 0:
         raise ValueError("every split (train, val, test) needs at least one example")
-    device = features.device
-    classes, targets = _encode_targets(labels, kind.classification, device)
-    if kind.classification and len(set(targets[split.train].tolist())) < 2:
-        raise ValueError(
-            f"the train split holds a single class ({classes[int(targets[split.train][0])]!r}); "
-            "a probe needs at least two classes"
-        )
-    sets = [targets]
-    if config.control:
-        if word_types is None:
-            raise ValueError("config.control needs word_types (the token at each probed position)")
-        sets.append(control_labels(word_types, targets, split, seed=config.seed))
-    x = features.float()
-    mean = x[:, split.train].mean(1, keepdim=True)
-    std = x[:, split.train].std(1, keepdim=True).clamp_min(1e-6)
-    x = (x - mean) / std
-    stacked = torch.stack(sets)
+    classes, stacked = _target_sets(kind, labels, split, config, word_types, features.device)
+    x, mean, std = _standardise(features, split)
     n_out = len(classes) if kind.classification else 1
     weight, bias, l2, val = kind.fit(x, stacked, split, n_out, config)
     test_out = torch.einsum("lnd,kldc->klnc", x[:, split.test], weight) + bias[:, :, None]
@@ -434,7 +419,7 @@ def fit_probes(
             )
             for layer in range(x.shape[0])
         ]
-        for k in range(len(sets))
+        for k in range(stacked.shape[0])
     ]
     return fits[0], (fits[1] if config.control else None)
 
@@ -455,6 +440,38 @@ def fit_probe(
     (('hi', 'lo'), True)
     """
     return fit_probes(features[None], labels, split, config, word_types=word_types)[0][0]
+
+
+def _target_sets(
+    kind: ProbeKind,
+    labels: Sequence[Hashable] | Tensor,
+    split: Split,
+    config: ProbeConfig,
+    word_types: Sequence[Hashable] | None,
+    device: torch.device,
+) -> tuple[tuple[Hashable, ...], Tensor]:
+    """The classes and the ``[K, n]`` targets: the task's, then (with ``config.control``) the
+    control task's."""
+    classes, targets = _encode_targets(labels, kind.classification, device)
+    if kind.classification and len(set(targets[split.train].tolist())) < 2:
+        raise ValueError(
+            f"the train split holds a single class ({classes[int(targets[split.train][0])]!r}); "
+            "a probe needs at least two classes"
+        )
+    sets = [targets]
+    if config.control:
+        if word_types is None:
+            raise ValueError("config.control needs word_types (the token at each probed position)")
+        sets.append(control_labels(word_types, targets, split, seed=config.seed))
+    return classes, torch.stack(sets)
+
+
+def _standardise(features: Tensor, split: Split) -> tuple[Tensor, Tensor, Tensor]:
+    """Features standardised with the train split's mean and std (per layer), and those stats."""
+    x = features.float()
+    mean = x[:, split.train].mean(1, keepdim=True)
+    std = x[:, split.train].std(1, keepdim=True).clamp_min(1e-6)
+    return (x - mean) / std, mean, std
 
 
 def _encode_targets(
