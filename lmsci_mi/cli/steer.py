@@ -14,13 +14,6 @@ from lmsci_mi.model import LensModel
 
 def register(commands: Any) -> None:
     """Add `steer` and its subcommands to the parser."""
-    from lmsci_mi.data.steering_texts import STEERING_ATTRIBUTES
-    from lmsci_mi.steering import LMSteerConfig, SteerTrainConfig
-    from lmsci_mi.steering.evaluate import SteerEvalConfig
-    from lmsci_mi.steering.highlight import HighlightConfig
-    from lmsci_mi.steering.svd import SVDConfig
-    from lmsci_mi.steering.transfer import TransferConfig
-
     steer = commands.add_parser(
         "steer",
         help="LM-Steer: train, generate, svd, highlight, eval, transfer",
@@ -29,6 +22,15 @@ def register(commands: Any) -> None:
         "highlight, eval, transfer.",
     )
     sub = steer.add_subparsers(dest="steer_command", required=True, metavar="SUBCOMMAND")
+
+    _add_train(sub)
+    _add_generate(sub)
+    _add_analyses(sub)
+
+
+def _add_train(sub: Any) -> None:
+    from lmsci_mi.data.steering_texts import STEERING_ATTRIBUTES
+    from lmsci_mi.steering import LMSteerConfig, SteerTrainConfig
 
     train = sub.add_parser(
         "train", help="train a steer on the bundled texts (cached: a rerun is instant)"
@@ -48,6 +50,8 @@ def register(commands: Any) -> None:
     SteerTrainConfig.add_arguments(train.add_argument_group("training (SteerTrainConfig)"))
     train.set_defaults(run=_run_train)
 
+
+def _add_generate(sub: Any) -> None:
     generate = sub.add_parser("generate", help="continue a prompt under a steer")
     _steer_args(generate)
     generate.add_argument("--value", type=float, default=5.0, help="value of steer 0 (default 5)")
@@ -60,6 +64,14 @@ def register(commands: Any) -> None:
     generate.add_argument("--temperature", type=float, default=1.0, help="0: greedy")
     generate.add_argument("--seed", type=int, default=0, help="sampling seed")
     generate.set_defaults(run=_run_generate)
+
+
+def _add_analyses(sub: Any) -> None:
+    """svd, highlight, eval and transfer: each reads a saved steer."""
+    from lmsci_mi.steering.evaluate import SteerEvalConfig
+    from lmsci_mi.steering.highlight import HighlightConfig
+    from lmsci_mi.steering.svd import SVDConfig
+    from lmsci_mi.steering.transfer import TransferConfig
 
     svd = sub.add_parser("svd", help="words at both ends of W's top singular directions")
     _steer_args(svd)
