@@ -267,39 +267,9 @@ def train_steer(
         labels = torch.cat([labels, torch.ones(len(labels), 1)], dim=1)
 
     steer = LMSteer.for_model(lm, texts.attributes, steer_config, seed=train_config.seed)
-    optimiser = torch.optim.Adam(steer.parameters(), lr=train_config.lr)
-    generator = torch.Generator().manual_seed(train_config.seed)
-    n_items = len(targets)
-    order = torch.randperm(n_items, generator=generator)
-    cursor = 0
-    losses: list[float] = []
     start = time.perf_counter()
     base_loss = unsteered_loss(lm, states, targets, batch_tokens=train_config.batch_tokens)
-    bar = tqdm(
-        range(train_config.steps),
-        desc="train steer",
-        unit="step",
-        disable=not train_config.progress,
-    )
-    for _ in bar:
-        if cursor + train_config.batch_tokens > n_items and cursor > 0:
-            order, cursor = torch.randperm(n_items, generator=generator), 0
-        batch = order[cursor : cursor + train_config.batch_tokens]
-        cursor += len(batch)
-        h = states[batch].to(lm.device, lm.cfg.dtype)
-        logits = steered_logits(lm, steer, h, labels[batch].to(lm.device, h.dtype))
-        y = targets[batch].to(lm.device)
-        loss = F.cross_entropy(logits.float(), y)
-        if train_config.regularization > 0:
-            loss = loss + train_config.regularization * (
-                steer.p1.square().sum() + steer.p2.square().sum()
-            )
-        optimiser.zero_grad()
-        loss.backward()
-        optimiser.step()
-        losses.append(loss.detach().item())
-        bar.set_postfix(loss=f"{losses[-1]:.3f}", unsteered=f"{base_loss:.3f}")
-    train_seconds = time.perf_counter() - start
+    losses = _optimise(lm, steer, states, targets, labels, train_config, base_loss)
     tail = max(1, len(losses) // 10)
     result = SteerTraining(
         values=torch.tensor(losses),
@@ -316,14 +286,52 @@ def train_steer(
         ),
         attributes=texts.attributes,
         n_texts=len(texts),
-        n_tokens=n_items,
+        n_tokens=len(targets),
         unsteered_loss=base_loss,
         final_loss=sum(losses[-tail:]) / tail,
         collect_seconds=collect_seconds,
-        train_seconds=train_seconds,
+        train_seconds=time.perf_counter() - start,
     )
     steer.requires_grad_(False)
     if steer_path is not None and result_path is not None:
         steer.save(steer_path)
         result.save(result_path)
     return steer, result
+
+
+def _optimise(
+    lm: LensModel,
+    steer: LMSteer,
+    states: Tensor,
+    targets: Tensor,
+    labels: Tensor,
+    config: SteerTrainConfig,
+    base_loss: float,
+) -> list[float]:
+    """Adam on next-token cross-entropy of the steered logits, over seeded shuffles of the cached
+    states (the transformer is never run); returns the loss of every step."""
+    optimiser = torch.optim.Adam(steer.parameters(), lr=config.lr)
+    generator = torch.Generator().manual_seed(config.seed)
+    n_items = len(targets)
+    order = torch.randperm(n_items, generator=generator)
+    cursor = 0
+    losses: list[float] = []
+    bar = tqdm(range(config.steps), desc="train steer", unit="step", disable=not config.progress)
+    for _ in bar:
+        if cursor + config.batch_tokens > n_items and cursor > 0:
+            order, cursor = torch.randperm(n_items, generator=generator), 0
+        batch = order[cursor : cursor + config.batch_tokens]
+        cursor += len(batch)
+        h = states[batch].to(lm.device, lm.cfg.dtype)
+        logits = steered_logits(lm, steer, h, labels[batch].to(lm.device, h.dtype))
+        loss = F.cross_entropy(logits.float(), targets[batch].to(lm.device))
+        if config.regularization > 0:
+            loss = loss + config.regularization * (
+                steer.p1.square().sum() + steer.p2.square().sum()
+            )
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+        losses.append(loss.detach().item())
+        bar.set_postfix(loss=f"{losses[-1]:.3f}", unsteered=f"{base_loss:.3f}")
+    return losses
