@@ -183,27 +183,8 @@ def fit_multihead_probes(
         hidden.shape[0], n_classes, hidden.shape[-1], hidden.shape[2], config
     )
     probe = probe.to(hidden.device)
-    optimiser = torch.optim.Adam(probe.parameters(), lr=config.lr)
     x, y, m = features[:, train], labels[:, train], masks[:, train]
-    generator = torch.Generator().manual_seed(config.seed)
-    order = torch.zeros(0, dtype=torch.long)
-    for _ in range(config.steps):
-        if len(order) < min(config.batch_size, len(train)):
-            order = torch.cat([order, torch.randperm(len(train), generator=generator)])
-        rows, order = order[: config.batch_size].to(x.device), order[config.batch_size :]
-        logits = probe(x[:, rows])  # [layer, task, seq, pos, class]
-        targets, weights = y[:, rows], m[:, rows]
-        token_loss = nn.functional.cross_entropy(
-            logits.flatten(0, 3),
-            targets.expand(len(logits), *targets.shape).flatten(),
-            reduction="none",
-        ).view(logits.shape[:4])
-        counts = weights.sum((1, 2)).clamp_min(1).float()
-        loss = ((token_loss * weights).sum((2, 3)) / counts).sum()
-        loss = loss + config.weight_decay * probe.read.pow(2).sum()
-        optimiser.zero_grad(set_to_none=True)
-        loss.backward()
-        optimiser.step()
+    _train(probe, x, y, m, config)
     with torch.no_grad():
         train_pred = torch.cat(
             [probe(x[:, i : i + 256]).argmax(-1) for i in range(0, x.shape[1], 256)], 2
@@ -225,3 +206,30 @@ def fit_multihead_probes(
                 (train_pred[layer, t][train_mask] == y[t][train_mask]).float().mean()
             )
     return MultiHeadProbeFits(accuracy, balanced, train_accuracy, probe)
+
+
+def _train(
+    probe: MultiHeadLinearProbe, x: Tensor, y: Tensor, m: Tensor, config: MultiHeadProbeConfig
+) -> None:
+    """Adam over seeded shuffles of the training sequences; each task's loss is the mean
+    cross-entropy over its labelled tokens, summed over layers and tasks."""
+    optimiser = torch.optim.Adam(probe.parameters(), lr=config.lr)
+    generator = torch.Generator().manual_seed(config.seed)
+    order = torch.zeros(0, dtype=torch.long)
+    for _ in range(config.steps):
+        if len(order) < min(config.batch_size, x.shape[1]):
+            order = torch.cat([order, torch.randperm(x.shape[1], generator=generator)])
+        rows, order = order[: config.batch_size].to(x.device), order[config.batch_size :]
+        logits = probe(x[:, rows])  # [layer, task, seq, pos, class]
+        targets, weights = y[:, rows], m[:, rows]
+        token_loss = nn.functional.cross_entropy(
+            logits.flatten(0, 3),
+            targets.expand(len(logits), *targets.shape).flatten(),
+            reduction="none",
+        ).view(logits.shape[:4])
+        counts = weights.sum((1, 2)).clamp_min(1).float()
+        loss = ((token_loss * weights).sum((2, 3)) / counts).sum()
+        loss = loss + config.weight_decay * probe.read.pow(2).sum()
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        optimiser.step()
