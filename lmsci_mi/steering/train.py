@@ -270,8 +270,38 @@ def train_steer(
     start = time.perf_counter()
     base_loss = unsteered_loss(lm, states, targets, batch_tokens=train_config.batch_tokens)
     losses = _optimise(lm, steer, states, targets, labels, train_config, base_loss)
+    result = _training_record(
+        lm,
+        texts,
+        steer_config,
+        train_config,
+        losses,
+        len(targets),
+        base_loss,
+        collect_seconds,
+        time.perf_counter() - start,
+    )
+    steer.requires_grad_(False)
+    if steer_path is not None and result_path is not None:
+        steer.save(steer_path)
+        result.save(result_path)
+    return steer, result
+
+
+def _training_record(
+    lm: LensModel,
+    texts: SteeringTexts,
+    steer_config: LMSteerConfig,
+    train_config: SteerTrainConfig,
+    losses: list[float],
+    n_tokens: int,
+    base_loss: float,
+    collect_seconds: float,
+    train_seconds: float,
+) -> SteerTraining:
+    """The loss curve with its provenance: both configs in ``meta.params``, costs, final loss."""
     tail = max(1, len(losses) // 10)
-    result = SteerTraining(
+    return SteerTraining(
         values=torch.tensor(losses),
         axes=("step",),
         labels=((),),
@@ -286,17 +316,12 @@ def train_steer(
         ),
         attributes=texts.attributes,
         n_texts=len(texts),
-        n_tokens=len(targets),
+        n_tokens=n_tokens,
         unsteered_loss=base_loss,
         final_loss=sum(losses[-tail:]) / tail,
         collect_seconds=collect_seconds,
-        train_seconds=time.perf_counter() - start,
+        train_seconds=train_seconds,
     )
-    steer.requires_grad_(False)
-    if steer_path is not None and result_path is not None:
-        steer.save(steer_path)
-        result.save(result_path)
-    return steer, result
 
 
 def _optimise(
