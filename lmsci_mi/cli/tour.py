@@ -196,10 +196,11 @@ def _run_step(lm: LensModel, step: TourStep, out_dir: Path, counter: str, fail: 
             return Section(step.title, code=step.code, failed=reason, seconds=seconds)
         bar.finish(ok=True)
     seconds = time.perf_counter() - began
-    tqdm.write(f"✓ {step.title} ({seconds:.1f} s): {output.summary}")
+    summary = " ".join(output.summary.split())  # one line, whatever the step quoted
+    tqdm.write(f"✓ {step.title} ({seconds:.1f} s): {summary}")
     return Section(
         title=step.title,
-        summary=output.summary,
+        summary=summary,
         results=output.results,
         views=output.views,
         text=output.text,
@@ -211,17 +212,18 @@ def _run_step(lm: LensModel, step: TourStep, out_dir: Path, counter: str, fail: 
 
 class _StepBar:
     """A bar that fills with elapsed time against the step's estimate (the steps are single
-    calls with no progress of their own to report), stopping at 99 % until the step ends."""
+    calls with no progress of their own to report), held short of full until the step ends.
+    Shown on a terminal only: a log file gets the summary lines, not a bar redrawn every second."""
 
     def __init__(self, label: str, estimate: float) -> None:
         self._estimate = max(estimate, 1.0)
         self._bar = tqdm(
-            total=round(self._estimate),
+            total=self._estimate,
             desc=label,
-            unit="s",
             leave=False,
-            bar_format="{desc}: {bar} {elapsed} of ~{total} s",
+            bar_format="{desc}: {bar} {elapsed} of ~{total:.0f} s",
             file=sys.stderr,
+            disable=None,  # tqdm: off when stderr is not a terminal
         )
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._tick, daemon=True)
@@ -232,16 +234,15 @@ class _StepBar:
         return self
 
     def _tick(self) -> None:
-        while not self._stop.wait(0.5):
-            shown = min(time.perf_counter() - self._began, 0.99 * self._bar.total)
-            self._bar.n = round(shown)
+        while not self._stop.wait(1.0):
+            self._bar.n = min(time.perf_counter() - self._began, 0.97 * self._estimate)
             self._bar.refresh()
 
     def finish(self, *, ok: bool) -> None:
         self._stop.set()
         self._thread.join()
         if ok:
-            self._bar.n = self._bar.total
+            self._bar.n = self._estimate
             self._bar.refresh()
 
     def __exit__(self, *exc: object) -> None:

@@ -13,6 +13,7 @@ import html
 import io
 import json
 import logging
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,7 +50,7 @@ PLOT_DPI = 90
 
 _RENDER_CALL = re.compile(
     r'CircuitsVis\.render\(\s*"(?P<id>[^"]+)",\s*CircuitsVis\.(?P<element>\w+),\s*(?P<props>.*)\)\s*'
-    r"</script>\s*$",
+    r"</script>",
     re.DOTALL,
 )
 
@@ -219,10 +220,10 @@ def _section_html(index: int, section: Section) -> str:
         parts.append(f"<p class='label'>Reproduce:</p><pre class='code'>{_esc(section.code)}</pre>")
     if section.text:
         parts.append(f"<pre class='text'>{_esc(section.text)}</pre>")
-    for name, result in section.results.items():
-        parts.append(_result_html(name, result))
     for k, view in enumerate(section.views):
         parts.append(_view_html(view, f"cv-{index}-{k}"))
+    for name, result in section.results.items():
+        parts.append(_result_html(name, result))
     if section.files:
         links = ", ".join(f"<a href='{_esc(f)}'>{_esc(f)}</a>" for f in section.files)
         parts.append(f"<p class='files'>Saved: {links}</p>")
@@ -233,10 +234,11 @@ def _section_html(index: int, section: Section) -> str:
 def _result_html(name: str, result: Result) -> str:
     kind = type(result).__name__
     parts = [f"<div class='result'><h3>{_esc(name)} <span class='kind'>{_esc(kind)}</span></h3>"]
-    parts.append(_plot_html(result))
+    # The plot and its numbers side by side (they wrap on a narrow window).
+    parts.append(f"<div class='pair'><div>{_plot_html(result)}</div><div>")
     parts.append(_table_html(result))
     parts.append(_meta_html(result.meta))
-    parts.append("</div>")
+    parts.append("</div></div></div>")
     return "".join(parts)
 
 
@@ -366,11 +368,12 @@ def _default_summary(result: Result) -> str:
 
 
 def _relative(path: Path, base: Path | None) -> str:
+    """``path`` as the report at ``base`` links it: relative (``../x.json``) when possible."""
     if base is None:
         return str(path)
     try:
-        return str(path.resolve().relative_to(base.resolve()))
-    except ValueError:
+        return os.path.relpath(path.resolve(), base.resolve())
+    except ValueError:  # another drive (Windows): no relative path exists
         return str(path.resolve())
 
 
@@ -383,7 +386,7 @@ def _esc(text: str) -> str:
 
 
 _CSS = """
-body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,Helvetica,Arial,sans-serif;max-width:1100px;
+body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,Helvetica,Arial,sans-serif;max-width:1250px;
 margin:2em auto;padding:0 1em;color:#222;line-height:1.45}
 h1{margin-bottom:.2em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}
 h3{margin:1em 0 .3em}.kind,.time,.stamp{color:#777;font-weight:normal;font-size:.9em}
@@ -395,4 +398,6 @@ table.numbers,table.meta{border-collapse:collapse;font-size:.8em;margin:.4em 0}
 table.numbers td,table.numbers th,table.meta td,table.meta th{border:1px solid #ddd;padding:2px 6px;
 text-align:left}summary{cursor:pointer;color:#444;font-size:.9em}.note{color:#777}
 .view{border:1px solid #eee;padding:.4em;margin:.6em 0}.caption{color:#555;margin:0}
+.pair{display:flex;flex-wrap:wrap;gap:1.2em;align-items:flex-start}.pair>div{min-width:0}
+.pair>div:first-child{flex:0 1 640px}img.plot{max-height:520px;width:auto}
 """
