@@ -45,9 +45,19 @@ def two_views(lm: LensModel) -> list[CircuitsView]:
 def page(tiny: LensModel) -> str:
     summary = attention_summary(tiny, PROMPT)
     sections = [
-        Section("Attention", "what the heads do", {"attention_summary": summary}, two_views(tiny),
-                code="attention_summary(lm, PROMPT)"),
-        Section("Predictions", "top tokens", {"top": tiny.top_tokens(PROMPT, k=5)}, code="lm.top_tokens(PROMPT)"),
+        Section(
+            "Attention",
+            "what the heads do",
+            {"attention_summary": summary},
+            two_views(tiny),
+            code="attention_summary(lm, PROMPT)",
+        ),
+        Section(
+            "Predictions",
+            "top tokens",
+            {"top": tiny.top_tokens(PROMPT, k=5)},
+            code="lm.top_tokens(PROMPT)",
+        ),
         Section("A step that broke", code="broken(lm)", failed="RuntimeError: the step broke"),
     ]
     return build_report(sections, title="test report")
@@ -63,20 +73,24 @@ def test_the_report_fetches_nothing(page: str) -> None:
     assert fetched_urls(page) == []
     # The checker itself finds what it must.
     assert fetched_urls("<script src='https://cdn.x/a.js'></script><img src=//x.org/a.png>") == [
-        "https://cdn.x/a.js", "//x.org/a.png"]
-    assert fetched_urls('<style>@import "https://f.org/a.css"; b{background:url(http://x/y.png)}</style>')
+        "https://cdn.x/a.js",
+        "//x.org/a.png",
+    ]
+    assert fetched_urls(
+        '<style>@import "https://f.org/a.css"; b{background:url(http://x/y.png)}</style>'
+    )
 
 
 def test_the_report_shows_numbers_meta_and_code(page: str, tiny: LensModel) -> None:
     assert "Reproduce:" in page and "attention_summary(lm, PROMPT)" in page
-    assert "<table class=\"dataframe numbers\"" in page or "class=\"dataframe numbers\"" in page
+    assert '<table class="dataframe numbers"' in page or 'class="dataframe numbers"' in page
     assert f"<td>{tiny.name}</td>" in page  # the meta's model
     assert "all 24 rows" in page  # 3 measures x 2 layers x 4 heads
 
 
 def test_a_failed_section_shows_its_reason(page: str) -> None:
-    section = page[page.index('id="s2"'):]
-    assert 'class="failed"' in page[page.index('id="s2"') - 20:page.index('id="s2"') + 40]
+    section = page[page.index('id="s2"') :]
+    assert 'class="failed"' in page[page.index('id="s2"') - 20 : page.index('id="s2"') + 40]
     assert "RuntimeError: the step broke" in section
     assert "3 sections, 1 failed" in page
     assert "A step that broke</a> — failed" in page
@@ -85,7 +99,7 @@ def test_a_failed_section_shows_its_reason(page: str) -> None:
 def test_size_limit_is_enforced(tiny: LensModel) -> None:
     sections = [Section("views", views=two_views(tiny))]
     assert len(build_report(sections).encode()) < 3_000_000
-    with pytest.raises(ValueError, match="over the 1.0 MB limit"):
+    with pytest.raises(ValueError, match=r"over the 1\.0 MB limit"):
         build_report(sections, max_bytes=1_000_000)
 
 
@@ -126,11 +140,30 @@ def test_a_steer_highlight_becomes_a_view(tiny: LensModel) -> None:
 def test_report_command_reads_results_saved_by_two_commands(tmp_path: Path) -> None:
     toy = ["--model", "toy-2l", "--device", "cpu"]
     heads, trace = tmp_path / "heads.json", tmp_path / "sub" / "trace.json"
-    assert main(["heads", *toy, "--n-sequences", "2", "--half-length", "6", "--out", str(heads)]) == 0
-    assert main(["trace", *toy, "--prompt", PROMPT, "--subject", "Eiffel Tower", "--n-samples", "2",
-                 "--out", str(trace)]) == 0
+    assert (
+        main(["heads", *toy, "--n-sequences", "2", "--half-length", "6", "--out", str(heads)]) == 0
+    )
+    assert (
+        main(
+            [
+                "trace",
+                *toy,
+                "--prompt",
+                PROMPT,
+                "--subject",
+                "Eiffel Tower",
+                "--n-samples",
+                "2",
+                "--out",
+                str(trace),
+            ]
+        )
+        == 0
+    )
     out = tmp_path / "shared" / "report.html"
-    assert main(["report", str(heads), str(trace.with_suffix(".safetensors")), "--out", str(out)]) == 0
+    assert (
+        main(["report", str(heads), str(trace.with_suffix(".safetensors")), "--out", str(out)]) == 0
+    )
     page = out.read_text(encoding="utf-8")
     for path in (heads, trace):
         kind = type(Result.load(path)).__name__
@@ -151,8 +184,14 @@ def test_report_command_reads_results_saved_by_two_commands(tmp_path: Path) -> N
         (["heads.json"], "folder", "give a file name"),
     ],
 )
-def test_report_command_bad_input_exits_2(tmp_path: Path, files: list[str], out: str, message: str,
-                                          tiny: LensModel, capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_command_bad_input_exits_2(
+    tmp_path: Path,
+    files: list[str],
+    out: str,
+    message: str,
+    tiny: LensModel,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     (tmp_path / "junk.txt").write_text("{not json")
     (tmp_path / "folder").mkdir()
     tiny.top_tokens(PROMPT, k=3).save(tmp_path / "heads.json")
@@ -167,7 +206,12 @@ def test_report_command_bad_input_exits_2(tmp_path: Path, files: list[str], out:
 
 
 def test_quick_tour_writes_a_report_and_loadable_results(tmp_path: Path) -> None:
-    assert main(["tour", "--quick", "--model", "toy-2l", "--device", "cpu", "--out-dir", str(tmp_path)]) == 0
+    assert (
+        main(
+            ["tour", "--quick", "--model", "toy-2l", "--device", "cpu", "--out-dir", str(tmp_path)]
+        )
+        == 0
+    )
     page = (tmp_path / "report.html").read_text(encoding="utf-8")
     assert page.count(BUNDLE_START) == 1 and fetched_urls(page) == []
     assert "attention_summary(lm, " in page  # the reproducing line
@@ -180,21 +224,28 @@ def test_a_failing_step_is_reported_and_the_tour_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv(FAIL_ENV, "predictions")
-    code = main(["tour", "--quick", "--model", "toy-2l", "--device", "cpu", "--out-dir", str(tmp_path)])
+    code = main(
+        ["tour", "--quick", "--model", "toy-2l", "--device", "cpu", "--out-dir", str(tmp_path)]
+    )
     assert code == 1
     err = capsys.readouterr().err
     assert "FAILED" in err and "predictions" in err
     assert (tmp_path / "attention_summary.json").exists()  # the next step still ran
     assert not (tmp_path / "predictions_eiffel.json").exists()
     page = (tmp_path / "report.html").read_text(encoding="utf-8")
-    assert "2 sections, 1 failed" in page and "made to fail on purpose" in page
+    assert "4 sections, 1 failed" in page and "made to fail on purpose" in page
 
 
 def test_an_unknown_step_to_fail_is_a_clean_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv(FAIL_ENV, "no_such_step")
-    assert main(["tour", "--quick", "--model", "toy-2l", "--device", "cpu", "--out-dir", str(tmp_path)]) == 2
+    assert (
+        main(
+            ["tour", "--quick", "--model", "toy-2l", "--device", "cpu", "--out-dir", str(tmp_path)]
+        )
+        == 2
+    )
     assert "no_such_step" in capsys.readouterr().err
     assert not (tmp_path / "report.html").exists()
 
@@ -215,31 +266,55 @@ def test_the_full_tour_states_its_time_and_every_step_has_a_line_of_code() -> No
 
 
 @pytest.mark.chromium
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Chromium (Debian package chromium)")
+@pytest.mark.skipif(
+    shutil.which("chromium") is None, reason="needs Chromium (Debian package chromium)"
+)
 def test_the_report_renders_in_headless_chromium_offline(tmp_path: Path, tiny: LensModel) -> None:
     from PIL import Image, ImageStat
 
     summary = attention_summary(tiny, PROMPT)
-    report = write_report(tmp_path / "report.html", [
-        Section("Attention", "heads", {"attention_summary": summary}, two_views(tiny)[:1]),
-    ])
+    report = write_report(
+        tmp_path / "report.html",
+        [
+            Section("Attention", "heads", {"attention_summary": summary}, two_views(tiny)[:1]),
+        ],
+    )
     # No network: a dead proxy and no name resolution, and its own network namespace when the
     # machine allows one.
-    base = ["chromium", "--headless", "--disable-gpu", "--no-sandbox", "--no-first-run",
-            "--proxy-server=127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND",
-            "--virtual-time-budget=5000", "--window-size=1200,1600"]
+    base = [
+        "chromium",
+        "--headless",
+        "--disable-gpu",
+        "--no-sandbox",
+        "--no-first-run",
+        "--proxy-server=127.0.0.1:9",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        "--virtual-time-budget=5000",
+        "--window-size=1200,1600",
+    ]
     isolated = ["unshare", "-n"] if shutil.which("unshare") and _can_unshare() else []
     shot = tmp_path / "shot.png"
-    subprocess.run([*isolated, *base, f"--screenshot={shot}", report.as_uri()],
-                   capture_output=True, timeout=120, check=False)
+    subprocess.run(
+        [*isolated, *base, f"--screenshot={shot}", report.as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
     assert shot.exists() and shot.stat().st_size > 10_000
     image = Image.open(shot).convert("L")
     assert max(ImageStat.Stat(image).stddev) > 10  # not a blank page
     # The attention view was drawn by the inlined script: its head selector is in the DOM.
-    dom = subprocess.run([*isolated, *base, "--dump-dom", report.as_uri()], capture_output=True,
-                         text=True, timeout=120, check=False).stdout
+    dom = subprocess.run(
+        [*isolated, *base, "--dump-dom", report.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    ).stdout
     assert "Head Selector" in dom
 
 
 def _can_unshare() -> bool:
-    return subprocess.run(["unshare", "-n", "true"], capture_output=True, check=False).returncode == 0
+    return (
+        subprocess.run(["unshare", "-n", "true"], capture_output=True, check=False).returncode == 0
+    )
