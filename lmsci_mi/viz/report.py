@@ -22,6 +22,8 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from lmsci_mi._version import __version__
 from lmsci_mi.results import Meta, Result
 
@@ -288,9 +290,10 @@ def _truncate(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     if n <= TABLE_ROWS:
         return frame, f"all {n} rows"
     if "value" in frame.columns and frame["value"].dtype.kind in "fiu":
-        order = frame["value"].abs().sort_values(ascending=False, na_position="last").index
+        magnitude = np.abs(frame["value"].to_numpy(dtype=float))
+        order = np.argsort(-magnitude, kind="stable")  # NaN sorts last
         return (
-            frame.loc[order[:TABLE_ROWS]],
+            frame.iloc[order[:TABLE_ROWS]],
             f"the {TABLE_ROWS} of {n} rows with the largest |value| (all rows: result.to_dataframe())",
         )
     return frame.head(

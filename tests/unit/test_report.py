@@ -103,17 +103,33 @@ def test_size_limit_is_enforced(tiny: LensModel) -> None:
         build_report(sections, max_bytes=1_000_000)
 
 
-def test_long_tables_keep_the_largest_values(tiny: LensModel) -> None:
-    from lmsci_mi.circuits.heads import HeadScoreConfig, induction_scores
+def test_long_tables_keep_the_largest_values() -> None:
+    import torch
+
+    from lmsci_mi.results import Meta
     from lmsci_mi.viz import report
 
-    result = induction_scores(tiny, config=HeadScoreConfig(n_sequences=2, half_length=6))
+    values = torch.randn(10, 10)
+    values[3, 4] = float("nan")
+    result = Result(
+        values=values, axes=("layer", "head"), labels=((), ()), meta=Meta("m", sink=None)
+    )
     frame = result.to_dataframe()
     shown, note = report._truncate(frame)
-    assert len(shown) == min(len(frame), report.TABLE_ROWS)
-    if len(frame) > report.TABLE_ROWS:
-        assert "largest |value|" in note
-        assert shown["value"].abs().min() >= frame["value"].abs().nlargest(report.TABLE_ROWS).min()
+    assert len(frame) == 100 and len(shown) == report.TABLE_ROWS
+    assert "30 of 100 rows with the largest |value|" in note
+    assert shown["value"].abs().min() == pytest.approx(
+        float(
+            values.abs()
+            .nan_to_num(-1)
+            .flatten()
+            .sort(descending=True)
+            .values[report.TABLE_ROWS - 1]
+        )
+    )
+    assert "layer_index" not in shown.columns  # the index repeats the label column
+    page = build_report([Section("big", results={"big": result})])
+    assert page.count("<tr>") < 60  # the table is cut, the meta has a few rows
 
 
 def test_a_view_must_be_a_circuitsvis_render() -> None:
