@@ -8,6 +8,7 @@ and the command exits 1 at the end. ``LMSCI_MI_TOUR_FAIL=name,...`` makes named 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import threading
@@ -148,9 +149,15 @@ def run_tour(
         intro = (
             f"The lmsci-mi tour on {lm.name} (sink {lm.sink!r}), {total:.0f} s. Each line of code "
             f'assumes lm = load_model("{lm.name}") (from lmsci_mi import load_model). Every result is '
-            f"saved next to this page as JSON with its tensors and loads back with Result.load."
+            f"saved in {out_dir} as JSON with its tensors and loads back with Result.load."
         )
-        path = write_report(report, sections, title=f"lmsci-mi tour: {lm.name}", intro=intro)
+        # The steps name their files inside out_dir; the page links them from where it lies.
+        folder = Path(os.path.relpath(out_dir.resolve(), report.resolve().parent))
+        linked = [
+            dataclasses.replace(s, files=[(folder / f).as_posix() for f in s.files])
+            for s in sections
+        ]
+        path = write_report(report, linked, title=f"lmsci-mi tour: {lm.name}", intro=intro)
         print(f"Report: {path} ({path.stat().st_size / 1e6:.1f} MB, opens offline)")
     if failed:
         print(

@@ -236,6 +236,17 @@ def test_quick_tour_writes_a_report_and_loadable_results(tmp_path: Path) -> None
     assert {p.stem for p in tmp_path.glob("*.json")} >= {"attention_summary", "predictions_eiffel"}
 
 
+def test_a_report_elsewhere_links_the_saved_results(tmp_path: Path) -> None:
+    out, report = tmp_path / "results", tmp_path / "pages" / "tour.html"
+    argv = ["tour", "--quick", "--model", "toy-2l", "--device", "cpu", "--out-dir", str(out)]
+    assert main([*argv, "--report", str(report)]) == 0
+    page = html.unescape(report.read_text(encoding="utf-8"))
+    links = re.findall(r"href='([^'#]+)'", page)
+    assert links and all((report.parent / link).is_file() for link in links)
+    assert "../results/attention_summary.json" in links
+    assert not (out / "report.html").exists()
+
+
 def test_a_failing_step_is_reported_and_the_tour_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
