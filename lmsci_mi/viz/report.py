@@ -12,7 +12,6 @@ import base64
 import html
 import io
 import json
-import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -35,11 +34,10 @@ __all__ = [
     "CircuitsView",
     "Section",
     "build_report",
+    "plot_png",
     "section_from_file",
     "write_report",
 ]
-
-logger = logging.getLogger(__name__)
 
 MAX_REPORT_BYTES = 10_000_000
 """A report larger than this is refused: it must stay small enough to mail and open anywhere."""
@@ -77,7 +75,12 @@ class CircuitsView:
         inlined bundle dropped: the report inlines the bundle once for all its views.
 
         Raises:
-            ValueError: no circuitsvis render call in ``local_src``.
+            ValueError: no circuitsvis render call in ``local_src``, or props that are not JSON.
+
+        >>> from circuitsvis.tokens import colored_tokens
+        >>> view = CircuitsView.from_html(colored_tokens(["a", "b"], [0.5, -1.0]).local_src)
+        >>> view.element, len(view.props) < 1000
+        ('ColoredTokens', True)
         """
         start = local_src.rfind("CircuitsVis.render(")
         match = _RENDER_CALL.search(local_src, start) if start >= 0 else None
@@ -96,7 +99,7 @@ class Section:
         title: the heading.
         summary: one line saying what was measured.
         results: the results shown, by name (the name is the file stem they are saved under).
-        views: circuitsvis views shown after the plots.
+        views: circuitsvis views, shown before the results.
         text: a longer account, shown preformatted (generations, top heads).
         code: the one line of Python that reproduces the section.
         failed: why the section failed, or None; a failed section shows the reason in red.
@@ -118,9 +121,22 @@ class Section:
 def section_from_file(path: str | Path, *, relative_to: Path | None = None) -> Section:
     """A section showing the result saved at ``path`` (loaded with :meth:`Result.load`).
 
+    Args:
+        path: either file of a saved result.
+        relative_to: the report's folder: the section's links and ``Result.load`` line are
+            relative to it (default: ``path`` as given).
+
     Raises:
         FileNotFoundError: no result at ``path``.
         ResultFileError: the file is not a readable lmsci-mi result.
+
+    >>> import tempfile
+    >>> from lmsci_mi import load_model
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> saved = load_model("toy-2l").top_tokens("Hello", k=3).save(folder / "top.json")
+    >>> section = section_from_file(saved, relative_to=folder)
+    >>> section.title, section.code.endswith('Result.load("top.json")')
+    ('TokenPredictions: top', True)
     """
     path = Path(path)
     result = Result.load(path)
