@@ -91,6 +91,10 @@ def collect_steps(features: Sequence[ModuleType], *, quick: bool) -> list[TourSt
 
     Raises:
         ValueError: two steps share a name.
+
+    >>> from lmsci_mi import cli
+    >>> [step.name for step in collect_steps(cli._FEATURES, quick=True)]
+    ['predictions', 'attention_summary', 'patching', 'induction']
     """
     steps: list[TourStep] = []
     for feature in features:
