@@ -292,7 +292,7 @@ def _table_html(result: Result) -> str:
     table = shown.to_html(index=False, border=0, classes="numbers", float_format=_number, na_rep="")
     # Short tables are open; long ones start folded so that the plots come first.
     state = " open" if len(shown) <= 12 else ""
-    return f"<details{state}><summary>Numbers: {_esc(note)}</summary>{table}</details>"
+    return f"<details{state}><summary>Numbers: {_esc(note)}</summary><div class='scroll'>{table}</div></details>"
 
 
 def _truncate(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
@@ -418,5 +418,6 @@ table.numbers td,table.numbers th,table.meta td,table.meta th{border:1px solid #
 text-align:left}summary{cursor:pointer;color:#444;font-size:.9em}.note{color:#777}
 .view{border:1px solid #eee;padding:.4em;margin:.6em 0}.caption{color:#555;margin:0}
 .pair{display:flex;flex-wrap:wrap;gap:1.2em;align-items:flex-start}.pair>div{min-width:0}
-.pair>div:first-child{flex:0 1 640px}img.plot{max-height:520px;width:auto}
+.pair>div:first-child{flex:0 1 640px}.pair>div:last-child{flex:1 1 300px}
+.scroll{overflow-x:auto;max-width:100%}img.plot{max-height:520px;width:auto}
 """
