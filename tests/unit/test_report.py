@@ -345,3 +345,12 @@ def _can_unshare() -> bool:
     return (
         subprocess.run(["unshare", "-n", "true"], capture_output=True, check=False).returncode == 0
     )
+
+
+def test_the_probe_step_returns_a_sweep_and_a_summary(tiny: LensModel, tmp_path: Path) -> None:
+    from lmsci_mi.cli.probe import _step_probe
+    from lmsci_mi.probes.sweep import ProbeSweep
+
+    output = _step_probe(tiny, tmp_path)
+    assert isinstance(output.results["probe_country"], ProbeSweep)
+    assert "selectivity" in output.summary and "\n" not in output.summary
