@@ -97,14 +97,14 @@ def tour_steps() -> list[TourStep]:
         TourStep(
             "predictions", "What the model predicts next", _step_predictions,
             'lm.top_tokens("The Eiffel Tower is located in the city of", k=5)',
-            seconds=2, quick=True,
+            seconds=1, quick=True,
         ),
         TourStep(
             "attention_summary", "Attention heads at a glance: sink, previous-token and self heads",
             _step_attention_summary,
             'from lmsci_mi.circuits.attention import attention_summary; '
             'attention_summary(lm, "The Eiffel Tower is located in the city of")',
-            seconds=3, quick=True,
+            seconds=1, quick=True,
         ),
     ]
 

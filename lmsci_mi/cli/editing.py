@@ -127,7 +127,7 @@ def tour_steps() -> list[TourStep]:
             "from lmsci_mi.editing import EditRequest, ROMEHyperParams, default_rome_layer, rome_edit; "
             'rome_edit(lm, EditRequest("{} is located in the city of", "The Eiffel Tower", " Rome", '
             '" Paris"), ROMEHyperParams(layer=default_rome_layer(lm)))',
-            seconds=120,
+            seconds=200,
             first_run="a few minutes more for the layer's key statistics (then cached)",
         ),
     ]

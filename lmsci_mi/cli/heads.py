@@ -88,7 +88,7 @@ def tour_steps() -> list[TourStep]:
             "induction", "Induction heads, and what ablating them costs", _step_induction,
             "from lmsci_mi.circuits.heads import HeadScoreConfig, induction_scores; "
             "induction_scores(lm, config=HeadScoreConfig(n_sequences=8, half_length=15))",
-            seconds=30,
+            seconds=6,
             quick=True,
         ),
         TourStep(
@@ -96,7 +96,7 @@ def tour_steps() -> list[TourStep]:
             "from lmsci_mi.circuits.ioi import IOIConfig, find_ioi_circuit; from lmsci_mi.data.ioi "
             "import IOI_TEMPLATES, ioi_dataset; find_ioi_circuit(lm, ioi_dataset(lm, 8, "
             "templates=IOI_TEMPLATES[:1]), IOIConfig(n_sender_candidates=3))",
-            seconds=30,
+            seconds=60,
         ),
     ]
 

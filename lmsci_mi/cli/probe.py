@@ -74,7 +74,7 @@ def tour_steps() -> list[TourStep]:
             "A linear probe per layer: which layers know a city's country, beyond a control task",
             _step_probe,
             'from lmsci_mi.probes.tasks import probe_task; probe_task(lm, "country")',
-            seconds=60,
+            seconds=50,
         ),
     ]
 

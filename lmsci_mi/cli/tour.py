@@ -94,7 +94,7 @@ def collect_steps(features: Sequence[ModuleType], *, quick: bool) -> list[TourSt
 
     >>> from lmsci_mi import cli
     >>> [step.name for step in collect_steps(cli._FEATURES, quick=True)]
-    ['predictions', 'attention_summary', 'patching', 'induction']
+    ['predictions', 'attention_summary', 'causal_trace', 'patching', 'induction']
     """
     steps: list[TourStep] = []
     for feature in features:

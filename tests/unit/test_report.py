@@ -260,7 +260,7 @@ def test_a_failing_step_is_reported_and_the_tour_goes_on(
     assert (tmp_path / "attention_summary.json").exists()  # the next step still ran
     assert not (tmp_path / "predictions_eiffel.json").exists()
     page = (tmp_path / "report.html").read_text(encoding="utf-8")
-    assert "4 sections, 1 failed" in page and "made to fail on purpose" in page
+    assert "5 sections, 1 failed" in page and "made to fail on purpose" in page
 
 
 def test_an_unknown_step_to_fail_is_a_clean_error(
