@@ -418,6 +418,6 @@ table.numbers td,table.numbers th,table.meta td,table.meta th{border:1px solid #
 text-align:left}summary{cursor:pointer;color:#444;font-size:.9em}.note{color:#777}
 .view{border:1px solid #eee;padding:.4em;margin:.6em 0}.caption{color:#555;margin:0}
 .pair{display:flex;flex-wrap:wrap;gap:1.2em;align-items:flex-start}.pair>div{min-width:0}
-.pair>div:first-child{flex:0 1 640px}.pair>div:last-child{flex:1 1 300px}
+.pair>div:first-child{flex:0 1 auto;max-width:100%}.pair>div:last-child{flex:1 1 300px}
 .scroll{overflow-x:auto;max-width:100%}img.plot{max-height:520px;width:auto}
 """
