@@ -128,12 +128,15 @@ def main() -> None:
         "--steps", type=int, default=CFGModelConfig().steps, help="training steps (default: the config's)"
     )
     parser.add_argument(
+        "--layers", type=int, default=CFGModelConfig().n_layers, help="transformer layers (default: the config's)"
+    )
+    parser.add_argument(
         "--out", type=Path, default=Path("out") / "cfg_probes.json", help="where to save the result"
     )
     args = parser.parse_args()
     levels = tuple(int(n) for n in args.nts_per_level.split(","))
     grammar_config = CFGConfig(nts_per_level=levels)
-    model_config, probe_config = CFGModelConfig(steps=args.steps), CFGProbeConfig()
+    model_config, probe_config = CFGModelConfig(steps=args.steps, n_layers=args.layers), CFGProbeConfig()
     grammar = build_grammar(grammar_config)
     print(f"grammar ({grammar.n_levels} NT levels, strings of {grammar.length_range} terminals):")
     print(grammar)
@@ -148,8 +151,8 @@ def main() -> None:
         train=True,
         progress=True,
     )
-    probe_seconds = time.perf_counter() - start
     training = table.training
+    probe_seconds = time.perf_counter() - start - (training.seconds if training is not None else 0)
     if training is not None:
         print(
             f"\ntraining: {training.seconds:.0f} s wall ({training.seconds / 60:.1f} min), "
