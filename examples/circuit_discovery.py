@@ -9,6 +9,8 @@
 4. (optional, ``--trace``) a causal trace of a fact, to compare with a factual-recall circuit.
 
     .venv/bin/python examples/circuit_discovery.py [--out out/circuit_discovery] [--trace]
+
+With LMSCI_MI_QUICK=1 the residual sweep covers every third layer and step 3 the top two heads' layers.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from lmsci_mi.circuits import (
     causal_trace,
     patch_activations,
 )
+from lmsci_mi.config import quick_mode
 from lmsci_mi.sites import Head
 
 CLEAN = "When Mary and John went to the store, John gave a drink to"
@@ -44,6 +47,7 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
+    quick = quick_mode()
     lm = load_model(args.model)
     metric = LogitDiff(lm.token_id(" Mary"), lm.token_id(" John"))
     tokens = lm.to_str_tokens(CLEAN)
@@ -52,16 +56,20 @@ def main() -> None:
 
     # 1. Residual stream, every (layer, position).
     start = time.perf_counter()
-    resid = patch_activations(lm, CLEAN, CORRUPTED, metric, PatchingConfig(site="resid_pre", normalise=True))
+    layers = tuple(range(0, lm.cfg.n_layers, 3)) if quick else None
+    resid = patch_activations(lm, CLEAN, CORRUPTED, metric,
+                              PatchingConfig(site="resid_pre", layers=layers, normalise=True))
     print(
         f"\n[1] resid_pre sweep, {resid.values.numel()} patches in {time.perf_counter() - start:.1f} s; "
         f"logit diff clean {resid.clean_value:+.2f}, corrupted {resid.corrupted_value:+.2f}"
     )
     at_s2, at_end = resid.values[:, s2], resid.values[:, -1]
-    handover = int((at_end > at_s2).nonzero()[0]) if (at_end > at_s2).any() else -1
-    print(
-        f"    the answer is carried at S2 up to layer ~{handover - 1} and at END from layer {handover}"
-    )
+    swept = [int(layer) for layer in resid.axis_labels(0)]
+    if (at_end > at_s2).any():
+        handover = swept[int((at_end > at_s2).nonzero()[0])]
+        print(f"    the answer is carried at S2 before layer {handover} and at END from layer {handover}")
+    else:
+        print("    the answer stays at S2 in every layer swept")
     resid.plot(args.out / "resid_pre.png")
 
     # 2. Heads: attribution shortlist, exact check.
@@ -81,7 +89,7 @@ def main() -> None:
     heads.plot(args.out / "heads_attribution.png")
 
     # 3. Where each top head acts: per-position patching of its output at its layer.
-    top_layers = sorted({Head.parse(head).layer for head, _ in exact.top(4)})
+    top_layers = sorted({Head.parse(head).layer for head, _ in exact.top(2 if quick else 4)})
     by_pos = patch_activations(lm, CLEAN, CORRUPTED, metric,
                                PatchingConfig(site="z", layers=tuple(top_layers), normalise=True))
     print("\n[3] top heads by position:")

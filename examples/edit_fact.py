@@ -4,6 +4,7 @@
 
 The first run computes the MLP key statistics for the edited layer (50 k tokens of the standard
 library's docstrings, a few minutes on two CPU cores) and caches them; later runs take seconds.
+With LMSCI_MI_QUICK=1 the generations are shorter (the edit itself is the same).
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 
 from lmsci_mi import load_model
+from lmsci_mi.config import quick_mode
 from lmsci_mi.editing import EditRequest, ROMEHyperParams, default_rome_layer, rome_edit, target_nll
 
 
 def main() -> None:
     lm = load_model("smollm2-135m")
+    n_tokens = 6 if quick_mode() else 12
     request = EditRequest(
         prompt="{} is located in the city of",
         subject="The Eiffel Tower",
@@ -38,7 +41,7 @@ def main() -> None:
                 -target_nll(lm, [prompt, prompt], [request.target_new, request.target_true])
             ).exp()
             print(
-                f"{prompt}{lm.generate(prompt, 12)!r}   (p Rome {p_new:.2f}, p Paris {p_true:.2f})"
+                f"{prompt}{lm.generate(prompt, n_tokens)!r}   (p Rome {p_new:.2f}, p Paris {p_true:.2f})"
             )
 
     show("before")

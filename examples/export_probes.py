@@ -4,7 +4,7 @@
 
 Writes the per-layer table as CSV, Parquet and JSON, the curve as PNG, and the full result (with
 each layer's probe weights) as JSON + safetensors that `Result.load` reads back. About a minute
-on two CPU cores; `--quick` probes six layers on 240 examples.
+on two CPU cores; `--quick` (or LMSCI_MI_QUICK=1) probes six layers on 240 examples.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pandas as pd
 
 from lmsci_mi import load_model
+from lmsci_mi.config import quick_mode
 from lmsci_mi.probes import ProbeSweep, ProbeSweepConfig, ProbeTaskConfig, probe_task
 
 
@@ -25,7 +26,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--task", default="country")
     parser.add_argument("--out", type=Path, default=Path("out/probes"))
-    parser.add_argument("--quick", action="store_true", help="6 layers, 240 examples")
+    parser.add_argument("--quick", action="store_true", default=quick_mode(),
+                        help="6 layers, 240 examples (default: on when LMSCI_MI_QUICK is set)")
     args = parser.parse_args()
 
     lm = load_model("smollm2-135m")

@@ -1,115 +1,444 @@
-"""Write the example notebooks (and, with --execute, run them offline so their outputs are saved).
+"""Write the example notebooks, one per user story (with --execute, run them so outputs are saved).
 
-    .venv/bin/python examples/make_notebooks.py --execute [--only heads|probes]
+    .venv/bin/python examples/make_notebooks.py [--execute] [--only NAME ...]
+
+The notebooks are generated from the cell lists below, so they stay reviewable as code. Each reads
+``LMSCI_MI_QUICK`` through :func:`lmsci_mi.config.quick_mode` to run a smaller workload on the
+same model (the test suite runs them so). Files a notebook writes go to ``out/<name>/`` under the
+folder it runs in; circuitsvis views are saved there as offline pages and shown in an IFrame with a
+link, so a notebook never carries the 1.3 MB script bundle in its outputs.
+
+To add a story's notebook, add one :class:`Notebook` entry to ``NOTEBOOKS``; an entry whose cells
+are still ``None`` is listed as pending (tests skip it with the reason).
 """
 
 from __future__ import annotations
 
 import argparse
+import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-HEADS = [
-    ("md", "# Looking at attention heads\n\nInduction, previous-token and duplicate-token heads "
-           "in SmolLM2-135M and in a toy model trained to have them, with circuitsvis views that "
-           "work offline. Everything here runs on CPU in a few minutes."),
-    ("code", "import os\nos.environ['HF_HUB_OFFLINE'] = '1'\n"
-             "from IPython.display import HTML, Image\n"
-             "from lmsci_mi import load_model\n"
-             "from lmsci_mi.circuits.heads import HeadScoreConfig, induction_scores, "
-             "previous_token_scores, composition_scores\n"
-             "from lmsci_mi.circuits.toy_induction import load_toy_induction, training_record\n"
-             "from lmsci_mi.data.repeated_tokens import repeated_random_tokens\n"
-             "from lmsci_mi.sites import Head\n"
-             "from lmsci_mi.viz.attention import attention_html\n"
-             "lm = load_model('smollm2-135m')\nlm"),
-    ("md", "## Induction scores on repeated random tokens\n\nOne batched forward pass scores "
-           "all 270 heads: the share of attention from each second-half token to the token "
-           "after its first copy."),
-    ("code", "scores = induction_scores(lm, config=HeadScoreConfig(n_sequences=8, half_length=12))\n"
-             "print(scores.top(6))\n"
-             "scores.plot('heads_induction_heatmap.png')\n"
-             "Image('heads_induction_heatmap.png')"),
-    ("md", "## What the top induction heads look at\n\n`attention_html` returns circuitsvis's "
-           "self-contained page (`local_src`), so it renders with no network."),
-    ("code", "tokens = repeated_random_tokens(1, 12, vocab=(1000, 10000), sink_token_id=0, seed=3)\n"
-             "top = [(head.layer, head.head) for head, _ in scores.top(3)]\n"
-             "HTML(attention_html(lm, tokens[0], top))"),
-    ("md", "## Previous-token heads on a sentence"),
-    ("code", "prev = previous_token_scores(\n"
-             "    lm, config=HeadScoreConfig(n_sequences=8, half_length=12, exclude_bos=True))\n"
-             "print(prev.top(4))\n"
-             "HTML(attention_html(lm, 'When Mary and John went to the store, John gave a drink to', "
-             "[(head.layer, head.head) for head, _ in prev.top(2)]))"),
-    ("md", "## The toy model with a known answer\n\nA 2-layer attention-only transformer "
-           "trained on repeated random tokens (cached after the first run). Its layer-1 "
-           "induction head should K-compose with a layer-0 previous-token head."),
-    ("code", "toy = load_toy_induction()\nprint('training cost:', training_record())\n"
-             "toy_ind = induction_scores(toy, config=HeadScoreConfig(n_sequences=50))\n"
-             "toy_prev = previous_token_scores(toy, config=HeadScoreConfig(n_sequences=50))\n"
-             "print('induction:', toy_ind.top(2))\nprint('previous token:', toy_prev.top(2))\n"
-             "k = composition_scores(toy, 'K')\n"
-             "best, _ = toy_ind.top(1)[0]\n"
-             "print('K-composition into', best, ':',\n"
-             "      [round(k.score(Head(0, h), best), 3) for h in range(toy.cfg.n_heads)])\n"
-             "toy_ind.plot('heads_toy_induction.png')\n"
-             "Image('heads_toy_induction.png')"),
+Cell = tuple[str, str]
+
+
+def md(text: str) -> Cell:
+    return ("md", textwrap.dedent(text).strip())
+
+
+def code(text: str) -> Cell:
+    return ("code", textwrap.dedent(text).strip())
+
+
+def setup(name: str, *imports: str) -> Cell:
+    """The first code cell of every notebook: offline, quick mode, an output folder, the model."""
+    return code(
+        "import os\n"
+        "os.environ.setdefault('HF_HUB_OFFLINE', '1')  # the bundled model needs no network\n"
+        "from pathlib import Path\n"
+        + "".join(f"{line}\n" for line in imports)
+        + "from lmsci_mi import load_model\n"
+        "from lmsci_mi.config import quick_mode\n\n"
+        "QUICK = quick_mode()  # LMSCI_MI_QUICK=1: a smaller workload on the same model\n"
+        f"OUT = Path('out/{name}')\n"
+        "OUT.mkdir(parents=True, exist_ok=True)\n"
+        "lm = load_model('smollm2-135m')\n"
+        "lm"
+    )
+
+
+@dataclass(frozen=True)
+class Notebook:
+    """One user story: its notebook ``examples/<name>.ipynb``, built from ``cells``, and the
+    example script ``examples/<script>`` that does the same from the command line.
+
+    ``cells`` is None while the story's code lives on another branch; ``pending`` says which.
+    """
+
+    name: str
+    story: str
+    script: str | None
+    cells: list[Cell] | None
+    pending: str = ""
+
+
+CIRCUITS = [
+    md("""
+    # Scripting a circuit discovery: indirect object identification in SmolLM2
+
+    *"When Mary and John went to the store, John gave a drink to"* → **Mary**. Which layers,
+    positions and heads carry the answer? We patch activations from this clean prompt into a
+    corrupted one (the second name changed to *Mary*) and measure how much of the logit
+    difference `logit(Mary) − logit(John)` each patch restores (1 = all of it).
+    """),
+    setup("circuits", "from IPython.display import IFrame, Image"),
+    code("""
+    from lmsci_mi.circuits import (AttributionConfig, LogitDiff, PatchingConfig, PatchingResult,
+                                   attribution_patch, patch_activations)
+    from lmsci_mi.viz import save_attention_html
+
+    clean = 'When Mary and John went to the store, John gave a drink to'
+    corrupted = 'When Mary and John went to the store, Mary gave a drink to'
+    metric = LogitDiff(lm.token_id(' Mary'), lm.token_id(' John'))
+    s2 = len(lm.encode('When Mary and John went to the store, John')) - 1
+    print('S2 (the repeated name) is position', s2, repr(lm.to_str_tokens(clean)[s2]))
+    """),
+    md("""
+    ## 1. The residual stream, layer by position
+
+    One batched sweep patches `resid_pre` at every (layer, position). Early on the answer lives
+    at S2; later it has moved to the last token, where it is read out.
+    """),
+    code("""
+    layers = tuple(range(0, lm.cfg.n_layers, 3)) if QUICK else None  # quick: every third layer
+    resid = patch_activations(lm, clean, corrupted, metric,
+                              PatchingConfig(site='resid_pre', layers=layers, normalise=True))
+    print(f'logit diff: clean {resid.clean_value:+.2f}, corrupted {resid.corrupted_value:+.2f}')
+    resid.plot(OUT / 'resid_pre.png')
+    Image(OUT / 'resid_pre.png')
+    """),
+    md("""
+    ## 2. Heads: attribution patching, checked against exact patching
+
+    Attribution patching (a gradient approximation, 3 passes) scores every head's output at once;
+    `compare_exact=True` also patches each head exactly and reports the Spearman rank correlation,
+    which says how far the cheap shortlist can be trusted on this model.
+    """),
+    code("""
+    heads = attribution_patch(lm, clean, corrupted, metric,
+                              AttributionConfig(normalise=True, compare_exact=True))
+    exact = heads.exact
+    print(f'Spearman(attribution, exact) = {heads.rank_correlation:.2f}')
+    print('attribution:', ', '.join(f'{h} {v:+.2f}' for h, v in heads.top(5)))
+    print('exact:      ', ', '.join(f'{h} {v:+.2f}' for h, v in exact.top(5)))
+    exact.plot(OUT / 'heads_exact.png')
+    Image(OUT / 'heads_exact.png')
+    """),
+    md("""
+    ## 3. What the top heads attend to
+
+    The view is saved as an offline circuitsvis page (script inlined, no network) and shown in
+    an IFrame, so this notebook does not carry the script bundle itself. The file is written
+    when the cell runs.
+    """),
+    code("""
+    top = [head for head, _ in exact.top(3)]
+    view = save_attention_html(lm, clean, top, OUT / 'top_heads.html')
+    print('open', view)
+    IFrame(view, width='100%', height=420)
+    """),
+    md("""
+    ## 4. Keep the results
+
+    Every result saves as JSON plus safetensors (never pickle) with its `meta` (model, prompts,
+    config, version), loads back unchanged, and flattens to a long table.
+    """),
+    code("""
+    path = exact.save(OUT / 'heads_exact.json')
+    assert PatchingResult.load(path) == exact
+    exact.to_dataframe().sort_values('value', ascending=False).head(5)
+    """),
 ]
 
+EDIT = [
+    md("""
+    # Editing a fact with ROME
+
+    We move the Eiffel Tower to Rome in SmolLM2 with a rank-one edit of one MLP (ROME, Meng et
+    al. 2022), check that the edit generalises to a paraphrase but leaves a neighbouring fact
+    alone, and undo it bit for bit. The MLP key statistics of the edited layer are computed once
+    (a few minutes on two CPU cores) and cached.
+    """),
+    setup("edit_fact", "import pandas as pd", "import torch"),
+    code("""
+    from lmsci_mi.editing import (EditRequest, ROMEHyperParams, default_rome_layer, rome_edit,
+                                  target_nll)
+
+    request = EditRequest(
+        prompt='{} is located in the city of',
+        subject='The Eiffel Tower',
+        target_new=' Rome',
+        target_true=' Paris',
+        paraphrase_prompts=('The Eiffel Tower can be found in the city of',),
+        neighborhood_prompts=('The Louvre is located in the city of',),
+    )
+    prompts = {'rewrite': request.rewrite_prompt,
+               'paraphrase': request.paraphrase_prompts[0],
+               'neighbour': request.neighborhood_prompts[0]}
+    n_tokens = 6 if QUICK else 12
+
+    def probe(stage):
+        rows = []
+        for kind, prompt in prompts.items():
+            p_new, p_true = (-target_nll(lm, [prompt, prompt],
+                                          [request.target_new, request.target_true])).exp()
+            rows.append({'stage': stage, 'prompt': kind, 'p(Rome)': float(p_new),
+                         'p(Paris)': float(p_true), 'greedy': lm.generate(prompt, n_tokens)})
+        return rows
+
+    layer = default_rome_layer(lm)
+    original = lm.model.blocks[layer].mlp.W_out.detach().clone()
+    rows = probe('before')
+    """),
+    md("""
+    ## The edit, as a context manager
+
+    `rome_edit` changes the weights and returns a handle that remembers the originals; leaving
+    the `with` block restores them (or call `handle.restore()`).
+    """),
+    code("""
+    with rome_edit(lm, request, ROMEHyperParams(layer=layer)) as handle:
+        print(f'edited layer {handle.layers[0]} in {handle.seconds:.1f} s')
+        rows += probe('edited')
+    rows += probe('restored')
+    print('restored bit for bit:', torch.equal(lm.model.blocks[layer].mlp.W_out, original))
+    pd.set_option('display.max_colwidth', 60)
+    pd.DataFrame(rows).round(3)
+    """),
+]
+
+STEER = [
+    md("""
+    # Steering sentiment with LM-Steer
+
+    LM-Steer (Han et al. 2024) learns a low-rank change of the output word embeddings,
+    `h + ε s (h P1) P2ᵀ`, whose value `s` turns an attribute up or down continuously. The model
+    stays frozen; the steer trains on the final normalised states of 200 labelled sentences and
+    is cached, so a second run is instant.
+    """),
+    setup("steer", "from IPython.display import IFrame"),
+    code("""
+    from lmsci_mi.data.steering_texts import neutral_prompts, steering_texts
+    from lmsci_mi.steering import (HighlightConfig, LMSteerConfig, SteerTrainConfig, SVDConfig,
+                                   generate_steered, highlight_keywords, steer_svd, train_steer)
+    from lmsci_mi.steering.evaluate import sentiment_scores
+
+    steps = 80 if QUICK else 200  # quick: the integration tests' budget (their cached steer)
+    steer, run = train_steer(lm, steering_texts('sentiment'), LMSteerConfig(),
+                             SteerTrainConfig(steps=steps, batch_tokens=512))
+    print(f'{steer}: loss {run.unsteered_loss:.2f} -> {run.final_loss:.2f}')
+    """),
+    md("""
+    ## Continuous control
+
+    The same neutral prompts, continued at several steer values (greedy). VADER scores each
+    continuation's sentiment from −1 to +1; beyond about ±2 the text degenerates.
+    """),
+    code("""
+    prompts = list(neutral_prompts()[: 4 if QUICK else 16])
+    for value in ((-2.0, 0.0, 2.0) if QUICK else (-2.0, -1.0, 0.0, 1.0, 2.0)):
+        ids = generate_steered(lm, prompts, steer, {'sentiment': value}, max_new_tokens=20)
+        texts = [lm.tokenizer.decode(i, skip_special_tokens=True) for i in ids]
+        mean = sum(sentiment_scores(texts)) / len(texts)
+        print(f'{value:+.1f}  VADER {mean:+.2f}  {prompts[0]}{texts[0]!r}')
+    """),
+    md("""
+    ## What the steer learned, and where it reads sentiment
+
+    The top singular direction of the steer's matrix, read through the word embeddings, lists
+    the words it raises and lowers. Keyword highlighting scores each token of a text by
+    log p(+s) − log p(−s) and picks the best spans; the page is an offline circuitsvis view,
+    saved to a file and shown in an IFrame.
+    """),
+    code("""
+    probe = steer_svd(lm, steer, SVDConfig(n_directions=1))
+    print('raises:', ' '.join(probe.top_words[0]))
+    print('lowers:', ' '.join(probe.bottom_words[0]))
+    review = 'The hotel was lovely and the staff were friendly, but the food was awful.'
+    spans = highlight_keywords(lm, steer, review, HighlightConfig(value=5.0, max_spans=2))
+    print('positive spans:', spans.span_texts())
+    page = spans.save_html(OUT / 'highlight_positive.html')
+    IFrame(page, width='100%', height=260)
+    """),
+    md("The steer saves as safetensors with the model's name and width, and loads only onto it."),
+    code("""
+    print(steer.save(OUT / 'sentiment.safetensors'))
+    """),
+]
+
+HEADS = [
+    md("""
+    # Looking at attention heads
+
+    Induction, previous-token and duplicate-token heads in SmolLM2-135M and in a toy model
+    trained to have them, with circuitsvis views that work offline. Everything here runs on CPU
+    in a few minutes.
+    """),
+    setup("heads", "from IPython.display import IFrame, Image"),
+    code("""
+    from lmsci_mi.circuits.heads import (HeadScoreConfig, composition_scores, induction_scores,
+                                         previous_token_scores)
+    from lmsci_mi.circuits.toy_induction import load_toy_induction, training_record
+    from lmsci_mi.data.repeated_tokens import repeated_random_tokens
+    from lmsci_mi.sites import Head
+    from lmsci_mi.viz import save_attention_html
+
+    n_sequences = 4 if QUICK else 8
+    """),
+    md("""
+    ## Induction scores on repeated random tokens
+
+    One batched forward pass scores all 270 heads: the share of attention from each second-half
+    token to the token after its first copy.
+    """),
+    code("""
+    scores = induction_scores(lm, config=HeadScoreConfig(n_sequences=n_sequences, half_length=12))
+    print(scores.top(6))
+    scores.plot(OUT / 'induction_heatmap.png')
+    Image(OUT / 'induction_heatmap.png')
+    """),
+    md("""
+    ## What the top induction heads look at
+
+    `save_attention_html` writes circuitsvis's self-contained page (`local_src`, script inlined),
+    which opens with no network; the IFrame shows it here without copying the script bundle into
+    the notebook. The file is written when the cell runs.
+    """),
+    code("""
+    tokens = repeated_random_tokens(1, 12, vocab=(1000, 10000), sink_token_id=0, seed=3)
+    top = [head for head, _ in scores.top(3)]
+    view = save_attention_html(lm, tokens[0], top, OUT / 'induction_heads.html')
+    IFrame(view, width='100%', height=420)
+    """),
+    md("## Previous-token heads on a sentence"),
+    code("""
+    prev = previous_token_scores(
+        lm, config=HeadScoreConfig(n_sequences=n_sequences, half_length=12, exclude_bos=True))
+    print(prev.top(4))
+    view = save_attention_html(lm, 'When Mary and John went to the store, John gave a drink to',
+                               [head for head, _ in prev.top(2)], OUT / 'previous_token_heads.html')
+    IFrame(view, width='100%', height=420)
+    """),
+    md("""
+    ## The toy model with a known answer
+
+    A 2-layer attention-only transformer trained on repeated random tokens (cached after the
+    first run). Its layer-1 induction head should K-compose with a layer-0 previous-token head.
+    """),
+    code("""
+    toy = load_toy_induction()
+    print('training cost:', training_record())
+    toy_ind = induction_scores(toy, config=HeadScoreConfig(n_sequences=50))
+    toy_prev = previous_token_scores(toy, config=HeadScoreConfig(n_sequences=50))
+    print('induction:', toy_ind.top(2))
+    print('previous token:', toy_prev.top(2))
+    k = composition_scores(toy, 'K')
+    best, _ = toy_ind.top(1)[0]
+    print('K-composition into', best, ':',
+          [round(k.score(Head(0, h), best), 3) for h in range(toy.cfg.n_heads)])
+    toy_ind.plot(OUT / 'toy_induction.png')
+    Image(OUT / 'toy_induction.png')
+    """),
+]
 
 PROBES = [
-    ("md", "# Probing SmolLM2 across layers\n\nDoes the residual stream after each layer linearly "
-           "encode a city's country (read at the city's last token), or the number of a sentence's "
-           "subject? Each layer gets an L2-regularised logistic probe, its strength chosen on a "
-           "validation split, and a control task (Hewitt & Liang 2019): the same probe trained to "
-           "give each word type a random label. Selectivity = accuracy − control accuracy."),
-    ("code", "import os\nos.environ['HF_HUB_OFFLINE'] = '1'\n"
-             "from IPython.display import Image\n"
-             "from lmsci_mi import load_model\n"
-             "from lmsci_mi.probes import ProbeSweepConfig, probe_task, task_dataset\n"
-             "lm = load_model('smollm2-135m')\n"
-             "data = task_dataset('country')\n"
-             "print(len(data), 'examples;', data.source)\nprint(data.texts[0], '->', data.labels[0])"),
-    ("code", "sweep = probe_task(lm, 'country')\n"
-             "print(sweep.peak())\n"
-             "sweep.plot('probes_country.png')\nImage('probes_country.png')"),
-    ("md", "The table has one row per layer; export it to CSV, Parquet or JSON for your own analysis."),
-    ("code", "frame = sweep.to_dataframe()\n"
-             "sweep.export('probes_country.parquet')\n"
-             "frame[['layer', 'accuracy', 'control_accuracy', 'selectivity', 'majority', 'ci_low', "
-             "'ci_high']].round(3).head(12)"),
-    ("md", "## A syntactic property: the subject's number, read after an attractor noun"),
-    ("code", "number = probe_task(lm, 'subject_number')\nprint(number.peak())\n"
-             "number.plot('probes_subject_number.png')\nImage('probes_subject_number.png')"),
+    md("""
+    # Probing SmolLM2 across layers, and exporting the results
+
+    Does the residual stream after each layer linearly encode a city's country (read at the
+    city's last token), or the number of a sentence's subject? Each layer gets an
+    L2-regularised logistic probe, its strength chosen on a validation split, and a control task
+    (Hewitt & Liang 2019): the same probe trained to give each word type a random label.
+    Selectivity = accuracy − control accuracy.
+    """),
+    setup("probes", "import pandas as pd", "from IPython.display import Image"),
+    code("""
+    from lmsci_mi.probes import (ProbeSweep, ProbeSweepConfig, ProbeTaskConfig, probe_task,
+                                 task_dataset)
+
+    data = task_dataset('country')
+    print(len(data), 'examples;', data.source)
+    print(data.texts[0], '->', data.labels[0])
+    # quick: six layers on 240 examples
+    sweep_config = ProbeSweepConfig(layers=(0, 3, 6, 9, 12, 15) if QUICK else None)
+    task_config = ProbeTaskConfig(n_examples=240 if QUICK else None)
+    """),
+    code("""
+    sweep = probe_task(lm, 'country', sweep_config, task_config)
+    print(sweep.peak())
+    sweep.plot(OUT / 'country.png')
+    Image(OUT / 'country.png')
+    """),
+    md("""
+    ## Export
+
+    The table has one row per layer. `export` writes it as CSV, Parquet or JSON for pandas, R or
+    a spreadsheet; `save` keeps the whole result (each layer's probe weights included) as JSON +
+    safetensors, which `ProbeSweep.load` reads back.
+    """),
+    code("""
+    for suffix in ('csv', 'parquet', 'json'):
+        print('wrote', sweep.export(OUT / f'country.{suffix}'))
+    assert ProbeSweep.load(sweep.save(OUT / 'country_result.json')) == sweep
+    table = pd.read_parquet(OUT / 'country.parquet')
+    table[['layer', 'accuracy', 'control_accuracy', 'selectivity', 'majority', 'ci_low',
+           'ci_high']].round(3).head(12)
+    """),
+    md("## A syntactic property: the subject's number, read after an attractor noun"),
+    code("""
+    number = probe_task(lm, 'subject_number', sweep_config, task_config)
+    print(number.peak())
+    number.plot(OUT / 'subject_number.png')
+    Image(OUT / 'subject_number.png')
+    """),
 ]
 
-NOTEBOOKS = {"heads": HEADS, "probes": PROBES}
+NOTEBOOKS = [
+    Notebook("circuits", "script a circuit discovery", "circuit_discovery.py", CIRCUITS),
+    Notebook("edit_fact", "edit a fact in a model", "edit_fact.py", EDIT),
+    Notebook("heads", "visualise heads in a notebook", "visualise_heads.py", HEADS),
+    Notebook("probes", "export probe results", "export_probes.py", PROBES),
+    Notebook("steer", "steer with LM-Steer", "steer_sentiment.py", STEER),
+    Notebook(
+        "sae",
+        "find and steer SAE features",
+        None,
+        None,
+        pending="the SAE package (branch sae, issue 11) brings its script and cells",
+    ),
+]
 
 
-def build(cells: list[tuple[str, str]]) -> nbformat.NotebookNode:
+def build(cells: list[Cell]) -> nbformat.NotebookNode:
     nb = new_notebook()
-    nb.cells = [new_markdown_cell(src) if kind == "md" else new_code_cell(src) for kind, src in cells]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [
+        new_markdown_cell(src) if kind == "md" else new_code_cell(src) for kind, src in cells
+    ]
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     return nb
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--execute", action="store_true")
-    parser.add_argument("--only", choices=sorted(NOTEBOOKS), default=None)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--execute", action="store_true", help="run each notebook and keep outputs")
+    parser.add_argument("--only", nargs="+", choices=[nb.name for nb in NOTEBOOKS], default=None)
     args = parser.parse_args()
-    for name, cells in NOTEBOOKS.items():
-        if args.only not in (None, name):
+    for notebook in NOTEBOOKS:
+        if args.only is not None and notebook.name not in args.only:
             continue
-        path = Path(__file__).with_name(f"{name}.ipynb")
-        nb = build(cells)
+        if notebook.cells is None:
+            print(f"skipped {notebook.name} ({notebook.story}): pending, {notebook.pending}")
+            continue
+        path = Path(__file__).with_name(f"{notebook.name}.ipynb")
+        nb = build(notebook.cells)
         if args.execute:
             from nbclient import NotebookClient
 
-            NotebookClient(nb, timeout=1200, kernel_name="python3",
-                           resources={"metadata": {"path": str(path.parent)}}).execute()
+            NotebookClient(
+                nb,
+                timeout=1200,
+                kernel_name="python3",
+                resources={"metadata": {"path": str(path.parent)}},
+            ).execute()
         nbformat.write(nb, path)
         print("wrote", path)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import types
 import typing
 from collections.abc import Sequence
@@ -16,9 +17,28 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 from typing_extensions import Self, dataclass_transform
 
-__all__ = ["Config", "config", "validate_choice"]
+__all__ = ["QUICK_ENV", "Config", "config", "quick_mode", "validate_choice"]
 
 C = TypeVar("C", bound="Config")
+
+QUICK_ENV = "LMSCI_MI_QUICK"
+"""The environment variable that puts the examples and notebooks in quick mode."""
+
+
+def quick_mode() -> bool:
+    """Whether ``LMSCI_MI_QUICK`` asks for quick mode (any value but empty, ``0``, ``false``, ``no``).
+
+    The example scripts and notebooks read it to shrink their workloads (fewer prompts, layers,
+    examples and steps) while still running on the real model; the test suite sets it.
+
+    >>> os.environ[QUICK_ENV] = "1"; quick_mode()
+    True
+    >>> os.environ[QUICK_ENV] = "0"; quick_mode()
+    False
+    >>> del os.environ[QUICK_ENV]; quick_mode()
+    False
+    """
+    return os.environ.get(QUICK_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 @dataclass_transform(frozen_default=True)
