@@ -39,8 +39,10 @@ DATA = SAEDataConfig()
 TRAIN = SAETrainConfig()
 CARD_ROWS = 800
 """Corpus rows (about 100k tokens: the held-out rows, then training rows) scanned for contexts."""
-COEFFICIENTS = (2.0, 4.0, 8.0)
+COEFFICIENTS = (4.0, 8.0)
 """Steering coefficients, in units of the feature's typical maximum activation."""
+N_PROMPTS = 30
+"""Neutral prompts per condition (cached generation costs seconds per step on two cores)."""
 WORD_LISTS = {
     "food": sorted(topic_lexicon()["food"]),
     "code": ["def", "return", "import", "class", "self", "None", "True", "False"],
@@ -89,8 +91,11 @@ def main() -> None:
         shown = list(chosen.values()) + [f for f in range(20) if f not in chosen.values()]
         print(f"feature browser: {cards.select(shown).save_html(args.html)}\n")
 
-    feature = chosen.get("food", next(iter(chosen.values())))
-    prompts = list(neutral_prompts())
+    # The feature to steer with: the first one that promotes a food word; failing that, the live
+    # feature whose top promoted token has the largest logit.
+    best = int((cards.promoted_logits[:, 0] * alive).argmax())
+    feature = chosen.get("food", best)
+    prompts = list(neutral_prompts())[:N_PROMPTS]
     for coefficient in COEFFICIENTS:
         config = FrequencyConfig(coefficient=coefficient)
         path = folder / f"frequency-{feature}-{coefficient:g}.json"

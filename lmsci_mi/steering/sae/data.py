@@ -36,9 +36,9 @@ class SAEDataConfig(Config):
     )
     seq_len: int = field(default=128, metadata={"help": "tokens per row, sink included"})
     generations: int = field(
-        default=512, metadata={"help": "seeded model continuations added to the text"}
+        default=64, metadata={"help": "seeded model continuations added to the text"}
     )
-    generation_tokens: int = field(default=96, metadata={"help": "tokens per continuation"})
+    generation_tokens: int = field(default=48, metadata={"help": "tokens per continuation"})
     held_out_fraction: float = field(
         default=0.05, metadata={"help": "fraction of rows kept out of training for the statistics"}
     )
