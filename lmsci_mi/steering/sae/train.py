@@ -51,7 +51,7 @@ class SAETrainConfig(Config):
     d_sae: int = field(default=4608, metadata={"help": "number of features"})
     k: int = field(default=48, metadata={"help": "active features per token (the L0)"})
     training_samples: int = field(
-        default=2_500_000, metadata={"help": "activations seen in training"}
+        default=2_000_000, metadata={"help": "activations seen in training"}
     )
     batch_size: int = field(default=4096, metadata={"help": "activations per step"})
     lr: float = field(default=4e-4, metadata={"help": "Adam learning rate"})
