@@ -334,12 +334,19 @@ def _windows(
 
 
 def find_features(
-    cards: FeatureCards, words: Sequence[str], *, contexts: bool = True, promoted: bool = True
+    cards: FeatureCards,
+    words: Sequence[str],
+    *,
+    contexts: bool = True,
+    promoted: bool = True,
+    include_dead: bool = False,
 ) -> list[int]:
     """Features whose promoted tokens or top-context peak tokens match any of ``words``.
 
     Matching is case-insensitive on whole tokens with surrounding spaces stripped; features are
-    ordered by how many matches they have (most first).
+    ordered by how many matches they have (most first). Features that never fire on the cards'
+    corpus are left out unless ``include_dead`` (a dead feature's decoder direction still
+    promotes tokens, but nothing in the text activates it).
 
     >>> import torch
     >>> from lmsci_mi.results import Meta
@@ -356,6 +363,8 @@ def find_features(
         raise ValueError("give at least one word to match")
     scored = []
     for r, feature in enumerate(cards.features):
+        if not include_dead and float(cards.density[r]) == 0:
+            continue
         hits = 0
         if promoted:
             hits += sum(t.strip().lower() in wanted for t in cards.promoted[r])
