@@ -7,11 +7,11 @@ head-patching sweep (exact and attribution) on the IOI prompt pair.
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 from typing import Any
 
 from lmsci_mi.cli.common import add_model_args, add_output_args, load_from_args, write_outputs
+from lmsci_mi.cli.tour import StepOutput, TourStep
 from lmsci_mi.model import LensModel
 
 EIFFEL_PROMPT = "The Eiffel Tower is located in the city of"
@@ -115,49 +115,76 @@ def _run_patch(args: argparse.Namespace) -> int:
     return 0
 
 
-def tour_steps() -> list[Any]:
-    """Steps this feature adds to `lmsci-mi tour` (see lmsci_mi.cli.core)."""
-    return [_step_causal_trace, _step_patching]
+def tour_steps() -> list[TourStep]:
+    """Steps this feature adds to `lmsci-mi tour` (see lmsci_mi.cli.tour)."""
+    return [
+        TourStep(
+            "causal_trace", "Causal trace: where does the model keep 'the Eiffel Tower is in Paris'?",
+            _step_causal_trace,
+            "from lmsci_mi.circuits.tracing import TraceConfig, causal_trace; causal_trace(lm, "
+            f'"{EIFFEL_PROMPT}", "Eiffel Tower", TraceConfig(target=" Paris", n_samples=3))',
+            seconds=25,
+            quick=True,
+        ),
+        TourStep(
+            "patching", "Activation patching vs attribution patching of every head on the IOI pair",
+            _step_patching,
+            "from lmsci_mi.circuits.attribution import AttributionConfig, attribution_patch; "
+            "from lmsci_mi.circuits.metrics import LogitDiff; attribution_patch(lm, "
+            f'"{IOI_CLEAN}", "{IOI_CORRUPTED}", LogitDiff(lm.token_id(" Mary"), lm.token_id(" John")), '
+            'AttributionConfig(site="z", normalise=True, compare_exact=True))',
+            seconds=5,
+            quick=True,
+        ),
+    ]
 
 
-def _step_causal_trace(lm: LensModel, out_dir: Path) -> str:
+def _step_causal_trace(lm: LensModel, out_dir: Path) -> StepOutput:
     """Causal trace: where does SmolLM2 keep 'the Eiffel Tower is in Paris'?"""
     from lmsci_mi.circuits.tracing import TraceConfig, causal_trace
 
-    start = time.perf_counter()
     # Fewer noise samples than the paper's 10 keep this step under a minute on two CPU cores.
     trace = causal_trace(lm, EIFFEL_PROMPT, "Eiffel Tower", TraceConfig(target=" Paris", n_samples=3))
-    seconds = time.perf_counter() - start
-    trace.save(out_dir / "causal_trace_eiffel.json")
-    trace.plot(out_dir / "causal_trace_eiffel.png")
-    return (
-        f"{_trace_report(trace)}\n  {seconds:.1f} s; heatmaps in "
-        f"{out_dir / 'causal_trace_eiffel.png'}"
+    report = _trace_report(trace)
+    values = trace.kind_values(trace.kinds[0])
+    subject = list(trace.subject_positions)
+    sub = values[:, subject]
+    flat = int(sub.argmax())
+    layer, pos = flat // sub.shape[1], subject[flat % sub.shape[1]]
+    summary = (
+        f"p(' Paris') clean {trace.clean_prob:.3f}, corrupted {trace.corrupted_prob:.3f}; restoring "
+        f"the {trace.kinds[0]} at {trace.axis_labels(2)[pos]!r} layer {layer} brings it back to "
+        f"{float(values[layer, pos]):.3f}"
     )
+    return StepOutput(summary, {"causal_trace_eiffel": trace}, text=report)
 
 
-def _step_patching(lm: LensModel, out_dir: Path) -> str:
+def _step_patching(lm: LensModel, out_dir: Path) -> StepOutput:
     """Activation vs attribution patching of every head's output on the IOI pair."""
     from lmsci_mi.circuits.attribution import AttributionConfig, attribution_patch
     from lmsci_mi.circuits.metrics import LogitDiff
 
     metric = LogitDiff(lm.token_id(" Mary"), lm.token_id(" John"))
-    start = time.perf_counter()
     config = AttributionConfig(site="z", normalise=True, compare_exact=True)
     attribution = attribution_patch(lm, IOI_CLEAN, IOI_CORRUPTED, metric, config)
-    assert attribution.exact is not None and attribution.rank_correlation is not None
-    seconds = time.perf_counter() - start
-    attribution.save(out_dir / "ioi_head_attribution.json")
-    attribution.plot(out_dir / "ioi_head_attribution.png")
+    if attribution.exact is None or attribution.rank_correlation is None:
+        raise RuntimeError("attribution_patch(compare_exact=True) returned no exact comparison")
     exact_top = [(value, name) for name, value in attribution.exact.top(5)]
-    return "\n".join(
+    text = "\n".join(
         [
             f"logit diff Mary−John: clean {attribution.clean_value:.2f}, corrupted "
-            f"{attribution.corrupted_value:.2f} ({seconds:.1f} s for both methods)",
-            "  top heads, exact patching (normalised): "
+            f"{attribution.corrupted_value:.2f}",
+            "top heads, exact patching (normalised): "
             + ", ".join(f"{name} {value:+.2f}" for value, name in exact_top),
-            "  top heads, attribution patching: "
+            "top heads, attribution patching: "
             + ", ".join(f"{name} {value:+.2f}" for name, value in attribution.top(5)),
-            f"  Spearman rank correlation attribution vs exact: {attribution.rank_correlation:.2f}",
+            f"Spearman rank correlation attribution vs exact: {attribution.rank_correlation:.2f}",
         ]
     )
+    summary = (
+        f"logit diff Mary−John clean {attribution.clean_value:.2f}, corrupted "
+        f"{attribution.corrupted_value:.2f}; top head {exact_top[0][1]} ({exact_top[0][0]:+.2f}); "
+        f"attribution vs exact rank correlation {attribution.rank_correlation:.2f}"
+    )
+    results = {"ioi_head_patching": attribution.exact, "ioi_head_attribution": attribution}
+    return StepOutput(summary, results, text=text)

@@ -1,14 +1,14 @@
 """`lmsci-mi models` and `lmsci-mi tour`, the guided run of every analysis on the bundled model.
 
 The tour is the README's main job. It loads the model once and runs each feature's tour steps in
-order, printing a short account of each and writing results and PNGs under ``--out-dir``.
+order (lmsci_mi.cli.tour), each with a progress bar and a one-line summary, saves every result under
+``--out-dir`` and writes one self-contained HTML report of them all.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
 from dataclasses import field
 from pathlib import Path
 from typing import Any
@@ -17,13 +17,12 @@ import torch
 
 from lmsci_mi.circuits.attention import attention_summary
 from lmsci_mi.cli.common import add_config_args, add_model_args, config_from_args, load_from_args
+from lmsci_mi.cli.tour import StepOutput, TourStep
 from lmsci_mi.config import Config, config
 from lmsci_mi.loading import list_models
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import Head
-
-TourStep = Callable[[LensModel, Path], str]
-"""One step of the tour: runs an analysis, writes its files under the folder, returns a report."""
+from lmsci_mi.viz.report import CircuitsView
 
 EIFFEL = "The Eiffel Tower is located in the city of"
 PROMPTS = (EIFFEL, "The capital of Germany is", "When Mary and John went to the store, John gave a drink to")
@@ -34,11 +33,23 @@ class TourConfig(Config):
     """What `lmsci-mi tour` runs and where its files go."""
 
     out_dir: str = field(default="out/tour", metadata={"help": "where the results and PNGs go"})
-    quick: bool = field(default=False, metadata={"help": "only the core steps"})
+    quick: bool = field(default=False, metadata={"help": "only the quick steps (a few minutes)"})
+    report: str = field(
+        default="",
+        metadata={"help": "where to write the HTML report (default OUT_DIR/report.html; 'none': no report)"},
+    )
 
     def validate(self) -> None:
         if not self.out_dir.strip():
             raise ValueError("out_dir must name a folder")
+        if self.report and self.report != "none" and not self.report.lower().endswith((".html", ".htm")):
+            raise ValueError(f"report {self.report!r}: use a file ending in .html, or 'none'")
+
+    def report_path(self) -> Path | None:
+        """The report's path, or None for no report."""
+        if self.report == "none":
+            return None
+        return Path(self.report) if self.report else Path(self.out_dir) / "report.html"
 
 
 def register(commands: Any) -> None:
@@ -63,53 +74,79 @@ def _run_models(args: argparse.Namespace) -> int:
 
 
 def _run_tour(args: argparse.Namespace) -> int:
-    from lmsci_mi.cli import circuits, editing, heads
+    from lmsci_mi.cli import _FEATURES
+    from lmsci_mi.cli.tour import collect_steps, run_tour, steps_to_fail
 
     tour = config_from_args(TourConfig, args)
+    steps = collect_steps(_FEATURES, quick=tour.quick)
+    steps_to_fail(steps)  # a bad LMSCI_MI_TOUR_FAIL is an error before anything runs
     out_dir = Path(tour.out_dir)
+    report = tour.report_path()
+    if report is not None and report.is_dir():
+        raise IsADirectoryError(f"--report {report} is a folder; give a file, e.g. {report / 'report.html'}")
     out_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     lm = load_from_args(args)
-    print(f"== Loaded {lm!r} from {lm.source} in {time.perf_counter() - start:.1f} s "
-          f"(sink {lm.sink!r})")
-    steps: list[TourStep] = [_step_predictions, _step_attention_summary]
-    if not tour.quick:
-        for feature in (circuits, heads, editing):
-            steps.extend(feature.tour_steps())
-    for step in steps:
-        began = time.perf_counter()
-        report = step(lm, out_dir)
-        print(f"\n== {step.__doc__.strip().splitlines()[0] if step.__doc__ else step.__name__}"
-              f" ({time.perf_counter() - began:.1f} s)")
-        print(report)
-    print(f"\nTour finished in {time.perf_counter() - start:.1f} s; files are in {out_dir}/")
-    return 0
+    print(f"Loaded {lm!r} from {lm.source} in {time.perf_counter() - start:.1f} s (sink {lm.sink!r})")
+    return run_tour(lm, steps, out_dir, report=report, verbose=args.verbose)
 
 
-def _step_predictions(lm: LensModel, out_dir: Path) -> str:
+def tour_steps() -> list[TourStep]:
+    """The core's steps of `lmsci-mi tour`: predictions and the attention heads at a glance."""
+    return [
+        TourStep(
+            "predictions", "What the model predicts next", _step_predictions,
+            'lm.top_tokens("The Eiffel Tower is located in the city of", k=5)',
+            seconds=1, quick=True,
+        ),
+        TourStep(
+            "attention_summary", "Attention heads at a glance: sink, previous-token and self heads",
+            _step_attention_summary,
+            'from lmsci_mi.circuits.attention import attention_summary; '
+            'attention_summary(lm, "The Eiffel Tower is located in the city of")',
+            seconds=1, quick=True,
+        ),
+    ]
+
+
+def _step_predictions(lm: LensModel, out_dir: Path) -> StepOutput:
     """What the model predicts next (top-5 tokens for three prompts)."""
-    lines = []
+    results, lines, firsts = {}, [], []
     for prompt in PROMPTS:
         top = lm.top_tokens(prompt, k=5)
-        shown = ", ".join(f"{label!r} {p:.2f}" for label, p in zip(top.labels[0], top.values.tolist(), strict=True))
-        lines.append(f"{prompt!r} -> {shown}")
-    return "\n".join(lines)
+        # One result is saved and plotted; the text gives all three (three rank plots say little).
+        results.setdefault("predictions_eiffel", top)
+        pairs = list(zip(top.labels[0], top.values.tolist(), strict=True))
+        lines.append(f"{prompt!r} -> " + ", ".join(f"{label!r} {p:.2f}" for label, p in pairs))
+        firsts.append(f"{pairs[0][0]!r} ({pairs[0][1]:.2f})")
+    summary = "Top next tokens: " + "; ".join(
+        f"…{prompt.split()[-1]} → {first}" for prompt, first in zip(PROMPTS, firsts, strict=True)
+    )
+    return StepOutput(summary, results, text="\n".join(lines))
 
 
-def _step_attention_summary(lm: LensModel, out_dir: Path) -> str:
-    """A summary of the attention heads on the Eiffel prompt."""
+def _step_attention_summary(lm: LensModel, out_dir: Path) -> StepOutput:
+    """A summary of the attention heads on the Eiffel prompt, and a view of the clearest ones."""
+    from lmsci_mi.viz.attention import attention_html
+
     summary = attention_summary(lm, EIFFEL)
-    summary.save(out_dir / "attention_summary.json")
-    summary.plot(out_dir / "attention_summary.png")
     sink, previous, _ = summary.values
     n_heads = sink.numel()
     top_prev = torch.topk(previous.flatten(), min(5, n_heads))
-    heads = [f"{Head(int(i) // sink.shape[1], int(i) % sink.shape[1])} ({v:.2f})"
-             for v, i in zip(top_prev.values.tolist(), top_prev.indices, strict=True)]
+    top_heads = [Head(int(i) // sink.shape[1], int(i) % sink.shape[1]) for i in top_prev.indices]
+    heads = [f"{head} ({v:.2f})" for head, v in zip(top_heads, top_prev.values.tolist(), strict=True)]
     first = f"sink token {lm.sink!r}" if lm.sink is not None else "first token (no sink)"
-    return (
+    text = (
         f"{(sink > 0.5).sum().item()} of {n_heads} heads put over half their attention on the "
         f"{first} (mean {sink.mean():.2f}).\n"
-        f"Most previous-token-like heads: {', '.join(heads)}.\n"
-        f"Heatmaps: {out_dir / 'attention_summary.png'}"
+        f"Most previous-token-like heads: {', '.join(heads)}."
     )
+    view = CircuitsView.from_html(
+        attention_html(lm, EIFFEL, top_heads[:4]),
+        caption=f"The four most previous-token-like heads on {EIFFEL!r} (hover a head to zoom)",
+    )
+    line = (
+        f"{(sink > 0.5).sum().item()} of {n_heads} heads put most attention on the {first}; "
+        f"top previous-token head {heads[0]}"
+    )
+    return StepOutput(line, {"attention_summary": summary}, text=text, views=[view])

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from lmsci_mi.cli.common import add_model_args, load_from_args
+from lmsci_mi.cli.tour import StepOutput, TourStep
 from lmsci_mi.model import LensModel
 
 DEFAULT_TOKENS = 20
@@ -118,7 +119,21 @@ def run_edit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tour_rome(lm: LensModel, out_dir: Path) -> str:
+def tour_steps() -> list[TourStep]:
+    """Steps this feature adds to `lmsci-mi tour` (see lmsci_mi.cli.tour)."""
+    return [
+        TourStep(
+            "rome", "ROME: the Eiffel Tower moves to Rome, then back, bit for bit", _tour_rome,
+            "from lmsci_mi.editing import EditRequest, ROMEHyperParams, default_rome_layer, rome_edit; "
+            'rome_edit(lm, EditRequest("{} is located in the city of", "The Eiffel Tower", " Rome", '
+            '" Paris"), ROMEHyperParams(layer=default_rome_layer(lm)))',
+            seconds=200,
+            first_run="a few minutes more for the layer's key statistics (then cached)",
+        ),
+    ]
+
+
+def _tour_rome(lm: LensModel, out_dir: Path) -> StepOutput:
     """ROME: edit "The Eiffel Tower is located in the city of" → Rome, then restore"""
     from lmsci_mi.editing import (
         EditRequest,
@@ -151,17 +166,18 @@ def _tour_rome(lm: LensModel, out_dir: Path) -> str:
         path = handle.save(out_dir / "rome_eiffel_rome.safetensors")
     restored = lm.generate(prompt, 12)
     exact = "bit-identical" if torch.equal(lm.model.blocks[layer].mlp.W_out, original) else "NOT identical"
-    return "\n".join(
+    p_rome, p_paris = (-nll[0]).exp(), (-nll[1]).exp()
+    text = "\n".join(
         [
             f"ROME at layer {layer} ({seconds:.1f} s incl. statistics if uncached); delta saved to {path.name}",
-            f"  before:   {prompt}{before!r}",
-            f"  after:    {prompt}{after!r}  (p Rome {(-nll[0]).exp():.2f}, p Paris {(-nll[1]).exp():.2f})",
-            f"  paraphrase after: {para}{para_after!r}",
-            f"  restored: {prompt}{restored!r} (weights {exact})",
+            f"before:   {prompt}{before!r}",
+            f"after:    {prompt}{after!r}  (p Rome {p_rome:.2f}, p Paris {p_paris:.2f})",
+            f"paraphrase after: {para}{para_after!r}",
+            f"restored: {prompt}{restored!r} (weights {exact})",
         ]
     )
-
-
-def tour_steps() -> list[Any]:
-    """Steps this feature adds to `lmsci-mi tour` (see lmsci_mi.cli.core)."""
-    return [_tour_rome]
+    summary = (
+        f"layer {layer}: after the edit p(Rome) {p_rome:.2f}, p(Paris) {p_paris:.2f}; "
+        f"“{after.strip()[:40]}”; restored weights {exact}"
+    )
+    return StepOutput(summary, text=text, files=[path.name])

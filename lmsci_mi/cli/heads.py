@@ -10,6 +10,7 @@ from typing import Any
 from lmsci_mi.circuits.heads import HEAD_SCORES, HeadScoreConfig
 from lmsci_mi.circuits.ioi import IOIConfig
 from lmsci_mi.cli.common import add_model_args, add_output_args, load_from_args, write_outputs
+from lmsci_mi.cli.tour import StepOutput, TourStep
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import Head
 
@@ -80,7 +81,27 @@ def _run_attention(args: argparse.Namespace) -> int:
     return 0
 
 
-def _step_induction(lm: LensModel, out_dir: Path) -> str:
+def tour_steps() -> list[TourStep]:
+    """Steps this feature adds to `lmsci-mi tour` (see lmsci_mi.cli.tour)."""
+    return [
+        TourStep(
+            "induction", "Induction heads, and what ablating them costs", _step_induction,
+            "from lmsci_mi.circuits.heads import HeadScoreConfig, induction_scores; "
+            "induction_scores(lm, config=HeadScoreConfig(n_sequences=8, half_length=15))",
+            seconds=6,
+            quick=True,
+        ),
+        TourStep(
+            "ioi_circuit", "The IOI circuit: name movers, S-inhibition and their classes", _step_ioi,
+            "from lmsci_mi.circuits.ioi import IOIConfig, find_ioi_circuit; from lmsci_mi.data.ioi "
+            "import IOI_TEMPLATES, ioi_dataset; find_ioi_circuit(lm, ioi_dataset(lm, 8, "
+            "templates=IOI_TEMPLATES[:1]), IOIConfig(n_sender_candidates=3))",
+            seconds=60,
+        ),
+    ]
+
+
+def _step_induction(lm: LensModel, out_dir: Path) -> StepOutput:
     """Induction heads: scores on repeated random tokens, and what ablating them costs."""
     from lmsci_mi.circuits.heads import (
         InductionAblationConfig,
@@ -89,8 +110,6 @@ def _step_induction(lm: LensModel, out_dir: Path) -> str:
     )
 
     scores = induction_scores(lm, config=HeadScoreConfig(n_sequences=8, half_length=15))
-    scores.save(out_dir / "induction_scores.json")
-    scores.plot(out_dir / "induction_scores.png")
     top = scores.top(6)
     heads = [head for head, score in top if score > 0.4] or [top[0][0]]
     check = induction_ablation(
@@ -98,27 +117,26 @@ def _step_induction(lm: LensModel, out_dir: Path) -> str:
         exclude=scores.heads_above(0.1),
     )
     shown = ", ".join(f"{head} ({score:.2f})" for head, score in top)
-    return (
+    text = (
         f"Top induction heads (score = attention to the token after the earlier copy): {shown}\n"
         f"Mean-ablating {len(heads)} of them raises the second-half loss from "
         f"{check.loss_clean:.2f} to {check.loss_induction_ablated:.2f} nats "
-        f"(as many random heads: {check.loss_random_ablated:.2f}).\n"
-        f"Heatmap: {out_dir / 'induction_scores.png'}"
+        f"(as many random heads: {check.loss_random_ablated:.2f})."
     )
+    summary = (
+        f"top induction head {top[0][0]} ({top[0][1]:.2f}); ablating {len(heads)} heads: loss "
+        f"{check.loss_clean:.2f} → {check.loss_induction_ablated:.2f} nats (random heads "
+        f"{check.loss_random_ablated:.2f})"
+    )
+    return StepOutput(summary, {"induction_scores": scores, "induction_ablation": check}, text=text)
 
 
-def _step_ioi(lm: LensModel, out_dir: Path) -> str:
+def _step_ioi(lm: LensModel, out_dir: Path) -> StepOutput:
     """The IOI circuit on a small prompt set (name movers, S-inhibition, ...)."""
     from lmsci_mi.circuits.ioi import find_ioi_circuit
     from lmsci_mi.data.ioi import IOI_TEMPLATES, ioi_dataset
 
     data = ioi_dataset(lm, 8, templates=IOI_TEMPLATES[:1])
     circuit = find_ioi_circuit(lm, data, IOIConfig(n_sender_candidates=3))
-    circuit.save(out_dir / "ioi_circuit.json")
-    circuit.plot(out_dir / "ioi_circuit.png")
-    return circuit.summary() + f"\nDLA heatmap: {out_dir / 'ioi_circuit.png'}"
-
-
-def tour_steps() -> list[Any]:
-    """Steps this feature adds to `lmsci-mi tour` (see lmsci_mi.cli.core)."""
-    return [_step_induction, _step_ioi]
+    text = circuit.summary()
+    return StepOutput(text.strip().splitlines()[0], {"ioi_circuit": circuit}, text=text)

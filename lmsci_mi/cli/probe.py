@@ -9,6 +9,8 @@ from typing import Any
 
 from lmsci_mi.cli.common import add_model_args, add_output_args, load_from_args, write_outputs
 from lmsci_mi.cli.probe_cfg import add_cfg_arguments
+from lmsci_mi.cli.tour import StepOutput, TourStep
+from lmsci_mi.model import LensModel
 from lmsci_mi.probes.sweep import ProbeSweepConfig
 from lmsci_mi.probes.tasks import PROBE_TASKS, ProbeTaskConfig
 
@@ -62,3 +64,34 @@ def _run_probe(args: argparse.Namespace) -> int:
         print(f"exported the table to {result.export(args.export)}")
     write_outputs(result, args)
     return 0
+
+
+def tour_steps() -> list[TourStep]:
+    """Steps this feature adds to `lmsci-mi tour` (see lmsci_mi.cli.tour)."""
+    return [
+        TourStep(
+            "probe",
+            "A linear probe per layer: which layers know a city's country, beyond a control task",
+            _step_probe,
+            'from lmsci_mi.probes.tasks import probe_task; probe_task(lm, "country")',
+            seconds=50,
+        ),
+    ]
+
+
+def _step_probe(lm: LensModel, out_dir: Path) -> StepOutput:
+    """The `country` probe sweep with its control task (Hewitt & Liang selectivity)."""
+    from lmsci_mi.probes.tasks import probe_task
+
+    result = probe_task(lm, "country")
+    peak = result.peak()
+    score = result.score_name
+    summary = (
+        f"peak at layer {peak.layer}: {score} {peak.score:.3f} (control {peak.control:.3f}, "
+        f"selectivity {peak.selectivity:+.3f}, majority class {peak.baseline:.3f})"
+    )
+    text = (
+        f"country probe on {lm.name} ({result.site}; {result.n_train}/{result.n_val}/{result.n_test} "
+        f"train/val/test examples)\n{summary}"
+    )
+    return StepOutput(summary, {"probe_country": result}, text=text)

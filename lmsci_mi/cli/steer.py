@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from lmsci_mi.cli.common import add_model_args
+from lmsci_mi.cli.tour import StepOutput, TourStep
 from lmsci_mi.loading import load_model
 from lmsci_mi.model import LensModel
 
@@ -265,3 +266,53 @@ def _run_transfer(args: argparse.Namespace) -> int:
     if args.out is not None:
         print(f"saved steer to {moved.save(args.out)}")
     return 0
+
+
+TOUR_STEER_VALUES = (-1.0, 0.0, 1.0)
+"""Sentiment values of the tour's control curve (docs/steering.md: ±1 moves VADER sentiment from
+−0.44 to +0.70; larger values cost fluency)."""
+TOUR_HIGHLIGHT = "The food was cold and the waiter was rude, but the dessert was wonderful."
+
+
+def tour_steps() -> list[TourStep]:
+    """Steps this feature adds to `lmsci-mi tour` (see lmsci_mi.cli.tour)."""
+    return [
+        TourStep(
+            "steer",
+            "LM-Steer: a sentiment control curve and the words that carry sentiment",
+            _step_steer,
+            "from lmsci_mi.steering import train_steer; from lmsci_mi.steering.evaluate import "
+            "SteerEvalConfig, evaluate_steer; from lmsci_mi.data.steering_texts import "
+            'steering_texts; evaluate_steer(lm, train_steer(lm, steering_texts("sentiment"))[0], '
+            f"SteerEvalConfig(values={TOUR_STEER_VALUES}, n_prompts=20))",
+            seconds=45,
+            first_run="about 5 min more to train the steer (then cached)",
+        ),
+    ]
+
+
+def _step_steer(lm: LensModel, out_dir: Path) -> StepOutput:
+    """Train (or load the cached) sentiment steer, draw a small control curve, highlight a text."""
+    from lmsci_mi.data.steering_texts import steering_texts
+    from lmsci_mi.steering import train_steer
+    from lmsci_mi.steering.evaluate import SteerEvalConfig, evaluate_steer
+    from lmsci_mi.steering.highlight import highlight_keywords
+    from lmsci_mi.viz.report import CircuitsView
+
+    steer, training = train_steer(lm, steering_texts("sentiment"))
+    config = SteerEvalConfig(values=TOUR_STEER_VALUES, n_prompts=20, progress=False)
+    curve = evaluate_steer(lm, steer, config)
+    highlight = highlight_keywords(lm, steer, TOUR_HIGHLIGHT)
+    view = CircuitsView.from_html(
+        highlight.html(),
+        caption="Per-token evidence log p(+s) − log p(−s) of the sentiment steer (green: positive)",
+    )
+    sentiment = curve.metric("sentiment").tolist()
+    summary = (
+        "VADER sentiment at s = "
+        + ", ".join(f"{v:+g}: {m:+.2f}" for v, m in zip(TOUR_STEER_VALUES, sentiment, strict=True))
+        + f" (20 prompts); keyword spans {highlight.span_texts()}"
+    )
+    text = f"{curve.table()}\n\nhighlighted spans of {TOUR_HIGHLIGHT!r}: {highlight.span_texts()}"
+    results = {"steer_training": training, "steer_control_curve": curve, "steer_highlight": highlight}
+    return StepOutput(summary, results, text=text, views=[view])

@@ -25,6 +25,7 @@ from lmsci_mi.probes.cfg.attention import (
     CFGAttentionTransitions,
     cfg_attention_transitions,
 )
+from lmsci_mi.probes.cfg.bayes import bayes_accuracy
 from lmsci_mi.probes.cfg.model import (
     CFGEvaluation,
     CFGModelConfig,
@@ -109,6 +110,10 @@ class CFGProbeTable(Result):
         balanced: the same axes, balanced accuracy (mean per-class recall: 50% for a constant
             guess on the boundary flag, which is True on only 1 in 3-20 tokens).
         majority: ``[level, target]`` majority-class test accuracy.
+        ceiling: ``[level, target]`` the Bayes-optimal causal reader's test accuracy: the exact
+            posterior given the tokens up to each one (:mod:`lmsci_mi.probes.cfg.bayes`). No
+            probe of a causal model can beat it in expectation; the ancestor at a span's first
+            tokens is often still ambiguous, so it is below 100% there.
         grammar: the grammar's rules, printed.
         training: the trained model's cost, None when it came from a cache made elsewhere.
         evaluation: next-token accuracy and generation validity (None when not measured).
@@ -118,6 +123,7 @@ class CFGProbeTable(Result):
 
     balanced: Tensor = field(default_factory=lambda: torch.zeros(0))
     majority: Tensor = field(default_factory=lambda: torch.zeros(0))
+    ceiling: Tensor = field(default_factory=lambda: torch.zeros(0))
     grammar: str = ""
     training: CFGTraining | None = None
     evaluation: CFGEvaluation | None = None
@@ -134,12 +140,16 @@ class CFGProbeTable(Result):
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per (level, layer, model, probe, target): ``value`` (test accuracy),
-        ``balanced_accuracy`` and ``majority`` (the majority-class accuracy of that level and
-        target)."""
+        ``balanced_accuracy``, ``majority`` (the majority-class accuracy of that level and
+        target) and ``ceiling`` (the Bayes-optimal causal accuracy, NaN if not computed)."""
         frame = super().to_dataframe()
         frame["balanced_accuracy"] = self.balanced.detach().cpu().float().numpy().ravel()
-        majority = self.majority.detach().cpu().float().numpy()
-        frame["majority"] = majority[frame["level_index"], frame["target_index"]]
+        cells = (frame["level_index"], frame["target_index"])
+        frame["majority"] = self.majority.detach().cpu().float().numpy()[cells]
+        if self.ceiling.numel():
+            frame["ceiling"] = self.ceiling.detach().cpu().float().numpy()[cells]
+        else:
+            frame["ceiling"] = float("nan")
         return frame
 
     def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
@@ -224,9 +234,9 @@ def _token_split(rows: Tensor, split: Split) -> Split:
 
 def _probe_models(
     models: dict[str, LensModel], grammar: Grammar, config: CFGProbeConfig, *, progress: bool
-) -> tuple[Tensor, Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Accuracy and balanced accuracy ``[level, layer, model, probe, target]``, and the
-    majority-class accuracy ``[level, target]``."""
+    majority-class and Bayes-ceiling accuracies ``[level, target]``."""
     sample = grammar.sample(config.n_sequences, seed=config.seed)
     tokens, ancestors, boundaries, mask = sample.padded(bos=grammar.bos, pad=grammar.eos)
     seq_split = Split.random(config.n_sequences, seed=config.seed)
@@ -280,7 +290,9 @@ def _probe_models(
             ).transpose(1, 2)
             bar.update()
     bar.close()
-    return accuracy, balanced, majority
+    ceilings = bayes_accuracy(grammar, sample, seq_split.test)
+    ceiling = torch.stack([ceilings[target][1:] for target in TARGETS], -1).float()
+    return accuracy, balanced, majority, ceiling
 
 
 def cfg_probe_table(
@@ -312,7 +324,7 @@ def cfg_probe_table(
     (torch.Size([2, 5, 2, 2, 3]), ('layer', 'model', 'probe', 'target'))
     """
     config = config if config is not None else CFGProbeConfig()
-    values, balanced, majority = _probe_models(
+    values, balanced, majority, ceiling = _probe_models(
         {"trained": trained, "random": random}, grammar, config, progress=progress
     )
     evaluation = (
@@ -338,6 +350,7 @@ def cfg_probe_table(
         ),
         balanced=balanced,
         majority=majority,
+        ceiling=ceiling,
         grammar=str(grammar),
         training=training,
         evaluation=evaluation,
