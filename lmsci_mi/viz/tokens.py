@@ -60,7 +60,7 @@ def colored_tokens_html(
     props = props.replace("</", "<\\/")
     return (
         f'<div id="{element}" style="margin: 6px 0;"></div>'
-        f'<script>CircuitsVis.render("{element}", CircuitsVis.ColoredTokens, {props});</script>'
+        f'<script>CircuitsVis.render("{element}", CircuitsVis.ColoredTokens, {props})</script>'
     )
 
 
