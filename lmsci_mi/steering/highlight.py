@@ -117,14 +117,14 @@ class Highlight(Result):
         return ["".join(tokens[s:e]) for s, e in self.spans]
 
     def html(self) -> str:
-        """Self-contained HTML (circuitsvis ``colored_tokens`` with its inlined script, never the
+        """Self-contained HTML (circuitsvis ``ColoredTokens`` with its script inlined, never the
         CDN one): tokens coloured by evidence, the chosen spans listed beneath."""
-        from circuitsvis.tokens import colored_tokens
+        from lmsci_mi.viz.tokens import colored_tokens_html, page_with_views
 
         tokens = self.axis_labels(0)[1:]
         values = self.values[1:].tolist()
         bound = max((abs(v) for v in values), default=1.0) or 1.0
-        view = colored_tokens(
+        view = colored_tokens_html(
             tokens,
             values,
             min_value=-bound,
@@ -133,11 +133,11 @@ class Highlight(Result):
             positive_color="green",
         )
         spans = "".join(f"<li>{_escape(s)}</li>" for s in self.span_texts())
-        return (
-            "<!DOCTYPE html><html><head><meta charset='utf-8'><title>LM-Steer highlight</title></head>"
-            f"<body><p>Evidence log p(+s) − log p(−s) per token ({_escape(self.meta.model)}); "
-            f"chosen spans (total {self.total:.2f}):</p><ul>{spans}</ul>{view.local_src}</body></html>"
+        heading = (
+            f"<p>Evidence log p(+s) − log p(−s) per token ({_escape(self.meta.model)}); "
+            f"chosen spans (total {self.total:.2f}):</p><ul>{spans}</ul>"
         )
+        return page_with_views("LM-Steer highlight", [(heading, [view])])
 
     def save_html(self, path: str | Path) -> Path:
         """Write :meth:`html` to ``path``."""

@@ -1,0 +1,279 @@
+"""`lmsci-mi sae`: train a sparse autoencoder offline with sae-lens (cached), print its statistics,
+browse its features (offline HTML), and steer or clamp a feature while generating."""
+
+from __future__ import annotations
+
+import argparse
+import random
+from pathlib import Path
+from typing import Any
+
+from lmsci_mi.cli.common import add_model_args, load_from_args
+from lmsci_mi.model import LensModel
+
+
+def register(commands: Any) -> None:
+    """Add `sae` and its subcommands to the parser."""
+    from lmsci_mi.steering.sae import FeatureConfig, SAEDataConfig, SAETrainConfig
+
+    sae = commands.add_parser(
+        "sae",
+        help="sparse autoencoders: train, stats, features, steer, clamp",
+        description="Sparse autoencoders (sae-lens) on a residual site: train one offline "
+        "(cached), measure it, browse its features, steer or clamp a feature during generation.",
+    )
+    sub = sae.add_subparsers(dest="sae_command", required=True, metavar="SUBCOMMAND")
+
+    train = sub.add_parser("train", help="train an SAE (cached: a rerun is instant)")
+    add_model_args(train)
+    train.add_argument("--out", type=Path, default=None, help="also write the SAE to this folder")
+    SAETrainConfig.add_arguments(train.add_argument_group("SAE and training (SAETrainConfig)"))
+    SAEDataConfig.add_arguments(train.add_argument_group("text (SAEDataConfig)"))
+    train.set_defaults(run=_run_train)
+
+    stats = sub.add_parser("stats", help="explained variance, L0, dead features, loss increase")
+    _sae_args(stats)
+    stats.add_argument("--plot", type=Path, default=None, help="write the density histogram (PNG)")
+    stats.add_argument("--out", type=Path, default=None, help="save the statistics (JSON)")
+    stats.set_defaults(run=_run_stats)
+
+    features = sub.add_parser(
+        "features", help="feature cards: top contexts, density, promoted tokens"
+    )
+    _sae_args(features)
+    features.add_argument("--top", type=int, default=10, help="features to show (default 10)")
+    features.add_argument(
+        "--features",
+        type=_indices,
+        default=None,
+        metavar="I,J,...",
+        help="show these features (default: a seeded sample of live ones)",
+    )
+    features.add_argument(
+        "--match",
+        type=_words,
+        default=None,
+        metavar="WORD,...",
+        help="show features whose top contexts or promoted tokens match a word",
+    )
+    features.add_argument("--html", type=Path, default=None, help="write the cards as offline HTML")
+    features.add_argument(
+        "--rows", type=int, default=400, help="corpus rows scanned for top contexts (default 400)"
+    )
+    FeatureConfig.add_arguments(features.add_argument_group("cards (FeatureConfig)"))
+    features.set_defaults(run=_run_features)
+
+    steer = sub.add_parser("steer", help="continue a prompt with a feature's direction added")
+    _sae_args(steer)
+    steer.add_argument("--feature", type=int, required=True, help="feature index")
+    steer.add_argument(
+        "--coef",
+        type=float,
+        default=4.0,
+        help="coefficient, in units of the feature's typical max (default 4)",
+    )
+    _generation_args(steer)
+    steer.set_defaults(run=_run_steer)
+
+    clamp = sub.add_parser("clamp", help="continue a prompt with a feature clamped (error kept)")
+    _sae_args(clamp)
+    clamp.add_argument("--feature", type=int, required=True, help="feature index")
+    clamp.add_argument(
+        "--value",
+        type=float,
+        default=0.0,
+        help="clamp value, in units of the feature's typical max (default 0)",
+    )
+    clamp.add_argument(
+        "--mode",
+        choices=["everywhere", "where_active"],
+        default="everywhere",
+        help="set it everywhere, or only where it fires",
+    )
+    _generation_args(clamp)
+    clamp.set_defaults(run=_run_clamp)
+
+
+def _sae_args(parser: argparse.ArgumentParser) -> None:
+    add_model_args(parser)
+    parser.add_argument(
+        "--sae",
+        type=Path,
+        default=None,
+        help="folder of a trained SAE (default: the one `sae train` caches)",
+    )
+    parser.add_argument(
+        "--layer",
+        type=int,
+        default=None,
+        help="layer of the cached default SAE (default 15); checked against --sae",
+    )
+
+
+def _generation_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prompt", default="The weather today is", help="the prompt")
+    parser.add_argument("--tokens", type=int, default=30, help="tokens to generate (default 30)")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed")
+
+
+def _indices(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of feature indices"
+        ) from None
+    if not values:
+        raise argparse.ArgumentTypeError("give at least one feature index")
+    return values
+
+
+def _words(text: str) -> tuple[str, ...]:
+    words = tuple(w.strip() for w in text.split(",") if w.strip())
+    if not words:
+        raise argparse.ArgumentTypeError("give at least one word, e.g. --match food,bread")
+    return words
+
+
+def _positive(name: str, value: int) -> None:
+    if value < 1:
+        raise ValueError(f"--{name} must be at least 1, not {value}")
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    from lmsci_mi.steering.sae import SAEDataConfig, SAETrainConfig, cached_sae_path, train_sae
+
+    train_config = SAETrainConfig.from_args(args)
+    data_config = SAEDataConfig.from_args(args)
+    lm = load_from_args(args)
+    sae, stats = train_sae(lm, data_config, train_config)
+    print(stats.table())
+    print(f"SAE cached at {cached_sae_path(lm, data_config, train_config)}")
+    if args.out is not None:
+        _writable_folder(args.out)
+        print(f"saved SAE to {sae.save(args.out)}")
+        stats.save(args.out / "stats.json")
+    return 0
+
+
+def _writable_folder(path: Path) -> None:
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(f"--out {path} is a file; give a folder for the SAE")
+
+
+def _load_sae(args: argparse.Namespace, lm: LensModel) -> Any:
+    """The SAE of ``--sae``, or the cached default one at ``--layer``, checked against ``lm``."""
+    from lmsci_mi.steering.sae import LensSAE, SAEDataConfig, SAETrainConfig, cached_sae_path
+
+    if args.layer is not None and args.layer < 0:
+        raise ValueError(f"--layer must be non-negative, not {args.layer}")
+    layer = 15 if args.layer is None else args.layer
+    if args.sae is not None:
+        sae = LensSAE.load(args.sae, lm.device)
+        expected = None if args.layer is None else SAETrainConfig(layer=layer).hook(lm)
+        sae.check(lm, expected)
+        return sae
+    train_config = SAETrainConfig(
+        layer=min(layer, lm.cfg.n_layers - 1) if args.layer is None else layer
+    )
+    folder = cached_sae_path(lm, SAEDataConfig(), train_config)
+    if not (folder / "lmsci_sae.json").is_file():
+        raise FileNotFoundError(
+            f"no trained SAE for {lm.name} at {train_config.hook(lm)}; train it with "
+            f"`lmsci-mi sae train --model {lm.name} --layer {train_config.layer}` or give --sae FOLDER"
+        )
+    return LensSAE.load(folder, lm.device)
+
+
+def _corpus(lm: LensModel, sae: Any) -> Any:
+    """The text the SAE was trained on (its held-out rows come first), or the default text."""
+    from lmsci_mi.steering.sae import SAEDataConfig, sae_corpus
+
+    recorded = sae.info.get("data")
+    config = SAEDataConfig(**recorded) if isinstance(recorded, dict) else SAEDataConfig()
+    return sae_corpus(lm, config, fingerprint=sae.model_fingerprint)
+
+
+def _run_stats(args: argparse.Namespace) -> int:
+    from lmsci_mi.steering.sae import SAEStats, sae_stats
+
+    lm = load_from_args(args)
+    sae = _load_sae(args, lm)
+    folder = Path(sae.source)
+    if (folder / "stats.json").is_file():
+        stats = SAEStats.load(folder / "stats.json")
+    else:
+        stats = sae_stats(lm, sae, _corpus(lm, sae).held_out)
+    print(stats.table())
+    if args.out is not None:
+        print(f"saved result to {stats.save(args.out)}")
+    if args.plot is not None:
+        stats.plot(args.plot)
+        print(f"saved plot to {args.plot}")
+    return 0
+
+
+def _run_features(args: argparse.Namespace) -> int:
+    from lmsci_mi.steering.sae import FeatureConfig, feature_cards, find_features
+
+    _positive("top", args.top)
+    _positive("rows", args.rows)
+    config = FeatureConfig.from_args(args)
+    lm = load_from_args(args)
+    sae = _load_sae(args, lm)
+    if args.features is not None:
+        for i in args.features:
+            sae.feature(i)
+    corpus = _corpus(lm, sae)
+    rows = (corpus.held_out + corpus.train)[: args.rows]
+    wanted = list(args.features) if args.features is not None else None
+    if wanted is None and args.match is None:
+        alive = [i for i in range(sae.d_sae) if float(sae.feature_scale[i]) > 0]
+        wanted = sorted(random.Random(0).sample(alive, min(args.top, len(alive))))
+    cards = feature_cards(lm, sae, rows, wanted, config)
+    shown = list(cards.features)
+    if args.match is not None:
+        shown = find_features(cards, args.match)[: args.top]
+        if not shown:
+            print(f"no feature matches {', '.join(args.match)}")
+            return 0
+        cards = feature_cards(lm, sae, rows, shown, config) if wanted is None else cards
+    for feature in shown[: args.top]:
+        print(cards.describe(feature))
+    if args.html is not None:
+        print(f"saved HTML to {cards.save_html(args.html)}")
+    return 0
+
+
+def _generate(lm: LensModel, args: argparse.Namespace) -> str:
+    _positive("tokens", args.tokens)
+    if not args.temperature >= 0:
+        raise ValueError(f"--temperature must be non-negative, not {args.temperature}")
+    return lm.sample([args.prompt], args.tokens, temperature=args.temperature, seed=args.seed)[0]
+
+
+def _run_steer(args: argparse.Namespace) -> int:
+    from lmsci_mi.steering.sae import steer_with_sae_feature
+
+    lm = load_from_args(args)
+    sae = _load_sae(args, lm)
+    sae.feature(args.feature)
+    print(f"unsteered: {args.prompt}{_generate(lm, args)}")
+    with steer_with_sae_feature(lm, sae, args.feature, args.coef):
+        print(f"feature {args.feature} ×{args.coef:g}: {args.prompt}{_generate(lm, args)}")
+    return 0
+
+
+def _run_clamp(args: argparse.Namespace) -> int:
+    from lmsci_mi.steering.sae import clamp_sae_feature
+
+    lm = load_from_args(args)
+    sae = _load_sae(args, lm)
+    sae.feature(args.feature)
+    print(f"unclamped: {args.prompt}{_generate(lm, args)}")
+    with clamp_sae_feature(lm, sae, args.feature, args.value, mode=args.mode):
+        print(
+            f"feature {args.feature} = {args.value:g} ({args.mode}): {args.prompt}{_generate(lm, args)}"
+        )
+    return 0

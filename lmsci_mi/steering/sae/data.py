@@ -1,0 +1,158 @@
+"""The SAE's offline training text: the project's corpus plus seeded generations of the model.
+
+Rows are token id lists that start with the model's sink: chunks of the standard library's prose
+(:mod:`lmsci_mi.data.text_corpus`), the bundled steering texts, fact prompts and neutral prompts,
+and seeded continuations sampled from the model itself (cached, keyed by the model's weights).
+A seeded shuffle of the rows sets a held-out part aside for the statistics.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass, field
+
+import torch
+
+from lmsci_mi.config import Config, config
+from lmsci_mi.data.facts import load_fact_records
+from lmsci_mi.data.steering_texts import neutral_prompts, steering_texts
+from lmsci_mi.data.text_corpus import STDLIB_TEXT_SOURCE, text_chunks
+from lmsci_mi.loading import cache_root
+from lmsci_mi.model import LensModel
+
+__all__ = ["SAECorpus", "SAEDataConfig", "sae_corpus"]
+
+logger = logging.getLogger(__name__)
+
+
+@config
+class SAEDataConfig(Config):
+    """Which text the SAE is trained and measured on."""
+
+    corpus_tokens: int = field(
+        default=480_000, metadata={"help": "tokens of standard-library prose (at most ~500k)"}
+    )
+    seq_len: int = field(default=128, metadata={"help": "tokens per row, sink included"})
+    generations: int = field(
+        default=64, metadata={"help": "seeded model continuations added to the text"}
+    )
+    generation_tokens: int = field(default=48, metadata={"help": "tokens per continuation"})
+    held_out_fraction: float = field(
+        default=0.05, metadata={"help": "fraction of rows kept out of training for the statistics"}
+    )
+    data_seed: int = field(default=0, metadata={"help": "seeds the generations and the split"})
+
+    def validate(self) -> None:
+        for name in ("corpus_tokens", "generations", "generation_tokens"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be non-negative, not {getattr(self, name)}")
+        if self.seq_len < 2:
+            raise ValueError(
+                f"seq_len must be at least 2 (the sink and a token), not {self.seq_len}"
+            )
+        if not 0 < self.held_out_fraction < 1:
+            raise ValueError(f"held_out_fraction must lie in (0, 1), not {self.held_out_fraction}")
+
+
+@dataclass(frozen=True)
+class SAECorpus:
+    """Token rows (each starting with the sink) split into training and held-out rows."""
+
+    train: list[list[int]]
+    held_out: list[list[int]]
+    source: str
+
+    @property
+    def n_train_tokens(self) -> int:
+        """Training tokens, the sink excluded (the sink never enters the SAE)."""
+        return sum(len(r) - 1 for r in self.train)
+
+    @property
+    def n_held_out_tokens(self) -> int:
+        return sum(len(r) - 1 for r in self.held_out)
+
+
+def _bundled_texts() -> list[str]:
+    facts = [f["prompt"].format(f["subject"]) for f in load_fact_records()]
+    return [*steering_texts(["sentiment", "topic"]).texts, *neutral_prompts(), *facts]
+
+
+def generation_prompts() -> list[str]:
+    """Prompts of the seeded generations: the neutral prompts, the fact prompts and the first
+    words of each steering text."""
+    facts = [f["prompt"].format(f["subject"]) for f in load_fact_records()]
+    openings = [" ".join(t.split()[:4]) for t in steering_texts(["sentiment", "topic"]).texts]
+    return [*neutral_prompts(), *facts, *openings]
+
+
+def _generations(lm: LensModel, config: SAEDataConfig, fingerprint: str) -> list[list[int]]:
+    """Seeded continuations (prompt and new tokens, sink first), cached by model and settings."""
+    if config.generations == 0 or config.generation_tokens == 0:
+        return []
+    from lmsci_mi.steering.evaluate import generate_steered
+
+    key = hashlib.blake2b(digest_size=10)
+    key.update(
+        json.dumps(
+            [
+                fingerprint,
+                config.generations,
+                config.generation_tokens,
+                config.data_seed,
+                generation_prompts(),
+            ]
+        ).encode()
+    )
+    path = cache_root() / "sae" / f"generations-{lm.name}-{key.hexdigest()}.json"
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    pool = generation_prompts()
+    prompts = [pool[i % len(pool)] for i in range(config.generations)]
+    continuations = generate_steered(
+        lm,
+        prompts,
+        max_new_tokens=config.generation_tokens,
+        temperature=1.0,
+        top_p=0.95,
+        seed=config.data_seed,
+        batch_size=128,
+    )
+    rows = [lm.encode(p) + c for p, c in zip(prompts, continuations, strict=True)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rows), encoding="utf-8")
+    return rows
+
+
+def sae_corpus(lm: LensModel, config: SAEDataConfig, *, fingerprint: str = "") -> SAECorpus:
+    """The SAE's text as token rows, split into training and held-out rows.
+
+    Args:
+        lm: the model (its tokenizer and, for the generations, the model itself; only read).
+        config: how much text of each kind, and the split.
+        fingerprint: the model's weight hash, the generations' cache key.
+
+    >>> from lmsci_mi import load_model
+    >>> corpus = sae_corpus(load_model("toy-2l"), SAEDataConfig(corpus_tokens=630, seq_len=64,
+    ...                     generations=0, held_out_fraction=0.5))
+    >>> corpus.n_train_tokens > 0 and corpus.n_held_out_tokens > 0
+    True
+    """
+    rows: list[list[int]] = []
+    if config.corpus_tokens > 0:
+        rows += text_chunks(lm, config.corpus_tokens, seq_len=config.seq_len).tolist()
+    rows += [lm.encode(t)[: config.seq_len] for t in _bundled_texts()]
+    rows += [r[: config.seq_len] for r in _generations(lm, config, fingerprint)]
+    rows = [r for r in rows if len(r) >= 2]
+    order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(config.data_seed))
+    n_held = max(1, round(len(rows) * config.held_out_fraction))
+    if n_held >= len(rows):
+        raise ValueError(f"{len(rows)} rows are too few to hold {n_held} out; give more text")
+    held = [rows[i] for i in order[:n_held].tolist()]
+    train = [rows[i] for i in order[n_held:].tolist()]
+    source = (
+        f"{STDLIB_TEXT_SOURCE} ({config.corpus_tokens} tokens) + lmsci-mi steering/neutral/fact "
+        f"texts + {config.generations} seeded {lm.name} generations of {config.generation_tokens} tokens"
+    )
+    return SAECorpus(train, held, source)

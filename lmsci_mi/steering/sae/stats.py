@@ -1,0 +1,247 @@
+"""How good an SAE is, on held-out tokens: explained variance, L0, dead features, and the increase
+in next-token loss when the reconstruction replaces the activation.
+
+Explained variance follows sae-lens: 1 − E‖x − x̂‖² / (E‖x‖² − ‖E x‖²). The loss is measured with
+the reconstruction spliced in at every position but the sink (the SAE never sees the sink), next
+to the clean loss and the loss with the site zero-ablated, as in sae-lens's evaluator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from lmsci_mi.collect import CollectConfig, collect_activations
+from lmsci_mi.model import LensModel
+from lmsci_mi.results import Result, result_type
+from lmsci_mi.steering.sae.core import LensSAE
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["SAEStats", "reconstruction_loss", "sae_stats"]
+
+_TOP = 10  # a feature's typical maximum is the mean of its 10 largest held-out activations
+
+
+@result_type
+class SAEStats(Result):
+    """An SAE's quality on held-out tokens. ``values`` is each feature's activation density
+    (fraction of tokens where it fires), axis ``("feature",)``.
+
+    Attributes:
+        hook: the site.
+        explained_variance: sae-lens's definition, on float32 activations.
+        explained_variance_autocast: the same on activations harvested under the training
+            harvest's autocast (None when training used none): the effect of bfloat16.
+        l0: mean active features per token.
+        dead_fraction: features that never fire on the held-out tokens.
+        loss_clean, loss_sae, loss_zero: next-token loss of the model as it is, with the
+            reconstruction spliced in, and with the site zero-ablated (positions after the sink).
+        n_tokens: held-out tokens (sink excluded).
+        feature_scale: each feature's typical maximum activation (mean of its 10 largest).
+        costs: seconds spent on text, harvest and training, training tokens, and the trainer's
+            dead features in its last window.
+    """
+
+    hook: str
+    explained_variance: float
+    explained_variance_autocast: float | None
+    l0: float
+    dead_fraction: float
+    loss_clean: float
+    loss_sae: float
+    loss_zero: float
+    n_tokens: int
+    feature_scale: Tensor
+    costs: dict[str, float]
+
+    @property
+    def loss_increase(self) -> float:
+        """How much the next-token loss rises when the reconstruction replaces the activation."""
+        return self.loss_sae - self.loss_clean
+
+    @property
+    def fraction_recovered(self) -> float:
+        """(loss_zero − loss_sae) / (loss_zero − loss_clean): 1 is a perfect reconstruction."""
+        return (self.loss_zero - self.loss_sae) / max(self.loss_zero - self.loss_clean, 1e-9)
+
+    def table(self) -> str:
+        """The statistics as a plain-text table."""
+        rows = [
+            ("site", self.hook),
+            ("features", str(self.values.numel())),
+            ("held-out tokens", str(self.n_tokens)),
+            ("explained variance", f"{self.explained_variance:.3f}"),
+            *(
+                [("explained variance (bf16 harvest)", f"{self.explained_variance_autocast:.3f}")]
+                if self.explained_variance_autocast is not None
+                else []
+            ),
+            ("L0", f"{self.l0:.1f}"),
+            ("dead fraction (held-out)", f"{self.dead_fraction:.3f}"),
+            (
+                "next-token loss clean / SAE / zero",
+                f"{self.loss_clean:.3f} / {self.loss_sae:.3f} / {self.loss_zero:.3f}",
+            ),
+            ("loss increase", f"{self.loss_increase:+.3f}"),
+            ("fraction of loss recovered", f"{self.fraction_recovered:.3f}"),
+            *((name, f"{value:.1f}") for name, value in self.costs.items()),
+        ]
+        width = max(len(name) for name, _ in rows)
+        return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+        """Histogram of log10 feature density (dead features left out)."""
+        import matplotlib.pyplot as plt
+
+        from lmsci_mi.viz.plots import save_figure
+
+        density = self.values[self.values > 0].float().log10()
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        ax.hist(density.numpy(), bins=50)
+        ax.set_xlabel("log10 activation density")
+        ax.set_ylabel("features")
+        ax.set_title(title or f"SAE feature density — {self.meta.model} {self.hook}")
+        fig.tight_layout()
+        if path is not None:
+            save_figure(fig, path)
+        return fig
+
+
+@torch.no_grad()
+def feature_summary(
+    sae: LensSAE, acts: Float[Tensor, "token d_model"], chunk: int = 4096
+) -> tuple[float, float, Tensor, Tensor]:
+    """(explained variance, L0, density ``[d_sae]``, typical max ``[d_sae]``) of ``acts``."""
+    device = sae.sae.device
+    sq_err = sq_norm = 0.0
+    total = torch.zeros(acts.shape[-1], dtype=torch.float64)
+    fired = torch.zeros(sae.d_sae, dtype=torch.float64)
+    top = torch.zeros(_TOP, sae.d_sae)
+    for start in range(0, len(acts), chunk):
+        x = acts[start : start + chunk].to(device, torch.float32)
+        f = sae.encode(x)
+        x_hat = sae.decode(f)
+        sq_err += float((x - x_hat).pow(2).sum())
+        sq_norm += float(x.pow(2).sum())
+        total += x.sum(0).double().cpu()
+        fired += (f > 0).sum(0).double().cpu()
+        top = torch.cat([top, f.cpu().float()]).topk(min(_TOP, len(top) + len(f)), dim=0).values
+    n = len(acts)
+    mean = total / n
+    variance = sq_norm / n - float(mean.pow(2).sum())
+    explained = 1.0 - (sq_err / n) / variance
+    l0 = float(fired.sum() / n)
+    density = (fired / n).float()
+    scale = top.mean(0)
+    alive = scale > 0
+    fallback = scale[alive].median() if alive.any() else torch.tensor(1.0)
+    return explained, l0, density, torch.where(alive, scale, fallback)
+
+
+@torch.no_grad()
+def reconstruction_loss(
+    lm: LensModel,
+    sae: LensSAE,
+    rows: list[list[int]],
+    mode: str,
+    *,
+    batch_size: int = 16,
+    progress: bool = False,
+) -> float:
+    """Mean next-token loss on ``rows`` with the site ``"clean"``, replaced by the SAE's
+    reconstruction (``"sae"``) or zero-ablated (``"zero"``), at every position but the sink.
+
+    Reads the model only; the hook goes through the registry.
+    """
+
+    def splice(activation: Tensor, hook: Any) -> Tensor:
+        out = activation.clone()
+        if mode == "sae":
+            out[:, 1:] = sae.decode(sae.encode(activation[:, 1:].float())).to(activation.dtype)
+        else:
+            out[:, 1:] = 0
+        return out
+
+    total, count = 0.0, 0
+    for start in tqdm(range(0, len(rows), batch_size), desc=f"loss ({mode})", disable=not progress):
+        batch = lm.pad_batch(rows[start : start + batch_size])
+        tokens = batch.tokens.to(lm.device)
+        hooks = [] if mode == "clean" else [(sae.hook, splice)]
+        with lm.hooks.hooks(fwd=hooks, label=f"sae-{mode}"):
+            logits = lm.model(tokens)
+        # Predictions from positions 1.. (the sink's prediction never sees the SAE).
+        targets = tokens[:, 2:]
+        mask = batch.mask[:, 2:].to(lm.device)
+        losses = F.cross_entropy(logits[:, 1:-1].float().transpose(1, 2), targets, reduction="none")
+        total += float((losses * mask).sum())
+        count += int(mask.sum())
+    return total / max(count, 1)
+
+
+def sae_stats(
+    lm: LensModel,
+    sae: LensSAE,
+    rows: list[list[int]],
+    *,
+    progress: bool = True,
+    autocast_check: str | None = None,
+    params: Mapping[str, Any] | None = None,
+    data_source: str = "",
+    extra: Mapping[str, float] | None = None,
+) -> SAEStats:
+    """Measure ``sae`` on held-out token ``rows`` (each starting with the sink).
+
+    Reads the model only.
+
+    Args:
+        lm: the model the SAE was trained on (checked).
+        sae: the SAE.
+        rows: held-out token rows.
+        autocast_check: also measure EV on activations harvested under this autocast dtype.
+        params, data_source, extra: provenance recorded in the result.
+    """
+    sae.check(lm)
+    acts = collect_activations(
+        lm, rows, [sae.hook], positions="all", config=CollectConfig(progress=progress)
+    ).acts[sae.hook]
+    explained, l0, density, scale = feature_summary(sae, acts)
+    explained_autocast = None
+    if autocast_check is not None:
+        low = collect_activations(
+            lm,
+            rows,
+            [sae.hook],
+            positions="all",
+            config=CollectConfig(progress=progress, autocast=autocast_check),
+        ).acts[sae.hook]
+        explained_autocast = feature_summary(sae, low)[0]
+    losses = {
+        m: reconstruction_loss(lm, sae, rows, m, progress=progress)
+        for m in ("clean", "sae", "zero")
+    }
+    return SAEStats(
+        values=density,
+        axes=("feature",),
+        labels=((),),
+        meta=lm.meta((), data_source=data_source, params=dict(params or {})),
+        hook=sae.hook,
+        explained_variance=explained,
+        explained_variance_autocast=explained_autocast,
+        l0=l0,
+        dead_fraction=float((density == 0).float().mean()),
+        loss_clean=losses["clean"],
+        loss_sae=losses["sae"],
+        loss_zero=losses["zero"],
+        n_tokens=len(acts),
+        feature_scale=scale,
+        costs=dict(extra or {}),
+    )
