@@ -253,25 +253,7 @@ def feature_cards(
     )
     index, value = _sparse_codes(sae, collected.acts[sae.hook], config.max_active)
     n_tokens = len(index)
-    feats = torch.tensor(chosen, dtype=torch.int32)
-    density = torch.zeros(len(chosen))
-    peaks = torch.full((len(chosen), config.contexts), -1, dtype=torch.long)
-    peak_values = torch.zeros(len(chosen), config.contexts)
-    for start in range(0, len(chosen), 512):
-        part = feats[start : start + 512].long()
-        # [token, feature] activations of these features, scattered from the sparse codes
-        column = torch.full((sae.d_sae,), -1, dtype=torch.long)
-        column[part] = torch.arange(len(part))
-        col = column[index.long()]
-        hit = col >= 0
-        act = torch.zeros(n_tokens, len(part))
-        act[hit.nonzero()[:, 0], col[hit]] = value[hit]
-        density[start : start + len(part)] = (act > 0).float().mean(0)
-        top = act.topk(min(config.contexts, n_tokens), dim=0)
-        n = top.indices.shape[0]
-        peaks[start : start + len(part), :n] = top.indices.T
-        peak_values[start : start + len(part), :n] = top.values.T
-    peaks[peak_values <= 0] = -1
+    density, peaks, peak_values = _densities_and_peaks(sae, index, value, chosen, config.contexts)
     tokens, acts, strings = _windows(
         lm,
         collected.example,
@@ -300,6 +282,34 @@ def feature_cards(
         token_strings=strings,
         n_tokens=n_tokens,
     )
+
+
+def _densities_and_peaks(
+    sae: LensSAE, index: Tensor, value: Tensor, chosen: list[int], contexts: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Per chosen feature: its activation density, and the token rows and values of its top
+    ``contexts`` activations (row -1 where it fired on fewer tokens)."""
+    n_tokens = len(index)
+    feats = torch.tensor(chosen, dtype=torch.int32)
+    density = torch.zeros(len(chosen))
+    peaks = torch.full((len(chosen), contexts), -1, dtype=torch.long)
+    peak_values = torch.zeros(len(chosen), contexts)
+    for start in range(0, len(chosen), 512):
+        part = feats[start : start + 512].long()
+        # [token, feature] activations of these features, scattered from the sparse codes
+        column = torch.full((sae.d_sae,), -1, dtype=torch.long)
+        column[part] = torch.arange(len(part))
+        col = column[index.long()]
+        hit = col >= 0
+        act = torch.zeros(n_tokens, len(part))
+        act[hit.nonzero()[:, 0], col[hit]] = value[hit]
+        density[start : start + len(part)] = (act > 0).float().mean(0)
+        top = act.topk(min(contexts, n_tokens), dim=0)
+        n = top.indices.shape[0]
+        peaks[start : start + len(part), :n] = top.indices.T
+        peak_values[start : start + len(part), :n] = top.values.T
+    peaks[peak_values <= 0] = -1
+    return density, peaks, peak_values
 
 
 def _windows(
