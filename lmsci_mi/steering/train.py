@@ -28,6 +28,7 @@ from transformer_lens.utilities.activation_functions import apply_softcap
 from lmsci_mi.collect import CollectConfig, collect_activations
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.steering_texts import SteeringTexts
+from lmsci_mi.artefacts import restore_shipped
 from lmsci_mi.loading import cache_root
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
@@ -248,11 +249,12 @@ def train_steer(
     steer_path, result_path = (
         _cache_paths(lm, texts, steer_config, train_config) if cache else (None, None)
     )
+    # The default sentiment steer of the bundled model ships with the package
+    # (scripts/build_artefacts.py steer); a first run copies it into the cache.
     if (
         steer_path is not None
         and result_path is not None
-        and steer_path.is_file()
-        and result_path.is_file()
+        and restore_shipped(steer_path, result_path, result_path.with_suffix(".safetensors"))
     ):
         logger.info("loading cached steer %s", steer_path)
         return LMSteer.load(steer_path, lm), SteerTraining.load(result_path)

@@ -22,6 +22,7 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from lmsci_mi.config import Config, config, validate_choice
 from lmsci_mi.data.cfg import CFGConfig, Grammar, build_grammar, cfg_accepts
+from lmsci_mi.artefacts import restore_shipped
 from lmsci_mi.loading import cache_root, default_device
 from lmsci_mi.model import LensModel
 
@@ -237,8 +238,9 @@ def load_cfg_model(
     """The trained GPT as a :class:`LensModel`, from the cache, or trained and cached.
 
     Cached under ``cache_root() / "cfg" / "gpt-<hash of grammar, model and training config>"``
-    (``weights.safetensors`` and ``record.json``). The model has no tokenizer: feed token ids
-    with BOS (0) first, which is its sink.
+    (``weights.safetensors`` and ``record.json``); the default configs' GPT ships with the
+    package and is copied there on first use (:mod:`lmsci_mi.artefacts`). The model has no
+    tokenizer: feed token ids with BOS (0) first, which is its sink.
 
     Args:
         train: train when nothing is cached (False raises instead, e.g. for a CLI without --train).
@@ -253,7 +255,9 @@ def load_cfg_model(
     grammar = build_grammar(grammar_config)
     folder = _folder(grammar_config, model_config)
     weights, record_file = folder / "weights.safetensors", folder / "record.json"
-    if weights.exists() and record_file.exists() and not retrain:
+    # The default GPT ships with the package (scripts/build_artefacts.py cfg): a first run copies
+    # it into the cache instead of training for minutes.
+    if not retrain and restore_shipped(weights, record_file):
         model = HookedTransformer(model_config.hooked_config(grammar))
         model.load_state_dict(load_file(weights))
         model.eval()
