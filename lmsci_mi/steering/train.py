@@ -25,10 +25,10 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformer_lens.utilities.activation_functions import apply_softcap
 
+from lmsci_mi.artefacts import restore_shipped
 from lmsci_mi.collect import CollectConfig, collect_activations
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.steering_texts import SteeringTexts
-from lmsci_mi.artefacts import restore_shipped
 from lmsci_mi.loading import cache_root
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type

@@ -20,9 +20,9 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
+from lmsci_mi.artefacts import restore_shipped
 from lmsci_mi.config import Config, config, validate_choice
 from lmsci_mi.data.cfg import CFGConfig, Grammar, build_grammar, cfg_accepts
-from lmsci_mi.artefacts import restore_shipped
 from lmsci_mi.loading import cache_root, default_device
 from lmsci_mi.model import LensModel
 
