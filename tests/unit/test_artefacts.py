@@ -82,7 +82,7 @@ def test_a_damaged_shipped_file_raises_and_names_the_rebuild(
     assert restore_shipped(made) and made.read_bytes() == b"trained weights"
     made.unlink()
     (folder / "demo" / "weights.bin").write_bytes(b"damaged")
-    with pytest.raises(RuntimeError, match="damaged.*build_artefacts.py demo"):
+    with pytest.raises(RuntimeError, match=r"damaged.*build_artefacts\.py demo"):
         restore_shipped(made)
     assert not made.exists()
 
