@@ -7,6 +7,11 @@ An artefact (the CFG GPT, the LM-Steer sentiment steer, the SAE) is a set of fil
 sha256 and how the artefact was built: the command that rebuilds it (``scripts/build_artefacts.py
 NAME``), its settings, and the figures of a small rebuild that a test repeats.
 
+Each artefact's module registers a builder in :data:`ARTEFACT_BUILDERS` (``build(small=False)``
+trains it with the default settings and returns the cache files to ship; ``build(small=True)``
+trains a small seeded version and returns its figures), which ``scripts/build_artefacts.py`` and
+the tests find by name.
+
 A loader calls :func:`restore_shipped` with the cache paths it is about to read. Missing ones that
 ship are checked against their sha256 and copied into the cache; the cache stays the one place the
 loaders read, and a file already there (a user's own training) is never overwritten.
@@ -20,16 +25,19 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from lmsci_mi.loading import cache_root
+from lmsci_mi.registry import MethodRegistry
 
 __all__ = [
+    "ARTEFACT_BUILDERS",
     "MANIFEST",
+    "BuiltArtefact",
     "ShippedArtefact",
     "ShippedFile",
     "package_folder",
@@ -71,6 +79,33 @@ class ShippedArtefact:
     files: tuple[ShippedFile, ...]
     params: Mapping[str, Any] = field(default_factory=dict)
     small: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BuiltArtefact:
+    """What a builder made.
+
+    Attributes:
+        files: the cache files to ship (empty for a small build, which is not shipped).
+        params: the settings it was built with.
+        figures: numbers that identify the build (losses, checksums), compared by the tests.
+    """
+
+    files: tuple[Path, ...]
+    params: Mapping[str, Any]
+    figures: Mapping[str, float]
+
+
+ARTEFACT_BUILDERS: MethodRegistry[Callable[..., BuiltArtefact]] = MethodRegistry("artefact builder")
+"""Builders by artefact name, each ``build(*, small: bool) -> BuiltArtefact``, registered with the
+config type of its training run (``lmsci_mi.probes.cfg.shipped``, ``lmsci_mi.steering.shipped``,
+``lmsci_mi.steering.sae.shipped``)."""
+
+BUILDER_MODULES = (
+    "lmsci_mi.probes.cfg.shipped",
+    "lmsci_mi.steering.shipped",
+)
+"""The modules that register the builders (imported by ``scripts/build_artefacts.py``)."""
 
 
 def package_folder() -> Path:

@@ -45,6 +45,7 @@ _DEFAULT_STEER_CONFIG = LMSteerConfig()
 __all__ = [
     "SteerTrainConfig",
     "SteerTraining",
+    "cached_steer_paths",
     "collect_final_states",
     "model_fingerprint",
     "steered_logits",
@@ -194,9 +195,14 @@ def model_fingerprint(lm: LensModel) -> str:
     return hasher.hexdigest()
 
 
-def _cache_paths(
-    lm: LensModel, texts: SteeringTexts, steer_config: LMSteerConfig, train_config: SteerTrainConfig
+def cached_steer_paths(
+    lm: LensModel,
+    texts: SteeringTexts,
+    steer_config: LMSteerConfig = _DEFAULT_STEER_CONFIG,
+    train_config: SteerTrainConfig = _DEFAULT_STEER_TRAIN_CONFIG,
 ) -> tuple[Path, Path]:
+    """Where :func:`train_steer` caches this steer: (the steer's file, its training record's JSON,
+    whose tensors lie beside it in a ``.safetensors`` of the same stem)."""
     hasher = hashlib.blake2b(digest_size=12)
     hasher.update(model_fingerprint(lm).encode())
     payload = {
@@ -247,7 +253,7 @@ def train_steer(
     if len(texts) == 0:
         raise ValueError("the training set is empty: give at least one labelled text")
     steer_path, result_path = (
-        _cache_paths(lm, texts, steer_config, train_config) if cache else (None, None)
+        cached_steer_paths(lm, texts, steer_config, train_config) if cache else (None, None)
     )
     # The default sentiment steer of the bundled model ships with the package
     # (scripts/build_artefacts.py steer); a first run copies it into the cache.

@@ -30,6 +30,7 @@ __all__ = [
     "CFGEvaluation",
     "CFGModelConfig",
     "CFGTraining",
+    "cfg_model_folder",
     "evaluate_cfg_model",
     "load_cfg_model",
     "random_cfg_model",
@@ -113,7 +114,8 @@ def _key(grammar_config: CFGConfig, model_config: CFGModelConfig) -> str:
     return hashlib.sha256(blob).hexdigest()[:12]
 
 
-def _folder(grammar_config: CFGConfig, model_config: CFGModelConfig) -> Path:
+def cfg_model_folder(grammar_config: CFGConfig, model_config: CFGModelConfig) -> Path:
+    """The cache folder of the GPT trained with these settings."""
     return cache_root() / "cfg" / f"gpt-{_key(grammar_config, model_config)}"
 
 
@@ -253,7 +255,7 @@ def load_cfg_model(
     grammar_config = grammar_config if grammar_config is not None else CFGConfig()
     model_config = model_config if model_config is not None else CFGModelConfig()
     grammar = build_grammar(grammar_config)
-    folder = _folder(grammar_config, model_config)
+    folder = cfg_model_folder(grammar_config, model_config)
     weights, record_file = folder / "weights.safetensors", folder / "record.json"
     # The default GPT ships with the package (scripts/build_artefacts.py cfg): a first run copies
     # it into the cache instead of training for minutes.
