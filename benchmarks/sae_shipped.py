@@ -23,10 +23,10 @@ from lmsci_mi.steering.sae.shipped import (
     build_shipped_sae,
     expand_sae,
 )
-from lmsci_mi.steering.sae.stats import feature_summary, reconstruction_loss
+from lmsci_mi.steering.sae.stats import feature_summary
 from lmsci_mi.steering.sae.train import harvest
 
-UNSEEN_ROWS = 400
+UNSEEN_ROWS = 200
 
 
 @torch.no_grad()
@@ -78,12 +78,6 @@ def main() -> None:
             print(
                 f"| {name} ({len(acts)}) | {label} | {ev:.4f} | {l0:.1f} | {differ:.4%} | {gap:.4f} |"
             )
-    rows = corpus.held_out
-    for label, sae in (("original", original), ("expanded", expanded)):
-        print(
-            f"held-out next-token loss with the {label} SAE spliced in: "
-            f"{reconstruction_loss(lm, sae, rows, 'sae'):.4f}"
-        )
 
 
 if __name__ == "__main__":

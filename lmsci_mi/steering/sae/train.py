@@ -30,7 +30,6 @@ from lmsci_mi.model import LensModel
 from lmsci_mi.sites import hook_name
 from lmsci_mi.steering.sae.core import LensSAE
 from lmsci_mi.steering.sae.data import SAECorpus, SAEDataConfig, sae_corpus
-from lmsci_mi.steering.sae.shipped import REBUILD, restore_shipped_sae
 from lmsci_mi.steering.sae.stats import SAEStats, sae_stats
 from lmsci_mi.steering.train import model_fingerprint
 
@@ -138,6 +137,8 @@ def train_sae(
     >>> sae.d_sae, stats.l0
     (128, 8.0)
     """
+    from lmsci_mi.steering.sae.shipped import restore_shipped_sae
+
     data = data or SAEDataConfig()
     train = train or SAETrainConfig()
     hook = train.hook(lm)
@@ -194,6 +195,8 @@ def load_trained_sae(
         FileNotFoundError: neither the cache nor the package holds it; the message names the
             commands that train it.
     """
+    from lmsci_mi.steering.sae.shipped import REBUILD, restore_shipped_sae
+
     data = data or SAEDataConfig()
     train = train or SAETrainConfig()
     folder = cached_sae_path(lm, data, train)
