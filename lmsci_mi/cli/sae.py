@@ -282,9 +282,9 @@ def _run_clamp(args: argparse.Namespace) -> int:
 TOUR_FEATURE = 212
 """The feature of the tour: the one of docs/sae.md's steering table (it fires on the suffix after
 *instant-* and promotes ``ate``, ``ating``, `` your``, ...)."""
-TOUR_TOKENS = 16_000
+TOUR_TOKENS = 10_000
 """Tokens of the standard library's prose scanned for the feature's top contexts."""
-TOUR_PROMPTS = 8
+TOUR_PROMPTS = 6
 """Neutral prompts continued unsteered, steered ×4 with the feature, and with a random one."""
 
 

@@ -21,14 +21,14 @@ from lmsci_mi.steering.sae.shipped import (
 
 pytestmark = pytest.mark.slow
 
-# Float rounding differs with the thread count (CPU matmul reductions); over 200 steps of TopK
-# training that moves these figures by much less than these tolerances, while a change of
-# settings, data or seed moves them by far more.
+# Float rounding differs with the thread count (CPU matmul reductions): with 1 and 2 threads the
+# rebuild gave figures equal to 2e-7 (relative). A change of settings, data or seed moves them by
+# far more than these tolerances (live_fraction: about three features of 1152).
 TOLERANCE = {
-    "explained_variance": 2e-3,
+    "explained_variance": 1e-3,
     "l0": 1e-6,
-    "live_fraction": 2e-2,
-    "weight_abs_sum": 1e-3,
+    "live_fraction": 1e-2,
+    "weight_abs_sum": 1e-4,
 }
 
 
