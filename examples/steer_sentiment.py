@@ -2,7 +2,9 @@
 
 1. Train a sentiment steer (plus the dummy) on the bundled positive and negative texts. The model
    stays frozen: the final normalised states are collected once and the steer is trained against
-   the frozen unembedding (a few minutes on two CPU cores; cached, so a rerun is instant).
+   the frozen unembedding. With the default settings this loads the steer that ships with
+   lmsci-mi (scripts/build_artefacts.py steer rebuilds it); `--steps N` trains a new one (about
+   a second per step on two CPU cores; cached, so a rerun is instant).
 2. Continue a few neutral prompts at steer values from -2 to +2 (continuous control; beyond
    about ±2 the text degenerates, see docs/steering.md).
 3. List the words at both ends of the steer's top singular direction (the SVD probe).
@@ -10,8 +12,7 @@
 
     .venv/bin/python examples/steer_sentiment.py [--out out/steer_sentiment]
 
-With LMSCI_MI_QUICK=1 the steer trains for 80 steps (the integration tests' budget, so their cached
-steer is reused) and four prompts are continued at three values.
+With LMSCI_MI_QUICK=1 four prompts are continued at three values.
 """
 
 from __future__ import annotations
@@ -44,8 +45,13 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=Path("out/steer_sentiment"))
     quick = quick_mode()
-    parser.add_argument("--steps", type=int, default=80 if quick else 200, help="training steps")
-    parser.add_argument("--batch-tokens", type=int, default=512, help="targets per step")
+    defaults = SteerTrainConfig()
+    parser.add_argument(
+        "--steps", type=int, default=defaults.steps, help="training steps (default: the shipped steer)"
+    )
+    parser.add_argument(
+        "--batch-tokens", type=int, default=defaults.batch_tokens, help="targets per step"
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 

@@ -123,7 +123,7 @@ def tour_steps() -> list[TourStep]:
             _step_causal_trace,
             "from lmsci_mi.circuits.tracing import TraceConfig, causal_trace; causal_trace(lm, "
             f'"{EIFFEL_PROMPT}", "Eiffel Tower", TraceConfig(target=" Paris", n_samples=3))',
-            seconds=25,
+            seconds=20,
             quick=True,
         ),
         TourStep(
@@ -133,7 +133,7 @@ def tour_steps() -> list[TourStep]:
             "from lmsci_mi.circuits.metrics import LogitDiff; attribution_patch(lm, "
             f'"{IOI_CLEAN}", "{IOI_CORRUPTED}", LogitDiff(lm.token_id(" Mary"), lm.token_id(" John")), '
             'AttributionConfig(site="z", normalise=True, compare_exact=True))',
-            seconds=5,
+            seconds=10,
             quick=True,
         ),
     ]

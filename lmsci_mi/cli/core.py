@@ -34,6 +34,10 @@ class TourConfig(Config):
 
     out_dir: str = field(default="out/tour", metadata={"help": "where the results and PNGs go"})
     quick: bool = field(default=False, metadata={"help": "only the quick steps (a few minutes)"})
+    steps: str = field(
+        default="",
+        metadata={"help": "only these steps, comma-separated (e.g. 'rome,steer'; default: all)"},
+    )
     report: str = field(
         default="",
         metadata={"help": "where to write the HTML report (default OUT_DIR/report.html; 'none': no report)"},
@@ -44,6 +48,10 @@ class TourConfig(Config):
             raise ValueError("out_dir must name a folder")
         if self.report and self.report != "none" and not self.report.lower().endswith((".html", ".htm")):
             raise ValueError(f"report {self.report!r}: use a file ending in .html, or 'none'")
+
+    def step_names(self) -> tuple[str, ...]:
+        """The names in ``steps`` (empty: every step)."""
+        return tuple(name.strip() for name in self.steps.split(",") if name.strip())
 
     def report_path(self) -> Path | None:
         """The report's path, or None for no report."""
@@ -78,7 +86,7 @@ def _run_tour(args: argparse.Namespace) -> int:
     from lmsci_mi.cli.tour import collect_steps, run_tour, steps_to_fail
 
     tour = config_from_args(TourConfig, args)
-    steps = collect_steps(_FEATURES, quick=tour.quick)
+    steps = collect_steps(_FEATURES, quick=tour.quick, only=tour.step_names())
     steps_to_fail(steps)  # a bad LMSCI_MI_TOUR_FAIL is an error before anything runs
     out_dir = Path(tour.out_dir)
     report = tour.report_path()

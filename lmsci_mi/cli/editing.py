@@ -127,7 +127,8 @@ def tour_steps() -> list[TourStep]:
             "from lmsci_mi.editing import EditRequest, ROMEHyperParams, default_rome_layer, rome_edit; "
             'rome_edit(lm, EditRequest("{} is located in the city of", "The Eiffel Tower", " Rome", '
             '" Paris"), ROMEHyperParams(layer=default_rome_layer(lm)))',
-            seconds=200,
+            seconds=20,
+            quick=True,
             first_run="a few minutes more for the layer's key statistics (then cached)",
         ),
     ]

@@ -11,6 +11,7 @@ from lmsci_mi.cli.common import add_model_args, add_output_args, load_from_args,
 from lmsci_mi.cli.probe_cfg import add_cfg_arguments
 from lmsci_mi.cli.tour import StepOutput, TourStep
 from lmsci_mi.model import LensModel
+from lmsci_mi.probes.cfg.probing import CFGProbeConfig
 from lmsci_mi.probes.sweep import ProbeSweepConfig
 from lmsci_mi.probes.tasks import PROBE_TASKS, ProbeTaskConfig
 
@@ -74,7 +75,16 @@ def tour_steps() -> list[TourStep]:
             "A linear probe per layer: which layers know a city's country, beyond a control task",
             _step_probe,
             'from lmsci_mi.probes.tasks import probe_task; probe_task(lm, "country")',
-            seconds=50,
+            seconds=60,
+        ),
+        TourStep(
+            "cfg_probes",
+            "DP-feature probes: a GPT trained on a synthetic CFG encodes its parse tree",
+            _step_cfg_probes,
+            "from lmsci_mi.probes.cfg import CFGProbeConfig, run_cfg_probes; run_cfg_probes("
+            "CFGProbeConfig(multihead=False, attention=False, n_samples=100))",
+            seconds=15,
+            quick=True,
         ),
     ]
 
@@ -95,3 +105,31 @@ def _step_probe(lm: LensModel, out_dir: Path) -> StepOutput:
         f"train/val/test examples)\n{summary}"
     )
     return StepOutput(summary, {"probe_country": result}, text=text)
+
+
+TOUR_CFG_PROBES = CFGProbeConfig(multihead=False, attention=False, n_samples=100)
+"""The tour's CFG probe table: linear probes only, no attention transitions, a 100-string
+validity check (``lmsci-mi probe cfg`` runs them all)."""
+
+
+def _step_cfg_probes(lm: LensModel, out_dir: Path) -> StepOutput:
+    """Probe the shipped CFG GPT and its random twin for NT ancestors and boundaries."""
+    from lmsci_mi.probes.cfg.probing import TARGETS, run_cfg_probes
+
+    table = run_cfg_probes(TOUR_CFG_PROBES)
+    trained, random = table.best(model="trained"), table.best(model="random")
+    levels = table.axis_labels(0)
+    lines = [
+        f"{level}: "
+        + ", ".join(
+            f"{target} {float(trained[a, t]):.3f} (random {float(random[a, t]):.3f})"
+            for t, target in enumerate(TARGETS)
+        )
+        for a, level in enumerate(levels)
+    ]
+    ev = table.evaluation
+    validity = f"generation validity {ev.validity:.1%} ({ev.n_samples} samples); " if ev else ""
+    summary = f"{validity}best-layer linear probes, trained (random weights): " + lines[-1]
+    heading = "best-layer linear-probe test accuracy, trained GPT (random weights):"
+    text = "\n".join([heading, *lines])
+    return StepOutput(summary, {"cfg_probes": table}, text=text)

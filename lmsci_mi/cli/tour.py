@@ -21,6 +21,7 @@ from types import ModuleType
 
 from tqdm.auto import tqdm
 
+from lmsci_mi.artefacts import shipped_artefacts
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result
 from lmsci_mi.viz.report import CircuitsView, Section, write_report
@@ -85,27 +86,37 @@ class TourStep:
     first_run: str = ""
 
 
-def collect_steps(features: Sequence[ModuleType], *, quick: bool) -> list[TourStep]:
-    """The tour's steps: every feature module's ``tour_steps()``, in order (``quick`` ones only
-    with ``quick``).
+def collect_steps(
+    features: Sequence[ModuleType], *, quick: bool, only: Sequence[str] = ()
+) -> list[TourStep]:
+    """The tour's steps: every feature module's ``tour_steps()``, in order; those named in
+    ``only`` when it is not empty, else the ``quick`` ones with ``quick``, else all.
 
     Raises:
-        ValueError: two steps share a name.
+        ValueError: two steps share a name, or ``only`` names no step of the tour.
 
     >>> from lmsci_mi import cli
     >>> [step.name for step in collect_steps(cli._FEATURES, quick=True)]
-    ['predictions', 'attention_summary', 'causal_trace', 'patching', 'induction']
+    ['predictions', 'attention_summary', 'causal_trace', 'patching', 'induction', 'rome', 'cfg_probes', 'steer']
+    >>> [step.name for step in collect_steps(cli._FEATURES, quick=True, only=["steer", "probe"])]
+    ['probe', 'steer']
     """
-    steps: list[TourStep] = []
-    for feature in features:
-        make = getattr(feature, "tour_steps", None)
-        if make is not None:
-            steps.extend(step for step in make() if step.quick or not quick)
+    steps = [
+        step
+        for feature in features
+        if (make := getattr(feature, "tour_steps", None)) is not None
+        for step in make()
+    ]
     names = [step.name for step in steps]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ValueError(f"tour steps {duplicates} are defined twice")
-    return steps
+    unknown = sorted(set(only) - set(names))
+    if unknown:
+        raise ValueError(f"--steps: no tour step {unknown}; the steps are {names}")
+    if only:
+        return [step for step in steps if step.name in only]
+    return [step for step in steps if step.quick or not quick]
 
 
 def steps_to_fail(steps: Sequence[TourStep]) -> set[str]:
@@ -153,7 +164,8 @@ def run_tour(
         intro = (
             f"The lmsci-mi tour on {lm.name} (sink {lm.sink!r}), {total:.0f} s. Each line of code "
             f'assumes lm = load_model("{lm.name}") (from lmsci_mi import load_model). Every result is '
-            f"saved in {out_dir} as JSON with its tensors and loads back with Result.load."
+            f"saved in {out_dir} as JSON with its tensors and loads back with Result.load. "
+            + _artefacts_line()
         )
         # The steps name their files inside out_dir; the page links them from where it lies.
         folder = Path(os.path.relpath(out_dir.resolve(), report.resolve().parent))
@@ -170,6 +182,22 @@ def run_tour(
         )
         return 1
     return 0
+
+
+def _artefacts_line() -> str:
+    """Where the trained artefacts come from, for the report's intro: a reader must know which
+    results rest on a model that was trained before the tour."""
+    shipped = shipped_artefacts()
+    if not shipped:
+        return ""
+    parts = [f"{a.description} (rebuild: {a.rebuild})" for a in shipped.values()]
+    return (
+        "No model is trained during the tour: the trained artefacts ship with lmsci-mi as "
+        "package data, seeded, and a first run copies them into the cache (a cached artefact "
+        "that you trained yourself with the same settings is used instead): "
+        + "; ".join(parts)
+        + "."
+    )
 
 
 def _print_plan(lm: LensModel, steps: Sequence[TourStep]) -> None:

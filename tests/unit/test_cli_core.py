@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tour_args import FAST_TOUR
 
 from lmsci_mi.cli import main
 
@@ -16,7 +17,7 @@ def test_models_lists_bundled_and_toys(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_quick_tour_on_a_toy_writes_its_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["tour", "--quick", "--model", "toy-2l", "--device", "cpu", "--out-dir", str(tmp_path)]) == 0
+    assert main([*FAST_TOUR, "--model", "toy-2l", "--device", "cpu", "--out-dir", str(tmp_path)]) == 0
     assert (tmp_path / "report.html").exists()
     assert (tmp_path / "attention_summary.json").exists()
     assert "Tour finished" in capsys.readouterr().out

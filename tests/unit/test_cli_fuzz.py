@@ -22,6 +22,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from tour_args import FAST_STEPS, FAST_TOUR
 
 import lmsci_mi.cli.common
 from lmsci_mi.cli import build_parser, main
@@ -168,7 +169,7 @@ def _argv(draw: Callable[..., Any], command: str, root: Path) -> list[str]:
     if draw(MALFORMED):
         argv.append(draw(st.sampled_from(["--bogus", "-x", "extra", "--help", "--"])))
     if command == "tour":
-        argv.append("--quick")  # the full tour runs every analysis: minutes, not a fuzz case
+        argv += ["--steps", FAST_STEPS]  # the full tour runs every analysis: minutes, not a fuzz case
         if "--report" not in argv:  # drawing every plot takes seconds; test_report.py covers it
             argv += ["--report", "none"]
     return argv
@@ -221,7 +222,7 @@ def test_a_bug_still_shows_its_traceback(workdir: Path, cached_loads: None,
         raise RuntimeError("a bug, not bad input")
 
     monkeypatch.setattr(core, "_step_predictions", broken)
-    code, err = run_cli(["tour", "--quick", "--model", "toy-2l", "--device", "cpu"])
+    code, err = run_cli([*FAST_TOUR, "--model", "toy-2l", "--device", "cpu"])
     assert code == 1 and "RuntimeError: a bug" in err and "Traceback" in err
     code, err = run_cli(["tour", "--quick", "--model", "no-such-model"])
     assert code == 2 and "no-such-model" in err and len(err.strip().splitlines()) == 1

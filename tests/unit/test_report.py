@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from tour_args import FAST_TOUR
 
 from lmsci_mi import LensModel
 from lmsci_mi.circuits.attention import attention_summary
@@ -224,7 +225,7 @@ def test_report_command_bad_input_exits_2(
 def test_quick_tour_writes_a_report_and_loadable_results(tmp_path: Path) -> None:
     assert (
         main(
-            ["tour", "--quick", "--model", "toy-2l", "--device", "cpu", "--out-dir", str(tmp_path)]
+            [*FAST_TOUR, "--model", "toy-2l", "--device", "cpu", "--out-dir", str(tmp_path)]
         )
         == 0
     )
@@ -238,7 +239,7 @@ def test_quick_tour_writes_a_report_and_loadable_results(tmp_path: Path) -> None
 
 def test_a_report_elsewhere_links_the_saved_results(tmp_path: Path) -> None:
     out, report = tmp_path / "results", tmp_path / "pages" / "tour.html"
-    argv = ["tour", "--quick", "--model", "toy-2l", "--device", "cpu", "--out-dir", str(out)]
+    argv = [*FAST_TOUR, "--model", "toy-2l", "--device", "cpu", "--out-dir", str(out)]
     assert main([*argv, "--report", str(report)]) == 0
     page = html.unescape(report.read_text(encoding="utf-8"))
     links = re.findall(r"href='([^'#]+)'", page)
@@ -252,7 +253,7 @@ def test_a_failing_step_is_reported_and_the_tour_goes_on(
 ) -> None:
     monkeypatch.setenv(FAIL_ENV, "predictions")
     code = main(
-        ["tour", "--quick", "--model", "toy-2l", "--device", "cpu", "--out-dir", str(tmp_path)]
+        [*FAST_TOUR, "--model", "toy-2l", "--device", "cpu", "--out-dir", str(tmp_path)]
     )
     assert code == 1
     err = capsys.readouterr().err
@@ -269,7 +270,7 @@ def test_an_unknown_step_to_fail_is_a_clean_error(
     monkeypatch.setenv(FAIL_ENV, "no_such_step")
     assert (
         main(
-            ["tour", "--quick", "--model", "toy-2l", "--device", "cpu", "--out-dir", str(tmp_path)]
+            [*FAST_TOUR, "--model", "toy-2l", "--device", "cpu", "--out-dir", str(tmp_path)]
         )
         == 2
     )
