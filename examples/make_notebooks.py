@@ -422,10 +422,7 @@ SAE = [
     cards = feature_cards(lm, sae, rows, config=FeatureConfig(contexts=5))
     print(cards.describe(212, contexts=5))
     """),
-    md(
-        "Find features by words in their top contexts or promoted tokens, "
-        "and save an offline page."
-    ),
+    md("Find features by words in their contexts or promoted tokens; save an offline page."),
     code("""
     code_features = find_features(cards, ['def', 'class', 'return', 'import'])[:5]
     for feature in code_features[:3]:
