@@ -387,19 +387,91 @@ PROBES = [
     """),
 ]
 
+SAE = [
+    md("""
+    # Finding and steering sparse-autoencoder features in SmolLM2
+
+    A TopK sparse autoencoder (sae-lens; d_sae 4608, k 48) reads the residual stream after block
+    15 of SmolLM2-135M. It ships with lmsci-mi in a compact form (its live features in float16)
+    and expands into the cache on first use, so nothing trains here; `lmsci-mi sae train`
+    retrains it (about 25 minutes on two CPU cores). Feature indices are the trained SAE's.
+    """),
+    setup("sae", "from IPython.display import IFrame"),
+    code("""
+    from lmsci_mi.data.steering_texts import neutral_prompts
+    from lmsci_mi.data.text_corpus import text_chunks
+    from lmsci_mi.steering.sae import (FeatureConfig, FrequencyConfig, SAEStats,
+                                       clamp_sae_feature, feature_cards, find_features,
+                                       load_trained_sae, steer_with_sae_feature,
+                                       steering_frequency)
+
+    sae = load_trained_sae(lm)  # never trains: the cached or the shipped SAE
+    print(sae.hook, sae.d_sae, 'features;', sae.info.get('shipped', {}).get('live_features'),
+          'shipped live')
+    print(SAEStats.load(Path(sae.source) / 'stats.json').table())
+    """),
+    md("""
+    ## Browse features: top contexts, density, promoted tokens
+
+    Feature cards come from one pass over a sample of the standard library's prose: each
+    feature's top-activating contexts (the peak token in [[brackets]]), how often it fires, and
+    the tokens its decoder direction promotes through the unembedding.
+    """),
+    code("""
+    rows = text_chunks(lm, 6_000 if QUICK else 40_000).tolist()
+    cards = feature_cards(lm, sae, rows, config=FeatureConfig(contexts=5))
+    print(cards.describe(212, contexts=5))
+    """),
+    md("Find features by words in their contexts or promoted tokens; save an offline page."),
+    code("""
+    code_features = find_features(cards, ['def', 'class', 'return', 'import'])[:5]
+    for feature in code_features[:3]:
+        print(cards.describe(feature, contexts=2))
+    page = cards.select([212, *code_features]).save_html(OUT / 'features.html')
+    IFrame(page, width='100%', height=400)
+    """),
+    md("""
+    ## Steer a generation with feature 212
+
+    Steering adds the feature's decoder direction, `coefficient × its typical maximum
+    activation`, at every position but the sink and at every cached generation step. The
+    frequency table counts the share of generated tokens among the feature's 20 promoted tokens,
+    unsteered, steered, and steered with a random live feature at the same coefficient.
+    """),
+    code("""
+    prompt = 'The meeting was scheduled for'
+    print('unsteered:', prompt + lm.generate(prompt, 20))
+    with steer_with_sae_feature(lm, sae, 212, 4.0):
+        print('feature 212 x4:', prompt + lm.generate(prompt, 20))
+    alive = SAEStats.load(Path(sae.source) / 'stats.json').values > 0
+    table = steering_frequency(lm, sae, 212, neutral_prompts()[: 4 if QUICK else 30],
+                               FrequencyConfig(new_tokens=20 if QUICK else 30), alive=alive)
+    print(table.table())
+    """),
+    md("""
+    ## Clamp it
+
+    Clamping sets the feature's activation and keeps the SAE's error term, so only that feature
+    changes: x' = x + decode(f') − decode(f). Here feature 212 is set to zero where it fires and,
+    the other way, to four times its typical maximum everywhere.
+    """),
+    code("""
+    prompt = 'To use the class, you first need to instant'
+    print('clean:        ', lm.top_tokens(prompt, k=5))
+    with clamp_sae_feature(lm, sae, 212, 0.0, mode='where_active'):
+        print('212 = 0:      ', lm.top_tokens(prompt, k=5))
+    with clamp_sae_feature(lm, sae, 212, 4.0, mode='everywhere'):
+        print('212 = 4 x max:', prompt + lm.generate(prompt, 15))
+    """),
+]
+
 NOTEBOOKS = [
     Notebook("circuits", "script a circuit discovery", "circuit_discovery.py", CIRCUITS),
     Notebook("edit_fact", "edit a fact in a model", "edit_fact.py", EDIT),
     Notebook("heads", "visualise heads in a notebook", "visualise_heads.py", HEADS),
     Notebook("probes", "export probe results", "export_probes.py", PROBES),
     Notebook("steer", "steer with LM-Steer", "steer_sentiment.py", STEER),
-    Notebook(
-        "sae",
-        "find and steer SAE features",
-        None,
-        None,
-        pending="the SAE package (branch sae, issue 11) brings its script and cells",
-    ),
+    Notebook("sae", "find and steer SAE features", "sae_features.py", SAE),
 ]
 
 

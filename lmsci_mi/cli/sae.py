@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lmsci_mi.cli.common import add_model_args, load_from_args
+from lmsci_mi.cli.tour import StepOutput, TourStep
 from lmsci_mi.model import LensModel
 
 
@@ -164,7 +165,7 @@ def _writable_folder(path: Path) -> None:
 
 def _load_sae(args: argparse.Namespace, lm: LensModel) -> Any:
     """The SAE of ``--sae``, or the cached default one at ``--layer``, checked against ``lm``."""
-    from lmsci_mi.steering.sae import LensSAE, SAEDataConfig, SAETrainConfig, cached_sae_path
+    from lmsci_mi.steering.sae import LensSAE, SAEDataConfig, SAETrainConfig, load_trained_sae
 
     if args.layer is not None and args.layer < 0:
         raise ValueError(f"--layer must be non-negative, not {args.layer}")
@@ -177,13 +178,10 @@ def _load_sae(args: argparse.Namespace, lm: LensModel) -> Any:
     train_config = SAETrainConfig(
         layer=min(layer, lm.cfg.n_layers - 1) if args.layer is None else layer
     )
-    folder = cached_sae_path(lm, SAEDataConfig(), train_config)
-    if not (folder / "lmsci_sae.json").is_file():
-        raise FileNotFoundError(
-            f"no trained SAE for {lm.name} at {train_config.hook(lm)}; train it with "
-            f"`lmsci-mi sae train --model {lm.name} --layer {train_config.layer}` or give --sae FOLDER"
-        )
-    return LensSAE.load(folder, lm.device)
+    try:
+        return load_trained_sae(lm, SAEDataConfig(), train_config)
+    except FileNotFoundError as error:
+        raise FileNotFoundError(f"{error}; or give --sae FOLDER") from None
 
 
 def _corpus(lm: LensModel, sae: Any) -> Any:
@@ -277,3 +275,94 @@ def _run_clamp(args: argparse.Namespace) -> int:
             f"feature {args.feature} = {args.value:g} ({args.mode}): {args.prompt}{_generate(lm, args)}"
         )
     return 0
+
+
+# ------------------------------------------------------------------------------------ tour
+
+TOUR_FEATURE = 212
+"""The feature of the tour: the one of docs/sae.md's steering table (it fires on the suffix after
+*instant-* and promotes ``ate``, ``ating``, `` your``, ...)."""
+TOUR_TOKENS = 10_000
+"""Tokens of the standard library's prose scanned for the feature's top contexts."""
+TOUR_PROMPTS = 6
+"""Neutral prompts continued unsteered, steered ×4 with the feature, and with a random one."""
+
+
+def tour_steps() -> list[TourStep]:
+    """Steps this feature adds to `lmsci-mi tour` (see lmsci_mi.cli.tour)."""
+    return [
+        TourStep(
+            "sae",
+            "A sparse-autoencoder feature: its top contexts and a steered generation",
+            _step_sae,
+            "from lmsci_mi.steering.sae import load_trained_sae, feature_cards, "
+            "steering_frequency; from lmsci_mi.data.text_corpus import text_chunks; "
+            "from lmsci_mi.data.steering_texts import neutral_prompts; sae = load_trained_sae(lm); "
+            f"print(feature_cards(lm, sae, text_chunks(lm, {TOUR_TOKENS}).tolist(), "
+            f"[{TOUR_FEATURE}]).describe({TOUR_FEATURE})); print(steering_frequency(lm, sae, "
+            f"{TOUR_FEATURE}, neutral_prompts()[:{TOUR_PROMPTS}]).table())",
+            seconds=40,
+            first_run="a few seconds more to expand the shipped SAE into the cache",
+        ),
+    ]
+
+
+def _step_sae(lm: LensModel, out_dir: Path) -> StepOutput:
+    """The shipped (or cached) SAE's feature 212: its top contexts in a prose sample, and the share
+    of its promoted tokens in generations steered with it (never trains an SAE)."""
+    from lmsci_mi.data.steering_texts import neutral_prompts
+    from lmsci_mi.data.text_corpus import text_chunks
+    from lmsci_mi.steering.sae import (
+        FeatureConfig,
+        FrequencyConfig,
+        SAEStats,
+        feature_cards,
+        load_trained_sae,
+        steering_frequency,
+    )
+    from lmsci_mi.viz.report import CircuitsView
+    from lmsci_mi.viz.tokens import colored_tokens_html
+
+    sae = load_trained_sae(lm)
+    feature = sae.feature(TOUR_FEATURE)
+    stats_file = Path(sae.source) / "stats.json"
+    alive = SAEStats.load(stats_file).values > 0 if stats_file.is_file() else None
+    rows = text_chunks(lm, TOUR_TOKENS).tolist()
+    cards = feature_cards(lm, sae, rows, [feature], FeatureConfig(contexts=5, progress=False))
+    frequency = steering_frequency(
+        lm, sae, feature, neutral_prompts()[:TOUR_PROMPTS], FrequencyConfig(), alive=alive
+    )
+    share = frequency.mean().tolist()
+    contexts = cards.context_texts(feature)
+    scale = float(cards.scale[0]) or 1.0
+    views = [
+        CircuitsView.from_html(
+            colored_tokens_html(tokens, acts, max_value=scale),
+            caption=f"Feature {feature}: top context {n + 1} (blue: its activation)",
+        )
+        for n, (tokens, acts) in enumerate(cards.contexts(feature)[:3])
+    ]
+    shipped = sae.info.get("shipped")
+    origin = (
+        f"the shipped SAE ({shipped['live_features']} live features of {sae.d_sae}, float16)"
+        if shipped
+        else f"the SAE cached at {sae.source}"
+    )
+    summary = (
+        f"{origin}: feature {feature} fires on {float(cards.density[0]):.2%} of {cards.n_tokens} "
+        f"prose tokens, top context {contexts[0] if contexts else '(none)'!r}; steered "
+        f"×{frequency.coefficient:g}, {share[1]:.0%} of generated tokens are its promoted tokens "
+        f"(unsteered {share[0]:.0%}, random feature {frequency.control} {share[2]:.0%})"
+    )
+    samples = "\n".join(
+        f"  {label}: {text!r}"
+        for label, text in zip(
+            frequency.axis_labels(0), (s[0] for s in frequency.samples), strict=True
+        )
+    )
+    text = (
+        f"{cards.describe(feature, contexts=5)}\n\n{frequency.table()}\n\n"
+        f"{neutral_prompts()[0]!r} continued:\n{samples}"
+    )
+    results = {"sae_feature_card": cards, "sae_steering_frequency": frequency}
+    return StepOutput(summary, results, text=text, views=views)

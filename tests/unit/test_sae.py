@@ -393,16 +393,3 @@ def test_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ]:
         code, _, err = _cli(argv)
         assert code == 2 and message in err and "Traceback" not in err, (argv, err)
-
-
-def test_example_runs_in_quick_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import runpy
-    import sys
-
-    example = Path(__file__).parents[2] / "examples" / "sae_features.py"
-    monkeypatch.setattr(sys, "argv", [str(example), "--quick", "--out", str(tmp_path)])
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        runpy.run_path(str(example), run_name="__main__")
-    assert "explained variance" in out.getvalue() and "clamped to 0" in out.getvalue()
-    assert (tmp_path / "features.html").is_file()

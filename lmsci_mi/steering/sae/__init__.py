@@ -29,6 +29,7 @@ from lmsci_mi.steering.sae.stats import SAEStats as SAEStats
 from lmsci_mi.steering.sae.stats import sae_stats as sae_stats
 from lmsci_mi.steering.sae.train import SAETrainConfig as SAETrainConfig
 from lmsci_mi.steering.sae.train import cached_sae_path as cached_sae_path
+from lmsci_mi.steering.sae.train import load_trained_sae as load_trained_sae
 from lmsci_mi.steering.sae.train import train_sae as train_sae
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "find_features",
     "list_trained_saes",
     "load_sae",
+    "load_trained_sae",
     "promoted_tokens",
     "sae_corpus",
     "sae_stats",

@@ -22,6 +22,7 @@ from lmsci_mi.config import validate_choice
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import hook_name
 from lmsci_mi.steering.sae.core import LensSAE
+from lmsci_mi.steering.sae.shipped import check_not_dropped
 
 __all__ = ["CLAMP_MODES", "clamp_sae_feature", "steer_with_sae_feature"]
 
@@ -83,7 +84,8 @@ def steer_with_sae_feature(
         The vector added, ``[d_model]``.
 
     Raises:
-        ValueError: a feature index out of range, or an SAE of another model.
+        ValueError: a feature index out of range, a feature dropped from the shipped SAE, or an
+            SAE of another model.
 
     >>> from lmsci_mi import load_model
     >>> from lmsci_mi.steering.sae.train import SAETrainConfig, _training_sae
@@ -97,6 +99,7 @@ def steer_with_sae_feature(
     """
     sae.check(lm)
     i = sae.feature(feature)
+    check_not_dropped(sae, i)
     vector = float(coefficient) * float(sae.feature_scale[i]) * sae.direction(i)
     vector = vector.to(lm.device)
     sinks = _SinkPositions(lm)
@@ -129,7 +132,8 @@ def clamp_sae_feature(
     model's weights are not changed.
 
     Raises:
-        ValueError: a feature index out of range, an unknown mode, or an SAE of another model.
+        ValueError: a feature index out of range, a feature dropped from the shipped SAE, an
+            unknown mode, or an SAE of another model.
 
     >>> from lmsci_mi import load_model
     >>> from lmsci_mi.steering.sae.train import SAETrainConfig, _training_sae
@@ -144,6 +148,7 @@ def clamp_sae_feature(
     validate_choice("mode", mode, CLAMP_MODES)
     sae.check(lm)
     i = sae.feature(feature)
+    check_not_dropped(sae, i)
     target = float(value) * float(sae.feature_scale[i])
     sinks = _SinkPositions(lm)
 

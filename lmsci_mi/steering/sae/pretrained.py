@@ -28,7 +28,12 @@ class PretrainedSAEUnavailable(ModelNotAvailableError):
 
 
 def list_trained_saes() -> list[Path]:
-    """Folders of the SAEs trained here (``lmsci-mi sae train``), newest first."""
+    """Folders of the SAEs trained here (``lmsci-mi sae train``) and the one that ships with
+    lmsci-mi (expanded into the cache on first use), newest first."""
+    from lmsci_mi.steering.sae.shipped import restore_shipped_sae, shipped_sae_folders
+
+    for folder in shipped_sae_folders():
+        restore_shipped_sae(folder)
     root = cache_root() / "sae"
     if not root.is_dir():
         return []

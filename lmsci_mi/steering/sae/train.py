@@ -33,7 +33,7 @@ from lmsci_mi.steering.sae.data import SAECorpus, SAEDataConfig, sae_corpus
 from lmsci_mi.steering.sae.stats import SAEStats, sae_stats
 from lmsci_mi.steering.train import model_fingerprint
 
-__all__ = ["SAETrainConfig", "cached_sae_path", "train_sae"]
+__all__ = ["SAETrainConfig", "cached_sae_path", "load_trained_sae", "train_sae"]
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +112,7 @@ def train_sae(
     train: SAETrainConfig | None = None,
     *,
     cache: bool = True,
+    shipped: bool = True,
 ) -> tuple[LensSAE, SAEStats]:
     """Train an SAE on ``lm``'s activations at one residual site (the model is only read).
 
@@ -121,6 +122,9 @@ def train_sae(
         train: the SAE and its training (:class:`SAETrainConfig`).
         cache: read and write the SAE and its statistics under the cache folder
             (:func:`cached_sae_path`); a second call with the same settings is instant.
+        shipped: with ``cache``, use the SAE that ships with lmsci-mi when these are its
+            settings (the default SAE of the bundled SmolLM2, expanded from its compact form
+            into the cache; :mod:`lmsci_mi.steering.sae.shipped`) instead of training.
 
     Returns:
         (the trained :class:`LensSAE`, its :class:`SAEStats` on held-out tokens).
@@ -133,11 +137,15 @@ def train_sae(
     >>> sae.d_sae, stats.l0
     (128, 8.0)
     """
+    from lmsci_mi.steering.sae.shipped import restore_shipped_sae
+
     data = data or SAEDataConfig()
     train = train or SAETrainConfig()
     hook = train.hook(lm)
     folder = cached_sae_path(lm, data, train) if cache else None
-    if folder is not None and (folder / "stats.json").is_file():
+    if folder is not None and (
+        (shipped and restore_shipped_sae(folder)) or (folder / "stats.json").is_file()
+    ):
         logger.info("loading cached SAE %s", folder)
         return LensSAE.load(folder, lm.device), SAEStats.load(folder / "stats.json")
 
@@ -175,6 +183,31 @@ def train_sae(
         lens_sae.save(folder)
         stats.save(folder / "stats.json")
     return lens_sae, stats
+
+
+def load_trained_sae(
+    lm: LensModel, data: SAEDataConfig | None = None, train: SAETrainConfig | None = None
+) -> LensSAE:
+    """The SAE that :func:`train_sae` caches for these settings (default: the shipped SAE of the
+    bundled SmolLM2), never training one.
+
+    Raises:
+        FileNotFoundError: neither the cache nor the package holds it; the message names the
+            commands that train it.
+    """
+    from lmsci_mi.steering.sae.shipped import REBUILD, restore_shipped_sae
+
+    data = data or SAEDataConfig()
+    train = train or SAETrainConfig()
+    folder = cached_sae_path(lm, data, train)
+    if not restore_shipped_sae(folder) and not (folder / "lmsci_sae.json").is_file():
+        raise FileNotFoundError(
+            f"no trained SAE for {lm.name} at {train.hook(lm)} in the cache ({folder}), and none "
+            f"ships for these settings; train it with `lmsci-mi sae train --model {lm.name} "
+            f"--layer {train.layer}` (about 25 min on 2 CPU cores), or rebuild the shipped one "
+            f"with `{REBUILD}`"
+        )
+    return LensSAE.load(folder, lm.device)
 
 
 def harvest(

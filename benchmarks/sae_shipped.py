@@ -1,0 +1,84 @@
+"""The shipped SAE against the one it was compacted from: sizes, and explained variance, L0 and
+agreement of the active features on held-out tokens and on training rows that did not pick the
+live features.
+
+    flock /tmp/lmsci-heavy.lock env HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/sae_shipped.py
+
+Builds the compact form first (:func:`build_shipped_sae`: reads the cached SAE, or trains it).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from lmsci_mi import load_model
+from lmsci_mi.steering.sae import LensSAE, SAEDataConfig, SAETrainConfig, cached_sae_path
+from lmsci_mi.steering.sae.data import sae_corpus
+from lmsci_mi.steering.sae.shipped import (
+    LIVE_TRAIN_ROWS,
+    build_shipped_sae,
+    expand_sae,
+)
+from lmsci_mi.steering.sae.stats import feature_summary
+from lmsci_mi.steering.sae.train import harvest
+
+UNSEEN_ROWS = 200
+
+
+@torch.no_grad()
+def _agreement(a: LensSAE, b: LensSAE, acts: torch.Tensor) -> tuple[float, float]:
+    """(fraction of tokens whose active feature sets differ, relative reconstruction gap)."""
+    differ, gap, norm = 0, 0.0, 0.0
+    for start in range(0, len(acts), 4096):
+        x = acts[start : start + 4096].float()
+        fa, fb = a.encode(x), b.encode(x)
+        differ += int(((fa > 0) != (fb > 0)).any(-1).sum())
+        gap += float((a.decode(fa) - b.decode(fb)).pow(2).sum())
+        norm += float((a.decode(fa) - x).pow(2).sum())
+    return differ / len(acts), (gap / max(norm, 1e-12)) ** 0.5
+
+
+def main() -> None:
+    start = time.perf_counter()
+    files = build_shipped_sae()
+    print(f"compact form built in {time.perf_counter() - start:.0f} s:")
+    for path in files:
+        print(f"  {path.name:<34} {path.stat().st_size / 1e6:8.3f} MB")
+    print(f"  {'total':<34} {sum(p.stat().st_size for p in files) / 1e6:8.3f} MB")
+    lm = load_model("smollm2-135m")
+    folder = cached_sae_path(lm, SAEDataConfig(), SAETrainConfig())
+    print(
+        f"original sae_weights.safetensors: {(folder / 'sae_weights.safetensors').stat().st_size / 1e6:.1f} MB"
+    )
+    original = LensSAE.load(folder, lm.device)
+    with tempfile.TemporaryDirectory() as scratch:
+        expanded = LensSAE.load(expand_sae(files[0].parent, Path(scratch) / "sae"), lm.device)
+    print(f"live features: {expanded.info['shipped']['live_features']} of {expanded.d_sae}")
+    corpus = sae_corpus(lm, SAEDataConfig(), fingerprint=original.model_fingerprint)
+    sets = {
+        "held-out": corpus.held_out,
+        f"training rows {LIVE_TRAIN_ROWS}..{LIVE_TRAIN_ROWS + UNSEEN_ROWS}": corpus.train[
+            LIVE_TRAIN_ROWS : LIVE_TRAIN_ROWS + UNSEEN_ROWS
+        ],
+    }
+    print(
+        "\n| tokens | SAE | explained variance | L0 | tokens whose active set differs | "
+        "reconstruction gap / error |"
+    )
+    print("|---|---|---|---|---|---|")
+    for name, rows in sets.items():
+        acts = harvest(lm, rows, original.hook, None, progress=False)
+        for label, sae in (("original float32", original), ("shipped, expanded", expanded)):
+            ev, l0, _, _ = feature_summary(sae, acts)
+            differ, gap = _agreement(original, sae, acts)
+            print(
+                f"| {name} ({len(acts)}) | {label} | {ev:.4f} | {l0:.1f} | {differ:.4%} | {gap:.4f} |"
+            )
+
+
+if __name__ == "__main__":
+    main()
