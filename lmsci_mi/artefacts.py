@@ -104,6 +104,7 @@ config type of its training run (``lmsci_mi.probes.cfg.shipped``, ``lmsci_mi.ste
 BUILDER_MODULES = (
     "lmsci_mi.probes.cfg.shipped",
     "lmsci_mi.steering.shipped",
+    "lmsci_mi.steering.sae.shipped",
 )
 """The modules that register the builders (imported by ``scripts/build_artefacts.py``)."""
 

@@ -302,6 +302,7 @@ def tour_steps() -> list[TourStep]:
             f"[{TOUR_FEATURE}]).describe({TOUR_FEATURE})); print(steering_frequency(lm, sae, "
             f"{TOUR_FEATURE}, neutral_prompts()[:{TOUR_PROMPTS}]).table())",
             seconds=40,
+            quick=True,
             first_run="a few seconds more to expand the shipped SAE into the cache",
         ),
     ]

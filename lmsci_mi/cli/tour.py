@@ -97,7 +97,7 @@ def collect_steps(
 
     >>> from lmsci_mi import cli
     >>> [step.name for step in collect_steps(cli._FEATURES, quick=True)]
-    ['predictions', 'attention_summary', 'causal_trace', 'patching', 'induction', 'rome', 'cfg_probes', 'steer']
+    ['predictions', 'attention_summary', 'causal_trace', 'patching', 'induction', 'rome', 'cfg_probes', 'steer', 'sae']
     >>> [step.name for step in collect_steps(cli._FEATURES, quick=True, only=["steer", "probe"])]
     ['probe', 'steer']
     """
