@@ -12,7 +12,8 @@ feature raises (:func:`check_not_dropped`), since its decoder row did not ship.
 
 ``scripts/build_artefacts.py sae`` rebuilds it through :func:`build_sae_artefact` (registered in
 :data:`lmsci_mi.artefacts.ARTEFACT_BUILDERS`): :func:`build_shipped_sae` for the files, and the
-figures of :func:`small_sae_rebuild`, which ``tests/integration/test_sae_shipped.py`` repeats.
+figures of :func:`small_sae_rebuild`, which ``tests/integration/test_sae_shipped_smollm2.py``
+repeats.
 """
 
 from __future__ import annotations
