@@ -47,7 +47,10 @@ def main() -> None:
     quick = quick_mode()
     defaults = SteerTrainConfig()
     parser.add_argument(
-        "--steps", type=int, default=defaults.steps, help="training steps (default: the shipped steer)"
+        "--steps",
+        type=int,
+        default=defaults.steps,
+        help="training steps (default: the shipped steer)",
     )
     parser.add_argument(
         "--batch-tokens", type=int, default=defaults.batch_tokens, help="targets per step"

@@ -33,7 +33,9 @@ def main() -> int:
         builder = ARTEFACT_BUILDERS.get(name)
         start = time.perf_counter()
         small = builder.function(small=True)
-        print(f"{name}: small rebuild in {time.perf_counter() - start:.0f} s: {dict(small.figures)}")
+        print(
+            f"{name}: small rebuild in {time.perf_counter() - start:.0f} s: {dict(small.figures)}"
+        )
         if args.small:
             continue
         start = time.perf_counter()

@@ -119,7 +119,8 @@ def tour_steps() -> list[TourStep]:
     """Steps this feature adds to `lmsci-mi tour` (see lmsci_mi.cli.tour)."""
     return [
         TourStep(
-            "causal_trace", "Causal trace: where does the model keep 'the Eiffel Tower is in Paris'?",
+            "causal_trace",
+            "Causal trace: where does the model keep 'the Eiffel Tower is in Paris'?",
             _step_causal_trace,
             "from lmsci_mi.circuits.tracing import TraceConfig, causal_trace; causal_trace(lm, "
             f'"{EIFFEL_PROMPT}", "Eiffel Tower", TraceConfig(target=" Paris", n_samples=3))',
@@ -127,7 +128,8 @@ def tour_steps() -> list[TourStep]:
             quick=True,
         ),
         TourStep(
-            "patching", "Activation patching vs attribution patching of every head on the IOI pair",
+            "patching",
+            "Activation patching vs attribution patching of every head on the IOI pair",
             _step_patching,
             "from lmsci_mi.circuits.attribution import AttributionConfig, attribution_patch; "
             "from lmsci_mi.circuits.metrics import LogitDiff; attribution_patch(lm, "
@@ -144,7 +146,9 @@ def _step_causal_trace(lm: LensModel, out_dir: Path) -> StepOutput:
     from lmsci_mi.circuits.tracing import TraceConfig, causal_trace
 
     # Fewer noise samples than the paper's 10 keep this step under a minute on two CPU cores.
-    trace = causal_trace(lm, EIFFEL_PROMPT, "Eiffel Tower", TraceConfig(target=" Paris", n_samples=3))
+    trace = causal_trace(
+        lm, EIFFEL_PROMPT, "Eiffel Tower", TraceConfig(target=" Paris", n_samples=3)
+    )
     report = _trace_report(trace)
     values = trace.kind_values(trace.kinds[0])
     subject = list(trace.subject_positions)

@@ -25,7 +25,11 @@ from lmsci_mi.sites import Head
 from lmsci_mi.viz.report import CircuitsView
 
 EIFFEL = "The Eiffel Tower is located in the city of"
-PROMPTS = (EIFFEL, "The capital of Germany is", "When Mary and John went to the store, John gave a drink to")
+PROMPTS = (
+    EIFFEL,
+    "The capital of Germany is",
+    "When Mary and John went to the store, John gave a drink to",
+)
 
 
 @config
@@ -40,13 +44,19 @@ class TourConfig(Config):
     )
     report: str = field(
         default="",
-        metadata={"help": "where to write the HTML report (default OUT_DIR/report.html; 'none': no report)"},
+        metadata={
+            "help": "where to write the HTML report (default OUT_DIR/report.html; 'none': no report)"
+        },
     )
 
     def validate(self) -> None:
         if not self.out_dir.strip():
             raise ValueError("out_dir must name a folder")
-        if self.report and self.report != "none" and not self.report.lower().endswith((".html", ".htm")):
+        if (
+            self.report
+            and self.report != "none"
+            and not self.report.lower().endswith((".html", ".htm"))
+        ):
             raise ValueError(f"report {self.report!r}: use a file ending in .html, or 'none'")
 
     def step_names(self) -> tuple[str, ...]:
@@ -91,11 +101,15 @@ def _run_tour(args: argparse.Namespace) -> int:
     out_dir = Path(tour.out_dir)
     report = tour.report_path()
     if report is not None and report.is_dir():
-        raise IsADirectoryError(f"--report {report} is a folder; give a file, e.g. {report / 'report.html'}")
+        raise IsADirectoryError(
+            f"--report {report} is a folder; give a file, e.g. {report / 'report.html'}"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     lm = load_from_args(args)
-    print(f"Loaded {lm!r} from {lm.source} in {time.perf_counter() - start:.1f} s (sink {lm.sink!r})")
+    print(
+        f"Loaded {lm!r} from {lm.source} in {time.perf_counter() - start:.1f} s (sink {lm.sink!r})"
+    )
     return run_tour(lm, steps, out_dir, report=report, verbose=args.verbose)
 
 
@@ -103,16 +117,21 @@ def tour_steps() -> list[TourStep]:
     """The core's steps of `lmsci-mi tour`: predictions and the attention heads at a glance."""
     return [
         TourStep(
-            "predictions", "What the model predicts next", _step_predictions,
+            "predictions",
+            "What the model predicts next",
+            _step_predictions,
             'lm.top_tokens("The Eiffel Tower is located in the city of", k=5)',
-            seconds=1, quick=True,
+            seconds=1,
+            quick=True,
         ),
         TourStep(
-            "attention_summary", "Attention heads at a glance: sink, previous-token and self heads",
+            "attention_summary",
+            "Attention heads at a glance: sink, previous-token and self heads",
             _step_attention_summary,
-            'from lmsci_mi.circuits.attention import attention_summary; '
+            "from lmsci_mi.circuits.attention import attention_summary; "
             'attention_summary(lm, "The Eiffel Tower is located in the city of")',
-            seconds=1, quick=True,
+            seconds=1,
+            quick=True,
         ),
     ]
 
@@ -142,7 +161,9 @@ def _step_attention_summary(lm: LensModel, out_dir: Path) -> StepOutput:
     n_heads = sink.numel()
     top_prev = torch.topk(previous.flatten(), min(5, n_heads))
     top_heads = [Head(int(i) // sink.shape[1], int(i) % sink.shape[1]) for i in top_prev.indices]
-    heads = [f"{head} ({v:.2f})" for head, v in zip(top_heads, top_prev.values.tolist(), strict=True)]
+    heads = [
+        f"{head} ({v:.2f})" for head, v in zip(top_heads, top_prev.values.tolist(), strict=True)
+    ]
     first = f"sink token {lm.sink!r}" if lm.sink is not None else "first token (no sink)"
     text = (
         f"{(sink > 0.5).sum().item()} of {n_heads} heads put over half their attention on the "

@@ -87,7 +87,9 @@ def run_edit(args: argparse.Namespace) -> int:
     if args.apply is not None:
         from lmsci_mi.weights import read_deltas
 
-        read_deltas(args.apply)  # a file that is not a saved edit fails here, before loading a model
+        read_deltas(
+            args.apply
+        )  # a file that is not a saved edit fails here, before loading a model
         lm = load_from_args(args)
         handle = apply_delta(lm, args.apply)
         prompt = args.prompt
@@ -123,7 +125,9 @@ def tour_steps() -> list[TourStep]:
     """Steps this feature adds to `lmsci-mi tour` (see lmsci_mi.cli.tour)."""
     return [
         TourStep(
-            "rome", "ROME: the Eiffel Tower moves to Rome, then back, bit for bit", _tour_rome,
+            "rome",
+            "ROME: the Eiffel Tower moves to Rome, then back, bit for bit",
+            _tour_rome,
             "from lmsci_mi.editing import EditRequest, ROMEHyperParams, default_rome_layer, rome_edit; "
             'rome_edit(lm, EditRequest("{} is located in the city of", "The Eiffel Tower", " Rome", '
             '" Paris"), ROMEHyperParams(layer=default_rome_layer(lm)))',
@@ -166,7 +170,11 @@ def _tour_rome(lm: LensModel, out_dir: Path) -> StepOutput:
         nll = target_nll(lm, [prompt, prompt], [" Rome", " Paris"])
         path = handle.save(out_dir / "rome_eiffel_rome.safetensors")
     restored = lm.generate(prompt, 12)
-    exact = "bit-identical" if torch.equal(lm.model.blocks[layer].mlp.W_out, original) else "NOT identical"
+    exact = (
+        "bit-identical"
+        if torch.equal(lm.model.blocks[layer].mlp.W_out, original)
+        else "NOT identical"
+    )
     p_rome, p_paris = (-nll[0]).exp(), (-nll[1]).exp()
     text = "\n".join(
         [

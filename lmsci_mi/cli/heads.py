@@ -20,8 +20,12 @@ def register(commands: Any) -> None:
     heads = commands.add_parser("heads", help="score every head: induction, previous token, ...")
     add_model_args(heads)
     add_output_args(heads)
-    heads.add_argument("--kind", choices=HEAD_SCORES.names(), default="induction",
-                       help="what to score (default: induction)")
+    heads.add_argument(
+        "--kind",
+        choices=HEAD_SCORES.names(),
+        default="induction",
+        help="what to score (default: induction)",
+    )
     HeadScoreConfig.add_arguments(heads)
     heads.add_argument("--top", type=int, default=10, help="how many heads to list")
     heads.set_defaults(run=_run_heads)
@@ -35,8 +39,9 @@ def register(commands: Any) -> None:
     attention = commands.add_parser("attention", help="circuitsvis view of heads, offline HTML")
     add_model_args(attention)
     attention.add_argument("--prompt", required=True)
-    attention.add_argument("--heads", required=True, type=_head_list,
-                           help="comma-separated heads, e.g. L5.H1,L6.H9")
+    attention.add_argument(
+        "--heads", required=True, type=_head_list, help="comma-separated heads, e.g. L5.H1,L6.H9"
+    )
     attention.add_argument("--html", type=Path, required=True, help="where to write the page")
     attention.set_defaults(run=_run_attention)
 
@@ -85,14 +90,18 @@ def tour_steps() -> list[TourStep]:
     """Steps this feature adds to `lmsci-mi tour` (see lmsci_mi.cli.tour)."""
     return [
         TourStep(
-            "induction", "Induction heads, and what ablating them costs", _step_induction,
+            "induction",
+            "Induction heads, and what ablating them costs",
+            _step_induction,
             "from lmsci_mi.circuits.heads import HeadScoreConfig, induction_scores; "
             "induction_scores(lm, config=HeadScoreConfig(n_sequences=8, half_length=15))",
             seconds=6,
             quick=True,
         ),
         TourStep(
-            "ioi_circuit", "The IOI circuit: name movers, S-inhibition and their classes", _step_ioi,
+            "ioi_circuit",
+            "The IOI circuit: name movers, S-inhibition and their classes",
+            _step_ioi,
             "from lmsci_mi.circuits.ioi import IOIConfig, find_ioi_circuit; from lmsci_mi.data.ioi "
             "import IOI_TEMPLATES, ioi_dataset; find_ioi_circuit(lm, ioi_dataset(lm, 8, "
             "templates=IOI_TEMPLATES[:1]), IOIConfig(n_sender_candidates=3))",
@@ -113,7 +122,9 @@ def _step_induction(lm: LensModel, out_dir: Path) -> StepOutput:
     top = scores.top(6)
     heads = [head for head, score in top if score > 0.4] or [top[0][0]]
     check = induction_ablation(
-        lm, heads, InductionAblationConfig(n_sequences=8, half_length=15, n_random_draws=2),
+        lm,
+        heads,
+        InductionAblationConfig(n_sequences=8, half_length=15, n_random_draws=2),
         exclude=scores.heads_above(0.1),
     )
     shown = ", ".join(f"{head} ({score:.2f})" for head, score in top)

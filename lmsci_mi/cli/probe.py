@@ -19,21 +19,30 @@ from lmsci_mi.probes.tasks import PROBE_TASKS, ProbeTaskConfig
 def register(commands: Any) -> None:
     """Add this feature's subcommands to the parser."""
     probe = commands.add_parser(
-        "probe", help="linear probes per layer, with control tasks; export CSV/Parquet/JSON",
+        "probe",
+        help="linear probes per layer, with control tasks; export CSV/Parquet/JSON",
         description="Probe every layer for a task (`--task`, see `--list-tasks`), or run the "
-        "synthetic-CFG probes (`lmsci-mi probe cfg`).")
+        "synthetic-CFG probes (`lmsci-mi probe cfg`).",
+    )
     add_model_args(probe)
     add_output_args(probe)
     probe.add_argument("--task", default=None, help="a registered task (see --list-tasks)")
     probe.add_argument("--list-tasks", action="store_true", help="list the tasks and exit")
-    probe.add_argument("--export", type=Path, default=None,
-                       help="write the per-layer table here (.csv, .parquet or .json)")
+    probe.add_argument(
+        "--export",
+        type=Path,
+        default=None,
+        help="write the per-layer table here (.csv, .parquet or .json)",
+    )
     ProbeSweepConfig.add_arguments(probe)
     ProbeTaskConfig.add_arguments(probe)
     probe.set_defaults(run=_run_probe)
     synthetic = probe.add_subparsers(dest="probe_command", required=False, metavar="cfg")
-    add_cfg_arguments(synthetic.add_parser(
-        "cfg", help="DP-feature probes on a GPT trained on a synthetic CFG (Allen-Zhu & Li)"))
+    add_cfg_arguments(
+        synthetic.add_parser(
+            "cfg", help="DP-feature probes on a GPT trained on a synthetic CFG (Allen-Zhu & Li)"
+        )
+    )
 
 
 def _run_probe(args: argparse.Namespace) -> int:
@@ -44,7 +53,9 @@ def _run_probe(args: argparse.Namespace) -> int:
             print(f"{method.name:16s} {method.description}")
         return 0
     if args.task is None:
-        raise ValueError(f"give --task NAME (one of {', '.join(PROBE_TASKS.names())}) or --list-tasks")
+        raise ValueError(
+            f"give --task NAME (one of {', '.join(PROBE_TASKS.names())}) or --list-tasks"
+        )
     if args.export is not None and args.export.suffix.lower() not in (".csv", ".parquet", ".json"):
         raise ValueError(f"--export {args.export}: use a file ending in .csv, .parquet or .json")
     config = ProbeSweepConfig.from_args(args)
@@ -55,12 +66,19 @@ def _run_probe(args: argparse.Namespace) -> int:
     peak = result.peak()
     frame = result.to_dataframe()
     score = result.score_name
-    print(f"{args.task} probe on {lm.name} ({result.site}; {result.n_train}/{result.n_val}/{result.n_test} "
-          f"train/val/test examples)")
-    print(frame[["layer", score, f"control_{score}", "selectivity", frame.columns[5]]]
-          .round(3).to_string(index=False))
-    print(f"peak: layer {peak.layer}, {score} {peak.score:.3f} (control {peak.control:.3f}, "
-          f"selectivity {peak.selectivity:+.3f}, baseline {peak.baseline:.3f})")
+    print(
+        f"{args.task} probe on {lm.name} ({result.site}; {result.n_train}/{result.n_val}/{result.n_test} "
+        f"train/val/test examples)"
+    )
+    print(
+        frame[["layer", score, f"control_{score}", "selectivity", frame.columns[5]]]
+        .round(3)
+        .to_string(index=False)
+    )
+    print(
+        f"peak: layer {peak.layer}, {score} {peak.score:.3f} (control {peak.control:.3f}, "
+        f"selectivity {peak.selectivity:+.3f}, baseline {peak.baseline:.3f})"
+    )
     if args.export is not None:
         print(f"exported the table to {result.export(args.export)}")
     write_outputs(result, args)

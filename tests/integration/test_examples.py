@@ -113,10 +113,3 @@ def test_saved_notebooks_match_their_cells() -> None:
         assert path.stem in stories, f"{path.name} has no entry in {GENERATOR}'s NOTEBOOKS"
         saved = [cell.source for cell in nbformat.read(path, as_version=4).cells]
         assert saved == [src for _, src in stories[path.stem].cells], f"regenerate {path.name}"
-
-
-@pytest.mark.parametrize(
-    "pending", [s for s in _generator().NOTEBOOKS if s.cells is None], ids=lambda s: s.name
-)
-def test_pending_stories(pending) -> None:
-    pytest.skip(f"story {pending.story!r} pending: {pending.pending}")

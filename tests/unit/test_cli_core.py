@@ -16,8 +16,12 @@ def test_models_lists_bundled_and_toys(capsys: pytest.CaptureFixture[str]) -> No
     assert "smollm2-135m" in out and "toy-2l" in out and "Hugging Face hub" in out
 
 
-def test_quick_tour_on_a_toy_writes_its_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([*FAST_TOUR, "--model", "toy-2l", "--device", "cpu", "--out-dir", str(tmp_path)]) == 0
+def test_quick_tour_on_a_toy_writes_its_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main([*FAST_TOUR, "--model", "toy-2l", "--device", "cpu", "--out-dir", str(tmp_path)]) == 0
+    )
     assert (tmp_path / "report.html").exists()
     assert (tmp_path / "attention_summary.json").exists()
     assert "Tour finished" in capsys.readouterr().out

@@ -51,13 +51,34 @@ SUBJECTS = ["Eiffel Tower", "The Eiffel Tower", "Mary"]
 ANSWERS = [" Paris", " Rome", " Mary", " John"]
 IOI_PAIR = PROMPTS[2:]  # equal token lengths, as patching needs
 HEADS = ["1.1", "0.3,1.2", "L1.H2"]
-TEXTS = {"--prompt": PROMPTS, "--clean": IOI_PAIR, "--corrupted": IOI_PAIR, "--subject": SUBJECTS,
-         "--answer": ANSWERS, "--wrong": ANSWERS, "--target": ANSWERS, "--target-new": ANSWERS,
-         "--heads": HEADS}
+TEXTS = {
+    "--prompt": PROMPTS,
+    "--clean": IOI_PAIR,
+    "--corrupted": IOI_PAIR,
+    "--subject": SUBJECTS,
+    "--answer": ANSWERS,
+    "--wrong": ANSWERS,
+    "--target": ANSWERS,
+    "--target-new": ANSWERS,
+    "--heads": HEADS,
+}
 USUALLY_GIVEN = {"--prompt", "--subject", "--target-new"}
 """Optional flags that a run needs together (`edit`), given as often as required ones."""
-MALFORMED_TEXTS = ["", " ", "{}", "{} {}", "1.1", "9.9", "-1", "0", "nan", "<|endoftext|>",
-                   "none", "💥", "a\nb"]
+MALFORMED_TEXTS = [
+    "",
+    " ",
+    "{}",
+    "{} {}",
+    "1.1",
+    "9.9",
+    "-1",
+    "0",
+    "nan",
+    "<|endoftext|>",
+    "none",
+    "💥",
+    "a\nb",
+]
 # (plausible values, malformed values) of the flags that every model-loading command has.
 MODELS = (["toy-2l", "toy-gpt2-2l"], ["no-such-model", "", "/", "x.gguf"])
 DEVICES = (["cpu"], ["cuda", "gpu", "", "meta"])
@@ -97,7 +118,9 @@ def cached_loads(workdir: Path) -> Iterator[None]:
         key = (name, *sorted((k, repr(v)) for k, v in kwargs.items()))
         if key in models:
             lm, weights = models[key]
-            unchanged = all(torch.equal(p, w) for p, w in zip(lm.model.parameters(), weights, strict=True))
+            unchanged = all(
+                torch.equal(p, w) for p, w in zip(lm.model.parameters(), weights, strict=True)
+            )
             if unchanged and lm.hooks.attached_count() == 0:
                 return lm
         lm = load_model(name, **kwargs)
@@ -130,9 +153,16 @@ def _pools(action: argparse.Action, root: Path) -> tuple[list[str], list[str]]:
     if flag == "--out-dir":  # a folder of its own: a tour must not turn out/p.png into one
         return [str(root / "tour")], [str(root / "junk.txt"), "/dev/null/x", " "]
     if action.type is Path:
-        return ([str(root / "out" / "r.json"), str(root / "out" / "p.png")],
-                [str(root / "folder"), str(root / "junk.txt"), str(root / "missing" / "x.bin"),
-                 "/dev/null/x", ""])
+        return (
+            [str(root / "out" / "r.json"), str(root / "out" / "p.png")],
+            [
+                str(root / "folder"),
+                str(root / "junk.txt"),
+                str(root / "missing" / "x.bin"),
+                "/dev/null/x",
+                "",
+            ],
+        )
     return TEXTS.get(flag, [*PROMPTS, *SUBJECTS, *ANSWERS]), MALFORMED_TEXTS
 
 
@@ -169,7 +199,10 @@ def _argv(draw: Callable[..., Any], command: str, root: Path) -> list[str]:
     if draw(MALFORMED):
         argv.append(draw(st.sampled_from(["--bogus", "-x", "extra", "--help", "--"])))
     if command == "tour":
-        argv += ["--steps", FAST_STEPS]  # the full tour runs every analysis: minutes, not a fuzz case
+        argv += [
+            "--steps",
+            FAST_STEPS,
+        ]  # the full tour runs every analysis: minutes, not a fuzz case
         if "--report" not in argv:  # drawing every plot takes seconds; test_report.py covers it
             argv += ["--report", "none"]
     return argv
@@ -178,8 +211,11 @@ def _argv(draw: Callable[..., Any], command: str, root: Path) -> list[str]:
 def run_cli(argv: list[str]) -> tuple[int, str]:
     """Exit code and stderr of `lmsci-mi argv`, run in this process."""
     err = io.StringIO()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err), \
-            warnings.catch_warnings():
+    with (
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(err),
+        warnings.catch_warnings(),
+    ):
         warnings.simplefilter("ignore")  # as on the command line, warnings are not failures
         try:
             code = main(argv)
@@ -196,8 +232,12 @@ cli/heads.py, circuits/heads.py, circuits/ioi.py): the subcommand's case stays x
 
 @pytest.mark.parametrize(
     "command",
-    [pytest.param(c, marks=pytest.mark.xfail(strict=False, reason=KNOWN_CRASHES[c]))
-     if c in KNOWN_CRASHES else c for c in COMMANDS],
+    [
+        pytest.param(c, marks=pytest.mark.xfail(strict=False, reason=KNOWN_CRASHES[c]))
+        if c in KNOWN_CRASHES
+        else c
+        for c in COMMANDS
+    ],
 )
 def test_every_subcommand_exits_cleanly(command: str, workdir: Path, cached_loads: None) -> None:
     @FUZZ
@@ -212,8 +252,9 @@ def test_every_subcommand_exits_cleanly(command: str, workdir: Path, cached_load
     check()
 
 
-def test_a_bug_still_shows_its_traceback(workdir: Path, cached_loads: None,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bug_still_shows_its_traceback(
+    workdir: Path, cached_loads: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Only bad input becomes exit 2. A bug in a tour step is no input error: the tour records the
     step as failed, shows the traceback, goes on, and exits 1."""
     import lmsci_mi.cli.core as core

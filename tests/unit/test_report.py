@@ -224,10 +224,7 @@ def test_report_command_bad_input_exits_2(
 
 def test_quick_tour_writes_a_report_and_loadable_results(tmp_path: Path) -> None:
     assert (
-        main(
-            [*FAST_TOUR, "--model", "toy-2l", "--device", "cpu", "--out-dir", str(tmp_path)]
-        )
-        == 0
+        main([*FAST_TOUR, "--model", "toy-2l", "--device", "cpu", "--out-dir", str(tmp_path)]) == 0
     )
     page = (tmp_path / "report.html").read_text(encoding="utf-8")
     assert page.count(BUNDLE_START) == 1 and fetched_urls(page) == []
@@ -252,9 +249,7 @@ def test_a_failing_step_is_reported_and_the_tour_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv(FAIL_ENV, "predictions")
-    code = main(
-        [*FAST_TOUR, "--model", "toy-2l", "--device", "cpu", "--out-dir", str(tmp_path)]
-    )
+    code = main([*FAST_TOUR, "--model", "toy-2l", "--device", "cpu", "--out-dir", str(tmp_path)])
     assert code == 1
     err = capsys.readouterr().err
     assert "FAILED" in err and "predictions" in err
@@ -269,10 +264,7 @@ def test_an_unknown_step_to_fail_is_a_clean_error(
 ) -> None:
     monkeypatch.setenv(FAIL_ENV, "no_such_step")
     assert (
-        main(
-            [*FAST_TOUR, "--model", "toy-2l", "--device", "cpu", "--out-dir", str(tmp_path)]
-        )
-        == 2
+        main([*FAST_TOUR, "--model", "toy-2l", "--device", "cpu", "--out-dir", str(tmp_path)]) == 2
     )
     assert "no_such_step" in capsys.readouterr().err
     assert not (tmp_path / "report.html").exists()

@@ -66,10 +66,38 @@ def test_sink_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert parse_sink("default") is DEFAULT_SINK and parse_sink("NONE") is None
     assert parse_sink("12") == 12 and parse_sink(" the") == " the"
     out = tmp_path / "summary"
-    assert main([*FAST_TOUR, "--model", "toy-2l", "--device", "cpu", "--sink", "none",
-                 "--out-dir", str(out)]) == 0
+    assert (
+        main(
+            [
+                *FAST_TOUR,
+                "--model",
+                "toy-2l",
+                "--device",
+                "cpu",
+                "--sink",
+                "none",
+                "--out-dir",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "(sink None)" in capsys.readouterr().out
     assert Result.load(out / "attention_summary.json").meta.sink is None
-    assert main([*FAST_TOUR, "--model", "toy-2l", "--device", "cpu", "--sink", "The cat",
-                 "--out-dir", str(out)]) == 2
+    assert (
+        main(
+            [
+                *FAST_TOUR,
+                "--model",
+                "toy-2l",
+                "--device",
+                "cpu",
+                "--sink",
+                "The cat",
+                "--out-dir",
+                str(out),
+            ]
+        )
+        == 2
+    )
     assert "sink 'The cat' is 2 tokens" in capsys.readouterr().err
