@@ -158,15 +158,23 @@ class CFGProbeTable(Result):
 
         from lmsci_mi.viz.plots import save_figure
 
+        # A probe that was not fitted (e.g. ``multihead=False``) gets no row of empty panels.
+        fitted = [p for p in range(len(PROBES)) if not self.values[:, :, :, p].isnan().all()] or [0]
         fig, axes = plt.subplots(
-            len(PROBES), len(TARGETS), figsize=(10, 7), sharex=True, sharey=True, squeeze=False
+            len(fitted),
+            len(TARGETS),
+            figsize=(10, 3.5 * len(fitted)),
+            sharex=True,
+            sharey=True,
+            squeeze=False,
         )
         layers = self.axis_labels(1)
         colours = plt.get_cmap("viridis")
         n_levels = self.values.shape[0]
-        for p, probe in enumerate(PROBES):
+        for row, p in enumerate(fitted):
+            probe = PROBES[p]
             for t, target in enumerate(TARGETS):
-                ax = axes[p][t]
+                ax = axes[row][t]
                 for level in range(n_levels):
                     colour = colours(level / max(1, n_levels - 1))
                     for m, style in ((0, "-"), (1, ":")):
