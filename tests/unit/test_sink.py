@@ -66,38 +66,13 @@ def test_sink_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert parse_sink("default") is DEFAULT_SINK and parse_sink("NONE") is None
     assert parse_sink("12") == 12 and parse_sink(" the") == " the"
     out = tmp_path / "summary"
-    assert (
-        main(
-            [
-                *FAST_TOUR,
-                "--model",
-                "toy-2l",
-                "--device",
-                "cpu",
-                "--sink",
-                "none",
-                "--out-dir",
-                str(out),
-            ]
-        )
-        == 0
-    )
+
+    def tour(sink: str) -> int:
+        args = ["--model", "toy-2l", "--device", "cpu", "--sink", sink, "--out-dir", str(out)]
+        return main([*FAST_TOUR, *args])
+
+    assert tour("none") == 0
     assert "(sink None)" in capsys.readouterr().out
     assert Result.load(out / "attention_summary.json").meta.sink is None
-    assert (
-        main(
-            [
-                *FAST_TOUR,
-                "--model",
-                "toy-2l",
-                "--device",
-                "cpu",
-                "--sink",
-                "The cat",
-                "--out-dir",
-                str(out),
-            ]
-        )
-        == 2
-    )
+    assert tour("The cat") == 2
     assert "sink 'The cat' is 2 tokens" in capsys.readouterr().err
