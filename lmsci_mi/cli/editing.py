@@ -87,9 +87,8 @@ def run_edit(args: argparse.Namespace) -> int:
     if args.apply is not None:
         from lmsci_mi.weights import read_deltas
 
-        read_deltas(
-            args.apply
-        )  # a file that is not a saved edit fails here, before loading a model
+        # A file that is not a saved edit fails here, before loading a model.
+        read_deltas(args.apply)
         lm = load_from_args(args)
         handle = apply_delta(lm, args.apply)
         prompt = args.prompt

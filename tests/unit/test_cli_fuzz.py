@@ -199,10 +199,8 @@ def _argv(draw: Callable[..., Any], command: str, root: Path) -> list[str]:
     if draw(MALFORMED):
         argv.append(draw(st.sampled_from(["--bogus", "-x", "extra", "--help", "--"])))
     if command == "tour":
-        argv += [
-            "--steps",
-            FAST_STEPS,
-        ]  # the full tour runs every analysis: minutes, not a fuzz case
+        # The full tour runs every analysis: minutes, not a fuzz case.
+        argv += ["--steps", FAST_STEPS]
         if "--report" not in argv:  # drawing every plot takes seconds; test_report.py covers it
             argv += ["--report", "none"]
     return argv
