@@ -266,6 +266,18 @@ class Result:
             partial.unlink(missing_ok=True)
         return out
 
+    def summary(self, rows: int = 10) -> str:
+        """A short plain-text account of the result: what the CLI prints and a notebook shows.
+
+        The base gives the type, the model and the ``rows`` largest entries of ``values`` with
+        their labels; a result type with a headline (a peak layer, an accuracy) overrides it.
+        """
+        frame = self.to_dataframe()
+        if "value" in frame.columns and len(frame) > rows:
+            frame = frame.reindex(frame["value"].abs().sort_values(ascending=False).index[:rows])
+        head = f"{type(self).__name__} on {self.meta.model}, values {tuple(self.values.shape)}"
+        return head + "\n" + frame.to_string(index=False)
+
     def axis_labels(self, axis: int) -> list[str]:
         """Labels of one axis, falling back to the indices."""
         labels = self.labels[axis]
