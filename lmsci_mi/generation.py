@@ -7,11 +7,13 @@ prompt samples the same tokens alone or in a batch.
 
 from __future__ import annotations
 
-from dataclasses import field
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from lmsci_mi.config import Config, config
 
-__all__ = ["GenerationConfig"]
+__all__ = ["GenerationConfig", "Generations", "generate"]
 
 
 @config
@@ -29,3 +31,28 @@ class GenerationConfig(Config):
     )
     seed: int | None = field(default=0, metadata={"help": "seed of each row's random stream"})
     batch_size: int = field(default=32, metadata={"help": "prompts decoded together"})
+
+
+@dataclass(frozen=True)
+class Generations:
+    """What :func:`generate` returns: each prompt's new token ids and their text."""
+
+    prompts: tuple[str, ...]
+    tokens: tuple[tuple[int, ...], ...]
+    texts: tuple[str, ...]
+
+
+def generate(lm: Any, prompts: Sequence[str], config: GenerationConfig | None = None) -> Generations:
+    """Continue each prompt under ``config``; interventions active in ``lm.hooks`` apply.
+
+    ``lm`` is a ``LensModel`` (typed loosely: ``model`` imports this module, not the reverse).
+    Reads the model only.
+    """
+    # Interface placeholder: the one batched, KV-cached sampler replaces this body.
+    config = config or GenerationConfig()
+    texts = lm.sample(
+        list(prompts), config.max_new_tokens, temperature=config.temperature,
+        top_k=config.top_k, seed=config.seed,
+    )
+    tokens = tuple(tuple(lm.encode(t)) for t in texts)
+    return Generations(tuple(prompts), tokens, tuple(texts))
