@@ -26,8 +26,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 
 from lmsci_mi import load_model
+from lmsci_mi.cache import cache_root
 from lmsci_mi.data.steering_texts import steering_texts
-from lmsci_mi.loading import cache_root
 from lmsci_mi.results import Result
 from lmsci_mi.steering import (
     ControlCurve,

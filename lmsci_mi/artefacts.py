@@ -2,7 +2,7 @@
 training for many minutes.
 
 An artefact (the CFG GPT, the LM-Steer sentiment steer, the SAE) is a set of files that the cache
-(:func:`lmsci_mi.loading.cache_root`) would otherwise hold after training. They ship under
+(:func:`lmsci_mi.cache.cache_root`) would otherwise hold after training. They ship under
 ``lmsci_mi/data/artefacts/`` at the same relative paths, with ``manifest.json`` giving each file's
 sha256 and how the artefact was built: the command that rebuilds it (``scripts/build_artefacts.py
 NAME``), its settings, and the figures of a small rebuild that a test repeats.
@@ -19,7 +19,6 @@ loaders read, and a file already there (a user's own training) is never overwrit
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -31,7 +30,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from lmsci_mi.loading import cache_root
+from lmsci_mi.cache import cache_root, file_sha256
 from lmsci_mi.registry import MethodRegistry
 
 __all__ = [
@@ -99,12 +98,12 @@ class BuiltArtefact:
 ARTEFACT_BUILDERS: MethodRegistry[Callable[..., BuiltArtefact]] = MethodRegistry("artefact builder")
 """Builders by artefact name, each ``build(*, small: bool) -> BuiltArtefact``, registered with the
 config type of its training run (``lmsci_mi.probes.cfg.shipped``, ``lmsci_mi.steering.shipped``,
-``lmsci_mi.steering.sae.shipped``)."""
+``lmsci_mi.sae.build``)."""
 
 BUILDER_MODULES = (
     "lmsci_mi.probes.cfg.shipped",
     "lmsci_mi.steering.shipped",
-    "lmsci_mi.steering.sae.shipped",
+    "lmsci_mi.sae.build",
 )
 """The modules that register the builders (imported by ``scripts/build_artefacts.py``)."""
 
@@ -123,14 +122,6 @@ def shipped_artefacts(folder: Path | None = None) -> dict[str, ShippedArtefact]:
     """The shipped artefacts by name, from the manifest (empty when none ship)."""
     manifest = _read_manifest(folder if folder is not None else package_folder())
     return {name: _entry(name, manifest) for name in manifest}
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def restore_shipped(*paths: Path) -> bool:
@@ -158,7 +149,7 @@ def restore_shipped(*paths: Path) -> bool:
             continue
         artefact, entry = shipped[relative]
         source = package_folder() / relative
-        if not source.is_file() or _sha256(source) != entry.sha256:
+        if not source.is_file() or file_sha256(source) != entry.sha256:
             raise RuntimeError(
                 f"the shipped {artefact.name} artefact file {source} is missing or damaged "
                 f"(sha256 mismatch); reinstall lmsci-mi or rebuild it: {artefact.rebuild}"
@@ -209,7 +200,7 @@ def record_artefact(
         except ValueError:
             raise ValueError(f"{path} is not under the cache root {root}") from None
         _copy_atomically(path, folder / relative)
-        entries.append(ShippedFile(relative, _sha256(path), path.stat().st_size).__dict__)
+        entries.append(ShippedFile(relative, file_sha256(path), path.stat().st_size).__dict__)
     manifest[name] = {
         "description": description,
         "rebuild": rebuild,

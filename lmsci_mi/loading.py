@@ -9,7 +9,6 @@ dequantisation. Hub names go through ``HookedTransformer.from_pretrained`` for u
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.util
 import io
 import json
@@ -26,6 +25,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
+from lmsci_mi.cache import cache_key, cache_root
 from lmsci_mi.model import DEFAULT_SINK, LensModel, SinkChoice, default_sink_token, resolve_sink
 
 __all__ = [
@@ -33,7 +33,6 @@ __all__ = [
     "TOY_MODELS",
     "ModelInfo",
     "ModelNotAvailableError",
-    "cache_root",
     "default_device",
     "list_models",
     "load_model",
@@ -57,14 +56,6 @@ def default_device() -> torch.device:
     if torch.backends.mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
-
-
-def cache_root() -> Path:
-    """Where converted weights live: ``$LMSCI_MI_CACHE``, else ``$XDG_CACHE_HOME/lmsci-mi``."""
-    if env := os.environ.get("LMSCI_MI_CACHE"):
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base).expanduser() / "lmsci-mi"
 
 
 # --------------------------------------------------------------------------- catalogue
@@ -341,8 +332,9 @@ def _bundled_tokenizer_or_none() -> Any:
 
 def _fingerprint(path: Path, name: str) -> str:
     stat = path.stat()
-    key = f"{name}|{path.name}|{stat.st_size}|{_CACHE_FORMAT}"
-    return hashlib.sha256(key.encode()).hexdigest()[:12]
+    return cache_key(
+        f"{name}|{path.name}|{stat.st_size}|{_CACHE_FORMAT}", length=12, algorithm="sha256"
+    )
 
 
 def _cached_tokenizer(gguf: Path, fingerprint: str) -> Any:

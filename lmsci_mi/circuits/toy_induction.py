@@ -5,7 +5,6 @@ it (Elhage et al. 2021; Olsson et al. 2022). Seeded, CPU-sized, cached as safete
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -17,7 +16,8 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from lmsci_mi.loading import cache_root, default_device
+from lmsci_mi.cache import cache_key, cache_root
+from lmsci_mi.loading import default_device
 from lmsci_mi.model import LensModel
 
 __all__ = ["ToyInductionConfig", "load_toy_induction", "train_toy_induction"]
@@ -52,8 +52,7 @@ class ToyInductionConfig:
     seed: int = 0
 
     def key(self) -> str:
-        blob = json.dumps(asdict(self), sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:12]
+        return cache_key(asdict(self), length=12, algorithm="sha256")
 
     def hooked_config(self) -> HookedTransformerConfig:
         return HookedTransformerConfig(

@@ -9,22 +9,20 @@ on disk under a key made of the weights that produce the keys, the dtype, the te
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from lmsci_mi.cache import WeightsHash, cache_key, cache_root
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.text_corpus import STDLIB_TEXT_SOURCE, stdlib_documents, text_chunks
-from lmsci_mi.loading import cache_root
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name, layer_of, site, weight_name
@@ -102,7 +100,7 @@ class TextSource:
         documents = (text,) if isinstance(text, str) else tuple(text)
         if not documents or not all(isinstance(d, str) for d in documents):
             raise ValueError("text must be documents (strings), a callable returning them, or a TextSource")
-        digest = hashlib.sha256("\x00".join(documents).encode()).hexdigest()[:16]
+        digest = cache_key("\x00".join(documents), length=16, algorithm="sha256")
         return cls(f"text-{digest}", lambda: documents)
 
 
@@ -153,15 +151,10 @@ def weight_fingerprints(lm: LensModel, layers: Sequence[int]) -> dict[int, str]:
     fingerprints produce equal keys, whatever they are called.
     """
     params = dict(lm.model.named_parameters())
-
-    def feed(hasher: Any, name: str) -> None:
-        hasher.update(name.encode())
-        hasher.update(params[name].detach().cpu().contiguous().view(torch.uint8).numpy())
-
-    running = hashlib.blake2b(digest_size=16)
+    running = WeightsHash(size=16)
     for name in params:
         if layer_of(name) is None and not name.startswith(("unembed", "ln_final")):
-            feed(running, name)
+            running.update(name, params[name])
     out: dict[int, str] = {}
     for layer in range(max(layers) + 1):
         block = [name for name in params if layer_of(name) == layer]
@@ -170,16 +163,17 @@ def weight_fingerprints(lm: LensModel, layers: Sequence[int]) -> dict[int, str]:
             keys_side = running.copy()
             for name in block:
                 if name not in after_keys:
-                    feed(keys_side, name)
+                    keys_side.update(name, params[name])
             out[layer] = keys_side.hexdigest()
         for name in block:
-            feed(running, name)
+            running.update(name, params[name])
     return out
 
 
 def _cache_key(fingerprint: str, lm: LensModel, source: TextSource, seq_len: int) -> str:
+    # Kept in the form the cache was first written with, so existing statistics stay valid.
     text = f"{fingerprint}|{lm.cfg.dtype}|{source.name}|seq{seq_len}"
-    return hashlib.sha256(text.encode()).hexdigest()[:20]
+    return cache_key(text, length=20, algorithm="sha256")
 
 
 def _cached(folder: Path, layer: int, key: str, n_tokens: int) -> Path | None:

@@ -10,13 +10,10 @@ unmasked EOS padding is a known pitfall). Results are cached on disk by everythi
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import time
 from dataclasses import field
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -26,10 +23,10 @@ from tqdm.auto import tqdm
 from transformer_lens.utilities.activation_functions import apply_softcap
 
 from lmsci_mi.artefacts import restore_shipped
+from lmsci_mi.cache import cache_key, cache_root, weights_fingerprint
 from lmsci_mi.collect import CollectConfig, collect_activations
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.steering_texts import SteeringTexts
-from lmsci_mi.loading import cache_root
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name
@@ -47,7 +44,7 @@ __all__ = [
     "SteerTraining",
     "cached_steer_paths",
     "collect_final_states",
-    "model_fingerprint",
+    "steer_cache_key",
     "steered_logits",
     "train_steer",
     "unsteered_loss",
@@ -185,14 +182,19 @@ def collect_final_states(
     return acts.acts[hook_name("ln_final")], targets, acts.example
 
 
-def model_fingerprint(lm: LensModel) -> str:
-    """A hash of every weight of the model, with its name and sink (a cache key part)."""
-    hasher: Any = hashlib.blake2b(digest_size=12)  # Any: it takes numpy arrays as buffers
-    hasher.update(f"{lm.name}|{lm.sink}|{lm.cfg.dtype}".encode())
-    for name, param in lm.model.named_parameters():
-        hasher.update(name.encode())
-        hasher.update(param.detach().cpu().contiguous().view(torch.uint8).numpy())
-    return hasher.hexdigest()
+def steer_cache_key(
+    fingerprint: str, texts: SteeringTexts, steer_config: LMSteerConfig, train_config: SteerTrainConfig
+) -> str:
+    """The key part of :func:`cached_steer_paths`: the model's weights, the texts and both configs
+    (the progress bar aside). The shipped steer's files are named by it."""
+    payload = {
+        "texts": list(texts.texts),
+        "labels": texts.labels.tolist(),
+        "attributes": list(texts.attributes),
+        "steer": steer_config.params(),
+        "train": {k: v for k, v in train_config.params().items() if k != "progress"},
+    }
+    return cache_key(fingerprint, payload, length=24)
 
 
 def cached_steer_paths(
@@ -203,17 +205,8 @@ def cached_steer_paths(
 ) -> tuple[Path, Path]:
     """Where :func:`train_steer` caches this steer: (the steer's file, its training record's JSON,
     whose tensors lie beside it in a ``.safetensors`` of the same stem)."""
-    hasher = hashlib.blake2b(digest_size=12)
-    hasher.update(model_fingerprint(lm).encode())
-    payload = {
-        "texts": list(texts.texts),
-        "labels": texts.labels.tolist(),
-        "attributes": list(texts.attributes),
-        "steer": steer_config.params(),
-        "train": {k: v for k, v in train_config.params().items() if k != "progress"},
-    }
-    hasher.update(json.dumps(payload, sort_keys=True).encode())
-    stem = cache_root() / "steers" / f"{lm.name}-{'-'.join(texts.attributes)}-{hasher.hexdigest()}"
+    key = steer_cache_key(weights_fingerprint(lm), texts, steer_config, train_config)
+    stem = cache_root() / "steers" / f"{lm.name}-{'-'.join(texts.attributes)}-{key}"
     # The training result saves as JSON plus its own .safetensors: give it a stem of its own.
     return stem.with_name(stem.name + ".safetensors"), stem.with_name(stem.name + "-training.json")
 

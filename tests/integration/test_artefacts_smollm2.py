@@ -8,7 +8,7 @@ import json
 import pytest
 
 from lmsci_mi.artefacts import ARTEFACT_BUILDERS, shipped_artefacts
-from lmsci_mi.loading import cache_root
+from lmsci_mi.cache import cache_root
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from lmsci_mi import LensModel, load_model
-from lmsci_mi.loading import BUNDLED_MODELS, cache_root
+from lmsci_mi.cache import cache_root
+from lmsci_mi.loading import BUNDLED_MODELS
 
 EIFFEL = "The Eiffel Tower is located in the city of"
 

@@ -16,6 +16,7 @@ from lmsci_mi.artefacts import (
     restore_shipped,
     shipped_artefacts,
 )
+from lmsci_mi.cache import file_sha256
 
 
 @pytest.fixture
@@ -34,7 +35,7 @@ def test_every_shipped_file_is_in_the_package_with_its_sha256() -> None:
         for entry in artefact.files:
             path = package_folder() / entry.path
             assert path.stat().st_size == entry.bytes
-            assert artefacts._sha256(path) == entry.sha256
+            assert file_sha256(path) == entry.sha256
 
 
 def test_the_shipped_cfg_gpt_loads_into_an_empty_cache_without_training(empty_cache: Path) -> None:

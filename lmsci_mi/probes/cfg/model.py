@@ -6,7 +6,6 @@ fraction of its samples that the DP parser accepts).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -21,9 +20,10 @@ from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from lmsci_mi.artefacts import restore_shipped
+from lmsci_mi.cache import cache_key, cache_root
 from lmsci_mi.config import Config, config, validate_choice
 from lmsci_mi.data.cfg import CFGConfig, Grammar, build_grammar, cfg_accepts
-from lmsci_mi.loading import cache_root, default_device
+from lmsci_mi.loading import default_device
 from lmsci_mi.model import LensModel
 
 __all__ = [
@@ -103,15 +103,12 @@ class CFGModelConfig(Config):
 
 
 def _key(grammar_config: CFGConfig, model_config: CFGModelConfig) -> str:
-    blob = json.dumps(
-        {
-            "grammar": grammar_config.params(),
-            "model": model_config.params(),
-            "format": _TRAIN_FORMAT,
-        },
-        sort_keys=True,
-    ).encode()
-    return hashlib.sha256(blob).hexdigest()[:12]
+    payload = {
+        "grammar": grammar_config.params(),
+        "model": model_config.params(),
+        "format": _TRAIN_FORMAT,
+    }
+    return cache_key(payload, length=12, algorithm="sha256")
 
 
 def cfg_model_folder(grammar_config: CFGConfig, model_config: CFGModelConfig) -> Path:
