@@ -21,7 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from lmsci_mi import load_model
 from lmsci_mi.data.steering_texts import neutral_prompts, topic_lexicon
-from lmsci_mi.steering.sae import (
+from lmsci_mi.sae import (
     FeatureCards,
     FrequencyConfig,
     SAEDataConfig,

@@ -13,14 +13,14 @@ import torch
 
 from lmsci_mi import load_model
 from lmsci_mi.collect import CollectConfig, collect_activations
-from lmsci_mi.steering.sae import (
+from lmsci_mi.sae import (
     LensSAE,
     SAEDataConfig,
     SAETrainConfig,
     cached_sae_path,
     sae_corpus,
 )
-from lmsci_mi.steering.sae.stats import feature_summary
+from lmsci_mi.sae.stats import feature_summary
 
 t = time.time()
 lm = load_model("smollm2-135m")

@@ -16,15 +16,12 @@ from pathlib import Path
 import torch
 
 from lmsci_mi import load_model
-from lmsci_mi.steering.sae import LensSAE, SAEDataConfig, SAETrainConfig, cached_sae_path
-from lmsci_mi.steering.sae.data import sae_corpus
-from lmsci_mi.steering.sae.shipped import (
-    LIVE_TRAIN_ROWS,
-    build_shipped_sae,
-    expand_sae,
-)
-from lmsci_mi.steering.sae.stats import feature_summary
-from lmsci_mi.steering.sae.train import harvest
+from lmsci_mi.sae import LensSAE, SAEDataConfig, SAETrainConfig, cached_sae_path
+from lmsci_mi.sae.build import LIVE_TRAIN_ROWS, build_shipped_sae
+from lmsci_mi.sae.compact import expand_sae
+from lmsci_mi.sae.data import sae_corpus
+from lmsci_mi.sae.stats import feature_summary
+from lmsci_mi.sae.train import harvest
 
 UNSEEN_ROWS = 200
 

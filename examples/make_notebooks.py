@@ -400,10 +400,10 @@ SAE = [
     code("""
     from lmsci_mi.data.steering_texts import neutral_prompts
     from lmsci_mi.data.text_corpus import text_chunks
-    from lmsci_mi.steering.sae import (FeatureConfig, FrequencyConfig, SAEStats,
-                                       clamp_sae_feature, feature_cards, find_features,
-                                       load_trained_sae, steer_with_sae_feature,
-                                       steering_frequency)
+    from lmsci_mi.sae import (FeatureConfig, FrequencyConfig, SAEStats,
+                              clamp_sae_feature, feature_cards, find_features,
+                              load_trained_sae, steer_with_sae_feature,
+                              steering_frequency)
 
     sae = load_trained_sae(lm)  # never trains: the cached or the shipped SAE
     print(sae.hook, sae.d_sae, 'features;', sae.info.get('shipped', {}).get('live_features'),

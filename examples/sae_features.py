@@ -28,7 +28,7 @@ from lmsci_mi import load_model
 from lmsci_mi.config import quick_mode
 from lmsci_mi.data.steering_texts import topic_lexicon
 from lmsci_mi.data.text_corpus import text_chunks
-from lmsci_mi.steering.sae import (
+from lmsci_mi.sae import (
     FeatureConfig,
     SAEDataConfig,
     SAEStats,

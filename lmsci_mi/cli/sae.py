@@ -15,7 +15,7 @@ from lmsci_mi.model import LensModel
 
 def register(commands: Any) -> None:
     """Add `sae` and its subcommands to the parser."""
-    from lmsci_mi.steering.sae import FeatureConfig, SAEDataConfig, SAETrainConfig
+    from lmsci_mi.sae import FeatureConfig, SAEDataConfig, SAETrainConfig
 
     sae = commands.add_parser(
         "sae",
@@ -143,7 +143,7 @@ def _positive(name: str, value: int) -> None:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from lmsci_mi.steering.sae import SAEDataConfig, SAETrainConfig, cached_sae_path, train_sae
+    from lmsci_mi.sae import SAEDataConfig, SAETrainConfig, cached_sae_path, train_sae
 
     train_config = SAETrainConfig.from_args(args)
     data_config = SAEDataConfig.from_args(args)
@@ -165,7 +165,7 @@ def _writable_folder(path: Path) -> None:
 
 def _load_sae(args: argparse.Namespace, lm: LensModel) -> Any:
     """The SAE of ``--sae``, or the cached default one at ``--layer``, checked against ``lm``."""
-    from lmsci_mi.steering.sae import LensSAE, SAEDataConfig, SAETrainConfig, load_trained_sae
+    from lmsci_mi.sae import LensSAE, SAEDataConfig, SAETrainConfig, load_trained_sae
 
     if args.layer is not None and args.layer < 0:
         raise ValueError(f"--layer must be non-negative, not {args.layer}")
@@ -186,7 +186,7 @@ def _load_sae(args: argparse.Namespace, lm: LensModel) -> Any:
 
 def _corpus(lm: LensModel, sae: Any) -> Any:
     """The text the SAE was trained on (its held-out rows come first), or the default text."""
-    from lmsci_mi.steering.sae import SAEDataConfig, sae_corpus
+    from lmsci_mi.sae import SAEDataConfig, sae_corpus
 
     recorded = sae.info.get("data")
     config = SAEDataConfig(**recorded) if isinstance(recorded, dict) else SAEDataConfig()
@@ -194,7 +194,7 @@ def _corpus(lm: LensModel, sae: Any) -> Any:
 
 
 def _run_stats(args: argparse.Namespace) -> int:
-    from lmsci_mi.steering.sae import SAEStats, sae_stats
+    from lmsci_mi.sae import SAEStats, sae_stats
 
     lm = load_from_args(args)
     sae = _load_sae(args, lm)
@@ -213,7 +213,7 @@ def _run_stats(args: argparse.Namespace) -> int:
 
 
 def _run_features(args: argparse.Namespace) -> int:
-    from lmsci_mi.steering.sae import FeatureConfig, feature_cards, find_features
+    from lmsci_mi.sae import FeatureConfig, feature_cards, find_features
 
     _positive("top", args.top)
     _positive("rows", args.rows)
@@ -252,7 +252,7 @@ def _generate(lm: LensModel, args: argparse.Namespace) -> str:
 
 
 def _run_steer(args: argparse.Namespace) -> int:
-    from lmsci_mi.steering.sae import steer_with_sae_feature
+    from lmsci_mi.sae import steer_with_sae_feature
 
     lm = load_from_args(args)
     sae = _load_sae(args, lm)
@@ -264,7 +264,7 @@ def _run_steer(args: argparse.Namespace) -> int:
 
 
 def _run_clamp(args: argparse.Namespace) -> int:
-    from lmsci_mi.steering.sae import clamp_sae_feature
+    from lmsci_mi.sae import clamp_sae_feature
 
     lm = load_from_args(args)
     sae = _load_sae(args, lm)
@@ -295,7 +295,7 @@ def tour_steps() -> list[TourStep]:
             "sae",
             "A sparse-autoencoder feature: its top contexts and a steered generation",
             _step_sae,
-            "from lmsci_mi.steering.sae import load_trained_sae, feature_cards, "
+            "from lmsci_mi.sae import load_trained_sae, feature_cards, "
             "steering_frequency; from lmsci_mi.data.text_corpus import text_chunks; "
             "from lmsci_mi.data.steering_texts import neutral_prompts; sae = load_trained_sae(lm); "
             f"print(feature_cards(lm, sae, text_chunks(lm, {TOUR_TOKENS}).tolist(), "
@@ -313,7 +313,7 @@ def _step_sae(lm: LensModel, out_dir: Path) -> StepOutput:
     of its promoted tokens in generations steered with it (never trains an SAE)."""
     from lmsci_mi.data.steering_texts import neutral_prompts
     from lmsci_mi.data.text_corpus import text_chunks
-    from lmsci_mi.steering.sae import (
+    from lmsci_mi.sae import (
         FeatureConfig,
         FrequencyConfig,
         SAEStats,

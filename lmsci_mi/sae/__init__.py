@@ -7,30 +7,30 @@ Train with :func:`train_sae` (cached), measure with :func:`sae_stats`, browse wi
 pretrained SAEs (online only) with :func:`load_sae`.
 """
 
-from lmsci_mi.steering.sae.core import LensSAE as LensSAE
-from lmsci_mi.steering.sae.core import SAEMismatchError as SAEMismatchError
-from lmsci_mi.steering.sae.data import SAECorpus as SAECorpus
-from lmsci_mi.steering.sae.data import SAEDataConfig as SAEDataConfig
-from lmsci_mi.steering.sae.data import sae_corpus as sae_corpus
-from lmsci_mi.steering.sae.features import FeatureCards as FeatureCards
-from lmsci_mi.steering.sae.features import FeatureConfig as FeatureConfig
-from lmsci_mi.steering.sae.features import feature_cards as feature_cards
-from lmsci_mi.steering.sae.features import find_features as find_features
-from lmsci_mi.steering.sae.features import promoted_tokens as promoted_tokens
-from lmsci_mi.steering.sae.frequency import FrequencyConfig as FrequencyConfig
-from lmsci_mi.steering.sae.frequency import SteeringFrequency as SteeringFrequency
-from lmsci_mi.steering.sae.frequency import steering_frequency as steering_frequency
-from lmsci_mi.steering.sae.intervene import clamp_sae_feature as clamp_sae_feature
-from lmsci_mi.steering.sae.intervene import steer_with_sae_feature as steer_with_sae_feature
-from lmsci_mi.steering.sae.pretrained import PretrainedSAEUnavailable as PretrainedSAEUnavailable
-from lmsci_mi.steering.sae.pretrained import list_trained_saes as list_trained_saes
-from lmsci_mi.steering.sae.pretrained import load_sae as load_sae
-from lmsci_mi.steering.sae.stats import SAEStats as SAEStats
-from lmsci_mi.steering.sae.stats import sae_stats as sae_stats
-from lmsci_mi.steering.sae.train import SAETrainConfig as SAETrainConfig
-from lmsci_mi.steering.sae.train import cached_sae_path as cached_sae_path
-from lmsci_mi.steering.sae.train import load_trained_sae as load_trained_sae
-from lmsci_mi.steering.sae.train import train_sae as train_sae
+from lmsci_mi.sae.core import LensSAE as LensSAE
+from lmsci_mi.sae.core import SAEMismatchError as SAEMismatchError
+from lmsci_mi.sae.data import SAECorpus as SAECorpus
+from lmsci_mi.sae.data import SAEDataConfig as SAEDataConfig
+from lmsci_mi.sae.data import sae_corpus as sae_corpus
+from lmsci_mi.sae.features import FeatureCards as FeatureCards
+from lmsci_mi.sae.features import FeatureConfig as FeatureConfig
+from lmsci_mi.sae.features import feature_cards as feature_cards
+from lmsci_mi.sae.features import find_features as find_features
+from lmsci_mi.sae.features import promoted_tokens as promoted_tokens
+from lmsci_mi.sae.frequency import FrequencyConfig as FrequencyConfig
+from lmsci_mi.sae.frequency import SteeringFrequency as SteeringFrequency
+from lmsci_mi.sae.frequency import steering_frequency as steering_frequency
+from lmsci_mi.sae.intervene import clamp_sae_feature as clamp_sae_feature
+from lmsci_mi.sae.intervene import steer_with_sae_feature as steer_with_sae_feature
+from lmsci_mi.sae.pretrained import PretrainedSAEUnavailable as PretrainedSAEUnavailable
+from lmsci_mi.sae.pretrained import list_trained_saes as list_trained_saes
+from lmsci_mi.sae.pretrained import load_sae as load_sae
+from lmsci_mi.sae.stats import SAEStats as SAEStats
+from lmsci_mi.sae.stats import sae_stats as sae_stats
+from lmsci_mi.sae.train import SAETrainConfig as SAETrainConfig
+from lmsci_mi.sae.train import cached_sae_path as cached_sae_path
+from lmsci_mi.sae.train import load_trained_sae as load_trained_sae
+from lmsci_mi.sae.train import train_sae as train_sae
 
 __all__ = [
     "FeatureCards",

@@ -8,18 +8,18 @@ A seeded shuffle of the rows sets a held-out part aside for the statistics.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from dataclasses import dataclass, field
 
 import torch
 
+from lmsci_mi.cache import cache_key, cache_root
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.facts import load_fact_records
 from lmsci_mi.data.steering_texts import neutral_prompts, steering_texts
 from lmsci_mi.data.text_corpus import STDLIB_TEXT_SOURCE, text_chunks
-from lmsci_mi.loading import cache_root
+from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.model import LensModel
 
 __all__ = ["SAECorpus", "SAEDataConfig", "sae_corpus"]
@@ -91,35 +91,25 @@ def _generations(lm: LensModel, config: SAEDataConfig, fingerprint: str) -> list
     """Seeded continuations (prompt and new tokens, sink first), cached by model and settings."""
     if config.generations == 0 or config.generation_tokens == 0:
         return []
-    from lmsci_mi.steering.evaluate import generate_steered
-
-    key = hashlib.blake2b(digest_size=10)
-    key.update(
-        json.dumps(
-            [
-                fingerprint,
-                config.generations,
-                config.generation_tokens,
-                config.data_seed,
-                generation_prompts(),
-            ]
-        ).encode()
-    )
-    path = cache_root() / "sae" / f"generations-{lm.name}-{key.hexdigest()}.json"
-    if path.is_file():
-        return json.loads(path.read_text(encoding="utf-8"))
-    pool = generation_prompts()
-    prompts = [pool[i % len(pool)] for i in range(config.generations)]
-    continuations = generate_steered(
-        lm,
-        prompts,
+    sampling = GenerationConfig(
         max_new_tokens=config.generation_tokens,
         temperature=1.0,
         top_p=0.95,
         seed=config.data_seed,
         batch_size=128,
     )
-    rows = [lm.encode(p) + c for p, c in zip(prompts, continuations, strict=True)]
+    # The sampling settings are in the key: the generations moved to the core sampler, whose
+    # streams differ from the old one's, so its samples get a cache entry of their own.
+    key = cache_key(
+        [fingerprint, config.generations, sampling.params(), generation_prompts()], length=20
+    )
+    path = cache_root() / "sae" / f"generations-{lm.name}-{key}.json"
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    pool = generation_prompts()
+    prompts = [pool[i % len(pool)] for i in range(config.generations)]
+    continuations = generate(lm, prompts, sampling).tokens
+    rows = [lm.encode(p) + list(c) for p, c in zip(prompts, continuations, strict=True)]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(rows), encoding="utf-8")
     return rows

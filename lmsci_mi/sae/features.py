@@ -21,7 +21,7 @@ from lmsci_mi.collect import CollectConfig, collect_activations
 from lmsci_mi.config import Config, config
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
-from lmsci_mi.steering.sae.core import LensSAE
+from lmsci_mi.sae.core import LensSAE
 from lmsci_mi.viz.tokens import colored_tokens_html, page_with_views
 
 __all__ = ["FeatureCards", "FeatureConfig", "feature_cards", "find_features", "promoted_tokens"]
@@ -231,8 +231,8 @@ def feature_cards(
         ValueError: a feature index out of range, or an SAE of another model.
 
     >>> from lmsci_mi import load_model
-    >>> from lmsci_mi.steering.sae.core import LensSAE
-    >>> from lmsci_mi.steering.sae.train import SAETrainConfig, _training_sae
+    >>> from lmsci_mi.sae.core import LensSAE
+    >>> from lmsci_mi.sae.train import SAETrainConfig, _training_sae
     >>> lm = load_model("toy-2l")
     >>> raw = _training_sae(lm, "blocks.1.hook_resid_post", SAETrainConfig(layer=1, d_sae=32, k=4))
     >>> sae = LensSAE(raw, "blocks.1.hook_resid_post", lm.name, lm.cfg.d_model, torch.ones(32))

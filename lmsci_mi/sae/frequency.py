@@ -18,12 +18,12 @@ import torch
 from torch import Tensor
 
 from lmsci_mi.config import Config, config
+from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
-from lmsci_mi.steering.evaluate import generate_steered
-from lmsci_mi.steering.sae.core import LensSAE
-from lmsci_mi.steering.sae.features import promoted_tokens
-from lmsci_mi.steering.sae.intervene import steer_with_sae_feature
+from lmsci_mi.sae.core import LensSAE
+from lmsci_mi.sae.features import promoted_tokens
+from lmsci_mi.sae.intervene import steer_with_sae_feature
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -139,17 +139,19 @@ def steering_frequency(
     ids, _ = promoted_tokens(lm, sae, [feature], config.promoted)
     token_set = set(ids[0])
 
+    sampling = GenerationConfig(
+        max_new_tokens=config.new_tokens,
+        temperature=config.temperature,
+        top_p=config.top_p,
+        seed=config.seed,
+        batch_size=64,
+    )
+
     def run(steer: int | None) -> list[list[int]]:
-        kwargs = {
-            "max_new_tokens": config.new_tokens,
-            "temperature": config.temperature,
-            "top_p": config.top_p,
-            "seed": config.seed,
-        }
         if steer is None:
-            return generate_steered(lm, prompts, **kwargs)
+            return [list(t) for t in generate(lm, prompts, sampling).tokens]
         with steer_with_sae_feature(lm, sae, steer, config.coefficient):
-            return generate_steered(lm, prompts, **kwargs)
+            return [list(t) for t in generate(lm, prompts, sampling).tokens]
 
     conditions = [
         ("unsteered", None),

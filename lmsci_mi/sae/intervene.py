@@ -20,9 +20,9 @@ from torch import Tensor
 
 from lmsci_mi.config import validate_choice
 from lmsci_mi.model import LensModel
+from lmsci_mi.sae.compact import check_not_dropped
+from lmsci_mi.sae.core import LensSAE
 from lmsci_mi.sites import hook_name
-from lmsci_mi.steering.sae.core import LensSAE
-from lmsci_mi.steering.sae.shipped import check_not_dropped
 
 __all__ = ["CLAMP_MODES", "clamp_sae_feature", "steer_with_sae_feature"]
 
@@ -88,7 +88,7 @@ def steer_with_sae_feature(
             SAE of another model.
 
     >>> from lmsci_mi import load_model
-    >>> from lmsci_mi.steering.sae.train import SAETrainConfig, _training_sae
+    >>> from lmsci_mi.sae.train import SAETrainConfig, _training_sae
     >>> lm = load_model("toy-2l")
     >>> raw = _training_sae(lm, "blocks.1.hook_resid_post", SAETrainConfig(layer=1, d_sae=32, k=4))
     >>> sae = LensSAE(raw, "blocks.1.hook_resid_post", lm.name, lm.cfg.d_model, torch.ones(32))
@@ -136,7 +136,7 @@ def clamp_sae_feature(
             unknown mode, or an SAE of another model.
 
     >>> from lmsci_mi import load_model
-    >>> from lmsci_mi.steering.sae.train import SAETrainConfig, _training_sae
+    >>> from lmsci_mi.sae.train import SAETrainConfig, _training_sae
     >>> lm = load_model("toy-2l")
     >>> raw = _training_sae(lm, "blocks.1.hook_resid_post", SAETrainConfig(layer=1, d_sae=32, k=4))
     >>> sae = LensSAE(raw, "blocks.1.hook_resid_post", lm.name, lm.cfg.d_model, torch.ones(32))

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import torch
 
-from lmsci_mi.loading import ModelNotAvailableError, cache_root
+from lmsci_mi.cache import cache_root
+from lmsci_mi.loading import ModelNotAvailableError
 from lmsci_mi.model import LensModel
-from lmsci_mi.steering.sae.core import LensSAE, SAEMismatchError
+from lmsci_mi.sae.core import LensSAE, SAEMismatchError
+from lmsci_mi.sae.shipped import restore_shipped_sae, shipped_sae_folders
 
 __all__ = ["PretrainedSAEUnavailable", "list_trained_saes", "load_sae"]
 
@@ -30,8 +32,6 @@ class PretrainedSAEUnavailable(ModelNotAvailableError):
 def list_trained_saes() -> list[Path]:
     """Folders of the SAEs trained here (``lmsci-mi sae train``) and the one that ships with
     lmsci-mi (expanded into the cache on first use), newest first."""
-    from lmsci_mi.steering.sae.shipped import restore_shipped_sae, shipped_sae_folders
-
     for folder in shipped_sae_folders():
         restore_shipped_sae(folder)
     root = cache_root() / "sae"
@@ -91,7 +91,7 @@ def load_sae(
     >>> load_sae("gemma-scope-2-270m-pt-res", "layer_12_width_16k_l0_medium")
     Traceback (most recent call last):
     ...
-    lmsci_mi.steering.sae.pretrained.PretrainedSAEUnavailable: cannot load pretrained SAE ...
+    lmsci_mi.sae.pretrained.PretrainedSAEUnavailable: cannot load pretrained SAE ...
     """
     _check_registry(release, sae_id)
     if _offline():

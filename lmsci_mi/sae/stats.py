@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from lmsci_mi.collect import CollectConfig, collect_activations
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
-from lmsci_mi.steering.sae.core import LensSAE
+from lmsci_mi.sae.core import LensSAE
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

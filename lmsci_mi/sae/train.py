@@ -9,31 +9,37 @@ folder, keyed by the model's weights, the hook, the text and both configs. After
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import tempfile
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import field
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from lmsci_mi.cache import cache_key, cache_root, weights_fingerprint
 from lmsci_mi.collect import CollectConfig, collect_activations
 from lmsci_mi.config import Config, config, validate_choice
-from lmsci_mi.loading import cache_root
 from lmsci_mi.model import LensModel
+from lmsci_mi.sae.compact import REBUILD
+from lmsci_mi.sae.core import LensSAE
+from lmsci_mi.sae.data import SAECorpus, SAEDataConfig, sae_corpus
+from lmsci_mi.sae.shipped import restore_shipped_sae
+from lmsci_mi.sae.stats import SAEStats, sae_stats
 from lmsci_mi.sites import hook_name
-from lmsci_mi.steering.sae.core import LensSAE
-from lmsci_mi.steering.sae.data import SAECorpus, SAEDataConfig, sae_corpus
-from lmsci_mi.steering.sae.stats import SAEStats, sae_stats
-from lmsci_mi.steering.train import model_fingerprint
 
-__all__ = ["SAETrainConfig", "cached_sae_path", "load_trained_sae", "train_sae"]
+__all__ = [
+    "SAETrainConfig",
+    "cached_sae_path",
+    "harvest",
+    "load_trained_sae",
+    "sae_cache_key",
+    "train_sae",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -95,15 +101,21 @@ class SAETrainConfig(Config):
 
 def cached_sae_path(lm: LensModel, data: SAEDataConfig, train: SAETrainConfig) -> Path:
     """The cache folder of the SAE these settings train on ``lm`` (it may not exist yet)."""
-    hasher = hashlib.blake2b(digest_size=10)
+    hook = train.hook(lm)
+    key = sae_cache_key(weights_fingerprint(lm), hook, data, train)
+    return cache_root() / "sae" / f"{lm.name}-{hook}-{key}"
+
+
+def sae_cache_key(fingerprint: str, hook: str, data: SAEDataConfig, train: SAETrainConfig) -> str:
+    """The key part of :func:`cached_sae_path`: the model's weights, the hook, the text and the
+    training settings (the progress bar aside). The shipped SAE's folder is named by it."""
     payload = {
-        "model": model_fingerprint(lm),
-        "hook": train.hook(lm),
+        "model": fingerprint,
+        "hook": hook,
         "data": data.params(),
         "train": {k: v for k, v in train.params().items() if k != "progress"},
     }
-    hasher.update(json.dumps(payload, sort_keys=True).encode())
-    return cache_root() / "sae" / f"{lm.name}-{train.hook(lm)}-{hasher.hexdigest()}"
+    return cache_key(payload, length=20)
 
 
 def train_sae(
@@ -124,7 +136,7 @@ def train_sae(
             (:func:`cached_sae_path`); a second call with the same settings is instant.
         shipped: with ``cache``, use the SAE that ships with lmsci-mi when these are its
             settings (the default SAE of the bundled SmolLM2, expanded from its compact form
-            into the cache; :mod:`lmsci_mi.steering.sae.shipped`) instead of training.
+            into the cache; :mod:`lmsci_mi.sae.shipped`) instead of training.
 
     Returns:
         (the trained :class:`LensSAE`, its :class:`SAEStats` on held-out tokens).
@@ -137,8 +149,6 @@ def train_sae(
     >>> sae.d_sae, stats.l0
     (128, 8.0)
     """
-    from lmsci_mi.steering.sae.shipped import restore_shipped_sae
-
     data = data or SAEDataConfig()
     train = train or SAETrainConfig()
     hook = train.hook(lm)
@@ -149,7 +159,7 @@ def train_sae(
         logger.info("loading cached SAE %s", folder)
         return LensSAE.load(folder, lm.device), SAEStats.load(folder / "stats.json")
 
-    fingerprint = model_fingerprint(lm)
+    fingerprint = weights_fingerprint(lm)
     start = time.perf_counter()
     corpus = sae_corpus(lm, data, fingerprint=fingerprint)
     text_seconds = time.perf_counter() - start
@@ -195,8 +205,6 @@ def load_trained_sae(
         FileNotFoundError: neither the cache nor the package holds it; the message names the
             commands that train it.
     """
-    from lmsci_mi.steering.sae.shipped import REBUILD, restore_shipped_sae
-
     data = data or SAEDataConfig()
     train = train or SAETrainConfig()
     folder = cached_sae_path(lm, data, train)
@@ -331,6 +339,4 @@ def _measure(
             "train_dead_features": float(sae.sae.cfg.metadata.num_dead_features or 0),
         },
     )
-    from dataclasses import replace
-
     return replace(sae, feature_scale=stats.feature_scale.to(lm.device)), stats

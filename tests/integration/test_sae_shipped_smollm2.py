@@ -11,13 +11,10 @@ import pytest
 
 from lmsci_mi import LensModel
 from lmsci_mi.artefacts import package_folder, shipped_artefacts
-from lmsci_mi.steering.sae import load_trained_sae
-from lmsci_mi.steering.sae import train as train_module
-from lmsci_mi.steering.sae.shipped import (
-    COMPACT_WEIGHTS,
-    dropped_features,
-    small_sae_rebuild,
-)
+from lmsci_mi.sae import load_trained_sae
+from lmsci_mi.sae import train as train_module
+from lmsci_mi.sae.build import small_sae_rebuild
+from lmsci_mi.sae.compact import COMPACT_WEIGHTS, dropped_features
 
 pytestmark = pytest.mark.slow
 

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from lmsci_mi import LensModel
-from lmsci_mi.steering.evaluate import generate_steered
-from lmsci_mi.steering.sae import (
+from lmsci_mi.sae import (
     LensSAE,
     SAEDataConfig,
     SAEStats,
@@ -20,6 +19,7 @@ from lmsci_mi.steering.sae import (
     steer_with_sae_feature,
     train_sae,
 )
+from lmsci_mi.steering.evaluate import generate_steered
 
 pytestmark = pytest.mark.slow
 

@@ -13,9 +13,7 @@ import torch
 
 from lmsci_mi import LensModel, load_model
 from lmsci_mi.cli import main
-from lmsci_mi.sites import hook_name
-from lmsci_mi.steering.evaluate import generate_steered
-from lmsci_mi.steering.sae import (
+from lmsci_mi.sae import (
     FeatureConfig,
     FrequencyConfig,
     LensSAE,
@@ -34,7 +32,9 @@ from lmsci_mi.steering.sae import (
     steering_frequency,
     train_sae,
 )
-from lmsci_mi.steering.sae import train as train_module
+from lmsci_mi.sae import train as train_module
+from lmsci_mi.sites import hook_name
+from lmsci_mi.steering.evaluate import generate_steered
 
 HOOK = hook_name("resid_post", 0)
 DATA = SAEDataConfig(corpus_tokens=3000, seq_len=64, generations=8, generation_tokens=8)
@@ -83,7 +83,7 @@ def test_training_reports_the_statistics(trained: tuple[LensSAE, SAEStats]) -> N
 
 def test_trained_sae_beats_a_fresh_one(toy: LensModel, trained: tuple[LensSAE, SAEStats]) -> None:
     """Training lowers the reconstruction error: an untrained SAE of the same shape is worse."""
-    from lmsci_mi.steering.sae.stats import sae_stats
+    from lmsci_mi.sae.stats import sae_stats
 
     _, stats = trained
     fresh = LensSAE(

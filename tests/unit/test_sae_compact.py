@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 
 from lmsci_mi import LensModel, artefacts, load_model
 from lmsci_mi.artefacts import record_artefact
-from lmsci_mi.steering.sae import (
+from lmsci_mi.sae import (
     LensSAE,
     SAEDataConfig,
     SAETrainConfig,
@@ -22,17 +22,16 @@ from lmsci_mi.steering.sae import (
     steer_with_sae_feature,
     train_sae,
 )
-from lmsci_mi.steering.sae import train as train_module
-from lmsci_mi.steering.sae.shipped import (
+from lmsci_mi.sae import train as train_module
+from lmsci_mi.sae.build import live_features
+from lmsci_mi.sae.compact import (
     COMPACT_WEIGHTS,
     DEAD_BIAS,
     compact_sae,
     dropped_features,
     expand_sae,
-    live_features,
-    restore_shipped_sae,
-    shipped_sae_folders,
 )
+from lmsci_mi.sae.shipped import restore_shipped_sae, shipped_sae_folders
 
 DATA = SAEDataConfig(corpus_tokens=3000, seq_len=64, generations=0)
 TRAIN = SAETrainConfig(
