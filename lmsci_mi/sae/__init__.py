@@ -4,7 +4,10 @@ browse its features, and steer or clamp them during (cached) generation through 
 Train with :func:`train_sae` (cached), measure with :func:`sae_stats`, browse with
 :func:`feature_cards` / :func:`find_features`, intervene with :func:`steer_with_sae_feature` and
 :func:`clamp_sae_feature`, test a steer with :func:`steering_frequency`, and load sae-lens's
-pretrained SAEs (online only) with :func:`load_sae`.
+pretrained SAEs (online only) with :func:`load_sae`. The default SAE of the bundled SmolLM2 ships
+in a compact form (:mod:`~lmsci_mi.sae.compact`, restored by :mod:`~lmsci_mi.sae.shipped`, built
+by :mod:`~lmsci_mi.sae.build`). The package uses the core only (generation through
+:func:`lmsci_mi.generation.generate`, cache keys through :mod:`lmsci_mi.cache`), no steering module.
 """
 
 from lmsci_mi.sae.core import LensSAE as LensSAE

@@ -3,6 +3,7 @@ clamping under the KV cache, the feature browser, the CLI, and bad input."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 from collections.abc import Iterator
@@ -11,8 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
+import lmsci_mi.sae as sae_package
 from lmsci_mi import LensModel, load_model
 from lmsci_mi.cli import main
+from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.sae import (
     FeatureConfig,
     FrequencyConfig,
@@ -269,7 +272,8 @@ def test_steering_frequency_table(toy: LensModel, trained: tuple[LensSAE, SAESta
     assert table.axis_labels(0)[0] == "unsteered" and "random feature" in table.table()
     assert len(table.token_set) == 20
     # The unsteered row is the share of the feature's promoted tokens in plain samples.
-    plain = generate_steered(toy, PROMPTS, max_new_tokens=6, temperature=1.0, top_p=0.9, seed=0)
+    sampling = GenerationConfig(max_new_tokens=6, temperature=1.0, top_p=0.9, seed=0, batch_size=64)
+    plain = generate(toy, PROMPTS, sampling).tokens
     ids = set(promoted_tokens(toy, sae, [5], 20)[0][0])
     assert table.values[0].tolist() == pytest.approx([sum(t in ids for t in o) / 6 for o in plain])
     # With no push all three conditions sample the same tokens.
@@ -394,3 +398,17 @@ def test_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ]:
         code, _, err = _cli(argv)
         assert code == 2 and message in err and "Traceback" not in err, (argv, err)
+
+
+def test_the_sae_package_uses_no_steering_module() -> None:
+    """SAE-feature steering lives in lmsci_mi.sae and reaches LM-Steer's files for nothing."""
+    for path in Path(sae_package.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            assert not any(n.startswith("lmsci_mi.steering") for n in names), path.name
