@@ -34,7 +34,9 @@ class GenerationConfig(Config):
 
     max_new_tokens: int = field(default=20, metadata={"help": "tokens generated per prompt"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature; 0 is greedy"})
-    top_k: int | None = field(default=None, metadata={"help": "sample among the k likeliest tokens"})
+    top_k: int | None = field(
+        default=None, metadata={"help": "sample among the k likeliest tokens"}
+    )
     top_p: float | None = field(
         default=None, metadata={"help": "sample from the smallest set of tokens of this mass"}
     )
@@ -130,8 +132,9 @@ def generate(
         for start in range(0, len(order), config.batch_size):
             rows = order[start : start + config.batch_size]
             batch = _Batch.start(lm, [sequences[i] for i in rows], config.max_new_tokens)
-            _decode(lm, batch, config, [generators[i] for i in rows], stop_at, use_kv_cache,
-                    keep_logits)
+            _decode(
+                lm, batch, config, [generators[i] for i in rows], stop_at, use_kv_cache, keep_logits
+            )
             for r, i in enumerate(rows):
                 tokens[i], logits[i] = batch.row(r, stop_at)
     return Generations(
@@ -222,7 +225,7 @@ def _decode(
     ended = torch.zeros_like(lengths, dtype=torch.bool)
     for t in range(shortest, width):
         if keep_logits:
-            batch.step_logits.append(logits)
+            batch.step_logits.append(logits.clone())  # a view would keep the whole pass alive
         in_prompt = t < lengths
         drawn = _choose(logits, config, generators, ~in_prompt)
         tokens[:, t] = torch.where(in_prompt, tokens[:, t], drawn)
@@ -241,7 +244,7 @@ def _forward(model: Any, tokens: Tensor, cache: TransformerLensKeyValueCache | N
     """Last-position logits ``[row, vocab]`` through every hook point of the model."""
     # An explicit all-ones mask: no row is padded. Left to itself, TransformerLens would infer
     # a mask from the tokenizer's pad token, which for some models is also the sink token.
-    mask = torch.ones_like(tokens) if cache is not None else None
+    mask = torch.ones_like(tokens)
     logits = model(tokens, past_kv_cache=cache, attention_mask=mask)
     return logits[:, -1].float()
 
