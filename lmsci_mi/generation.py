@@ -9,11 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
 from lmsci_mi.config import Config, config
 
 __all__ = ["GenerationConfig", "Generations", "generate"]
+
+Prompt = str | Sequence[int]
+"""A prompt: text (tokenised under the model's sink policy) or token ids used as they are."""
+
+_STREAM_MIX = 0x9E3779B97F4A7C15  # odd 64-bit constant: distinct (seed, row) pairs, distinct seeds
 
 
 @config
@@ -25,34 +34,248 @@ class GenerationConfig(Config):
 
     max_new_tokens: int = field(default=20, metadata={"help": "tokens generated per prompt"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature; 0 is greedy"})
-    top_k: int | None = field(default=None, metadata={"help": "sample among the k likeliest tokens"})
+    top_k: int | None = field(
+        default=None, metadata={"help": "sample among the k likeliest tokens"}
+    )
     top_p: float | None = field(
         default=None, metadata={"help": "sample from the smallest set of tokens of this mass"}
     )
     seed: int | None = field(default=0, metadata={"help": "seed of each row's random stream"})
     batch_size: int = field(default=32, metadata={"help": "prompts decoded together"})
 
+    def validate(self) -> None:
+        if self.max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be at least 0, not {self.max_new_tokens}")
+        if not self.temperature >= 0:
+            raise ValueError(f"temperature must be at least 0 (0: greedy), not {self.temperature}")
+        if self.top_k is not None and self.top_k < 1:
+            raise ValueError(f"top_k must be at least 1 (or None: no cut), not {self.top_k}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1] (or None: no cut), not {self.top_p}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, not {self.batch_size}")
+
 
 @dataclass(frozen=True)
 class Generations:
-    """What :func:`generate` returns: each prompt's new token ids and their text."""
+    """What :func:`generate` returns: each prompt's new token ids and their text.
 
-    prompts: tuple[str, ...]
+    Attributes:
+        prompts: the prompts as given (text, or a tuple of token ids).
+        tokens: per prompt, the new token ids; a row that met the stop token ends with it.
+        texts: per prompt, the new tokens decoded (special tokens left out); token ids joined
+            by spaces for a model without a tokenizer.
+        logits: per prompt, ``[new token, vocab]`` logits that chose each new token (only with
+            ``keep_logits=True``; before temperature, top-k and top-p).
+    """
+
+    prompts: tuple[str | tuple[int, ...], ...]
     tokens: tuple[tuple[int, ...], ...]
     texts: tuple[str, ...]
+    logits: tuple[Tensor, ...] | None = None
 
 
-def generate(lm: Any, prompts: Sequence[str], config: GenerationConfig | None = None) -> Generations:
+class _Model(Protocol):
+    """What the sampler uses of a ``LensModel`` (``model`` imports this module, not the reverse)."""
+
+    model: Any
+    tokenizer: Any
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+
+def generate(
+    lm: _Model,
+    prompts: Sequence[Prompt],
+    config: GenerationConfig | None = None,
+    *,
+    stop_at: int | None = None,
+    use_kv_cache: bool = True,
+    keep_logits: bool = False,
+) -> Generations:
     """Continue each prompt under ``config``; interventions active in ``lm.hooks`` apply.
 
-    ``lm`` is a ``LensModel`` (typed loosely: ``model`` imports this module, not the reverse).
-    Reads the model only.
+    Prompts of different lengths share a batch without padding: every row advances one position
+    per step, fed its own prompt token while it has one and its sampled token after that, so
+    positions are exact. Row ``i`` draws from its own generator seeded from ``(config.seed, i)``
+    (the global random state is never touched), so a prompt samples the same tokens whatever
+    else shares its batch and whatever the batch size. Every forward pass goes through the
+    model's hook points. Reads the model only.
+
+    Args:
+        lm: a ``LensModel``.
+        prompts: texts, or token-id sequences used as they are (no sink added).
+        config: length, temperature, top-k / top-p, seed and batch size.
+        stop_at: a token id that ends a row (kept as its last token), e.g. a grammar's EOS.
+        use_kv_cache: False recomputes the whole sequence at each step (same tokens; slower).
+        keep_logits: also return the logits of each new token.
+
+    >>> from lmsci_mi import load_model
+    >>> lm = load_model("toy-2l")
+    >>> out = generate(lm, ["Hi", "Hello there"], GenerationConfig(max_new_tokens=3))
+    >>> [len(t) for t in out.tokens]
+    [3, 3]
+    >>> generate(lm, ["Hi"], GenerationConfig(max_new_tokens=3)).tokens[0] == out.tokens[0]
+    True
     """
-    # Interface placeholder: the one batched, KV-cached sampler replaces this body.
     config = config or GenerationConfig()
-    texts = lm.sample(
-        list(prompts), config.max_new_tokens, temperature=config.temperature,
-        top_k=config.top_k, seed=config.seed,
+    sequences = [_prompt_ids(lm, p) for p in prompts]
+    generators = [_row_generator(config.seed, i, lm.device) for i in range(len(sequences))]
+    tokens: list[tuple[int, ...]] = [() for _ in sequences]
+    logits: list[Tensor] = [torch.empty(0) for _ in sequences]
+    # Rows of similar length share a batch, so few steps are spent feeding prompt tokens.
+    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
+    with torch.no_grad():
+        for start in range(0, len(order), config.batch_size):
+            rows = order[start : start + config.batch_size]
+            batch = _Batch.start(lm, [sequences[i] for i in rows], config.max_new_tokens)
+            _decode(
+                lm, batch, config, [generators[i] for i in rows], stop_at, use_kv_cache, keep_logits
+            )
+            for r, i in enumerate(rows):
+                tokens[i], logits[i] = batch.row(r, stop_at)
+    return Generations(
+        prompts=tuple(p if isinstance(p, str) else tuple(int(t) for t in p) for p in prompts),
+        tokens=tuple(tokens),
+        texts=tuple(_decode_text(lm, t) for t in tokens),
+        logits=tuple(logits) if keep_logits else None,
     )
-    tokens = tuple(tuple(lm.encode(t)) for t in texts)
-    return Generations(tuple(prompts), tokens, tuple(texts))
+
+
+def _prompt_ids(lm: _Model, prompt: Prompt) -> list[int]:
+    ids = lm.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
+    if not ids:
+        raise ValueError(f"prompt {prompt!r} has no tokens to continue (give at least one)")
+    return ids
+
+
+def _row_generator(seed: int | None, row: int, device: torch.device) -> torch.Generator:
+    """Row ``row``'s own random stream: seeded from ``(seed, row)``, or unseeded for None."""
+    generator = torch.Generator(device=device)
+    if seed is None:
+        generator.seed()
+    else:
+        generator.manual_seed((seed * _STREAM_MIX + row) % 2**63)
+    return generator
+
+
+def _decode_text(lm: _Model, tokens: Sequence[int]) -> str:
+    if lm.tokenizer is None:
+        return " ".join(str(t) for t in tokens)
+    return str(lm.tokenizer.decode(list(tokens), skip_special_tokens=True))
+
+
+@dataclass
+class _Batch:
+    """One batch's token grid ``[row, longest prompt + new tokens]``, filled as decoding goes."""
+
+    tokens: Tensor
+    lengths: Tensor
+    max_new_tokens: int
+    step_logits: list[Tensor] = field(default_factory=list)
+    first_step: int = 0
+
+    @classmethod
+    def start(cls, lm: _Model, sequences: Sequence[list[int]], max_new_tokens: int) -> _Batch:
+        longest = max(len(s) for s in sequences)
+        tokens = torch.zeros(len(sequences), longest + max_new_tokens, dtype=torch.long)
+        for r, ids in enumerate(sequences):
+            tokens[r, : len(ids)] = torch.tensor(ids)
+        lengths = torch.tensor([len(s) for s in sequences])
+        return cls(tokens.to(lm.device), lengths.to(lm.device), max_new_tokens)
+
+    def row(self, r: int, stop_at: int | None) -> tuple[tuple[int, ...], Tensor]:
+        """Row ``r``'s new tokens (cut after ``stop_at``) and, if kept, their logits."""
+        n = int(self.lengths[r])
+        new = self.tokens[r, n : n + self.max_new_tokens].tolist()
+        if stop_at is not None and stop_at in new:
+            new = new[: new.index(stop_at) + 1]
+        if not self.step_logits:
+            return tuple(new), torch.empty(0)
+        # step_logits[s] chose the token at position first_step + s.
+        steps = range(n - self.first_step, n - self.first_step + len(new))
+        return tuple(new), torch.stack([self.step_logits[s][r] for s in steps]).cpu()
+
+
+def _decode(
+    lm: _Model,
+    batch: _Batch,
+    config: GenerationConfig,
+    generators: Sequence[torch.Generator],
+    stop_at: int | None,
+    use_kv_cache: bool,
+    keep_logits: bool,
+) -> None:
+    """Fill ``batch.tokens`` step by step; at step ``t`` a row still in its prompt keeps its
+    prompt token, the others take a token drawn from the logits at ``t - 1``."""
+    if config.max_new_tokens == 0:
+        return
+    model, tokens, lengths = lm.model, batch.tokens, batch.lengths
+    shortest, width = int(lengths.min()), tokens.shape[1]
+    batch.first_step = shortest
+    cache = (
+        TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, tokens.shape[0])
+        if use_kv_cache
+        else None
+    )
+    logits = _forward(model, tokens[:, :shortest], cache)
+    ended = torch.zeros_like(lengths, dtype=torch.bool)
+    for t in range(shortest, width):
+        if keep_logits:
+            batch.step_logits.append(logits.clone())  # a view would keep the whole pass alive
+        in_prompt = t < lengths
+        drawn = _choose(logits, config, generators, ~in_prompt)
+        tokens[:, t] = torch.where(in_prompt, tokens[:, t], drawn)
+        if stop_at is not None:
+            ended |= ~in_prompt & (drawn == stop_at)
+        # A row is finished once it met the stop token or has all its new tokens.
+        if bool((ended | (t + 1 >= lengths + config.max_new_tokens)).all()):
+            break
+        if cache is not None:
+            logits = _forward(model, tokens[:, t : t + 1], cache)
+        else:
+            logits = _forward(model, tokens[:, : t + 1], None)
+
+
+def _forward(model: Any, tokens: Tensor, cache: TransformerLensKeyValueCache | None) -> Tensor:
+    """Last-position logits ``[row, vocab]`` through every hook point of the model."""
+    # An explicit all-ones mask: no row is padded. Left to itself, TransformerLens would infer
+    # a mask from the tokenizer's pad token, which for some models is also the sink token.
+    mask = torch.ones_like(tokens)
+    logits = model(tokens, past_kv_cache=cache, attention_mask=mask)
+    return logits[:, -1].float()
+
+
+def _choose(
+    logits: Tensor, config: GenerationConfig, generators: Sequence[torch.Generator], draw: Tensor
+) -> Tensor:
+    """One token per row: the argmax when greedy, else a draw from the row's own stream (only
+    rows in ``draw`` consume a number, so a row's stream does not depend on its batch)."""
+    if config.temperature == 0:
+        return logits.argmax(-1)
+    scaled = logits / config.temperature
+    if config.top_k is not None and config.top_k < scaled.shape[-1]:
+        kth = scaled.topk(config.top_k, dim=-1).values[:, -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    if config.top_p is not None and config.top_p < 1:
+        scaled = _nucleus(scaled, config.top_p)
+    probs = scaled.softmax(-1)
+    uniform = torch.zeros(len(generators), device=logits.device)
+    for r in draw.nonzero().flatten().tolist():
+        uniform[r] = torch.rand((), generator=generators[r], device=logits.device)
+    # Inverse-CDF draw: the first token whose cumulative probability exceeds the uniform.
+    cdf = probs.cumsum(-1)
+    chosen = torch.searchsorted(cdf, (uniform * cdf[:, -1]).unsqueeze(-1), right=True)
+    return chosen.squeeze(-1).clamp_(max=logits.shape[-1] - 1)
+
+
+def _nucleus(scaled: Tensor, top_p: float) -> Tensor:
+    """Keep the smallest set of likeliest tokens whose mass reaches ``top_p`` (at least one)."""
+    ordered, index = scaled.sort(-1, descending=True)
+    probs = ordered.softmax(-1)
+    drop_sorted = probs.cumsum(-1) - probs >= top_p  # the mass before a token already suffices
+    drop = torch.zeros_like(drop_sorted).scatter(-1, index, drop_sorted)
+    return scaled.masked_fill(drop, float("-inf"))

@@ -24,6 +24,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 from transformer_lens.utilities.activation_functions import apply_softcap
 
+from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.hooks import HookRegistry, registry_for
 from lmsci_mi.results import Meta, Result, result_type
 
@@ -387,7 +388,6 @@ class LensModel:
             log_probs=top.values.cpu(),
         )
 
-    @torch.no_grad()
     def generate(
         self,
         prompt: str,
@@ -399,11 +399,11 @@ class LensModel:
         """Continue ``prompt``; greedy when ``temperature == 0``. Returns only the new text.
 
         Interventions active in the registry apply at every step (use ``positions=None`` for
-        steering, since cached generation feeds one new position per step).
+        steering, since cached generation feeds one new position per step). A shorthand for
+        :func:`lmsci_mi.generation.generate`.
         """
         return self.sample([prompt], max_new_tokens, temperature=temperature, seed=seed)[0]
 
-    @torch.no_grad()
     def sample(
         self,
         prompts: Sequence[str],
@@ -413,49 +413,44 @@ class LensModel:
         top_k: int | None = None,
         seed: int | None = 0,
     ) -> list[str]:
-        """Continue each prompt (cached generation); returns only the new text of each.
+        """Continue each prompt (batched, cached generation); returns only the new text of each.
 
-        Sampling is seeded without touching the global random state (``torch.random.fork_rng``),
-        so a seed gives the same texts whatever ran before; ``temperature == 0`` is greedy.
-        Interventions active in the registry apply at every step. ROME's fluency samples use
-        ``top_k=5``.
+        A shorthand for :func:`lmsci_mi.generation.generate`: each prompt draws from its own
+        stream seeded from ``(seed, its index)``, never the global random state;
+        ``temperature == 0`` is greedy. Interventions active in the registry apply at every step.
+        ROME's fluency samples use ``top_k=5``.
         """
-        tokenizer = self._require_tokenizer()
-        devices = [self.device] if self.device.type == "cuda" else []
-        texts = []
-        with torch.random.fork_rng(devices=devices):
-            if seed is not None:
-                torch.manual_seed(seed)
-            for prompt in prompts:
-                tokens = self.to_tokens(prompt)
-                out = self.model.generate(
-                    tokens, max_new_tokens=max_new_tokens, do_sample=temperature > 0,
-                    temperature=max(temperature, 1e-6), top_k=top_k, verbose=False,
-                    stop_at_eos=False,
-                )
-                assert isinstance(out, Tensor)  # token ids in, token ids out
-                new = out[0, tokens.shape[1]:].tolist()
-                texts.append(tokenizer.decode(new, skip_special_tokens=True))
-        return texts
+        self._require_tokenizer()
+        config = GenerationConfig(
+            max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, seed=seed
+        )
+        return list(generate(self, prompts, config).texts)
 
 
 _LINEAR_WEIGHTS = ("W_gate", "W_in", "W_out")
+_HEAD_INPUT_WEIGHTS = ("W_Q", "W_K", "W_V", "_W_K", "_W_V")
 
 
 @torch.no_grad()
 def _store_linear_weights_transposed(model: HookedTransformer) -> None:
-    """Keep the gated MLP's and the unembedding's weights in transposed memory order.
+    """Keep weights in the memory order TransformerLens's forward pass reads them in.
 
     TransformerLens computes ``F.linear(x, W.T.contiguous())`` in the gated MLP and the
-    unembedding, which copies every such weight on every forward call: about 430 MB per call on
-    SmolLM2, three quarters of a one-token forward pass on this project's 2-core CPU (0.69 s ->
-    0.17 s; cached sampling 3.4x faster). Stored as the transpose of a contiguous matrix, ``W.T``
-    is already contiguous and the copy disappears. Values, shapes and results are unchanged (the
-    same kernels run on the same numbers); in-place weight edits keep the layout.
+    unembedding, and flattens each attention weight (``W_Q`` ``[head, d_model, d_head]`` to
+    ``[(head d_head), d_model]``, ``W_O`` to ``[d_model, (head d_head)]``) with a copy, so every
+    forward call copied every such weight: on SmolLM2 the MLP and unembedding copies were three
+    quarters of a one-token forward pass on this project's 2-core CPU (0.69 s -> 0.17 s), the
+    attention copies about a third of what was left. Stored in the order those reshapes
+    produce, the reshapes are views and the copies disappear. Values, shapes and results are
+    unchanged (the same kernels run on the same numbers); in-place weight edits keep the layout.
     """
     for name, param in model.named_parameters():
         leaf = name.rsplit(".", 1)[-1]
-        if param.ndim != 2 or not param.is_contiguous():
+        if not param.is_contiguous():
             continue
-        if leaf == "W_U" or (leaf in _LINEAR_WEIGHTS and model.cfg.gated_mlp):
+        if param.ndim == 2 and (leaf == "W_U" or (leaf in _LINEAR_WEIGHTS and model.cfg.gated_mlp)):
             param.data = param.data.T.contiguous().T
+        elif param.ndim == 3 and leaf in _HEAD_INPUT_WEIGHTS:
+            param.data = param.data.transpose(1, 2).contiguous().transpose(1, 2)
+        elif param.ndim == 3 and leaf == "W_O":
+            param.data = param.data.permute(2, 0, 1).contiguous().permute(1, 2, 0)

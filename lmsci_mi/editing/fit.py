@@ -20,6 +20,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 
 from lmsci_mi.editing.requests import EditRequest
+from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import hook_name
 
@@ -125,7 +126,8 @@ def context_templates(
         for i, length in enumerate(lengths):
             count = n // len(lengths) + (1 if i < n % len(lengths) else 0)
             starts = [_CONTEXT_STARTS[j % len(_CONTEXT_STARTS)] for j in range(count)]
-            texts = lm.sample(starts, length, temperature=1.0, top_k=5, seed=seed + i)
+            config = GenerationConfig(max_new_tokens=length, temperature=1.0, top_k=5, seed=seed + i)
+            texts = generate(lm, starts, config).texts
             for start, text in zip(starts, texts, strict=True):
                 # Braces would break str.format; newlines and stray spaces would change how
                 # the subject after the prefix is tokenised.

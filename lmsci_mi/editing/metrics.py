@@ -27,6 +27,7 @@ from lmsci_mi.editing.fit import check_requests
 from lmsci_mi.editing.methods import method_for
 from lmsci_mi.editing.requests import EditRequest
 from lmsci_mi.editing.stats import KeyStatistics
+from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
 
@@ -177,13 +178,14 @@ def generation_entropy(texts: Sequence[str]) -> float:
 
 def _fluency(lm: LensModel, requests: Sequence[EditRequest], evaluation: EvaluationConfig) -> Tensor:
     """GE per fact ``[fact, 1]``: a top-5 sampled continuation of the rewrite prompt (as ROME's
-    generate_fast), seeded per fact so the unedited and edited model draw the same way."""
+    generate_fast), all facts in one batch; fact ``i`` draws from the stream of ``(seed, i)``,
+    so the unedited and edited model draw the same way."""
     if evaluation.generation_tokens == 0:
         return torch.full((len(requests), 1), float("nan"))
-    texts = [
-        lm.sample([r.rewrite_prompt], evaluation.generation_tokens, top_k=5, seed=evaluation.seed)[0]
-        for r in requests
-    ]
+    config = GenerationConfig(
+        max_new_tokens=evaluation.generation_tokens, temperature=1.0, top_k=5, seed=evaluation.seed
+    )
+    texts = generate(lm, [r.rewrite_prompt for r in requests], config).texts
     return torch.tensor([[generation_entropy([text])] for text in texts])
 
 

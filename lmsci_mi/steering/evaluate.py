@@ -3,8 +3,8 @@
 
 Follows LM-Steer's evaluation (Han et al. 2024: sampled 20-token continuations, perplexity under
 a reference model, dist-1/2/3), with VADER (offline, lexicon-based) in place of the SST-2
-classifier and the model itself, unsteered, as the perplexity reference. Generation is batched
-over prompts of equal token length and uses the KV cache; the steer applies at every step.
+classifier and the model itself, unsteered, as the perplexity reference. Generation is the one
+sampler (:mod:`lmsci_mi.generation`) under the steer, which applies at every step.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.steering_texts import neutral_prompts, neutral_prompts_source, topic_lexicon
+from lmsci_mi.generation import GenerationConfig, Generations, generate
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.steering.lm_steer import LMSteer
@@ -149,88 +150,31 @@ class ControlCurve(Result):
 # ---------------------------------------------------------------------- generation
 
 
-@torch.no_grad()
 def generate_steered(
     lm: LensModel,
     prompts: Sequence[str],
     steer: LMSteer | None = None,
     values: Mapping[str | int, float] | Sequence[float] | float | None = None,
+    config: GenerationConfig | None = None,
     *,
-    max_new_tokens: int = 20,
-    temperature: float = 1.0,
-    top_p: float | None = 0.9,
-    seed: int | None = 0,
-    batch_size: int = 64,
     use_kv_cache: bool = True,
-) -> list[list[int]]:
-    """Continue each prompt under a steer; returns each continuation's token ids.
+) -> Generations:
+    """Continue each prompt under a steer: apply the steer, then :func:`generate`.
 
-    Prompts of different lengths share one batch without padding: every row advances one
-    position per step, fed its own prompt token while it has one and its sampled token after
-    that, so positions stay exact and a batch costs (longest − shortest prompt + new tokens)
-    steps. With the KV cache each step feeds one position (``use_kv_cache=False`` recomputes the
-    whole sequence and gives the same tokens). The steer hook applies at every step. The random
-    state is forked and seeded, so a seed gives the same samples at every steer value. Reads the
-    model only.
+    Each prompt draws from its own seeded stream, so a seed gives the same draws at every steer
+    value. ``steer=None`` samples the unsteered model. Reads the model only.
 
     >>> from lmsci_mi import load_model
     >>> lm = load_model("toy-2l")
     >>> steer = LMSteer.for_model(lm, ("sentiment",))
-    >>> [len(c) for c in generate_steered(lm, ["Hi", "Hello there"], steer, [2.0], max_new_tokens=3)]
+    >>> out = generate_steered(lm, ["Hi", "Hello there"], steer, [2.0], GenerationConfig(max_new_tokens=3))
+    >>> [len(t) for t in out.tokens]
     [3, 3]
     """
-    from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
-    from transformer_lens.utilities import sample_logits
-
-    sequences = [lm.encode(p) for p in prompts]
-    out: list[list[int]] = [[] for _ in prompts]
-    devices = [lm.device] if lm.device.type == "cuda" else []
-    context = (
-        steer.apply(lm, values if values is not None else {}) if steer is not None else _nothing()
-    )
-    # Rows of similar length share a batch, so few steps are spent feeding prompt tokens.
-    order = sorted(range(len(prompts)), key=lambda i: len(sequences[i]))
-    with torch.random.fork_rng(devices=devices), context:
-        if seed is not None:
-            torch.manual_seed(seed)
-        for start in range(0, len(order), batch_size):
-            rows = order[start : start + batch_size]
-            lengths = torch.tensor([len(sequences[i]) for i in rows], device=lm.device)
-            shortest, longest = int(lengths.min()), int(lengths.max())
-            width = longest + max_new_tokens
-            tokens = torch.zeros(len(rows), width, dtype=torch.long, device=lm.device)
-            for r, i in enumerate(rows):
-                tokens[r, : len(sequences[i])] = torch.tensor(sequences[i], device=lm.device)
-            cache = (
-                TransformerLensKeyValueCache.init_cache(lm.cfg, lm.cfg.device, len(rows))
-                if use_kv_cache
-                else None
-            )
-            logits = lm.model(tokens[:, :shortest], past_kv_cache=cache)[:, -1]
-            for t in range(shortest, width):
-                if temperature > 0:
-                    sampled = sample_logits(logits, top_p=top_p, temperature=temperature)
-                else:
-                    sampled = logits.argmax(-1)
-                in_prompt = t < lengths
-                tokens[:, t] = torch.where(in_prompt, tokens[:, t], sampled)
-                if t + 1 < width:
-                    if cache is not None:
-                        logits = lm.model(tokens[:, t : t + 1], past_kv_cache=cache)[:, -1]
-                    else:
-                        logits = lm.model(tokens[:, : t + 1])[:, -1]
-            for r, i in enumerate(rows):
-                n = len(sequences[i])
-                out[i] = tokens[r, n : n + max_new_tokens].tolist()
-    return out
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
+    if steer is None:
+        return generate(lm, prompts, config, use_kv_cache=use_kv_cache)
+    with steer.apply(lm, values if values is not None else {}):
+        return generate(lm, prompts, config, use_kv_cache=use_kv_cache)
 
 
 # ---------------------------------------------------------------------- metrics
@@ -364,22 +308,22 @@ def evaluate_settings(
     prompts = list(prompts if prompts is not None else neutral_prompts()[: config.n_prompts])
     if not prompts:
         raise ValueError("no prompts to evaluate on")
-    sample = {
-        "max_new_tokens": config.max_new_tokens,
-        "temperature": config.temperature,
-        "top_p": config.top_p,
-        "seed": config.seed,
-        "batch_size": config.batch_size,
-    }
+    sample = GenerationConfig(
+        max_new_tokens=config.max_new_tokens,
+        temperature=config.temperature,
+        top_p=config.top_p,
+        seed=config.seed,
+        batch_size=config.batch_size,
+    )
     rows, samples = [], []
     for setting in tqdm(
         settings, desc="evaluate steer", unit="setting", disable=not config.progress
     ):
-        ids = generate_steered(lm, prompts, steer, setting, **sample)
+        ids = generate_steered(lm, prompts, steer, setting, sample).tokens
         row, texts = _metrics(lm, prompts, ids)
         rows.append(row)
         samples.append(tuple(texts))
-    unsteered, _ = _metrics(lm, prompts, generate_steered(lm, prompts, None, None, **sample))
+    unsteered, _ = _metrics(lm, prompts, generate_steered(lm, prompts, None, None, sample).tokens)
     labels = tuple(
         ", ".join(f"{name}={value:+g}" for name, value in zip(steer.attributes, v, strict=True))
         for v in vectors

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from lmsci_mi import LensModel
+from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.sae import (
     LensSAE,
     SAEDataConfig,
@@ -19,7 +20,6 @@ from lmsci_mi.sae import (
     steer_with_sae_feature,
     train_sae,
 )
-from lmsci_mi.steering.evaluate import generate_steered
 
 pytestmark = pytest.mark.slow
 
@@ -55,17 +55,16 @@ def test_kv_cache_invariance_on_smollm2(
     lm, (sae, stats) = clean_smollm2, small
     feature = int(stats.values.argmax())  # the densest feature: it fires on these prompts
     prompts = ["The weather today is", "My favourite recipe uses", "In the beginning"]
+    greedy = GenerationConfig(max_new_tokens=10, temperature=0.0)
     for context in (
         lambda: steer_with_sae_feature(lm, sae, feature, 4.0),
         lambda: clamp_sae_feature(lm, sae, feature, 0.0, mode="where_active"),
         lambda: clamp_sae_feature(lm, sae, feature, 3.0),
     ):
         with context():
-            cached = generate_steered(lm, prompts, max_new_tokens=10, temperature=0.0)
-            uncached = generate_steered(
-                lm, prompts, max_new_tokens=10, temperature=0.0, use_kv_cache=False
-            )
-        assert cached == uncached
+            cached = generate(lm, prompts, greedy)
+            uncached = generate(lm, prompts, greedy, use_kv_cache=False)
+        assert cached.tokens == uncached.tokens
 
 
 def test_the_full_sae_meets_the_acceptance_numbers(smollm2: LensModel) -> None:

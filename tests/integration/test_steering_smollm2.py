@@ -8,6 +8,7 @@ import pytest
 
 from lmsci_mi import LensModel
 from lmsci_mi.data.steering_texts import neutral_prompts, steering_texts
+from lmsci_mi.generation import GenerationConfig
 from lmsci_mi.steering import (
     HighlightConfig,
     LMSteer,
@@ -34,7 +35,8 @@ def sentiment_steer(smollm2: LensModel) -> LMSteer:
 
 def _mean_sentiment(lm: LensModel, steer: LMSteer, value: float) -> float:
     prompts = list(neutral_prompts()[:24])
-    ids = generate_steered(lm, prompts, steer, [value], max_new_tokens=16)
+    config = GenerationConfig(max_new_tokens=16, top_p=0.9)
+    ids = generate_steered(lm, prompts, steer, [value], config).tokens
     return sum(sentiment_scores([lm.tokenizer.decode(i) for i in ids])) / len(ids)
 
 
@@ -71,9 +73,9 @@ def test_steered_generation_with_and_without_the_cache(
     clean_smollm2: LensModel, sentiment_steer: LMSteer
 ) -> None:
     prompts = list(neutral_prompts()[:3])
-    kwargs = {"max_new_tokens": 8, "temperature": 0.0}
-    cached = generate_steered(clean_smollm2, prompts, sentiment_steer, [8.0], **kwargs)
+    greedy = GenerationConfig(max_new_tokens=8, temperature=0.0)
+    cached = generate_steered(clean_smollm2, prompts, sentiment_steer, [8.0], greedy)
     uncached = generate_steered(
-        clean_smollm2, prompts, sentiment_steer, [8.0], use_kv_cache=False, **kwargs
+        clean_smollm2, prompts, sentiment_steer, [8.0], greedy, use_kv_cache=False
     )
-    assert cached == uncached
+    assert cached.tokens == uncached.tokens

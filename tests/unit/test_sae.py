@@ -37,7 +37,6 @@ from lmsci_mi.sae import (
 )
 from lmsci_mi.sae import train as train_module
 from lmsci_mi.sites import hook_name
-from lmsci_mi.steering.evaluate import generate_steered
 
 HOOK = hook_name("resid_post", 0)
 DATA = SAEDataConfig(corpus_tokens=3000, seq_len=64, generations=8, generation_tokens=8)
@@ -211,16 +210,8 @@ def test_generation_is_the_same_with_and_without_the_kv_cache(
         outs = []
         for cache in (True, False):
             with context():
-                outs.append(
-                    generate_steered(
-                        toy,
-                        PROMPTS,
-                        max_new_tokens=8,
-                        temperature=temperature,
-                        seed=1,
-                        use_kv_cache=cache,
-                    )
-                )
+                config = GenerationConfig(max_new_tokens=8, temperature=temperature, seed=1)
+                outs.append(generate(toy, PROMPTS, config, use_kv_cache=cache).tokens)
         assert outs[0] == outs[1], name
         runs[name] = outs[0]
     assert toy.hooks.attached_count() == 0
@@ -231,14 +222,13 @@ def test_generation_is_the_same_with_and_without_the_kv_cache(
 def test_steering_applies_at_every_generated_step(
     toy: LensModel, trained: tuple[LensSAE, SAEStats]
 ) -> None:
-    """lm.sample (TransformerLens's cached generate) matches the uncached recomputation."""
+    """lm.sample (the core sampler, KV-cached) matches the uncached recomputation."""
     sae, _ = trained
+    greedy = GenerationConfig(max_new_tokens=8, temperature=0.0)
     with steer_with_sae_feature(toy, sae, 5, 8.0):
         cached = toy.sample(["The cat sat on"], 8, temperature=0.0)[0]
-        recomputed = generate_steered(
-            toy, ["The cat sat on"], max_new_tokens=8, temperature=0.0, use_kv_cache=False
-        )[0]
-    assert cached == toy._require_tokenizer().decode(recomputed, skip_special_tokens=True)
+        recomputed = generate(toy, ["The cat sat on"], greedy, use_kv_cache=False).texts[0]
+    assert cached == recomputed
 
 
 def test_feature_cards_and_find_features(

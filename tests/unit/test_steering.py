@@ -19,6 +19,7 @@ from lmsci_mi.data.steering_texts import (
     steering_texts,
     topic_lexicon,
 )
+from lmsci_mi.generation import GenerationConfig
 from lmsci_mi.sites import hook_name
 from lmsci_mi.steering import (
     LMSteer,
@@ -106,14 +107,15 @@ def test_composition_sums_the_steers(tiny: LensModel) -> None:
 def test_steered_generation_is_the_same_with_and_without_the_kv_cache(tiny: LensModel) -> None:
     steer = _strong_steer(tiny)
     prompts = ["The cat sat", "A dog", "Once upon a time there"]
-    kwargs = {"max_new_tokens": 8, "temperature": 0.0}
-    cached = generate_steered(tiny, prompts, steer, [3.0, -2.0], **kwargs)
-    uncached = generate_steered(tiny, prompts, steer, [3.0, -2.0], use_kv_cache=False, **kwargs)
-    plain = generate_steered(tiny, prompts, None, None, **kwargs)
+    greedy = GenerationConfig(max_new_tokens=8, temperature=0.0)
+    cached = generate_steered(tiny, prompts, steer, [3.0, -2.0], greedy).tokens
+    uncached = generate_steered(tiny, prompts, steer, [3.0, -2.0], greedy, use_kv_cache=False).tokens
+    plain = generate_steered(tiny, prompts, None, None, greedy).tokens
     assert cached == uncached
     assert cached != plain  # the steer acts at every generated step
+    sampling = GenerationConfig(max_new_tokens=6, seed=4, top_p=0.9)
     sampled = [
-        generate_steered(tiny, prompts, steer, [3.0], seed=4, use_kv_cache=c, max_new_tokens=6)
+        generate_steered(tiny, prompts, steer, [3.0], sampling, use_kv_cache=c).tokens
         for c in (True, False)
     ]
     assert sampled[0] == sampled[1]
@@ -123,12 +125,10 @@ def test_steered_generation_is_the_same_with_and_without_the_kv_cache(tiny: Lens
 def test_batched_generation_equals_one_prompt_at_a_time(tiny: LensModel) -> None:
     steer = _strong_steer(tiny)
     prompts = ["The cat sat", "A dog ran", "Once upon a time there"]
-    together = generate_steered(tiny, prompts, steer, [2.0], max_new_tokens=6, temperature=0.0)
-    alone = [
-        generate_steered(tiny, [p], steer, [2.0], max_new_tokens=6, temperature=0.0)[0]
-        for p in prompts
-    ]
-    assert together == alone
+    greedy = GenerationConfig(max_new_tokens=6, temperature=0.0)
+    together = generate_steered(tiny, prompts, steer, [2.0], greedy).tokens
+    alone = [generate_steered(tiny, [p], steer, [2.0], greedy).tokens[0] for p in prompts]
+    assert list(together) == alone
 
 
 # ------------------------------------------------------------------ the span DP

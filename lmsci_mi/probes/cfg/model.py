@@ -23,6 +23,7 @@ from lmsci_mi.artefacts import restore_shipped
 from lmsci_mi.cache import cache_key, cache_root
 from lmsci_mi.config import Config, config, validate_choice
 from lmsci_mi.data.cfg import CFGConfig, Grammar, build_grammar, cfg_accepts
+from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.loading import default_device
 from lmsci_mi.model import LensModel
 
@@ -311,7 +312,6 @@ def random_cfg_model(
     )
 
 
-@torch.no_grad()
 def sample_cfg_model(
     lm: LensModel,
     grammar: Grammar,
@@ -321,30 +321,16 @@ def sample_cfg_model(
     seed: int = 0,
     batch_size: int = 250,
 ) -> list[list[int] | None]:
-    """Generate ``n`` strings from BOS (cached generation); None for a sample with no EOS in
-    reach (longer than the grammar allows). Sampling is seeded without touching the global
+    """Generate ``n`` strings from BOS with the one sampler (:func:`~lmsci_mi.generation.generate`,
+    cached, stopping at EOS); None for a sample with no EOS in reach (longer than the grammar
+    allows). Sample ``i`` draws from its own stream seeded from ``(seed, i)``, never the global
     random state. Registry interventions apply at every step."""
     _, longest = grammar.length_range
-    out: list[list[int] | None] = []
-    devices = [lm.device] if lm.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        for start in range(0, n, batch_size):
-            count = min(batch_size, n - start)
-            prompt = torch.full((count, 1), grammar.bos, dtype=torch.long, device=lm.device)
-            tokens = lm.model.generate(
-                prompt,
-                max_new_tokens=longest + 1,
-                stop_at_eos=True,
-                eos_token_id=grammar.eos,
-                do_sample=temperature > 0,
-                temperature=max(temperature, 1e-6),
-                verbose=False,
-            )
-            assert isinstance(tokens, torch.Tensor)
-            for row in tokens[:, 1:].tolist():
-                out.append(row[: row.index(grammar.eos)] if grammar.eos in row else None)
-    return out
+    config = GenerationConfig(
+        max_new_tokens=longest + 1, temperature=temperature, seed=seed, batch_size=batch_size
+    )
+    rows = generate(lm, [[grammar.bos]] * n, config, stop_at=grammar.eos).tokens
+    return [list(row[:-1]) if row and row[-1] == grammar.eos else None for row in rows]
 
 
 @dataclass(frozen=True)
