@@ -408,7 +408,7 @@ SAE = [
     sae = load_trained_sae(lm)  # never trains: the cached or the shipped SAE
     print(sae.hook, sae.d_sae, 'features;', sae.info.get('shipped', {}).get('live_features'),
           'shipped live')
-    print(SAEStats.load(Path(sae.source) / 'stats.json').table())
+    print(SAEStats.load(Path(sae.source) / 'stats.json').summary())
     """),
     md("""
     ## Browse features: top contexts, density, promoted tokens
@@ -446,7 +446,7 @@ SAE = [
     alive = SAEStats.load(Path(sae.source) / 'stats.json').values > 0
     table = steering_frequency(lm, sae, 212, neutral_prompts()[: 4 if QUICK else 30],
                                FrequencyConfig(new_tokens=20 if QUICK else 30), alive=alive)
-    print(table.table())
+    print(table.summary())
     """),
     md("""
     ## Clamp it

@@ -117,15 +117,20 @@ class EditEvaluation(Result):
         """One number, e.g. ``ev.metric("ES")``."""
         return float(self.values[1 if edited else 0, METRICS.index(name)])
 
-    def table(self) -> str:
-        """A markdown table of both rows."""
+    def summary(self, rows: int = 10) -> str:
+        """The score S before and after, then a markdown table of both rows (``rows`` unused:
+        there are two)."""
+        line = (
+            f"{self.method} on {self.meta.model}, {len(self.subjects)} facts: S "
+            f"{self.metric('S', edited=False):.1f} -> {self.metric('S'):.1f}"
+        )
         head = "| model | " + " | ".join(METRICS) + " |"
         rule = "|---|" + "---|" * len(METRICS)
         rows = [
             f"| {label} | " + " | ".join(f"{float(v):.1f}" for v in self.values[i]) + " |"
             for i, label in enumerate(self.labels[0])
         ]
-        return "\n".join([head, rule, *rows])
+        return "\n".join([line, head, rule, *rows])
 
 
 @torch.no_grad()

@@ -73,8 +73,8 @@ class SAEStats(Result):
         """(loss_zero − loss_sae) / (loss_zero − loss_clean): 1 is a perfect reconstruction."""
         return (self.loss_zero - self.loss_sae) / max(self.loss_zero - self.loss_clean, 1e-9)
 
-    def table(self) -> str:
-        """The statistics as a plain-text table."""
+    def summary(self, rows: int = 10) -> str:
+        """The statistics as a plain-text table (``rows`` unused: every statistic is shown)."""
         rows = [
             ("site", self.hook),
             ("features", str(self.values.numel())),
