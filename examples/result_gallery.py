@@ -1,4 +1,7 @@
-"""One of each lmsci-mi result type, built cheaply, for `results.ipynb` and its tests.
+"""One of each lmsci-mi result type, built cheaply: `results.ipynb` shows each, and run as a script
+this prints each one's summary.
+
+    .venv/bin/python examples/result_gallery.py
 
 Where an analysis runs in about a second on the toy model `toy-2l` (random weights), the result
 comes from that run; where it needs a trained model, generations or minutes (SAE training, edit
@@ -19,7 +22,6 @@ from lmsci_mi.circuits.attention import attention_summary
 from lmsci_mi.circuits.attribution import AttributionConfig, attribution_patch
 from lmsci_mi.circuits.heads import (
     HeadScoreConfig,
-    InductionAblation,
     InductionAblationConfig,
     composition_scores,
     induction_ablation,
@@ -78,7 +80,11 @@ def _randomise(steer: LMSteer) -> None:
             parameter.copy_(torch.randn(parameter.shape, generator=generator))
 
 
-# ---------------------------------------------------------------------- real runs on the toy
+# ---------------------------------------------------------------------- builders
+# make_notebooks.py turns each builder below into a notebook cell, and the code above into the
+# notebook's first cell.
+
+# real runs on the toy
 
 
 def token_predictions(lm: LensModel) -> Result:
@@ -160,7 +166,7 @@ def cfg_probes(lm: LensModel) -> Result:
     return cfg_probe_table(cfg_lm, cfg_lm, build_grammar(CFGConfig()), config)
 
 
-# ---------------------------------------------------------------------- synthetic numbers
+# synthetic numbers
 
 
 def edit_evaluation(lm: LensModel) -> Result:
@@ -292,3 +298,15 @@ BUILDERS: dict[str, Callable[[LensModel], Result]] = {
     "SteeringFrequency": steering_frequency,
 }
 """One builder per registered result type, by type name."""
+
+
+def main() -> None:
+    lm = toy()
+    for name, build in BUILDERS.items():
+        result = build(lm)
+        assert type(result).__name__ == name, (name, type(result))
+        print(f"{result!r}\n{result.summary(rows=5)}\n")
+
+
+if __name__ == "__main__":
+    main()

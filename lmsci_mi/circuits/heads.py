@@ -577,9 +577,9 @@ class InductionAblation(Result):
         from lmsci_mi.viz.plots import plot_bars, save_figure
 
         spread = float(self.values.float().std()) if self.values.numel() > 1 else 0.0
+        heads = f"{len(self.heads)} head{'s' if len(self.heads) != 1 else ''}"
         fig = plot_bars(
-            ["clean", f"{len(self.heads)} induction heads ablated",
-             f"{len(self.heads)} random heads ablated"],
+            ["clean", f"{heads} ablated (induction)", f"{heads} ablated (random, mean)"],
             [self.loss_clean, self.loss_induction_ablated, self.loss_random_ablated],
             errors=[0.0, 0.0, spread],
             colors=["grey", "tab:red", "tab:blue"],

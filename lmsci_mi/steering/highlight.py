@@ -123,7 +123,7 @@ class Highlight(Result):
         return f"spans {self.span_texts()} (total evidence {self.total:.2f}); strongest tokens: {top}"
 
     def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
-        """The text, each token on a colour of its evidence (blue for +, red for −), the sink
+        """The text, each token on a colour of its evidence (red for +, blue for −), the sink
         left out."""
         from lmsci_mi.viz.plots import plot_tokens, save_figure
 

@@ -132,7 +132,8 @@ def plot_bars(
     passes it so), and each bar carries its value.
     """
     heights = [float(v) for v in values]
-    fig = Figure(figsize=(7, max(2.2, 0.32 * len(heights) + 1.2)))
+    longest = max((len(str(label)) for label in labels), default=0)
+    fig = Figure(figsize=(6 + 0.07 * longest, max(2.2, 0.32 * len(heights) + 1.2)))
     ax = fig.subplots()
     y = list(range(len(heights)))
     ax.barh(y, heights, xerr=errors, color=colors or "tab:blue", capsize=3 if errors else 0)
@@ -140,7 +141,8 @@ def plot_bars(
     ax.invert_yaxis()
     span = max((abs(h) for h in heights), default=1.0) or 1.0
     for i, h in enumerate(heights):
-        ax.text(h + 0.01 * span * (1 if h >= 0 else -1), i, f"{h:.3g}", va="center",
+        past = 0.01 * span + (float(errors[i]) if errors else 0.0)  # beyond the error bar
+        ax.text(h + past * (1 if h >= 0 else -1), i, f"{h:.3g}", va="center",
                 ha="left" if h >= 0 else "right", fontsize=8, parse_math=False)
     ax.set_xlabel(value_label)
     ax.set_title(title, fontsize=10)
@@ -174,8 +176,10 @@ def plot_tokens(
     bound = max(finite, default=1.0) or 1.0
     cmap = mpl.colormaps["RdBu_r" if signed else "Oranges"]
     norm = mpl.colors.Normalize(-bound if signed else 0.0, bound)
+    longest = max((sum(len(t) + 0.6 for t in tokens) for _, tokens, _ in rows), default=1.0)
+    width = int(min(width, max(40, longest + 1)))
     lines = [(caption, _wrap(tokens, values, width)) for caption, tokens, values in rows]
-    n_lines = sum(1 + len(wrapped) for _, wrapped in lines)
+    n_lines = sum(bool(caption) + len(wrapped) for caption, wrapped in lines)
     fig = Figure(figsize=(0.085 * width + 1.5, 0.26 * n_lines + 1.3))
     ax = fig.add_axes((0.02, 0.02, 0.84, 0.96 - 0.45 / fig.get_figheight()))
     ax.set_xlim(0, width)
@@ -183,8 +187,9 @@ def plot_tokens(
     ax.axis("off")
     y = 0.5
     for caption, wrapped in lines:
-        ax.text(0, y, caption, fontsize=8, color="#555", va="center", parse_math=False)
-        y += 1
+        if caption:  # a row without a caption continues the group above it
+            ax.text(0, y, caption, fontsize=8, color="#555", va="center", parse_math=False)
+            y += 1
         for line in wrapped:
             for x, text, value in line:
                 rgba = cmap(norm(value))
