@@ -96,15 +96,23 @@ def causal_trace_result(lm: LensModel) -> Result:
 
 
 def patching(lm: LensModel) -> Result:
-    return patch_activations(lm, "When Mary and John went out, John gave it to",
-                             "When Mary and John went out, Mary gave it to", "kl",
-                             PatchingConfig(site="resid_pre", positions="each"))
+    return patch_activations(
+        lm,
+        "When Mary and John went out, John gave it to",
+        "When Mary and John went out, Mary gave it to",
+        "kl",
+        PatchingConfig(site="resid_pre", positions="each"),
+    )
 
 
 def attribution(lm: LensModel) -> Result:
-    return attribution_patch(lm, "When Mary and John went out, John gave it to",
-                             "When Mary and John went out, Mary gave it to", "kl",
-                             AttributionConfig(site="z"))
+    return attribution_patch(
+        lm,
+        "When Mary and John went out, John gave it to",
+        "When Mary and John went out, Mary gave it to",
+        "kl",
+        AttributionConfig(site="z"),
+    )
 
 
 def attention(lm: LensModel) -> Result:
@@ -174,11 +182,23 @@ def edit_evaluation(lm: LensModel) -> Result:
     edited = torch.tensor([85.0, 100.0, 80.0, 78.0, 60.0, 35.0, 6.0, 615.0])
     per_fact = torch.rand(2, 4, 7, generator=torch.Generator().manual_seed(0))
     return EditEvaluation(
-        values=torch.stack([unedited, edited]), axes=("model", "metric"),
-        labels=(("unedited", "rome"), EDIT_METRICS), meta=_meta(method="rome"),
-        per_fact=per_fact, subjects=("Eiffel Tower", "Danielle Darrieux", "Toko Yasuda", "Autonomous University of Madrid"),
-        method="rome", fact_layers=((5,), (5,), (5,), (5,)), n_edits=4, seconds_per_edit=2.5,
-        stats_tokens=100_000, excluded_neighbours=0,
+        values=torch.stack([unedited, edited]),
+        axes=("model", "metric"),
+        labels=(("unedited", "rome"), EDIT_METRICS),
+        meta=_meta(method="rome"),
+        per_fact=per_fact,
+        subjects=(
+            "Eiffel Tower",
+            "Danielle Darrieux",
+            "Toko Yasuda",
+            "Autonomous University of Madrid",
+        ),
+        method="rome",
+        fact_layers=((5,), (5,), (5,), (5,)),
+        n_edits=4,
+        seconds_per_edit=2.5,
+        stats_tokens=100_000,
+        excluded_neighbours=0,
     )
 
 
@@ -187,10 +207,20 @@ def sae_stats(lm: LensModel) -> Result:
         torch.rand(512, generator=torch.Generator().manual_seed(1)) > 0.05
     )
     return SAEStats(
-        values=density, axes=("feature",), labels=((),), meta=_meta(d_sae=512),
-        hook="blocks.1.hook_resid_post", explained_variance=0.82, explained_variance_autocast=None,
-        l0=31.0, dead_fraction=float((density == 0).float().mean()), loss_clean=3.1,
-        loss_sae=3.3, loss_zero=7.9, n_tokens=20_000, feature_scale=torch.rand(512) + 0.5,
+        values=density,
+        axes=("feature",),
+        labels=((),),
+        meta=_meta(d_sae=512),
+        hook="blocks.1.hook_resid_post",
+        explained_variance=0.82,
+        explained_variance_autocast=None,
+        l0=31.0,
+        dead_fraction=float((density == 0).float().mean()),
+        loss_clean=3.1,
+        loss_sae=3.3,
+        loss_zero=7.9,
+        n_tokens=20_000,
+        feature_scale=torch.rand(512) + 0.5,
         costs={"harvest seconds": 12.0, "train seconds": 60.0},
     )
 
@@ -198,40 +228,84 @@ def sae_stats(lm: LensModel) -> Result:
 def steering_frequency(lm: LensModel) -> Result:
     shares = torch.stack([torch.rand(12) * 0.02, 0.1 + torch.rand(12) * 0.2, torch.rand(12) * 0.03])
     return SteeringFrequency(
-        values=shares, axes=("condition", "prompt"),
+        values=shares,
+        axes=("condition", "prompt"),
         labels=(("unsteered", "feature 17 at 8", "random feature 301 at 8"), ()),
-        meta=_meta(coefficient=8.0), feature=17, control=301, coefficient=8.0,
-        token_set=(" Paris", " France", " French"), samples=(("…", "…", "…"),),
+        meta=_meta(coefficient=8.0),
+        feature=17,
+        control=301,
+        coefficient=8.0,
+        token_set=(" Paris", " France", " French"),
+        samples=(("…", "…", "…"),),
     )
 
 
 def feature_cards(lm: LensModel) -> Result:
-    words = ("The", " Eiffel", " Tower", " is", " in", " Paris", ",", " France", ".", " We",
-             " visited", " the", " Louvre", " museum", " and", " ate", " croissants", "\n")
+    words = (
+        "The",
+        " Eiffel",
+        " Tower",
+        " is",
+        " in",
+        " Paris",
+        ",",
+        " France",
+        ".",
+        " We",
+        " visited",
+        " the",
+        " Louvre",
+        " museum",
+        " and",
+        " ate",
+        " croissants",
+        "\n",
+    )
     n_features, n_contexts, window = 3, 3, 12
     generator = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, len(words), (n_features, n_contexts, window), generator=generator)
     acts = torch.rand(n_features, n_contexts, window, generator=generator) ** 4 * 5
     return FeatureCards(
-        values=acts.amax(-1), axes=("feature", "context"), labels=(("4", "17", "230"), ()),
-        meta=_meta(), hook="blocks.1.hook_resid_post", features=(4, 17, 230),
-        density=torch.tensor([1e-3, 2e-2, 4e-4]), scale=torch.tensor([4.0, 5.0, 3.0]),
+        values=acts.amax(-1),
+        axes=("feature", "context"),
+        labels=(("4", "17", "230"), ()),
+        meta=_meta(),
+        hook="blocks.1.hook_resid_post",
+        features=(4, 17, 230),
+        density=torch.tensor([1e-3, 2e-2, 4e-4]),
+        scale=torch.tensor([4.0, 5.0, 3.0]),
         promoted=((" Paris", " France"), (" museum", " art"), (" food", " bread")),
         promoted_logits=torch.tensor([[2.0, 1.5], [1.8, 1.2], [1.1, 0.9]]),
-        context_tokens=tokens, context_acts=acts, token_strings=words, n_tokens=50_000,
+        context_tokens=tokens,
+        context_acts=acts,
+        token_strings=words,
+        n_tokens=50_000,
     )
 
 
 def control_curve(lm: LensModel) -> Result:
     settings = (-5.0, -2.5, 0.0, 2.5, 5.0)
     sentiment = torch.tensor(settings) * 0.08
-    rows = torch.stack([sentiment, 0.1 * torch.ones(5), 30 + torch.tensor(settings).abs() * 3,
-                        0.6 * torch.ones(5), 0.8 * torch.ones(5), 0.9 * torch.ones(5)], dim=1)
+    rows = torch.stack(
+        [
+            sentiment,
+            0.1 * torch.ones(5),
+            30 + torch.tensor(settings).abs() * 3,
+            0.6 * torch.ones(5),
+            0.8 * torch.ones(5),
+            0.9 * torch.ones(5),
+        ],
+        dim=1,
+    )
     return ControlCurve(
-        values=rows, axes=("setting", "metric"),
-        labels=(tuple(f"sentiment={s:+g}" for s in settings), STEER_METRICS), meta=_meta(),
-        attributes=("sentiment", "dummy"), settings=tuple((s, 1.0) for s in settings),
-        unsteered=(0.0, 0.1, 28.0, 0.6, 0.8, 0.9), continuations=tuple(("…",) for _ in settings),
+        values=rows,
+        axes=("setting", "metric"),
+        labels=(tuple(f"sentiment={s:+g}" for s in settings), STEER_METRICS),
+        meta=_meta(),
+        attributes=("sentiment", "dummy"),
+        settings=tuple((s, 1.0) for s in settings),
+        unsteered=(0.0, 0.1, 28.0, 0.6, 0.8, 0.9),
+        continuations=tuple(("…",) for _ in settings),
     )
 
 
@@ -239,17 +313,31 @@ def steer_training(lm: LensModel) -> Result:
     steps = torch.arange(200, dtype=torch.float32)
     loss = 3.0 + 1.5 * torch.exp(-steps / 40) + 0.05 * _noise(200)
     return SteerTraining(
-        values=loss, axes=("step",), labels=((),), meta=_meta(),
-        attributes=("sentiment",), n_texts=2000, n_tokens=60_000, unsteered_loss=4.5,
-        final_loss=float(loss[-20:].mean()), collect_seconds=20.0, train_seconds=90.0,
+        values=loss,
+        axes=("step",),
+        labels=((),),
+        meta=_meta(),
+        attributes=("sentiment",),
+        n_texts=2000,
+        n_tokens=60_000,
+        unsteered_loss=4.5,
+        final_loss=float(loss[-20:].mean()),
+        collect_seconds=20.0,
+        train_seconds=90.0,
     )
 
 
 def steer_transfer(lm: LensModel) -> Result:
     r2 = torch.tensor([0.91, 0.85, 0.78, 0.7, 0.66, 0.52, 0.47, 0.3])
     return SteerTransfer(
-        values=r2, axes=("d_source",), labels=((),), meta=_meta(),
-        source_model="toy-2l", target_model="toy-3l", n_shared=5000, r2=float(r2.mean()),
+        values=r2,
+        axes=("d_source",),
+        labels=((),),
+        meta=_meta(),
+        source_model="toy-2l",
+        target_model="toy-3l",
+        n_shared=5000,
+        r2=float(r2.mean()),
     )
 
 
@@ -257,17 +345,36 @@ def ioi_circuit(lm: LensModel) -> Result:
     n_layers, n_heads = 2, 4
     dla = _noise(n_layers, n_heads)
     heads = tuple(
-        CircuitHead(head=Head(i % n_layers, i % n_heads), role=role, dla=float(dla[i % n_layers, i % n_heads]),
-                    attn_end_io=0.4, attn_end_s=0.1, path_patching=float("nan"), score=0.5)
+        CircuitHead(
+            head=Head(i % n_layers, i % n_heads),
+            role=role,
+            dla=float(dla[i % n_layers, i % n_heads]),
+            attn_end_io=0.4,
+            attn_end_s=0.1,
+            path_patching=float("nan"),
+            score=0.5,
+        )
         for i, role in enumerate(IOI_ROLES[:4])
     )
     grid = torch.rand(n_layers, n_heads)
     return IOICircuit(
-        values=dla, axes=("layer", "head"), labels=(("0", "1"), ("0", "1", "2", "3")),
-        meta=_meta(), heads=heads, logit_diffs=_noise(20) + 1.0, logit_diff=1.0,
-        fraction_positive=0.8, attn_end_io=grid, attn_end_s=grid, induction_s2=grid,
-        duplicate_s2=grid, previous_s1_plus_1=grid, path_patching=grid,
-        logit_diff_circuit=0.9, faithfulness=0.9, logit_diff_without_name_movers=0.3,
+        values=dla,
+        axes=("layer", "head"),
+        labels=(("0", "1"), ("0", "1", "2", "3")),
+        meta=_meta(),
+        heads=heads,
+        logit_diffs=_noise(20) + 1.0,
+        logit_diff=1.0,
+        fraction_positive=0.8,
+        attn_end_io=grid,
+        attn_end_s=grid,
+        induction_s2=grid,
+        duplicate_s2=grid,
+        previous_s1_plus_1=grid,
+        path_patching=grid,
+        logit_diff_circuit=0.9,
+        faithfulness=0.9,
+        logit_diff_without_name_movers=0.3,
         name_mover_removed=0.7,
     )
 

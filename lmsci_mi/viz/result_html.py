@@ -103,10 +103,13 @@ def clip(text: str, limit: int = 600) -> str:
 
 
 def _summary_text(result: Result) -> str:
+    """The result's own summary; only the headline of the base's, whose rows the table repeats."""
     try:
-        return result.summary()
+        text = result.summary()
     except Exception as error:  # a notebook cell must still show the rest of the result
         return f"(no summary: {type(error).__name__}: {error})"
+    own = type(result).summary is not type(result).__mro__[-2].summary  # Result, under object
+    return text if own else text.splitlines()[0]
 
 
 def _plot_html(result: Result) -> str:
@@ -152,7 +155,8 @@ def _meta_html(meta: Meta) -> str:
 
 
 CSS = """
-pre{background:#f6f6f6;padding:.6em;overflow-x:auto;font-size:.85em;white-space:pre-wrap}
+pre{background:#f6f6f6;padding:.6em;overflow-x:auto;font-size:.85em;white-space:pre-wrap;
+font-family:ui-monospace,Menlo,Consolas,monospace}
 h3{margin:1em 0 .3em}.kind{color:#777;font-weight:normal;font-size:.9em}
 img.plot{max-width:100%;height:auto;display:block;max-height:520px;width:auto}
 table.numbers,table.meta{border-collapse:collapse;font-size:.8em;margin:.4em 0}

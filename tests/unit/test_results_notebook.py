@@ -66,15 +66,21 @@ def test_every_result_type_renders_html_offline() -> None:
         shown = repr(result)
         assert shown.startswith(f"<{kind} on ") and len(shown) < 200 and "tensor(" not in shown
         assert result.summary(rows=3).strip(), kind
-    assert not plt.get_fignums(), "a plot left a pyplot figure open (a notebook would draw it twice)"
+    assert not plt.get_fignums(), (
+        "a plot left a pyplot figure open (a notebook would draw it twice)"
+    )
 
 
 @pytest.mark.slow
-def test_the_results_notebook_shows_every_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_results_notebook_shows_every_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from nbclient import NotebookClient
 
     root = str(EXAMPLES.parent)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    )
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     nb = nbformat.read(EXAMPLES / "results.ipynb", as_version=4)
     NotebookClient(
