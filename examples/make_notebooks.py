@@ -485,7 +485,7 @@ def _results_cells() -> list[Cell]:
     """The results notebook: result_gallery.py's imports and helpers, then per result type a
     heading and its builder, called as the cell's last expression so the notebook shows it."""
     gallery = _gallery()
-    source = Path(gallery.__file__).read_text(encoding="utf-8")
+    source = Path(__file__).with_name("result_gallery.py").read_text(encoding="utf-8")
     head = source.split("# ---------------------------------------------------------------------- builders")[0]
     head = head.split("from __future__ import annotations\n", 1)[1].strip()
     cells = [

@@ -288,7 +288,8 @@ class Result:
         """
         frame = self.to_dataframe()
         if "value" in frame.columns and len(frame) > rows:
-            frame = frame.reindex(frame["value"].abs().sort_values(ascending=False).index[:rows])
+            order = np.argsort(-np.abs(frame["value"].to_numpy(dtype=float)), kind="stable")
+            frame = frame.iloc[order[:rows]]  # NaN sorts last
         head = f"{type(self).__name__} on {self.meta.model}, values {tuple(self.values.shape)}"
         return head + "\n" + frame.to_string(index=False)
 

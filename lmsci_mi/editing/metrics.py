@@ -163,11 +163,11 @@ class EditEvaluation(Result):
         )
         head = "| model | " + " | ".join(METRICS) + " |"
         rule = "|---|" + "---|" * len(METRICS)
-        rows = [
+        table = [
             f"| {label} | " + " | ".join(f"{float(v):.1f}" for v in self.values[i]) + " |"
             for i, label in enumerate(self.labels[0])
         ]
-        return "\n".join([line, head, rule, *rows])
+        return "\n".join([line, head, rule, *table])
 
 
 @torch.no_grad()

@@ -11,7 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from matplotlib import colormaps
 from matplotlib.axes import Axes
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from torch import Tensor
 
@@ -170,12 +173,10 @@ def plot_tokens(
             from 0 (activations).
         width: characters per line before a row wraps.
     """
-    import matplotlib as mpl
-
     finite = [abs(float(v)) for _, _, vals in rows for v in vals if float(v) == float(v)]
     bound = max(finite, default=1.0) or 1.0
-    cmap = mpl.colormaps["RdBu_r" if signed else "Oranges"]
-    norm = mpl.colors.Normalize(-bound if signed else 0.0, bound)
+    cmap = colormaps["RdBu_r" if signed else "Oranges"]
+    norm = Normalize(-bound if signed else 0.0, bound)
     longest = max((sum(len(t) + 0.6 for t in tokens) for _, tokens, _ in rows), default=1.0)
     width = int(min(width, max(40, longest + 1)))
     lines = [(caption, _wrap(tokens, values, width)) for caption, tokens, values in rows]
@@ -199,7 +200,7 @@ def plot_tokens(
                         bbox={"facecolor": rgba, "edgecolor": "none", "pad": 1.5})
             y += 1
     bar = fig.add_axes((0.88, 0.1, 0.015, 0.8))
-    fig.colorbar(mpl.cm.ScalarMappable(norm=norm, cmap=cmap), cax=bar, label=value_label)
+    fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), cax=bar, label=value_label)
     fig.suptitle(title, fontsize=10)
     return fig
 
