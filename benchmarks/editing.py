@@ -128,7 +128,7 @@ def evaluate(args: argparse.Namespace) -> None:
             ev.save(out / "rome_eval.json")
         results.append(ev)
         print(
-            ev.table(),
+            ev.summary(),
             f"\nROME: {len(rome_facts)} facts, layer {layer}, {ev.seconds_per_edit:.1f} s/edit",
         )
     if args.n_memit:
@@ -143,7 +143,7 @@ def evaluate(args: argparse.Namespace) -> None:
         ev.save(out / "memit_eval.json")
         results.append(ev)
         print(
-            ev.table(),
+            ev.summary(),
             f"\nMEMIT: {len(memit_facts)} facts, layers {layers}, batch {ev.seconds_per_edit:.1f} s, "
             f"{ev.excluded_neighbours} neighbourhood prompts about edited subjects left out",
         )

@@ -61,7 +61,7 @@ def main() -> None:
     sae, stats = train_sae(lm, DATA, TRAIN)
     folder = cached_sae_path(lm, DATA, TRAIN)
     print(f"SAE: {folder} ({time.perf_counter() - start:.0f} s this run)\n")
-    print(stats.table(), "\n")
+    print(stats.summary(), "\n")
 
     cards_path = folder / f"cards-{CARD_ROWS}.json"
     if cards_path.is_file():
@@ -110,7 +110,7 @@ def main() -> None:
             f"steering with feature {feature}, coefficient {coefficient:g}, {len(prompts)} prompts, "
             f"{config.new_tokens} tokens each; token set: {' '.join(table.token_set)}"
         )
-        print(table.table())
+        print(table.summary())
         for label, samples in zip(table.axis_labels(0), table.samples, strict=True):
             print(f"  {label}: {prompts[0]!r} -> {samples[0]!r}")
         print()

@@ -116,7 +116,7 @@ def main() -> None:
         f"## Sentiment control curve ({EVAL.n_prompts} neutral prompts, {EVAL.max_new_tokens} new "
         f"tokens, T={EVAL.temperature}, top-p {EVAL.top_p}; topic steer 0, dummy 1){' [cached]' if hit else ''}\n"
     )
-    print(curve.table())
+    print(curve.summary())
     ppl0 = curve.unsteered[2]
     ppl = dict(zip(GRID, curve.metric("perplexity").tolist(), strict=True))
     sent = dict(zip(GRID, curve.metric("sentiment").tolist(), strict=True))
@@ -143,7 +143,7 @@ def main() -> None:
     )
     assert isinstance(both, ControlCurve)
     print(f"\n## Composition: sentiment and topic together{' [cached]' if hit else ''}\n")
-    print(both.table())
+    print(both.summary())
     row = {tuple(v): both.values[i] for i, v in enumerate(both.settings)}
     sentiment_effect = row[(S, T)][0] - row[(-S, T)][0]
     topic_effect = row[(S, T)][1] - row[(S, -T)][1]
@@ -165,7 +165,7 @@ def main() -> None:
         f"mean |VADER valence| of direction 0's 2x20 end words: {probe.end_valence:.3f}; "
         f"of 20 random vocabulary words: {probe.random_valence:.3f} ({' '.join(probe.random_words)})"
     )
-    probe.to_table().to_csv(args.out_dir / "svd_words.csv", index=False)
+    probe.to_dataframe().to_csv(args.out_dir / "svd_words.csv", index=False)
 
     print("\n## Keyword highlighting (4 spans of at most 10 tokens; s = 5)\n")
     for sentence, sign in zip(SENTENCES, (1, -1), strict=True):
@@ -193,7 +193,7 @@ def main() -> None:
         lambda: evaluate_settings(gemma, moved, ends, EVAL),
     )
     assert isinstance(moved_curve, ControlCurve)
-    print(moved_curve.table())
+    print(moved_curve.summary())
     source_gap = sent[S] - sent[-S]
     print(
         f"gap(+{S:g}, -{S:g}) on {gemma.name}: {moved_curve.gap():+.3f}; on {lm.name}: "

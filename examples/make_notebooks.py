@@ -15,12 +15,18 @@ are still ``None`` is listed as pending (tests skip it with the reason).
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import inspect
+import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from lmsci_mi.results import _RESULT_TYPES as RESULT_TYPES
 
 Cell = tuple[str, str]
 
@@ -408,7 +414,7 @@ SAE = [
     sae = load_trained_sae(lm)  # never trains: the cached or the shipped SAE
     print(sae.hook, sae.d_sae, 'features;', sae.info.get('shipped', {}).get('live_features'),
           'shipped live')
-    print(SAEStats.load(Path(sae.source) / 'stats.json').table())
+    print(SAEStats.load(Path(sae.source) / 'stats.json').summary())
     """),
     md("""
     ## Browse features: top contexts, density, promoted tokens
@@ -446,7 +452,7 @@ SAE = [
     alive = SAEStats.load(Path(sae.source) / 'stats.json').values > 0
     table = steering_frequency(lm, sae, 212, neutral_prompts()[: 4 if QUICK else 30],
                                FrequencyConfig(new_tokens=20 if QUICK else 30), alive=alive)
-    print(table.table())
+    print(table.summary())
     """),
     md("""
     ## Clamp it
@@ -465,6 +471,42 @@ SAE = [
     """),
 ]
 
+def _gallery() -> ModuleType:
+    """examples/result_gallery.py, imported from beside this file."""
+    spec = importlib.util.spec_from_file_location("result_gallery", Path(__file__).with_name("result_gallery.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _results_cells() -> list[Cell]:
+    """The results notebook: result_gallery.py's imports and helpers, then per result type a
+    heading and its builder, called as the cell's last expression so the notebook shows it."""
+    gallery = _gallery()
+    source = Path(__file__).with_name("result_gallery.py").read_text(encoding="utf-8")
+    head = source.split("# ---------------------------------------------------------------------- builders")[0]
+    head = head.split("from __future__ import annotations\n", 1)[1].strip()
+    cells = [
+        md("""
+        # Every result type, shown by itself
+
+        A notebook cell whose last expression is a result shows what a report section shows: its
+        summary, its default plot, the table of its largest numbers and its provenance (`meta`,
+        folded), all offline. Below, one result of each type: where an analysis runs in about a
+        second on the two-layer toy model (random weights), the result comes from that run; the
+        rest are synthetic numbers of a real run's shape (`meta.data_source` says so).
+        """),
+        code("import os\nos.environ.setdefault('HF_HUB_OFFLINE', '1')\n\n" + head + "\n\n\nlm = toy()\nlm"),
+    ]
+    for name, build in gallery.BUILDERS.items():
+        doc = (RESULT_TYPES[name].__doc__ or "").strip().split("\n\n")[0]
+        cells.append(md(f"## {name}\n\n" + " ".join(doc.split())))
+        cells.append(code(inspect.getsource(build) + f"\n\n{build.__name__}(lm)"))
+    return cells
+
+
 NOTEBOOKS = [
     Notebook("circuits", "script a circuit discovery", "circuit_discovery.py", CIRCUITS),
     Notebook("edit_fact", "edit a fact in a model", "edit_fact.py", EDIT),
@@ -472,6 +514,7 @@ NOTEBOOKS = [
     Notebook("probes", "export probe results", "export_probes.py", PROBES),
     Notebook("steer", "steer with LM-Steer", "steer_sentiment.py", STEER),
     Notebook("sae", "find and steer SAE features", "sae_features.py", SAE),
+    Notebook("results", "see every result in a notebook", "result_gallery.py", _results_cells()),
 ]
 
 

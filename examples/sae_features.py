@@ -66,7 +66,7 @@ def main() -> None:
         stats = SAEStats.load(Path(sae.source) / "stats.json")
     else:
         sae, stats = train_sae(lm, SAEDataConfig(), SAETrainConfig())
-    print(stats.table(), "\n")
+    print(stats.summary(), "\n")
 
     # 2. Feature cards over part of the corpus; find features that promote food words.
     if args.quick:

@@ -29,6 +29,9 @@ from lmsci_mi.hooks import HookRegistry, registry_for
 from lmsci_mi.results import Meta, Result, result_type
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from matplotlib.figure import Figure
     from transformer_lens import HookedTransformerConfig
 
 __all__ = [
@@ -120,6 +123,31 @@ class TokenPredictions(Result):
 
     token_ids: Tensor
     log_probs: Tensor
+
+    def summary(self, rows: int = 10) -> str:
+        """The prompt, then one line per predicted token: rank, token and probability."""
+        prompt = self.meta.prompts[0] if self.meta.prompts else ""
+        lines = [f"next token after {prompt!r} ({self.meta.model}):"]
+        for rank, (token, p) in enumerate(zip(self.axis_labels(0), self.values.tolist(), strict=True)):
+            if rank < rows:
+                lines.append(f"{rank:>3}  {token!r:<20} {p:.4f}")
+        return "\n".join(lines)
+
+    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+        """Bars of the probabilities, best first, labelled with the tokens (quoted, so a leading
+        space shows)."""
+        from lmsci_mi.viz.plots import plot_bars, save_figure
+
+        prompt = self.meta.prompts[0] if self.meta.prompts else ""
+        fig = plot_bars(
+            [repr(t) for t in self.axis_labels(0)],
+            self.values.tolist(),
+            value_label="probability",
+            title=title or f"Next token after {prompt[-40:]!r} — {self.meta.model}",
+        )
+        if path is not None:
+            save_figure(fig, path)
+        return fig
 
 
 class LensModel:

@@ -3,7 +3,8 @@
 A result holds its main tensor with named axes and axis labels, any further typed fields, and a
 `Meta` record (model, prompts, seed, data source, version). The base class gives every result
 `to_dict`/`from_dict`, `save`/`load` (JSON plus safetensors, never pickle), a long-format
-`to_dataframe()` and a matplotlib `plot()`. After SAELens configs and TransformerLens `logits_to_df`.
+`to_dataframe()`, a `summary()`, a matplotlib `plot()` and a notebook view (`_repr_html_`).
+After SAELens configs and TransformerLens `logits_to_df`.
 """
 
 from __future__ import annotations
@@ -89,10 +90,10 @@ class Meta:
 def result_type(cls: type[T]) -> type[T]:
     """Class decorator for result types: a frozen dataclass, registered for :meth:`Result.load`.
 
-    Equality is the base class's (tensors compared with ``torch.equal``), so the dataclass's own
-    ``__eq__`` is switched off.
+    Equality and the repr are the base class's (tensors compared with ``torch.equal``; a short
+    repr, not a dump of every tensor), so the dataclass's own ``__eq__`` and ``__repr__`` are off.
     """
-    wrapped = dataclass(frozen=True, eq=False)(cls)
+    wrapped = dataclass(frozen=True, eq=False, repr=False)(cls)
     name = wrapped.__name__
     if name in _RESULT_TYPES and _RESULT_TYPES[name] is not wrapped:
         existing = _RESULT_TYPES[name]
@@ -142,6 +143,19 @@ class Result:
         return _equal(self.to_dict(), other.to_dict())  # type: ignore[attr-defined]
 
     __hash__ = None  # type: ignore[assignment]
+
+    # ------------------------------------------------------------------ display
+
+    def __repr__(self) -> str:
+        shape = " × ".join(f"{n} {a}" for n, a in zip(self.values.shape, self.axes, strict=True))
+        return f"<{type(self).__name__} on {self.meta.model}: {shape or 'scalar'}>"
+
+    def _repr_html_(self) -> str:
+        """The notebook view: what a report section shows (plot, largest numbers, meta), offline."""
+        # Imported here, as `plot` imports matplotlib: loading results must not load the plotting.
+        from lmsci_mi.viz.result_html import notebook_html
+
+        return notebook_html(self)
 
     # ------------------------------------------------------------------ dict round trip
 
@@ -274,7 +288,8 @@ class Result:
         """
         frame = self.to_dataframe()
         if "value" in frame.columns and len(frame) > rows:
-            frame = frame.reindex(frame["value"].abs().sort_values(ascending=False).index[:rows])
+            order = np.argsort(-np.abs(frame["value"].to_numpy(dtype=float)), kind="stable")
+            frame = frame.iloc[order[:rows]]  # NaN sorts last
         head = f"{type(self).__name__} on {self.meta.model}, values {tuple(self.values.shape)}"
         return head + "\n" + frame.to_string(index=False)
 

@@ -561,6 +561,35 @@ class InductionAblation(Result):
     loss_random_ablated: float
     excess: float
 
+    def summary(self, rows: int = 10) -> str:
+        """The three losses and the excess of ablating the induction heads over random heads."""
+        heads = ", ".join(str(h) for h in self.heads[:rows]) + (" …" if len(self.heads) > rows else "")
+        return (
+            f"ablating {len(self.heads)} induction heads ({heads}) on {self.meta.model}: loss "
+            f"{self.loss_clean:.3f} clean, {self.loss_induction_ablated:.3f} induction heads "
+            f"ablated, {self.loss_random_ablated:.3f} random heads ablated (mean of "
+            f"{self.values.numel()} draws); excess {self.excess:+.3f} nats"
+        )
+
+    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+        """Bars of the loss: clean, induction heads ablated, random heads ablated (the mean,
+        with the spread of the draws as an error bar)."""
+        from lmsci_mi.viz.plots import plot_bars, save_figure
+
+        spread = float(self.values.float().std()) if self.values.numel() > 1 else 0.0
+        heads = f"{len(self.heads)} head{'s' if len(self.heads) != 1 else ''}"
+        fig = plot_bars(
+            ["clean", f"{heads} ablated (induction)", f"{heads} ablated (random, mean)"],
+            [self.loss_clean, self.loss_induction_ablated, self.loss_random_ablated],
+            errors=[0.0, 0.0, spread],
+            colors=["grey", "tab:red", "tab:blue"],
+            value_label="loss on the repeated half (nats per token)",
+            title=title or f"Induction ablation — {self.meta.model}",
+        )
+        if path is not None:
+            save_figure(fig, path)
+        return fig
+
 
 def _second_half_loss(logits: Tensor, tokens: Tensor, half_length: int) -> float:
     # Predictions made at second-half positions about the next second-half token; the first

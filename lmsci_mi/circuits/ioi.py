@@ -167,14 +167,14 @@ class IOICircuit(Result):
         """The ``k`` heads with the largest DLA to IO − S as ``(Head, DLA)``, best first."""
         return top_heads(self.values, k)
 
-    def summary(self) -> str:
-        """A few lines: heads by class, logit difference, ablations."""
+    def summary(self, rows: int = 10) -> str:
+        """A few lines: heads by class (at most ``rows`` each), logit difference, ablations."""
         lines = [
             f"logit diff {self.logit_diff:.2f} (positive for {100 * self.fraction_positive:.0f}% "
             f"of {len(self.meta.prompts)} prompts)"
         ]
         for role in IOI_ROLES:
-            heads = [h for h in self.heads if h.role == role]
+            heads = [h for h in self.heads if h.role == role][:rows]
             shown = ", ".join(f"{h.head} ({h.score:+.2f})" for h in heads) or "none"
             lines.append(f"{role:>20}: {shown}")
         lines.append(

@@ -149,7 +149,7 @@ def _run_train(args: argparse.Namespace) -> int:
     data_config = SAEDataConfig.from_args(args)
     lm = load_from_args(args)
     sae, stats = train_sae(lm, data_config, train_config)
-    print(stats.table())
+    print(stats.summary())
     print(f"SAE cached at {cached_sae_path(lm, data_config, train_config)}")
     if args.out is not None:
         _writable_folder(args.out)
@@ -203,7 +203,7 @@ def _run_stats(args: argparse.Namespace) -> int:
         stats = SAEStats.load(folder / "stats.json")
     else:
         stats = sae_stats(lm, sae, _corpus(lm, sae).held_out)
-    print(stats.table())
+    print(stats.summary())
     if args.out is not None:
         print(f"saved result to {stats.save(args.out)}")
     if args.plot is not None:
@@ -300,7 +300,7 @@ def tour_steps() -> list[TourStep]:
             "from lmsci_mi.data.steering_texts import neutral_prompts; sae = load_trained_sae(lm); "
             f"print(feature_cards(lm, sae, text_chunks(lm, {TOUR_TOKENS}).tolist(), "
             f"[{TOUR_FEATURE}]).describe({TOUR_FEATURE})); print(steering_frequency(lm, sae, "
-            f"{TOUR_FEATURE}, neutral_prompts()[:{TOUR_PROMPTS}]).table())",
+            f"{TOUR_FEATURE}, neutral_prompts()[:{TOUR_PROMPTS}]).summary())",
             seconds=40,
             quick=True,
             first_run="a few seconds more to expand the shipped SAE into the cache",
@@ -362,7 +362,7 @@ def _step_sae(lm: LensModel, out_dir: Path) -> StepOutput:
         )
     )
     text = (
-        f"{cards.describe(feature, contexts=5)}\n\n{frequency.table()}\n\n"
+        f"{cards.describe(feature, contexts=5)}\n\n{frequency.summary()}\n\n"
         f"{neutral_prompts()[0]!r} continued:\n{samples}"
     )
     results = {"sae_feature_card": cards, "sae_steering_frequency": frequency}

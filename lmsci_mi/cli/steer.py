@@ -201,7 +201,7 @@ def _run_svd(args: argparse.Namespace) -> int:
         f"{len(probe.random_words)} random words {probe.random_valence:.3f}"
     )
     if args.export is not None:
-        table = probe.to_table()
+        table = probe.to_dataframe()
         suffix = args.export.suffix.lower()
         if args.export.is_dir():
             raise IsADirectoryError(f"--export {args.export} is a folder; give a file name")
@@ -238,7 +238,7 @@ def _run_eval(args: argparse.Namespace) -> int:
     config = SteerEvalConfig.from_args(args)
     steer, lm = _load(args)
     curve = evaluate_steer(lm, steer, config)
-    print(curve.table())
+    print(curve.summary())
     print(
         f"gap (last - first value): sentiment {curve.gap('sentiment'):+.3f}, topic {curve.gap('topic'):+.3f}; "
         f"sentiment monotone: {curve.is_monotone('sentiment')}"
@@ -314,7 +314,7 @@ def _step_steer(lm: LensModel, out_dir: Path) -> StepOutput:
         + ", ".join(f"{v:+g}: {m:+.2f}" for v, m in zip(TOUR_STEER_VALUES, sentiment, strict=True))
         + f" (20 prompts); keyword spans {highlight.span_texts()}"
     )
-    text = f"{curve.table()}\n\nhighlighted spans of {TOUR_HIGHLIGHT!r}: {highlight.span_texts()}"
+    text = f"{curve.summary()}\n\nhighlighted spans of {TOUR_HIGHLIGHT!r}: {highlight.span_texts()}"
     results = {
         "steer_training": training,
         "steer_control_curve": curve,

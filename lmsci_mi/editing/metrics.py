@@ -16,6 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import field
+from typing import TYPE_CHECKING
 
 import torch
 from jaxtyping import Float
@@ -30,6 +31,11 @@ from lmsci_mi.editing.stats import KeyStatistics
 from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from matplotlib.figure import Figure
 
 __all__ = [
     "GENERATION_TOKENS",
@@ -118,15 +124,51 @@ class EditEvaluation(Result):
         """One number, e.g. ``ev.metric("ES")``."""
         return float(self.values[1 if edited else 0, METRICS.index(name)])
 
-    def table(self) -> str:
-        """A markdown table of both rows."""
+    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+        """Bars before and after editing: the success rates (S, ES, PS, NS, in %) on the left,
+        the mean probability differences (EM, PM, NM, in points) on the right."""
+        from matplotlib.figure import Figure
+
+        from lmsci_mi.viz.plots import save_figure
+
+        fig = Figure(figsize=(9, 3.6))
+        panels = fig.subplots(1, 2, gridspec_kw={"width_ratios": [4, 3]})
+        for ax, names, unit in (
+            (panels[0], ("S", "ES", "PS", "NS"), "% of prompts (S: harmonic mean)"),
+            (panels[1], ("EM", "PM", "NM"), "mean probability difference (points)"),
+        ):
+            x = torch.arange(len(names), dtype=torch.float32)
+            for i, (label, color) in enumerate(zip(self.labels[0], ("grey", "tab:blue"), strict=False)):
+                heights = [float(self.values[i, METRICS.index(n)]) for n in names]
+                bars = ax.bar((x + 0.4 * i - 0.2).tolist(), heights, width=0.4, label=label, color=color)
+                ax.bar_label(bars, fmt="%.0f", fontsize=7)
+            ax.set_xticks(x.tolist(), names)
+            ax.set_ylabel(unit, fontsize=8)
+            ax.axhline(0, color="grey", linewidth=0.5)
+            ax.grid(axis="y", alpha=0.3)
+        panels[0].legend(fontsize=8)
+        fig.suptitle(
+            title or f"{self.method} on {len(self.subjects)} facts — {self.meta.model}", fontsize=10
+        )
+        fig.tight_layout()
+        if path is not None:
+            save_figure(fig, path)
+        return fig
+
+    def summary(self, rows: int = 10) -> str:
+        """The score S before and after, then a markdown table of both rows (``rows`` unused:
+        there are two)."""
+        line = (
+            f"{self.method} on {self.meta.model}, {len(self.subjects)} facts: S "
+            f"{self.metric('S', edited=False):.1f} -> {self.metric('S'):.1f}"
+        )
         head = "| model | " + " | ".join(METRICS) + " |"
         rule = "|---|" + "---|" * len(METRICS)
-        rows = [
+        table = [
             f"| {label} | " + " | ".join(f"{float(v):.1f}" for v in self.values[i]) + " |"
             for i, label in enumerate(self.labels[0])
         ]
-        return "\n".join([head, rule, *rows])
+        return "\n".join([line, head, rule, *table])
 
 
 @torch.no_grad()

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 from jaxtyping import Float, Int
@@ -27,6 +28,9 @@ from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name, layer_of, site, weight_name
 from lmsci_mi.weights import WeightEdit
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "DEFAULT_STATS_TOKENS",
@@ -131,6 +135,43 @@ class KeyStatistics(Result):
         if layer not in self.layers:
             raise ValueError(f"no statistics for layer {layer}; have {self.layers}")
         return self.values[self.layers.index(layer)]
+
+    def spectra(self) -> Float[Tensor, "layer d_mlp"]:
+        """Each layer's eigenvalues of C, largest first: how many key directions carry the mass."""
+        return torch.linalg.eigvalsh(self.values.double()).flip(-1).clamp_min(0.0)
+
+    def summary(self, rows: int = 10) -> str:
+        """Per layer (the first ``rows``): the trace of C and the share of it in the top 10
+        eigenvalues; the tokens and the text source."""
+        lines = [f"key statistics of {self.meta.model}: {self.n_tokens} tokens of {self.source}"]
+        for layer, spectrum in list(zip(self.layers, self.spectra(), strict=True))[:rows]:
+            total = float(spectrum.sum()) or 1.0
+            lines.append(
+                f"  layer {layer}: trace {total:.4g}, top 10 eigenvalues hold "
+                f"{100 * float(spectrum[:10].sum()) / total:.0f}%"
+            )
+        return "\n".join(lines)
+
+    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+        """Each layer's eigenvalue spectrum of C on a log scale (a ``d_mlp × d_mlp`` heatmap
+        shows only its diagonal)."""
+        from lmsci_mi.viz.plots import plot_curves, save_figure
+
+        spectra = self.spectra().float()
+        fig = plot_curves(
+            spectra.clamp_min(float(spectra[spectra > 0].min()) if (spectra > 0).any() else 1e-12),
+            series=[f"layer {layer}" for layer in self.layers],
+            x_label="eigenvalue rank",
+            title=title or f"Key statistics: eigenvalues of C — {self.meta.model}",
+        )
+        ax = fig.axes[0]
+        ax.set_yscale("log")
+        ax.set_ylabel("eigenvalue of C = E[k kᵀ]")
+        for line in ax.lines:
+            line.set_marker("")
+        if path is not None:
+            save_figure(fig, path)
+        return fig
 
 
 def stats_dir(lm: LensModel, cache_dir: str | Path | None = None) -> Path:

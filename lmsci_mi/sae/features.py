@@ -12,6 +12,7 @@ import html
 from collections.abc import Sequence
 from dataclasses import field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from jaxtyping import Float
@@ -23,6 +24,9 @@ from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sae.core import LensSAE
 from lmsci_mi.viz.tokens import colored_tokens_html, page_with_views
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = ["FeatureCards", "FeatureConfig", "feature_cards", "find_features", "promoted_tokens"]
 
@@ -146,6 +150,32 @@ class FeatureCards(Result):
         ]
         lines += [f"  {text!r}" for text in self.context_texts(feature)[:contexts]]
         return "\n".join(lines)
+
+    def summary(self, rows: int = 10) -> str:
+        """:meth:`describe` of the first ``rows`` features (three contexts each)."""
+        head = f"{len(self.features)} feature cards of {self.meta.model} {self.hook}"
+        return "\n".join([head, *(self.describe(f) for f in self.features[:rows])])
+
+    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+        """A token view: the top contexts of the first six features, each token on a colour of
+        the feature's activation, under a line with the feature's density and promoted tokens."""
+        from lmsci_mi.viz.plots import plot_tokens, save_figure
+
+        rows = []
+        for feature in self.features[:6]:
+            r = self.row(feature)
+            promotes = " ".join(repr(t) for t in self.promoted[r][:6])
+            caption = f"feature {feature} · density {float(self.density[r]):.1e} · promotes {promotes}"
+            for c, (tokens, acts) in enumerate(self.contexts(feature)[:3]):
+                rows.append((caption if c == 0 else "", tokens, acts))
+        fig = plot_tokens(
+            rows,
+            value_label="feature activation",
+            title=title or f"SAE feature cards — {self.meta.model} {self.hook}",
+        )
+        if path is not None:
+            save_figure(fig, path)
+        return fig
 
     def html(self) -> str:
         """Self-contained HTML: per feature, its numbers, promoted tokens, and its contexts with

@@ -74,8 +74,9 @@ class SteeringFrequency(Result):
         """Mean share per condition."""
         return self.values.float().mean(1)
 
-    def table(self) -> str:
-        """Mean share ± standard error per condition, and the fraction of prompts with a hit."""
+    def summary(self, rows: int = 10) -> str:
+        """Mean share ± standard error per condition, and the fraction of prompts with a hit
+        (``rows`` unused: one row per condition)."""
         n = self.values.shape[1]
         lines = [f"{'condition':<36} {'share of tokens':>16} {'± s.e.':>8} {'prompts hit':>12}"]
         for label, row in zip(self.axis_labels(0), self.values.float(), strict=True):

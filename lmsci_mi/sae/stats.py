@@ -73,9 +73,9 @@ class SAEStats(Result):
         """(loss_zero − loss_sae) / (loss_zero − loss_clean): 1 is a perfect reconstruction."""
         return (self.loss_zero - self.loss_sae) / max(self.loss_zero - self.loss_clean, 1e-9)
 
-    def table(self) -> str:
-        """The statistics as a plain-text table."""
-        rows = [
+    def summary(self, rows: int = 10) -> str:
+        """The statistics as a plain-text table (``rows`` unused: every statistic is shown)."""
+        table = [
             ("site", self.hook),
             ("features", str(self.values.numel())),
             ("held-out tokens", str(self.n_tokens)),
@@ -95,8 +95,8 @@ class SAEStats(Result):
             ("fraction of loss recovered", f"{self.fraction_recovered:.3f}"),
             *((name, f"{value:.1f}") for name, value in self.costs.items()),
         ]
-        width = max(len(name) for name, _ in rows)
-        return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+        width = max(len(name) for name, _ in table)
+        return "\n".join(f"{name:<{width}}  {value}" for name, value in table)
 
     def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
         """Histogram of log10 feature density (dead features left out)."""

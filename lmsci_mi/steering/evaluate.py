@@ -111,12 +111,14 @@ class ControlCurve(Result):
         column = self.metric(name)
         return bool((column[1:] > column[:-1]).all())
 
-    def table(self) -> str:
-        """A Markdown table: one row per setting, the unsteered model first."""
+    def summary(self, rows: int = 10) -> str:
+        """The sentiment gap, then a Markdown table: one row per setting (the first ``rows``),
+        the unsteered model first."""
         header = "| setting | " + " | ".join(METRICS) + " |"
-        lines = [header, "|" + "---|" * (len(METRICS) + 1)]
+        gap = f"sentiment gap (last − first setting) {self.gap():+.3f} on {self.meta.model}"
+        lines = [gap, header, "|" + "---|" * (len(METRICS) + 1)]
         lines.append("| unsteered | " + " | ".join(f"{v:.3f}" for v in self.unsteered) + " |")
-        for label, row in zip(self.axis_labels(0), self.values.tolist(), strict=True):
+        for label, row in list(zip(self.axis_labels(0), self.values.tolist(), strict=True))[:rows]:
             lines.append(f"| {label} | " + " | ".join(f"{v:.3f}" for v in row) + " |")
         return "\n".join(lines)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from jaxtyping import Float
@@ -22,6 +23,9 @@ from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name
 from lmsci_mi.steering.lm_steer import LMSteer, logits_from_normalized
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = ["Highlight", "HighlightConfig", "highlight_keywords", "max_spans"]
 
@@ -110,6 +114,29 @@ class Highlight(Result):
     text: str
     spans: tuple[tuple[int, int], ...]
     total: float
+
+    def summary(self, rows: int = 10) -> str:
+        """The chosen spans and their total evidence, then the ``rows`` tokens of most evidence."""
+        tokens = self.axis_labels(0)
+        order = self.values.abs().argsort(descending=True).tolist()[:rows]
+        top = ", ".join(f"{tokens[i]!r} {float(self.values[i]):+.2f}" for i in order)
+        return f"spans {self.span_texts()} (total evidence {self.total:.2f}); strongest tokens: {top}"
+
+    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+        """The text, each token on a colour of its evidence (red for +, blue for −), the sink
+        left out."""
+        from lmsci_mi.viz.plots import plot_tokens, save_figure
+
+        spans = "; ".join(repr(s) for s in self.span_texts())
+        fig = plot_tokens(
+            [(f"chosen spans: {spans}", self.axis_labels(0)[1:], self.values[1:].tolist())],
+            signed=True,
+            value_label="log p(+s) − log p(−s)",
+            title=title or f"LM-Steer highlight — {self.meta.model}",
+        )
+        if path is not None:
+            save_figure(fig, path)
+        return fig
 
     def span_texts(self) -> list[str]:
         """The text of each chosen span."""

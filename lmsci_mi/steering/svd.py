@@ -23,7 +23,10 @@ from lmsci_mi.steering.evaluate import vader_valence
 from lmsci_mi.steering.lm_steer import LMSteer
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import pandas as pd
+    from matplotlib.figure import Figure
 
 __all__ = ["SVDConfig", "SteerSVD", "steer_svd", "word_vocabulary"]
 
@@ -70,9 +73,42 @@ class SteerSVD(Result):
     random_valence: float
     random_words: tuple[str, ...]
 
-    def to_table(self) -> pd.DataFrame:
-        """One row per listed word: direction, end (``top``/``bottom``), rank, word, score and
-        VADER valence."""
+    def summary(self, rows: int = 10) -> str:
+        """Each direction's raised and lowered words (``rows`` directions at most), and the mean
+        VADER valence of direction 0's end words against random words."""
+        lines = []
+        for j, s in enumerate(self.values.tolist()[:rows]):
+            lines.append(f"direction {j} (singular value {s:.3g})")
+            lines.append(f"  raised:  {' '.join(self.top_words[j])}")
+            lines.append(f"  lowered: {' '.join(self.bottom_words[j])}")
+        lines.append(
+            f"mean |VADER valence|: direction 0's end words {self.end_valence:.3f}, "
+            f"{len(self.random_words)} random words {self.random_valence:.3f}"
+        )
+        return "\n".join(lines)
+
+    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+        """Bars of the singular values, each direction labelled with its first raised and
+        lowered words."""
+        from lmsci_mi.viz.plots import plot_bars, save_figure
+
+        labels = [
+            f"{j}: +{' '.join(self.top_words[j][:3])} / −{' '.join(self.bottom_words[j][:3])}"
+            for j in range(self.values.numel())
+        ]
+        fig = plot_bars(
+            labels,
+            self.values.tolist(),
+            value_label="singular value of W",
+            title=title or f"LM-Steer SVD directions — {self.meta.model}",
+        )
+        if path is not None:
+            save_figure(fig, path)
+        return fig
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per listed word: direction, its singular value, end (``top``/``bottom``),
+        rank, word, score and VADER valence (what ``export`` writes: the words are the result)."""
         import pandas as pd
 
         rows = []

@@ -11,11 +11,25 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from matplotlib import colormaps
 from matplotlib.axes import Axes
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from torch import Tensor
 
-__all__ = ["heatmap", "plot_curves", "plot_layer_scores", "plot_tensor", "save_figure"]
+__all__ = [
+    "heatmap",
+    "plot_bars",
+    "plot_curves",
+    "plot_layer_scores",
+    "plot_tensor",
+    "plot_tokens",
+    "save_figure",
+]
+
+TokenRow = tuple[str, Sequence[str], Sequence[float]]
+"""One line of a token view: a caption, the tokens and one value per token."""
 
 
 def heatmap(
@@ -104,6 +118,113 @@ def plot_curves(values: Tensor, *, series: Sequence[str], x_label: str, title: s
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def plot_bars(
+    labels: Sequence[str],
+    values: Sequence[float],
+    *,
+    title: str,
+    value_label: str,
+    errors: Sequence[float] | None = None,
+    colors: Sequence[str] | None = None,
+) -> Figure:
+    """Horizontal bars, one per label, top to bottom in the order given (a ranking, categories).
+
+    Labels are shown as text (``repr`` of a token keeps its spaces visible when the caller
+    passes it so), and each bar carries its value.
+    """
+    heights = [float(v) for v in values]
+    longest = max((len(str(label)) for label in labels), default=0)
+    fig = Figure(figsize=(6 + 0.07 * longest, max(2.2, 0.32 * len(heights) + 1.2)))
+    ax = fig.subplots()
+    y = list(range(len(heights)))
+    ax.barh(y, heights, xerr=errors, color=colors or "tab:blue", capsize=3 if errors else 0)
+    ax.set_yticks(y, [_shown(label) for label in labels])
+    ax.invert_yaxis()
+    span = max((abs(h) for h in heights), default=1.0) or 1.0
+    for i, h in enumerate(heights):
+        past = 0.01 * span + (float(errors[i]) if errors else 0.0)  # beyond the error bar
+        ax.text(h + past * (1 if h >= 0 else -1), i, f"{h:.3g}", va="center",
+                ha="left" if h >= 0 else "right", fontsize=8, parse_math=False)
+    ax.set_xlabel(value_label)
+    ax.set_title(title, fontsize=10)
+    ax.axvline(0, color="grey", linewidth=0.5)
+    ax.margins(x=0.15)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_tokens(
+    rows: Sequence[TokenRow],
+    *,
+    title: str,
+    value_label: str,
+    signed: bool = False,
+    width: int = 100,
+) -> Figure:
+    """Tokens drawn as text, each on a background coloured by its value: a highlight, a feature's
+    top contexts. One caption and one (wrapped) line of tokens per row.
+
+    Args:
+        rows: ``(caption, tokens, values)`` per row.
+        signed: a diverging map centred on 0 (evidence for/against) instead of a sequential one
+            from 0 (activations).
+        width: characters per line before a row wraps.
+    """
+    finite = [abs(float(v)) for _, _, vals in rows for v in vals if float(v) == float(v)]
+    bound = max(finite, default=1.0) or 1.0
+    cmap = colormaps["RdBu_r" if signed else "Oranges"]
+    norm = Normalize(-bound if signed else 0.0, bound)
+    longest = max((sum(len(t) + 0.6 for t in tokens) for _, tokens, _ in rows), default=1.0)
+    width = int(min(width, max(40, longest + 1)))
+    lines = [(caption, _wrap(tokens, values, width)) for caption, tokens, values in rows]
+    n_lines = sum(bool(caption) + len(wrapped) for caption, wrapped in lines)
+    fig = Figure(figsize=(0.085 * width + 1.5, 0.26 * n_lines + 1.3))
+    ax = fig.add_axes((0.02, 0.02, 0.84, 0.96 - 0.45 / fig.get_figheight()))
+    ax.set_xlim(0, width)
+    ax.set_ylim(n_lines, 0)
+    ax.axis("off")
+    y = 0.5
+    for caption, wrapped in lines:
+        if caption:  # a row without a caption continues the group above it
+            ax.text(0, y, caption, fontsize=8, color="#555", va="center", parse_math=False)
+            y += 1
+        for line in wrapped:
+            for x, text, value in line:
+                rgba = cmap(norm(value))
+                dark = 0.299 * rgba[0] + 0.587 * rgba[1] + 0.114 * rgba[2] < 0.5
+                ax.text(x, y, text, family="monospace", fontsize=9, va="center",
+                        color="white" if dark else "black", parse_math=False,
+                        bbox={"facecolor": rgba, "edgecolor": "none", "pad": 1.5})
+            y += 1
+    bar = fig.add_axes((0.88, 0.1, 0.015, 0.8))
+    fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), cax=bar, label=value_label)
+    fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def _shown(token: str) -> str:
+    """A token as a label: newlines and tabs visible, nothing that matplotlib would parse."""
+    return token.replace("\n", "\\n").replace("\t", "\\t").replace("$", "\\$")
+
+
+def _wrap(
+    tokens: Sequence[str], values: Sequence[float], width: int
+) -> list[list[tuple[float, str, float]]]:
+    """Tokens laid out in lines of ``width`` characters: ``(x, text, value)`` per token."""
+    lines: list[list[tuple[float, str, float]]] = [[]]
+    x = 0.0
+    for token, value in zip(tokens, values, strict=True):
+        text = token.replace("\n", "⏎").replace("\t", "⇥") or "∅"
+        size = len(text) + 0.6  # a little room between the coloured boxes
+        if x + size > width and lines[-1]:
+            lines.append([])
+            x = 0.0
+        lines[-1].append((x, text, float(value)))
+        x += size
+    return lines
 
 
 def plot_layer_scores(

@@ -8,9 +8,6 @@ and nothing is fetched from the network, so a report opens from disk on a machin
 
 from __future__ import annotations
 
-import base64
-import html
-import io
 import json
 import os
 import re
@@ -19,15 +16,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+from typing import Any
 
 from lmsci_mi._version import __version__
-from lmsci_mi.results import Meta, Result
-
-if TYPE_CHECKING:
-    import pandas as pd
+from lmsci_mi.results import Result
+from lmsci_mi.viz.result_html import CSS as RESULT_CSS
+from lmsci_mi.viz.result_html import TABLE_ROWS as TABLE_ROWS
+from lmsci_mi.viz.result_html import esc, result_html
+from lmsci_mi.viz.result_html import plot_png as plot_png
 
 __all__ = [
     "MAX_REPORT_BYTES",
@@ -41,12 +37,6 @@ __all__ = [
 
 MAX_REPORT_BYTES = 10_000_000
 """A report larger than this is refused: it must stay small enough to mail and open anywhere."""
-
-TABLE_ROWS = 30
-"""Tables longer than this show the rows of largest |value| (or the first rows), and say so."""
-
-PLOT_DPI = 90
-"""Resolution of embedded plots: sharp on screen, some 30-150 kB a plot."""
 
 _RENDER_CALL = re.compile(
     r'CircuitsVis\.render\(\s*"(?P<id>[^"]+)",\s*CircuitsVis\.(?P<element>\w+),\s*(?P<props>.*)\)\s*'
@@ -241,103 +231,12 @@ def _section_html(index: int, section: Section) -> str:
     for k, view in enumerate(section.views):
         parts.append(_view_html(view, f"cv-{index}-{k}"))
     for name, result in section.results.items():
-        parts.append(_result_html(name, result))
+        parts.append(result_html(name, result))
     if section.files:
         links = ", ".join(f"<a href='{_esc(f)}'>{_esc(f)}</a>" for f in section.files)
         parts.append(f"<p class='files'>Saved: {links}</p>")
     parts.append("</section>")
     return "".join(parts)
-
-
-def _result_html(name: str, result: Result) -> str:
-    kind = type(result).__name__
-    parts = [f"<div class='result'><h3>{_esc(name)} <span class='kind'>{_esc(kind)}</span></h3>"]
-    # The plot and its numbers side by side (they wrap on a narrow window).
-    parts.append(f"<div class='pair'><div>{_plot_html(result)}</div><div>")
-    parts.append(_table_html(result))
-    parts.append(_meta_html(result.meta))
-    parts.append("</div></div></div>")
-    return "".join(parts)
-
-
-def _plot_html(result: Result) -> str:
-    try:
-        png = plot_png(result)
-    except Exception as error:
-        return f"<p class='note'>No plot: {_esc(type(error).__name__)}: {_esc(str(error))}</p>"
-    data = base64.b64encode(png).decode("ascii")
-    return f"<img class='plot' alt='plot of {_esc(type(result).__name__)}' src='data:image/png;base64,{data}'>"
-
-
-def plot_png(result: Result, *, dpi: int = PLOT_DPI) -> bytes:
-    """``result.plot()`` as PNG bytes (rendered through Agg; the figure is closed after)."""
-    fig = result.plot()
-    buffer = io.BytesIO()
-    try:
-        fig.savefig(buffer, dpi=dpi, format="png")
-    finally:
-        if fig.canvas.manager is not None:  # made through pyplot: pyplot would keep it alive
-            import matplotlib.pyplot as plt
-
-            plt.close(fig)
-    return buffer.getvalue()
-
-
-def _table_html(result: Result) -> str:
-    try:
-        frame = result.to_dataframe()
-    except Exception as error:
-        return f"<p class='note'>No table: {_esc(type(error).__name__)}: {_esc(str(error))}</p>"
-    shown, note = _truncate(frame)
-    table = shown.to_html(index=False, border=0, classes="numbers", float_format=_number, na_rep="")
-    # Short tables are open; long ones start folded so that the plots come first.
-    state = " open" if len(shown) <= 12 else ""
-    return f"<details{state}><summary>Numbers: {_esc(note)}</summary><div class='scroll'>{table}</div></details>"
-
-
-def _truncate(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
-    """At most :data:`TABLE_ROWS` rows: the largest |value| when there is a value column."""
-    # An axis's `<name>_index` repeats its label column's information; keep the labels only.
-    redundant = [
-        c for c in frame.columns if str(c).endswith("_index") and str(c)[:-6] in frame.columns
-    ]
-    frame = frame.drop(columns=redundant)
-    n = len(frame)
-    if n <= TABLE_ROWS:
-        return frame, f"all {n} rows"
-    if "value" in frame.columns and frame["value"].dtype.kind in "fiu":
-        magnitude = np.abs(frame["value"].to_numpy(dtype=float))
-        order = np.argsort(-magnitude, kind="stable")  # NaN sorts last
-        return (
-            frame.iloc[order[:TABLE_ROWS]],
-            f"the {TABLE_ROWS} of {n} rows with the largest |value| (all rows: result.to_dataframe())",
-        )
-    return frame.head(
-        TABLE_ROWS
-    ), f"the first {TABLE_ROWS} of {n} rows (all rows: result.to_dataframe())"
-
-
-def _number(value: float) -> str:
-    return f"{value:.4g}"
-
-
-def _meta_html(meta: Meta) -> str:
-    prompts = list(meta.prompts)
-    shown = prompts[:5]
-    more = f" … and {len(prompts) - 5} more" if len(prompts) > 5 else ""
-    rows = [
-        ("model", meta.model),
-        ("sink", repr(meta.sink)),
-        ("seed", "" if meta.seed is None else str(meta.seed)),
-        ("data source", meta.data_source),
-        ("version", meta.version),
-        (f"prompts ({len(prompts)})", "; ".join(repr(p) for p in shown) + more),
-    ]
-    rows += [(f"param {k}", repr(v)) for k, v in meta.params.items()]
-    body = "".join(
-        f"<tr><th>{_esc(k)}</th><td>{_esc(_clip(v))}</td></tr>" for k, v in rows if v != ""
-    )
-    return f"<details><summary>Meta</summary><table class='meta'>{body}</table></details>"
 
 
 def _view_html(view: CircuitsView, element_id: str) -> str:
@@ -396,28 +295,17 @@ def _relative(path: Path, base: Path | None) -> str:
         return str(path.resolve())
 
 
-def _clip(text: str, limit: int = 600) -> str:
-    return text if len(text) <= limit else text[:limit] + " …"
+_esc = esc
 
-
-def _esc(text: str) -> str:
-    return html.escape(str(text), quote=True)
-
-
-_CSS = """
+_PAGE_CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,Helvetica,Arial,sans-serif;max-width:1250px;
 margin:2em auto;padding:0 1em;color:#222;line-height:1.45}
 h1{margin-bottom:.2em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}
-h3{margin:1em 0 .3em}.kind,.time,.stamp{color:#777;font-weight:normal;font-size:.9em}
+.time,.stamp{color:#777;font-weight:normal;font-size:.9em}
 nav ol{columns:2}li.failed a{color:#b00}section.failed h2{color:#b00}
-pre{background:#f6f6f6;padding:.6em;overflow-x:auto;font-size:.85em;white-space:pre-wrap}
 pre.reason{background:#fee;color:#900}pre.code{background:#eef4ff}.summary{font-weight:600}
-.label{margin:.4em 0 0;color:#555;font-size:.9em}img.plot{max-width:100%;height:auto;display:block}
-table.numbers,table.meta{border-collapse:collapse;font-size:.8em;margin:.4em 0}
-table.numbers td,table.numbers th,table.meta td,table.meta th{border:1px solid #ddd;padding:2px 6px;
-text-align:left}summary{cursor:pointer;color:#444;font-size:.9em}.note{color:#777}
+.label{margin:.4em 0 0;color:#555;font-size:.9em}
 .view{border:1px solid #eee;padding:.4em;margin:.6em 0}.caption{color:#555;margin:0}
-.pair{display:flex;flex-wrap:wrap;gap:1.2em;align-items:flex-start}.pair>div{min-width:0}
-.pair>div:first-child{flex:0 1 auto;max-width:100%}.pair>div:last-child{flex:1 1 300px}
-.scroll{overflow-x:auto;max-width:100%}img.plot{max-height:520px;width:auto}
 """
+
+_CSS = _PAGE_CSS + RESULT_CSS

@@ -108,7 +108,7 @@ def test_long_tables_keep_the_largest_values() -> None:
     import torch
 
     from lmsci_mi.results import Meta
-    from lmsci_mi.viz import report
+    from lmsci_mi.viz import result_html as report
 
     values = torch.randn(10, 10)
     values[3, 4] = float("nan")
@@ -116,7 +116,7 @@ def test_long_tables_keep_the_largest_values() -> None:
         values=values, axes=("layer", "head"), labels=((), ()), meta=Meta("m", sink=None)
     )
     frame = result.to_dataframe()
-    shown, note = report._truncate(frame)
+    shown, note = report.truncate(frame)
     assert len(frame) == 100 and len(shown) == report.TABLE_ROWS
     assert "30 of 100 rows with the largest |value|" in note
     assert shown["value"].abs().min() == pytest.approx(

@@ -80,7 +80,7 @@ def test_training_reports_the_statistics(trained: tuple[LensSAE, SAEStats]) -> N
     assert stats.loss_clean > 0 and stats.loss_sae > 0 and stats.loss_zero > 0
     assert (stats.feature_scale > 0).all() and torch.equal(sae.feature_scale, stats.feature_scale)
     assert {"harvest_seconds", "train_seconds", "n_train_tokens"} <= set(stats.costs)
-    assert "explained variance" in stats.table()
+    assert "explained variance" in stats.summary()
 
 
 def test_trained_sae_beats_a_fresh_one(toy: LensModel, trained: tuple[LensSAE, SAEStats]) -> None:
@@ -259,7 +259,7 @@ def test_steering_frequency_table(toy: LensModel, trained: tuple[LensSAE, SAESta
     sae, _ = trained
     table = steering_frequency(toy, sae, 5, PROMPTS, FrequencyConfig(coefficient=8.0, new_tokens=6))
     assert table.values.shape == (3, 4) and table.control != 5
-    assert table.axis_labels(0)[0] == "unsteered" and "random feature" in table.table()
+    assert table.axis_labels(0)[0] == "unsteered" and "random feature" in table.summary()
     assert len(table.token_set) == 20
     # The unsteered row is the share of the feature's promoted tokens in plain samples.
     sampling = GenerationConfig(max_new_tokens=6, temperature=1.0, top_p=0.9, seed=0, batch_size=64)

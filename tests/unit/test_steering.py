@@ -270,7 +270,7 @@ def test_evaluate_settings_rows_and_unsteered(tiny: LensModel) -> None:
     assert curve.values.shape == (2, 6)
     assert curve.settings == ((-1.0, 0.0), (1.0, 2.0))
     assert len(curve.unsteered) == 6 and all(len(c) == 4 for c in curve.continuations)
-    assert "unsteered" in curve.table()
+    assert "unsteered" in curve.summary()
 
 
 def test_highlight_html_is_offline(tiny: LensModel, tmp_path: Path) -> None:
@@ -287,7 +287,7 @@ def test_svd_probe_and_transfer_on_toys(tiny: LensModel, tiny_gpt2: LensModel) -
     steer = _strong_steer(tiny)
     probe = steer_svd(tiny, steer)
     assert probe.values.shape == (5,) and (probe.values[:-1] >= probe.values[1:]).all()
-    assert set(probe.to_table()["end"]) == {"top", "bottom"}
+    assert set(probe.to_dataframe()["end"]) == {"top", "bottom"}
     moved, fit = transfer_steer(steer, tiny, tiny_gpt2)
     assert moved.model_name == tiny_gpt2.name and fit.n_shared > 40_000
     with moved.apply(tiny_gpt2, [1.0]):

@@ -1,0 +1,419 @@
+"""One of each lmsci-mi result type, built cheaply: `results.ipynb` shows each, and run as a script
+this prints each one's summary.
+
+    .venv/bin/python examples/result_gallery.py
+
+Where an analysis runs in about a second on the toy model `toy-2l` (random weights), the result
+comes from that run; where it needs a trained model, generations or minutes (SAE training, edit
+evaluation, LM-Steer curves, the IOI circuit), the result is built from synthetic numbers of the
+right shape, and its ``meta.data_source`` says so. Either way it is a real result object: it
+saves, loads, plots and shows itself in a notebook like one from a real run.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+
+import torch
+
+from lmsci_mi import LensModel, load_model
+from lmsci_mi.circuits.attention import attention_summary
+from lmsci_mi.circuits.attribution import AttributionConfig, attribution_patch
+from lmsci_mi.circuits.heads import (
+    HeadScoreConfig,
+    InductionAblationConfig,
+    composition_scores,
+    induction_ablation,
+    induction_scores,
+)
+from lmsci_mi.circuits.ioi import IOI_ROLES, CircuitHead, IOICircuit
+from lmsci_mi.circuits.patching import PatchingConfig, patch_activations
+from lmsci_mi.circuits.tracing import TraceConfig, causal_trace
+from lmsci_mi.data.cfg import CFGConfig, build_grammar
+from lmsci_mi.editing.metrics import METRICS as EDIT_METRICS
+from lmsci_mi.editing.metrics import EditEvaluation
+from lmsci_mi.editing.stats import StatsConfig, key_statistics
+from lmsci_mi.probes.cfg import (
+    AttentionTransitionConfig,
+    CFGProbeConfig,
+    cfg_attention_transitions,
+    cfg_probe_table,
+    random_cfg_model,
+)
+from lmsci_mi.probes.sweep import ProbeSweepConfig, probe_sweep
+from lmsci_mi.results import LayerCurve, Meta, Result
+from lmsci_mi.sites import Head
+from lmsci_mi.steering.evaluate import METRICS as STEER_METRICS
+from lmsci_mi.steering.evaluate import ControlCurve
+from lmsci_mi.steering.highlight import highlight_keywords
+from lmsci_mi.steering.lm_steer import LMSteer
+from lmsci_mi.steering.sae.features import FeatureCards
+from lmsci_mi.steering.sae.frequency import SteeringFrequency
+from lmsci_mi.steering.sae.stats import SAEStats
+from lmsci_mi.steering.svd import SVDConfig, steer_svd
+from lmsci_mi.steering.train import SteerTraining
+from lmsci_mi.steering.transfer import SteerTransfer
+
+SYNTHETIC = "synthetic numbers of a real run's shape (a picture of the view, not a measurement)"
+PROMPT = "The Eiffel Tower is in the city of"
+
+
+def toy() -> LensModel:
+    """The two-layer toy model with random weights that the real runs use."""
+    return load_model("toy-2l")
+
+
+def _meta(**params: object) -> Meta:
+    return Meta("toy-2l", (PROMPT,), seed=0, data_source=SYNTHETIC, params=params, sink=None)  # type: ignore[arg-type]
+
+
+def _noise(*shape: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _randomise(steer: LMSteer) -> None:
+    """Random steer weights (a fresh steer changes nothing), so its views have something to show."""
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in steer.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=generator))
+
+
+# ---------------------------------------------------------------------- builders
+# make_notebooks.py turns each builder below into a notebook cell, and the code above into the
+# notebook's first cell.
+
+# real runs on the toy
+
+
+def token_predictions(lm: LensModel) -> Result:
+    return lm.top_tokens(PROMPT, k=8)
+
+
+def causal_trace_result(lm: LensModel) -> Result:
+    return causal_trace(lm, PROMPT, "Eiffel Tower", TraceConfig(n_samples=2))
+
+
+def patching(lm: LensModel) -> Result:
+    return patch_activations(
+        lm,
+        "When Mary and John went out, John gave it to",
+        "When Mary and John went out, Mary gave it to",
+        "kl",
+        PatchingConfig(site="resid_pre", positions="each"),
+    )
+
+
+def attribution(lm: LensModel) -> Result:
+    return attribution_patch(
+        lm,
+        "When Mary and John went out, John gave it to",
+        "When Mary and John went out, Mary gave it to",
+        "kl",
+        AttributionConfig(site="z"),
+    )
+
+
+def attention(lm: LensModel) -> Result:
+    return attention_summary(lm, PROMPT)
+
+
+def head_scores(lm: LensModel) -> Result:
+    return induction_scores(lm, config=HeadScoreConfig(n_sequences=8, half_length=8))
+
+
+def composition(lm: LensModel) -> Result:
+    return composition_scores(lm, "K")
+
+
+def ablation(lm: LensModel) -> Result:
+    config = InductionAblationConfig(n_sequences=8, half_length=8, n_random_draws=5)
+    return induction_ablation(lm, [Head(1, 0)], config)
+
+
+def layer_curve(lm: LensModel) -> Result:
+    scores = induction_scores(lm, config=HeadScoreConfig(n_sequences=8, half_length=8))
+    best = scores.values.max(dim=1).values
+    return LayerCurve(values=best, axes=("layer",), labels=((),), meta=scores.meta)
+
+
+def highlight(lm: LensModel) -> Result:
+    steer = LMSteer.for_model(lm, ("sentiment",))
+    _randomise(steer)
+    return highlight_keywords(lm, steer, "What a wonderful, sunny day; the food was awful though.")
+
+
+def svd(lm: LensModel) -> Result:
+    steer = LMSteer.for_model(lm, ("sentiment",))
+    _randomise(steer)
+    return steer_svd(lm, steer, SVDConfig(n_directions=5, top_k=5))
+
+
+def key_stats(lm: LensModel) -> Result:
+    folder = tempfile.mkdtemp(prefix="lmsci-gallery-")
+    return key_statistics(lm, [0, 1], StatsConfig(n_tokens=200, seq_len=64), cache_dir=folder)
+
+
+def probe(lm: LensModel) -> Result:
+    texts = [f"The {w} is here" for w in ["cat", "dog", "fish", "bird", "cow", "frog"] * 8]
+    labels = ["mammal" if t.split()[1] in ("cat", "dog", "cow") else "other" for t in texts]
+    return probe_sweep(lm, texts, labels, config=ProbeSweepConfig(bootstrap=20), task="animals")
+
+
+def cfg_transitions(lm: LensModel) -> Result:
+    grammar = build_grammar(CFGConfig())
+    return cfg_attention_transitions(
+        random_cfg_model(), grammar, AttentionTransitionConfig(n_sequences=30, batch_size=30)
+    )
+
+
+def cfg_probes(lm: LensModel) -> Result:
+    cfg_lm = random_cfg_model()
+    config = CFGProbeConfig(n_sequences=20, multihead=False, attention=False, evaluate=False)
+    return cfg_probe_table(cfg_lm, cfg_lm, build_grammar(CFGConfig()), config)
+
+
+# synthetic numbers
+
+
+def edit_evaluation(lm: LensModel) -> Result:
+    unedited = torch.tensor([40.0, 20.0, 25.0, 90.0, -5.0, -3.0, 8.0, 620.0])
+    edited = torch.tensor([85.0, 100.0, 80.0, 78.0, 60.0, 35.0, 6.0, 615.0])
+    per_fact = torch.rand(2, 4, 7, generator=torch.Generator().manual_seed(0))
+    return EditEvaluation(
+        values=torch.stack([unedited, edited]),
+        axes=("model", "metric"),
+        labels=(("unedited", "rome"), EDIT_METRICS),
+        meta=_meta(method="rome"),
+        per_fact=per_fact,
+        subjects=(
+            "Eiffel Tower",
+            "Danielle Darrieux",
+            "Toko Yasuda",
+            "Autonomous University of Madrid",
+        ),
+        method="rome",
+        fact_layers=((5,), (5,), (5,), (5,)),
+        n_edits=4,
+        seconds_per_edit=2.5,
+        stats_tokens=100_000,
+        excluded_neighbours=0,
+    )
+
+
+def sae_stats(lm: LensModel) -> Result:
+    density = (10 ** (-4 * torch.rand(512, generator=torch.Generator().manual_seed(0)))) * (
+        torch.rand(512, generator=torch.Generator().manual_seed(1)) > 0.05
+    )
+    return SAEStats(
+        values=density,
+        axes=("feature",),
+        labels=((),),
+        meta=_meta(d_sae=512),
+        hook="blocks.1.hook_resid_post",
+        explained_variance=0.82,
+        explained_variance_autocast=None,
+        l0=31.0,
+        dead_fraction=float((density == 0).float().mean()),
+        loss_clean=3.1,
+        loss_sae=3.3,
+        loss_zero=7.9,
+        n_tokens=20_000,
+        feature_scale=torch.rand(512) + 0.5,
+        costs={"harvest seconds": 12.0, "train seconds": 60.0},
+    )
+
+
+def steering_frequency(lm: LensModel) -> Result:
+    shares = torch.stack([torch.rand(12) * 0.02, 0.1 + torch.rand(12) * 0.2, torch.rand(12) * 0.03])
+    return SteeringFrequency(
+        values=shares,
+        axes=("condition", "prompt"),
+        labels=(("unsteered", "feature 17 at 8", "random feature 301 at 8"), ()),
+        meta=_meta(coefficient=8.0),
+        feature=17,
+        control=301,
+        coefficient=8.0,
+        token_set=(" Paris", " France", " French"),
+        samples=(("…", "…", "…"),),
+    )
+
+
+def feature_cards(lm: LensModel) -> Result:
+    words = (
+        "The",
+        " Eiffel",
+        " Tower",
+        " is",
+        " in",
+        " Paris",
+        ",",
+        " France",
+        ".",
+        " We",
+        " visited",
+        " the",
+        " Louvre",
+        " museum",
+        " and",
+        " ate",
+        " croissants",
+        "\n",
+    )
+    n_features, n_contexts, window = 3, 3, 12
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, len(words), (n_features, n_contexts, window), generator=generator)
+    acts = torch.rand(n_features, n_contexts, window, generator=generator) ** 4 * 5
+    return FeatureCards(
+        values=acts.amax(-1),
+        axes=("feature", "context"),
+        labels=(("4", "17", "230"), ()),
+        meta=_meta(),
+        hook="blocks.1.hook_resid_post",
+        features=(4, 17, 230),
+        density=torch.tensor([1e-3, 2e-2, 4e-4]),
+        scale=torch.tensor([4.0, 5.0, 3.0]),
+        promoted=((" Paris", " France"), (" museum", " art"), (" food", " bread")),
+        promoted_logits=torch.tensor([[2.0, 1.5], [1.8, 1.2], [1.1, 0.9]]),
+        context_tokens=tokens,
+        context_acts=acts,
+        token_strings=words,
+        n_tokens=50_000,
+    )
+
+
+def control_curve(lm: LensModel) -> Result:
+    settings = (-5.0, -2.5, 0.0, 2.5, 5.0)
+    sentiment = torch.tensor(settings) * 0.08
+    rows = torch.stack(
+        [
+            sentiment,
+            0.1 * torch.ones(5),
+            30 + torch.tensor(settings).abs() * 3,
+            0.6 * torch.ones(5),
+            0.8 * torch.ones(5),
+            0.9 * torch.ones(5),
+        ],
+        dim=1,
+    )
+    return ControlCurve(
+        values=rows,
+        axes=("setting", "metric"),
+        labels=(tuple(f"sentiment={s:+g}" for s in settings), STEER_METRICS),
+        meta=_meta(),
+        attributes=("sentiment", "dummy"),
+        settings=tuple((s, 1.0) for s in settings),
+        unsteered=(0.0, 0.1, 28.0, 0.6, 0.8, 0.9),
+        continuations=tuple(("…",) for _ in settings),
+    )
+
+
+def steer_training(lm: LensModel) -> Result:
+    steps = torch.arange(200, dtype=torch.float32)
+    loss = 3.0 + 1.5 * torch.exp(-steps / 40) + 0.05 * _noise(200)
+    return SteerTraining(
+        values=loss,
+        axes=("step",),
+        labels=((),),
+        meta=_meta(),
+        attributes=("sentiment",),
+        n_texts=2000,
+        n_tokens=60_000,
+        unsteered_loss=4.5,
+        final_loss=float(loss[-20:].mean()),
+        collect_seconds=20.0,
+        train_seconds=90.0,
+    )
+
+
+def steer_transfer(lm: LensModel) -> Result:
+    r2 = torch.tensor([0.91, 0.85, 0.78, 0.7, 0.66, 0.52, 0.47, 0.3])
+    return SteerTransfer(
+        values=r2,
+        axes=("d_source",),
+        labels=((),),
+        meta=_meta(),
+        source_model="toy-2l",
+        target_model="toy-3l",
+        n_shared=5000,
+        r2=float(r2.mean()),
+    )
+
+
+def ioi_circuit(lm: LensModel) -> Result:
+    n_layers, n_heads = 2, 4
+    dla = _noise(n_layers, n_heads)
+    heads = tuple(
+        CircuitHead(
+            head=Head(i % n_layers, i % n_heads),
+            role=role,
+            dla=float(dla[i % n_layers, i % n_heads]),
+            attn_end_io=0.4,
+            attn_end_s=0.1,
+            path_patching=float("nan"),
+            score=0.5,
+        )
+        for i, role in enumerate(IOI_ROLES[:4])
+    )
+    grid = torch.rand(n_layers, n_heads)
+    return IOICircuit(
+        values=dla,
+        axes=("layer", "head"),
+        labels=(("0", "1"), ("0", "1", "2", "3")),
+        meta=_meta(),
+        heads=heads,
+        logit_diffs=_noise(20) + 1.0,
+        logit_diff=1.0,
+        fraction_positive=0.8,
+        attn_end_io=grid,
+        attn_end_s=grid,
+        induction_s2=grid,
+        duplicate_s2=grid,
+        previous_s1_plus_1=grid,
+        path_patching=grid,
+        logit_diff_circuit=0.9,
+        faithfulness=0.9,
+        logit_diff_without_name_movers=0.3,
+        name_mover_removed=0.7,
+    )
+
+
+BUILDERS: dict[str, Callable[[LensModel], Result]] = {
+    "TokenPredictions": token_predictions,
+    "CausalTrace": causal_trace_result,
+    "PatchingResult": patching,
+    "AttributionResult": attribution,
+    "AttentionSummary": attention,
+    "HeadScores": head_scores,
+    "CompositionScores": composition,
+    "InductionAblation": ablation,
+    "LayerCurve": layer_curve,
+    "IOICircuit": ioi_circuit,
+    "ProbeSweep": probe,
+    "CFGAttentionTransitions": cfg_transitions,
+    "CFGProbeTable": cfg_probes,
+    "KeyStatistics": key_stats,
+    "EditEvaluation": edit_evaluation,
+    "Highlight": highlight,
+    "SteerSVD": svd,
+    "ControlCurve": control_curve,
+    "SteerTraining": steer_training,
+    "SteerTransfer": steer_transfer,
+    "SAEStats": sae_stats,
+    "FeatureCards": feature_cards,
+    "SteeringFrequency": steering_frequency,
+}
+"""One builder per registered result type, by type name."""
+
+
+def main() -> None:
+    lm = toy()
+    for name, build in BUILDERS.items():
+        result = build(lm)
+        assert type(result).__name__ == name, (name, type(result))
+        print(f"{result!r}\n{result.summary(rows=5)}\n")
+
+
+if __name__ == "__main__":
+    main()
