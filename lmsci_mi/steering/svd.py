@@ -70,6 +70,10 @@ class SteerSVD(Result):
     random_valence: float
     random_words: tuple[str, ...]
 
+    def to_dataframe(self) -> pd.DataFrame:
+        """The word table (what ``export`` and ``lmsci-mi steer svd --export`` write)."""
+        return self.to_table()
+
     def to_table(self) -> pd.DataFrame:
         """One row per listed word: direction, end (``top``/``bottom``), rank, word, score and
         VADER valence."""
