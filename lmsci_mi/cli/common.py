@@ -23,6 +23,7 @@ from lmsci_mi.results import Result
 
 __all__ = [
     "EXPORT_SUFFIXES",
+    "OUTPUT_FLAGS",
     "add_config_args",
     "add_generation_args",
     "add_model_args",
@@ -31,6 +32,7 @@ __all__ = [
     "config_from_args",
     "generate_from_args",
     "load_from_args",
+    "output_path",
     "parse_sink",
     "write_outputs",
 ]
@@ -90,9 +92,10 @@ def add_model_args(
 # ------------------------------------------------------------------------------ output paths
 
 
-def _file_path(flag: str, suffixes: Sequence[str] | None) -> Callable[[str], Path]:
-    """An argparse ``type`` for an output file: a file name whose folder can be written, with one
-    of ``suffixes`` (any when None). A bad path is a usage error before anything runs."""
+def output_path(flag: str, suffixes: Sequence[str] | None = None) -> Callable[[str], Path]:
+    """The argparse ``type`` of an output or artefact file (a result, a steer, a delta): a file
+    name whose folder can be written, with one of ``suffixes`` (any when None). A bad path is a
+    usage error before anything runs."""
 
     def parse(text: str) -> Path:
         path = Path(text)
@@ -116,42 +119,33 @@ def _file_path(flag: str, suffixes: Sequence[str] | None) -> Callable[[str], Pat
     return parse
 
 
-result_path = _file_path("--out", None)
-"""The ``type`` of a result file (``--out``); usable for artefact files too, with a suffix check."""
-
-
-def artefact_path(flag: str, suffixes: Sequence[str] | None = None) -> Callable[[str], Path]:
-    """The argparse ``type`` of an artefact file (a steer, a delta): checked as output files are."""
-    return _file_path(flag, suffixes)
-
-
 def add_output_args(parser: argparse.ArgumentParser) -> None:
     """``--out``, ``--plot``, ``--export`` and ``--html``: where the command's result goes."""
     group = parser.add_argument_group("outputs (each checked before the analysis runs)")
     group.add_argument(
         "--out",
-        type=result_path,
+        type=output_path("--out"),
         default=None,
         metavar="RESULT.json",
         help="save the result (JSON + safetensors; `lmsci-mi report` reads it)",
     )
     group.add_argument(
         "--plot",
-        type=_file_path("--plot", _PLOT_SUFFIXES),
+        type=output_path("--plot", _PLOT_SUFFIXES),
         default=None,
         metavar="PLOT.png",
         help="write the result's plot as PNG",
     )
     group.add_argument(
         "--export",
-        type=_file_path("--export", EXPORT_SUFFIXES),
+        type=output_path("--export", EXPORT_SUFFIXES),
         default=None,
         metavar="TABLE.csv",
         help="write the result's table: .csv, .parquet or .json",
     )
     group.add_argument(
         "--html",
-        type=_file_path("--html", _HTML_SUFFIXES),
+        type=output_path("--html", _HTML_SUFFIXES),
         default=None,
         metavar="VIEW.html",
         help="write an offline HTML view of the result",

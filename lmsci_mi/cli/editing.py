@@ -15,9 +15,9 @@ from lmsci_mi.cli.common import (
     add_config_args,
     add_generation_args,
     add_model_args,
-    artefact_path,
     generate_from_args,
     load_from_args,
+    output_path,
 )
 from lmsci_mi.cli.tour import StepOutput, TourStep
 from lmsci_mi.model import LensModel
@@ -49,7 +49,7 @@ def register(commands: Any) -> None:
     p.add_argument("--method", choices=EDITING_METHODS.names(), default="rome")
     p.add_argument(
         "--delta-out",
-        type=artefact_path("--delta-out", (".safetensors",)),
+        type=output_path("--delta-out", (".safetensors",)),
         default=None,
         metavar="DELTA.safetensors",
         help="save the edit's weight delta here (re-apply it with --apply)",

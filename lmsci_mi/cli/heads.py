@@ -13,9 +13,9 @@ from lmsci_mi.cli.common import (
     add_config_args,
     add_model_args,
     add_output_args,
-    artefact_path,
     config_from_args,
     load_from_args,
+    output_path,
     write_outputs,
 )
 from lmsci_mi.cli.tour import StepOutput, TourStep
@@ -52,7 +52,7 @@ def register(commands: Any) -> None:
     # No result here: the page is the command's one output, so --html is required.
     attention.add_argument(
         "--html",
-        type=artefact_path("--html", (".html", ".htm")),
+        type=output_path("--html", (".html", ".htm")),
         required=True,
         help="where to write the page",
     )

@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from lmsci_mi.cli.common import artefact_path
+from lmsci_mi.cli.common import output_path
 
 __all__ = ["register"]
 
@@ -30,7 +30,7 @@ def register(commands: Any) -> None:
     )
     report.add_argument(
         "--html",
-        type=artefact_path("--html", (".html", ".htm")),
+        type=output_path("--html", (".html", ".htm")),
         default="report.html",
         metavar="REPORT.html",
         help="where to write the page (default report.html)",

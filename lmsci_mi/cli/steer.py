@@ -12,10 +12,10 @@ from lmsci_mi.cli.common import (
     add_generation_args,
     add_model_args,
     add_output_args,
-    artefact_path,
     config_from_args,
     generate_from_args,
     load_from_args,
+    output_path,
     write_outputs,
 )
 from lmsci_mi.cli.tour import StepOutput, TourStep
@@ -54,7 +54,7 @@ def _add_train(sub: Any) -> None:
     )
     train.add_argument(
         "--steer-out",
-        type=artefact_path("--steer-out"),
+        type=output_path("--steer-out"),
         default=None,
         metavar="STEER.safetensors",
         help="also write the trained steer here (the result, --out, is the training record)",
@@ -115,7 +115,7 @@ def _add_analyses(sub: Any) -> None:
     transfer.add_argument("--to", required=True, help="the target model, e.g. gemma3-270m")
     transfer.add_argument(
         "--steer-out",
-        type=artefact_path("--steer-out"),
+        type=output_path("--steer-out"),
         default=None,
         metavar="STEER.safetensors",
         help="write the transferred steer here (the result, --out, is the map's fit)",
