@@ -13,12 +13,12 @@ from lmsci_mi.cli.common import (
     add_model_args,
     add_output_args,
     config_from_args,
-    generate_from_args,
     load_from_args,
     output_path,
     write_outputs,
 )
 from lmsci_mi.cli.tour import StepOutput, TourStep
+from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.model import LensModel
 
 
@@ -66,16 +66,16 @@ def _add_train(sub: Any) -> None:
 
 
 def _add_generate(sub: Any) -> None:
-    generate = sub.add_parser("generate", help="continue a prompt under a steer")
-    _steer_args(generate)
-    generate.add_argument("--value", type=float, default=5.0, help="value of steer 0 (default 5)")
-    generate.add_argument(
+    parser = sub.add_parser("generate", help="continue a prompt under a steer")
+    _steer_args(parser)
+    parser.add_argument("--value", type=float, default=5.0, help="value of steer 0 (default 5)")
+    parser.add_argument(
         "--value2", type=float, default=None, help="value of steer 1 (composition)"
     )
-    generate.add_argument("--prompt", default="The movie was", help="the prompt")
-    generate.add_argument("--samples", type=int, default=1, help="continuations to sample")
-    add_generation_args(generate)
-    generate.set_defaults(run=_run_generate)
+    parser.add_argument("--prompt", default="The movie was", help="the prompt")
+    parser.add_argument("--samples", type=int, default=1, help="continuations to sample")
+    add_generation_args(parser)
+    parser.set_defaults(run=_run_generate)
 
 
 def _add_analyses(sub: Any) -> None:
@@ -171,14 +171,17 @@ def _run_generate(args: argparse.Namespace) -> int:
     steer, lm = _load(args)
     values = [args.value] if args.value2 is None else [args.value, args.value2]
     steer.value_vector(values)  # an index out of range fails before generating
-    prompts = [args.prompt] * args.samples
-    with steer.apply(lm, values):
-        steered = generate_from_args(lm, prompts, args)
-    plain = generate_from_args(lm, prompts, args)
+    config = config_from_args(GenerationConfig, args)
     setting = ", ".join(f"{n}={v:+g}" for n, v in zip(steer.attributes, values, strict=False))
-    for text, base in zip(steered.texts, plain.texts, strict=True):
-        print(f"[{setting}] {args.prompt}{text!r}")
-        print(f"[unsteered] {args.prompt}{base!r}")
+    for i in range(args.samples):
+        # A row's stream depends on its seed alone, so sample i draws with seed + i (one seed
+        # would give every sample the same text); steered and unsteered share it.
+        sample = config if config.seed is None else config.replace(seed=config.seed + i)
+        with steer.apply(lm, values):
+            steered = generate(lm, [args.prompt], sample).texts[0]
+        plain = generate(lm, [args.prompt], sample).texts[0]
+        print(f"[{setting}] {args.prompt}{steered!r}")
+        print(f"[unsteered] {args.prompt}{plain!r}")
     return 0
 
 
