@@ -19,7 +19,8 @@ def register(commands: Any) -> None:
         "report",
         help="an offline HTML report (plots, tables, meta) of saved results",
         description="Build one self-contained HTML page from results saved with --out (JSON + "
-        "safetensors): each result's plot, a table of its numbers, its meta and the line that loads it.",
+        "safetensors): each result's plot, a table of its numbers, its meta and the line that loads it. "
+        "The page goes where --html says (the flag every command writes its HTML view with).",
     )
     report.add_argument(
         "results",
