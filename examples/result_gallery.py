@@ -16,6 +16,9 @@ import tempfile
 from collections.abc import Callable
 
 import torch
+from lmsci_mi.steering.sae.features import FeatureCards
+from lmsci_mi.steering.sae.frequency import SteeringFrequency
+from lmsci_mi.steering.sae.stats import SAEStats
 
 from lmsci_mi import LensModel, load_model
 from lmsci_mi.circuits.attention import attention_summary
@@ -48,9 +51,6 @@ from lmsci_mi.steering.evaluate import METRICS as STEER_METRICS
 from lmsci_mi.steering.evaluate import ControlCurve
 from lmsci_mi.steering.highlight import highlight_keywords
 from lmsci_mi.steering.lm_steer import LMSteer
-from lmsci_mi.steering.sae.features import FeatureCards
-from lmsci_mi.steering.sae.frequency import SteeringFrequency
-from lmsci_mi.steering.sae.stats import SAEStats
 from lmsci_mi.steering.svd import SVDConfig, steer_svd
 from lmsci_mi.steering.train import SteerTraining
 from lmsci_mi.steering.transfer import SteerTransfer

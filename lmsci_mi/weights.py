@@ -216,7 +216,7 @@ def read_deltas(path: str | Path) -> tuple[dict[str, Tensor], dict[str, str]]:
         ValueError: no such file, or a file that is not an lmsci-mi edit file; the message says
             how to make one.
     """
-    fix = "give a file written by `lmsci-mi edit --save FILE` or EditHandle.save(FILE)"
+    fix = "give a file written by `lmsci-mi edit --delta-out FILE` or EditHandle.save(FILE)"
     try:
         with safe_open(str(path), framework="pt") as handle:
             metadata = dict(handle.metadata() or {})

@@ -1,4 +1,4 @@
-"""The `lmsci-mi` command: one subcommand per analysis, each with --model and --out.
+"""The `lmsci-mi` command: one subcommand per analysis, each with --model and the output flags.
 
 Each feature has its own module here that adds its subcommands (`register`) so that the parser is
 assembled in one place but written next to the feature it drives.
@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from lmsci_mi.cli import circuits, core, editing, heads, probe, report, sae, steer
+from lmsci_mi.cli.common import check_outputs
 from lmsci_mi.loading import ModelNotAvailableError
 
 __all__ = ["USER_ERRORS", "build_parser", "main"]
@@ -56,6 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
     )
     try:
+        check_outputs(args)
         return int(args.run(args) or 0)
     except USER_ERRORS as error:
         # Bad input is the user's to fix: show the message, not a traceback.

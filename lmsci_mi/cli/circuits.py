@@ -10,7 +10,14 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from lmsci_mi.cli.common import add_model_args, add_output_args, load_from_args, write_outputs
+from lmsci_mi.cli.common import (
+    add_config_args,
+    add_model_args,
+    add_output_args,
+    config_from_args,
+    load_from_args,
+    write_outputs,
+)
 from lmsci_mi.cli.tour import StepOutput, TourStep
 from lmsci_mi.model import LensModel
 
@@ -32,7 +39,7 @@ def register(commands: Any) -> None:
         "--prompt", required=True, help="e.g. 'The Eiffel Tower is located in the city of'"
     )
     trace.add_argument("--subject", required=True, help="the subject as written in the prompt")
-    TraceConfig.add_arguments(trace)
+    add_config_args(trace, TraceConfig)
     add_output_args(trace)
     trace.set_defaults(run=_run_trace)
 
@@ -45,7 +52,7 @@ def register(commands: Any) -> None:
     patch.add_argument("--answer", required=True, help="correct answer token, e.g. ' Mary'")
     patch.add_argument("--wrong", required=True, help="competing token, e.g. ' John'")
     # AttributionConfig is PatchingConfig plus compare_exact; the patching defaults apply.
-    AttributionConfig.add_arguments(patch)
+    add_config_args(patch, AttributionConfig)
     patch.set_defaults(site="resid_pre", positions="each")
     patch.add_argument(
         "--attribution", action="store_true", help="attribution patching instead (3 passes)"
@@ -57,15 +64,16 @@ def register(commands: Any) -> None:
 def _run_trace(args: argparse.Namespace) -> int:
     from lmsci_mi.circuits.tracing import TraceConfig, causal_trace
 
-    config = TraceConfig.from_args(args)
+    config = config_from_args(TraceConfig, args)
     lm = load_from_args(args)
     trace = causal_trace(lm, args.prompt, args.subject, config)
-    print(_trace_report(trace))
+    print(trace.summary())
     write_outputs(trace, args)
     return 0
 
 
 def _trace_report(trace: Any) -> str:
+    """The tour's account of a trace: the peak state at the subject and at the last token."""
     lines = [
         f"p({trace.target!r}): clean {trace.clean_prob:.3f}, corrupted {trace.corrupted_prob:.3f} "
         f"(noise std {trace.noise_scale:.3g}, {trace.values.shape[-1]} tokens, subject at "
@@ -94,23 +102,17 @@ def _run_patch(args: argparse.Namespace) -> int:
     from lmsci_mi.circuits.patching import PatchingConfig, patch_activations
 
     if args.attribution:
-        config: PatchingConfig = AttributionConfig.from_args(args)
+        config: PatchingConfig = config_from_args(AttributionConfig, args)
         analysis: Any = attribution_patch
     else:
         if args.compare_exact:
             raise ValueError("--compare-exact goes with --attribution")
-        config = PatchingConfig.from_args(args)
+        config = config_from_args(PatchingConfig, args)
         analysis = patch_activations
     lm = load_from_args(args)
     metric = LogitDiff(lm.token_id(args.answer), lm.token_id(args.wrong))
     result = analysis(lm, args.clean, args.corrupted, metric, config)
-    unit = "normalised logit diff" if args.normalise else "logit diff"
-    print(
-        f"{type(result).__name__} of {args.site} ({args.positions} positions), {unit}: clean "
-        f"{result.clean_value:.3f}, corrupted {result.corrupted_value:.3f}"
-    )
-    for label, value in result.top(8):
-        print(f"  {label:24s} {value:+.3f}")
+    print(result.summary())
     write_outputs(result, args)
     return 0
 

@@ -1,33 +1,50 @@
 """Arguments and output helpers shared by every `lmsci-mi` subcommand.
 
-Analysis parameters come from the analysis's config: :func:`add_config_args` adds one flag per
-config field (with the field's default and help) and :func:`config_from_args` builds the config
-back, so a default is written once, in the config.
+A command reads: load (:func:`load_from_args`), config (:func:`config_from_args`), run, print
+``result.summary()``, write outputs (:func:`write_outputs`). Analysis parameters come from configs
+(:func:`add_config_args`), so a default is written once; the output flags ``--out``, ``--plot``,
+``--export`` and ``--html`` mean the same in every command and are checked before any work runs.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import dataclasses
+import os
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from lmsci_mi.config import Config
+from lmsci_mi.generation import GenerationConfig, Generations, generate
 from lmsci_mi.loading import DEFAULT_MODEL, load_model
 from lmsci_mi.model import DEFAULT_SINK, LensModel, SinkChoice
 from lmsci_mi.results import Result
 
 __all__ = [
+    "EXPORT_SUFFIXES",
+    "OUTPUT_FLAGS",
     "add_config_args",
+    "add_generation_args",
     "add_model_args",
     "add_output_args",
+    "check_outputs",
     "config_from_args",
+    "generate_from_args",
     "load_from_args",
+    "output_path",
     "parse_sink",
     "write_outputs",
 ]
 
 C = TypeVar("C", bound=Config)
+
+EXPORT_SUFFIXES = (".csv", ".parquet", ".json")
+"""The table formats of ``--export`` (those of :meth:`Result.export`)."""
+_PLOT_SUFFIXES = (".png",)
+_HTML_SUFFIXES = (".html", ".htm")
+OUTPUT_FLAGS = ("out", "plot", "export", "html")
+"""The ``dest`` of the output flags that :func:`add_output_args` adds."""
 
 
 def parse_sink(text: str) -> SinkChoice:
@@ -45,8 +62,12 @@ def parse_sink(text: str) -> SinkChoice:
     return text
 
 
-def add_model_args(parser: argparse.ArgumentParser, *, default: str | None = DEFAULT_MODEL,
-                   default_help: str | None = None) -> None:
+def add_model_args(
+    parser: argparse.ArgumentParser,
+    *,
+    default: str | None = DEFAULT_MODEL,
+    default_help: str | None = None,
+) -> None:
     """``--model``, ``--device`` and ``--sink``: which model, where, and its attention sink.
 
     ``default=None`` with ``default_help`` suits commands whose input names its own model
@@ -68,30 +89,182 @@ def add_model_args(parser: argparse.ArgumentParser, *, default: str | None = DEF
     )
 
 
-def add_output_args(parser: argparse.ArgumentParser, *, plot: bool = True) -> None:
-    parser.add_argument("--out", type=Path, default=None, help="save the result here (JSON + safetensors)")
-    if plot:
-        parser.add_argument("--plot", type=Path, default=None, help="write the result's plot as PNG")
+# ------------------------------------------------------------------------------ output paths
+
+
+def output_path(flag: str, suffixes: Sequence[str] | None = None) -> Callable[[str], Path]:
+    """The argparse ``type`` of an output or artefact file (a result, a steer, a delta): a file
+    name whose folder can be written, with one of ``suffixes`` (any when None). A bad path is a
+    usage error before anything runs."""
+
+    def parse(text: str) -> Path:
+        path = Path(text)
+        if not text.strip() or path.name in ("", ".", "..") or path.is_dir():
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: give a file name, not a folder")
+        if suffixes is not None and path.suffix.lower() not in suffixes:
+            raise argparse.ArgumentTypeError(
+                f"{flag} {text}: use a file ending in one of {', '.join(suffixes)}"
+            )
+        # The nearest existing ancestor must be a folder we may write in (missing ones are made).
+        parent = path.absolute().parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if not parent.is_dir():
+            raise argparse.ArgumentTypeError(f"{flag} {text}: {parent} is not a folder")
+        if not os.access(parent, os.W_OK):
+            raise argparse.ArgumentTypeError(f"{flag} {text}: cannot write in {parent}")
+        return path
+
+    parse.__name__ = f"{flag} path"
+    return parse
+
+
+def add_output_args(parser: argparse.ArgumentParser) -> None:
+    """``--out``, ``--plot``, ``--export`` and ``--html``: where the command's result goes."""
+    group = parser.add_argument_group("outputs (each checked before the analysis runs)")
+    group.add_argument(
+        "--out",
+        type=output_path("--out"),
+        default=None,
+        metavar="RESULT.json",
+        help="save the result (JSON + safetensors; `lmsci-mi report` reads it)",
+    )
+    group.add_argument(
+        "--plot",
+        type=output_path("--plot", _PLOT_SUFFIXES),
+        default=None,
+        metavar="PLOT.png",
+        help="write the result's plot as PNG",
+    )
+    group.add_argument(
+        "--export",
+        type=output_path("--export", EXPORT_SUFFIXES),
+        default=None,
+        metavar="TABLE.csv",
+        help="write the result's table: .csv, .parquet or .json",
+    )
+    group.add_argument(
+        "--html",
+        type=output_path("--html", _HTML_SUFFIXES),
+        default=None,
+        metavar="VIEW.html",
+        help="write an offline HTML view of the result",
+    )
+
+
+def _output_files(args: argparse.Namespace) -> list[tuple[str, Path]]:
+    """Every file the output flags will write, with the flag that asks for it."""
+    files: list[tuple[str, Path]] = []
+    for flag in OUTPUT_FLAGS:
+        path = getattr(args, flag, None)
+        if not isinstance(path, Path):
+            continue
+        if flag == "out":
+            json_path = path if path.suffix == ".json" else path.with_suffix(path.suffix + ".json")
+            files += [(flag, json_path), (flag, json_path.with_suffix(".safetensors"))]
+        else:
+            files.append((flag, path))
+    return files
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Refuse two output flags that name one file (run by `main` before the command).
+
+    Raises:
+        ValueError: two flags would write the same file.
+    """
+    seen: dict[Path, str] = {}
+    for flag, path in _output_files(args):
+        key = path.absolute()
+        if key in seen and seen[key] != flag:
+            raise ValueError(f"--{seen[key]} and --{flag} both write {path}; give two files")
+        seen[key] = flag
+
+
+def write_outputs(result: Result, args: argparse.Namespace) -> list[Path]:
+    """Write what the output flags ask for and print where; return the files written.
+
+    If one write fails, the files this call wrote are removed, so a failure leaves no partial
+    output.
+    """
+    written: list[Path] = []
+    try:
+        if args.out is not None:
+            written += [path for flag, path in _output_files(args) if flag == "out"]
+            print(f"saved result to {result.save(args.out)}")
+        if args.plot is not None:
+            written.append(args.plot)
+            _write_plot(result, args.plot)
+            print(f"saved plot to {args.plot}")
+        if args.export is not None:
+            written.append(args.export)
+            print(f"exported the table to {result.export(args.export)}")
+        if args.html is not None:
+            written.append(args.html)
+            print(f"wrote {_write_html(result, args.html)} (opens offline)")
+    except BaseException:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
+    return written
+
+
+def _write_plot(result: Result, path: Path) -> None:
+    import matplotlib.pyplot as plt  # matplotlib is slow to import; only --plot needs it here
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure = result.plot(path)
+    plt.close(figure)
+
+
+def _write_html(result: Result, path: Path) -> Path:
+    """The result's own page when it has one (a token view: highlights, feature cards), else the
+    report's section of it: plot, table and meta."""
+    from lmsci_mi.viz.report import Section, write_report
+
+    own = getattr(result, "html", None)
+    if callable(own):
+        page = str(own())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(page, encoding="utf-8")
+        return path
+    kind = type(result).__name__
+    section = Section(f"{kind}: {path.stem}", results={path.stem: result}, text=result.summary())
+    return write_report(path, [section], title=f"{kind} — {result.meta.model}")
+
+
+# ------------------------------------------------------------------------------ configs
 
 
 def add_config_args(
-    parser: argparse.ArgumentParser, config_type: type[Config], *, skip: Sequence[str] = ()
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    config_type: type[Config],
+    *,
+    skip: Sequence[str] = (),
+    defaults: Mapping[str, Any] | None = None,
 ) -> None:
     """Add one flag per field of ``config_type`` (``trace_window`` -> ``--trace-window``).
 
     Fields in ``skip``, and fields with ``metadata["cli"] = False``, get no flag; give them to
-    :func:`config_from_args` as overrides.
+    :func:`config_from_args` as overrides. ``defaults`` overrides a field's default for this
+    command (its help shows the new default); the caller says why in a comment.
 
     >>> from lmsci_mi.config import config
     >>> @config
     ... class Demo(Config):
     ...     noise: float = 3.0
     >>> parser = argparse.ArgumentParser()
-    >>> add_config_args(parser, Demo)
-    >>> config_from_args(Demo, parser.parse_args(["--noise", "2"]))
-    Demo(noise=2.0)
+    >>> add_config_args(parser, Demo, defaults={"noise": 1.0})
+    >>> config_from_args(Demo, parser.parse_args([])), config_from_args(Demo, parser.parse_args(["--noise", "2"]))
+    (Demo(noise=1.0), Demo(noise=2.0))
     """
-    config_type.add_arguments(parser, skip=skip)
+    config_type.add_arguments(parser, skip=skip)  # type: ignore[arg-type]
+    for name, value in (defaults or {}).items():
+        action = next(a for a in parser._actions if a.dest == name)
+        action.default = value
+        action.help = (action.help or "").replace(
+            "(default: ", f"(default here: {value}; the config's: ", 1
+        )
 
 
 def config_from_args(config_type: type[C], args: argparse.Namespace, **overrides: Any) -> C:
@@ -103,14 +276,25 @@ def config_from_args(config_type: type[C], args: argparse.Namespace, **overrides
     return config_type.from_args(args, **overrides)
 
 
-def load_from_args(args: argparse.Namespace) -> LensModel:
-    return load_model(args.model, device=args.device, sink=getattr(args, "sink", DEFAULT_SINK))
+def add_generation_args(
+    parser: argparse.ArgumentParser, *, skip: Sequence[str] = (), **defaults: Any
+) -> None:
+    """The flags of :class:`GenerationConfig` (``--max-new-tokens``, ``--temperature``, ...)."""
+    group = parser.add_argument_group("generation (GenerationConfig)")
+    add_config_args(group, GenerationConfig, skip=skip, defaults=defaults)
 
 
-def write_outputs(result: Result, args: argparse.Namespace) -> None:
-    if getattr(args, "out", None) is not None:
-        path = result.save(args.out)
-        print(f"saved result to {path}")
-    if getattr(args, "plot", None) is not None:
-        path = result.plot(args.plot)
-        print(f"saved plot to {args.plot}")
+def generate_from_args(
+    lm: LensModel, prompts: Sequence[str], args: argparse.Namespace, *, skip: Sequence[str] = ()
+) -> Generations:
+    """:func:`lmsci_mi.generation.generate` under the ``GenerationConfig`` of the flags (fields in
+    ``skip`` had no flag and keep their defaults); an intervention entered around it applies."""
+    names = [f.name for f in dataclasses.fields(GenerationConfig) if f.name not in skip]
+    given = argparse.Namespace(**{name: getattr(args, name) for name in names})
+    return generate(lm, prompts, config_from_args(GenerationConfig, given))
+
+
+def load_from_args(args: argparse.Namespace, model: str | None = None) -> LensModel:
+    """The model of ``--model``/``--device``/``--sink`` (``model`` replaces ``--model``)."""
+    name = model or args.model
+    return load_model(name, device=args.device, sink=getattr(args, "sink", DEFAULT_SINK))

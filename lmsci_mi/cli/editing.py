@@ -11,11 +11,20 @@ from typing import Any
 
 import torch
 
-from lmsci_mi.cli.common import add_model_args, load_from_args
+from lmsci_mi.cli.common import (
+    add_config_args,
+    add_generation_args,
+    add_model_args,
+    generate_from_args,
+    load_from_args,
+    output_path,
+)
 from lmsci_mi.cli.tour import StepOutput, TourStep
 from lmsci_mi.model import LensModel
 
-DEFAULT_TOKENS = 20
+GENERATION_SKIP = ("seed", "batch_size")
+"""Generation fields without a flag here: ROME and MEMIT have their own ``--seed`` and
+``--batch-size``, and greedy completions (the default here) draw nothing."""
 
 
 def register(commands: Any) -> None:
@@ -38,11 +47,18 @@ def register(commands: Any) -> None:
     p.add_argument("--subject", help="the subject whose fact is rewritten")
     p.add_argument("--target-new", help="the new answer, e.g. ' Rome'")
     p.add_argument("--method", choices=EDITING_METHODS.names(), default="rome")
-    p.add_argument("--save", type=Path, default=None, help="save the weight delta as safetensors")
+    p.add_argument(
+        "--delta-out",
+        type=output_path("--delta-out", (".safetensors",)),
+        default=None,
+        metavar="DELTA.safetensors",
+        help="save the edit's weight delta here (re-apply it with --apply)",
+    )
     p.add_argument(
         "--apply", type=Path, default=None, help="apply a saved delta instead of editing"
     )
-    p.add_argument("--tokens", type=int, default=DEFAULT_TOKENS, help="tokens to generate")
+    # Greedy by default: the completions before and after then differ by the edit, not the draw.
+    add_generation_args(p, skip=GENERATION_SKIP, temperature=0.0)
     _add_method_settings(p)
     p.set_defaults(run=run_edit)
 
@@ -55,7 +71,7 @@ def _add_method_settings(parser: argparse.ArgumentParser) -> None:
     seen: list[str] = []
     for method in EDITING_METHODS:
         group = parser.add_argument_group(f"{method.name} settings ({method.config_type.__name__})")
-        method.config_type.add_arguments(group, skip=seen)  # type: ignore[arg-type]
+        add_config_args(group, method.config_type, skip=seen)
         seen += [f.name for f in dataclasses.fields(method.config_type) if f.name not in seen]
     parser.set_defaults(**{name: None for name in seen})
 
@@ -95,10 +111,10 @@ def run_edit(args: argparse.Namespace) -> int:
         if prompt is None and handle.requests:
             prompt = handle.requests[0].rewrite_prompt
         print(f"applied {args.apply}: {handle}")
-        with handle:
-            after = lm.generate(prompt, args.tokens) if prompt is not None else None
         if prompt is not None:
-            before = lm.generate(prompt, args.tokens)
+            with handle:
+                after = _complete(lm, prompt, args)
+            before = _complete(lm, prompt, args)
             print(f"prompt: {prompt}\n  before: {before!r}\n  after:  {after!r}")
         return 0
 
@@ -107,17 +123,22 @@ def run_edit(args: argparse.Namespace) -> int:
     request = EditRequest(args.prompt, args.subject, args.target_new)
     request.validate(lm)
     prompt = request.rewrite_prompt
-    before = lm.generate(prompt, args.tokens)
+    before = _complete(lm, prompt, args)
     start = time.perf_counter()
     handle = EDITING_METHODS.get(args.method).function(lm, [request], config)
     seconds = time.perf_counter() - start
     with handle:
-        after = lm.generate(prompt, args.tokens)
+        after = _complete(lm, prompt, args)
         print(f"{args.method.upper()} edit at layer(s) {handle.layers} in {seconds:.1f} s")
         print(f"prompt: {prompt}\n  before: {before!r}\n  after:  {after!r}")
-        if args.save is not None:
-            print(f"saved delta to {handle.save(args.save)}")
+        if args.delta_out is not None:
+            print(f"saved delta to {handle.save(args.delta_out)}")
     return 0
+
+
+def _complete(lm: LensModel, prompt: str, args: argparse.Namespace) -> str:
+    """The prompt's continuation under the generation flags (an edit entered around it applies)."""
+    return generate_from_args(lm, [prompt], args, skip=GENERATION_SKIP).texts[0]
 
 
 def tour_steps() -> list[TourStep]:

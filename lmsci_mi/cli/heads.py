@@ -9,7 +9,15 @@ from typing import Any
 
 from lmsci_mi.circuits.heads import HEAD_SCORES, HeadScoreConfig
 from lmsci_mi.circuits.ioi import IOIConfig
-from lmsci_mi.cli.common import add_model_args, add_output_args, load_from_args, write_outputs
+from lmsci_mi.cli.common import (
+    add_config_args,
+    add_model_args,
+    add_output_args,
+    config_from_args,
+    load_from_args,
+    output_path,
+    write_outputs,
+)
 from lmsci_mi.cli.tour import StepOutput, TourStep
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import Head
@@ -26,14 +34,13 @@ def register(commands: Any) -> None:
         default="induction",
         help="what to score (default: induction)",
     )
-    HeadScoreConfig.add_arguments(heads)
-    heads.add_argument("--top", type=int, default=10, help="how many heads to list")
+    add_config_args(heads, HeadScoreConfig)
     heads.set_defaults(run=_run_heads)
 
     ioi = commands.add_parser("ioi", help="find the indirect-object-identification circuit")
     add_model_args(ioi)
     add_output_args(ioi)
-    IOIConfig.add_arguments(ioi)
+    add_config_args(ioi, IOIConfig)
     ioi.set_defaults(run=_run_ioi)
 
     attention = commands.add_parser("attention", help="circuitsvis view of heads, offline HTML")
@@ -42,7 +49,13 @@ def register(commands: Any) -> None:
     attention.add_argument(
         "--heads", required=True, type=_head_list, help="comma-separated heads, e.g. L5.H1,L6.H9"
     )
-    attention.add_argument("--html", type=Path, required=True, help="where to write the page")
+    # No result here: the page is the command's one output, so --html is required.
+    attention.add_argument(
+        "--html",
+        type=output_path("--html", (".html", ".htm")),
+        required=True,
+        help="where to write the page",
+    )
     attention.set_defaults(run=_run_attention)
 
 
@@ -57,12 +70,11 @@ def _head_list(text: str) -> list[Head]:
 
 
 def _run_heads(args: argparse.Namespace) -> int:
-    lm = load_from_args(args)
     method = HEAD_SCORES.get(args.kind)
-    result = method.function(lm, config=HeadScoreConfig.from_args(args))
-    print(f"{args.kind} scores on {lm.name}; top {args.top} heads:")
-    for head, score in result.top(args.top):
-        print(f"  {head}  {score:.3f}")
+    config = config_from_args(HeadScoreConfig, args)
+    lm = load_from_args(args)
+    result = method.function(lm, config=config)
+    print(result.summary())
     write_outputs(result, args)
     return 0
 
@@ -70,8 +82,9 @@ def _run_heads(args: argparse.Namespace) -> int:
 def _run_ioi(args: argparse.Namespace) -> int:
     from lmsci_mi.circuits.ioi import find_ioi_circuit
 
+    config = config_from_args(IOIConfig, args)
     lm = load_from_args(args)
-    circuit = find_ioi_circuit(lm, config=IOIConfig.from_args(args))
+    circuit = find_ioi_circuit(lm, config=config)
     print(circuit.summary())
     write_outputs(circuit, args)
     return 0

@@ -7,7 +7,14 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from lmsci_mi.cli.common import add_model_args, add_output_args, load_from_args, write_outputs
+from lmsci_mi.cli.common import (
+    add_config_args,
+    add_model_args,
+    add_output_args,
+    config_from_args,
+    load_from_args,
+    write_outputs,
+)
 from lmsci_mi.cli.probe_cfg import add_cfg_arguments
 from lmsci_mi.cli.tour import StepOutput, TourStep
 from lmsci_mi.model import LensModel
@@ -28,14 +35,8 @@ def register(commands: Any) -> None:
     add_output_args(probe)
     probe.add_argument("--task", default=None, help="a registered task (see --list-tasks)")
     probe.add_argument("--list-tasks", action="store_true", help="list the tasks and exit")
-    probe.add_argument(
-        "--export",
-        type=Path,
-        default=None,
-        help="write the per-layer table here (.csv, .parquet or .json)",
-    )
-    ProbeSweepConfig.add_arguments(probe)
-    ProbeTaskConfig.add_arguments(probe)
+    add_config_args(probe, ProbeSweepConfig)
+    add_config_args(probe, ProbeTaskConfig)
     probe.set_defaults(run=_run_probe)
     synthetic = probe.add_subparsers(dest="probe_command", required=False, metavar="cfg")
     add_cfg_arguments(
@@ -56,31 +57,12 @@ def _run_probe(args: argparse.Namespace) -> int:
         raise ValueError(
             f"give --task NAME (one of {', '.join(PROBE_TASKS.names())}) or --list-tasks"
         )
-    if args.export is not None and args.export.suffix.lower() not in (".csv", ".parquet", ".json"):
-        raise ValueError(f"--export {args.export}: use a file ending in .csv, .parquet or .json")
-    config = ProbeSweepConfig.from_args(args)
-    task_config = ProbeTaskConfig.from_args(args)
+    config = config_from_args(ProbeSweepConfig, args)
+    task_config = config_from_args(ProbeTaskConfig, args)
     task_dataset(args.task, task_config)  # an unknown task fails before the model loads
     lm = load_from_args(args)
     result = probe_task(lm, args.task, config, task_config)
-    peak = result.peak()
-    frame = result.to_dataframe()
-    score = result.score_name
-    print(
-        f"{args.task} probe on {lm.name} ({result.site}; {result.n_train}/{result.n_val}/{result.n_test} "
-        f"train/val/test examples)"
-    )
-    print(
-        frame[["layer", score, f"control_{score}", "selectivity", frame.columns[5]]]
-        .round(3)
-        .to_string(index=False)
-    )
-    print(
-        f"peak: layer {peak.layer}, {score} {peak.score:.3f} (control {peak.control:.3f}, "
-        f"selectivity {peak.selectivity:+.3f}, baseline {peak.baseline:.3f})"
-    )
-    if args.export is not None:
-        print(f"exported the table to {result.export(args.export)}")
+    print(result.summary())
     write_outputs(result, args)
     return 0
 

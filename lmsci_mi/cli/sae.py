@@ -8,7 +8,16 @@ import random
 from pathlib import Path
 from typing import Any
 
-from lmsci_mi.cli.common import add_model_args, load_from_args
+from lmsci_mi.cli.common import (
+    add_config_args,
+    add_generation_args,
+    add_model_args,
+    add_output_args,
+    config_from_args,
+    generate_from_args,
+    load_from_args,
+    write_outputs,
+)
 from lmsci_mi.cli.tour import StepOutput, TourStep
 from lmsci_mi.model import LensModel
 
@@ -27,15 +36,21 @@ def register(commands: Any) -> None:
 
     train = sub.add_parser("train", help="train an SAE (cached: a rerun is instant)")
     add_model_args(train)
-    train.add_argument("--out", type=Path, default=None, help="also write the SAE to this folder")
-    SAETrainConfig.add_arguments(train.add_argument_group("SAE and training (SAETrainConfig)"))
-    SAEDataConfig.add_arguments(train.add_argument_group("text (SAEDataConfig)"))
+    train.add_argument(
+        "--sae-dir",
+        type=_folder,
+        default=None,
+        metavar="FOLDER",
+        help="also write the SAE (and its stats.json) to this folder; the result, --out, is its statistics",
+    )
+    add_output_args(train)
+    add_config_args(train.add_argument_group("SAE and training (SAETrainConfig)"), SAETrainConfig)
+    add_config_args(train.add_argument_group("text (SAEDataConfig)"), SAEDataConfig)
     train.set_defaults(run=_run_train)
 
     stats = sub.add_parser("stats", help="explained variance, L0, dead features, loss increase")
     _sae_args(stats)
-    stats.add_argument("--plot", type=Path, default=None, help="write the density histogram (PNG)")
-    stats.add_argument("--out", type=Path, default=None, help="save the statistics (JSON)")
+    add_output_args(stats)
     stats.set_defaults(run=_run_stats)
 
     features = sub.add_parser(
@@ -57,11 +72,11 @@ def register(commands: Any) -> None:
         metavar="WORD,...",
         help="show features whose top contexts or promoted tokens match a word",
     )
-    features.add_argument("--html", type=Path, default=None, help="write the cards as offline HTML")
     features.add_argument(
         "--rows", type=int, default=400, help="corpus rows scanned for top contexts (default 400)"
     )
-    FeatureConfig.add_arguments(features.add_argument_group("cards (FeatureConfig)"))
+    add_output_args(features)
+    add_config_args(features.add_argument_group("cards (FeatureConfig)"), FeatureConfig)
     features.set_defaults(run=_run_features)
 
     steer = sub.add_parser("steer", help="continue a prompt with a feature's direction added")
@@ -113,9 +128,16 @@ def _sae_args(parser: argparse.ArgumentParser) -> None:
 
 def _generation_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt", default="The weather today is", help="the prompt")
-    parser.add_argument("--tokens", type=int, default=30, help="tokens to generate (default 30)")
-    parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed")
+    # Greedy by default: with and without the feature, the texts differ by the feature alone.
+    add_generation_args(parser, temperature=0.0)
+
+
+def _folder(text: str) -> Path:
+    """``--sae-dir``: a folder, or a path where one can be made (checked before training)."""
+    path = Path(text)
+    if not text.strip() or (path.exists() and not path.is_dir()):
+        raise argparse.ArgumentTypeError(f"--sae-dir {text!r}: give a folder for the SAE")
+    return path
 
 
 def _indices(text: str) -> tuple[int, ...]:
@@ -145,22 +167,17 @@ def _positive(name: str, value: int) -> None:
 def _run_train(args: argparse.Namespace) -> int:
     from lmsci_mi.sae import SAEDataConfig, SAETrainConfig, cached_sae_path, train_sae
 
-    train_config = SAETrainConfig.from_args(args)
-    data_config = SAEDataConfig.from_args(args)
+    train_config = config_from_args(SAETrainConfig, args)
+    data_config = config_from_args(SAEDataConfig, args)
     lm = load_from_args(args)
     sae, stats = train_sae(lm, data_config, train_config)
     print(stats.summary())
     print(f"SAE cached at {cached_sae_path(lm, data_config, train_config)}")
-    if args.out is not None:
-        _writable_folder(args.out)
-        print(f"saved SAE to {sae.save(args.out)}")
-        stats.save(args.out / "stats.json")
+    if args.sae_dir is not None:
+        print(f"saved SAE to {sae.save(args.sae_dir)}")
+        stats.save(args.sae_dir / "stats.json")
+    write_outputs(stats, args)
     return 0
-
-
-def _writable_folder(path: Path) -> None:
-    if path.exists() and not path.is_dir():
-        raise NotADirectoryError(f"--out {path} is a file; give a folder for the SAE")
 
 
 def _load_sae(args: argparse.Namespace, lm: LensModel) -> Any:
@@ -204,11 +221,7 @@ def _run_stats(args: argparse.Namespace) -> int:
     else:
         stats = sae_stats(lm, sae, _corpus(lm, sae).held_out)
     print(stats.summary())
-    if args.out is not None:
-        print(f"saved result to {stats.save(args.out)}")
-    if args.plot is not None:
-        stats.plot(args.plot)
-        print(f"saved plot to {args.plot}")
+    write_outputs(stats, args)
     return 0
 
 
@@ -217,7 +230,7 @@ def _run_features(args: argparse.Namespace) -> int:
 
     _positive("top", args.top)
     _positive("rows", args.rows)
-    config = FeatureConfig.from_args(args)
+    config = config_from_args(FeatureConfig, args)
     lm = load_from_args(args)
     sae = _load_sae(args, lm)
     if args.features is not None:
@@ -237,18 +250,14 @@ def _run_features(args: argparse.Namespace) -> int:
             print(f"no feature matches {', '.join(args.match)}")
             return 0
         cards = feature_cards(lm, sae, rows, shown, config) if wanted is None else cards
-    for feature in shown[: args.top]:
-        print(cards.describe(feature))
-    if args.html is not None:
-        print(f"saved HTML to {cards.save_html(args.html)}")
+    print(cards.summary())
+    write_outputs(cards, args)
     return 0
 
 
 def _generate(lm: LensModel, args: argparse.Namespace) -> str:
-    _positive("tokens", args.tokens)
-    if not args.temperature >= 0:
-        raise ValueError(f"--temperature must be non-negative, not {args.temperature}")
-    return lm.sample([args.prompt], args.tokens, temperature=args.temperature, seed=args.seed)[0]
+    """The prompt's continuation under the generation flags (a feature entered around it applies)."""
+    return generate_from_args(lm, [args.prompt], args).texts[0]
 
 
 def _run_steer(args: argparse.Namespace) -> int:

@@ -7,9 +7,18 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from lmsci_mi.cli.common import add_model_args
+from lmsci_mi.cli.common import (
+    add_config_args,
+    add_generation_args,
+    add_model_args,
+    add_output_args,
+    config_from_args,
+    load_from_args,
+    output_path,
+    write_outputs,
+)
 from lmsci_mi.cli.tour import StepOutput, TourStep
-from lmsci_mi.loading import load_model
+from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.model import LensModel
 
 
@@ -44,27 +53,29 @@ def _add_train(sub: Any) -> None:
         help=f"attribute(s), comma-separated, one steer each: {', '.join(STEERING_ATTRIBUTES)}",
     )
     train.add_argument(
-        "--out", type=Path, default=None, help="also write the steer here (safetensors)"
+        "--steer-out",
+        type=output_path("--steer-out"),
+        default=None,
+        metavar="STEER.safetensors",
+        help="also write the trained steer here (the result, --out, is the training record)",
     )
-    train.add_argument("--plot", type=Path, default=None, help="write the loss curve as PNG")
-    LMSteerConfig.add_arguments(train.add_argument_group("steer shape (LMSteerConfig)"))
-    SteerTrainConfig.add_arguments(train.add_argument_group("training (SteerTrainConfig)"))
+    add_output_args(train)
+    add_config_args(train.add_argument_group("steer shape (LMSteerConfig)"), LMSteerConfig)
+    add_config_args(train.add_argument_group("training (SteerTrainConfig)"), SteerTrainConfig)
     train.set_defaults(run=_run_train)
 
 
 def _add_generate(sub: Any) -> None:
-    generate = sub.add_parser("generate", help="continue a prompt under a steer")
-    _steer_args(generate)
-    generate.add_argument("--value", type=float, default=5.0, help="value of steer 0 (default 5)")
-    generate.add_argument(
+    parser = sub.add_parser("generate", help="continue a prompt under a steer")
+    _steer_args(parser)
+    parser.add_argument("--value", type=float, default=5.0, help="value of steer 0 (default 5)")
+    parser.add_argument(
         "--value2", type=float, default=None, help="value of steer 1 (composition)"
     )
-    generate.add_argument("--prompt", default="The movie was", help="the prompt")
-    generate.add_argument("--tokens", type=int, default=20, help="tokens to generate")
-    generate.add_argument("--samples", type=int, default=1, help="continuations to sample")
-    generate.add_argument("--temperature", type=float, default=1.0, help="0: greedy")
-    generate.add_argument("--seed", type=int, default=0, help="sampling seed")
-    generate.set_defaults(run=_run_generate)
+    parser.add_argument("--prompt", default="The movie was", help="the prompt")
+    parser.add_argument("--samples", type=int, default=1, help="continuations to sample")
+    add_generation_args(parser)
+    parser.set_defaults(run=_run_generate)
 
 
 def _add_analyses(sub: Any) -> None:
@@ -76,11 +87,8 @@ def _add_analyses(sub: Any) -> None:
 
     svd = sub.add_parser("svd", help="words at both ends of W's top singular directions")
     _steer_args(svd)
-    svd.add_argument(
-        "--export", type=Path, default=None, help="write the word table (.csv, .parquet or .json)"
-    )
-    svd.add_argument("--out", type=Path, default=None, help="save the result (JSON + safetensors)")
-    SVDConfig.add_arguments(svd)
+    add_output_args(svd)
+    add_config_args(svd, SVDConfig)
     svd.set_defaults(run=_run_svd)
 
     highlight = sub.add_parser(
@@ -88,21 +96,16 @@ def _add_analyses(sub: Any) -> None:
     )
     _steer_args(highlight)
     highlight.add_argument("--text", required=True, help="the text to highlight")
-    highlight.add_argument(
-        "--html", type=Path, default=None, help="write an offline HTML view here"
-    )
-    HighlightConfig.add_arguments(highlight)
+    add_output_args(highlight)
+    add_config_args(highlight, HighlightConfig)
     highlight.set_defaults(run=_run_highlight)
 
     evaluate = sub.add_parser(
         "eval", help="the control curve: sentiment, topic, perplexity, distinct-n"
     )
     _steer_args(evaluate)
-    evaluate.add_argument("--plot", type=Path, default=None, help="write the curve as PNG")
-    evaluate.add_argument(
-        "--out", type=Path, default=None, help="save the result (JSON + safetensors)"
-    )
-    SteerEvalConfig.add_arguments(evaluate)
+    add_output_args(evaluate)
+    add_config_args(evaluate, SteerEvalConfig)
     evaluate.set_defaults(run=_run_eval)
 
     transfer = sub.add_parser(
@@ -110,8 +113,15 @@ def _add_analyses(sub: Any) -> None:
     )
     _steer_args(transfer)
     transfer.add_argument("--to", required=True, help="the target model, e.g. gemma3-270m")
-    transfer.add_argument("--out", type=Path, default=None, help="write the transferred steer here")
-    TransferConfig.add_arguments(transfer)
+    transfer.add_argument(
+        "--steer-out",
+        type=output_path("--steer-out"),
+        default=None,
+        metavar="STEER.safetensors",
+        help="write the transferred steer here (the result, --out, is the map's fit)",
+    )
+    add_output_args(transfer)
+    add_config_args(transfer, TransferConfig)
     transfer.set_defaults(run=_run_transfer)
 
 
@@ -132,7 +142,7 @@ def _load(args: argparse.Namespace) -> tuple[Any, LensModel]:
     from lmsci_mi.steering import LMSteer
 
     steer = LMSteer.load(args.steer)
-    lm = load_model(args.model or steer.model_name, device=args.device, sink=args.sink)
+    lm = load_from_args(args, model=args.model or steer.model_name)
     steer.check_model(lm)
     return steer.to(lm.device), lm
 
@@ -142,129 +152,83 @@ def _run_train(args: argparse.Namespace) -> int:
     from lmsci_mi.steering import LMSteerConfig, SteerTrainConfig, train_steer
 
     texts = steering_texts(args.attribute)
-    steer_config = LMSteerConfig.from_args(args)
-    train_config = SteerTrainConfig.from_args(args)
-    if args.out is not None and args.out.is_dir():
-        raise IsADirectoryError(
-            f"--out {args.out} is a folder; give a file name, e.g. steer.safetensors"
-        )
-    lm = load_model(args.model, device=args.device, sink=args.sink)
+    steer_config = config_from_args(LMSteerConfig, args)
+    train_config = config_from_args(SteerTrainConfig, args)
+    lm = load_from_args(args)
     steer, run = train_steer(lm, texts, steer_config, train_config)
-    print(
-        f"{steer}\n  {run.n_texts} texts, {run.n_tokens} target tokens; loss {run.unsteered_loss:.3f} "
-        f"(unsteered) -> {run.final_loss:.3f}; collect {run.collect_seconds:.1f} s, "
-        f"train {run.train_seconds:.1f} s (0 s when cached)"
-    )
-    if args.out is not None:
-        print(f"saved steer to {steer.save(args.out)}")
-    if args.plot is not None:
-        run.plot(args.plot)
-        print(f"saved loss curve to {args.plot}")
+    print(f"{steer}\n{run.summary()}")
+    if args.steer_out is not None:
+        print(f"saved steer to {steer.save(args.steer_out)}")
+    write_outputs(run, args)
     return 0
 
 
 def _run_generate(args: argparse.Namespace) -> int:
-    from lmsci_mi.steering.evaluate import generate_steered
-
-    if args.tokens < 1 or args.samples < 1:
-        raise ValueError("--tokens and --samples must be at least 1")
-    if not args.temperature >= 0:
-        raise ValueError(f"--temperature must be non-negative, not {args.temperature}")
+    if args.samples < 1:
+        raise ValueError(f"--samples must be at least 1, not {args.samples}")
     if not args.prompt.strip():
         raise ValueError("give a non-empty --prompt")
     steer, lm = _load(args)
     values = [args.value] if args.value2 is None else [args.value, args.value2]
     steer.value_vector(values)  # an index out of range fails before generating
-    prompts = [args.prompt] * args.samples
-    kwargs = {"max_new_tokens": args.tokens, "temperature": args.temperature, "seed": args.seed}
-    steered = generate_steered(lm, prompts, steer, values, **kwargs)
-    plain = generate_steered(lm, prompts, None, None, **kwargs)
+    config = config_from_args(GenerationConfig, args)
     setting = ", ".join(f"{n}={v:+g}" for n, v in zip(steer.attributes, values, strict=False))
-    for ids, base in zip(steered, plain, strict=True):
-        print(f"[{setting}] {args.prompt}{lm.tokenizer.decode(ids, skip_special_tokens=True)!r}")
-        print(f"[unsteered] {args.prompt}{lm.tokenizer.decode(base, skip_special_tokens=True)!r}")
+    for i in range(args.samples):
+        # A row's stream depends on its seed alone, so sample i draws with seed + i (one seed
+        # would give every sample the same text); steered and unsteered share it.
+        sample = config if config.seed is None else config.replace(seed=config.seed + i)
+        with steer.apply(lm, values):
+            steered = generate(lm, [args.prompt], sample).texts[0]
+        plain = generate(lm, [args.prompt], sample).texts[0]
+        print(f"[{setting}] {args.prompt}{steered!r}")
+        print(f"[unsteered] {args.prompt}{plain!r}")
     return 0
 
 
 def _run_svd(args: argparse.Namespace) -> int:
     from lmsci_mi.steering.svd import SVDConfig, steer_svd
 
-    config = SVDConfig.from_args(args)
+    config = config_from_args(SVDConfig, args)
     steer, lm = _load(args)
     probe = steer_svd(lm, steer, config)
-    for j, s in enumerate(probe.values.tolist()):
-        print(f"direction {j} (singular value {s:.3g})")
-        print(f"  raised:  {' '.join(probe.top_words[j])}")
-        print(f"  lowered: {' '.join(probe.bottom_words[j])}")
-    print(
-        f"mean |VADER valence|: direction 0's end words {probe.end_valence:.3f}, "
-        f"{len(probe.random_words)} random words {probe.random_valence:.3f}"
-    )
-    if args.export is not None:
-        table = probe.to_dataframe()
-        suffix = args.export.suffix.lower()
-        if args.export.is_dir():
-            raise IsADirectoryError(f"--export {args.export} is a folder; give a file name")
-        args.export.parent.mkdir(parents=True, exist_ok=True)
-        if suffix == ".parquet":
-            table.to_parquet(args.export)
-        elif suffix == ".json":
-            table.to_json(args.export, orient="records", indent=1)
-        else:
-            table.to_csv(args.export, index=False)
-        print(f"exported {len(table)} rows to {args.export}")
-    if args.out is not None:
-        print(f"saved result to {probe.save(args.out)}")
+    print(probe.summary())
+    write_outputs(probe, args)
     return 0
 
 
 def _run_highlight(args: argparse.Namespace) -> int:
     from lmsci_mi.steering.highlight import HighlightConfig, highlight_keywords
 
-    config = HighlightConfig.from_args(args)
-    if args.html is not None and args.html.is_dir():
-        raise IsADirectoryError(f"--html {args.html} is a folder; give a file name, e.g. view.html")
+    config = config_from_args(HighlightConfig, args)
     steer, lm = _load(args)
     result = highlight_keywords(lm, steer, args.text, config)
-    print(f"spans (total evidence {result.total:.2f}): {result.span_texts()}")
-    if args.html is not None:
-        print(f"wrote {result.save_html(args.html)}")
+    print(result.summary())
+    write_outputs(result, args)
     return 0
 
 
 def _run_eval(args: argparse.Namespace) -> int:
     from lmsci_mi.steering.evaluate import SteerEvalConfig, evaluate_steer
 
-    config = SteerEvalConfig.from_args(args)
+    config = config_from_args(SteerEvalConfig, args)
     steer, lm = _load(args)
     curve = evaluate_steer(lm, steer, config)
     print(curve.summary())
-    print(
-        f"gap (last - first value): sentiment {curve.gap('sentiment'):+.3f}, topic {curve.gap('topic'):+.3f}; "
-        f"sentiment monotone: {curve.is_monotone('sentiment')}"
-    )
-    if args.out is not None:
-        print(f"saved result to {curve.save(args.out)}")
-    if args.plot is not None:
-        curve.plot(args.plot)
-        print(f"saved plot to {args.plot}")
+    write_outputs(curve, args)
     return 0
 
 
 def _run_transfer(args: argparse.Namespace) -> int:
     from lmsci_mi.steering.transfer import TransferConfig, transfer_steer
 
-    config = TransferConfig.from_args(args)
-    if args.out is not None and args.out.is_dir():
-        raise IsADirectoryError(
-            f"--out {args.out} is a folder; give a file name, e.g. steer.safetensors"
-        )
+    config = config_from_args(TransferConfig, args)
     steer, source = _load(args)
-    target = load_model(args.to, device=args.device, sink=args.sink)
+    target = load_from_args(args, model=args.to)
     moved, fit = transfer_steer(steer, source, target, config)
-    print(f"{moved}\n  map fitted on {fit.n_shared} shared token strings; held-out R² {fit.r2:.3f}")
-    if args.out is not None:
-        print(f"saved steer to {moved.save(args.out)}")
+    print(f"{moved}\n{fit.summary()}")
+    if args.steer_out is not None:
+        print(f"saved steer to {moved.save(args.steer_out)}")
+    write_outputs(fit, args)
     return 0
 
 

@@ -152,9 +152,15 @@ def _pools(action: argparse.Action, root: Path) -> tuple[list[str], list[str]]:
         return FLOATS
     if flag == "--out-dir":  # a folder of its own: a tour must not turn out/p.png into one
         return [str(root / "tour")], [str(root / "junk.txt"), "/dev/null/x", " "]
-    if action.type is Path:
+    # Input files are Paths; output and artefact files are checked paths (cli.common, `X path`).
+    if action.type is Path or getattr(action.type, "__name__", "").endswith(("path", "folder")):
         return (
-            [str(root / "out" / "r.json"), str(root / "out" / "p.png")],
+            [
+                str(root / "out" / "r.json"),
+                str(root / "out" / "p.png"),
+                str(root / "out" / "t.csv"),
+                str(root / "out" / "v.html"),
+            ],
             [
                 str(root / "folder"),
                 str(root / "junk.txt"),

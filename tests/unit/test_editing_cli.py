@@ -44,4 +44,4 @@ def test_apply_on_a_file_that_is_not_a_saved_edit(
     err = capsys.readouterr().err
     assert code == 2
     assert "not a saved edit" in err or "not an lmsci-mi edit file" in err
-    assert "--save" in err and "Traceback" not in err
+    assert "--delta-out" in err and "Traceback" not in err

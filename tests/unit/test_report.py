@@ -179,7 +179,8 @@ def test_report_command_reads_results_saved_by_two_commands(tmp_path: Path) -> N
     )
     out = tmp_path / "shared" / "report.html"
     assert (
-        main(["report", str(heads), str(trace.with_suffix(".safetensors")), "--out", str(out)]) == 0
+        main(["report", str(heads), str(trace.with_suffix(".safetensors")), "--html", str(out)])
+        == 0
     )
     page = out.read_text(encoding="utf-8")
     for path in (heads, trace):
@@ -198,7 +199,7 @@ def test_report_command_reads_results_saved_by_two_commands(tmp_path: Path) -> N
         (["junk.txt"], "r.html", "not an lmsci-mi result"),
         (["folder"], "r.html", "no result file"),
         (["heads.json"], "r.txt", ".html"),
-        (["heads.json"], "folder", "give a file name"),
+        (["heads.json"], "folder", "give a file name, not a folder"),
     ],
 )
 def test_report_command_bad_input_exits_2(
@@ -212,10 +213,17 @@ def test_report_command_bad_input_exits_2(
     (tmp_path / "junk.txt").write_text("{not json")
     (tmp_path / "folder").mkdir()
     tiny.top_tokens(PROMPT, k=3).save(tmp_path / "heads.json")
-    argv = ["report", *[str(tmp_path / f) for f in files], "--out", str(tmp_path / out)]
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    argv = ["report", *[str(tmp_path / f) for f in files], "--html", str(tmp_path / out)]
+    if out == "r.html":
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1
+    else:  # a bad page path is a usage error, before any result is read
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        assert stop.value.code == 2
+        err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
     assert not (tmp_path / "r.html").exists()
 
 

@@ -335,11 +335,14 @@ def test_cli_steer_round_trip(
         "2",
         "--rank",
         "2",
-        "--out",
+        "--steer-out",
         str(out),
     ]
     assert main(train) == 0
-    assert main(["steer", "generate", "--steer", str(out), "--value", "3", "--tokens", "3"]) == 0
+    assert (
+        main(["steer", "generate", "--steer", str(out), "--value", "3", "--max-new-tokens", "3"])
+        == 0
+    )
     assert main(["steer", "generate", "--steer", str(out), "--value", "3", "--value2", "1"]) == 2
     assert "out of range" in capsys.readouterr().err
     assert main(["steer", "generate", "--steer", str(out), "--model", "toy-gpt2-2l"]) == 2
@@ -386,7 +389,7 @@ def test_cli_steer_round_trip(
                 str(out),
                 "--to",
                 "toy-gpt2-2l",
-                "--out",
+                "--steer-out",
                 str(tmp_path / "t.safetensors"),
             ]
         )
