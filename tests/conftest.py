@@ -1,4 +1,6 @@
-"""Shared fixtures: a tiny random model for unit tests, SmolLM2 for the `slow` integration tests."""
+"""Shared fixtures: a tiny random model for unit tests, SmolLM2 for the `slow` integration tests.
+
+Toy loads are copies of one build per session (see the conftest.py at the repository root)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,8 @@ import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -20,7 +24,10 @@ def _seed() -> None:
 
 @pytest.fixture
 def tiny() -> LensModel:
-    """toy-2l: Llama-shaped (RMSNorm, rotary, gated SiLU, GQA 4q/2kv), d_model 64, random."""
+    """toy-2l: Llama-shaped (RMSNorm, rotary, gated SiLU, GQA 4q/2kv), d_model 64, random.
+
+    Each test gets its own copy of one build, so edits and hooks cannot leak between tests.
+    """
     return load_model("toy-2l", device="cpu")
 
 
@@ -28,6 +35,19 @@ def tiny() -> LensModel:
 def tiny_gpt2() -> LensModel:
     """toy-gpt2-2l: LayerNorm, learned positions, one K/V head per query head."""
     return load_model("toy-gpt2-2l", device="cpu")
+
+
+def weights_fingerprint(lm: LensModel) -> dict[str, tuple[float, float]]:
+    """Per parameter, the sum and the 2-norm: an edit left in place moves one or both.
+
+    0.1 s on SmolLM2's 163M weights (float32 reductions, no copy), where a hash would take
+    seconds. Same weights, same process, same thread count: the same numbers, bit for bit.
+    """
+    with torch.no_grad():
+        return {
+            name: (float(param.sum()), float(torch.linalg.vector_norm(param)))
+            for name, param in lm.model.named_parameters()
+        }
 
 
 @pytest.fixture(scope="session")
@@ -40,7 +60,20 @@ def smollm2() -> LensModel:
     return load_model("smollm2-135m")
 
 
+@pytest.fixture(scope="session")
+def _smollm2_fingerprint(smollm2: LensModel) -> dict[str, tuple[float, float]]:
+    return weights_fingerprint(smollm2)
+
+
 @pytest.fixture
-def clean_smollm2(smollm2: LensModel):
+def clean_smollm2(
+    smollm2: LensModel, _smollm2_fingerprint: dict[str, tuple[float, float]]
+) -> Iterator[LensModel]:
     yield smollm2
     assert smollm2.hooks.attached_count() == 0, "a test left hooks attached to SmolLM2"
+    changed = [
+        name
+        for name, value in weights_fingerprint(smollm2).items()
+        if value != _smollm2_fingerprint[name]
+    ]
+    assert not changed, f"a test left SmolLM2's weights changed: {changed[:5]}"

@@ -116,6 +116,7 @@ def test_attention_transitions_see_boundary_to_boundary_heads() -> None:
     assert lm.hooks.attached_count() == 0
 
 
+@pytest.mark.slow  # trains every probe of the table
 def test_probe_table_round_trip(tmp_path: Path) -> None:
     grammar = build_grammar(GRAMMAR)
     lm = random_cfg_model(GRAMMAR, TINY, device="cpu")

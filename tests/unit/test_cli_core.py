@@ -22,6 +22,7 @@ def test_models_lists_bundled_and_toys(capsys: pytest.CaptureFixture[str]) -> No
     assert "smollm2-135m" in out and "toy-2l" in out and "Hugging Face hub" in out
 
 
+@pytest.mark.slow  # a tour; test_report.py's failing-step tour is the fast suite's
 def test_quick_tour_on_a_toy_writes_its_files(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

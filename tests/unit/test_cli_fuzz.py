@@ -234,17 +234,28 @@ KNOWN_CRASHES: dict[str, str] = {}
 cli/heads.py, circuits/heads.py, circuits/ioi.py): the subcommand's case stays xfail (not strict) until they are fixed."""
 
 
+# The full fuzz is slow (minutes); the fast suite fuzzes a few subcommands on a few examples.
+QUICK = {"edit": 2, "heads": 2, "patch": 3}
+
+
 @pytest.mark.parametrize(
-    "command",
+    ("command", "examples"),
     [
-        pytest.param(c, marks=pytest.mark.xfail(strict=False, reason=KNOWN_CRASHES[c]))
+        pytest.param(
+            c,
+            FUZZ.max_examples,
+            marks=[pytest.mark.slow, pytest.mark.xfail(strict=False, reason=KNOWN_CRASHES[c])],
+        )
         if c in KNOWN_CRASHES
-        else c
+        else pytest.param(c, FUZZ.max_examples, marks=pytest.mark.slow)
         for c in COMMANDS
-    ],
+    ]
+    + [pytest.param(c, n, id=f"quick-{c}") for c, n in QUICK.items()],
 )
-def test_every_subcommand_exits_cleanly(command: str, workdir: Path, cached_loads: None) -> None:
-    @FUZZ
+def test_every_subcommand_exits_cleanly(
+    command: str, examples: int, workdir: Path, cached_loads: None
+) -> None:
+    @settings(FUZZ, max_examples=examples)
     @given(argv=_argv(command, workdir))
     def check(argv: list[str]) -> None:
         code, err = run_cli(argv)
@@ -256,6 +267,7 @@ def test_every_subcommand_exits_cleanly(command: str, workdir: Path, cached_load
     check()
 
 
+@pytest.mark.slow  # a tour; test_report.py's failing-step tour is the fast suite's
 def test_a_bug_still_shows_its_traceback(
     workdir: Path, cached_loads: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

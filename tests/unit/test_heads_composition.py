@@ -59,6 +59,7 @@ _MEMORY_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a fresh interpreter: seconds of imports
 def test_composition_scores_stay_small_in_memory() -> None:
     out = subprocess.run(
         [sys.executable, "-c", _MEMORY_SCRIPT], capture_output=True, text=True, check=True,

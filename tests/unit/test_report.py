@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from tour_args import FAST_TOUR
 
-from lmsci_mi import LensModel
+from lmsci_mi import LensModel, load_model
 from lmsci_mi.circuits.attention import attention_summary
 from lmsci_mi.cli import main
 from lmsci_mi.cli.tour import FAIL_ENV
@@ -42,8 +42,9 @@ def two_views(lm: LensModel) -> list[CircuitsView]:
     ]
 
 
-@pytest.fixture
-def page(tiny: LensModel) -> str:
+@pytest.fixture(scope="module")  # a string, built once: drawing it takes about a second
+def page() -> str:
+    tiny = load_model("toy-2l", device="cpu")
     summary = attention_summary(tiny, PROMPT)
     sections = [
         Section(
@@ -230,6 +231,7 @@ def test_report_command_bad_input_exits_2(
 # ---------------------------------------------------------------------- the tour
 
 
+@pytest.mark.slow  # a tour; the failing-step tour below is the fast suite's
 def test_quick_tour_writes_a_report_and_loadable_results(tmp_path: Path) -> None:
     assert (
         main([*FAST_TOUR, "--model", "toy-2l", "--device", "cpu", "--out-dir", str(tmp_path)]) == 0
@@ -242,6 +244,7 @@ def test_quick_tour_writes_a_report_and_loadable_results(tmp_path: Path) -> None
     assert {p.stem for p in tmp_path.glob("*.json")} >= {"attention_summary", "predictions_eiffel"}
 
 
+@pytest.mark.slow  # a tour
 def test_a_report_elsewhere_links_the_saved_results(tmp_path: Path) -> None:
     out, report = tmp_path / "results", tmp_path / "pages" / "tour.html"
     argv = [*FAST_TOUR, "--model", "toy-2l", "--device", "cpu", "--out-dir", str(out)]
@@ -293,6 +296,7 @@ def test_the_full_tour_states_its_time_and_every_step_has_a_line_of_code() -> No
 # ---------------------------------------------------------------------- Chromium
 
 
+@pytest.mark.slow  # starts a browser: seconds
 @pytest.mark.chromium
 @pytest.mark.skipif(
     shutil.which("chromium") is None, reason="needs Chromium (Debian package chromium)"

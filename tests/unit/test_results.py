@@ -107,6 +107,7 @@ def _python(code: str) -> subprocess.CompletedProcess[str]:
                           cwd=Path(__file__).parents[2], timeout=120)
 
 
+@pytest.mark.slow  # a fresh interpreter: seconds of imports
 def test_load_in_a_fresh_interpreter_imports_the_type(tmp_path: Path) -> None:
     """A result saved by a feature module loads where only `lmsci_mi` was imported."""
     from lmsci_mi.circuits.attention import attention_summary
@@ -201,6 +202,7 @@ def test_fields_that_do_not_fit_the_type_are_a_clear_error(tmp_path: Path) -> No
         Result.load(path)
 
 
+@pytest.mark.slow  # a fresh interpreter: seconds of imports
 def test_importing_viz_keeps_the_matplotlib_backend(tmp_path: Path) -> None:
     """`lmsci_mi.viz` used to call matplotlib.use("Agg") on import, for the whole process."""
     child = _python(

@@ -51,6 +51,9 @@ TRAIN = SAETrainConfig(
     progress=False,
 )
 PROMPTS = ["The cat sat on", "Once upon a time", "My favourite food is", "Hello"]
+# Every test here trains an SAE or uses the one trained for the module (10-15 s); the fast
+# suite's SAE check is test_sae_compact.py's round trip.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -117,6 +117,7 @@ def test_round_trip_keeps_the_live_features(
     assert shipped_sae_folders() == [folder]
 
 
+@pytest.mark.slow  # trains an SAE; the round trip above is the fast suite's
 def test_a_dropped_feature_refuses_to_steer(
     toy: LensModel, shipped: tuple[Path, Path, LensSAE, torch.Tensor]
 ) -> None:
@@ -131,6 +132,7 @@ def test_a_dropped_feature_refuses_to_steer(
         assert vector.norm() > 0
 
 
+@pytest.mark.slow  # trains an SAE
 def test_a_damaged_shipped_file_raises_and_names_the_rebuild(
     shipped: tuple[Path, Path, LensSAE, torch.Tensor],
 ) -> None:
@@ -144,6 +146,7 @@ def test_a_damaged_shipped_file_raises_and_names_the_rebuild(
     assert not (folder / "sae_weights.safetensors").exists()
 
 
+@pytest.mark.slow  # trains an SAE
 def test_inconsistent_compact_files_in_the_cache_raise(
     shipped: tuple[Path, Path, LensSAE, torch.Tensor], tmp_path: Path
 ) -> None:
@@ -161,6 +164,7 @@ def test_inconsistent_compact_files_in_the_cache_raise(
     assert json.loads((compact / "lmsci_sae.json").read_text())["source"] == ""
 
 
+@pytest.mark.slow  # trains an SAE
 def test_nothing_ships_for_other_settings(
     toy: LensModel, shipped: tuple[Path, Path, LensSAE, torch.Tensor]
 ) -> None:

@@ -62,6 +62,7 @@ def test_results_record_the_sink_and_keep_it_through_save(tiny: LensModel, tmp_p
         assert Result.load(summary.save(tmp_path / f"{sink}.json")).meta.sink == sink
 
 
+@pytest.mark.slow  # two tours
 def test_sink_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert parse_sink("default") is DEFAULT_SINK and parse_sink("NONE") is None
     assert parse_sink("12") == 12 and parse_sink(" the") == " the"

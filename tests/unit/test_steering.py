@@ -319,6 +319,7 @@ def test_bundled_texts_agree_with_vader_and_prompts_are_neutral() -> None:
 # ------------------------------------------------------------------ command line
 
 
+@pytest.mark.slow  # trains a steer through the CLI
 def test_cli_steer_round_trip(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
