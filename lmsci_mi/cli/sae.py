@@ -78,7 +78,11 @@ def register(commands: Any) -> None:
     add_output_args(features)
     add_config_args(features.add_argument_group("cards (FeatureConfig)"), FeatureConfig)
     features.set_defaults(run=_run_features)
+    _add_intervention_commands(sub)
 
+
+def _add_intervention_commands(sub: Any) -> None:
+    """`sae steer` and `sae clamp`: generation with one feature pushed or held."""
     steer = sub.add_parser("steer", help="continue a prompt with a feature's direction added")
     _sae_args(steer)
     steer.add_argument("--feature", type=int, required=True, help="feature index")

@@ -11,14 +11,28 @@ from __future__ import annotations
 import base64
 import html
 import io
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from lmsci_mi.results import Meta, Result
+
+class Result(Protocol):
+    """What this module reads of a ``lmsci_mi.results.Result``. A protocol rather than an import:
+    ``results`` imports this module for ``_repr_html_``, so importing it back would be a circle."""
+
+    @property
+    def values(self) -> Any: ...
+    @property
+    def meta(self) -> Any: ...
+    def plot(self, path: Any = None, *, title: str | None = None) -> Any: ...
+    def to_dataframe(self) -> pd.DataFrame: ...
+    def summary(self, rows: int = 10) -> str: ...
+
+
+Meta = Any
 
 __all__ = [
     "CSS",
