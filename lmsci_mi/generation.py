@@ -23,14 +23,21 @@ class GenerationConfig(Config):
     ``temperature == 0`` is greedy decoding (top-k and top-p are then ignored).
     """
 
-    max_new_tokens: int = field(default=20, metadata={"help": "tokens generated per prompt"})
-    temperature: float = field(default=1.0, metadata={"help": "sampling temperature; 0 is greedy"})
-    top_k: int | None = field(default=None, metadata={"help": "sample among the k likeliest tokens"})
+    max_new_tokens: int = field(
+        default=20, metadata={"help": "tokens generated per prompt", "ge": 1}
+    )
+    temperature: float = field(
+        default=1.0, metadata={"help": "sampling temperature; 0 is greedy", "ge": 0}
+    )
+    top_k: int | None = field(
+        default=None, metadata={"help": "sample among the k likeliest tokens", "ge": 1}
+    )
     top_p: float | None = field(
-        default=None, metadata={"help": "sample from the smallest set of tokens of this mass"}
+        default=None,
+        metadata={"help": "sample from the smallest set of tokens of this mass", "gt": 0, "le": 1},
     )
     seed: int | None = field(default=0, metadata={"help": "seed of each row's random stream"})
-    batch_size: int = field(default=32, metadata={"help": "prompts decoded together"})
+    batch_size: int = field(default=32, metadata={"help": "prompts decoded together", "ge": 1})
 
 
 @dataclass(frozen=True)
