@@ -55,18 +55,22 @@ class CollectConfig(Config):
     """How activations are collected; only ``max_items``/``seed`` change which rows come back."""
 
     token_budget: int = field(
-        default=8192, metadata={"help": "tokens per forward pass (memory bound)"}
+        default=8192, metadata={"help": "tokens per forward pass (memory bound)", "ge": 1}
     )
-    dtype: str = field(default="float32", metadata={"help": "storage dtype: float32 or float16"})
+    dtype: str = field(
+        default="float32", metadata={"help": "storage dtype", "choices": sorted(_DTYPES)}
+    )
     max_items: int | None = field(
-        default=None, metadata={"help": "keep a seeded random subset of this many positions"}
+        default=None,
+        metadata={"help": "keep a seeded random subset of this many positions", "ge": 1},
     )
     seed: int = field(default=0, metadata={"help": "seed of the max_items subsample"})
     autocast: str | None = field(
         default=None,
         metadata={
             "help": "run the forward pass under autocast to this dtype (bfloat16: ~3.5x faster "
-            "on CPUs with AMX, activations within ~1% relative error)"
+            "on CPUs with AMX, activations within ~1% relative error)",
+            "choices": ("bfloat16", "float16"),
         },
     )
     batch_overhead_tokens: int = field(
@@ -84,14 +88,6 @@ class CollectConfig(Config):
         },
     )
     progress: bool = field(default=True, metadata={"help": "show a progress bar", "cli": False})
-
-    def validate(self) -> None:
-        if self.token_budget < 1:
-            raise ValueError(f"token_budget must be positive, not {self.token_budget}")
-        validate_choice("dtype", self.dtype, sorted(_DTYPES))
-        validate_choice("autocast", self.autocast, [None, "bfloat16", "float16"])
-        if self.max_items is not None and self.max_items < 1:
-            raise ValueError(f"max_items must be positive or None, not {self.max_items}")
 
 
 @dataclass(frozen=True)

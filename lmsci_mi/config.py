@@ -2,13 +2,16 @@
 
 Each analysis takes its data plus one frozen config dataclass (``PatchingConfig``,
 ``TraceConfig``...). The config records itself into ``Meta.params`` and builds its own command-line
-flags, so the library, the results and the CLI share one set of defaults. After SAELens's configs.
+flags, so the library, the results and the CLI share one set of defaults. A field declares its
+range in its metadata (``{"help": ..., "ge": 1}``, after pydantic's ``Field``); the base checks it
+on creation and prints it in ``--help``. After SAELens's configs.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
 import types
 import typing
@@ -17,9 +20,12 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 from typing_extensions import Self, dataclass_transform
 
-__all__ = ["QUICK_ENV", "Config", "config", "quick_mode", "validate_choice"]
+__all__ = ["BOUND_KEYS", "QUICK_ENV", "Config", "config", "quick_mode", "validate_choice"]
 
 C = TypeVar("C", bound="Config")
+
+BOUND_KEYS = ("gt", "ge", "lt", "le", "choices", "min_length", "max_length")
+"""The metadata keys a field declares its valid values with (pydantic's ``Field`` names)."""
 
 QUICK_ENV = "LMSCI_MI_QUICK"
 """The environment variable that puts the examples and notebooks in quick mode."""
@@ -59,15 +65,33 @@ class Config:
 
     Subclasses are frozen keyword-only dataclasses (decorate with :func:`config`). A field's
     ``metadata["help"]`` becomes its CLI help; ``metadata["cli"] = False`` keeps it off the CLI
-    (tensors, callables). ``__post_init__`` checks the values, so a bad config never reaches an
-    analysis.
+    (tensors, callables). A field declares its valid values in the same metadata: the bounds
+    ``gt``, ``ge``, ``lt``, ``le``, the ``choices`` of a non-``Literal`` field (a ``Literal``
+    field's own values count as its choices), and, for a tuple, ``min_length`` and
+    ``max_length``; a tuple's bounds and choices hold for each element, and ``None`` passes an
+    optional field. ``__post_init__`` checks them, then calls :meth:`validate`, so a bad config
+    never reaches an analysis.
+
+    >>> @config
+    ... class Demo(Config):
+    ...     batch_size: int = dataclasses.field(default=8, metadata={"help": "rows", "gt": 0})
+    >>> Demo(batch_size=-1)
+    Traceback (most recent call last):
+    ValueError: Demo.batch_size must be > 0, not -1
     """
 
     def __post_init__(self) -> None:
+        for rule in _rules(type(self)):
+            problem = rule.problem(getattr(self, rule.name))
+            if problem is not None:
+                raise ValueError(f"{type(self).__name__}.{rule.name} {problem}")
         self.validate()
 
     def validate(self) -> None:
-        """Check field values; subclasses raise ValueError with the field's name and the fix."""
+        """Check rules across fields ("k <= d_sae"); a single field's range is declared instead.
+
+        Subclasses raise ValueError with the fields' names and the fix.
+        """
 
     def replace(self, **changes: Any) -> Self:
         """A copy with ``changes`` applied (and validated)."""
@@ -86,14 +110,22 @@ class Config:
     def add_arguments(cls, parser: argparse.ArgumentParser, *, skip: Sequence[str] = ()) -> None:
         """Add one ``--flag`` per CLI-able field, with the field's default and help."""
         hints = typing.get_type_hints(cls)
+        rules = {rule.name: rule for rule in _rules(cls)}
         for f in dataclasses.fields(cls):
             if f.name in skip or not f.metadata.get("cli", True):
                 continue
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
             flag = "--" + f.name.replace("_", "-")
+            kwargs = _argparse_kwargs(hints[f.name], default)
+            rule = rules.get(f.name)
+            shown = f"default: {default}"
+            if rule is not None:
+                kwargs["type"] = _checked(kwargs.get("type", str), rule)
+                if rule.choices is not None and not rule.each and "choices" not in kwargs:
+                    kwargs["choices"] = [*rule.choices, *([None] if rule.optional else [])]
+                shown += f"; {rule.summary()}" if rule.summary() else ""
             parser.add_argument(flag, dest=f.name, default=default,
-                                help=f"{f.metadata.get('help', '')} (default: {default})",
-                                **_argparse_kwargs(hints[f.name], default))
+                                help=f"{f.metadata.get('help', '')} ({shown})", **kwargs)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, **overrides: Any) -> Self:
@@ -102,6 +134,140 @@ class Config:
                   if f.metadata.get("cli", True) and hasattr(args, f.name)}
         values.update(overrides)
         return cls(**values)
+
+
+# ---------------------------------------------------------------------- declared values
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rule:
+    """The values one field declares valid: bounds, choices and (for a tuple) a length."""
+
+    name: str
+    gt: Any = None
+    ge: Any = None
+    lt: Any = None
+    le: Any = None
+    choices: tuple[Any, ...] | None = None
+    min_length: int | None = None
+    max_length: int | None = None
+    each: bool = False  # a tuple: bounds and choices hold for each element
+    optional: bool = False
+
+    def _interval(self) -> str:
+        low = f"({self.gt}" if self.gt is not None else "" if self.ge is None else f"[{self.ge}"
+        high = f"{self.lt})" if self.lt is not None else "" if self.le is None else f"{self.le}]"
+        if low and high:
+            return f"in {low}, {high}"
+        if low:
+            return f"> {low[1:]}" if low[0] == "(" else f">= {low[1:]}"
+        if high:
+            return f"< {high[:-1]}" if high[-1] == ")" else f"<= {high[:-1]}"
+        return ""
+
+    def _length(self) -> str:
+        low, high = self.min_length, self.max_length
+        if low is not None and low == high:
+            count = f"{low}"
+        elif low is not None and high is not None:
+            count = f"{low} to {high}"
+        elif low is not None:
+            count = f"at least {low}"
+        elif high is not None:
+            count = f"at most {high}"
+        else:
+            return ""
+        return f"{count} value{'' if (high if low is None else low) == 1 else 's'}"
+
+    def _fits(self, value: Any) -> bool:
+        if self.choices is not None and value not in self.choices:
+            return False
+        if not self._interval():
+            return True
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        # Written as "not inside" so that NaN, which compares False to everything, fails.
+        return not (
+            (self.gt is not None and not value > self.gt)
+            or (self.ge is not None and not value >= self.ge)
+            or (self.lt is not None and not value < self.lt)
+            or (self.le is not None and not value <= self.le)
+        )
+
+    def _what(self) -> str:
+        parts = [f"one of {list(self.choices)}"] if self.choices is not None else []
+        return " and ".join([*parts, self._interval()] if self._interval() else parts)
+
+    def problem(self, value: Any) -> str | None:
+        """What is wrong with ``value`` ("must be > 0, not -1"), or None if it is valid."""
+        if value is None and self.optional:
+            return None
+        if not self.each:
+            return None if self._fits(value) else f"must be {self._what()}, not {value!r}"
+        if isinstance(value, str) or not isinstance(value, Sequence):
+            return f"must be a tuple, not {value!r}"
+        n = len(value)
+        if (self.min_length is not None and n < self.min_length) or (
+            self.max_length is not None and n > self.max_length
+        ):
+            return f"must hold {self._length()}, not {value!r}"
+        if all(self._fits(item) for item in value):
+            return None
+        what = self._what().replace("one of ", "from ", 1)
+        return f"must hold values {what}, not {value!r}"
+
+    def summary(self) -> str:
+        """The rule for ``--help`` ("> 0", "each >= 1, at least 1 value"); a scalar's choices
+        are left to argparse, which lists them."""
+        if not self.each:
+            return self._interval()
+        choices = f"one of {', '.join(map(str, self.choices))}" if self.choices else ""
+        what = " and ".join(p for p in (choices, self._interval()) if p)
+        return ", ".join(p for p in (f"each {what}" if what else "", self._length()) if p)
+
+
+@functools.cache
+def _rules(cls: type) -> tuple[_Rule, ...]:
+    """The declared rules of ``cls``'s fields, read once per class."""
+    try:
+        hints = typing.get_type_hints(cls)
+    except (NameError, TypeError):  # a hint only a type checker can resolve: read the metadata
+        hints = {}
+    rules = []
+    for f in dataclasses.fields(cls):
+        declared = {key: f.metadata[key] for key in BOUND_KEYS if key in f.metadata}
+        hint = hints.get(f.name, Any)
+        optional = get_origin(hint) in (Union, types.UnionType) and type(None) in get_args(hint)
+        if optional:
+            hint = next(a for a in get_args(hint) if a is not type(None))
+        each = get_origin(hint) in (tuple, list, Sequence) or (
+            hint is Any and isinstance(f.default, tuple)
+        )
+        element = next((a for a in get_args(hint) if a is not Ellipsis), Any) if each else hint
+        if get_origin(element) is Literal and "choices" not in declared:
+            declared["choices"] = get_args(element)
+        if not declared:
+            continue
+        if not each and ({"min_length", "max_length"} & declared.keys()):
+            raise TypeError(f"{cls.__name__}.{f.name}: min_length/max_length need a tuple field")
+        if "choices" in declared:
+            declared["choices"] = tuple(declared["choices"])
+        rules.append(_Rule(f.name, **declared, each=each, optional=optional))
+    return tuple(rules)
+
+
+def _checked(parse: Any, rule: _Rule) -> Any:
+    """``parse`` that also checks the field's declared values, so argparse names the flag."""
+
+    def parse_and_check(text: str) -> Any:
+        value = parse(text)
+        problem = rule.problem(value)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(problem)
+        return value
+
+    parse_and_check.__name__ = getattr(parse, "__name__", "value")
+    return parse_and_check
 
 
 def _plain(value: Any) -> Any:
@@ -123,6 +289,8 @@ def _argparse_kwargs(hint: Any, default: Any) -> dict[str, Any]:
     if origin in (Union, types.UnionType) and len(args) == 1:
         inner = _argparse_kwargs(args[0], default)
         inner["type"] = _optional(inner.get("type", str))
+        if "choices" in inner:
+            inner["choices"] = [*inner["choices"], None]
         return inner
     if hint is bool:
         return {"action": argparse.BooleanOptionalAction}

@@ -32,28 +32,22 @@ class GenerationConfig(Config):
     ``temperature == 0`` is greedy decoding (top-k and top-p are then ignored).
     """
 
-    max_new_tokens: int = field(default=20, metadata={"help": "tokens generated per prompt"})
-    temperature: float = field(default=1.0, metadata={"help": "sampling temperature; 0 is greedy"})
+    max_new_tokens: int = field(
+        default=20, metadata={"help": "tokens generated per prompt", "ge": 1}
+    )
+    temperature: float = field(
+        default=1.0, metadata={"help": "sampling temperature; 0 is greedy", "ge": 0}
+    )
     top_k: int | None = field(
-        default=None, metadata={"help": "sample among the k likeliest tokens"}
+        default=None, metadata={"help": "sample among the k likeliest tokens", "ge": 1}
     )
     top_p: float | None = field(
-        default=None, metadata={"help": "sample from the smallest set of tokens of this mass"}
+        default=None,
+        metadata={"help": "sample from the smallest set of tokens of this mass", "gt": 0, "le": 1},
     )
     seed: int | None = field(default=0, metadata={"help": "seed of each row's random stream"})
-    batch_size: int = field(default=32, metadata={"help": "prompts decoded together"})
+    batch_size: int = field(default=32, metadata={"help": "prompts decoded together", "ge": 1})
 
-    def validate(self) -> None:
-        if self.max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be at least 0, not {self.max_new_tokens}")
-        if not self.temperature >= 0:
-            raise ValueError(f"temperature must be at least 0 (0: greedy), not {self.temperature}")
-        if self.top_k is not None and self.top_k < 1:
-            raise ValueError(f"top_k must be at least 1 (or None: no cut), not {self.top_k}")
-        if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1] (or None: no cut), not {self.top_p}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, not {self.batch_size}")
 
 
 @dataclass(frozen=True)

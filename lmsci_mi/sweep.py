@@ -57,20 +57,18 @@ Readout = Callable[[Float[Tensor, "row batch vocab"]], Tensor]
 class SweepConfig(Config):
     """How the engine batches; none of these change a result, only its speed and memory."""
 
-    token_budget: int = field(default=4096, metadata={"help": "tokens per block call (memory bound)"})
+    token_budget: int = field(
+        default=4096, metadata={"help": "tokens per block call (memory bound)", "ge": 1}
+    )
     pass_overhead_tokens: float = field(
         default=24.0,
-        metadata={"help": "cost of one block call in token-equivalents, used to decide merges"},
+        metadata={
+            "help": "cost of one block call in token-equivalents, used to decide merges", "ge": 0
+        },
     )
     reuse_prefix: bool = field(
         default=True, metadata={"help": "compute only positions from each row's first change on"}
     )
-
-    def validate(self) -> None:
-        if self.token_budget < 1:
-            raise ValueError(f"token_budget must be at least 1, not {self.token_budget}")
-        if self.pass_overhead_tokens < 0:
-            raise ValueError("pass_overhead_tokens must be non-negative")
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,10 @@ def _ranks(x: Tensor) -> Tensor:
 class AttributionConfig(PatchingConfig):
     """A :class:`PatchingConfig` with attribution's defaults (every head, all positions at once)."""
 
-    site: str = field(default="z", metadata={"help": f"site to attribute: {', '.join(PATCH_SITES)}"})
+    site: str = field(
+        default="z",
+        metadata={"help": f"site to attribute: {', '.join(PATCH_SITES)}", "choices": PATCH_SITES},
+    )
     positions: Literal["each", "all"] = field(
         default="all", metadata={"help": "one estimate per position, or for all positions at once"})
     compare_exact: bool = field(

@@ -76,8 +76,12 @@ class HeadScoreConfig(Config):
     (sink + 2 × ``half_length`` tokens); they are unused when the caller gives the tokens.
     """
 
-    n_sequences: int = dataclasses.field(default=20, metadata={"help": "repeated random sequences"})
-    half_length: int = dataclasses.field(default=20, metadata={"help": "tokens in each half"})
+    n_sequences: int = dataclasses.field(
+        default=20, metadata={"help": "repeated random sequences", "ge": 1}
+    )
+    half_length: int = dataclasses.field(
+        default=20, metadata={"help": "tokens in each half", "ge": 1}
+    )
     seed: int = dataclasses.field(default=0, metadata={"help": "seed of the random tokens"})
     exclude_bos: bool = dataclasses.field(
         default=False,
@@ -91,30 +95,26 @@ class HeadScoreConfig(Config):
         metadata={"help": "'matched': average over query rows with a target (a perfect head "
                           "scores 1); 'all': every row, exactly TransformerLens detect_head"},
     )
-    batch_size: int = dataclasses.field(default=32, metadata={"help": "sequences per forward pass"})
-
-    def validate(self) -> None:
-        validate_choice("rows", self.rows, ("matched", "all"))
-        for name in ("n_sequences", "half_length", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+    batch_size: int = dataclasses.field(
+        default=32, metadata={"help": "sequences per forward pass", "ge": 1}
+    )
 
 
 @config
 class InductionAblationConfig(Config):
     """Settings of :func:`induction_ablation`: the repeated random tokens and the random baseline."""
 
-    n_sequences: int = dataclasses.field(default=20, metadata={"help": "repeated random sequences"})
-    half_length: int = dataclasses.field(default=20, metadata={"help": "tokens in each half"})
+    n_sequences: int = dataclasses.field(
+        default=20, metadata={"help": "repeated random sequences", "ge": 1}
+    )
+    half_length: int = dataclasses.field(
+        default=20, metadata={"help": "tokens in each half", "ge": 1}
+    )
     n_random_draws: int = dataclasses.field(
-        default=5, metadata={"help": "random sets of other heads averaged for the baseline"}
+        default=5,
+        metadata={"help": "random sets of other heads averaged for the baseline", "ge": 1},
     )
     seed: int = dataclasses.field(default=0, metadata={"help": "seed of the tokens and the draws"})
-
-    def validate(self) -> None:
-        for name in ("n_sequences", "half_length", "n_random_draws"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
 
 
 _DEFAULT_SCORES = HeadScoreConfig()

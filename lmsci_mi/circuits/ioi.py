@@ -64,37 +64,38 @@ class IOIConfig(Config):
     """
 
     n_prompts: int = dataclasses.field(
-        default=48, metadata={"help": "IOI prompts, spread over the templates"}
+        default=48, metadata={"help": "IOI prompts, spread over the templates", "ge": 1}
     )
     seed: int = dataclasses.field(default=0, metadata={"help": "seed of the prompt draw"})
     mover_threshold: float = dataclasses.field(
-        default=0.05, metadata={"help": "name movers: DLA above this share of the logit difference"}
+        default=0.05,
+        metadata={
+            "help": "name movers: DLA above this share of the logit difference", "ge": 0, "lt": 1
+        },
     )
     max_name_movers: int = dataclasses.field(
-        default=6, metadata={"help": "at most this many name movers"}
+        default=6, metadata={"help": "at most this many name movers", "ge": 1}
     )
     n_sender_candidates: int = dataclasses.field(
-        default=10, metadata={"help": "heads tested by path patching for S-inhibition"}
+        default=10, metadata={"help": "heads tested by path patching for S-inhibition", "ge": 0}
     )
     s_inhibition_threshold: float = dataclasses.field(
-        default=0.05, metadata={"help": "S-inhibition: relative drop of the logit difference over this"}
+        default=0.05,
+        metadata={
+            "help": "S-inhibition: relative drop of the logit difference over this",
+            "ge": 0,
+            "lt": 1,
+        },
     )
     attention_threshold: float = dataclasses.field(
-        default=0.15, metadata={"help": "induction/duplicate/previous-token: attention above this"}
+        default=0.15,
+        metadata={
+            "help": "induction/duplicate/previous-token: attention above this", "ge": 0, "lt": 1
+        },
     )
     max_heads_per_class: int = dataclasses.field(
-        default=4, metadata={"help": "at most this many heads in every other class"}
+        default=4, metadata={"help": "at most this many heads in every other class", "ge": 1}
     )
-
-    def validate(self) -> None:
-        for name in ("n_prompts", "max_name_movers", "max_heads_per_class"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
-        if self.n_sender_candidates < 0:
-            raise ValueError(f"n_sender_candidates must be 0 or more, not {self.n_sender_candidates}")
-        for name in ("mover_threshold", "s_inhibition_threshold", "attention_threshold"):
-            if not 0 <= getattr(self, name) < 1:
-                raise ValueError(f"{name} must be in [0, 1), not {getattr(self, name)}")
 
 
 _DEFAULT_CONFIG = IOIConfig()

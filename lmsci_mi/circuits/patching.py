@@ -19,7 +19,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from lmsci_mi.circuits.metrics import KLToClean, Metric, Normalised
-from lmsci_mi.config import Config, config, validate_choice
+from lmsci_mi.config import Config, config
 from lmsci_mi.hooks import selection_mask
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import SITES, Head, hook_name, site
@@ -48,19 +48,18 @@ AlignArg = Mapping[str, tuple[int | Sequence[int], int | Sequence[int]]]
 class PatchingConfig(Config):
     """What an activation-patching (or attribution) sweep patches and how it scores."""
 
-    site: str = field(default="resid_pre", metadata={"help": f"site to patch: {', '.join(PATCH_SITES)}"})
+    site: str = field(
+        default="resid_pre",
+        metadata={"help": f"site to patch: {', '.join(PATCH_SITES)}", "choices": PATCH_SITES},
+    )
     positions: Literal["each", "all"] = field(
         default="each", metadata={"help": "patch one position at a time, or all at once"})
-    layers: tuple[int, ...] | None = field(default=None, metadata={"help": "layers (default all)"})
+    layers: tuple[int, ...] | None = field(
+        default=None, metadata={"help": "layers (default all)", "min_length": 1}
+    )
     normalise: bool = field(default=False, metadata={"help": "0 = corrupted run, 1 = clean run"})
     answer_position: int = field(default=-1, metadata={"help": "position whose logits are scored"})
     sweep: SweepConfig = field(default_factory=SweepConfig, metadata={"cli": False})
-
-    def validate(self) -> None:
-        validate_choice("site", self.site, PATCH_SITES)
-        validate_choice("positions", self.positions, ("each", "all"))
-        if self.layers is not None and not self.layers:
-            raise ValueError("layers is empty: give at least one layer, or None for all")
 
     def layer_list(self, n_layers: int) -> list[int]:
         """The layers to sweep on a model of ``n_layers`` layers (checked)."""

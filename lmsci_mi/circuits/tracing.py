@@ -175,20 +175,16 @@ class TraceConfig(Config):
     target: str | None = field(default=None, metadata={"help": "answer token (default: clean top-1)"})
     noise: float = field(default=3.0, metadata={"help": "noise std as a multiple of embedding_std"})
     noise_scale: float | None = field(default=None, metadata={"help": "absolute noise std (overrides --noise)"})
-    n_samples: int = field(default=10, metadata={"help": "noise samples, averaged"})
-    window: int = field(default=10, metadata={"help": "layers restored together for mlp and attn"})
+    n_samples: int = field(default=10, metadata={"help": "noise samples, averaged", "ge": 1})
+    window: int = field(
+        default=10, metadata={"help": "layers restored together for mlp and attn", "ge": 1}
+    )
     seed: int = field(default=0, metadata={"help": "seed of the noise"})
-    kinds: tuple[str, ...] = field(default=TRACE_KINDS, metadata={"help": "what to restore: resid,mlp,attn"})
+    kinds: tuple[str, ...] = field(
+        default=TRACE_KINDS,
+        metadata={"help": "what to restore", "choices": TRACE_KINDS, "min_length": 1},
+    )
     sweep: SweepConfig = field(default_factory=SweepConfig, metadata={"cli": False})
-
-    def validate(self) -> None:
-        unknown = [k for k in self.kinds if k not in TRACE_KINDS]
-        if unknown or not self.kinds:
-            raise ValueError(f"unknown trace kinds {unknown}; choose from {TRACE_KINDS}")
-        if self.window < 1:
-            raise ValueError(f"window must be at least 1 layer, not {self.window}")
-        if self.n_samples < 1:
-            raise ValueError(f"n_samples must be at least 1, not {self.n_samples}")
 
 
 def causal_trace(lm: LensModel, prompt: str, subject: str, config: TraceConfig | None = None) -> CausalTrace:

@@ -46,14 +46,21 @@ class CFGConfig(Config):
     """
 
     nts_per_level: tuple[int, ...] = field(
-        default=(1, 3, 3), metadata={"help": "NTs at each level, root first (comma list)"}
+        default=(1, 3, 3),
+        metadata={"help": "NTs at each level, root first (comma list)", "ge": 1, "min_length": 2},
     )
-    n_terminals: int = field(default=3, metadata={"help": "size of the terminal alphabet"})
+    n_terminals: int = field(default=3, metadata={"help": "size of the terminal alphabet", "ge": 1})
     rule_lengths: tuple[int, ...] = field(
-        default=(2, 3), metadata={"help": "allowed right-hand-side lengths (2 and/or 3)"}
+        default=(2, 3),
+        metadata={"help": "allowed right-hand-side lengths", "choices": (2, 3), "min_length": 1},
     )
     rules_per_nt: tuple[int, ...] = field(
-        default=(2,), metadata={"help": "allowed numbers of rules per NT (drawn per NT)"}
+        default=(2,),
+        metadata={
+            "help": "allowed numbers of rules per NT (drawn per NT)",
+            "ge": 1,
+            "min_length": 1,
+        },
     )
     prefix_free: bool = field(
         default=True,
@@ -64,19 +71,10 @@ class CFGConfig(Config):
     seed: int = field(default=0, metadata={"help": "seed of the grammar's construction"})
 
     def validate(self) -> None:
-        if len(self.nts_per_level) < 2 or self.nts_per_level[0] != 1:
+        if self.nts_per_level[0] != 1:
             raise ValueError(
-                f"nts_per_level must start with the root (1) and have at least 2 levels, "
-                f"not {self.nts_per_level}"
+                f"nts_per_level must start with the root (1), not {self.nts_per_level}"
             )
-        if min(self.nts_per_level) < 1 or self.n_terminals < 1:
-            raise ValueError("every level needs at least one NT, and n_terminals must be >= 1")
-        if not self.rule_lengths or not set(self.rule_lengths) <= {2, 3}:
-            raise ValueError(
-                f"rule_lengths must be a non-empty subset of (2, 3), not {self.rule_lengths}"
-            )
-        if not self.rules_per_nt or min(self.rules_per_nt) < 1:
-            raise ValueError(f"rules_per_nt must list counts >= 1, not {self.rules_per_nt}")
         for level, size in enumerate(self.nts_per_level):
             below = (
                 self.nts_per_level[level + 1]

@@ -12,7 +12,7 @@ import logging
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 from jaxtyping import Float, Int
@@ -28,7 +28,6 @@ __all__ = [
     "DeltaFit",
     "FitSettings",
     "SubjectRow",
-    "check_fit_settings",
     "check_layer",
     "check_requests",
     "context_templates",
@@ -77,22 +76,6 @@ def check_layer(lm: LensModel, layer: int) -> None:
         raise ValueError(f"layer {layer!r} is out of range for {lm.name}: it has layers 0…{n - 1}")
     if lm.cfg.d_mlp is None or hook_name("mlp_post", layer) not in lm.model.hook_dict:
         raise ValueError(f"layer {layer} of {lm.name} has no MLP with a hook_post key site")
-
-
-def check_fit_settings(hp: Any) -> None:
-    """Raise ValueError naming a bad fit field of an editing config (for its ``validate()``)."""
-    for name in ("n_contexts", "steps", "stats_tokens"):
-        if getattr(hp, name) < 1:
-            raise ValueError(f"{name} must be at least 1, not {getattr(hp, name)}")
-    for name in ("lr", "clamp_norm"):
-        if not getattr(hp, name) > 0:
-            raise ValueError(f"{name} must be positive, not {getattr(hp, name)}")
-    for name in ("early_stop_nll", "kl_factor", "weight_decay"):
-        if getattr(hp, name) < 0:
-            raise ValueError(f"{name} must be ≥ 0, not {getattr(hp, name)}")
-    lengths = hp.context_lengths
-    if not lengths or any(n < 1 for n in lengths):
-        raise ValueError(f"context_lengths must be positive token counts, not {lengths!r}")
 
 
 # ---------------------------------------------------------------------- context prefixes

@@ -22,7 +22,6 @@ from tqdm.auto import tqdm
 from lmsci_mi.config import Config, config
 from lmsci_mi.editing.fit import (
     SubjectRow,
-    check_fit_settings,
     check_layer,
     check_requests,
     context_templates,
@@ -62,26 +61,32 @@ class MEMITHyperParams(Config):
 
     one_fact_per_edit: ClassVar[bool] = False
 
-    layers: tuple[int, ...] | None = field(default=None, metadata={"help": "MLP layers (none: default range)"})
-    n_contexts: int = field(default=5, metadata={"help": "generated context prefixes"})
-    context_lengths: tuple[int, ...] = field(default=(10,), metadata={"help": "prefix lengths"})
-    steps: int = field(default=20, metadata={"help": "Adam steps for delta"})
-    lr: float = field(default=0.5, metadata={"help": "Adam learning rate"})
-    early_stop_nll: float = field(default=0.05, metadata={"help": "stop below this target NLL"})
-    kl_factor: float = field(default=0.0625, metadata={"help": "weight of the KL term"})
-    weight_decay: float = field(default=0.5, metadata={"help": "weight of (|delta|/|h|)^2"})
-    clamp_norm: float = field(default=0.75, metadata={"help": "|delta| <= clamp_norm*|h|"})
-    mom2_weight: float = field(default=5000.0, metadata={"help": "lambda in lambda*C + K K^T"})
+    layers: tuple[int, ...] | None = field(
+        default=None,
+        metadata={"help": "MLP layers (none: default range)", "ge": 0, "min_length": 1},
+    )
+    n_contexts: int = field(default=5, metadata={"help": "generated context prefixes", "ge": 1})
+    context_lengths: tuple[int, ...] = field(
+        default=(10,), metadata={"help": "prefix lengths", "ge": 1, "min_length": 1}
+    )
+    steps: int = field(default=20, metadata={"help": "Adam steps for delta", "ge": 1})
+    lr: float = field(default=0.5, metadata={"help": "Adam learning rate", "gt": 0})
+    early_stop_nll: float = field(
+        default=0.05, metadata={"help": "stop below this target NLL", "ge": 0}
+    )
+    kl_factor: float = field(default=0.0625, metadata={"help": "weight of the KL term", "ge": 0})
+    weight_decay: float = field(
+        default=0.5, metadata={"help": "weight of (|delta|/|h|)^2", "ge": 0}
+    )
+    clamp_norm: float = field(default=0.75, metadata={"help": "|delta| <= clamp_norm*|h|", "gt": 0})
+    mom2_weight: float = field(
+        default=5000.0, metadata={"help": "lambda in lambda*C + K K^T", "ge": 0}
+    )
     seed: int = field(default=0, metadata={"help": "seed of the context prefixes"})
-    batch_size: int = field(default=8, metadata={"help": "requests fitted together"})
-    stats_tokens: int = field(default=DEFAULT_STATS_TOKENS, metadata={"help": "text tokens for C"})
-
-    def validate(self) -> None:
-        check_fit_settings(self)
-        if self.layers is not None and (not self.layers or any(layer < 0 for layer in self.layers)):
-            raise ValueError(f"layers must be non-negative layer indices or None, not {self.layers!r}")
-        if self.mom2_weight < 0 or self.batch_size < 1:
-            raise ValueError("mom2_weight must be ≥ 0 and batch_size at least 1")
+    batch_size: int = field(default=8, metadata={"help": "requests fitted together", "ge": 1})
+    stats_tokens: int = field(
+        default=DEFAULT_STATS_TOKENS, metadata={"help": "text tokens for C", "ge": 1}
+    )
 
 
 def default_memit_layers(lm: LensModel) -> tuple[int, ...]:

@@ -64,12 +64,11 @@ class EvaluationConfig(Config):
         seed: generation seed (the same for the unedited and the edited model).
     """
 
-    generation_tokens: int = field(default=GENERATION_TOKENS, metadata={"help": "tokens per generation for GE (0 skips GE)"})
+    generation_tokens: int = field(
+        default=GENERATION_TOKENS,
+        metadata={"help": "tokens per generation for GE (0 skips GE)", "ge": 0},
+    )
     seed: int = field(default=0, metadata={"help": "generation seed"})
-
-    def validate(self) -> None:
-        if self.generation_tokens < 0:
-            raise ValueError(f"generation_tokens must be ≥ 0, not {self.generation_tokens}")
 
 
 @result_type

@@ -21,7 +21,6 @@ from torch import Tensor
 
 from lmsci_mi.config import Config, config
 from lmsci_mi.editing.fit import (
-    check_fit_settings,
     check_layer,
     check_requests,
     context_templates,
@@ -79,26 +78,31 @@ class ROMEHyperParams(Config):
     one_fact_per_edit: ClassVar[bool] = True
     """ROME installs one fact per edit; an evaluation restores the weights between facts."""
 
-    layer: int | None = field(default=None, metadata={"help": "MLP layer to edit (none: traced)"})
-    n_contexts: int = field(default=5, metadata={"help": "generated context prefixes"})
-    context_lengths: tuple[int, ...] = field(default=(5, 10), metadata={"help": "prefix lengths"})
-    steps: int = field(default=40, metadata={"help": "Adam steps for delta"})
-    lr: float = field(default=0.5, metadata={"help": "Adam learning rate"})
-    early_stop_nll: float = field(default=0.05, metadata={"help": "stop below this target NLL"})
-    kl_factor: float = field(default=0.0625, metadata={"help": "weight of the KL term"})
-    weight_decay: float = field(default=0.05, metadata={"help": "weight of (|delta|/|v0|)^2"})
-    clamp_norm: float = field(default=4.0, metadata={"help": "|delta| <= clamp_norm*|v0|"})
-    damping: float = field(default=1e-4, metadata={"help": "ridge on C (fraction of its mean diagonal)"})
+    layer: int | None = field(
+        default=None, metadata={"help": "MLP layer to edit (none: traced)", "ge": 0}
+    )
+    n_contexts: int = field(default=5, metadata={"help": "generated context prefixes", "ge": 1})
+    context_lengths: tuple[int, ...] = field(
+        default=(5, 10), metadata={"help": "prefix lengths", "ge": 1, "min_length": 1}
+    )
+    steps: int = field(default=40, metadata={"help": "Adam steps for delta", "ge": 1})
+    lr: float = field(default=0.5, metadata={"help": "Adam learning rate", "gt": 0})
+    early_stop_nll: float = field(
+        default=0.05, metadata={"help": "stop below this target NLL", "ge": 0}
+    )
+    kl_factor: float = field(default=0.0625, metadata={"help": "weight of the KL term", "ge": 0})
+    weight_decay: float = field(
+        default=0.05, metadata={"help": "weight of (|delta|/|v0|)^2", "ge": 0}
+    )
+    clamp_norm: float = field(default=4.0, metadata={"help": "|delta| <= clamp_norm*|v0|", "gt": 0})
+    damping: float = field(
+        default=1e-4, metadata={"help": "ridge on C (fraction of its mean diagonal)", "ge": 0}
+    )
     seed: int = field(default=0, metadata={"help": "seed of the context prefixes"})
     edit_aware: bool = field(default=True, metadata={"help": "fit delta through the installed update"})
-    stats_tokens: int = field(default=DEFAULT_STATS_TOKENS, metadata={"help": "text tokens for C"})
-
-    def validate(self) -> None:
-        check_fit_settings(self)
-        if self.layer is not None and (isinstance(self.layer, bool) or self.layer < 0):
-            raise ValueError(f"layer must be a non-negative layer index or None, not {self.layer!r}")
-        if self.damping < 0:
-            raise ValueError(f"damping must be ≥ 0, not {self.damping}")
+    stats_tokens: int = field(
+        default=DEFAULT_STATS_TOKENS, metadata={"help": "text tokens for C", "ge": 1}
+    )
 
 
 def default_rome_layer(lm: LensModel) -> int:

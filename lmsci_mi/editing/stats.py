@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -63,17 +63,9 @@ class StatsConfig(Config):
         batch_size: rows per forward pass.
     """
 
-    n_tokens: int = DEFAULT_STATS_TOKENS
-    seq_len: int = 128
-    batch_size: int = 8
-
-    def validate(self) -> None:
-        if self.n_tokens < 1:
-            raise ValueError(f"n_tokens must be at least 1, not {self.n_tokens}")
-        if self.seq_len < 2:
-            raise ValueError(f"seq_len must be at least 2 (the sink and one token), not {self.seq_len}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, not {self.batch_size}")
+    n_tokens: int = field(default=DEFAULT_STATS_TOKENS, metadata={"ge": 1})
+    seq_len: int = field(default=128, metadata={"ge": 2})  # the sink and one token
+    batch_size: int = field(default=8, metadata={"ge": 1})
 
 
 @dataclass(frozen=True)

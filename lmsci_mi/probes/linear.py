@@ -140,19 +140,22 @@ class ProbeConfig(Config):
     l2_grid: tuple[float, ...] = field(
         default=(1e-4, 1e-3, 1e-2, 1e-1, 1.0),
         metadata={
-            "help": "L2 strengths tried on the validation split (loss = mean CE + l2/2·|W|²)"
+            "help": "L2 strengths tried on the validation split (loss = mean CE + l2/2·|W|²)",
+            "ge": 0,
+            "min_length": 1,
         },
     )
-    max_iter: int = field(default=100, metadata={"help": "L-BFGS iterations per strength"})
+    max_iter: int = field(default=100, metadata={"help": "L-BFGS iterations per strength", "ge": 1})
     fractions: tuple[float, ...] = field(
-        default=(0.6, 0.2, 0.2), metadata={"help": "train/val/test shares"}
+        default=(0.6, 0.2, 0.2),
+        metadata={"help": "train/val/test shares", "min_length": 3, "max_length": 3},
     )
     seed: int = field(
         default=0, metadata={"help": "seed of the split, the control labels and the bootstrap"}
     )
     control: bool = field(default=True, metadata={"help": "also fit a control task (selectivity)"})
     bootstrap: int = field(
-        default=1000, metadata={"help": "bootstrap resamples of the test score (0: none)"}
+        default=1000, metadata={"help": "bootstrap resamples of the test score (0: none)", "ge": 0}
     )
 
     def validate(self) -> None:
@@ -160,14 +163,6 @@ class ProbeConfig(Config):
             raise ValueError(
                 f"unknown probe kind {self.kind!r}; choose one of {list(PROBE_KINDS.names())}"
             )
-        if not self.l2_grid or min(self.l2_grid) < 0:
-            raise ValueError(f"l2_grid must hold non-negative strengths, not {self.l2_grid}")
-        if len(self.fractions) != 3:
-            raise ValueError(
-                f"fractions needs three shares (train, val, test), not {self.fractions}"
-            )
-        if self.max_iter < 1 or self.bootstrap < 0:
-            raise ValueError("max_iter must be positive and bootstrap non-negative")
 
 
 @dataclass(frozen=True)

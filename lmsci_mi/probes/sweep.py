@@ -18,7 +18,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from lmsci_mi.collect import Activations, CollectConfig, PositionChoice, collect_activations
-from lmsci_mi.config import config, validate_choice
+from lmsci_mi.config import config
 from lmsci_mi.model import LensModel
 from lmsci_mi.probes.linear import PROBE_KINDS, ProbeConfig, ProbeFit, Split, fit_probes
 from lmsci_mi.results import Result, result_type
@@ -52,30 +52,28 @@ class ProbeSweepConfig(ProbeConfig):
 
     site: str = field(default="resid_post", metadata={"help": "site of the site table to probe"})
     layers: tuple[int, ...] | None = field(
-        default=None, metadata={"help": "layers to probe (default: all)"}
+        default=None, metadata={"help": "layers to probe (default: all)", "ge": 0, "min_length": 1}
     )
     token_budget: int = field(
-        default=8192, metadata={"help": "tokens per forward pass while collecting"}
+        default=8192, metadata={"help": "tokens per forward pass while collecting", "ge": 1}
     )
     autocast: str | None = field(
         default=None,
         metadata={
             "help": "collect under autocast to this dtype (bfloat16: ~3.5x faster on CPUs with "
-            "AMX; default: exact float32)"
+            "AMX; default: exact float32)",
+            "choices": ("bfloat16", "float16"),
         },
     )
 
     def validate(self) -> None:
         super().validate()
-        validate_choice("autocast", self.autocast, [None, "bfloat16", "float16"])
         row = site_row(self.site)
         if row.layout.position_axis != 1:
             raise ValueError(
                 f"site {self.site!r} has no vector per position; probe a residual, MLP or "
                 "per-head site instead"
             )
-        if self.layers is not None and (not self.layers or min(self.layers) < 0):
-            raise ValueError(f"layers must be non-negative layer indices, not {self.layers}")
         if self.layers is not None and not row.per_layer:
             raise ValueError(f"site {self.site!r} exists once per model; give no layers")
 

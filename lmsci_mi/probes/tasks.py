@@ -25,15 +25,11 @@ class ProbeTaskConfig(Config):
     """How many examples a task draws, and with which seed."""
 
     n_examples: int | None = field(
-        default=None, metadata={"help": "examples to draw (default: the task's own)"}
+        default=None,
+        # 10 or more, so that the train, validation and test splits each get examples
+        metadata={"help": "examples to draw (default: the task's own)", "ge": 10},
     )
     data_seed: int = field(default=0, metadata={"help": "seed of the examples' draw"})
-
-    def validate(self) -> None:
-        if self.n_examples is not None and self.n_examples < 10:
-            raise ValueError(
-                f"n_examples must be at least 10 (train, validation and test), not {self.n_examples}"
-            )
 
 
 TaskBuilder = Callable[[ProbeTaskConfig], ProbeDataset]

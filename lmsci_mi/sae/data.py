@@ -32,28 +32,26 @@ class SAEDataConfig(Config):
     """Which text the SAE is trained and measured on."""
 
     corpus_tokens: int = field(
-        default=480_000, metadata={"help": "tokens of standard-library prose (at most ~500k)"}
+        default=480_000,
+        metadata={"help": "tokens of standard-library prose (at most ~500k)", "ge": 0},
     )
-    seq_len: int = field(default=128, metadata={"help": "tokens per row, sink included"})
+    seq_len: int = field(
+        # 2 or more: the sink and a token
+        default=128, metadata={"help": "tokens per row, sink included", "ge": 2}
+    )
     generations: int = field(
-        default=64, metadata={"help": "seeded model continuations added to the text"}
+        default=64, metadata={"help": "seeded model continuations added to the text", "ge": 0}
     )
-    generation_tokens: int = field(default=48, metadata={"help": "tokens per continuation"})
+    generation_tokens: int = field(
+        default=48, metadata={"help": "tokens per continuation", "ge": 0}
+    )
     held_out_fraction: float = field(
-        default=0.05, metadata={"help": "fraction of rows kept out of training for the statistics"}
+        default=0.05,
+        metadata={
+            "help": "fraction of rows kept out of training for the statistics", "gt": 0, "lt": 1
+        },
     )
     data_seed: int = field(default=0, metadata={"help": "seeds the generations and the split"})
-
-    def validate(self) -> None:
-        for name in ("corpus_tokens", "generations", "generation_tokens"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be non-negative, not {getattr(self, name)}")
-        if self.seq_len < 2:
-            raise ValueError(
-                f"seq_len must be at least 2 (the sink and a token), not {self.seq_len}"
-            )
-        if not 0 < self.held_out_fraction < 1:
-            raise ValueError(f"held_out_fraction must lie in (0, 1), not {self.held_out_fraction}")
 
 
 @dataclass(frozen=True)

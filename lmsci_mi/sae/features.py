@@ -35,25 +35,23 @@ __all__ = ["FeatureCards", "FeatureConfig", "feature_cards", "find_features", "p
 class FeatureConfig(Config):
     """How feature cards are built."""
 
-    contexts: int = field(default=8, metadata={"help": "top-activating contexts per feature"})
-    before: int = field(default=12, metadata={"help": "tokens shown before the peak token"})
-    after: int = field(default=3, metadata={"help": "tokens shown after the peak token"})
-    promoted: int = field(default=10, metadata={"help": "promoted tokens listed per feature"})
+    contexts: int = field(
+        default=8, metadata={"help": "top-activating contexts per feature", "ge": 1}
+    )
+    before: int = field(
+        default=12, metadata={"help": "tokens shown before the peak token", "ge": 0}
+    )
+    after: int = field(default=3, metadata={"help": "tokens shown after the peak token", "ge": 0})
+    promoted: int = field(
+        default=10, metadata={"help": "promoted tokens listed per feature", "ge": 1}
+    )
     max_active: int = field(
-        default=64, metadata={"help": "nonzero features kept per token (>= the SAE's L0)"}
+        default=64, metadata={"help": "nonzero features kept per token (>= the SAE's L0)", "ge": 1}
     )
     autocast: str | None = field(
         default=None, metadata={"help": "autocast dtype of the harvest (None: float32)"}
     )
     progress: bool = field(default=True, metadata={"help": "show progress bars", "cli": False})
-
-    def validate(self) -> None:
-        for name in ("contexts", "promoted", "max_active"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
-        for name in ("before", "after"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be non-negative, not {getattr(self, name)}")
 
 
 @result_type

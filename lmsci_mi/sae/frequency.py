@@ -36,20 +36,11 @@ class FrequencyConfig(Config):
     """The generations of the steering frequency table."""
 
     coefficient: float = field(default=4.0, metadata={"help": "in units of the typical max"})
-    new_tokens: int = field(default=30, metadata={"help": "tokens generated per prompt"})
-    promoted: int = field(default=20, metadata={"help": "size of the feature's token set"})
-    temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
-    top_p: float = field(default=0.9, metadata={"help": "nucleus sampling mass"})
+    new_tokens: int = field(default=30, metadata={"help": "tokens generated per prompt", "ge": 1})
+    promoted: int = field(default=20, metadata={"help": "size of the feature's token set", "ge": 1})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature", "ge": 0})
+    top_p: float = field(default=0.9, metadata={"help": "nucleus sampling mass", "gt": 0, "le": 1})
     seed: int = field(default=0, metadata={"help": "seeds the samples and the random feature"})
-
-    def validate(self) -> None:
-        for name in ("new_tokens", "promoted"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
-        if not self.temperature >= 0:
-            raise ValueError(f"temperature must be non-negative, not {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must lie in (0, 1], not {self.top_p}")
 
 
 @result_type

@@ -23,7 +23,7 @@ from torch import Tensor
 
 from lmsci_mi.cache import cache_key, cache_root, weights_fingerprint
 from lmsci_mi.collect import CollectConfig, collect_activations
-from lmsci_mi.config import Config, config, validate_choice
+from lmsci_mi.config import Config, config
 from lmsci_mi.model import LensModel
 from lmsci_mi.sae.compact import REBUILD
 from lmsci_mi.sae.core import LensSAE
@@ -51,44 +51,46 @@ class SAETrainConfig(Config):
     """The SAE and its training run. A d_sae=4608 step costs about 3–4 min per million samples
     on a 2-core CPU; the defaults train in well under 30 minutes there."""
 
-    layer: int = field(default=15, metadata={"help": "block whose residual output is encoded"})
-    site: str = field(default="resid_post", metadata={"help": "residual site (resid_pre/mid/post)"})
-    architecture: str = field(default="topk", metadata={"help": "topk or batchtopk"})
-    d_sae: int = field(default=4608, metadata={"help": "number of features"})
-    k: int = field(default=48, metadata={"help": "active features per token (the L0)"})
-    training_samples: int = field(
-        default=2_000_000, metadata={"help": "activations seen in training"}
+    layer: int = field(
+        default=15, metadata={"help": "block whose residual output is encoded", "ge": 0}
     )
-    batch_size: int = field(default=4096, metadata={"help": "activations per step"})
-    lr: float = field(default=4e-4, metadata={"help": "Adam learning rate"})
+    site: str = field(
+        default="resid_post",
+        metadata={"help": "residual site", "choices": ("resid_pre", "resid_mid", "resid_post")},
+    )
+    architecture: str = field(
+        default="topk", metadata={"help": "SAE architecture", "choices": ARCHITECTURES}
+    )
+    d_sae: int = field(default=4608, metadata={"help": "number of features", "ge": 1})
+    k: int = field(default=48, metadata={"help": "active features per token (the L0)", "ge": 1})
+    training_samples: int = field(
+        default=2_000_000, metadata={"help": "activations seen in training", "ge": 1}
+    )
+    batch_size: int = field(default=4096, metadata={"help": "activations per step", "ge": 1})
+    lr: float = field(default=4e-4, metadata={"help": "Adam learning rate", "gt": 0})
     lr_decay_fraction: float = field(
-        default=0.2, metadata={"help": "fraction of the steps over which lr decays to 0 at the end"}
+        default=0.2,
+        metadata={
+            "help": "fraction of the steps over which lr decays to 0 at the end", "ge": 0, "le": 1
+        },
     )
     dead_feature_window: int = field(
-        default=150, metadata={"help": "steps without firing before a feature counts as dead"}
+        default=150,
+        metadata={"help": "steps without firing before a feature counts as dead", "ge": 1},
     )
     autocast: str | None = field(
         default="bfloat16",
-        metadata={"help": "autocast dtype of the harvest's forward pass (None: float32)"},
+        metadata={
+            "help": "autocast dtype of the harvest's forward pass (None: float32)",
+            "choices": ("bfloat16",),
+        },
     )
     seed: int = field(default=0, metadata={"help": "seeds the SAE's initialisation and shuffles"})
     progress: bool = field(default=True, metadata={"help": "show progress bars", "cli": False})
 
     def validate(self) -> None:
-        validate_choice("architecture", self.architecture, ARCHITECTURES)
-        validate_choice("site", self.site, ["resid_pre", "resid_mid", "resid_post"])
-        validate_choice("autocast", self.autocast, [None, "bfloat16"])
-        for name in ("d_sae", "k", "training_samples", "batch_size", "dead_feature_window"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
-        if self.layer < 0:
-            raise ValueError(f"layer must be non-negative, not {self.layer}")
         if self.k > self.d_sae:
             raise ValueError(f"k ({self.k}) cannot exceed d_sae ({self.d_sae})")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be positive, not {self.lr}")
-        if not 0 <= self.lr_decay_fraction <= 1:
-            raise ValueError(f"lr_decay_fraction must lie in [0, 1], not {self.lr_decay_fraction}")
 
     def hook(self, lm: LensModel) -> str:
         """The hook name at this config's site, checked against the model's depth."""

@@ -54,26 +54,24 @@ class SteerEvalConfig(Config):
     attribute: str = field(default="sentiment", metadata={"help": "the steer the curve varies"})
     values: tuple[float, ...] = field(
         default=(-10.0, -5.0, 0.0, 5.0, 10.0),
-        metadata={"help": "steer values of the control curve (the dummy stays at 1 throughout)"},
+        metadata={
+            "help": "steer values of the control curve (the dummy stays at 1 throughout)",
+            "min_length": 1,
+        },
     )
-    n_prompts: int = field(default=60, metadata={"help": "neutral prompts (60 are bundled)"})
-    max_new_tokens: int = field(default=20, metadata={"help": "tokens per continuation"})
-    temperature: float = field(default=1.0, metadata={"help": "sampling temperature (0: greedy)"})
-    top_p: float = field(default=0.9, metadata={"help": "nucleus sampling threshold"})
+    n_prompts: int = field(
+        default=60, metadata={"help": "neutral prompts (60 are bundled)", "ge": 1}
+    )
+    max_new_tokens: int = field(default=20, metadata={"help": "tokens per continuation", "ge": 1})
+    temperature: float = field(
+        default=1.0, metadata={"help": "sampling temperature (0: greedy)", "ge": 0}
+    )
+    top_p: float = field(
+        default=0.9, metadata={"help": "nucleus sampling threshold", "gt": 0, "le": 1}
+    )
     seed: int = field(default=0, metadata={"help": "sampling seed (the same for every value)"})
-    batch_size: int = field(default=64, metadata={"help": "prompts per generation batch"})
+    batch_size: int = field(default=64, metadata={"help": "prompts per generation batch", "ge": 1})
     progress: bool = field(default=True, metadata={"help": "show a progress bar", "cli": False})
-
-    def validate(self) -> None:
-        if not self.values:
-            raise ValueError("give at least one steer value")
-        for name in ("n_prompts", "max_new_tokens", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
-        if not self.temperature >= 0:
-            raise ValueError(f"temperature must be non-negative, not {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], not {self.top_p}")
 
 
 _DEFAULT_STEER_EVAL_CONFIG = SteerEvalConfig()

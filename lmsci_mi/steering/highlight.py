@@ -40,14 +40,10 @@ class HighlightConfig(Config):
     value: float = field(
         default=5.0, metadata={"help": "steer value s: evidence is log p(+s) − log p(−s)"}
     )
-    max_spans: int = field(default=4, metadata={"help": "at most this many spans"})
-    max_length: int = field(default=10, metadata={"help": "tokens per span at most"})
+    max_spans: int = field(default=4, metadata={"help": "at most this many spans", "ge": 1})
+    max_length: int = field(default=10, metadata={"help": "tokens per span at most", "ge": 1})
 
     def validate(self) -> None:
-        if self.max_spans < 1 or self.max_length < 1:
-            raise ValueError(
-                f"max_spans and max_length must be at least 1, not {self.max_spans}, {self.max_length}"
-            )
         if not (self.value != 0 and abs(self.value) < float("inf")):
             raise ValueError(
                 f"value must be finite and non-zero (evidence compares +value with −value; a "

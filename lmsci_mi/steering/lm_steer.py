@@ -52,26 +52,18 @@ class LMSteerConfig(Config):
     """
 
     rank: int = field(
-        default=32, metadata={"help": "rank r of each steer's factors P1, P2 (d x r)"}
+        default=32, metadata={"help": "rank r of each steer's factors P1, P2 (d x r)", "ge": 1}
     )
     epsilon: float = field(
-        default=1e-3, metadata={"help": "scale ε of the steer: h + ε Σ s_i (h P1_i) P2_iᵀ"}
+        default=1e-3, metadata={"help": "scale ε of the steer: h + ε Σ s_i (h P1_i) P2_iᵀ", "gt": 0}
     )
     init_std: float = field(
-        default=1e-2, metadata={"help": "standard deviation of the initial factors"}
+        default=1e-2, metadata={"help": "standard deviation of the initial factors", "ge": 0}
     )
     dummy: bool = field(
         default=True,
         metadata={"help": "add a dummy steer held at 1 (absorbs the corpus-wide shift)"},
     )
-
-    def validate(self) -> None:
-        if self.rank < 1:
-            raise ValueError(f"rank must be at least 1, not {self.rank}")
-        if not self.epsilon > 0:
-            raise ValueError(f"epsilon must be positive, not {self.epsilon}")
-        if not self.init_std >= 0:
-            raise ValueError(f"init_std must be non-negative, not {self.init_std}")
 
 
 _DEFAULT_STEER_CONFIG = LMSteerConfig()

@@ -36,15 +36,11 @@ class SVDConfig(Config):
     """The SVD probe's settings (the reference lists the top and bottom 20 of 10 directions)."""
 
     attribute: str = field(default="sentiment", metadata={"help": "the steer whose W is probed"})
-    n_directions: int = field(default=5, metadata={"help": "singular directions listed"})
-    top_k: int = field(default=20, metadata={"help": "words listed at each end of a direction"})
+    n_directions: int = field(default=5, metadata={"help": "singular directions listed", "ge": 1})
+    top_k: int = field(
+        default=20, metadata={"help": "words listed at each end of a direction", "ge": 1}
+    )
     seed: int = field(default=0, metadata={"help": "seed of the random comparison words"})
-
-    def validate(self) -> None:
-        if self.n_directions < 1 or self.top_k < 1:
-            raise ValueError(
-                f"n_directions and top_k must be at least 1, not {self.n_directions}, {self.top_k}"
-            )
 
 
 _DEFAULT_S_V_D_CONFIG = SVDConfig()

@@ -58,28 +58,20 @@ class SteerTrainConfig(Config):
     """How a steer is trained. The reference recipe is Adam at lr 1e-2 for 1000 steps of 32
     texts; here a step is a batch of tokens drawn from the cached states."""
 
-    steps: int = field(default=300, metadata={"help": "optimiser steps"})
-    batch_tokens: int = field(default=1024, metadata={"help": "next-token targets per step"})
-    lr: float = field(default=1e-2, metadata={"help": "Adam learning rate"})
-    regularization: float = field(
-        default=0.0, metadata={"help": "weight of ‖P1‖² + ‖P2‖² in the loss"}
+    steps: int = field(default=300, metadata={"help": "optimiser steps", "ge": 1})
+    batch_tokens: int = field(
+        default=1024, metadata={"help": "next-token targets per step", "ge": 1}
     )
-    max_tokens: int = field(default=128, metadata={"help": "tokens kept per text (sink included)"})
+    lr: float = field(default=1e-2, metadata={"help": "Adam learning rate", "gt": 0})
+    regularization: float = field(
+        default=0.0, metadata={"help": "weight of ‖P1‖² + ‖P2‖² in the loss", "ge": 0}
+    )
+    max_tokens: int = field(
+        # 2 or more: a token and its successor
+        default=128, metadata={"help": "tokens kept per text (sink included)", "ge": 2}
+    )
     seed: int = field(default=0, metadata={"help": "seeds the initial factors and the batches"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar", "cli": False})
-
-    def validate(self) -> None:
-        for name in ("steps", "batch_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
-        if self.max_tokens < 2:
-            raise ValueError(
-                f"max_tokens must be at least 2 (a token and its successor), not {self.max_tokens}"
-            )
-        if not self.lr > 0:
-            raise ValueError(f"lr must be positive, not {self.lr}")
-        if not self.regularization >= 0:
-            raise ValueError(f"regularization must be non-negative, not {self.regularization}")
 
 
 _DEFAULT_STEER_TRAIN_CONFIG = SteerTrainConfig()

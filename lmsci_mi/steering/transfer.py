@@ -28,18 +28,14 @@ class TransferConfig(Config):
     """How the unembedding map is fitted."""
 
     ridge: float = field(
-        default=1e-3, metadata={"help": "ridge penalty, relative to the mean eigenvalue of XᵀX"}
+        default=1e-3,
+        metadata={"help": "ridge penalty, relative to the mean eigenvalue of XᵀX", "ge": 0},
     )
     holdout: float = field(
-        default=0.1, metadata={"help": "fraction of shared tokens held out to score the map"}
+        default=0.1,
+        metadata={"help": "fraction of shared tokens held out to score the map", "ge": 0, "lt": 1},
     )
     seed: int = field(default=0, metadata={"help": "seed of the held-out split"})
-
-    def validate(self) -> None:
-        if not self.ridge >= 0:
-            raise ValueError(f"ridge must be non-negative, not {self.ridge}")
-        if not 0 <= self.holdout < 1:
-            raise ValueError(f"holdout must be in [0, 1), not {self.holdout}")
 
 
 _DEFAULT_TRANSFER_CONFIG = TransferConfig()

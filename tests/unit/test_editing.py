@@ -389,5 +389,5 @@ def test_editing_methods_register_once_with_their_configs() -> None:
     assert method_for(MEMITHyperParams())[0].name == "memit"
     with pytest.raises(ValueError, match="already registered"):
         EDITING_METHODS.register("rome", ROMEHyperParams)(lambda *a, **k: None)
-    with pytest.raises(ValueError, match="steps must be at least 1"):
+    with pytest.raises(ValueError, match=r"ROMEHyperParams\.steps must be >= 1, not 0"):
         ROMEHyperParams(steps=0)

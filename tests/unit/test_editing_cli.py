@@ -28,10 +28,11 @@ def test_a_flag_of_another_method_is_an_error() -> None:
         method_config(parse("--method", "rome", "--layers", "2,3"))
 
 
-def test_a_bad_setting_is_reported_by_the_config(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["edit", "--prompt", "{} is in", "--subject", "Paris", "--target-new", " Rome",
-                 "--steps", "0", "--model", "toy-2l"])
-    assert code == 2 and "steps must be at least 1" in capsys.readouterr().err
+def test_a_bad_setting_is_a_usage_error_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["edit", "--prompt", "{} is in", "--subject", "Paris", "--target-new", " Rome",
+              "--steps", "0", "--model", "toy-2l"])
+    assert stop.value.code == 2 and "argument --steps: must be >= 1, not 0" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("content", [b"these are my notes, not an edit\n", b"\x08\x00\x00\x00\x00\x00\x00\x00{}      "])

@@ -48,7 +48,7 @@ def test_stats_match_a_direct_computation(tiny: LensModel, tmp_path: Path) -> No
 def test_stats_reject_bad_layers_and_configs(tiny: LensModel, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="out of range"):
         key_statistics(tiny, 2, SMALL, cache_dir=tmp_path)
-    with pytest.raises(ValueError, match="seq_len"):
+    with pytest.raises(ValueError, match=r"StatsConfig\.seq_len must be >= 2, not 1"):
         StatsConfig(seq_len=1)
 
 

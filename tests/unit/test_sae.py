@@ -304,7 +304,7 @@ def test_bad_input_gets_clear_errors(
         load_sae("gemma-scope-2-270m-pt-res", "layer_12_width_16k_l0_medium")
     with pytest.raises(ValueError, match="no release"):
         load_sae("gemma-scope-2-270m-pt-rez", "layer_12_width_16k_l0_medium")
-    with pytest.raises(ValueError, match="at least 1"):
+    with pytest.raises(ValueError, match=r"SAETrainConfig\.k must be >= 1, not 0"):
         SAETrainConfig(k=0)
     with pytest.raises(ValueError, match="layer 5 does not exist"):
         train_sae(toy, DATA, TRAIN.replace(layer=5), cache=False)

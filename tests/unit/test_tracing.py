@@ -89,9 +89,9 @@ def test_multi_token_target(tiny: LensModel) -> None:
 
 
 def test_bad_kind_and_window(tiny: LensModel) -> None:
-    with pytest.raises(ValueError, match="unknown trace kinds"):
+    with pytest.raises(ValueError, match=r"TraceConfig\.kinds must hold values from .*'embed'"):
         causal_trace(tiny, PROMPT, SUBJECT, TraceConfig(kinds=("mlp", "embed")))
-    with pytest.raises(ValueError, match="window"):
+    with pytest.raises(ValueError, match=r"TraceConfig\.window must be >= 1, not 0"):
         causal_trace(tiny, PROMPT, SUBJECT, TraceConfig(window=0))
     assert tiny.hooks.attached_count() == 0
 

@@ -26,13 +26,9 @@ __all__ = ["AttentionTransitionConfig", "CFGAttentionTransitions", "cfg_attentio
 class AttentionTransitionConfig(Config):
     """Which strings the attention statistics are taken over."""
 
-    n_sequences: int = field(default=300, metadata={"help": "sampled strings"})
+    n_sequences: int = field(default=300, metadata={"help": "sampled strings", "ge": 1})
     seed: int = field(default=2024, metadata={"help": "seed of the sampled strings"})
-    batch_size: int = field(default=100, metadata={"help": "strings per forward pass"})
-
-    def validate(self) -> None:
-        if self.n_sequences < 1 or self.batch_size < 1:
-            raise ValueError("n_sequences and batch_size must be >= 1")
+    batch_size: int = field(default=100, metadata={"help": "strings per forward pass", "ge": 1})
 
 
 @result_type

@@ -21,7 +21,7 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from lmsci_mi.artefacts import restore_shipped
 from lmsci_mi.cache import cache_key, cache_root
-from lmsci_mi.config import Config, config, validate_choice
+from lmsci_mi.config import Config, config
 from lmsci_mi.data.cfg import CFGConfig, Grammar, build_grammar, cfg_accepts
 from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.loading import default_device
@@ -54,31 +54,25 @@ class CFGModelConfig(Config):
     padding.
     """
 
-    n_layers: int = field(default=4, metadata={"help": "transformer layers"})
-    d_model: int = field(default=128, metadata={"help": "residual width"})
-    n_heads: int = field(default=4, metadata={"help": "attention heads per layer"})
+    n_layers: int = field(default=4, metadata={"help": "transformer layers", "ge": 1})
+    d_model: int = field(default=128, metadata={"help": "residual width", "ge": 1})
+    n_heads: int = field(default=4, metadata={"help": "attention heads per layer", "ge": 1})
     positional: Literal["rotary", "standard"] = field(
         default="rotary", metadata={"help": "rotary or learned absolute positions"}
     )
-    context: int = field(default=128, metadata={"help": "tokens per packed training row"})
-    batch_size: int = field(default=32, metadata={"help": "rows per training step"})
-    steps: int = field(default=700, metadata={"help": "optimiser steps"})
-    lr: float = field(default=3e-3, metadata={"help": "peak AdamW learning rate"})
-    warmup: int = field(default=50, metadata={"help": "linear warm-up steps"})
-    weight_decay: float = field(default=0.1, metadata={"help": "AdamW weight decay"})
+    context: int = field(default=128, metadata={"help": "tokens per packed training row", "ge": 1})
+    batch_size: int = field(default=32, metadata={"help": "rows per training step", "ge": 1})
+    steps: int = field(default=700, metadata={"help": "optimiser steps", "ge": 1})
+    lr: float = field(default=3e-3, metadata={"help": "peak AdamW learning rate", "gt": 0})
+    warmup: int = field(default=50, metadata={"help": "linear warm-up steps", "ge": 0})
+    weight_decay: float = field(default=0.1, metadata={"help": "AdamW weight decay", "ge": 0})
     seed: int = field(default=0, metadata={"help": "seed of the initial weights and the data"})
 
     def validate(self) -> None:
-        validate_choice("positional", self.positional, ("rotary", "standard"))
         if self.d_model % self.n_heads:
             raise ValueError(
                 f"d_model ({self.d_model}) must be a multiple of n_heads ({self.n_heads})"
             )
-        for name in ("n_layers", "d_model", "n_heads", "context", "batch_size", "steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, not {getattr(self, name)}")
-        if self.lr <= 0 or self.warmup < 0 or self.weight_decay < 0:
-            raise ValueError("lr must be > 0, warmup and weight_decay >= 0")
 
     def hooked_config(self, grammar: Grammar) -> HookedTransformerConfig:
         d_head = self.d_model // self.n_heads

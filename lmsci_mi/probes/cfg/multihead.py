@@ -28,20 +28,17 @@ __all__ = [
 class MultiHeadProbeConfig(Config):
     """Training of the multi-head linear probe (Adam on mini-batches of training sequences)."""
 
-    heads: int = field(default=4, metadata={"help": "mixing heads r"})
-    position_dim: int = field(default=16, metadata={"help": "width of the position embeddings P"})
-    steps: int = field(default=200, metadata={"help": "Adam steps"})
-    batch_size: int = field(default=64, metadata={"help": "sequences per Adam step"})
-    lr: float = field(default=1e-2, metadata={"help": "Adam learning rate"})
-    weight_decay: float = field(default=1e-4, metadata={"help": "L2 on the read-out maps U_r"})
+    heads: int = field(default=4, metadata={"help": "mixing heads r", "ge": 1})
+    position_dim: int = field(
+        default=16, metadata={"help": "width of the position embeddings P", "ge": 1}
+    )
+    steps: int = field(default=200, metadata={"help": "Adam steps", "ge": 1})
+    batch_size: int = field(default=64, metadata={"help": "sequences per Adam step", "ge": 1})
+    lr: float = field(default=1e-2, metadata={"help": "Adam learning rate", "gt": 0})
+    weight_decay: float = field(
+        default=1e-4, metadata={"help": "L2 on the read-out maps U_r", "ge": 0}
+    )
     seed: int = field(default=0, metadata={"help": "seed of the probe's initial weights"})
-
-    def validate(self) -> None:
-        for name in ("heads", "position_dim", "steps", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, not {getattr(self, name)}")
-        if self.lr <= 0 or self.weight_decay < 0:
-            raise ValueError("lr must be > 0 and weight_decay >= 0")
 
 
 class MultiHeadLinearProbe(nn.Module):

@@ -68,29 +68,27 @@ class CFGProbeConfig(Config):
     The multi-head probe trains on the train split's sequences and is scored on the test split's.
     """
 
-    n_sequences: int = field(default=400, metadata={"help": "sampled strings to probe on"})
+    n_sequences: int = field(
+        # 10 or more, to split 60/20/20
+        default=400, metadata={"help": "sampled strings to probe on", "ge": 10}
+    )
     seed: int = field(default=777, metadata={"help": "seed of the strings and the split"})
     multihead: bool = field(default=True, metadata={"help": "also fit the multi-head linear probe"})
-    multihead_heads: int = field(default=4, metadata={"help": "heads of the multi-head probe"})
+    multihead_heads: int = field(
+        default=4, metadata={"help": "heads of the multi-head probe", "ge": 1}
+    )
     multihead_steps: int = field(
-        default=200, metadata={"help": "Adam steps of the multi-head probe"}
+        default=200, metadata={"help": "Adam steps of the multi-head probe", "ge": 1}
     )
     l2_grid: tuple[float, ...] = field(
-        default=(1e-4, 1e-3, 1e-2, 1e-1), metadata={"help": "L2 strengths for the linear probes"}
+        default=(1e-4, 1e-3, 1e-2, 1e-1),
+        metadata={"help": "L2 strengths for the linear probes", "ge": 0, "min_length": 1},
     )
     attention: bool = field(default=True, metadata={"help": "also measure attention transitions"})
     evaluate: bool = field(default=True, metadata={"help": "also measure accuracy and validity"})
-    n_samples: int = field(default=500, metadata={"help": "generations for the validity check"})
-
-    def validate(self) -> None:
-        if self.n_sequences < 10:
-            raise ValueError(
-                f"n_sequences must be >= 10 (to split 60/20/20), not {self.n_sequences}"
-            )
-        if self.multihead_heads < 1 or self.multihead_steps < 1 or self.n_samples < 1:
-            raise ValueError("multihead_heads, multihead_steps and n_samples must be >= 1")
-        if not self.l2_grid or min(self.l2_grid) < 0:
-            raise ValueError(f"l2_grid must hold non-negative strengths, not {self.l2_grid}")
+    n_samples: int = field(
+        default=500, metadata={"help": "generations for the validity check", "ge": 1}
+    )
 
 
 @result_type
