@@ -16,9 +16,6 @@ import tempfile
 from collections.abc import Callable
 
 import torch
-from lmsci_mi.steering.sae.features import FeatureCards
-from lmsci_mi.steering.sae.frequency import SteeringFrequency
-from lmsci_mi.steering.sae.stats import SAEStats
 
 from lmsci_mi import LensModel, load_model
 from lmsci_mi.circuits.attention import attention_summary
@@ -46,6 +43,9 @@ from lmsci_mi.probes.cfg import (
 )
 from lmsci_mi.probes.sweep import ProbeSweepConfig, probe_sweep
 from lmsci_mi.results import LayerCurve, Meta, Result
+from lmsci_mi.sae.features import FeatureCards
+from lmsci_mi.sae.frequency import SteeringFrequency
+from lmsci_mi.sae.stats import SAEStats
 from lmsci_mi.sites import Head
 from lmsci_mi.steering.evaluate import METRICS as STEER_METRICS
 from lmsci_mi.steering.evaluate import ControlCurve
