@@ -342,7 +342,9 @@ def test_a_delta_fitted_in_a_batch_equals_it_fitted_alone(tiny: LensModel) -> No
     alone = fit_deltas(tiny, 0, [easy], templates, hp, site="resid_post")
     batch = fit_deltas(tiny, 0, [easy, hard], templates, hp, site="resid_post")
     assert alone.steps[0] < batch.steps[1]  # the easy one stops while its batch-mate goes on
-    assert torch.allclose(batch.delta[0], alone.delta[0], rtol=1e-4, atol=1e-5)
+    # The batch pads to its longer request, so its float32 matmuls sum in another order; that
+    # noise (about 1e-5) passes through the Adam steps to some 6e-5 on entries of size ~1.
+    assert torch.allclose(batch.delta[0], alone.delta[0], rtol=1e-4, atol=1e-4)
 
 
 def test_shipped_facts_have_the_counterfact_shape() -> None:

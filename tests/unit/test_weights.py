@@ -121,7 +121,7 @@ def test_combine_restores_all_parts_at_once(tiny: LensModel) -> None:
 def test_a_file_that_is_not_an_edit_is_a_clear_error(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "notes.txt"
     path.write_bytes(content)
-    with pytest.raises(ValueError, match=r"not a saved edit.*lmsci-mi edit --save"):
+    with pytest.raises(ValueError, match=r"not a saved edit.*lmsci-mi edit --delta-out"):
         read_deltas(path)
     with pytest.raises(ValueError, match="no edit file"):
         read_deltas(tmp_path / "missing.safetensors")
