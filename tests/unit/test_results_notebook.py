@@ -22,6 +22,7 @@ REMOTE = re.compile(r"(?:https?:)?//[a-z0-9.-]+\.[a-z]{2,}", re.IGNORECASE)
 
 
 @functools.cache
+@functools.cache
 def _gallery() -> ModuleType:
     spec = importlib.util.spec_from_file_location("result_gallery", EXAMPLES / "result_gallery.py")
     assert spec is not None and spec.loader is not None
@@ -54,18 +55,27 @@ def test_the_gallery_has_every_registered_result_type() -> None:
     assert set(_gallery().BUILDERS) == _library_types()
 
 
-def test_every_result_type_renders_html_offline() -> None:
+# Building these takes seconds (a CFG model and its probes); the notebook test covers them too.
+_SLOW_TO_BUILD = {"CFGProbeTable", "CFGAttentionTransitions"}
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param(kind, marks=[pytest.mark.slow] if kind in _SLOW_TO_BUILD else [])
+        for kind in sorted(_gallery().BUILDERS)
+    ],
+)
+def test_every_result_type_renders_html_offline(kind: str) -> None:
     import matplotlib.pyplot as plt
 
     gallery = _gallery()
-    lm = gallery.toy()
-    for kind, build in gallery.BUILDERS.items():
-        result = build(lm)
-        assert type(result).__name__ == kind
-        _check_html(result._repr_html_(), kind)
-        shown = repr(result)
-        assert shown.startswith(f"<{kind} on ") and len(shown) < 200 and "tensor(" not in shown
-        assert result.summary(rows=3).strip(), kind
+    result = gallery.BUILDERS[kind](gallery.toy())
+    assert type(result).__name__ == kind
+    _check_html(result._repr_html_(), kind)
+    shown = repr(result)
+    assert shown.startswith(f"<{kind} on ") and len(shown) < 200 and "tensor(" not in shown
+    assert result.summary(rows=3).strip(), kind
     assert not plt.get_fignums(), (
         "a plot left a pyplot figure open (a notebook would draw it twice)"
     )
