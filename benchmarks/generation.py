@@ -13,6 +13,8 @@ seconds per decoding step at batch 1 and tokens per second at each batch size, a
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import time
 from collections.abc import Callable
 
@@ -82,6 +84,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=20, help="new tokens per prompt")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--json", default=None, help="also write the figures here (docs/data/...)")
     args = parser.parse_args()
     lm = load_model(args.model)
     paths = {
@@ -118,6 +121,28 @@ def main() -> None:
         f"batch {b}: {per_token[old, b] / per_token[new, b]:.2f}x" for b in args.batches
     )
     print(f"\nnew / old speed: {speedups}")
+    if args.json is not None:
+        _write_json(args, per_token, list(paths))
+
+
+def _write_json(args: argparse.Namespace, per_token: dict, names: list[str]) -> None:
+    record = {
+        "script": "benchmarks/generation.py",
+        "date": datetime.date.today().isoformat(),
+        "model": args.model,
+        "threads": torch.get_num_threads(),
+        "new_tokens": args.tokens,
+        "repeats": args.repeats,
+        "statistic": "fastest of repeats; decoding time = full run minus a one-token run",
+        "seconds_per_step": {
+            name: {str(b): per_token[name, b] for b in args.batches} for name in names
+        },
+        "tokens_per_second": {
+            name: {str(b): b / per_token[name, b] for b in args.batches} for name in names
+        },
+    }
+    with open(args.json, "w") as f:
+        json.dump(record, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -219,6 +219,7 @@ STEER = [
     setup("steer", "from IPython.display import IFrame"),
     code("""
     from lmsci_mi.data.steering_texts import neutral_prompts, steering_texts
+    from lmsci_mi.generation import GenerationConfig
     from lmsci_mi.steering import (HighlightConfig, SVDConfig, generate_steered,
                                    highlight_keywords, steer_svd, train_steer)
     from lmsci_mi.steering.evaluate import sentiment_scores
@@ -236,9 +237,9 @@ STEER = [
     """),
     code("""
     prompts = list(neutral_prompts()[: 4 if QUICK else 16])
+    sampling = GenerationConfig(max_new_tokens=20, top_p=0.9)  # T = 1, as the docs' curves
     for value in ((-2.0, 0.0, 2.0) if QUICK else (-2.0, -1.0, 0.0, 1.0, 2.0)):
-        ids = generate_steered(lm, prompts, steer, {'sentiment': value}, max_new_tokens=20)
-        texts = [lm.tokenizer.decode(i, skip_special_tokens=True) for i in ids]
+        texts = generate_steered(lm, prompts, steer, {'sentiment': value}, sampling).texts
         mean = sum(sentiment_scores(texts)) / len(texts)
         print(f'{value:+.1f}  VADER {mean:+.2f}  {prompts[0]}{texts[0]!r}')
     """),

@@ -26,6 +26,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from lmsci_mi import load_model
 from lmsci_mi.config import quick_mode
 from lmsci_mi.data.steering_texts import neutral_prompts, steering_texts
+from lmsci_mi.generation import GenerationConfig
 from lmsci_mi.steering import (
     HighlightConfig,
     LMSteerConfig,
@@ -72,9 +73,9 @@ def main() -> None:
     print(f"saved to {steer.save(args.out / 'sentiment.safetensors')}\n")
 
     prompts = list(neutral_prompts()[: 4 if quick else 16])
+    sampling = GenerationConfig(max_new_tokens=20, top_p=0.9)  # T = 1, as the docs' curves
     for value in (-2.0, 0.0, 2.0) if quick else (-2.0, -1.0, 0.0, 1.0, 2.0):
-        ids = generate_steered(lm, prompts, steer, {"sentiment": value}, max_new_tokens=20)
-        texts = [lm.tokenizer.decode(i, skip_special_tokens=True) for i in ids]
+        texts = generate_steered(lm, prompts, steer, {"sentiment": value}, sampling).texts
         mean = sum(sentiment_scores(texts)) / len(texts)
         print(f"sentiment {value:+5.1f}: mean VADER {mean:+.2f}  {prompts[0]}{texts[0]!r}")
 
