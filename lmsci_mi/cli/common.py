@@ -119,37 +119,22 @@ def output_path(flag: str, suffixes: Sequence[str] | None = None) -> Callable[[s
     return parse
 
 
+_OUTPUT_FLAGS = (
+    ("--out", None, "RESULT.json", "save the result (JSON + safetensors; `lmsci-mi report` reads it)"),
+    ("--plot", _PLOT_SUFFIXES, "PLOT.png", "write the result's plot as PNG"),
+    ("--export", EXPORT_SUFFIXES, "TABLE.csv", "write the result's table: .csv, .parquet or .json"),
+    ("--html", _HTML_SUFFIXES, "VIEW.html", "write an offline HTML view of the result"),
+)
+"""The four ways a command writes its result: flag, accepted suffixes, metavar, help."""
+
+
 def add_output_args(parser: argparse.ArgumentParser) -> None:
     """``--out``, ``--plot``, ``--export`` and ``--html``: where the command's result goes."""
     group = parser.add_argument_group("outputs (each checked before the analysis runs)")
-    group.add_argument(
-        "--out",
-        type=output_path("--out"),
-        default=None,
-        metavar="RESULT.json",
-        help="save the result (JSON + safetensors; `lmsci-mi report` reads it)",
-    )
-    group.add_argument(
-        "--plot",
-        type=output_path("--plot", _PLOT_SUFFIXES),
-        default=None,
-        metavar="PLOT.png",
-        help="write the result's plot as PNG",
-    )
-    group.add_argument(
-        "--export",
-        type=output_path("--export", EXPORT_SUFFIXES),
-        default=None,
-        metavar="TABLE.csv",
-        help="write the result's table: .csv, .parquet or .json",
-    )
-    group.add_argument(
-        "--html",
-        type=output_path("--html", _HTML_SUFFIXES),
-        default=None,
-        metavar="VIEW.html",
-        help="write an offline HTML view of the result",
-    )
+    for flag, suffixes, metavar, text in _OUTPUT_FLAGS:
+        group.add_argument(
+            flag, type=output_path(flag, suffixes), default=None, metavar=metavar, help=text
+        )
 
 
 def _output_files(args: argparse.Namespace) -> list[tuple[str, Path]]:
