@@ -197,11 +197,23 @@ class Result:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         tensor_path = json_path.with_suffix(".safetensors")
         document = {"format": _FORMAT, "tensors": tensor_path.name, "result": plain}
-        json_path.write_text(json.dumps(document, indent=1, allow_nan=True))
+        # Tensors first, then the JSON that points at them, each written under a private name and
+        # renamed into place: a reader (another process filling the same cache entry) that finds
+        # the JSON always finds complete tensors, and a failed write leaves no half file.
+        staged = tensor_path.with_name(f".{tensor_path.name}.{os.getpid()}.partial")
         try:
-            save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, tensor_path)
-        except SafetensorError as error:  # e.g. a folder of that name: an I/O error, not a bug
+            save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, staged)
+            os.replace(staged, tensor_path)
+        except (SafetensorError, OSError) as error:  # e.g. a folder of that name: I/O, not a bug
             raise ValueError(f"cannot write {tensor_path}: {error}") from None
+        finally:
+            staged.unlink(missing_ok=True)
+        staged = json_path.with_name(f".{json_path.name}.{os.getpid()}.partial")
+        try:
+            staged.write_text(json.dumps(document, indent=1, allow_nan=True))
+            os.replace(staged, json_path)
+        finally:
+            staged.unlink(missing_ok=True)
         return json_path
 
     @classmethod
