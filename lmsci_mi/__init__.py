@@ -9,7 +9,11 @@ subpackages ``lmsci_mi.circuits`` and ``lmsci_mi.editing``.
 """
 
 from lmsci_mi._version import __version__ as __version__
+from lmsci_mi.cache import cache_root as cache_root
 from lmsci_mi.config import Config as Config
+from lmsci_mi.generation import GenerationConfig as GenerationConfig
+from lmsci_mi.generation import Generations as Generations
+from lmsci_mi.generation import generate as generate
 from lmsci_mi.hooks import Capture as Capture
 from lmsci_mi.hooks import HookRegistry as HookRegistry
 from lmsci_mi.hooks import UnknownHookError as UnknownHookError
@@ -35,6 +39,8 @@ __all__ = [
     "DEFAULT_SINK",
     "Capture",
     "Config",
+    "GenerationConfig",
+    "Generations",
     "Head",
     "HookRegistry",
     "LayerCurve",
@@ -49,6 +55,8 @@ __all__ = [
     "UnknownHookError",
     "WeightEdit",
     "__version__",
+    "cache_root",
+    "generate",
     "hook_name",
     "list_models",
     "load_model",
