@@ -52,12 +52,8 @@ def _add_train(sub: Any) -> None:
         default=("sentiment",),
         help=f"attribute(s), comma-separated, one steer each: {', '.join(STEERING_ATTRIBUTES)}",
     )
-    train.add_argument(
-        "--steer-out",
-        type=output_path("--steer-out"),
-        default=None,
-        metavar="STEER.safetensors",
-        help="also write the trained steer here (the result, --out, is the training record)",
+    _steer_out(
+        train, "also write the trained steer here (the result, --out, is the training record)"
     )
     add_output_args(train)
     add_config_args(train.add_argument_group("steer shape (LMSteerConfig)"), LMSteerConfig)
@@ -69,9 +65,7 @@ def _add_generate(sub: Any) -> None:
     parser = sub.add_parser("generate", help="continue a prompt under a steer")
     _steer_args(parser)
     parser.add_argument("--value", type=float, default=5.0, help="value of steer 0 (default 5)")
-    parser.add_argument(
-        "--value2", type=float, default=None, help="value of steer 1 (composition)"
-    )
+    parser.add_argument("--value2", type=float, default=None, help="value of steer 1 (composition)")
     parser.add_argument("--prompt", default="The movie was", help="the prompt")
     parser.add_argument("--samples", type=int, default=1, help="continuations to sample")
     add_generation_args(parser)
@@ -113,13 +107,7 @@ def _add_analyses(sub: Any) -> None:
     )
     _steer_args(transfer)
     transfer.add_argument("--to", required=True, help="the target model, e.g. gemma3-270m")
-    transfer.add_argument(
-        "--steer-out",
-        type=output_path("--steer-out"),
-        default=None,
-        metavar="STEER.safetensors",
-        help="write the transferred steer here (the result, --out, is the map's fit)",
-    )
+    _steer_out(transfer, "write the transferred steer here (the result, --out, is the map's fit)")
     add_output_args(transfer)
     add_config_args(transfer, TransferConfig)
     transfer.set_defaults(run=_run_transfer)
@@ -130,6 +118,17 @@ def _attributes(text: str) -> tuple[str, ...]:
     if not names:
         raise argparse.ArgumentTypeError("give an attribute, e.g. sentiment or sentiment,topic")
     return names
+
+
+def _steer_out(parser: argparse.ArgumentParser, text: str) -> None:
+    """``--steer-out``: the artefact flag of the commands that make a steer."""
+    parser.add_argument(
+        "--steer-out",
+        type=output_path("--steer-out"),
+        default=None,
+        metavar="STEER.safetensors",
+        help=text,
+    )
 
 
 def _steer_args(parser: argparse.ArgumentParser) -> None:
