@@ -94,6 +94,7 @@ SITES: Mapping[str, Site] = {
         Site("attn_out", "blocks.{layer}.hook_attn_out", _VECTOR, "attention output"),
         Site("mlp_out", "blocks.{layer}.hook_mlp_out", _VECTOR, "MLP output"),
         Site("mlp_post", "blocks.{layer}.mlp.hook_post", _VECTOR, "MLP neurons (ROME's keys)"),
+        Site("mlp_in", "blocks.{layer}.ln2.hook_normalized", _VECTOR, "MLP input (normalised stream)"),
         Site("z", "blocks.{layer}.attn.hook_z", _PER_HEAD, "each head's output before W_O"),
         Site("q", "blocks.{layer}.attn.hook_q", _PER_HEAD, "queries"),
         Site("k", "blocks.{layer}.attn.hook_k", _PER_HEAD, "keys (key/value heads under GQA)"),

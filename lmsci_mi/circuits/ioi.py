@@ -21,13 +21,18 @@ from torch import Tensor
 
 from lmsci_mi.circuits.ablation import all_heads, head_means, mean_ablated_logits, z_hooks
 from lmsci_mi.circuits.heads import head_axis_labels, top_heads
+from lmsci_mi.circuits.path_patching import (
+    PathPatchingConfig,
+    Receiver,
+    path_patch_values,
+    plan_paths,
+)
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.ioi import IOIBatch, IOIDataset, ioi_dataset
-from lmsci_mi.hooks import selection_mask
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import Head, hook_name
-from lmsci_mi.sweep import BaseRun, Intervention, Row, SweepConfig, run_rows
+from lmsci_mi.sweep import BaseRun, SweepConfig
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -254,37 +259,6 @@ def mean_ablated_logit_diff(
     return ioi_logit_diff(mean_ablated_logits(lm, batch.tokens, ablated, means), batch)
 
 
-def _sender_rows(base: BaseRun, abc_z: dict[str, Tensor], senders: Sequence[Head], below: int) -> list[Row]:
-    """Path patching's first step, one row per sender: every head's ``hook_z`` below ``below``
-    frozen at its clean value, except the sender's, taken from the ABC run."""
-    rows = []
-    for sender in senders:
-        items = []
-        for layer in range(below):
-            name = hook_name("z", layer)
-            source = base.acts[name]
-            if layer == sender.layer:
-                source = source.clone()
-                source[:, :, sender.head] = abc_z[name][:, :, sender.head]
-            items.append(Intervention(name, source, torch.ones((1,) * source.ndim, dtype=torch.bool)))
-        rows.append(Row(tuple(items)))
-    return rows
-
-
-def _query_rows(base: BaseRun, batch: IOIBatch, queries: dict[str, Tensor], receivers: Sequence[Head]) -> list[Row]:
-    """Path patching's second step: each sender's receiver queries written in at END only."""
-    n_rows = next(iter(queries.values())).shape[0]
-    rows = []
-    for r in range(n_rows):
-        items = []
-        for name, captured in queries.items():
-            heads = [h.head for h in receivers if hook_name("q", h.layer) == name]
-            mask = selection_mask(base.acts[name], name, batch.end.to(captured.device), heads)
-            items.append(Intervention(name, captured[r], mask))
-        rows.append(Row(tuple(items)))
-    return rows
-
-
 @torch.no_grad()
 def path_patch_senders(
     lm: LensModel,
@@ -297,30 +271,18 @@ def path_patch_senders(
     the ABC run and reaches only the receivers' queries at END; returns the logit difference per
     sender and prompt.
 
-    A planner over the sweep engine, in two sweeps over the clean run:
-      1. one row per sender: every head's ``hook_z`` below the receivers frozen at its clean
-         value, the sender's from the ABC run; the rows capture the receivers' queries
-         (``hook_q``; MLPs are recomputed, as in the paper);
-      2. one row per sender: those queries written into the clean run at END, receivers only.
-    A head's query is a function of its query input alone, so patching ``hook_q`` equals patching
-    ``hook_q_input`` (which fires only with ``use_split_qkv_input``, a setting we do not change).
-    Reads the model only.
+    :func:`~lmsci_mi.circuits.path_patching.path_patch_values` with the paper's choices: in
+    step 1 only the heads are frozen at their clean output (MLPs are recomputed), and step 2
+    writes the receivers' queries (``hook_q``) at END only. Reads the model only.
     """
-    senders = [Head.parse(s) for s in senders]
-    receivers = [Head.parse(r) for r in receivers]
-    top = max(r.layer for r in receivers)
-    low = [str(s) for s in senders if s.layer >= top]
-    if low:
-        raise ValueError(f"senders {low} are not below the receivers' layers (highest {top})")
-    z_names = [hook_name("z", layer) for layer in range(top)]
-    q_names = sorted({hook_name("q", r.layer) for r in receivers})
-    with lm.hooks.capture(z_names) as abc:
-        lm.model(batch.abc_tokens, stop_at_layer=top)
-    base = BaseRun.record(lm, batch.tokens, answer_positions=batch.end, capture=[*z_names, *q_names])
-    step1 = run_rows(lm, base, _sender_rows(base, {n: abc[n] for n in z_names}, senders, top), None,
-                     config, capture=q_names)
-    readout = _logit_diff_readout(batch)
-    return run_rows(lm, base, _query_rows(base, batch, step1.captured, receivers), readout, config).values
+    paths = PathPatchingConfig(freeze="heads", sweep=config or SweepConfig())
+    plan = plan_paths(lm, senders, [Receiver(Head.parse(r), "q") for r in receivers], paths)
+    with lm.hooks.capture(plan.sender_hooks) as abc:
+        lm.model(batch.abc_tokens, stop_at_layer=1 + max(s.layer for s in plan.senders))
+    base = BaseRun.record(lm, batch.tokens, answer_positions=batch.end, capture=plan.base_hooks)
+    corrupted = {name: abc[name] for name in plan.sender_hooks}
+    return path_patch_values(lm, plan, base, corrupted, _logit_diff_readout(batch), paths,
+                             receiver_positions=batch.end)[0]
 
 
 def _logit_diff_readout(batch: IOIBatch) -> Callable[[Tensor], Tensor]:
