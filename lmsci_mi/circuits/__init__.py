@@ -37,6 +37,9 @@ from lmsci_mi.circuits.patching import PATCH_SITES as PATCH_SITES
 from lmsci_mi.circuits.patching import PatchingConfig as PatchingConfig
 from lmsci_mi.circuits.patching import PatchingResult as PatchingResult
 from lmsci_mi.circuits.patching import patch_activations as patch_activations
+from lmsci_mi.circuits.path_patching import PathPatchingConfig as PathPatchingConfig
+from lmsci_mi.circuits.path_patching import PathPatchingResult as PathPatchingResult
+from lmsci_mi.circuits.path_patching import path_patch as path_patch
 from lmsci_mi.circuits.toy_induction import load_toy_induction as load_toy_induction
 from lmsci_mi.circuits.tracing import CausalTrace as CausalTrace
 from lmsci_mi.circuits.tracing import TraceConfig as TraceConfig
@@ -63,6 +66,8 @@ __all__ = [
     "Normalised",
     "PatchingConfig",
     "PatchingResult",
+    "PathPatchingConfig",
+    "PathPatchingResult",
     "TargetProb",
     "TraceConfig",
     "attention_summary",
@@ -80,6 +85,7 @@ __all__ = [
     "mean_ablated_logits",
     "normalised",
     "patch_activations",
+    "path_patch",
     "path_patch_senders",
     "path_patch_to_queries",
     "prefix_matching_scores",

@@ -121,14 +121,18 @@ def parse_receiver(node: str | Receiver, head_input: str = "q") -> Receiver:
     wanted = ("q", "k", "v") if head else ("mlp",)
     if given is not None and given not in wanted:
         which = "a head reads q, k or v" if head else "an MLP reads its input, 'mlp'"
-        raise ValueError(f"receiver input {given!r} of {node!r} is not one of {RECEIVER_INPUTS} "
-                         f"that fits: {which} (e.g. 'L9.H6.q', 'MLP3', 'logits')")
+        raise ValueError(
+            f"receiver input {given!r} of {node!r} is not one of {RECEIVER_INPUTS} "
+            f"that fits: {which} (e.g. 'L9.H6.q', 'MLP3', 'logits')"
+        )
     if head:
         return Receiver(Head(int(head.group(1)), int(head.group(2))), given or head_input)
     if mlp:
         return Receiver(MLPNode(int(mlp.group(1))), "mlp")
-    raise ValueError(f"receiver {node!r} is not a head input, an MLP or the logits; {_FORMS} with "
-                     "the input read, 'L9.H6.q' / '.k' / '.v', 'MLP3' for an MLP's input, or 'logits'")
+    raise ValueError(
+        f"receiver {node!r} is not a head input, an MLP or the logits; {_FORMS} with "
+        "the input read, 'L9.H6.q' / '.k' / '.v', 'MLP3' for an MLP's input, or 'logits'"
+    )
 
 
 @config
@@ -136,14 +140,23 @@ class PathPatchingConfig(Config):
     """What path patching freezes and how it scores."""
 
     head_input: str = field(
-        default="q", metadata={"help": "input of a head receiver given without one ('L9.H6')",
-                               "choices": ("q", "k", "v")})
+        default="q",
+        metadata={
+            "help": "input of a head receiver given without one ('L9.H6')",
+            "choices": ("q", "k", "v"),
+        },
+    )
     freeze: Literal["heads_and_mlps", "heads"] = field(
         default="heads_and_mlps",
-        metadata={"help": "frozen at their clean output in step 1; 'heads' recomputes the MLPs, "
-                          "as Wang et al.'s IOI paper does"})
+        metadata={
+            "help": "frozen at their clean output in step 1; 'heads' recomputes the MLPs, "
+            "as Wang et al.'s IOI paper does"
+        },
+    )
     per_receiver: bool = field(
-        default=False, metadata={"help": "one value per (sender, receiver), not the receivers together"})
+        default=False,
+        metadata={"help": "one value per (sender, receiver), not the receivers together"},
+    )
     normalise: bool = field(default=False, metadata={"help": "0 = corrupted run, 1 = clean run"})
     answer_position: int = field(default=-1, metadata={"help": "position whose logits are scored"})
     sweep: SweepConfig = field(default_factory=SweepConfig, metadata={"cli": False})
@@ -192,7 +205,9 @@ def _reads_below(receiver: Receiver, n_layers: int, parallel: bool) -> int:
 
 
 def _sender_hook(node: Sender) -> str:
-    return hook_name("z", node.layer) if isinstance(node, Head) else hook_name("mlp_out", node.layer)
+    return (
+        hook_name("z", node.layer) if isinstance(node, Head) else hook_name("mlp_out", node.layer)
+    )
 
 
 def _receiver_hook(receiver: Receiver) -> str:
@@ -206,9 +221,13 @@ def _check_node(lm: LensModel, node: Head | MLPNode | None, what: str) -> None:
     if node is None:
         return
     if not 0 <= node.layer < cfg.n_layers:
-        raise ValueError(f"{what} {node}: layer {node.layer} out of range, the model has {cfg.n_layers}")
+        raise ValueError(
+            f"{what} {node}: layer {node.layer} out of range, the model has {cfg.n_layers}"
+        )
     if isinstance(node, Head) and not 0 <= node.head < cfg.n_heads:
-        raise ValueError(f"{what} {node}: head {node.head} out of range, the model has {cfg.n_heads} per layer")
+        raise ValueError(
+            f"{what} {node}: head {node.head} out of range, the model has {cfg.n_heads} per layer"
+        )
     if isinstance(node, MLPNode) and cfg.attn_only:
         raise ValueError(f"{what} {node}: the model is attention-only and has no MLPs")
 
@@ -243,8 +262,10 @@ def plan_paths(
         _check_node(lm, receiver.node, "receiver")
     to_logits = any(r.node is None for r in parsed)
     if to_logits and len(parsed) > 1:
-        raise ValueError("the logits cannot be mixed with other receivers (patching the final "
-                         "stream would overwrite their effect); path patch to them separately")
+        raise ValueError(
+            "the logits cannot be mixed with other receivers (patching the final "
+            "stream would overwrite their effect); path patch to them separately"
+        )
     parallel = bool(getattr(cfg, "parallel_attn_mlp", False))
     limit = max(_reads_below(r, cfg.n_layers, parallel) for r in parsed)
     if senders is None:
@@ -256,8 +277,10 @@ def plan_paths(
         _check_node(lm, sender, "sender")
     late = [str(s) for s in chosen if _order(s) >= limit]
     if late:
-        raise ValueError(f"senders {late} are not below any receiver, so they reach none of "
-                         f"them; senders must come before the receivers {[str(r) for r in parsed]}")
+        raise ValueError(
+            f"senders {late} are not below any receiver, so they reach none of "
+            f"them; senders must come before the receivers {[str(r) for r in parsed]}"
+        )
     captures = () if to_logits else tuple(sorted({_receiver_hook(r) for r in parsed}))
     frozen = _frozen_hooks(limit, chosen, config.freeze == "heads_and_mlps" and not cfg.attn_only)
     return PathPlan(chosen, parsed, frozen, captures, to_logits)
@@ -293,7 +316,9 @@ def _sender_rows(base: BaseRun, corrupted: dict[str, Tensor], plan: PathPlan) ->
                 source[:, :, sender.head] = corrupted[name][:, :, sender.head]
             elif name == own:
                 source = corrupted[name]
-            items.append(Intervention(name, source, torch.ones((1,) * source.ndim, dtype=torch.bool)))
+            items.append(
+                Intervention(name, source, torch.ones((1,) * source.ndim, dtype=torch.bool))
+            )
         rows.append(Row(tuple(items)))
     return rows
 
@@ -308,8 +333,14 @@ def _head_index(lm: LensModel, receiver: Receiver) -> int | None:
     return receiver.node.head // (lm.cfg.n_heads // n_kv)
 
 
-def _receiver_rows(lm: LensModel, base: BaseRun, captured: dict[str, Tensor], plan: PathPlan,
-                   per_receiver: bool, positions: Positions) -> list[Row]:
+def _receiver_rows(
+    lm: LensModel,
+    base: BaseRun,
+    captured: dict[str, Tensor],
+    plan: PathPlan,
+    per_receiver: bool,
+    positions: Positions,
+) -> list[Row]:
     """Step 2, one row per sender (and receiver): the receivers' inputs recorded in step 1,
     written into the clean run at ``positions``, receivers only."""
     groups = [[r] for r in plan.receivers] if per_receiver else [list(plan.receivers)]
@@ -367,8 +398,13 @@ def path_patch_values(
         out = run_rows(lm, base, rows, readout, config.sweep)
         return out.values, out.stats
     step1 = run_rows(lm, base, rows, None, config.sweep, capture=plan.captures)
-    step2 = run_rows(lm, base, _receiver_rows(lm, base, step1.captured, plan, config.per_receiver,
-                                              receiver_positions), readout, config.sweep)
+    step2 = run_rows(
+        lm,
+        base,
+        _receiver_rows(lm, base, step1.captured, plan, config.per_receiver, receiver_positions),
+        readout,
+        config.sweep,
+    )
     return step2.values, _added(step1.stats, step2.stats)
 
 
@@ -427,9 +463,11 @@ class PathPatchingResult(Result):
 
     def summary(self, rows: int = 10) -> str:
         """The clean and corrupted values and the ``rows`` strongest paths."""
-        lines = [f"path patching into {', '.join(self.receivers)} on {self.meta.model}: "
-                 f"{self.metric} clean {self.clean_value:.3f}, corrupted {self.corrupted_value:.3f}"
-                 f"{' (values normalised)' if self.normalised else ''}"]
+        lines = [
+            f"path patching into {', '.join(self.receivers)} on {self.meta.model}: "
+            f"{self.metric} clean {self.clean_value:.3f}, corrupted {self.corrupted_value:.3f}"
+            f"{' (values normalised)' if self.normalised else ''}"
+        ]
         lines += [f"  {key!s:>24}: {value:+.4f}" for key, value in self.top(rows)]
         return "\n".join(lines)
 
@@ -447,22 +485,54 @@ class PathPatchingResult(Result):
             grid = torch.zeros(max(h.layer for h in heads) + 1, max(h.head for h in heads) + 1)
             for h, effect in zip(heads, self.effects.tolist(), strict=True):
                 grid[h.layer, h.head] = effect
-            fig = Figure(figsize=(max(5, 0.6 * grid.shape[1] + 2), max(4, 0.25 * grid.shape[0] + 1.5)))
-            heatmap(fig.subplots(), grid, row_labels=[str(i) for i in range(grid.shape[0])],
-                    col_labels=Head.axis_labels(grid.shape[1]), row_name="sender layer",
-                    col_name="sender head", title=title + "\n(effect; heads not swept 0)")
+            fig = Figure(
+                figsize=(max(5, 0.6 * grid.shape[1] + 2), max(4, 0.25 * grid.shape[0] + 1.5))
+            )
+            heatmap(
+                fig.subplots(),
+                grid,
+                row_labels=[str(i) for i in range(grid.shape[0])],
+                col_labels=Head.axis_labels(grid.shape[1]),
+                row_name="sender layer",
+                col_name="sender head",
+                title=title + "\n(effect; heads not swept 0)",
+            )
             fig.tight_layout()
         elif self.values.ndim == 2:
-            fig = Figure(figsize=(max(5, 0.5 * len(self.receivers) + 3), max(4, 0.25 * len(senders) + 1.5)))
-            heatmap(fig.subplots(), self.effects, row_labels=senders, col_labels=list(self.receivers),
-                    row_name="sender", col_name="receiver", title=title + " (effect)")
+            fig = Figure(
+                figsize=(max(5, 0.5 * len(self.receivers) + 3), max(4, 0.25 * len(senders) + 1.5))
+            )
+            heatmap(
+                fig.subplots(),
+                self.effects,
+                row_labels=senders,
+                col_labels=list(self.receivers),
+                row_name="sender",
+                col_name="receiver",
+                title=title + " (effect)",
+            )
             fig.tight_layout()
         else:
-            fig = plot_bars(senders, self.effects.tolist(), title=title,
-                            value_label="effect on the metric (patched − clean)")
+            fig = plot_bars(
+                senders,
+                self.effects.tolist(),
+                title=title,
+                value_label="effect on the metric (patched − clean)",
+            )
         if path is not None:
             save_figure(fig, path)
         return fig
+
+
+def _corrupted_run(
+    lm: LensModel, tokens: Tensor, plan: PathPlan, base: BaseRun
+) -> tuple[dict[str, Tensor], Tensor]:
+    """The senders' corrupted outputs, and the corrupted logits at the answer positions."""
+    with lm.hooks.capture(plan.sender_hooks) as cap:
+        resid = lm.model(tokens, stop_at_layer=lm.cfg.n_layers)
+    rows = torch.arange(resid.shape[0], device=resid.device)
+    logits = lm.unembed(resid[rows, base.answer_positions.to(resid.device)])
+    return {name: cap[name] for name in plan.sender_hooks}, logits
 
 
 @torch.no_grad()
@@ -522,15 +592,13 @@ def path_patch(
     lm.hooks.resolve(plan.base_hooks + plan.sender_hooks)  # fail before running anything
     answers = cfg.answer_position if answer_positions is None else answer_positions
     base = BaseRun.record(lm, pairs.clean, answer_positions=answers, capture=plan.base_hooks)
-    with lm.hooks.capture(plan.sender_hooks) as cap:
-        resid = lm.model(pairs.corrupted, stop_at_layer=lm.cfg.n_layers)
-    rows = torch.arange(resid.shape[0], device=resid.device)
-    corrupted_logits = lm.unembed(resid[rows, base.answer_positions.to(resid.device)])
+    corrupted_acts, corrupted_logits = _corrupted_run(lm, pairs.corrupted, plan, base)
     raw = resolve_metric(metric, base.logits)
     scorer = Normalised(raw, base.logits, corrupted_logits) if cfg.normalise else raw
-    values, stats = path_patch_values(lm, plan, base, {n: cap[n] for n in plan.sender_hooks},
-                                      lambda logits: scorer(logits).float(), cfg,
-                                      receiver_positions=receiver_positions)
+    readout: Readout = lambda logits: scorer(logits).float()  # noqa: E731
+    values, stats = path_patch_values(
+        lm, plan, base, corrupted_acts, readout, cfg, receiver_positions=receiver_positions
+    )
     shape = [len(plan.senders)] + ([len(plan.receivers)] if cfg.per_receiver else [])
     per_prompt = values.cpu().reshape(*shape, -1)
     return PathPatchingResult(
