@@ -78,7 +78,9 @@ class Receiver:
     def __str__(self) -> str:
         if self.node is None:
             return "logits"
-        return str(self.node) if isinstance(self.node, MLPNode) else f"{self.node}.{self.input}"
+        if isinstance(self.node, MLPNode) and self.input == "mlp":
+            return str(self.node)
+        return f"{self.node}.{self.input}"
 
 
 _HEAD = re.compile(r"^L(\d+)\.H(\d+)(?:[.:](\w+))?$")
@@ -112,7 +114,7 @@ def parse_receiver(node: str | Receiver, head_input: str = "q") -> Receiver:
     ('L1.H0.k', 'L1.H0.q', 'MLP0')
     """
     if isinstance(node, Receiver):
-        return node
+        return parse_receiver(str(node)) if node.node is not None else node
     text = node.strip()
     if text.lower() == "logits":
         return Receiver(None, "logits")

@@ -17,6 +17,7 @@ from lmsci_mi.circuits.metrics import LogitDiff
 from lmsci_mi.circuits.path_patching import (
     PathPatchingConfig,
     PathPatchingResult,
+    Receiver,
     path_patch,
 )
 from lmsci_mi.cli.paths import add_path_command
@@ -180,6 +181,7 @@ def test_default_senders_are_every_head_below_the_receivers(tiny: LensModel) -> 
         (["H0"], ["logits"], "not a head or an MLP"),
         (["L0.H0"], ["L1.H0.x"], "receiver input 'x'"),
         (["L0.H0"], ["MLP1.q"], "receiver input 'q'"),
+        (["L0.H0"], [Receiver(Head(1, 0), "mlp")], "receiver input 'mlp'"),
         (["L0.H0"], ["attn1"], "not a head input, an MLP or the logits"),
         (["L0.H0"], ["logits", "L1.H0.q"], "cannot be mixed"),
         (["L1.H0"], ["L1.H2.q"], "not below any receiver"),
