@@ -6,12 +6,22 @@ from lmsci_mi.lenses.dla import LogitContributions as LogitContributions
 from lmsci_mi.lenses.dla import direct_logit_attribution as direct_logit_attribution
 from lmsci_mi.lenses.dla import dla_hook_names as dla_hook_names
 from lmsci_mi.lenses.dla import logit_contributions as logit_contributions
+from lmsci_mi.lenses.logit_lens import LENS_SITES as LENS_SITES
+from lmsci_mi.lenses.logit_lens import LogitLens as LogitLens
+from lmsci_mi.lenses.logit_lens import LogitLensConfig as LogitLensConfig
+from lmsci_mi.lenses.logit_lens import final_norm as final_norm
+from lmsci_mi.lenses.logit_lens import logit_lens as logit_lens
 
 __all__ = [
+    "LENS_SITES",
     "DLAConfig",
     "LogitAttribution",
     "LogitContributions",
+    "LogitLens",
+    "LogitLensConfig",
     "direct_logit_attribution",
     "dla_hook_names",
+    "final_norm",
     "logit_contributions",
+    "logit_lens",
 ]
