@@ -11,6 +11,11 @@ from lmsci_mi.lenses.logit_lens import LogitLens as LogitLens
 from lmsci_mi.lenses.logit_lens import LogitLensConfig as LogitLensConfig
 from lmsci_mi.lenses.logit_lens import final_norm as final_norm
 from lmsci_mi.lenses.logit_lens import logit_lens as logit_lens
+from lmsci_mi.lenses.tuned_lens import TunedLens as TunedLens
+from lmsci_mi.lenses.tuned_lens import TunedLensConfig as TunedLensConfig
+from lmsci_mi.lenses.tuned_lens import train_tuned_lens as train_tuned_lens
+from lmsci_mi.lenses.tuned_lens import tuned_lens as tuned_lens
+from lmsci_mi.lenses.tuned_lens import tuned_lens_for as tuned_lens_for
 
 __all__ = [
     "LENS_SITES",
@@ -19,9 +24,14 @@ __all__ = [
     "LogitContributions",
     "LogitLens",
     "LogitLensConfig",
+    "TunedLens",
+    "TunedLensConfig",
     "direct_logit_attribution",
     "dla_hook_names",
     "final_norm",
     "logit_contributions",
     "logit_lens",
+    "train_tuned_lens",
+    "tuned_lens",
+    "tuned_lens_for",
 ]

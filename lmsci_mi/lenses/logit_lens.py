@@ -78,10 +78,11 @@ def final_norm(lm: LensModel, resid: Float[Tensor, "... d_model"]) -> Float[Tens
         x = x - x.mean(-1, keepdim=True)
     x = x / (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()
     weight, bias = getattr(norm, "w", None), getattr(norm, "b", None)
+    # Detached: a translator trained through this norm must never give the model a gradient.
     if weight is not None:
-        x = x * weight.float()
+        x = x * weight.detach().float()
     if bias is not None:
-        x = x + bias.float()
+        x = x + bias.detach().float()
     return x
 
 
