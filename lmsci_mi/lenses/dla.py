@@ -259,7 +259,10 @@ class LogitAttribution(Result):
             f"(embedding {float(self.embed.mean()):+.3f}, biases {float(self.bias.mean()):+.3f})",
             "  heads raising it: " + ", ".join(f"{h} {v:+.3f}" for h, v in self.top(rows)),
             "  heads lowering it: "
-            + ", ".join(f"{h} {v:+.3f}" for h, v in self.top(rows, negative=True)),
+            + (
+                ", ".join(f"{h} {v:+.3f}" for h, v in self.top(rows, negative=True) if v < 0)
+                or "none"
+            ),
             "  MLPs (largest |DLA|): "
             + ", ".join(f"MLP{int(i)} {float(mlp[i]):+.3f}" for i in order),
         ]

@@ -167,9 +167,15 @@ class TunedLens:
             bias,
             meta["model"],
             meta["fingerprint"],
-            TunedLensConfig(**json.loads(meta["config"])),
+            _config_from(meta["config"]),
             float(meta["train_seconds"]),
         )
+
+
+def _config_from(text: str) -> TunedLensConfig:
+    """The config recorded in a lens file (``params()`` as JSON, its type name dropped)."""
+    fields = {f.name for f in dataclasses.fields(TunedLensConfig)}
+    return TunedLensConfig(**{k: v for k, v in json.loads(text).items() if k in fields})
 
 
 # --------------------------------------------------------------------------- training

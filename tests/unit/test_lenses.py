@@ -7,11 +7,19 @@ import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from lmsci_mi import LensModel, load_model
+from lmsci_mi.cli import main
 from lmsci_mi.lenses import (
+    LogitLens,
     LogitLensConfig,
+    TunedLens,
+    TunedLensConfig,
     direct_logit_attribution,
     logit_lens,
+    train_tuned_lens,
+    tuned_lens,
+    tuned_lens_for,
 )
+from lmsci_mi.lenses.tuned_lens import tuned_lens_path
 
 PROMPTS = ["The Eiffel Tower is located in the city of", "The cat sat on the"]
 
@@ -174,3 +182,74 @@ def test_bad_input_raises_before_any_hook(tiny: LensModel, call, match: str) -> 
     with pytest.raises(ValueError, match=match):
         call(tiny)
     assert tiny.hooks.attached_count() == 0
+
+
+# --------------------------------------------------------------------------- tuned lens
+
+TINY_TUNED = TunedLensConfig(n_tokens=256, seq_len=32, steps=2, batch_tokens=16)
+
+
+def test_tuned_lens_cache_round_trip(tiny: LensModel, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("LMSCI_MI_CACHE", str(tmp_path))
+    lens = tuned_lens_for(tiny, TINY_TUNED)
+    path = tuned_lens_path(tiny, TINY_TUNED)
+    assert path.is_file() and path.is_relative_to(tmp_path)
+    again = tuned_lens_for(tiny, TINY_TUNED)  # from the cache: the same tensors and provenance
+    assert torch.equal(again.weight, lens.weight) and torch.equal(again.bias, lens.bias)
+    assert again.config == TINY_TUNED and again.train_seconds == lens.train_seconds
+    # The last layer's translator is the identity, so the tuned lens ends at the model's output.
+    assert torch.equal(lens.weight[-1], torch.eye(tiny.cfg.d_model))
+    result = tuned_lens(tiny, PROMPTS, " Paris", lens=again)
+    assert result.lens == "tuned" and float(result.kl[:, -1].nan_to_num(0).max()) < 1e-4
+    assert tiny.hooks.attached_count() == 0
+    for param in tiny.model.parameters():
+        assert param.grad is None  # the model got no gradient from training the translators
+
+
+def test_tuned_lens_of_another_model_is_refused(tiny: LensModel, tmp_path) -> None:
+    lens = train_tuned_lens(tiny, TINY_TUNED)
+    path = lens.save(tmp_path / "lens.safetensors")
+    other = load_model("toy-3l", device="cpu")
+    with pytest.raises(ValueError, match="train one for this model"):
+        TunedLens.load(path, other)
+    with pytest.raises(ValueError, match="train one for this model"):
+        tuned_lens(other, "The cat", lens=lens)
+    (tmp_path / "junk.safetensors").write_text("not a lens")
+    with pytest.raises(ValueError, match="not a tuned-lens file"):
+        TunedLens.load(tmp_path / "junk.safetensors", tiny)
+    with pytest.raises(ValueError, match="resid_post"):
+        tuned_lens(tiny, "The cat", lens=lens, config=LogitLensConfig(site="resid_mid"))
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_lens_commands(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("LMSCI_MI_CACHE", str(tmp_path / "cache"))
+    toy = ["--model", "toy-2l", "--device", "cpu"]
+    assert (
+        main(["lens", "logit", *toy, "--answer", " Paris", "--out", str(tmp_path / "l.json")]) == 0
+    )
+    assert LogitLens.load(tmp_path / "l.json").lens == "logit"
+    assert (
+        main(
+            [
+                "lens",
+                "dla",
+                *toy,
+                "--answer",
+                " Paris",
+                "--wrong",
+                " London",
+                "--export",
+                str(tmp_path / "d.csv"),
+            ]
+        )
+        == 0
+    )
+    assert (tmp_path / "d.csv").is_file()
+    assert (
+        main(["lens", "tuned", *toy, "--n-tokens", "256", "--seq-len", "32", "--steps", "1"]) == 0
+    )
+    assert main(["lens", "logit", *toy, "--layers", "9"]) == 2
+    assert main(["lens", "dla", *toy, "--answer", ""]) == 2
