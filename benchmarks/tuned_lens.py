@@ -34,8 +34,8 @@ from lmsci_mi.model import LensModel
 MODEL = "smollm2-135m"
 CACHE = Path("out/tuned_lens")
 DATA = Path("docs/data/tuned_lens.json")
-N_DOCSTRINGS = 24  # held-out documents, first 240 characters each (about 1,300 tokens)
-N_STEERING = 96  # every third steering sentence, both attributes
+N_DOCSTRINGS = 16  # held-out documents, first 240 characters each (about 850 tokens)
+N_STEERING = 64  # every fifth steering sentence, both attributes
 LENS_CONFIG = LogitLensConfig(batch_size=8)
 
 
@@ -50,7 +50,7 @@ def _texts(name: str) -> list[str]:
     if name == "facts":
         return _facts()
     texts = steering_texts(["sentiment", "topic"]).texts
-    return list(texts[::3][:N_STEERING])
+    return list(texts[::5][:N_STEERING])
 
 
 def _kl_per_layer(kl: torch.Tensor) -> tuple[list[float], list[float], int]:
@@ -66,7 +66,8 @@ def _run_set(lm: LensModel, name: str, key: str) -> dict:
     path = CACHE / f"{name}-{key}.json"
     if path.is_file():
         return json.loads(path.read_text())
-    texts = _texts(name)
+    # Sorted by length, so a batch's rows pad little (the lens reads every padded position).
+    texts = sorted(_texts(name), key=len)
     lens = tuned_lens_for(lm)
     start = time.perf_counter()
     logit = logit_lens(lm, texts, config=LENS_CONFIG)
@@ -123,6 +124,20 @@ def _report(lm: LensModel, rows: list[dict]) -> None:
     print(
         "\ntuned < logit at every layer below the last:", document["tuned_beats_logit_below_last"]
     )
+    print("\n" + _markdown(rows))
+
+
+def _markdown(rows: list[dict]) -> str:
+    """The docs page's table: one row per layer, logit and tuned KL (± s.e.) per set."""
+    head = "| layer | " + " | ".join(f"{r['set']}: logit | tuned" for r in rows) + " |"
+    lines = [head, "|" + "---|" * (1 + 2 * len(rows))]
+    for layer in range(len(rows[0]["logit_kl"])):
+        cells = []
+        for r in rows:
+            cells.append(f"{r['logit_kl'][layer]:.3f} ± {r['logit_se'][layer]:.3f}")
+            cells.append(f"{r['tuned_kl'][layer]:.3f} ± {r['tuned_se'][layer]:.3f}")
+        lines.append(f"| {layer} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def main() -> None:
