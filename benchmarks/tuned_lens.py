@@ -41,7 +41,7 @@ LENS_CONFIG = LogitLensConfig(batch_size=8)
 
 def _facts() -> list[str]:
     facts = json.loads(Path("lmsci_mi/data/facts.json").read_text(encoding="utf-8"))
-    return [fact["prompt"] for fact in facts]
+    return [fact["prompt"].format(fact["subject"]) for fact in facts["facts"]]
 
 
 def _texts(name: str) -> list[str]:
