@@ -8,7 +8,7 @@ import itertools
 import pytest
 import torch
 
-from lmsci_mi import LensModel
+from lmsci_mi import LensModel, ModelNotAvailableError, load_model
 from lmsci_mi.lenses import (
     TunedLensConfig,
     direct_logit_attribution,
@@ -48,3 +48,13 @@ def test_logit_lens_and_dla_on_the_eiffel_prompt(clean_smollm2: LensModel) -> No
     assert float(last[:5].max()) < float(last[-1])
     dla = direct_logit_attribution(lm, EIFFEL, " Paris", " London")
     torch.testing.assert_close(dla.total(), dla.logit, atol=2e-3, rtol=1e-3)
+
+
+def test_dla_sums_on_gemma3_with_its_post_norms() -> None:
+    try:
+        gemma = load_model("gemma3-270m")
+    except ModelNotAvailableError:
+        pytest.skip("gemma3-270m is not installed")
+    assert gemma.cfg.use_normalization_before_and_after
+    dla = direct_logit_attribution(gemma, EIFFEL, " Paris", " London")
+    torch.testing.assert_close(dla.total(), dla.logit, atol=5e-3, rtol=1e-3)
