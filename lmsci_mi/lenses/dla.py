@@ -200,8 +200,8 @@ class LogitAttribution(Result):
         per_prompt: ``[prompt, layer, component]``.
         embed, bias: ``[prompt]``: the embedding's part and every bias term's (see
             :class:`LogitContributions`).
-        logit: ``[prompt]``: the model's own logit (difference); the parts sum to it (before any
-            logit soft cap).
+        logit: ``[prompt]``: the model's own logit (difference), before any logit soft cap; the
+            parts sum to it.
         positions: ``[prompt]``: the explained position of each prompt.
         answers, wrongs: the answer tokens and the subtracted tokens (empty: plain logit).
     """
@@ -346,7 +346,7 @@ def direct_logit_attribution(
         ans = torch.tensor(answer_ids[chunk], device=lm.device)
         wr = None if wrong_ids is None else torch.tensor(wrong_ids[chunk], device=lm.device)
         with lm.hooks.capture(names) as cap:
-            out = lm(padded.tokens)
+            out = _before_soft_cap(lm, lm(padded.tokens).float())
         part = logit_contributions(lm, cap, pos, ans, wr)
         rows = torch.arange(len(pos), device=lm.device)
         logit = out[rows, pos, ans].float()
@@ -354,6 +354,14 @@ def direct_logit_attribution(
         parts.append(part)
         positions.append(pos)
     return _attribution_result(lm, batch, answer_ids, wrong_ids, parts, logits, positions, config)
+
+
+def _before_soft_cap(lm: LensModel, logits: Tensor) -> Tensor:
+    """The logits before the model's soft cap (``cap * tanh(x / cap)``), which the parts sum to."""
+    cap = lm.cfg.output_logits_soft_cap
+    if cap is None or cap <= 0:
+        return logits
+    return cap * torch.atanh((logits / cap).clamp(-1 + 1e-7, 1 - 1e-7))
 
 
 def _attribution_result(
