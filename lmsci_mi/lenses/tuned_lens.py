@@ -68,7 +68,12 @@ class TunedLensConfig(Config):
         metadata={"help": "least-squares ridge, relative to the mean variance", "ge": 0},
     )
     steps: int = dataclasses.field(
-        default=40, metadata={"help": "Adam steps on KL after the least-squares start", "ge": 0}
+        default=0,
+        metadata={
+            "help": "Adam steps on KL after the least-squares start (each costs a vocabulary-"
+            "sized unembedding per layer and token: off by default on CPU)",
+            "ge": 0,
+        },
     )
     lr: float = dataclasses.field(default=1e-3, metadata={"help": "Adam learning rate", "gt": 0})
     batch_tokens: int = dataclasses.field(
