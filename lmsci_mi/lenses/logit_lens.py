@@ -217,6 +217,7 @@ class LogitLens(Result):
 
         n = self._length(prompt)
         values = self.values[prompt, :, :n]
+        answer = repr(self.answers[prompt]) if self.answers else "the model's top token"
         n_layers = values.shape[0]
         fig = Figure(figsize=(max(6, 1.0 * n + 2), max(4, 0.3 * n_layers + 1.5)))
         ax = fig.subplots()
@@ -228,7 +229,8 @@ class LogitLens(Result):
             row_name=f"layer ({self.site})",
             col_name="position",
             cmap="viridis",
-            title=title or f"{self.lens} lens: p(answer) — {self.meta.model}",
+            title=title
+            or f"{self.lens} lens: p({answer}), top token in each cell — {self.meta.model}",
         )
         ax.invert_yaxis()  # the last layer on top, as the stream flows upwards
         for layer in range(n_layers):
