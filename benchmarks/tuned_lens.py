@@ -141,7 +141,7 @@ def _markdown(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description="Tuned lens against logit lens on SmolLM2.")
     parser.add_argument(
         "--piece",
         choices=["train", "docstrings", "facts", "steering", "report", "all"],
