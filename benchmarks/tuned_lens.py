@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import logging
 import math
 import time
 from pathlib import Path
@@ -71,6 +72,7 @@ def _run_set(lm: LensModel, name: str, key: str) -> dict:
     lens = tuned_lens_for(lm)
     start = time.perf_counter()
     logit = logit_lens(lm, texts, config=LENS_CONFIG)
+    logging.info("%s: logit lens done in %.0f s", name, time.perf_counter() - start)
     tuned = tuned_lens(lm, texts, lens=lens, config=LENS_CONFIG)
     logit_mean, logit_se, n = _kl_per_layer(logit.kl)
     tuned_mean, tuned_se, _ = _kl_per_layer(tuned.kl)
@@ -148,6 +150,7 @@ def main() -> None:
         default="all",
     )
     args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     torch.set_grad_enabled(False)
     lm = load_model(MODEL)
     key = cache_key(tuned_lens_path(lm).name, {"docstrings": N_DOCSTRINGS, "steering": N_STEERING})

@@ -202,7 +202,8 @@ def _normal_equations(
     kept: list[Tensor] = []
     generator = torch.Generator().manual_seed(config.seed)
     per_batch = -(-_KEEP_TOKENS // -(-rows.shape[0] // 8))
-    for batch in rows.split(8):
+    for index, batch in enumerate(rows.split(8)):
+        log.info("tuned lens: least-squares batch %d of %d", index + 1, -(-rows.shape[0] // 8))
         with lm.hooks.capture(names) as cap:
             lm.model(batch.to(lm.device), stop_at_layer=n_layers)
         # The sink (position 0) is a resting place for attention, not a prediction: left out.
