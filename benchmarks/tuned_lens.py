@@ -35,8 +35,9 @@ from lmsci_mi.model import LensModel
 MODEL = "smollm2-135m"
 CACHE = Path("out/tuned_lens")
 DATA = Path("docs/data/tuned_lens.json")
-N_DOCSTRINGS = 16  # held-out documents, first 240 characters each (about 850 tokens)
-N_STEERING = 64  # every fifth steering sentence, both attributes
+N_DOCSTRINGS = 10  # held-out documents, first 240 characters each (about 550 tokens)
+N_STEERING = 40  # every eighth steering sentence, both attributes (about 600 tokens)
+N_FACTS = 55  # every other shipped fact prompt (about 550 tokens)
 LENS_CONFIG = LogitLensConfig(batch_size=8)
 
 
@@ -49,9 +50,9 @@ def _texts(name: str) -> list[str]:
     if name == "docstrings":
         return [doc[:240] for doc in itertools.islice(heldout_documents(), N_DOCSTRINGS)]
     if name == "facts":
-        return _facts()
+        return _facts()[::2][:N_FACTS]
     texts = steering_texts(["sentiment", "topic"]).texts
-    return list(texts[::5][:N_STEERING])
+    return list(texts[::8][:N_STEERING])
 
 
 def _kl_per_layer(kl: torch.Tensor) -> tuple[list[float], list[float], int]:
@@ -153,7 +154,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     torch.set_grad_enabled(False)
     lm = load_model(MODEL)
-    key = cache_key(tuned_lens_path(lm).name, {"docstrings": N_DOCSTRINGS, "steering": N_STEERING})
+    key = cache_key(tuned_lens_path(lm).name, {"docstrings": N_DOCSTRINGS, "steering": N_STEERING, "facts": N_FACTS})
     if args.piece == "train":
         with torch.enable_grad():
             lens = tuned_lens_for(lm)
