@@ -154,7 +154,10 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     torch.set_grad_enabled(False)
     lm = load_model(MODEL)
-    key = cache_key(tuned_lens_path(lm).name, {"docstrings": N_DOCSTRINGS, "steering": N_STEERING, "facts": N_FACTS})
+    key = cache_key(
+        tuned_lens_path(lm).name,
+        {"docstrings": N_DOCSTRINGS, "steering": N_STEERING, "facts": N_FACTS},
+    )
     if args.piece == "train":
         with torch.enable_grad():
             lens = tuned_lens_for(lm)
