@@ -4,6 +4,8 @@ Finds name movers and negative name movers (direct logit attribution to IO − S
 from END to IO and S), S-inhibition heads (path patching from the ABC run into the name movers'
 queries), induction and duplicate-token heads (attention at S2) and previous-token heads (at S1+1),
 then measures faithfulness by mean-ablating every head outside the circuit over the ABC prompts.
+The DLA comes from :func:`lmsci_mi.lenses.logit_contributions` (a one-way use of the lenses'
+public API: the lenses know nothing of IOI).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from lmsci_mi.circuits.ablation import all_heads, head_means, mean_ablated_logits, z_hooks
+from lmsci_mi.circuits.ablation import all_heads, head_means, mean_ablated_logits
 from lmsci_mi.circuits.heads import head_axis_labels, top_heads
 from lmsci_mi.circuits.path_patching import (
     PathPatchingConfig,
@@ -29,6 +31,7 @@ from lmsci_mi.circuits.path_patching import (
 )
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.ioi import IOIBatch, IOIDataset, ioi_dataset
+from lmsci_mi.lenses.dla import dla_hook_names, logit_contributions
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import Head, hook_name
@@ -324,10 +327,8 @@ class _Evidence:
 @torch.no_grad()
 def _batch_evidence(lm: LensModel, batch: IOIBatch) -> tuple[Tensor, _Evidence]:
     cfg = lm.cfg
-    z_names = z_hooks(lm)
     pattern_names = [hook_name("pattern", layer) for layer in range(cfg.n_layers)]
-    scale_name = hook_name("ln_final_scale")
-    with lm.hooks.capture([*z_names, *pattern_names, scale_name]) as cap:
+    with lm.hooks.capture([*dla_hook_names(lm), *pattern_names]) as cap:
         logits = lm.model(batch.tokens)
     diffs = ioi_logit_diff(logits, batch)
     n = len(batch)
@@ -335,16 +336,12 @@ def _batch_evidence(lm: LensModel, batch: IOIBatch) -> tuple[Tensor, _Evidence]:
     end, io, s1, s2, s1p1 = (
         t.to(lm.device) for t in (batch.end, batch.io_pos, batch.s1_pos, batch.s2_pos, batch.s1_plus_1)
     )
-    # The final RMSNorm/LayerNorm divides the residual by a per-token scale; a head's direct
-    # contribution to the logits is its output divided by the scale cached from this very run.
-    # (fold_ln has already folded the norm's weight into W_U.)
-    scale = cap[scale_name][rows, end]  # [n, 1]
-    direction = (lm.model.W_U[:, batch.io_token] - lm.model.W_U[:, batch.s_token]).T  # [n, d]
-    dla, a_io, a_s, ind, dup, prev = ([] for _ in range(6))
+    # Each head's direct effect on logit(IO) − logit(S) at END, with the norm scales frozen at
+    # this very run, summed over the batch's prompts.
+    parts = logit_contributions(lm, cap, end, batch.io_token, batch.s_token)
+    dla = list(parts.heads.sum(0))
+    a_io, a_s, ind, dup, prev = ([] for _ in range(5))
     for layer in range(cfg.n_layers):
-        z_end = cap[z_names[layer]][rows, end]  # [n, head, d_head]
-        out = torch.einsum("nhd,hdm->nhm", z_end, lm.model.W_O[layer]) / scale[:, :, None]
-        dla.append(torch.einsum("nhm,nm->h", out, direction))
         pattern = cap[pattern_names[layer]]  # [n, head, q, k]
         at = lambda q, k, pattern=pattern: pattern[rows, :, q, k].sum(0)  # noqa: E731
         a_io.append(at(end, io))

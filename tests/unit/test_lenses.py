@@ -1,0 +1,255 @@
+"""Lenses and direct logit attribution against TransformerLens's own cache arithmetic, on toys."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+from lmsci_mi import LensModel, load_model
+from lmsci_mi.cli import main
+from lmsci_mi.lenses import (
+    LogitLens,
+    LogitLensConfig,
+    TunedLens,
+    TunedLensConfig,
+    direct_logit_attribution,
+    logit_lens,
+    train_tuned_lens,
+    tuned_lens,
+    tuned_lens_for,
+)
+from lmsci_mi.lenses.tuned_lens import tuned_lens_path
+
+PROMPTS = ["The Eiffel Tower is located in the city of", "The cat sat on the"]
+
+
+def _tl_lens_logp(lm: LensModel, prompt: str) -> torch.Tensor:
+    """TransformerLens's logit lens: accumulated_resid + apply_ln_to_stack(recompute_ln) + unembed,
+    resid_post of every layer (``[layer, pos, vocab]`` log-probabilities)."""
+    tokens = lm.to_tokens(prompt)
+    _, cache = lm.model.run_with_cache(tokens)
+    stack = cache.accumulated_resid(apply_ln=False)[1:]  # resid_post of layers 0..L-1
+    normed = cache.apply_ln_to_stack(stack, recompute_ln=True)
+    return lm.model.unembed(normed)[:, 0].log_softmax(-1)
+
+
+@pytest.mark.parametrize("name", ["toy-2l", "toy-gpt2-2l"])
+def test_logit_lens_equals_transformer_lens(name: str) -> None:
+    lm = load_model(name, device="cpu")
+    with torch.no_grad():
+        lens = logit_lens(lm, PROMPTS, " Paris")
+        for i, prompt in enumerate(PROMPTS):
+            logp = _tl_lens_logp(lm, prompt)  # [layer, pos, vocab]
+            n = logp.shape[1]
+            final = lm(lm.to_tokens(prompt))[0].log_softmax(-1)
+            answer = lm.token_id(" Paris")
+            torch.testing.assert_close(
+                lens.values[i, :, :n], logp[..., answer].exp(), atol=1e-5, rtol=1e-4
+            )
+            assert torch.equal(lens.top_tokens[i, :, :n], logp.argmax(-1))
+            kl = (final.exp() * (final - logp)).sum(-1)
+            torch.testing.assert_close(lens.kl[i, :, :n], kl, atol=1e-4, rtol=1e-3)
+            rank = (logp > logp[..., answer : answer + 1]).sum(-1)
+            assert torch.equal(lens.rank[i, :, :n], rank)
+    # Padding of the shorter prompt is marked, and the last layer is the model's own output.
+    assert lens.values[1, :, -1].isnan().all()
+    assert float(lens.kl[:, -1].nan_to_num(0).max()) < 1e-4
+
+
+def test_logit_lens_sites_and_layers(tiny: LensModel) -> None:
+    pre = logit_lens(tiny, "The cat sat", config=LogitLensConfig(site="resid_pre", layers=(1,)))
+    post = logit_lens(tiny, "The cat sat", config=LogitLensConfig(site="resid_post", layers=(0,)))
+    # resid_pre of layer 1 is resid_post of layer 0.
+    torch.testing.assert_close(pre.values, post.values)
+    assert pre.axis_labels(1) == ["1"] and pre.site == "resid_pre"
+
+
+def test_lens_inside_an_intervention_shows_the_intervened_stream(tiny: LensModel) -> None:
+    site = "blocks.0.hook_resid_post"
+    vector = torch.randn(tiny.cfg.d_model) * 5
+    clean = logit_lens(tiny, "The cat sat", " mat")
+    with tiny.hooks.add_vector(site, vector):
+        steered = logit_lens(tiny, "The cat sat", " mat")
+    assert not torch.allclose(clean.values[0, 0], steered.values[0, 0])
+    # By hand: the clean layer-0 stream plus the vector, through the final norm and unembedding.
+    tokens = tiny.to_tokens("The cat sat")
+    with torch.no_grad(), tiny.hooks.capture(site) as cap:
+        tiny(tokens)
+    logp = tiny.unembed(cap[site][0] + vector).log_softmax(-1)
+    torch.testing.assert_close(
+        steered.values[0, 0], logp[:, tiny.token_id(" mat")].exp(), atol=1e-5, rtol=1e-4
+    )
+    assert tiny.hooks.attached_count() == 0
+
+
+@pytest.mark.parametrize("name", ["toy-2l", "toy-gpt2-2l"])
+def test_dla_per_head_equals_stack_head_results(name: str) -> None:
+    lm = load_model(name, device="cpu")
+    prompt, answer, wrong = PROMPTS[0], " Paris", " London"
+    dla = direct_logit_attribution(lm, prompt, answer, wrong)
+    with torch.no_grad():
+        _, cache = lm.model.run_with_cache(lm.to_tokens(prompt))
+        stack = cache.stack_head_results(layer=-1, pos_slice=-1)  # [L*H, 1, d_model]
+        stack = cache.apply_ln_to_stack(stack, layer=-1, pos_slice=-1)  # the cached (frozen) scale
+        direction = lm.model.W_U[:, lm.token_id(answer)] - lm.model.W_U[:, lm.token_id(wrong)]
+        expected = (stack[:, 0] @ direction).view(lm.cfg.n_layers, lm.cfg.n_heads)
+    torch.testing.assert_close(dla.heads(), expected, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(dla.total(), dla.logit, atol=1e-4, rtol=1e-4)
+
+
+def _post_norm_model(tiny: LensModel) -> LensModel:
+    """A Gemma-3-shaped toy: RMS pre- and post-norms, with random norm weights so that every
+    weight the DLA must apply differs from 1."""
+    cfg = HookedTransformerConfig(
+        n_layers=2,
+        d_model=64,
+        n_heads=4,
+        d_head=16,
+        d_mlp=128,
+        n_ctx=64,
+        d_vocab=tiny.cfg.d_vocab,
+        act_fn="gelu_pytorch_tanh",
+        gated_mlp=True,
+        normalization_type="RMS",
+        use_normalization_before_and_after=True,
+        positional_embedding_type="rotary",
+        rotary_dim=16,
+        n_key_value_heads=1,
+        seed=0,
+    )
+    model = HookedTransformer(cfg, tokenizer=tiny.tokenizer)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith(".w"):
+                param.copy_(1 + 0.5 * torch.randn_like(param))
+            if name.endswith("b_O"):
+                param.copy_(0.1 * torch.randn_like(param))
+    return LensModel(
+        model,
+        name="toy-post-norm",
+        source="test",
+        tokenizer=tiny.tokenizer,
+        sink_token_id=tiny.sink_token_id,
+    )
+
+
+def test_dla_sums_to_the_logit_difference_with_pre_and_post_norms(tiny: LensModel) -> None:
+    for lm in (tiny, _post_norm_model(tiny)):
+        dla = direct_logit_attribution(lm, PROMPTS, " Paris", wrong=[" London", " dog"])
+        assert dla.per_prompt.shape == (2, 2, lm.cfg.n_heads + 1)
+        torch.testing.assert_close(dla.total(), dla.logit, atol=1e-4, rtol=1e-4)
+        assert float(dla.per_prompt.abs().sum()) > 0
+    # The post-norm weights matter: leaving out ln1_post would break the sum.
+    assert lm.cfg.use_normalization_before_and_after
+
+
+def test_dla_result_api(tiny: LensModel, tmp_path) -> None:
+    dla = direct_logit_attribution(tiny, PROMPTS, " Paris")
+    top = dla.top(3)
+    assert len(top) == 3 and top[0][1] >= top[1][1] >= top[2][1]
+    assert top[0][1] == pytest.approx(float(dla.heads().max()))
+    assert dla.axis_labels(1)[-1] == "MLP"
+    assert "direct logit attribution" in dla.summary()
+    dla.plot()
+    assert type(dla).load(dla.save(tmp_path / "dla.json")) == dla
+
+
+def test_logit_lens_result_api(tiny: LensModel, tmp_path) -> None:
+    lens = logit_lens(tiny, PROMPTS)  # no answer: the model's own top token
+    assert lens.last(0).shape == (tiny.cfg.n_layers,)
+    assert "lens" in lens.summary()
+    lens.plot()
+    assert type(lens).load(lens.save(tmp_path / "lens.json")) == lens
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (
+            lambda lm: logit_lens(lm, "The cat", config=LogitLensConfig(layers=(7,))),
+            "unknown layer",
+        ),
+        (lambda lm: logit_lens(lm, ""), "empty prompt"),
+        (lambda lm: logit_lens(lm, []), "no prompts"),
+        (lambda lm: logit_lens(lm, "The cat", answer=""), "empty answer"),
+        (lambda lm: direct_logit_attribution(lm, "  ", " mat"), "empty prompt"),
+        (lambda lm: direct_logit_attribution(lm, "The cat", ""), "empty answer"),
+        (lambda lm: direct_logit_attribution(lm, "The cat", " mat", wrong=[" a", " b"]), "2 wrong"),
+    ],
+)
+def test_bad_input_raises_before_any_hook(tiny: LensModel, call, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        call(tiny)
+    assert tiny.hooks.attached_count() == 0
+
+
+# --------------------------------------------------------------------------- tuned lens
+
+TINY_TUNED = TunedLensConfig(n_tokens=256, seq_len=32, steps=2, batch_tokens=16)
+
+
+def test_tuned_lens_cache_round_trip(tiny: LensModel, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("LMSCI_MI_CACHE", str(tmp_path))
+    lens = tuned_lens_for(tiny, TINY_TUNED)
+    path = tuned_lens_path(tiny, TINY_TUNED)
+    assert path.is_file() and path.is_relative_to(tmp_path)
+    again = tuned_lens_for(tiny, TINY_TUNED)  # from the cache: the same tensors and provenance
+    assert torch.equal(again.weight, lens.weight) and torch.equal(again.bias, lens.bias)
+    assert again.config == TINY_TUNED and again.train_seconds == lens.train_seconds
+    # The last layer's translator is the identity, so the tuned lens ends at the model's output.
+    assert torch.equal(lens.weight[-1], torch.eye(tiny.cfg.d_model))
+    result = tuned_lens(tiny, PROMPTS, " Paris", lens=again)
+    assert result.lens == "tuned" and float(result.kl[:, -1].nan_to_num(0).max()) < 1e-4
+    assert tiny.hooks.attached_count() == 0
+    for param in tiny.model.parameters():
+        assert param.grad is None  # the model got no gradient from training the translators
+
+
+def test_tuned_lens_of_another_model_is_refused(tiny: LensModel, tmp_path) -> None:
+    lens = train_tuned_lens(tiny, TINY_TUNED)
+    path = lens.save(tmp_path / "lens.safetensors")
+    other = load_model("toy-3l", device="cpu")
+    with pytest.raises(ValueError, match="train one for this model"):
+        TunedLens.load(path, other)
+    with pytest.raises(ValueError, match="train one for this model"):
+        tuned_lens(other, "The cat", lens=lens)
+    (tmp_path / "junk.safetensors").write_text("not a lens")
+    with pytest.raises(ValueError, match="not a tuned-lens file"):
+        TunedLens.load(tmp_path / "junk.safetensors", tiny)
+    with pytest.raises(ValueError, match="resid_post"):
+        tuned_lens(tiny, "The cat", lens=lens, config=LogitLensConfig(site="resid_mid"))
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_lens_commands(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("LMSCI_MI_CACHE", str(tmp_path / "cache"))
+    toy = ["--model", "toy-2l", "--device", "cpu"]
+    assert (
+        main(["lens", "logit", *toy, "--answer", " Paris", "--out", str(tmp_path / "l.json")]) == 0
+    )
+    assert LogitLens.load(tmp_path / "l.json").lens == "logit"
+    assert (
+        main(
+            [
+                "lens",
+                "dla",
+                *toy,
+                "--answer",
+                " Paris",
+                "--wrong",
+                " London",
+                "--export",
+                str(tmp_path / "d.csv"),
+            ]
+        )
+        == 0
+    )
+    assert (tmp_path / "d.csv").is_file()
+    assert (
+        main(["lens", "tuned", *toy, "--n-tokens", "256", "--seq-len", "32", "--steps", "1"]) == 0
+    )
+    assert main(["lens", "logit", *toy, "--layers", "9"]) == 2
+    assert main(["lens", "dla", *toy, "--answer", ""]) == 2
