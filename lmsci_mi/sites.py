@@ -102,6 +102,8 @@ SITES: Mapping[str, Site] = {
         Site("attn_scores", "blocks.{layer}.attn.hook_attn_scores", _PATTERN, "attention logits"),
         Site("ln_final", "ln_final.hook_normalized", _VECTOR, "final normalised residual stream"),
         Site("ln_final_scale", "ln_final.hook_scale", _VECTOR, "final norm's per-token divisor"),
+        Site("ln2_post_scale", "blocks.{layer}.ln2_post.hook_scale", _VECTOR,
+             "post-MLP norm's per-token divisor (Gemma 2/3)"),
     )
 }
 """Every site, by name. ``z`` is the per-head output before ``W_O``; ``pattern`` and
