@@ -253,7 +253,6 @@ def key_value_agreement(
     sequences, source = text_sequences(lm, texts, trig)
     neurons = _sampled(lm, layers, cfg.neurons_per_layer, cfg.seed)
     tops = top_coefficients(lm, sequences, neurons, trig)
-    generator = torch.Generator().manual_seed(cfg.seed)
     values, errors, pairs, all_hits = [], [], [], []
     for layer in layers:
         top = tops[layer]
@@ -264,7 +263,8 @@ def key_value_agreement(
             _next_tokens(sequences, top),
             top.coefficient < 0,
             cfg,
-            generator,
+            # per layer, so a layer's numbers do not depend on which layers ran with it
+            torch.Generator().manual_seed(cfg.seed * 100_003 + layer + 1),
         )
         values.append(rates)
         errors.append(error)
