@@ -1,0 +1,23 @@
+"""Where knowledge is stored: FFN key-value memories (Geva et al. 2021, 2022) and knowledge neurons
+(Dai et al. 2022). Re-exports only."""
+
+from lmsci_mi.knowledge.agreement import AgreementConfig, KeyValueAgreement, key_value_agreement
+from lmsci_mi.knowledge.subupdates import SubUpdateConfig, SubUpdates, sub_updates
+from lmsci_mi.knowledge.triggers import TriggerConfig, TriggerExamples, trigger_examples
+from lmsci_mi.knowledge.values import ValueVectorConfig, ValueVectors, neuron_label, value_vectors
+
+__all__ = [
+    "AgreementConfig",
+    "KeyValueAgreement",
+    "SubUpdateConfig",
+    "SubUpdates",
+    "TriggerConfig",
+    "TriggerExamples",
+    "ValueVectorConfig",
+    "ValueVectors",
+    "key_value_agreement",
+    "neuron_label",
+    "sub_updates",
+    "trigger_examples",
+    "value_vectors",
+]
