@@ -475,7 +475,7 @@ def scale_neurons(
     neurons: Sequence[tuple[int, int]],
     factor: float,
     *,
-    every_position: bool = False,
+    position: int | None = -1,
 ) -> Iterator[None]:
     """Multiply ``mlp_post`` neurons by ``factor`` while the block runs.
 
@@ -485,8 +485,9 @@ def scale_neurons(
         lm: the model.
         neurons: ``(layer, neuron)`` pairs, e.g. ``KnowledgeNeurons.neurons``.
         factor: 0 suppresses, 2 enhances (Dai et al. 2022, §4.2).
-        every_position: scale at every position instead of only the last one (the prompt's last
-            token when the model is run on the prompt).
+        position: the position to scale: the last one by default (the prompt's last token when
+            the model is run on the prompt; with a teacher-forced continuation, give the prompt's
+            last position), or None for every position.
 
     >>> from lmsci_mi import load_model
     >>> lm = load_model("toy-2l")
@@ -497,13 +498,13 @@ def scale_neurons(
     0
     """
     by_layer = _check_neurons(lm, neurons)
-    position = slice(None) if every_position else slice(-1, None)
+    where = slice(None) if position is None else _single_position(position)
 
     def scaler(index: Tensor) -> HookFn:
         def scale(activation: Tensor, hook: HookPoint) -> Tensor:
             out = activation.clone()
             chosen = index.to(activation.device)
-            out[:, position, chosen] = activation[:, position, chosen] * factor
+            out[:, where, chosen] = activation[:, where, chosen] * factor
             return out
 
         return scale
@@ -517,17 +518,22 @@ def scale_neurons(
 
 
 def suppress_neurons(
-    lm: LensModel, neurons: Sequence[tuple[int, int]], *, every_position: bool = False
+    lm: LensModel, neurons: Sequence[tuple[int, int]], *, position: int | None = -1
 ) -> contextlib.AbstractContextManager[None]:
     """Zero the neurons' activations while the block runs (see :func:`scale_neurons`)."""
-    return scale_neurons(lm, neurons, 0.0, every_position=every_position)
+    return scale_neurons(lm, neurons, 0.0, position=position)
 
 
 def enhance_neurons(
-    lm: LensModel, neurons: Sequence[tuple[int, int]], *, every_position: bool = False
+    lm: LensModel, neurons: Sequence[tuple[int, int]], *, position: int | None = -1
 ) -> contextlib.AbstractContextManager[None]:
     """Double the neurons' activations while the block runs (see :func:`scale_neurons`)."""
-    return scale_neurons(lm, neurons, 2.0, every_position=every_position)
+    return scale_neurons(lm, neurons, 2.0, position=position)
+
+
+def _single_position(position: int) -> slice:
+    """A one-position slice that keeps the position axis (``-1`` -> ``-1:``)."""
+    return slice(position, None if position == -1 else position + 1)
 
 
 def _check_neurons(lm: LensModel, neurons: Sequence[tuple[int, int]]) -> dict[int, list[int]]:

@@ -167,11 +167,20 @@ def test_suppress_and_enhance_scale_only_the_chosen_neurons(tiny: LensModel) -> 
         torch.testing.assert_close(cap[names[0]], clean[names[0]])  # below the change
     with (
         torch.no_grad(),
-        suppress_neurons(tiny, [(0, 2)], every_position=True),
+        suppress_neurons(tiny, [(0, 2)], position=None),
         tiny.hooks.capture(names[0]) as cap,
     ):
         tiny(tokens)
     assert bool((cap[names[0]][..., 2] == 0).all())
+    with (
+        torch.no_grad(),
+        enhance_neurons(tiny, [(1, 4)], position=2),
+        tiny.hooks.capture(names[1]) as cap,
+    ):
+        tiny(tokens)
+    expected = clean[names[1]].clone()
+    expected[:, 2, 4] *= 2
+    torch.testing.assert_close(cap[names[1]], expected)
     with pytest.raises(RuntimeError, match="boom"), enhance_neurons(tiny, [(0, 1)]):
         raise RuntimeError("boom")
     assert tiny.hooks.attached_count() == 0
