@@ -291,7 +291,7 @@ def main() -> None:
     )
     parser.add_argument("--table", action="store_true", help="(b) the suppress/enhance table")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--facts", type=int, default=36, help="facts spread over the shipped set")
+    parser.add_argument("--facts", type=int, default=30, help="facts spread over the shipped set")
     parser.add_argument(
         "--max-seconds", type=float, default=float("inf"), help="stop a piece after this"
     )

@@ -269,3 +269,30 @@ def test_cli_subcommand(
     )
     with pytest.raises(ValueError, match="at least 3 prompts"):
         bad.run(bad)
+
+
+@pytest.mark.slow
+def test_eiffel_neurons_on_smollm2(clean_smollm2: LensModel) -> None:
+    lm = clean_smollm2
+    prompt, target = "The Eiffel Tower is located in the city of", " Paris"
+    res = integrated_gradients(
+        lm, prompt, target, KnowledgeNeuronsConfig(steps=20, layers=(0, 28, 29))
+    )
+    change = res.value - res.baseline_values
+    assert bool((res.completeness_gap().abs() < 0.1 * change.abs() + 1e-3).all()), (
+        res.completeness_gap()
+    )
+    tokens = lm.to_tokens(prompt)
+    paris = lm.token_id(target)
+
+    def p_paris() -> float:
+        with torch.no_grad():
+            return float(lm(tokens)[0, -1].float().softmax(-1)[paris])
+
+    top = [(n.layer, n.neuron) for n in res.top(10)]
+    clean = p_paris()
+    with suppress_neurons(lm, top):
+        suppressed = p_paris()
+    with enhance_neurons(lm, top):
+        enhanced = p_paris()
+    assert suppressed < clean < enhanced  # the neurons IG credits carry p(Paris) both ways
