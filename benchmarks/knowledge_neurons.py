@@ -213,28 +213,29 @@ def table(lm: LensModel, args: argparse.Namespace) -> bool:
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    for index in chosen_facts(len(facts), args.facts):
+    wanted = chosen_facts(len(facts), args.facts)
+    for index in wanted:
         path = cache / f"fact{index:03d}.json"
         if path.exists():
             continue
         if time.perf_counter() - start > args.max_seconds:
             print(f"stopped after {args.max_seconds} s: run again to resume")
-            return False
+            break
         row = one_fact(lm, facts, index, cfg)
         path.write_text(json.dumps(row))
         print(
             f"fact {index} ({row['subject']}): {len(row['neurons'])} neurons, "
             f"suppress {row['knowledge']['suppress']:+.1%}, enhance {row['knowledge']['enhance']:+.1%}"
         )
-    rows = [
-        json.loads((cache / f"fact{i:03d}.json").read_text())
-        for i in chosen_facts(len(facts), args.facts)
-    ]
-    summarise(rows, cfg, args)
-    return True
+    # Every piece rewrites the summary from the facts done so far; "complete" says if all are.
+    done = [cache / f"fact{i:03d}.json" for i in wanted if (cache / f"fact{i:03d}.json").exists()]
+    if done:
+        rows = [json.loads(path.read_text()) for path in done]
+        summarise(rows, cfg, complete=len(done) == len(wanted))
+    return len(done) == len(wanted)
 
 
-def summarise(rows: list[dict], cfg: KnowledgeNeuronsConfig, args: argparse.Namespace) -> None:
+def summarise(rows: list[dict], cfg: KnowledgeNeuronsConfig, *, complete: bool) -> None:
     with_neurons = [r for r in rows if r["neurons"]]
     cells = {}
     print(
@@ -267,6 +268,7 @@ def summarise(rows: list[dict], cfg: KnowledgeNeuronsConfig, args: argparse.Name
     data = json.loads(OUT.read_text()) if OUT.exists() else {}
     data["table"] = {
         "model": "smollm2-135m",
+        "complete": complete,
         "n_facts": len(rows),
         "n_facts_with_neurons": len(with_neurons),
         "prompts_per_fact": 4,
@@ -281,7 +283,7 @@ def summarise(rows: list[dict], cfg: KnowledgeNeuronsConfig, args: argparse.Name
     }
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(data, indent=1))
-    print(f"wrote {OUT}")
+    print(f"wrote {OUT} (complete: {complete})")
 
 
 def main() -> None:
