@@ -275,13 +275,15 @@ def test_cli_subcommand(
 def test_eiffel_neurons_on_smollm2(clean_smollm2: LensModel) -> None:
     lm = clean_smollm2
     prompt, target = "The Eiffel Tower is located in the city of", " Paris"
-    res = integrated_gradients(
-        lm, prompt, target, KnowledgeNeuronsConfig(steps=20, layers=(0, 28, 29))
+    coarse, fine = (
+        integrated_gradients(lm, prompt, target, KnowledgeNeuronsConfig(steps=m, layers=(28, 29)))
+        for m in (20, 80)
     )
-    change = res.value - res.baseline_values
-    assert bool((res.completeness_gap().abs() < 0.1 * change.abs() + 1e-3).all()), (
-        res.completeness_gap()
-    )
+    # Completeness converges like 1/m in the top layers. (Layer 0 is much steeper near the zero
+    # baseline: at 20 steps its scores miss ~40% of its change; see docs/knowledge_neurons.md.)
+    change = (fine.value - fine.baseline_values).abs()
+    assert bool((fine.completeness_gap().abs() < 0.05 * change).all()), fine.completeness_gap()
+    assert bool((fine.completeness_gap().abs() < coarse.completeness_gap().abs() / 2.5).all())
     tokens = lm.to_tokens(prompt)
     paris = lm.token_id(target)
 
@@ -289,7 +291,7 @@ def test_eiffel_neurons_on_smollm2(clean_smollm2: LensModel) -> None:
         with torch.no_grad():
             return float(lm(tokens)[0, -1].float().softmax(-1)[paris])
 
-    top = [(n.layer, n.neuron) for n in res.top(10)]
+    top = [(n.layer, n.neuron) for n in coarse.top(10)]
     clean = p_paris()
     with suppress_neurons(lm, top):
         suppressed = p_paris()
