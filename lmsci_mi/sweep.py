@@ -11,8 +11,10 @@ here. The engine exploits two facts about a causal transformer:
   positions ``p..`` are computed, attending to the base run's cached keys and values before ``p``.
 
 Only the positions a readout needs are unembedded, and each block call holds at most a token
-budget. Interventions go through the hook registry. After ROME's batched tracing and
-TransformerLens's ``patching`` (which reruns the full model once per patch).
+budget. Interventions go through the hook registry. With ``grad=True`` the same resume runs with
+autograd on, keeping every row, so a caller can differentiate the readout with respect to the
+rows' sources (integrated gradients). After ROME's batched tracing and TransformerLens's
+``patching`` (which reruns the full model once per patch).
 """
 
 from __future__ import annotations
@@ -48,9 +50,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-Readout = Callable[[Float[Tensor, "row batch vocab"]], Tensor]
+Readout = Callable[[Float[Tensor, "row batch ... vocab"]], Tensor]
 """Turns the logits at the answer position of each (row, base sequence) into the sweep's values,
-``[row, batch, vocab] -> [row, batch, ...]`` (a metric, a probability, the logits themselves)."""
+``[row, batch, vocab] -> [row, batch, ...]`` (a metric, a probability, the logits themselves).
+With several answer positions per sequence (``answer_positions`` of shape ``[batch, answer]``,
+e.g. a teacher-forced multi-token target) the logits are ``[row, batch, answer, vocab]``."""
 
 
 @config
@@ -120,6 +124,8 @@ class BaseRun:
     ``resid[l]`` enters block ``l`` (``resid[n_layers]`` is the final residual stream);
     ``keys[l]``/``values[l]`` are what block ``l``'s attention caches (so a suffix can attend to
     the unchanged prefix); ``acts`` holds the base activation at every hook a row touches.
+    ``answer_positions`` is ``[batch]`` (one read position per sequence) or ``[batch, answer]``;
+    ``logits`` are read there, ``[batch, vocab]`` or ``[batch, answer, vocab]``.
     """
 
     tokens: Int[Tensor, "batch pos"]
@@ -127,8 +133,8 @@ class BaseRun:
     keys: list[Tensor]
     values: list[Tensor]
     acts: dict[str, Tensor]
-    answer_positions: Int[Tensor, " batch"]
-    logits: Float[Tensor, "batch vocab"]
+    answer_positions: Int[Tensor, "batch ..."]
+    logits: Float[Tensor, "batch ... vocab"]
 
     @property
     def batch(self) -> int:
@@ -145,7 +151,7 @@ class BaseRun:
         lm: LensModel,
         tokens: Int[Tensor, "batch pos"],
         *,
-        answer_positions: int | Int[Tensor, " batch"] = -1,
+        answer_positions: int | Int[Tensor, " batch"] | Int[Tensor, "batch answer"] = -1,
         capture: Sequence[str] = (),
         interventions: Sequence[Intervention] = (),
     ) -> BaseRun:
@@ -163,8 +169,7 @@ class BaseRun:
             for layer, block in enumerate(model.blocks):
                 resid = block(resid, past_kv_cache_entry=entries[layer])
         answers = _answer_positions(answer_positions, tokens.shape)
-        rows = torch.arange(tokens.shape[0], device=lm.device)
-        logits = lm.unembed(resid[rows, answers][:, None])[:, 0]
+        logits = _read_logits(lm, resid, answers.to(lm.device))
         return cls(
             tokens=tokens,
             resid=[cap[name] for name in names] + [resid],
@@ -178,11 +183,24 @@ class BaseRun:
 
 def _answer_positions(positions: int | Tensor, shape: torch.Size) -> Tensor:
     batch, n_pos = shape
-    answers = torch.as_tensor(positions).to(torch.long).reshape(-1).expand(batch) if not isinstance(
-        positions, int) else torch.full((batch,), positions, dtype=torch.long)
+    if isinstance(positions, int):
+        answers = torch.full((batch,), positions, dtype=torch.long)
+    elif torch.as_tensor(positions).ndim == 2:
+        answers = torch.as_tensor(positions).to(torch.long).expand(batch, -1)
+    else:
+        answers = torch.as_tensor(positions).to(torch.long).reshape(-1).expand(batch)
     if ((answers >= n_pos) | (answers < -n_pos)).any():
         raise ValueError(f"answer positions {answers.tolist()} out of range for {n_pos} tokens")
     return (answers % n_pos).to(torch.long)
+
+
+def _read_logits(lm: LensModel, resid: Tensor, answers: Tensor) -> Tensor:
+    """Logits at ``answers`` (``[seq]`` or ``[seq, answer]``) of residual streams ``[seq, pos, d]``:
+    ``[seq, vocab]`` or ``[seq, answer, vocab]``. Only those positions are unembedded."""
+    rows = torch.arange(resid.shape[0], device=resid.device)
+    if answers.ndim == 1:
+        return lm.unembed(resid[rows, answers][:, None])[:, 0]
+    return lm.unembed(resid[rows[:, None], answers])
 
 
 # ----------------------------------------------------------------------------- planning
@@ -224,12 +242,16 @@ def _start_layer(hook: str, n_layers: int) -> int:
     )
 
 
-def _first_change(base: BaseRun, item: Intervention) -> int:
-    """First position where the intervention changes the base activation (n_pos if nowhere)."""
+def _first_change(base: BaseRun, item: Intervention, keep_all: bool = False) -> int:
+    """First position where the intervention changes the base activation (n_pos if nowhere);
+    with ``keep_all``, the first position its mask selects, whether the value changes or not."""
     act = base.acts[item.hook]
     axis = layout_of(item.hook).position_axis
-    source = item.source.to(device=act.device, dtype=act.dtype)
-    changed = item.mask.to(act.device) & (source != act)
+    mask = item.mask.to(act.device)
+    if keep_all:
+        changed = mask
+    else:
+        changed = mask & (item.source.detach().to(device=act.device, dtype=act.dtype) != act)
     changed = changed.expand(torch.broadcast_shapes(changed.shape, act.shape))
     per_position = changed.movedim(axis, 0).reshape(act.shape[axis], -1).any(-1)
     hits = per_position.nonzero()
@@ -237,9 +259,12 @@ def _first_change(base: BaseRun, item: Intervention) -> int:
 
 
 def _plan_rows(base: BaseRun, rows: Sequence[Row], n_layers: int, reuse_prefix: bool, *,
-               reads_logits: bool, every_position: bool) -> list[PlannedRow]:
+               reads_logits: bool, every_position: bool, keep_all: bool = False) -> list[PlannedRow]:
     """Each row's start layer and first changed position. When only the answer positions are
-    read, a row that changes nothing up to them is dropped; with captures, every position counts."""
+    read, a row that changes nothing up to them is dropped; with captures, every position counts.
+    With ``keep_all`` no row is dropped: a row starts where its masks first select a position,
+    even if its sources equal the base there (integrated gradients' last step is the base run,
+    and its gradient is still wanted)."""
     planned = []
     last_needed = base.n_pos - 1 if every_position else int(base.answer_positions.max())
     # The readout needs the answer positions computed, so no prefix may cover them.
@@ -247,10 +272,14 @@ def _plan_rows(base: BaseRun, rows: Sequence[Row], n_layers: int, reuse_prefix: 
     for index, row in enumerate(rows):
         if not row.interventions:
             raise ValueError(f"row {index} has no intervention")
-        changes = [(_first_change(base, item), _start_layer(item.hook, n_layers)) for item in row.interventions]
+        changes = [(_first_change(base, item, keep_all), _start_layer(item.hook, n_layers))
+                   for item in row.interventions]
         prefix = min(first for first, _ in changes)
-        if prefix > last_needed:
+        if prefix > last_needed and not keep_all:
             continue  # nothing the readout sees changes: the row reads the base run
+        if prefix >= base.n_pos:
+            raise ValueError(f"row {index} selects no position: give each intervention a mask "
+                             "that is true somewhere")
         prefix = min(prefix, first_needed) if reuse_prefix else 0
         # Interventions below the first one that changes anything see base inputs and write
         # base values (e.g. heads frozen at their clean output): the row can start above them.
@@ -372,9 +401,10 @@ def _run_pass(lm: LensModel, base: BaseRun, run: Pass, readout: Readout | None,
         values = None
         if readout is not None:
             assert resid is not None
-            answers = (base.answer_positions - prefix).repeat(len(run.rows))
-            picked = resid[torch.arange(resid.shape[0], device=resid.device), answers]
-            values = readout(lm.unembed(picked[:, None])[:, 0].reshape(len(run.rows), base.batch, -1))
+            answers = base.answer_positions - prefix
+            answers = answers.repeat(len(run.rows), *[1] * (answers.ndim - 1))
+            logits = _read_logits(lm, resid, answers)
+            values = readout(logits.reshape(len(run.rows), base.batch, *logits.shape[1:]))
     # A hook below every row's start layer fires in no pass: it keeps the base activation.
     captured = {name: _whole(base, name, cap[name], len(run.rows), prefix) for name in capture if name in cap}
     return values, captured, token_layers
@@ -391,7 +421,6 @@ def _whole(base: BaseRun, name: str, computed: Tensor, n_rows: int, prefix: int)
     return whole
 
 
-@torch.no_grad()
 def run_rows(
     lm: LensModel,
     base: BaseRun,
@@ -400,11 +429,12 @@ def run_rows(
     config: SweepConfig | None = None,
     *,
     capture: Sequence[str] = (),
+    grad: bool = False,
 ) -> SweepOutput:
     """Run every row against ``base`` and read each row's logits at the answer positions.
 
     Reads the model only; every hook is removed on return or error. A row whose changes cannot
-    reach the answer position reads the base run without a forward pass.
+    reach the answer position reads the base run without a forward pass (unless ``grad``).
 
     Args:
         lm: the model.
@@ -416,6 +446,10 @@ def run_rows(
         config: batching settings.
         capture: hooks whose activation each row produces is returned (captured in the base
             run too); e.g. the receivers' queries of path patching, or probe features.
+        grad: run with autograd on and keep every row, even one equal to the base run, so the
+            values carry the graph back to the rows' sources: give sources that require grad and
+            call ``torch.autograd.grad`` on the values (integrated gradients). Each row still
+            starts at its own layer and first masked position, against the cached prefix.
 
     Returns:
         A :class:`SweepOutput` with values ``[row, batch, ...]`` and the captures ``{hook: [row,
@@ -427,11 +461,17 @@ def run_rows(
     missing = sorted(({i.hook for r in rows for i in r.interventions} | set(capture)) - set(base.acts))
     if missing:
         raise ValueError(f"the base run did not capture {missing}: pass them to BaseRun.record(capture=...)")
+    with torch.set_grad_enabled(grad):
+        return _run_all(lm, base, rows, readout, config, capture, grad)
+
+
+def _run_all(lm: LensModel, base: BaseRun, rows: Sequence[Row], readout: Readout | None,
+             config: SweepConfig, capture: Sequence[str], grad: bool) -> SweepOutput:
     n_layers = lm.cfg.n_layers
     planned = _plan_rows(base, rows, n_layers, config.reuse_prefix, reads_logits=readout is not None,
-                         every_position=bool(capture))
+                         every_position=bool(capture), keep_all=grad)
     passes = plan_passes(planned, n_layers, base.n_pos, base.batch, config)
-    base_value = readout(base.logits[None])[0] if readout is not None else torch.empty(0)
+    base_value = readout(base.logits[None])[0].detach() if readout is not None else torch.empty(0)
     values = base_value.unsqueeze(0).repeat(len(rows), *[1] * base_value.ndim)
     captured = {name: base.acts[name].unsqueeze(0).repeat(len(rows), *[1] * base.acts[name].ndim)
                 for name in capture}

@@ -15,6 +15,7 @@ from lmsci_mi.cli.common import (
     load_from_args,
     write_outputs,
 )
+from lmsci_mi.cli.knowledge_neurons import add_neurons_command
 from lmsci_mi.knowledge import (
     AgreementConfig,
     SubUpdateConfig,
@@ -65,9 +66,7 @@ def register(commands: Any) -> None:
     add_config_args(agreement, AgreementConfig)
     agreement.set_defaults(run=_run_agreement)
 
-    # ---- knowledge neurons: the lead wires the neurons helper's command in here, e.g.
-    # add_neurons_command(sub)   (from lmsci_mi.cli.knowledge_neurons)
-    # ---- end of knowledge neurons
+    add_neurons_command(sub)
 
 
 def _neuron_args(parser: argparse.ArgumentParser) -> None:

@@ -1,0 +1,558 @@
+"""Knowledge neurons: integrated-gradients attribution of a fact to MLP neurons (Dai et al. 2022).
+
+A neuron is one coordinate of ``mlp_post`` (``act(gate) * up`` in a gated MLP, the vector the
+down-projection reads) at the last prompt position. Its score is the integrated gradient of the
+target's probability from a zero baseline; neurons scoring above a share of the maximum in most
+paraphrases of a fact are its knowledge neurons, which :func:`suppress_neurons` and
+:func:`enhance_neurons` switch off or double.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import field
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from lmsci_mi.config import Config, config
+from lmsci_mi.hooks import HookFn
+from lmsci_mi.model import LensModel
+from lmsci_mi.results import Result, result_type
+from lmsci_mi.sites import hook_name
+from lmsci_mi.sweep import BaseRun, Intervention, Readout, Row, SweepConfig, run_rows
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+    from transformer_lens.hook_points import HookPoint
+
+__all__ = [
+    "KnowledgeNeurons",
+    "KnowledgeNeuronsConfig",
+    "NeuronAttribution",
+    "NeuronScore",
+    "enhance_neurons",
+    "integrated_gradients",
+    "knowledge_neurons",
+    "refine_neurons",
+    "scale_neurons",
+    "suppress_neurons",
+]
+
+Neuron = tuple[int, int]
+"""A neuron as ``(layer, index)`` into ``mlp_post``."""
+
+
+class NeuronScore(NamedTuple):
+    """One neuron and its score, as :meth:`NeuronAttribution.top` lists them."""
+
+    layer: int
+    neuron: int
+    score: float
+
+    def __str__(self) -> str:
+        return f"L{self.layer}.N{self.neuron} {self.score:+.4g}"
+
+
+@config
+class KnowledgeNeuronsConfig(Config):
+    """Integrated gradients and the paraphrase refinement of Dai et al. 2022 (§3)."""
+
+    steps: int = field(
+        default=20,
+        metadata={"help": "Riemann steps m of integrated gradients (Dai et al.: 20)", "ge": 1},
+    )
+    layers: tuple[int, ...] | None = field(
+        default=None, metadata={"help": "layers to attribute (default: all)"}
+    )
+    threshold: float = field(
+        default=0.2,
+        metadata={
+            "help": "refinement: keep neurons scoring above this share of the prompt's "
+            "maximum (Dai et al.: 0.2)",
+            "gt": 0,
+            "le": 1,
+        },
+    )
+    share: float = field(
+        default=0.7,
+        metadata={
+            "help": "refinement: keep neurons above the threshold in at least this share "
+            "of the prompts (Dai et al.'s code: 0.7)",
+            "gt": 0,
+            "le": 1,
+        },
+    )
+    min_prompts: int = field(
+        default=3, metadata={"help": "refinement needs at least this many prompts", "ge": 2}
+    )
+    sweep: SweepConfig = field(default_factory=SweepConfig, metadata={"cli": False})
+
+    def layer_list(self, n_layers: int) -> list[int]:
+        """The attributed layers, checked against the model."""
+        layers = list(range(n_layers)) if self.layers is None else list(self.layers)
+        bad = [layer for layer in layers if not 0 <= layer < n_layers]
+        if bad or not layers:
+            raise ValueError(
+                f"layers {bad or layers} do not exist: the model has layers 0..{n_layers - 1}"
+            )
+        return sorted(set(layers))
+
+
+@result_type
+class NeuronAttribution(Result):
+    """Integrated-gradients scores of every ``mlp_post`` neuron at the last prompt position.
+
+    ``values[i, n]`` is neuron ``n`` of layer ``layers[i]``: ``a_n / m * sum_k dF/da_n`` at
+    ``(k/m) a`` for ``k = 1..m`` (the right Riemann sum of Dai et al. eq. 2), the other layers
+    and positions left at the clean run. The scores of one layer sum to ``value -
+    baseline_values[i]`` up to the Riemann error (:meth:`completeness_gap`).
+
+    Attributes:
+        prompt / target: the fact. ``target_tokens``: the target's tokens.
+        objective: ``"probability"`` of a one-token target, or ``"log-probability"``: the
+            target's total log-probability, teacher-forced on its true tokens, attributed to the
+            neurons at the last prompt position (later positions see the change through
+            attention).
+        layers: the attributed layers (rows of ``values``). position: the attributed position.
+        steps: m. value: the objective on the clean run.
+        baseline_values: ``[layer]`` the objective with that layer's neurons zeroed at the position.
+        activations: ``[layer, neuron]`` the clean ``mlp_post`` (its sign says which way a
+            neuron's value vector is written).
+    """
+
+    prompt: str
+    target: str
+    target_tokens: tuple[str, ...]
+    objective: str
+    layers: tuple[int, ...]
+    position: int
+    steps: int
+    value: float
+    baseline_values: Tensor
+    activations: Tensor
+
+    def completeness_gap(self) -> Float[Tensor, " layer"]:
+        """Per layer, the sum of the scores minus the objective's change from the zero baseline."""
+        return self.values.sum(-1) - (self.value - self.baseline_values)
+
+    def top(self, k: int = 10) -> tuple[NeuronScore, ...]:
+        """The ``k`` highest-scoring neurons, best first."""
+        return _top(self.values, self.layers, k)
+
+    def summary(self, rows: int = 10) -> str:
+        gap = self.completeness_gap().abs().max()
+        lines = [
+            f"Integrated gradients ({self.steps} steps, zero baseline) on {self.meta.model}: "
+            f"{self.objective} of {self.target!r} after {self.prompt!r} = {self.value:.4g}; "
+            f"mlp_post at position {self.position}, {len(self.layers)} layers; largest "
+            f"completeness gap {float(gap):.2g}",
+        ]
+        for item in self.top(rows):
+            row = self.layers.index(item.layer)
+            lines.append(
+                f"  {item}   (activation {float(self.activations[row, item.neuron]):+.3g})"
+            )
+        return "\n".join(lines)
+
+    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+        return _plot_scores(
+            self.values,
+            self.layers,
+            self.top(20),
+            path,
+            title or f"Knowledge-neuron attribution of {self.target!r} — {self.meta.model}",
+        )
+
+
+@result_type
+class KnowledgeNeurons(Result):
+    """A fact's knowledge neurons, refined across paraphrases (Dai et al. 2022, §3.2).
+
+    ``values[i, n]`` is the share of prompts in which neuron ``n`` of layer ``layers[i]`` scored
+    above ``threshold`` times that prompt's maximum score; ``neurons`` are those whose share is
+    at least ``share``, ordered by mean score.
+
+    Attributes:
+        target / objective / steps: as in :class:`NeuronAttribution`.
+        layers: the attributed layers. threshold / share: t and p of the refinement.
+        neurons: the knowledge neurons as ``(layer, neuron)``.
+        scores: ``[prompt, layer, neuron]`` each prompt's integrated-gradients scores.
+    """
+
+    target: str
+    objective: str
+    steps: int
+    layers: tuple[int, ...]
+    threshold: float
+    share: float
+    neurons: tuple[tuple[int, int], ...]
+    scores: Tensor
+
+    def top(self, k: int | None = None) -> tuple[NeuronScore, ...]:
+        """The knowledge neurons with their mean score over the prompts, best first."""
+        mean = self.scores.mean(0)
+        chosen = [
+            NeuronScore(layer, neuron, float(mean[self.layers.index(layer), neuron]))
+            for layer, neuron in self.neurons
+        ]
+        return tuple(chosen[:k] if k is not None else chosen)
+
+    def summary(self, rows: int = 10) -> str:
+        lines = [
+            f"{len(self.neurons)} knowledge neurons of {self.target!r} on {self.meta.model} "
+            f"(above {self.threshold:g} x max in >= {self.share:.0%} of {self.scores.shape[0]} prompts, "
+            f"IG of the {self.objective}, {self.steps} steps)",
+        ]
+        lines += [f"  {item}" for item in self.top(rows)]
+        return "\n".join(lines)
+
+    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+        return _plot_scores(
+            self.scores.mean(0),
+            self.layers,
+            self.top(20),
+            path,
+            title or f"Knowledge neurons of {self.target!r} — {self.meta.model}",
+        )
+
+
+def _top(values: Tensor, layers: Sequence[int], k: int) -> tuple[NeuronScore, ...]:
+    flat = values.flatten()
+    best = flat.topk(min(k, flat.numel())).indices.tolist()
+    width = values.shape[-1]
+    return tuple(NeuronScore(layers[i // width], i % width, float(flat[i])) for i in best)
+
+
+def _plot_scores(
+    values: Tensor,
+    layers: Sequence[int],
+    top: Sequence[NeuronScore],
+    path: str | Path | None,
+    title: str,
+) -> Figure:
+    """Two panels: the largest score per layer, and the top neurons as bars."""
+    import matplotlib.pyplot as plt
+
+    from lmsci_mi.viz.plots import save_figure
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 2]})
+    left.bar(list(layers), values.max(-1).values.float().cpu().numpy(), color="tab:blue")
+    left.set_xlabel("layer")
+    left.set_ylabel("largest neuron score")
+    names = [f"L{item.layer}.N{item.neuron}" for item in top][::-1]
+    right.barh(names, [item.score for item in top][::-1], color="tab:orange")
+    right.set_xlabel("score")
+    right.tick_params(axis="y", labelsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    if path is not None:
+        save_figure(fig, path)
+    return fig
+
+
+# ----------------------------------------------------------------------------- attribution
+
+
+class _Fact(NamedTuple):
+    """A prompt and target, tokenised: the prompt plus all but the last target token."""
+
+    tokens: Tensor
+    position: int
+    target_ids: list[int]
+
+
+def _fact(lm: LensModel, prompt: str, target: str) -> _Fact:
+    if not prompt.strip():
+        raise ValueError(
+            "empty prompt: give the text before the target, e.g. "
+            "'The Eiffel Tower is located in the city of'"
+        )
+    if not target.strip():
+        raise ValueError("empty target: give the answer's text, e.g. ' Paris'")
+    target_ids = lm.continuation_ids(target)
+    if not target_ids:
+        raise ValueError(f"target {target!r} tokenises to nothing for {lm.name}: give visible text")
+    prompt_ids = lm.encode(prompt)
+    tokens = torch.tensor([prompt_ids + target_ids[:-1]], dtype=torch.long, device=lm.device)
+    return _Fact(tokens, len(prompt_ids) - 1, target_ids)
+
+
+def _objective(target_ids: Sequence[int]) -> Readout:
+    """The readout: the target's probability (one token) or its total teacher-forced
+    log-probability (several), ``[row, batch, (answer,) vocab] -> [row, batch]``."""
+    if len(target_ids) == 1:
+        return lambda logits: logits.float().softmax(-1)[..., target_ids[0]]
+    ids = torch.tensor(target_ids)
+
+    def log_prob(logits: Tensor) -> Tensor:
+        picked = ids.to(logits.device).expand(*logits.shape[:-1])
+        return logits.float().log_softmax(-1).gather(-1, picked[..., None])[..., 0].sum(-1)
+
+    return log_prob
+
+
+def _rows(
+    base: BaseRun, names: Sequence[str], position: int, steps: int
+) -> tuple[list[Row], list[Tensor]]:
+    """Per layer: ``steps`` rows at ``(k/m) a`` (k = 1..m, each source a slice of one leaf that
+    takes the gradient) and one row at the zero baseline (for completeness, no gradient)."""
+    rows: list[Row] = []
+    leaves: list[Tensor] = []
+    n_pos = base.n_pos
+    mask = torch.zeros(1, n_pos, 1, dtype=torch.bool, device=base.tokens.device)
+    mask[:, position] = True
+    alphas = torch.arange(1, steps + 1, dtype=torch.float32, device=base.tokens.device) / steps
+    for name in names:
+        act = base.acts[name][0, position]
+        leaf = (alphas[:, None].to(act.dtype) * act).requires_grad_(True)
+        leaves.append(leaf)
+        rows += [Row((Intervention(name, leaf[k].reshape(1, 1, -1), mask),)) for k in range(steps)]
+        rows.append(Row((Intervention(name, torch.zeros_like(act).reshape(1, 1, -1), mask),)))
+    return rows, leaves
+
+
+def integrated_gradients(
+    lm: LensModel, prompt: str, target: str, config: KnowledgeNeuronsConfig | None = None
+) -> NeuronAttribution:
+    """Integrated-gradients score of every ``mlp_post`` neuron at the last prompt position.
+
+    Reads the model only. The m steps of every layer run as rows of one sweep (layers batched
+    as the token budget allows), each computing only the last prompt position (and the target's
+    teacher-forced positions) from its layer on, against the prompt's cached keys and values;
+    one backward pass gives every gradient.
+
+    Args:
+        lm: the model.
+        prompt: the fact's prompt, e.g. ``"The Eiffel Tower is located in the city of"``.
+        target: the answer, e.g. ``" Paris"``; with several tokens, their total log-probability
+            (teacher-forced on the true tokens) is attributed instead of the probability.
+        config: steps, layers and batching.
+
+    Returns:
+        A :class:`NeuronAttribution` ``[layer, neuron]``.
+
+    >>> from lmsci_mi import load_model
+    >>> lm = load_model("toy-2l")
+    >>> res = integrated_gradients(lm, "The Eiffel Tower is in", " Paris")
+    >>> tuple(res.values.shape), res.objective
+    ((2, 256), 'probability')
+    """
+    cfg = config or KnowledgeNeuronsConfig()
+    layers = cfg.layer_list(lm.cfg.n_layers)
+    fact = _fact(lm, prompt, target)
+    names = [hook_name("mlp_post", layer) for layer in layers]
+    n_answers = len(fact.target_ids)
+    answers = (
+        torch.arange(fact.position, fact.position + n_answers)[None]
+        if n_answers > 1
+        else fact.position
+    )
+    base = BaseRun.record(lm, fact.tokens, answer_positions=answers, capture=names)
+    rows, leaves = _rows(base, names, fact.position, cfg.steps)
+    out = run_rows(lm, base, rows, _objective(fact.target_ids), cfg.sweep, grad=True)
+    values = out.values.reshape(len(layers), cfg.steps + 1)
+    grads = torch.autograd.grad(values[:, :-1].sum(), leaves)
+    acts = torch.stack([base.acts[name][0, fact.position] for name in names]).detach()
+    scores = acts * torch.stack(grads).sum(1) / cfg.steps
+    return NeuronAttribution(
+        values=scores.float().cpu(),
+        axes=("layer", "neuron"),
+        labels=(tuple(f"L{layer}" for layer in layers), ()),
+        meta=lm.meta([prompt], params=cfg.params()),
+        prompt=prompt,
+        target=target,
+        target_tokens=tuple(lm.to_str_tokens(fact.target_ids)),
+        objective="probability" if n_answers == 1 else "log-probability",
+        layers=tuple(layers),
+        position=fact.position,
+        steps=cfg.steps,
+        value=float(_objective(fact.target_ids)(base.logits[None])[0, 0]),
+        baseline_values=values[:, -1].detach().float().cpu(),
+        activations=acts.float().cpu(),
+    )
+
+
+# ----------------------------------------------------------------------------- refinement
+
+
+def refine_neurons(
+    attributions: Sequence[NeuronAttribution], config: KnowledgeNeuronsConfig | None = None
+) -> KnowledgeNeurons:
+    """The neurons that score above ``threshold`` x the prompt's maximum in at least ``share``
+    of the prompts (Dai et al. 2022, §3.2), from one attribution per paraphrase of a fact.
+
+    Args:
+        attributions: :func:`integrated_gradients` of each prompt, same target and layers.
+        config: ``threshold`` (t), ``share`` (p) and ``min_prompts``.
+
+    Returns:
+        A :class:`KnowledgeNeurons`.
+    """
+    cfg = config or KnowledgeNeuronsConfig()
+    if len(attributions) < cfg.min_prompts:
+        raise ValueError(
+            f"refinement across paraphrases needs at least {cfg.min_prompts} prompts, got "
+            f"{len(attributions)}: add paraphrases of the fact, or lower min_prompts (at least 2)"
+        )
+    first = attributions[0]
+    if any(a.layers != first.layers or a.target != first.target for a in attributions):
+        raise ValueError(
+            "attributions differ in target or layers: attribute every paraphrase "
+            "of one fact with the same config"
+        )
+    scores = torch.stack([a.values for a in attributions])
+    peak = scores.flatten(1).max(1).values.clamp_min(0)[:, None, None]
+    # Only positive scores can pass: a prompt whose every score is <= 0 contributes no neuron.
+    passed = (scores > cfg.threshold * peak) & (scores > 0)
+    shared = passed.float().mean(0)
+    keep = (shared >= cfg.share - 1e-9).nonzero().tolist()
+    mean = scores.mean(0)
+    keep.sort(key=lambda cell: -float(mean[cell[0], cell[1]]))
+    return KnowledgeNeurons(
+        values=shared,
+        axes=("layer", "neuron"),
+        labels=(tuple(f"L{layer}" for layer in first.layers), ()),
+        meta=dataclasses.replace(
+            first.meta, prompts=tuple(a.prompt for a in attributions), params=cfg.params()
+        ),
+        target=first.target,
+        objective=first.objective,
+        steps=first.steps,
+        layers=first.layers,
+        threshold=cfg.threshold,
+        share=cfg.share,
+        neurons=tuple((first.layers[row], neuron) for row, neuron in keep),
+        scores=scores,
+    )
+
+
+def knowledge_neurons(
+    lm: LensModel, prompts: Sequence[str], target: str, config: KnowledgeNeuronsConfig | None = None
+) -> KnowledgeNeurons:
+    """A fact's knowledge neurons: integrated gradients on each paraphrase, then refinement.
+
+    Reads the model only.
+
+    Args:
+        lm: the model.
+        prompts: paraphrases of one fact (at least ``config.min_prompts``), each followed by
+            ``target``.
+        target: the answer, e.g. ``" Paris"``.
+        config: see :class:`KnowledgeNeuronsConfig`.
+
+    Returns:
+        A :class:`KnowledgeNeurons`.
+
+    >>> from lmsci_mi import load_model
+    >>> lm = load_model("toy-2l")
+    >>> kn = knowledge_neurons(lm, ["The Eiffel Tower is in", "The Eiffel Tower stands in",
+    ...                             "Where is the Eiffel Tower? In"], " Paris")
+    >>> kn.scores.shape[0], all(0 <= layer < 2 for layer, _ in kn.neurons)
+    (3, True)
+    """
+    cfg = config or KnowledgeNeuronsConfig()
+    if len(prompts) < cfg.min_prompts:
+        raise ValueError(
+            f"refinement across paraphrases needs at least {cfg.min_prompts} prompts, got "
+            f"{len(prompts)}: add paraphrases of the fact, or lower min_prompts (at least 2)"
+        )
+    return refine_neurons([integrated_gradients(lm, p, target, cfg) for p in prompts], cfg)
+
+
+# ----------------------------------------------------------------------------- interventions
+
+
+@contextmanager
+def scale_neurons(
+    lm: LensModel,
+    neurons: Sequence[tuple[int, int]],
+    factor: float,
+    *,
+    position: int | None = -1,
+) -> Iterator[None]:
+    """Multiply ``mlp_post`` neurons by ``factor`` while the block runs.
+
+    Changes no weight; the hooks go through the registry and are removed on exit, normal or not.
+
+    Args:
+        lm: the model.
+        neurons: ``(layer, neuron)`` pairs, e.g. ``KnowledgeNeurons.neurons``.
+        factor: 0 suppresses, 2 enhances (Dai et al. 2022, §4.2).
+        position: the position to scale: the last one by default (the prompt's last token when
+            the model is run on the prompt; with a teacher-forced continuation, give the prompt's
+            last position), or None for every position.
+
+    >>> from lmsci_mi import load_model
+    >>> lm = load_model("toy-2l")
+    >>> with scale_neurons(lm, [(0, 3), (1, 7)], 0.0):
+    ...     len(lm.hooks.active())
+    2
+    >>> len(lm.hooks.active())
+    0
+    """
+    by_layer = _check_neurons(lm, neurons)
+    where = slice(None) if position is None else _single_position(position)
+
+    def scaler(index: Tensor) -> HookFn:
+        def scale(activation: Tensor, hook: HookPoint) -> Tensor:
+            out = activation.clone()
+            chosen = index.to(activation.device)
+            out[:, where, chosen] = activation[:, where, chosen] * factor
+            return out
+
+        return scale
+
+    hooks = [
+        (hook_name("mlp_post", layer), scaler(torch.tensor(index)))
+        for layer, index in sorted(by_layer.items())
+    ]
+    with lm.hooks.hooks(fwd=hooks, label=f"scale neurons x{factor:g}"):
+        yield
+
+
+def suppress_neurons(
+    lm: LensModel, neurons: Sequence[tuple[int, int]], *, position: int | None = -1
+) -> contextlib.AbstractContextManager[None]:
+    """Zero the neurons' activations while the block runs (see :func:`scale_neurons`)."""
+    return scale_neurons(lm, neurons, 0.0, position=position)
+
+
+def enhance_neurons(
+    lm: LensModel, neurons: Sequence[tuple[int, int]], *, position: int | None = -1
+) -> contextlib.AbstractContextManager[None]:
+    """Double the neurons' activations while the block runs (see :func:`scale_neurons`)."""
+    return scale_neurons(lm, neurons, 2.0, position=position)
+
+
+def _single_position(position: int) -> slice:
+    """A one-position slice that keeps the position axis (``-1`` -> ``-1:``)."""
+    return slice(position, None if position == -1 else position + 1)
+
+
+def _check_neurons(lm: LensModel, neurons: Sequence[tuple[int, int]]) -> dict[int, list[int]]:
+    """Neuron indices by layer, checked against the model before any hook is attached."""
+    n_layers, d_mlp = lm.cfg.n_layers, int(lm.cfg.d_mlp or 0)
+    if not neurons:
+        raise ValueError(
+            "no neurons given: pass (layer, neuron) pairs, e.g. KnowledgeNeurons.neurons"
+        )
+    by_layer: dict[int, list[int]] = {}
+    for item in neurons:
+        layer, neuron = (int(v) for v in item[:2])
+        if not 0 <= layer < n_layers:
+            raise ValueError(
+                f"neuron {tuple(item[:2])}: layer {layer} does not exist (layers 0..{n_layers - 1})"
+            )
+        if not 0 <= neuron < d_mlp:
+            raise ValueError(
+                f"neuron {tuple(item[:2])}: index {neuron} does not exist (neurons 0..{d_mlp - 1})"
+            )
+        by_layer.setdefault(layer, []).append(neuron)
+    return by_layer
