@@ -320,8 +320,10 @@ class _CircuitPatch:
                  corrupted: Tensor, corrupted_streams: dict[str, Tensor], current: Tensor):
         self.lm, self.graph, self.current = lm, graph, current
         self.k = keep.shape[0]
-        self.keep = keep.to(lm.device)
-        self.ablate = self.graph.real.to(lm.device) & ~self.keep
+        # Float weights: 1 = edge kept, 0 = edge takes the corrupted value; between, a mix
+        # (soft masks, for gradient checks and integrated edge gradients).
+        self.keep = keep.to(device=lm.device, dtype=corrupted.dtype)
+        self.ablate = self.graph.real.to(lm.device, corrupted.dtype) - self.keep
         self.corrupted, self.corrupted_streams = corrupted, corrupted_streams
         self.stream: dict[int, Tensor] = {}
         self.delta: dict[int, Tensor] = {}
@@ -331,19 +333,19 @@ class _CircuitPatch:
         d]``, or the whole input rebuilt from the corrupted stream when fewer senders are kept
         than ablated; None when nothing is ablated there."""
         ablate = self.ablate[:, :n_senders, cols]
-        if not bool(ablate.any()):
+        if not bool((ablate != 0).any()):
             return None
         keep = self.keep[:, :n_senders, cols]
-        use_keep = int(keep.any((0, 2)).sum()) < int(ablate.any((0, 2)).sum())
+        use_keep = int((keep != 0).any((0, 2)).sum()) < int((ablate != 0).any((0, 2)).sum())
         mask = keep if use_keep else ablate
-        active = mask.any((0, 2)).nonzero().flatten()
+        active = (mask != 0).any((0, 2)).nonzero().flatten()
         rows, width = self.current.shape[:2]
         base = (stream_corrupted.repeat(self.k, 1, 1) if use_keep else stream).unsqueeze(2)
         if active.numel() == 0:
             return base.expand(-1, -1, cols.stop - cols.start, -1)
         diff = (self.corrupted[:, :, active].repeat(self.k, 1, 1, 1) - self.current[:, :, active])
         diff = diff.view(self.k, rows // self.k, width, active.numel(), -1)
-        summed = torch.einsum("kbpsd,ksr->kbprd", diff, mask[:, active].to(diff.dtype))
+        summed = torch.einsum("kbpsd,ksr->kbprd", diff, mask[:, active])
         summed = summed.reshape(rows, width, cols.stop - cols.start, -1)
         return base - summed if use_keep else base + summed
 
@@ -351,11 +353,11 @@ class _CircuitPatch:
         g, hooks = self.graph, []
         for layer in range(g.n_layers):
             cols = g.layer(layer)
-            if bool(self.ablate[:, : cols.attn_senders, cols.qkv.start : cols.qkv.stop].any()):
+            if bool((self.ablate[:, : cols.attn_senders, cols.qkv.start : cols.qkv.stop] != 0).any()):
                 hooks.append((hook_name("resid_pre", layer), self._keep_stream(layer)))
                 for letter in "qkv":
                     hooks.append((hook_name(letter, layer), self._qkv(layer, letter)))
-            if bool(self.ablate[:, : cols.mlp_senders, cols.mlp].any()):
+            if bool((self.ablate[:, : cols.mlp_senders, cols.mlp] != 0).any()):
                 hooks.append((hook_name("mlp_in", layer), self._mlp(layer)))
         return hooks
 
@@ -428,9 +430,11 @@ def _check_masks(lm: LensModel, graph: EdgeGraph, masks: Tensor) -> Tensor:
         raise ValueError(f"the graph describes {graph.model}, not {lm.name}: build it with "
                          "edge_graph(lm)")
     graph.check_mask(masks)
-    if masks.dtype != torch.bool:
+    if masks.dtype != torch.bool and not masks.is_floating_point():
         raise ValueError(f"a circuit mask is boolean (True = edge kept), not {masks.dtype}")
-    stray = masks & ~graph.real
+    if masks.is_floating_point() and bool(((masks < 0) | (masks > 1)).any()):
+        raise ValueError("a soft circuit mask holds weights in [0, 1] (1 = edge kept)")
+    stray = (masks != 0) & ~graph.real
     if bool(stray.any()):
         s, r = stray.nonzero()[0, -2:].tolist()
         raise ValueError(f"the circuit names {int(stray.sum())} pairs that are not edges of the "
@@ -464,7 +468,8 @@ def evaluate_circuits(
         lm: the model.
         graph: its edge graph (:func:`~lmsci_mi.circuits.graph.edge_graph`).
         circuits: boolean masks ``[circuit, sender, receiver]`` (or one ``[sender, receiver]``),
-            True = the edge is in the circuit.
+            True = the edge is in the circuit; or float weights in [0, 1], an edge of weight w
+            getting ``(1 − w)`` of its corrupted difference (soft masks).
         clean, corrupted: the prompt set (see :func:`prepare_edge_prompts`).
         metric: scores answer-position logits (:mod:`lmsci_mi.circuits.metrics`), or ``"kl"``.
         batch_size: prompt pairs per pass; circuits_per_pass: circuits stacked in one pass.
