@@ -33,6 +33,7 @@ from lmsci_mi.circuits.edge_patching import (
 from lmsci_mi.circuits.graph import EdgeGraph, edge_graph
 from lmsci_mi.circuits.metrics import Metric
 from lmsci_mi.config import Config, config
+from lmsci_mi.hooks import HookFn
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name
 
@@ -49,13 +50,20 @@ class EAPConfig(Config):
     """How edges are scored."""
 
     method: Literal["EAP", "EAP-IG"] = field(
-        default="EAP-IG", metadata={"help": "EAP (gradient at the clean run) or EAP-IG (inputs)"})
+        default="EAP-IG", metadata={"help": "EAP (gradient at the clean run) or EAP-IG (inputs)"}
+    )
     steps: int = field(
-        default=5, metadata={"help": "EAP-IG interpolation steps m (k/m for k = 1..m)", "ge": 1, "le": 256})
+        default=5,
+        metadata={"help": "EAP-IG interpolation steps m (k/m for k = 1..m)", "ge": 1, "le": 256},
+    )
     batch_size: int = field(
-        default=16, metadata={"help": "prompt pairs per pass (EAP-IG stacks steps x this many rows)", "ge": 1})
+        default=16,
+        metadata={"help": "prompt pairs per pass (EAP-IG stacks steps x this many rows)", "ge": 1},
+    )
     grouped: bool = field(
-        default=False, metadata={"help": "GQA: k/v receivers per key/value head, not per query head"})
+        default=False,
+        metadata={"help": "GQA: k/v receivers per key/value head, not per query head"},
+    )
 
 
 @result_type
@@ -89,15 +97,19 @@ class EdgeScores(Result):
         key = flat.abs() if absolute else flat
         order = key.nan_to_num(float("-inf")).argsort(descending=True)[: min(k, int(real.sum()))]
         width = self.values.shape[1]
-        return tuple((self.graph.edge_name(i // width, i % width), float(flat[i])) for i in order.tolist())
+        return tuple(
+            (self.graph.edge_name(i // width, i % width), float(flat[i])) for i in order.tolist()
+        )
 
     def score(self, edge: str) -> float:
         """The score of one edge, by name (``"L3.H2->L5.H1.q"``)."""
         return float(self.values[self.graph.edge_index(edge)])
 
     def summary(self, rows: int = 10) -> str:
-        lines = [f"{self.method} edge scores on {self.meta.model} ({self.graph.describe()}); "
-                 f"metric clean {self.clean_value:.4g}, corrupted {self.corrupted_value:.4g}"]
+        lines = [
+            f"{self.method} edge scores on {self.meta.model} ({self.graph.describe()}); "
+            f"metric clean {self.clean_value:.4g}, corrupted {self.corrupted_value:.4g}"
+        ]
         lines += [f"  {name:<28} {value:+.4g}" for name, value in self.top(rows)]
         return "\n".join(lines)
 
@@ -106,12 +118,18 @@ class _Gradients:
     """Hooks of the backward-carrying pass: each receiver's input is a tensor of its own whose
     gradient is contracted with the sender differences as it arrives (one einsum per layer)."""
 
-    def __init__(self, lm: LensModel, graph: EdgeGraph, diff: Tensor, scores: Tensor,
-                 steps: int, embed: Callable[[Tensor], Tensor]):
+    def __init__(
+        self,
+        lm: LensModel,
+        graph: EdgeGraph,
+        diff: Tensor,
+        scores: Tensor,
+        steps: int,
+        embed: Callable[[Tensor], Tensor],
+    ):
         self.lm, self.graph, self.diff, self.scores, self.steps = lm, graph, diff, scores, steps
         self.embed = embed
         self.stream: dict[int, Tensor] = {}
-        self.qkv: dict[int, Tensor] = {}
 
     def contract(self, n_senders: int, cols: slice) -> Callable[[Tensor], None]:
         def hook(grad: Tensor) -> None:
@@ -119,7 +137,9 @@ class _Gradients:
             if g.ndim == 3:
                 g = g.unsqueeze(2)
             self.scores[:n_senders, cols] += torch.einsum(
-                "bpsd,bprd->sr", self.diff[:, :, :n_senders], g.to(self.diff.dtype))
+                "bpsd,bprd->sr", self.diff[:, :, :n_senders], g.to(self.diff.dtype)
+            )
+
         return hook
 
     def hooks(self) -> HookList:
@@ -127,48 +147,50 @@ class _Gradients:
         for layer in range(self.graph.n_layers):
             hooks.append((hook_name("resid_pre", layer), self._stream(layer)))
             hooks += [(hook_name(letter, layer), self._qkv(layer, letter)) for letter in "qkv"]
-            hooks.append((hook_name("mlp_in", layer), self._mlp(layer)))
+            if self.graph.has_mlp:
+                hooks.append((hook_name("mlp_in", layer), self._mlp(layer)))
         return hooks
 
-    def _embed(self, act: Tensor, hook: HookPoint) -> Tensor:
+    def _embed(self, activation: Tensor, hook: HookPoint) -> Tensor:
         # A leaf that needs grad: the pass builds a graph whether or not the weights need grad,
         # and no gradient ever reaches a weight (autograd.grad on this leaf only).
-        self.leaf = self.embed(act.detach()).requires_grad_(True)
+        self.leaf = self.embed(activation.detach()).requires_grad_(True)
         return self.leaf
 
-    def _stream(self, layer: int) -> Callable[[Tensor, HookPoint], None]:
-        def keep(act: Tensor, hook: HookPoint) -> None:
-            self.stream[layer] = act
+    def _stream(self, layer: int) -> HookFn:
+        def keep(activation: Tensor, hook: HookPoint) -> None:
+            self.stream[layer] = activation
+
         return keep
 
-    def _qkv(self, layer: int, letter: str) -> Callable[[Tensor, HookPoint], Tensor]:
+    def _qkv(self, layer: int, letter: str) -> HookFn:
         cols = self.graph.layer(layer)
         part = {"q": cols.q, "k": cols.k, "v": cols.v}[letter]
-        offset = part.start - cols.q.start
 
-        def project(act: Tensor, hook: HookPoint) -> Tensor:
-            if letter == "q":  # one input tensor per layer, a copy of the stream per receiver
-                stream = self.stream.pop(layer)
-                inputs = stream.unsqueeze(2).expand(-1, -1, len(cols.qkv), -1)
-                inputs.register_hook(self.contract(cols.attn_senders, slice(cols.qkv.start, cols.qkv.stop)))
-                self.qkv[layer] = inputs
-            inputs = self.qkv[layer][:, :, offset : offset + len(part)]
-            if letter == "v":
-                del self.qkv[layer]
+        def project(activation: Tensor, hook: HookPoint) -> Tensor:
+            # One copy of the stream per receiver (a view); a separate tensor per letter, since
+            # slicing one q/k/v tensor costs a zero-filled copy per slice in the backward pass.
+            stream = self.stream.pop(layer) if letter == "v" else self.stream[layer]
+            inputs = stream.unsqueeze(2).expand(-1, -1, len(part), -1)
+            inputs.register_hook(self.contract(cols.attn_senders, slice(part.start, part.stop)))
             return qkv_projection(self.lm, self.graph, layer, letter, inputs)
+
         return project
 
-    def _mlp(self, layer: int) -> Callable[[Tensor, HookPoint], None]:
+    def _mlp(self, layer: int) -> HookFn:
         cols = self.graph.layer(layer)
 
-        def mlp_in(act: Tensor, hook: HookPoint) -> None:
-            act.register_hook(self.contract(cols.mlp_senders, slice(cols.mlp, cols.mlp + 1)))
+        def mlp_in(activation: Tensor, hook: HookPoint) -> None:
+            assert cols.mlp is not None
+            activation.register_hook(self.contract(cols.mlp_senders, slice(cols.mlp, cols.mlp + 1)))
+
         return mlp_in
 
 
 def _interpolation(corrupted_embed: Tensor, steps: int) -> Callable[[Tensor], Tensor]:
     """EAP-IG's inputs: row block k-1 holds ``e' + (k/m)(e − e')`` for k = 1..m (the last block
     is exactly the clean embedding)."""
+
     def embed(clean: Tensor) -> Tensor:
         if steps == 1:
             return clean
@@ -176,13 +198,20 @@ def _interpolation(corrupted_embed: Tensor, steps: int) -> Callable[[Tensor], Te
         alphas = torch.arange(1, steps + 1, device=clean.device, dtype=clean.dtype) / steps
         corrupted = corrupted_embed.repeat(steps, 1, 1)
         mixed = corrupted + alphas.repeat_interleave(batch)[:, None, None] * (clean - corrupted)
-        return torch.cat([mixed[: -batch], clean[-batch:]])
+        return torch.cat([mixed[:-batch], clean[-batch:]])
+
     return embed
 
 
-def _score_batch(lm: LensModel, graph: EdgeGraph, cfg: EAPConfig, metric: Metric | Literal["kl"],
-                 batch: tuple[Tensor, Tensor, Tensor, Tensor], n_pairs: int, scores: Tensor
-                 ) -> tuple[Tensor, Tensor]:
+def _score_batch(
+    lm: LensModel,
+    graph: EdgeGraph,
+    cfg: EAPConfig,
+    metric: Metric | Literal["kl"],
+    batch: tuple[Tensor, Tensor, Tensor, Tensor],
+    n_pairs: int,
+    scores: Tensor,
+) -> tuple[Tensor, Tensor]:
     """Add one batch's scores (over all pairs' mean) into ``scores``; return the batch's clean and
     corrupted metric per pair."""
     index, clean_tokens, corrupted_tokens, answers = batch
@@ -192,11 +221,16 @@ def _score_batch(lm: LensModel, graph: EdgeGraph, cfg: EAPConfig, metric: Metric
     b, width = clean_tokens.shape
     clean_out = sender_buffer(lm, graph, b, width)
     diff = corrupted_out
-    grads = _Gradients(lm, graph, diff, scores, steps, _interpolation(cap[hook_name("embed")], steps))
+    grads = _Gradients(
+        lm, graph, diff, scores, steps, _interpolation(cap[hook_name("embed")], steps)
+    )
     recorder = SenderRecorder(lm, graph, clean_out, rows=slice((steps - 1) * b, steps * b))
     rows = torch.arange(steps * b, device=lm.device)
-    with torch.enable_grad(), receiver_flags(lm, graph), \
-            lm.hooks.hooks(fwd=recorder.hooks() + grads.hooks(), label="edge attribution"):
+    with (
+        torch.enable_grad(),
+        receiver_flags(lm, graph),
+        lm.hooks.hooks(fwd=recorder.hooks() + grads.hooks(), label="edge attribution"),
+    ):
         final = lm.model(clean_tokens.repeat(steps, 1), stop_at_layer=graph.n_layers)
         final.register_hook(grads.contract(graph.n_senders, slice(graph.logits, graph.logits + 1)))
         logits = lm.unembed(final[rows, answers.to(lm.device).repeat(steps)])
@@ -258,16 +292,27 @@ def edge_attribution(
     clean_pp, corrupted_pp = torch.zeros(len(prompts)), torch.zeros(len(prompts))
     for batch in prompts.batches(cfg.batch_size):
         clean_pp[batch[0]], corrupted_pp[batch[0]] = _score_batch(
-            lm, graph, cfg, metric, batch, len(prompts), scores)
+            lm, graph, cfg, metric, batch, len(prompts), scores
+        )
     values: Float[Tensor, "sender receiver"] = scores.cpu() * graph.real
-    method = ("EAP-IG-inputs, k/m for k=1..m (Hanna et al. 2024)" if cfg.method == "EAP-IG"
-              else "EAP (Syed et al. 2023)")
+    method = (
+        "EAP-IG-inputs, k/m for k=1..m (Hanna et al. 2024)"
+        if cfg.method == "EAP-IG"
+        else "EAP (Syed et al. 2023)"
+    )
     return EdgeScores(
-        values=values, axes=("sender", "receiver"),
+        values=values,
+        axes=("sender", "receiver"),
         labels=(graph.sender_names, graph.receiver_names),
-        meta=lm.meta(prompts.prompts, data_source="user prompts",
-                     params={**cfg.params(), "method_detail": method, "edges": graph.n_edges}),
-        graph=graph, method=cfg.method, steps=cfg.steps if cfg.method == "EAP-IG" else 1,
-        clean_value=float(clean_pp.mean()), corrupted_value=float(corrupted_pp.mean()),
+        meta=lm.meta(
+            prompts.prompts,
+            data_source="user prompts",
+            params={**cfg.params(), "method_detail": method, "edges": graph.n_edges},
+        ),
+        graph=graph,
+        method=cfg.method,
+        steps=cfg.steps if cfg.method == "EAP-IG" else 1,
+        clean_value=float(clean_pp.mean()),
+        corrupted_value=float(corrupted_pp.mean()),
         metric=repr(metric),
     )

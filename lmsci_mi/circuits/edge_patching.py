@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -22,6 +22,7 @@ from transformer_lens.utilities.attention import complex_attn_linear
 
 from lmsci_mi.circuits.graph import EdgeGraph
 from lmsci_mi.circuits.metrics import KLToClean, LogitDiff, Metric, Normalised, TargetProb
+from lmsci_mi.hooks import HookFn
 from lmsci_mi.model import PaddedBatch
 from lmsci_mi.sites import hook_name
 
@@ -40,7 +41,7 @@ __all__ = [
 ]
 
 PromptsArg = str | Sequence[str] | PaddedBatch | Int[Tensor, "pair pos"]
-HookList = list[tuple[str, Callable[[Tensor, "HookPoint"], Tensor | None]]]
+HookList = list[tuple[str, HookFn]]
 
 
 # ---------------------------------------------------------------------------------- prompts
@@ -114,15 +115,20 @@ def prepare_edge_prompts(
     if n == 0:
         raise ValueError("the prompt set is empty: give at least one clean/corrupted pair")
     if corrupted_tokens.shape[0] != n:
-        raise ValueError(f"{n} clean prompts but {corrupted_tokens.shape[0]} corrupted prompts: "
-                         "give one corrupted prompt per clean prompt")
+        raise ValueError(
+            f"{n} clean prompts but {corrupted_tokens.shape[0]} corrupted prompts: "
+            "give one corrupted prompt per clean prompt"
+        )
     bad = (clean_len != corrupted_len).nonzero().flatten().tolist()
     if bad:
-        shown = ", ".join(f"pair {i} ({int(clean_len[i])} vs {int(corrupted_len[i])} tokens)"
-                          for i in bad[:3])
-        raise ValueError(f"clean and corrupted prompts must have the same token length, since "
-                         f"edges are patched position by position; {len(bad)} pairs differ: "
-                         f"{shown}. Use a corruption that keeps the length (single-token names).")
+        shown = ", ".join(
+            f"pair {i} ({int(clean_len[i])} vs {int(corrupted_len[i])} tokens)" for i in bad[:3]
+        )
+        raise ValueError(
+            f"clean and corrupted prompts must have the same token length, since "
+            f"edges are patched position by position; {len(bad)} pairs differ: "
+            f"{shown}. Use a corruption that keeps the length (single-token names)."
+        )
     width = max(clean_tokens.shape[1], corrupted_tokens.shape[1])
     clean_tokens, corrupted_tokens = _pad_to(clean_tokens, width), _pad_to(corrupted_tokens, width)
     answers = _answer_positions(answer_positions, clean_len)
@@ -140,14 +146,18 @@ def _answer_positions(given: int | Sequence[int] | Tensor | None, lengths: Tenso
         return (lengths - 1).long()
     pos = torch.as_tensor(given, dtype=torch.long, device=lengths.device).reshape(-1)
     if pos.numel() not in (1, lengths.numel()):
-        raise ValueError(f"{pos.numel()} answer positions for {lengths.numel()} prompt pairs: "
-                         "give one, or one per pair")
+        raise ValueError(
+            f"{pos.numel()} answer positions for {lengths.numel()} prompt pairs: "
+            "give one, or one per pair"
+        )
     pos = pos.expand(lengths.numel())
     resolved = torch.where(pos < 0, lengths + pos, pos)
     outside = ((resolved < 0) | (resolved >= lengths)).nonzero().flatten().tolist()
     if outside:
-        raise ValueError(f"answer positions {pos[outside].tolist()} fall outside prompts "
-                         f"{outside} (lengths {lengths[outside].tolist()})")
+        raise ValueError(
+            f"answer positions {pos[outside].tolist()} fall outside prompts "
+            f"{outside} (lengths {lengths[outside].tolist()})"
+        )
     return resolved
 
 
@@ -164,27 +174,39 @@ def batch_metric(metric: Metric, index: Tensor, n_pairs: int) -> Metric:
         out = copy.copy(metric)
         out.metric = batch_metric(metric.metric, index, n_pairs)
         return out
-    fields = {LogitDiff: ("answer", "wrong"), TargetProb: ("target",), KLToClean: ("clean_log_probs",)}
+    fields = {
+        LogitDiff: ("answer", "wrong"),
+        TargetProb: ("target",),
+        KLToClean: ("clean_log_probs",),
+    }
     names = fields.get(type(metric))  # type: ignore[call-overload]
     if names is None:
         return metric
     out = copy.copy(metric)
     for name in names:
         value: Tensor = getattr(metric, name)
-        if value.shape[0] not in (1, n_pairs) or (name == "clean_log_probs" and value.shape[0] != n_pairs):
-            raise ValueError(f"{metric!r} holds {value.shape[0]} {name} rows for {n_pairs} prompt "
-                             "pairs: give one per pair (or one for all)")
+        if value.shape[0] not in (1, n_pairs) or (
+            name == "clean_log_probs" and value.shape[0] != n_pairs
+        ):
+            raise ValueError(
+                f"{metric!r} holds {value.shape[0]} {name} rows for {n_pairs} prompt "
+                "pairs: give one per pair (or one for all)"
+            )
         setattr(out, name, value if value.shape[0] == 1 else value[index.to(value.device)])
     return out
 
 
 def check_metric(metric: Metric | Literal["kl"]) -> None:
     """Raise ValueError unless ``metric`` is a callable or ``"kl"``."""
-    if isinstance(metric, str) and metric != "kl" or not (isinstance(metric, str) or callable(metric)):
+    if (isinstance(metric, str) and metric != "kl") or not (
+        isinstance(metric, str) or callable(metric)
+    ):
         raise ValueError(f"metric must be a callable or 'kl', not {metric!r}")
 
 
-def batch_scorer(metric: Metric | Literal["kl"], clean_logits: Tensor, index: Tensor, n_pairs: int) -> Metric:
+def batch_scorer(
+    metric: Metric | Literal["kl"], clean_logits: Tensor, index: Tensor, n_pairs: int
+) -> Metric:
     """The metric for one batch: ``"kl"`` becomes KL to the batch's clean logits, a metric is
     restricted to the batch's pairs (:func:`batch_metric`)."""
     if isinstance(metric, str):
@@ -200,7 +222,10 @@ def receiver_flags(lm: LensModel, graph: EdgeGraph) -> Iterator[None]:
     """Turn on ``hook_mlp_in`` (an MLP's input apart from the stream) and, for an ungrouped GQA
     graph, TransformerLens's per-query-head K/V, restoring both flags on exit."""
     model = lm.model
-    cfgs = {id(c): c for c in [model.cfg, *(b.cfg for b in model.blocks), *(b.attn.cfg for b in model.blocks)]}
+    cfgs = {
+        id(c): c
+        for c in [model.cfg, *(b.cfg for b in model.blocks), *(b.attn.cfg for b in model.blocks)]
+    }
     saved = [(c, c.use_hook_mlp_in, c.ungroup_grouped_query_attention) for c in cfgs.values()]
     ungroup = graph.n_kv_heads < graph.n_heads and not graph.grouped
     try:
@@ -234,35 +259,41 @@ class SenderRecorder:
             if g.post_norm:
                 hooks.append((hook_name("attn_post_scale", layer), self._keep(self.scale, layer)))
             hooks.append((hook_name("attn_out", layer), self._heads(layer)))
-            hooks.append((hook_name("mlp_out", layer), self._mlp(layer)))
+            if g.has_mlp:
+                hooks.append((hook_name("mlp_out", layer), self._mlp(layer)))
         return hooks
 
-    def _input(self, act: Tensor, hook: HookPoint) -> None:
-        self.out[:, :, 0] = act[self.rows].detach()
+    def _input(self, activation: Tensor, hook: HookPoint) -> None:
+        self.out[:, :, 0] = activation[self.rows].detach()
 
-    def _keep(self, store: dict[int, Tensor], layer: int) -> Callable[[Tensor, HookPoint], None]:
-        def keep(act: Tensor, hook: HookPoint) -> None:
-            store[layer] = act[self.rows].detach()
+    def _keep(self, store: dict[int, Tensor], layer: int) -> HookFn:
+        def keep(activation: Tensor, hook: HookPoint) -> None:
+            store[layer] = activation[self.rows].detach()
+
         return keep
 
-    def _heads(self, layer: int) -> Callable[[Tensor, HookPoint], None]:
+    def _heads(self, layer: int) -> HookFn:
         first = self.graph.head_sender(layer, 0)
 
-        def heads(act: Tensor, hook: HookPoint) -> None:
+        def heads(activation: Tensor, hook: HookPoint) -> None:
             self.out[:, :, first : first + self.graph.n_heads] = head_outputs(
-                self.lm, layer, self.z.pop(layer), self.scale.pop(layer, None))
+                self.lm, layer, self.z.pop(layer), self.scale.pop(layer, None)
+            )
+
         return heads
 
-    def _mlp(self, layer: int) -> Callable[[Tensor, HookPoint], None]:
+    def _mlp(self, layer: int) -> HookFn:
         index = self.graph.mlp_sender(layer)
 
-        def mlp(act: Tensor, hook: HookPoint) -> None:
-            self.out[:, :, index] = act[self.rows].detach()
+        def mlp(activation: Tensor, hook: HookPoint) -> None:
+            self.out[:, :, index] = activation[self.rows].detach()
+
         return mlp
 
 
-def head_outputs(lm: LensModel, layer: int, z: Float[Tensor, "batch pos head d_head"],
-                 post_scale: Tensor | None) -> Float[Tensor, "batch pos head d_model"]:
+def head_outputs(
+    lm: LensModel, layer: int, z: Float[Tensor, "batch pos head d_head"], post_scale: Tensor | None
+) -> Float[Tensor, "batch pos head d_model"]:
     """Each head's write into the stream, ``z[h] @ W_O[h]`` (post-normed when the model is)."""
     block = lm.model.blocks[layer]
     out = torch.einsum("bphd,hdm->bphm", z, block.attn.W_O)
@@ -273,11 +304,18 @@ def head_outputs(lm: LensModel, layer: int, z: Float[Tensor, "batch pos head d_h
 
 def sender_buffer(lm: LensModel, graph: EdgeGraph, rows: int, width: int) -> Tensor:
     """An empty ``[rows, pos, sender, d_model]`` buffer for :class:`SenderRecorder`."""
-    return torch.empty(rows, width, graph.n_senders, lm.cfg.d_model, device=lm.device, dtype=lm.cfg.dtype)
+    return torch.empty(
+        rows, width, graph.n_senders, lm.cfg.d_model, device=lm.device, dtype=lm.cfg.dtype
+    )
 
 
-def qkv_projection(lm: LensModel, graph: EdgeGraph, layer: int, letter: str,
-                   inputs: Float[Tensor, "batch pos head d_model"]) -> Float[Tensor, "batch pos head d_head"]:
+def qkv_projection(
+    lm: LensModel,
+    graph: EdgeGraph,
+    layer: int,
+    letter: str,
+    inputs: Float[Tensor, "batch pos head d_model"],
+) -> Float[Tensor, "batch pos head d_head"]:
     """What ``hook_{letter}`` holds when each head reads its own pre-norm input."""
     block = lm.model.blocks[layer]
     attn = block.attn
@@ -316,8 +354,15 @@ class CircuitValues:
 class _CircuitPatch:
     """The receiver hooks of one patched pass of ``k`` circuits stacked along the batch."""
 
-    def __init__(self, lm: LensModel, graph: EdgeGraph, keep: Bool[Tensor, "k sender receiver"],
-                 corrupted: Tensor, corrupted_streams: dict[str, Tensor], current: Tensor):
+    def __init__(
+        self,
+        lm: LensModel,
+        graph: EdgeGraph,
+        keep: Bool[Tensor, "k sender receiver"],
+        corrupted: Tensor,
+        corrupted_streams: dict[str, Tensor],
+        current: Tensor,
+    ):
         self.lm, self.graph, self.current = lm, graph, current
         self.k = keep.shape[0]
         # Float weights: 1 = edge kept, 0 = edge takes the corrupted value; between, a mix
@@ -328,7 +373,9 @@ class _CircuitPatch:
         self.stream: dict[int, Tensor] = {}
         self.delta: dict[int, Tensor] = {}
 
-    def rebuilt(self, stream: Tensor, stream_corrupted: Tensor, n_senders: int, cols: slice) -> Tensor | None:
+    def rebuilt(
+        self, stream: Tensor, stream_corrupted: Tensor, n_senders: int, cols: slice
+    ) -> Tensor | None:
         """``Σ_{u∉C}(a_u(x') − a_u(current))`` added to receivers ``cols``, ``[rows, pos, col,
         d]``, or the whole input rebuilt from the corrupted stream when fewer senders are kept
         than ablated; None when nothing is ablated there."""
@@ -343,7 +390,7 @@ class _CircuitPatch:
         base = (stream_corrupted.repeat(self.k, 1, 1) if use_keep else stream).unsqueeze(2)
         if active.numel() == 0:
             return base.expand(-1, -1, cols.stop - cols.start, -1)
-        diff = (self.corrupted[:, :, active].repeat(self.k, 1, 1, 1) - self.current[:, :, active])
+        diff = self.corrupted[:, :, active].repeat(self.k, 1, 1, 1) - self.current[:, :, active]
         diff = diff.view(self.k, rows // self.k, width, active.numel(), -1)
         summed = torch.einsum("kbpsd,ksr->kbprd", diff, mask[:, active])
         summed = summed.reshape(rows, width, cols.stop - cols.start, -1)
@@ -353,69 +400,94 @@ class _CircuitPatch:
         g, hooks = self.graph, []
         for layer in range(g.n_layers):
             cols = g.layer(layer)
-            if bool((self.ablate[:, : cols.attn_senders, cols.qkv.start : cols.qkv.stop] != 0).any()):
+            if bool(
+                (self.ablate[:, : cols.attn_senders, cols.qkv.start : cols.qkv.stop] != 0).any()
+            ):
                 hooks.append((hook_name("resid_pre", layer), self._keep_stream(layer)))
                 for letter in "qkv":
                     hooks.append((hook_name(letter, layer), self._qkv(layer, letter)))
-            if bool((self.ablate[:, : cols.mlp_senders, cols.mlp] != 0).any()):
+            if cols.mlp is not None and bool(
+                (self.ablate[:, : cols.mlp_senders, cols.mlp] != 0).any()
+            ):
                 hooks.append((hook_name("mlp_in", layer), self._mlp(layer)))
         return hooks
 
-    def _keep_stream(self, layer: int) -> Callable[[Tensor, HookPoint], None]:
-        def keep(act: Tensor, hook: HookPoint) -> None:
-            self.stream[layer] = act
+    def _keep_stream(self, layer: int) -> HookFn:
+        def keep(activation: Tensor, hook: HookPoint) -> None:
+            self.stream[layer] = activation
+
         return keep
 
-    def _qkv(self, layer: int, letter: str) -> Callable[[Tensor, HookPoint], Tensor]:
+    def _qkv(self, layer: int, letter: str) -> HookFn:
         cols = self.graph.layer(layer)
         part = {"q": cols.q, "k": cols.k, "v": cols.v}[letter]
         offset = part.start - cols.q.start
 
-        def project(act: Tensor, hook: HookPoint) -> Tensor:
+        def project(activation: Tensor, hook: HookPoint) -> Tensor:
             if letter == "q":  # q fires first: rebuild the layer's q/k/v inputs once
-                rebuilt = self.rebuilt(self.stream[layer], self.corrupted_streams[f"pre{layer}"],
-                                       cols.attn_senders, slice(cols.qkv.start, cols.qkv.stop))
+                rebuilt = self.rebuilt(
+                    self.stream[layer],
+                    self.corrupted_streams[f"pre{layer}"],
+                    cols.attn_senders,
+                    slice(cols.qkv.start, cols.qkv.stop),
+                )
                 assert rebuilt is not None
                 self.delta[layer] = rebuilt
             inputs = self.delta[layer][:, :, offset : offset + len(part)]
             if letter == "v":
                 del self.delta[layer], self.stream[layer]
             return qkv_projection(self.lm, self.graph, layer, letter, inputs)
+
         return project
 
-    def _mlp(self, layer: int) -> Callable[[Tensor, HookPoint], Tensor]:
+    def _mlp(self, layer: int) -> HookFn:
         cols = self.graph.layer(layer)
 
-        def mlp_in(act: Tensor, hook: HookPoint) -> Tensor:
-            rebuilt = self.rebuilt(act, self.corrupted_streams[f"mid{layer}"], cols.mlp_senders,
-                                   slice(cols.mlp, cols.mlp + 1))
+        def mlp_in(activation: Tensor, hook: HookPoint) -> Tensor:
+            assert cols.mlp is not None
+            rebuilt = self.rebuilt(
+                activation,
+                self.corrupted_streams[f"mid{layer}"],
+                cols.mlp_senders,
+                slice(cols.mlp, cols.mlp + 1),
+            )
             assert rebuilt is not None
             return rebuilt[:, :, 0]
+
         return mlp_in
 
     def final(self, resid: Tensor) -> Tensor:
         """The logits' input: the final stream with the circuit's missing edges patched."""
-        rebuilt = self.rebuilt(resid, self.corrupted_streams["final"], self.graph.n_senders,
-                               slice(self.graph.logits, self.graph.logits + 1))
+        rebuilt = self.rebuilt(
+            resid,
+            self.corrupted_streams["final"],
+            self.graph.n_senders,
+            slice(self.graph.logits, self.graph.logits + 1),
+        )
         return resid if rebuilt is None else rebuilt[:, :, 0]
 
 
 @torch.no_grad()
-def record_run(lm: LensModel, graph: EdgeGraph, tokens: Tensor, *, streams: bool = False
-               ) -> tuple[Tensor, dict[str, Tensor], Tensor]:
+def record_run(
+    lm: LensModel, graph: EdgeGraph, tokens: Tensor, *, streams: bool = False
+) -> tuple[Tensor, dict[str, Tensor], Tensor]:
     """One unpatched pass: every sender's output, (optionally) the stream before each receiver
     (``pre{l}``, ``mid{l}``, ``final``), and the final residual stream."""
     out = sender_buffer(lm, graph, tokens.shape[0], tokens.shape[1])
     recorder = SenderRecorder(lm, graph, out)
-    names = [hook_name(s, layer) for layer in range(graph.n_layers) for s in ("resid_pre", "resid_mid")]
-    with lm.hooks.hooks(fwd=recorder.hooks(), label="edge senders"), \
-            lm.hooks.capture(names if streams else []) as cap:
+    sites = ("resid_pre", "resid_mid") if graph.has_mlp else ("resid_pre",)
+    names = [hook_name(s, layer) for layer in range(graph.n_layers) for s in sites]
+    with (
+        lm.hooks.hooks(fwd=recorder.hooks(), label="edge senders"),
+        lm.hooks.capture(names if streams else []) as cap,
+    ):
         final = lm.model(tokens, stop_at_layer=graph.n_layers)
     kept: dict[str, Tensor] = {}
     if streams:
         for layer in range(graph.n_layers):
             kept[f"pre{layer}"] = cap[hook_name("resid_pre", layer)]
-            kept[f"mid{layer}"] = cap[hook_name("resid_mid", layer)]
+            if graph.has_mlp:
+                kept[f"mid{layer}"] = cap[hook_name("resid_mid", layer)]
         kept["final"] = final
     return out, kept, final
 
@@ -426,9 +498,14 @@ def _answer_logits(lm: LensModel, resid: Tensor, answers: Tensor, repeats: int =
 
 
 def _check_masks(lm: LensModel, graph: EdgeGraph, masks: Tensor) -> Tensor:
-    if graph.model != lm.name or graph.n_layers != lm.cfg.n_layers or graph.n_heads != lm.cfg.n_heads:
-        raise ValueError(f"the graph describes {graph.model}, not {lm.name}: build it with "
-                         "edge_graph(lm)")
+    if (
+        graph.model != lm.name
+        or graph.n_layers != lm.cfg.n_layers
+        or graph.n_heads != lm.cfg.n_heads
+    ):
+        raise ValueError(
+            f"the graph describes {graph.model}, not {lm.name}: build it with edge_graph(lm)"
+        )
     graph.check_mask(masks)
     if masks.dtype != torch.bool and not masks.is_floating_point():
         raise ValueError(f"a circuit mask is boolean (True = edge kept), not {masks.dtype}")
@@ -437,8 +514,10 @@ def _check_masks(lm: LensModel, graph: EdgeGraph, masks: Tensor) -> Tensor:
     stray = (masks != 0) & ~graph.real
     if bool(stray.any()):
         s, r = stray.nonzero()[0, -2:].tolist()
-        raise ValueError(f"the circuit names {int(stray.sum())} pairs that are not edges of the "
-                         f"graph, e.g. {graph.sender_names[s]}->{graph.receiver_names[r]}")
+        raise ValueError(
+            f"the circuit names {int(stray.sum())} pairs that are not edges of the "
+            f"graph, e.g. {graph.sender_names[s]}->{graph.receiver_names[r]}"
+        )
     return masks if masks.ndim == 3 else masks[None]
 
 
@@ -501,9 +580,13 @@ def evaluate_circuits(
     per_prompt = torch.zeros(masks.shape[0], len(prompts))
     clean_pp, corrupted_pp = torch.zeros(len(prompts)), torch.zeros(len(prompts))
     for index, clean_tokens, corrupted_tokens, answers in prompts.batches(batch_size):
-        corrupted_out, streams, corrupted_final = record_run(lm, graph, corrupted_tokens, streams=True)
+        corrupted_out, streams, corrupted_final = record_run(
+            lm, graph, corrupted_tokens, streams=True
+        )
         with torch.no_grad():
-            clean_logits = _answer_logits(lm, lm.model(clean_tokens, stop_at_layer=graph.n_layers), answers)
+            clean_logits = _answer_logits(
+                lm, lm.model(clean_tokens, stop_at_layer=graph.n_layers), answers
+            )
         scorer = batch_scorer(metric, clean_logits, index, len(prompts))
         clean_pp[index] = scorer(clean_logits).float().cpu()
         corrupted_pp[index] = scorer(_answer_logits(lm, corrupted_final, answers)).float().cpu()
@@ -511,22 +594,38 @@ def evaluate_circuits(
             chunk = masks[start : start + circuits_per_pass]
             logits = _patched_pass(lm, graph, chunk, clean_tokens, answers, corrupted_out, streams)
             per_prompt[start : start + chunk.shape[0], index] = (
-                scorer(logits.view(chunk.shape[0], len(index), -1)).float().cpu())
-    return CircuitValues(per_prompt.mean(1), per_prompt, float(clean_pp.mean()),
-                         float(corrupted_pp.mean()), clean_pp, corrupted_pp)
+                scorer(logits.view(chunk.shape[0], len(index), -1)).float().cpu()
+            )
+    return CircuitValues(
+        per_prompt.mean(1),
+        per_prompt,
+        float(clean_pp.mean()),
+        float(corrupted_pp.mean()),
+        clean_pp,
+        corrupted_pp,
+    )
 
 
 @torch.no_grad()
-def _patched_pass(lm: LensModel, graph: EdgeGraph, keep: Tensor, tokens: Tensor, answers: Tensor,
-                  corrupted_out: Tensor, streams: dict[str, Tensor]) -> Tensor:
+def _patched_pass(
+    lm: LensModel,
+    graph: EdgeGraph,
+    keep: Tensor,
+    tokens: Tensor,
+    answers: Tensor,
+    corrupted_out: Tensor,
+    streams: dict[str, Tensor],
+) -> Tensor:
     """Answer logits ``[k × batch, vocab]`` of ``k`` circuits patched in one pass."""
     k = keep.shape[0]
     rows = tokens.repeat(k, 1)
     current = sender_buffer(lm, graph, rows.shape[0], rows.shape[1])
     patch = _CircuitPatch(lm, graph, keep, corrupted_out, streams, current)
     recorder = SenderRecorder(lm, graph, current)
-    with receiver_flags(lm, graph), \
-            lm.hooks.hooks(fwd=recorder.hooks() + patch.hooks(), label="edge patching"):
+    with (
+        receiver_flags(lm, graph),
+        lm.hooks.hooks(fwd=recorder.hooks() + patch.hooks(), label="edge patching"),
+    ):
         final = lm.model(rows, stop_at_layer=graph.n_layers)
     return _answer_logits(lm, patch.final(final), answers, repeats=k)
 
@@ -556,8 +655,18 @@ def evaluate_circuit(
     (1,)
     """
     if in_circuit.ndim != 2:
-        raise ValueError(f"one circuit is a [sender, receiver] mask, not {tuple(in_circuit.shape)}; "
-                         "use evaluate_circuits for several")
-    return evaluate_circuits(lm, graph, in_circuit, clean, corrupted, metric,
-                             batch_size=batch_size, circuits_per_pass=1,
-                             answer_positions=answer_positions)
+        raise ValueError(
+            f"one circuit is a [sender, receiver] mask, not {tuple(in_circuit.shape)}; "
+            "use evaluate_circuits for several"
+        )
+    return evaluate_circuits(
+        lm,
+        graph,
+        in_circuit,
+        clean,
+        corrupted,
+        metric,
+        batch_size=batch_size,
+        circuits_per_pass=1,
+        answer_positions=answer_positions,
+    )

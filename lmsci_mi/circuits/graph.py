@@ -39,7 +39,7 @@ class LayerReceivers:
     Attributes:
         q, k, v: column ranges of the layer's query, key and value inputs (``n_heads`` query
             columns; ``n_kv`` key and value columns each).
-        mlp: the column of the layer's MLP input.
+        mlp: the column of the layer's MLP input (None in attention-only models).
         attn_senders: how many senders (rows) can reach the layer's q/k/v (all earlier layers).
         mlp_senders: how many senders can reach the layer's MLP (also this layer's heads).
     """
@@ -47,7 +47,7 @@ class LayerReceivers:
     q: range
     k: range
     v: range
-    mlp: int
+    mlp: int | None
     attn_senders: int
     mlp_senders: int
 
@@ -73,6 +73,7 @@ class EdgeGraph:
         grouped: k/v receivers are per key/value head (False: per query head, as EAP-IG and MIB
             ungroup GQA). Always False when the model has no GQA.
         post_norm: blocks normalise their outputs before adding them (Gemma 2/3).
+        has_mlp: blocks have MLPs (False for attention-only models: no MLP nodes).
 
     >>> from lmsci_mi import load_model
     >>> g = edge_graph(load_model("toy-2l"))
@@ -86,6 +87,7 @@ class EdgeGraph:
     n_kv_heads: int
     grouped: bool
     post_norm: bool = False
+    has_mlp: bool = True
 
     # ------------------------------------------------------------------ shape
 
@@ -95,12 +97,16 @@ class EdgeGraph:
         return self.n_kv_heads if self.grouped else self.n_heads
 
     @property
+    def _per_layer_senders(self) -> int:
+        return self.n_heads + int(self.has_mlp)
+
+    @property
     def n_senders(self) -> int:
-        return 1 + self.n_layers * (self.n_heads + 1)
+        return 1 + self.n_layers * self._per_layer_senders
 
     @property
     def n_receivers(self) -> int:
-        return self.n_layers * (self.n_heads + 2 * self.n_kv_receivers + 1) + 1
+        return self.n_layers * (self.n_heads + 2 * self.n_kv_receivers + int(self.has_mlp)) + 1
 
     @property
     def logits(self) -> int:
@@ -109,22 +115,26 @@ class EdgeGraph:
 
     def head_sender(self, layer: int, head: int) -> int:
         """The row of head ``(layer, head)``."""
-        return 1 + layer * (self.n_heads + 1) + head
+        return 1 + layer * self._per_layer_senders + head
 
     def mlp_sender(self, layer: int) -> int:
         """The row of MLP ``layer``."""
-        return 1 + layer * (self.n_heads + 1) + self.n_heads
+        if not self.has_mlp:
+            raise ValueError(f"{self.model} is attention-only: it has no MLP nodes")
+        return 1 + layer * self._per_layer_senders + self.n_heads
 
     def layer(self, layer: int) -> LayerReceivers:
         """The columns of ``layer``'s receivers and how many senders reach them."""
-        width = self.n_heads + 2 * self.n_kv_receivers + 1
+        width = self.n_heads + 2 * self.n_kv_receivers + int(self.has_mlp)
         start = layer * width
         kv = self.n_kv_receivers
         q = range(start, start + self.n_heads)
         k = range(q.stop, q.stop + kv)
         v = range(k.stop, k.stop + kv)
-        before = 1 + layer * (self.n_heads + 1)
-        return LayerReceivers(q, k, v, v.stop, before, before + self.n_heads)
+        before = 1 + layer * self._per_layer_senders
+        return LayerReceivers(
+            q, k, v, v.stop if self.has_mlp else None, before, before + self.n_heads
+        )
 
     def kv_group(self, head: int) -> int:
         """The key/value head that query head ``head`` reads (GQA's ``repeat_interleave``)."""
@@ -139,7 +149,8 @@ class EdgeGraph:
         for layer in range(self.n_layers):
             cols = self.layer(layer)
             mask[: cols.attn_senders, cols.qkv.start : cols.qkv.stop] = True
-            mask[: cols.mlp_senders, cols.mlp] = True
+            if cols.mlp is not None:
+                mask[: cols.mlp_senders, cols.mlp] = True
         mask[:, self.logits] = True
         return mask
 
@@ -152,7 +163,8 @@ class EdgeGraph:
     def sender_names(self) -> tuple[str, ...]:
         names = ["input"]
         for layer in range(self.n_layers):
-            names += [str(Head(layer, h)) for h in range(self.n_heads)] + [f"MLP{layer}"]
+            names += [str(Head(layer, h)) for h in range(self.n_heads)]
+            names += [f"MLP{layer}"] if self.has_mlp else []
         return tuple(names)
 
     @cached_property
@@ -163,7 +175,7 @@ class EdgeGraph:
             names += [f"L{layer}.H{h}.q" for h in range(self.n_heads)]
             for letter in "kv":
                 names += [f"L{layer}.{kv}{g}.{letter}" for g in range(self.n_kv_receivers)]
-            names.append(f"MLP{layer}")
+            names += [f"MLP{layer}"] if self.has_mlp else []
         return (*names, "logits")
 
     def edge_name(self, sender: int, receiver: int) -> str:
@@ -310,4 +322,5 @@ def edge_graph(lm: LensModel, *, grouped: bool = False) -> EdgeGraph:
         n_kv_heads=n_kv,
         grouped=bool(grouped and n_kv < cfg.n_heads),
         post_norm=bool(cfg.use_normalization_before_and_after),
+        has_mlp=not cfg.attn_only,
     )
