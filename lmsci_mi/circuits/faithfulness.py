@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -19,9 +19,11 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from lmsci_mi.circuits.pruning import PRUNE_METHODS, EdgeLayout, check_fractions
+from lmsci_mi.circuits.graph import EdgeGraph
+from lmsci_mi.circuits.pruning import PRUNE_METHODS, check_fractions, node_map
 from lmsci_mi.config import Config, config
 from lmsci_mi.results import Result, result_type
+from lmsci_mi.sites import Head
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -32,7 +34,6 @@ if TYPE_CHECKING:
 __all__ = [
     "MIB_FRACTIONS",
     "Circuit",
-    "CircuitLayout",
     "CurveConfig",
     "FaithfulnessCurve",
     "area_under_curve",
@@ -122,38 +123,6 @@ class CurveConfig(Config):
             raise ValueError(f"CurveConfig.fractions must increase strictly, got {self.fractions}")
 
 
-@dataclass(frozen=True)
-class CircuitLayout:
-    """The node map of a computational graph, as plain data a saved circuit carries.
-
-    Attributes:
-        node_names / node_rows / node_kinds: per node, its label (``"L9.H6"``, ``"MLP 3"``,
-            ``"input"``, ``"logits"``), its drawing row (input 0 … logits last) and its kind.
-        sender_node / receiver_node: the node of each sender / receiver index.
-        receiver_inputs: per receiver, the input it is (``"q"``, ``"k"``, ``"v"``, ``"mlp"``,
-            ``"logits"``).
-        input_node / logits_node: the endpoints.
-        description: which graph this is (e.g. grouped or ungrouped GQA).
-    """
-
-    node_names: tuple[str, ...]
-    node_rows: tuple[int, ...]
-    node_kinds: tuple[str, ...]
-    sender_node: tuple[int, ...]
-    receiver_node: tuple[int, ...]
-    receiver_inputs: tuple[str, ...]
-    input_node: int
-    logits_node: int
-    description: str = ""
-
-    def nodes(self) -> list[CircuitNode]:
-        """The nodes in the form the drawing takes."""
-        from lmsci_mi.viz.circuit_graph import CircuitNode
-
-        return [CircuitNode(n, r, k) for n, r, k in
-                zip(self.node_names, self.node_rows, self.node_kinds, strict=True)]
-
-
 @result_type
 class Circuit(Result):
     """A circuit: the kept edges of a computational graph, with their scores.
@@ -163,13 +132,13 @@ class Circuit(Result):
 
     Attributes:
         scores: the edge scores the circuit was pruned from (``[sender, receiver]``), or None.
-        layout: the graph's node map (for drawing and naming).
+        graph: the edge graph the mask is laid out for (names, GQA layout).
         fraction: the edge budget in percent, when pruned to one; None otherwise.
         faithfulness: its normalised faithfulness, when evaluated; None otherwise.
     """
 
     scores: Tensor | None
-    layout: CircuitLayout
+    graph: EdgeGraph
     fraction: float | None = None
     faithfulness: float | None = None
 
@@ -189,22 +158,40 @@ class Circuit(Result):
         return sorted(rows, key=lambda row: -abs(row[2]))
 
     def node_names(self) -> list[str]:
-        """Names of the nodes the kept edges touch, in graph order."""
+        """Names of the nodes the kept edges touch, in graph order (a grouped k/v edge touches
+        every head of its group)."""
+        nodes = node_map(self.graph)
         senders, receivers = self.values.nonzero(as_tuple=True)
-        used = {self.layout.sender_node[s] for s in senders.tolist()}
-        used |= {self.layout.receiver_node[r] for r in receivers.tolist()}
-        return [self.layout.node_names[i] for i in sorted(used)]
+        used = set(senders.tolist()) | set(
+            nodes.receiver_nodes[receivers].any(0).nonzero().flatten().tolist())
+        return [nodes.names[i] for i in sorted(used)]
+
+    def heads(self) -> list[Head]:
+        """The heads in the circuit (as senders or receivers)."""
+        return [Head.parse(n) for n in self.node_names() if n.startswith("L")]
 
     def _drawn_edges(self) -> list[CircuitEdge]:
-        from lmsci_mi.viz.circuit_graph import CircuitEdge
+        from lmsci_mi.viz.circuit_graph import CircuitEdge, CircuitNode
 
+        nodes = node_map(self.graph)
         senders, receivers = self.values.nonzero(as_tuple=True)
+        sending = set(senders.tolist())
         out = []
         for s, r in zip(senders.tolist(), receivers.tolist(), strict=True):
             score = float(self.scores[s, r]) if self.scores is not None else 1.0
-            out.append(CircuitEdge(self.layout.sender_node[s], self.layout.receiver_node[r],
-                                   self.layout.receiver_inputs[r], score))
+            targets = nodes.receiver_nodes[r].nonzero().flatten().tolist()
+            # A grouped k/v receiver feeds its whole group: draw it into the group's heads that
+            # are in the circuit (those that send on), or the first if none does.
+            shown = [t for t in targets if t in sending] or targets[:1]
+            out += [CircuitEdge(s, t, nodes.receiver_inputs[r], score) for t in shown]
         return out
+
+    def _nodes(self) -> list[CircuitNode]:
+        from lmsci_mi.viz.circuit_graph import CircuitNode
+
+        nodes = node_map(self.graph)
+        return [CircuitNode(n, r, k) for n, r, k in zip(nodes.names, nodes.rows, nodes.kinds,
+                                                         strict=True)]
 
     def _title(self) -> str:
         parts = [f"{self.meta.model}: {self.n_edges} edges, {len(self.node_names())} nodes"]
@@ -219,7 +206,7 @@ class Circuit(Result):
         from lmsci_mi.viz.circuit_graph import circuit_figure
         from lmsci_mi.viz.plots import save_figure
 
-        fig = circuit_figure(self.layout.nodes(), self._drawn_edges(), title=title or self._title())
+        fig = circuit_figure(self._nodes(), self._drawn_edges(), title=title or self._title())
         if path is not None:
             save_figure(fig, path)
         return fig
@@ -228,12 +215,11 @@ class Circuit(Result):
         """The drawing as an inline ``<svg>`` element, for an HTML report."""
         from lmsci_mi.viz.circuit_graph import circuit_svg
 
-        return circuit_svg(self.layout.nodes(), self._drawn_edges(), title=title or self._title())
+        return circuit_svg(self._nodes(), self._drawn_edges(), title=title or self._title())
 
     def summary(self, rows: int = 10) -> str:
         lines = [self._title()]
-        heads = [n for n, k in zip(self.layout.node_names, self.layout.node_kinds, strict=True)
-                 if k == "head" and n in set(self.node_names())]
+        heads = [str(h) for h in self.heads()]
         lines.append(f"heads ({len(heads)}): {', '.join(heads[:40])}{' …' if len(heads) > 40 else ''}")
         lines += [f"  {s:>12} → {r:<14} {v:+.4g}" for s, r, v in self.edge_list()[:rows]]
         return "\n".join(lines)
@@ -282,7 +268,7 @@ class FaithfulnessCurve(Result):
         interval: 95 % bootstrap interval per budget over prompts, ``[point, 2]``, or None.
         n_prompts: prompts evaluated; label: the scoring method ("EAP-IG (m=5), greedy").
         masks: the circuits, ``[point, sender, receiver]`` bool; scores: the edge scores.
-        layout: the graph's node map.
+        graph: the edge graph.
     """
 
     fractions: tuple[float, ...]
@@ -300,7 +286,7 @@ class FaithfulnessCurve(Result):
     label: str
     masks: Bool[Tensor, "point sender receiver"]
     scores: Tensor
-    layout: CircuitLayout
+    graph: EdgeGraph
 
     def at(self, fraction: float) -> float:
         """Faithfulness at one of the curve's budgets (percent)."""
@@ -316,17 +302,9 @@ class FaithfulnessCurve(Result):
         """The circuit kept at one budget (percent), with its scores and faithfulness."""
         i = self._index(fraction)
         return Circuit(values=self.masks[i], axes=("sender", "receiver"),
-                       labels=(self.labels_of("sender"), self.labels_of("receiver")),
-                       meta=self.meta, scores=self.scores, layout=self.layout,
+                       labels=(self.graph.sender_names, self.graph.receiver_names),
+                       meta=self.meta, scores=self.scores, graph=self.graph,
                        fraction=self.fractions[i], faithfulness=float(self.values[i]))
-
-    def labels_of(self, axis: Literal["sender", "receiver"]) -> tuple[str, ...]:
-        """Names of the senders or receivers of the graph's edge layout."""
-        lay = self.layout
-        if axis == "sender":
-            return tuple(lay.node_names[n] for n in lay.sender_node)
-        return tuple(f"{lay.node_names[n]}.{i}" if lay.node_kinds[n] == "head" else lay.node_names[n]
-                     for n, i in zip(lay.receiver_node, lay.receiver_inputs, strict=True))
 
     def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
         """The curve on a log-x axis with its bootstrap band, CPR and CMD in the legend."""

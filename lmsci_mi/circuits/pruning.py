@@ -9,20 +9,26 @@ fixed point EAP-IG's one-pass ``prune`` missed (its issue #16 left childless nod
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from lmsci_mi.circuits.graph import EdgeGraph
+from lmsci_mi.sites import Head
+
 __all__ = [
     "PRUNE_METHODS",
-    "EdgeLayout",
+    "NodeMap",
     "check_fractions",
     "edge_budget",
     "greedy_order",
+    "node_map",
     "prune_dead",
     "prune_greedy",
     "prune_threshold",
@@ -36,30 +42,78 @@ PRUNE_METHODS = ("greedy", "topn")
 PruneMethod = Literal["greedy", "topn"]
 
 
-class EdgeLayout(Protocol):
-    """What pruning reads of a computational graph: the dense edge layout and its node map.
+@dataclass(frozen=True)
+class NodeMap:
+    """Which node each sender and receiver of an edge graph belongs to.
+
+    Nodes are numbered as the senders (``input``, then per layer its heads and its MLP), with the
+    logits last. A head's q, k and v receivers belong to the head; under grouped GQA a
+    key/value receiver belongs to every query head of its group, so it is an incidence matrix.
 
     Attributes:
-        real_edge_mask: ``[sender, receiver]`` bool, True where the pair is an edge of the graph.
-        sender_node / receiver_node: the node each sender / receiver belongs to (a head's q, k and
-            v receivers all map to the head's node).
-        n_nodes / n_edges: counts; ``input_node`` and ``logits_node`` are the two endpoints.
+        sender_node: ``[sender]`` node of each sender (the identity).
+        receiver_nodes: ``[receiver, node]`` bool incidence.
+        names / kinds / rows: per node, its name, ``"input" | "head" | "mlp" | "logits"`` and its
+            drawing row (input 0, layer l's heads 2l+1, its MLP 2l+2, logits last).
+        receiver_inputs: per receiver, ``"q" | "k" | "v" | "mlp" | "logits"``.
     """
 
+    sender_node: Int[Tensor, " sender"]
+    receiver_nodes: Bool[Tensor, "receiver node"]
+    names: tuple[str, ...]
+    kinds: tuple[str, ...]
+    rows: tuple[int, ...]
+    receiver_inputs: tuple[str, ...]
+
     @property
-    def real_edge_mask(self) -> Bool[Tensor, "sender receiver"]: ...
+    def n_nodes(self) -> int:
+        return len(self.names)
+
     @property
-    def sender_node(self) -> Int[Tensor, " sender"]: ...
+    def input_node(self) -> int:
+        return 0
+
     @property
-    def receiver_node(self) -> Int[Tensor, " receiver"]: ...
-    @property
-    def n_nodes(self) -> int: ...
-    @property
-    def n_edges(self) -> int: ...
-    @property
-    def input_node(self) -> int: ...
-    @property
-    def logits_node(self) -> int: ...
+    def logits_node(self) -> int:
+        return self.n_nodes - 1
+
+
+@functools.lru_cache(maxsize=8)
+def node_map(graph: EdgeGraph) -> NodeMap:
+    """The node map of ``graph`` (cached: graphs are frozen values).
+
+    >>> m = node_map(EdgeGraph(model="toy", n_layers=2, n_heads=4, n_kv_heads=2, grouped=True))
+    >>> m.names[:3], m.receiver_nodes[4].nonzero().flatten().tolist()  # L0.KV0.k feeds H0, H1
+    (('input', 'L0.H0', 'L0.H1'), [1, 2])
+    """
+    names, kinds, rows = ["input"], ["input"], [0]
+    for layer in range(graph.n_layers):
+        names += [str(Head(layer, h)) for h in range(graph.n_heads)] + [f"MLP{layer}"]
+        kinds += ["head"] * graph.n_heads + ["mlp"]
+        rows += [2 * layer + 1] * graph.n_heads + [2 * layer + 2]
+    names.append("logits")
+    kinds.append("logits")
+    rows.append(2 * graph.n_layers + 1)
+    incidence = torch.zeros(graph.n_receivers, len(names), dtype=torch.bool)
+    inputs = [""] * graph.n_receivers
+    for layer in range(graph.n_layers):
+        cols = graph.layer(layer)
+        for h, col in enumerate(cols.q):
+            incidence[col, graph.head_sender(layer, h)] = True
+            inputs[col] = "q"
+        for letter, span in (("k", cols.k), ("v", cols.v)):
+            for g, col in enumerate(span):
+                heads = [h for h in range(graph.n_heads)
+                         if (graph.kv_group(h) if graph.grouped else h) == g]
+                for h in heads:
+                    incidence[col, graph.head_sender(layer, h)] = True
+                inputs[col] = letter
+        incidence[cols.mlp, graph.mlp_sender(layer)] = True
+        inputs[cols.mlp] = "mlp"
+    incidence[graph.logits, len(names) - 1] = True
+    inputs[graph.logits] = "logits"
+    return NodeMap(torch.arange(graph.n_senders), incidence, tuple(names), tuple(kinds),
+                   tuple(rows), tuple(inputs))
 
 
 def check_fractions(fractions: Sequence[float]) -> tuple[float, ...]:
@@ -83,7 +137,7 @@ def check_fractions(fractions: Sequence[float]) -> tuple[float, ...]:
     return out
 
 
-def edge_budget(graph: EdgeLayout, fraction: float) -> int:
+def edge_budget(graph: EdgeGraph, fraction: float) -> int:
     """How many edges ``fraction`` percent of the graph's real edges is (MIB: ``int(p · n)``).
 
     At least one edge, so a tiny fraction of a tiny graph still asks for a circuit.
@@ -92,25 +146,25 @@ def edge_budget(graph: EdgeLayout, fraction: float) -> int:
     return max(1, int(fraction / 100.0 * graph.n_edges))
 
 
-def _check_scores(graph: EdgeLayout, scores: Tensor) -> Tensor:
-    if tuple(scores.shape) != tuple(graph.real_edge_mask.shape):
+def _check_scores(graph: EdgeGraph, scores: Tensor) -> Tensor:
+    if tuple(scores.shape) != tuple(graph.real.shape):
         raise ValueError(
             f"scores have shape {tuple(scores.shape)} but the graph's edge layout is "
-            f"{tuple(graph.real_edge_mask.shape)} ([sender, receiver]): score this graph's edges"
+            f"{tuple(graph.real.shape)} ([sender, receiver]): score this graph's edges"
         )
-    if bool(torch.isnan(scores[graph.real_edge_mask.to(scores.device)]).any()):
+    if bool(torch.isnan(scores[graph.real.to(scores.device)]).any()):
         raise ValueError("edge scores contain NaN: rerun the attribution (a metric was NaN?)")
     return scores.detach().float().cpu()
 
 
-def _ranking(graph: EdgeLayout, scores: Tensor, absolute: bool) -> Tensor:
+def _ranking(graph: EdgeGraph, scores: Tensor, absolute: bool) -> Tensor:
     """Scores as ranking keys: real edges by (|s|) s, other cells at -inf so they never win."""
     keys = scores.abs() if absolute else scores.clone()
-    keys[~graph.real_edge_mask.cpu()] = -torch.inf
+    keys[~graph.real.cpu()] = -torch.inf
     return keys
 
 
-def prune_dead(graph: EdgeLayout, mask: Bool[Tensor, "sender receiver"]
+def prune_dead(graph: EdgeGraph, mask: Bool[Tensor, "sender receiver"]
                ) -> Bool[Tensor, "sender receiver"]:
     """Keep only the edges that lie on some input → logits path of ``mask``.
 
@@ -128,25 +182,22 @@ def prune_dead(graph: EdgeLayout, mask: Bool[Tensor, "sender receiver"]
         The pruned mask (a new tensor, on the mask's device).
     """
     device = mask.device
-    current = mask.cpu() & graph.real_edge_mask.cpu()
-    sender_node, receiver_node = graph.sender_node.cpu(), graph.receiver_node.cpu()
+    nodes = node_map(graph)
+    current = mask.cpu() & graph.real
+    incidence = nodes.receiver_nodes.float()
     while True:
-        adjacency = _node_adjacency(current, sender_node, receiver_node, graph.n_nodes)
-        forward = _reach(adjacency, graph.input_node)
-        backward = _reach(adjacency.T, graph.logits_node)
-        alive = forward[sender_node][:, None] & backward[receiver_node][None, :]
+        # [node, node]: 1 where a kept edge runs from the first node into an input of the second
+        # (the senders are the nodes, so the sender axis needs no mapping).
+        adjacency = torch.zeros(nodes.n_nodes, nodes.n_nodes)
+        adjacency[: graph.n_senders] = ((current.float() @ incidence) > 0).float()
+        forward = _reach(adjacency, nodes.input_node)
+        backward = _reach(adjacency.T, nodes.logits_node)
+        receiver_alive = (incidence @ backward.float()) > 0
+        alive = forward[: graph.n_senders][:, None] & receiver_alive[None, :]
         pruned = current & alive
         if torch.equal(pruned, current):
             return pruned.to(device)
         current = pruned
-
-
-def _node_adjacency(mask: Tensor, sender_node: Tensor, receiver_node: Tensor, n_nodes: int) -> Tensor:
-    """``[node, node]`` float adjacency: 1 where some kept edge joins the two nodes."""
-    adjacency = torch.zeros(n_nodes, n_nodes)
-    senders, receivers = mask.nonzero(as_tuple=True)
-    adjacency[sender_node[senders], receiver_node[receivers]] = 1.0
-    return adjacency
 
 
 def _reach(adjacency: Tensor, start: int) -> Bool[Tensor, " node"]:
@@ -160,7 +211,7 @@ def _reach(adjacency: Tensor, start: int) -> Bool[Tensor, " node"]:
         reached = grown
 
 
-def prune_topn(graph: EdgeLayout, scores: Float[Tensor, "sender receiver"], n: int, *,
+def prune_topn(graph: EdgeGraph, scores: Float[Tensor, "sender receiver"], n: int, *,
                absolute: bool = True, prune: bool = True) -> Bool[Tensor, "sender receiver"]:
     """The ``n`` best edges by score (by ``|score|`` when ``absolute``), dead nodes removed.
 
@@ -182,7 +233,7 @@ def prune_topn(graph: EdgeLayout, scores: Float[Tensor, "sender receiver"], n: i
     return prune_dead(graph, mask) if prune else mask
 
 
-def prune_threshold(graph: EdgeLayout, scores: Float[Tensor, "sender receiver"],
+def prune_threshold(graph: EdgeGraph, scores: Float[Tensor, "sender receiver"],
                     threshold: float, *, absolute: bool = True, prune: bool = True
                     ) -> Bool[Tensor, "sender receiver"]:
     """The edges whose score (``|score|`` when ``absolute``) is at least ``threshold``.
@@ -197,14 +248,14 @@ def prune_threshold(graph: EdgeLayout, scores: Float[Tensor, "sender receiver"],
     return prune_dead(graph, mask) if prune else mask
 
 
-def _check_count(graph: EdgeLayout, n: int) -> None:
+def _check_count(graph: EdgeGraph, n: int) -> None:
     if not 1 <= n <= graph.n_edges:
         raise ValueError(
             f"asked for {n} edges of a graph with {graph.n_edges}: give 1 … {graph.n_edges}"
         )
 
 
-def greedy_order(graph: EdgeLayout, scores: Float[Tensor, "sender receiver"], *,
+def greedy_order(graph: EdgeGraph, scores: Float[Tensor, "sender receiver"], *,
                  absolute: bool = True) -> Int[Tensor, "step 2"]:
     """The order in which greedy growth from the logits adds edges, as ``(sender, receiver)`` rows.
 
@@ -217,35 +268,39 @@ def greedy_order(graph: EdgeLayout, scores: Float[Tensor, "sender receiver"], *,
         ``[steps, 2]`` long tensor of (sender index, receiver index).
     """
     keys = _ranking(graph, _check_scores(graph, scores), absolute)
-    real = graph.real_edge_mask.cpu()
-    sender_node = graph.sender_node.cpu().tolist()
-    # The receivers that feed each node (a head's q, k and v inputs; an MLP's input).
+    real = graph.real
+    nodes = node_map(graph)
+    # The receivers that feed each node (a head's q, k and v inputs; an MLP's input); a grouped
+    # k/v receiver opens with the first head of its group that joins.
     receivers_of: dict[int, list[int]] = {}
-    for receiver, node in enumerate(graph.receiver_node.cpu().tolist()):
+    for receiver, node in nodes.receiver_nodes.nonzero().tolist():
         receivers_of.setdefault(node, []).append(receiver)
     frontier: list[tuple[float, int, int]] = []
+    opened: set[int] = set()
     in_circuit: set[int] = set()
 
     def open_node(node: int) -> None:
         in_circuit.add(node)
         for receiver in receivers_of.get(node, ()):
-            senders = real[:, receiver].nonzero().flatten().tolist()
+            if receiver in opened:
+                continue
+            opened.add(receiver)
             column = keys[:, receiver].tolist()
-            for sender in senders:
+            for sender in real[:, receiver].nonzero().flatten().tolist():
                 # heapq is a min-heap: negate; ties broken by position for a stable order.
                 heapq.heappush(frontier, (-column[sender], sender, receiver))
 
-    open_node(graph.logits_node)
+    open_node(nodes.logits_node)
     order: list[tuple[int, int]] = []
     while frontier:
         _, sender, receiver = heapq.heappop(frontier)
         order.append((sender, receiver))
-        if sender_node[sender] not in in_circuit:
-            open_node(sender_node[sender])
+        if sender not in in_circuit:  # sender index == node index
+            open_node(sender)
     return torch.tensor(order, dtype=torch.long).view(-1, 2)
 
 
-def prune_greedy(graph: EdgeLayout, scores: Float[Tensor, "sender receiver"], n: int, *,
+def prune_greedy(graph: EdgeGraph, scores: Float[Tensor, "sender receiver"], n: int, *,
                  absolute: bool = True, prune: bool = True, order: Tensor | None = None
                  ) -> Bool[Tensor, "sender receiver"]:
     """Greedy circuit of ``n`` edges grown from the logits (EAP-IG ``apply_greedy``).
@@ -258,13 +313,13 @@ def prune_greedy(graph: EdgeLayout, scores: Float[Tensor, "sender receiver"], n:
     _check_count(graph, n)
     if order is None:
         order = greedy_order(graph, scores, absolute=absolute)
-    mask = torch.zeros(graph.real_edge_mask.shape, dtype=torch.bool)
+    mask = torch.zeros(graph.real.shape, dtype=torch.bool)
     taken = order[:n]
     mask[taken[:, 0], taken[:, 1]] = True
     return prune_dead(graph, mask) if prune else mask
 
 
-def prune_to_fractions(graph: EdgeLayout, scores: Float[Tensor, "sender receiver"],
+def prune_to_fractions(graph: EdgeGraph, scores: Float[Tensor, "sender receiver"],
                        fractions: Sequence[float], *, method: PruneMethod = "greedy",
                        absolute: bool = True) -> Bool[Tensor, "point sender receiver"]:
     """One pruned circuit per edge fraction (percent of the graph's real edges).

@@ -3,16 +3,16 @@ on a hand-made curve, and the curve's endpoints by exact edge patching on a tiny
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 import torch
 from torch import Tensor
 
+from lmsci_mi.circuits.graph import EdgeGraph
 from lmsci_mi.circuits.faithfulness import CurveConfig, area_under_curve
 from lmsci_mi.circuits.pruning import (
     check_fractions,
     greedy_order,
+    node_map,
     prune_dead,
     prune_greedy,
     prune_threshold,
@@ -21,100 +21,89 @@ from lmsci_mi.circuits.pruning import (
 )
 
 
-@dataclass(frozen=True)
-class Toy:
-    """A hand-made graph: input(0) → a(1) → m(2) → b(3) → logits(4); b has q and k inputs."""
-
-    real_edge_mask: Tensor
-    sender_node: Tensor
-    receiver_node: Tensor
-    n_nodes: int = 5
-    input_node: int = 0
-    logits_node: int = 4
-
-    @property
-    def n_edges(self) -> int:
-        return int(self.real_edge_mask.sum())
+def _toy(grouped: bool = False) -> EdgeGraph:
+    """Two layers of four heads (two key/value heads): 90 edges ungrouped, 66 grouped."""
+    return EdgeGraph(model="toy", n_layers=2, n_heads=4, n_kv_heads=2, grouped=grouped)
 
 
-def _toy() -> Toy:
-    sender_node = torch.tensor([0, 1, 2, 3])
-    receiver_node = torch.tensor([1, 2, 3, 3, 4])  # a.q, m, b.q, b.k, logits
-    real = sender_node[:, None] < receiver_node[None, :]
-    return Toy(real, sender_node, receiver_node)
+def _on_a_path(graph: EdgeGraph, mask: Tensor) -> Tensor:
+    """Brute force: which kept edges lie on some input → logits path of kept edges."""
+    nodes = node_map(graph)
+    edges = [(s, r) for s, r in mask.nonzero().tolist()]
+    into = {n: [(s, r) for s, r in edges if nodes.receiver_nodes[r, n]] for n in range(nodes.n_nodes)}
 
+    def from_input(node: int, seen: frozenset[int] = frozenset()) -> bool:
+        return node == 0 or any(from_input(s, seen | {node}) for s, _ in into[node] if s not in seen)
 
-def _alive_nodes(graph: Toy, mask: Tensor) -> tuple[set[int], set[int]]:
-    senders, receivers = mask.nonzero(as_tuple=True)
-    out_nodes = {int(graph.sender_node[s]) for s in senders}
-    in_nodes = {int(graph.receiver_node[r]) for r in receivers}
-    return out_nodes, in_nodes
+    def to_logits(node: int) -> bool:
+        return node == nodes.logits_node or any(
+            to_logits(n) for s, r in edges if s == node
+            for n in nodes.receiver_nodes[r].nonzero().flatten().tolist())
 
-
-def _no_dead_nodes(graph: Toy, mask: Tensor) -> bool:
-    """Every node a kept edge touches has a kept in-edge (or is the input) and a kept out-edge
-    (or is the logits)."""
-    out_nodes, in_nodes = _alive_nodes(graph, mask)
-    touched = out_nodes | in_nodes
-    return all((n == graph.input_node or n in in_nodes) and (n == graph.logits_node or n in out_nodes)
-               for n in touched)
+    out = torch.zeros_like(mask)
+    for s, r in edges:
+        targets = nodes.receiver_nodes[r].nonzero().flatten().tolist()
+        out[s, r] = from_input(s) and any(to_logits(n) for n in targets)
+    return out
 
 
 def test_prune_dead_reaches_the_fixed_point() -> None:
     graph = _toy()
-    mask = torch.zeros_like(graph.real_edge_mask)
-    mask[0, 0] = True  # input → a.q, but a feeds nothing: a dangling chain
-    mask[1, 1] = True  # a → m, and m feeds nothing either: two rounds of a one-pass prune
-    mask[0, 4] = True  # input → logits survives
-    mask[3, 4] = True  # b → logits, but nothing reaches b: dead
+    mask = graph.mask([
+        "input->L0.H0.q",  # H0 feeds nothing ...
+        "L0.H0->MLP0",  # ... but MLP0 feeds nothing either: two rounds of a one-pass prune
+        "input->logits",  # survives
+        "L1.H2->logits",  # nothing reaches L1.H2: dead
+    ])
     pruned = prune_dead(graph, mask)
-    assert pruned.nonzero().tolist() == [[0, 4]]
-    assert _no_dead_nodes(graph, pruned)
+    assert graph.edge_names(pruned) == ["input->logits"]
     assert torch.equal(prune_dead(graph, pruned), pruned)
 
 
-def test_random_masks_prune_to_no_dead_nodes() -> None:
-    graph = _toy()
+@pytest.mark.parametrize("grouped", [False, True])
+def test_random_masks_prune_to_the_path_edges(grouped: bool) -> None:
+    graph = _toy(grouped)
     generator = torch.Generator().manual_seed(1)
-    for _ in range(50):
-        mask = (torch.rand(graph.real_edge_mask.shape, generator=generator) < 0.4) & graph.real_edge_mask
-        pruned = prune_dead(graph, mask)
-        assert _no_dead_nodes(graph, pruned)
-        assert not (pruned & ~mask).any()  # pruning only removes
+    for density in (0.05, 0.15, 0.4):
+        for _ in range(10):
+            mask = (torch.rand(graph.real.shape, generator=generator) < density) & graph.real
+            # exactly the edges on an input → logits path survive: none dead, none lost
+            assert torch.equal(prune_dead(graph, mask), _on_a_path(graph, mask))
 
 
 def test_greedy_stays_connected_to_the_logits() -> None:
     graph = _toy()
-    scores = torch.zeros(graph.real_edge_mask.shape)
-    scores[0, 0] = 10.0  # the best edge overall, but a is not in the circuit until a → … joins
-    scores[2, 4] = 1.0
-    scores[1, 1] = 0.5
-    order = greedy_order(graph, scores)
-    assert tuple(order[0].tolist()) == (2, 4)  # only edges into the logits are open at first
-    # a joins only through a → m, so the best edge overall (into a) comes third
-    assert [tuple(r) for r in order[:3].tolist()] == [(2, 4), (1, 1), (0, 0)]
-    # each added edge's receiver node was already in the circuit when it was added
-    in_circuit = {graph.logits_node}
-    for sender, receiver in order.tolist():
-        assert int(graph.receiver_node[receiver]) in in_circuit
-        in_circuit.add(int(graph.sender_node[sender]))
-    assert len(order) == graph.n_edges
-    mask = prune_greedy(graph, scores, 3, prune=False)
-    assert int(mask.sum()) == 3
-    # top-n takes the best edge anywhere, even one that then dies in pruning
-    top = prune_topn(graph, scores, 1, prune=False)
-    assert top[0, 0] and not prune_topn(graph, scores, 1).any()
+    scores = torch.zeros(graph.real.shape)
+    scores[graph.edge_index("input->L0.H0.q")] = 10.0  # best overall, but H0 is not in yet
+    scores[graph.edge_index("MLP0->logits")] = 1.0
+    scores[graph.edge_index("L0.H0->MLP0")] = 0.5
+    order = [graph.edge_name(s, r) for s, r in greedy_order(graph, scores).tolist()]
+    # only edges into the logits are open at first; H0 joins through H0 → MLP0, so the best edge
+    # overall (into H0) comes third
+    assert order[:3] == ["MLP0->logits", "L0.H0->MLP0", "input->L0.H0.q"]
+    assert sorted(order) == sorted(graph.edge_names(graph.real))  # every edge, once
+    nodes = node_map(graph)
+    in_circuit = {nodes.logits_node}
+    for s, r in greedy_order(graph, scores).tolist():
+        assert nodes.receiver_nodes[r, sorted(in_circuit)].any()  # receiver already in
+        in_circuit.add(s)
+    mask = prune_greedy(graph, scores, 3)
+    assert graph.edge_names(mask) == ["input->L0.H0.q", "L0.H0->MLP0", "MLP0->logits"]
+    # top-n takes the best edge anywhere, even one that pruning then removes
+    assert graph.edge_names(prune_topn(graph, scores, 1, prune=False)) == ["input->L0.H0.q"]
+    assert not prune_topn(graph, scores, 1).any()
 
 
 def test_threshold_and_fractions() -> None:
     graph = _toy()
-    scores = torch.arange(20, dtype=torch.float32).view(4, 5) * graph.real_edge_mask
-    kept = prune_threshold(graph, scores, 10.0, prune=False)
-    assert torch.equal(kept, (scores >= 10) & graph.real_edge_mask)
-    masks = prune_to_fractions(graph, scores, [10, 50, 100], method="topn")
-    assert masks.shape == (3, 4, 5)
-    assert torch.equal(masks[-1], graph.real_edge_mask)  # 100 % keeps every edge
-    assert (masks.sum((1, 2)).diff() >= 0).all()
+    scores = torch.randn(graph.real.shape, generator=torch.Generator().manual_seed(0))
+    kept = prune_threshold(graph, scores, 1.0, prune=False)
+    assert torch.equal(kept, (scores.abs() >= 1.0) & graph.real)
+    for method in ("topn", "greedy"):
+        masks = prune_to_fractions(graph, scores, [10, 50, 100], method=method)
+        assert masks.shape == (3, *graph.real.shape)
+        assert torch.equal(masks[-1], graph.real)  # 100 % keeps every edge
+        assert (masks.sum((1, 2)).diff() >= 0).all()
 
 
 @pytest.mark.parametrize("bad", [0, -1, 100.5, float("nan")])
