@@ -13,14 +13,22 @@ import math
 from collections.abc import Sequence
 from dataclasses import field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from lmsci_mi.circuits.edge_patching import PromptsArg, evaluate_circuits
 from lmsci_mi.circuits.graph import EdgeGraph
-from lmsci_mi.circuits.pruning import PRUNE_METHODS, check_fractions, node_map
+from lmsci_mi.circuits.metrics import Metric
+from lmsci_mi.circuits.pruning import (
+    PRUNE_METHODS,
+    check_fractions,
+    edge_budget,
+    node_map,
+    prune_to_fractions,
+)
 from lmsci_mi.config import Config, config
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import Head
@@ -29,6 +37,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+    from lmsci_mi.model import LensModel
     from lmsci_mi.viz.circuit_graph import CircuitEdge, CircuitNode
 
 __all__ = [
@@ -38,6 +47,7 @@ __all__ = [
     "FaithfulnessCurve",
     "area_under_curve",
     "bootstrap_faithfulness",
+    "faithfulness_curve",
     "plot_faithfulness_curves",
 ]
 
@@ -117,6 +127,11 @@ class CurveConfig(Config):
     absolute: bool = field(default=True, metadata={"help": "rank edges by |score| (MIB default)"})
     log_scale: bool = field(default=False, metadata={
         "help": "CPR/CMD over log(fraction) instead of the fraction (MIB default: linear)"})
+    batch_size: int = field(default=16, metadata={"help": "prompt pairs per pass", "ge": 1})
+    circuits_per_pass: int = field(default=5, metadata={
+        "help": "circuits stacked along the batch of one patched pass", "ge": 1})
+    n_bootstrap: int = field(default=1000, metadata={
+        "help": "bootstrap resamples of the prompts for the 95% band (0: none)", "ge": 0})
 
     def validate(self) -> None:
         if any(b <= a for a, b in zip(self.fractions, self.fractions[1:], strict=False)):
@@ -171,7 +186,7 @@ class Circuit(Result):
         return [Head.parse(n) for n in self.node_names() if n.startswith("L")]
 
     def _drawn_edges(self) -> list[CircuitEdge]:
-        from lmsci_mi.viz.circuit_graph import CircuitEdge, CircuitNode
+        from lmsci_mi.viz.circuit_graph import CircuitEdge
 
         nodes = node_map(self.graph)
         senders, receivers = self.values.nonzero(as_tuple=True)
@@ -327,3 +342,86 @@ class FaithfulnessCurve(Result):
                 band = f"[{float(self.interval[i, 0]):.2f}, {float(self.interval[i, 1]):.2f}]"
             lines.append(f"{fraction:>8g} {self.kept[i]:>7} {float(self.values[i]):>13.3f} {band:>16}")
         return "\n".join(lines)
+
+
+def _score_tensor(graph: EdgeGraph, scores: Any) -> Tensor:
+    """Edge scores as a ``[sender, receiver]`` CPU tensor (a result's ``values`` or a tensor)."""
+    tensor = scores.values if isinstance(scores, Result) else scores
+    if not isinstance(tensor, Tensor) or tuple(tensor.shape) != tuple(graph.real.shape):
+        shape = tuple(tensor.shape) if isinstance(tensor, Tensor) else type(tensor).__name__
+        raise ValueError(f"edge scores must be a {tuple(graph.real.shape)} [sender, receiver] "
+                         f"tensor for {graph.describe()}, not {shape}")
+    return tensor.detach().float().cpu()
+
+
+def faithfulness_curve(
+    lm: LensModel,
+    graph: EdgeGraph,
+    scores: Tensor | Result,
+    clean: PromptsArg,
+    corrupted: PromptsArg,
+    metric: Metric,
+    config: CurveConfig | None = None,
+    *,
+    label: str = "",
+    answer_positions: int | Sequence[int] | Tensor | None = None,
+) -> FaithfulnessCurve:
+    """Prune ``scores`` at each edge budget and evaluate every circuit by exact edge patching.
+
+    Reads the model only. All budgets' circuits run as one batched evaluation
+    (:func:`~lmsci_mi.circuits.edge_patching.evaluate_circuits`: per prompt batch one clean and
+    one corrupted pass, then ``circuits_per_pass`` circuits per patched pass).
+
+    Args:
+        lm: the model; graph: its edge graph (:func:`~lmsci_mi.circuits.graph.edge_graph`).
+        scores: edge scores ``[sender, receiver]`` (EAP / EAP-IG scores, or any result whose
+            ``values`` are laid out so).
+        clean / corrupted: the prompt pairs (equal token lengths per pair).
+        metric: e.g. ``LogitDiff(io_ids, s_ids)``; faithfulness normalises it.
+        config: budgets, pruning method, CPR/CMD axis, batching (:class:`CurveConfig`).
+        label: how the scores were made, for legends ("EAP-IG (m=5)").
+        answer_positions: the positions the metric reads (default each prompt's last token).
+
+    Returns:
+        A :class:`FaithfulnessCurve`; ``.circuit(5)`` is the 5 % circuit, ``.plot()`` the curve.
+
+    Raises:
+        ValueError: scores of another layout, a budget outside (0, 100], bad prompts.
+
+    >>> from lmsci_mi import load_model
+    >>> from lmsci_mi.circuits.graph import edge_graph
+    >>> from lmsci_mi.circuits.metrics import LogitDiff
+    >>> lm = load_model("toy-2l"); g = edge_graph(lm)
+    >>> curve = faithfulness_curve(lm, g, torch.randn(g.real.shape), "Mary and John: John gave it to",
+    ...                            "Mary and John: Mary gave it to", LogitDiff(5, 6),
+    ...                            CurveConfig(fractions=(50.0, 100.0), n_bootstrap=0))
+    >>> round(curve.at(100.0), 4)
+    1.0
+    """
+    cfg = config or CurveConfig()
+    table = _score_tensor(graph, scores)
+    masks = prune_to_fractions(graph, table, cfg.fractions, method=cfg.method, absolute=cfg.absolute)
+    result = evaluate_circuits(lm, graph, masks, clean, corrupted, metric, batch_size=cfg.batch_size,
+                               circuits_per_pass=cfg.circuits_per_pass,
+                               answer_positions=answer_positions)
+    faithfulness = result.normalised().float()
+    n_prompts = int(result.per_prompt.shape[1])
+    interval = None
+    if cfg.n_bootstrap > 0 and n_prompts > 1:
+        interval = bootstrap_faithfulness(result.per_prompt, result.clean_per_prompt,
+                                          result.corrupted_per_prompt, n_resamples=cfg.n_bootstrap)
+    cpr, cmd = area_under_curve(cfg.fractions, faithfulness.tolist(), log_scale=cfg.log_scale)
+    texts = tuple(clean) if isinstance(clean, (list, tuple)) else (clean,) if isinstance(clean, str) else ()
+    name = label or "edge scores"
+    return FaithfulnessCurve(
+        values=faithfulness, axes=("fraction",), labels=(tuple(f"{f:g}%" for f in cfg.fractions),),
+        meta=lm.meta(texts, data_source="user prompts",
+                     params={**cfg.params(), "label": name, "graph": graph.describe()}),
+        fractions=cfg.fractions,
+        requested=tuple(edge_budget(graph, f) for f in cfg.fractions),
+        kept=tuple(int(m.sum()) for m in masks), total_edges=graph.n_edges,
+        metric_values=result.values.float(), clean_value=result.clean_value,
+        corrupted_value=result.corrupted_value, cpr=cpr, cmd=cmd, log_scale=cfg.log_scale,
+        interval=interval, n_prompts=n_prompts, label=f"{name}, {cfg.method}", masks=masks,
+        scores=table, graph=graph,
+    )

@@ -3,12 +3,16 @@ on a hand-made curve, and the curve's endpoints by exact edge patching on a tiny
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch import Tensor
 
-from lmsci_mi.circuits.graph import EdgeGraph
-from lmsci_mi.circuits.faithfulness import CurveConfig, area_under_curve
+from lmsci_mi import LensModel
+from lmsci_mi.circuits.faithfulness import CurveConfig, area_under_curve, faithfulness_curve
+from lmsci_mi.circuits.graph import EdgeGraph, edge_graph
+from lmsci_mi.circuits.metrics import LogitDiff
 from lmsci_mi.circuits.pruning import (
     check_fractions,
     greedy_order,
@@ -19,6 +23,14 @@ from lmsci_mi.circuits.pruning import (
     prune_topn,
     prune_to_fractions,
 )
+from lmsci_mi.results import Result
+
+CLEAN = "When Mary and John went, John gave it to"
+CORRUPTED = "When Mary and John went, Mary gave it to"
+
+
+def _metric(lm: LensModel) -> LogitDiff:
+    return LogitDiff(lm.token_id(" Mary"), lm.token_id(" John"))
 
 
 def _toy(grouped: bool = False) -> EdgeGraph:
@@ -132,3 +144,46 @@ def test_cpr_cmd_on_a_hand_made_curve() -> None:
     assert log_cpr == pytest.approx(2.302585 * (0.25 + 1.0 + 1.25), rel=1e-6)
     # a perfect curve: CPR is the axis length, CMD zero
     assert area_under_curve(fractions, [1.0] * 4) == pytest.approx((0.999, 0.0))
+
+
+def test_curve_endpoints_by_exact_patching(tiny: LensModel) -> None:
+    graph = edge_graph(tiny)
+    scores = torch.zeros(graph.real.shape)
+    # the single best edge feeds an MLP that nothing downstream reads in the circuit: pruned
+    # away, so the 1 % circuit is empty and must score the corrupted run exactly
+    scores[graph.edge_index("L0.H0->MLP0")] = 1.0
+    config = CurveConfig(fractions=(1.0, 100.0), method="topn", n_bootstrap=50)
+    curve = faithfulness_curve(tiny, graph, scores, CLEAN, CORRUPTED, _metric(tiny), config)
+    assert curve.kept == (0, graph.n_edges)
+    assert curve.at(1.0) == pytest.approx(0.0, abs=1e-4)
+    assert curve.at(100.0) == pytest.approx(1.0, abs=1e-4)
+    assert curve.interval is not None and curve.interval.shape == (2, 2)
+    assert "CPR" in curve.summary()
+    circuit = curve.circuit(100.0)
+    assert circuit.n_edges == graph.n_edges and len(circuit.heads()) == 2 * tiny.cfg.n_heads
+
+
+def test_curve_refuses_bad_input(tiny: LensModel) -> None:
+    graph = edge_graph(tiny)
+    with pytest.raises(ValueError, match="sender, receiver"):
+        faithfulness_curve(tiny, graph, torch.zeros(3, 3), CLEAN, CORRUPTED, _metric(tiny))
+    with pytest.raises(ValueError, match="empty"):
+        faithfulness_curve(tiny, graph, torch.zeros(graph.real.shape), [], [], _metric(tiny))
+    with pytest.raises(ValueError, match="same token length"):
+        faithfulness_curve(tiny, graph, torch.zeros(graph.real.shape), CLEAN,
+                           CORRUPTED + " and", _metric(tiny))
+    assert not tiny.model.hook_dict["blocks.0.hook_resid_pre"].fwd_hooks  # nothing attached
+
+
+def test_circuit_roundtrip_and_drawing(tiny: LensModel, tmp_path: Path) -> None:
+    graph = edge_graph(tiny)
+    scores = torch.randn(graph.real.shape, generator=torch.Generator().manual_seed(0))
+    config = CurveConfig(fractions=(10.0, 100.0), n_bootstrap=0)
+    curve = faithfulness_curve(tiny, graph, scores, CLEAN, CORRUPTED, _metric(tiny), config)
+    assert Result.load(curve.save(tmp_path / "curve.json")) == curve
+    circuit = curve.circuit(10.0)
+    assert Result.load(circuit.save(tmp_path / "circuit.json")) == circuit
+    assert circuit.edge_list()[0][0] in graph.sender_names
+    circuit.plot(tmp_path / "circuit.png")
+    assert (tmp_path / "circuit.png").stat().st_size > 1000
+    assert circuit.to_svg().startswith("<svg")
