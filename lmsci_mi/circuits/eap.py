@@ -1,0 +1,273 @@
+"""Edge scores: edge attribution patching (EAP) and EAP-IG with interpolated input embeddings.
+
+EAP scores edge u→v by ``(a_u(x') − a_u(x)) · ∂m/∂in_v`` at the clean run (Syed, Rager & Conmy
+2023); EAP-IG averages the gradient over ``m`` inputs whose token embeddings are interpolated from
+corrupted to clean, ``e' + (k/m)(e − e')`` for ``k = 1..m`` (Hanna et al. 2024, the paper's right
+Riemann sum: the clean point is included, the corrupted one is not; EAP-IG's code loops
+``k = 0..m−1`` since Feb 2025). A score estimates the change in the pair-averaged metric when the
+edge alone is patched to its corrupted value, the first-order term of exact edge patching.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import field
+from typing import TYPE_CHECKING, Literal
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from lmsci_mi.circuits.edge_patching import (
+    HookList,
+    PromptsArg,
+    SenderRecorder,
+    batch_scorer,
+    check_metric,
+    prepare_edge_prompts,
+    qkv_projection,
+    receiver_flags,
+    record_run,
+    sender_buffer,
+)
+from lmsci_mi.circuits.graph import EdgeGraph, edge_graph
+from lmsci_mi.circuits.metrics import Metric
+from lmsci_mi.config import Config, config
+from lmsci_mi.results import Result, result_type
+from lmsci_mi.sites import hook_name
+
+if TYPE_CHECKING:
+    from transformer_lens.hook_points import HookPoint
+
+    from lmsci_mi.model import LensModel
+
+__all__ = ["EAPConfig", "EdgeScores", "edge_attribution"]
+
+
+@config
+class EAPConfig(Config):
+    """How edges are scored."""
+
+    method: Literal["EAP", "EAP-IG"] = field(
+        default="EAP-IG", metadata={"help": "EAP (gradient at the clean run) or EAP-IG (inputs)"})
+    steps: int = field(
+        default=5, metadata={"help": "EAP-IG interpolation steps m (k/m for k = 1..m)", "ge": 1, "le": 256})
+    batch_size: int = field(
+        default=16, metadata={"help": "prompt pairs per pass (EAP-IG stacks steps x this many rows)", "ge": 1})
+    grouped: bool = field(
+        default=False, metadata={"help": "GQA: k/v receivers per key/value head, not per query head"})
+
+
+@result_type
+class EdgeScores(Result):
+    """Scores of every edge of a model's graph: ``values[sender, receiver]`` (0 off the graph).
+
+    A score estimates ``m(edge patched) − m(clean)``, averaged over the prompt pairs, in the
+    metric's units; rank edges by ``|score|``.
+
+    Attributes:
+        graph: the edge graph (its ``grouped`` says how GQA k/v receivers were laid out).
+        method: ``"EAP"`` or ``"EAP-IG"``; steps: the interpolation steps (1 for EAP).
+        clean_value, corrupted_value: the pair-averaged metric of the unpatched runs.
+        metric: a description of the metric.
+    """
+
+    graph: EdgeGraph
+    method: str
+    steps: int
+    clean_value: float
+    corrupted_value: float
+    metric: str
+
+    def top(self, k: int = 10, *, absolute: bool = True) -> tuple[tuple[str, float], ...]:
+        """The ``k`` highest-scoring edges as ``(name, score)``, by ``|score|`` unless
+        ``absolute=False``."""
+        if k < 1:
+            raise ValueError(f"k must be at least 1, not {k}")
+        real = self.graph.real
+        flat = self.values.masked_fill(~real, float("nan")).flatten()
+        key = flat.abs() if absolute else flat
+        order = key.nan_to_num(float("-inf")).argsort(descending=True)[: min(k, int(real.sum()))]
+        width = self.values.shape[1]
+        return tuple((self.graph.edge_name(i // width, i % width), float(flat[i])) for i in order.tolist())
+
+    def score(self, edge: str) -> float:
+        """The score of one edge, by name (``"L3.H2->L5.H1.q"``)."""
+        return float(self.values[self.graph.edge_index(edge)])
+
+    def summary(self, rows: int = 10) -> str:
+        lines = [f"{self.method} edge scores on {self.meta.model} ({self.graph.describe()}); "
+                 f"metric clean {self.clean_value:.4g}, corrupted {self.corrupted_value:.4g}"]
+        lines += [f"  {name:<28} {value:+.4g}" for name, value in self.top(rows)]
+        return "\n".join(lines)
+
+
+class _Gradients:
+    """Hooks of the backward-carrying pass: each receiver's input is a tensor of its own whose
+    gradient is contracted with the sender differences as it arrives (one einsum per layer)."""
+
+    def __init__(self, lm: LensModel, graph: EdgeGraph, diff: Tensor, scores: Tensor,
+                 steps: int, embed: Callable[[Tensor], Tensor]):
+        self.lm, self.graph, self.diff, self.scores, self.steps = lm, graph, diff, scores, steps
+        self.embed = embed
+        self.stream: dict[int, Tensor] = {}
+        self.qkv: dict[int, Tensor] = {}
+
+    def contract(self, n_senders: int, cols: slice) -> Callable[[Tensor], None]:
+        def hook(grad: Tensor) -> None:
+            g = grad.reshape(self.steps, -1, *grad.shape[1:]).sum(0)
+            if g.ndim == 3:
+                g = g.unsqueeze(2)
+            self.scores[:n_senders, cols] += torch.einsum(
+                "bpsd,bprd->sr", self.diff[:, :, :n_senders], g.to(self.diff.dtype))
+        return hook
+
+    def hooks(self) -> HookList:
+        hooks: HookList = [(hook_name("embed"), self._embed)]
+        for layer in range(self.graph.n_layers):
+            hooks.append((hook_name("resid_pre", layer), self._stream(layer)))
+            hooks += [(hook_name(letter, layer), self._qkv(layer, letter)) for letter in "qkv"]
+            hooks.append((hook_name("mlp_in", layer), self._mlp(layer)))
+        return hooks
+
+    def _embed(self, act: Tensor, hook: HookPoint) -> Tensor:
+        # A leaf that needs grad: the pass builds a graph whether or not the weights need grad,
+        # and no gradient ever reaches a weight (autograd.grad on this leaf only).
+        self.leaf = self.embed(act.detach()).requires_grad_(True)
+        return self.leaf
+
+    def _stream(self, layer: int) -> Callable[[Tensor, HookPoint], None]:
+        def keep(act: Tensor, hook: HookPoint) -> None:
+            self.stream[layer] = act
+        return keep
+
+    def _qkv(self, layer: int, letter: str) -> Callable[[Tensor, HookPoint], Tensor]:
+        cols = self.graph.layer(layer)
+        part = {"q": cols.q, "k": cols.k, "v": cols.v}[letter]
+        offset = part.start - cols.q.start
+
+        def project(act: Tensor, hook: HookPoint) -> Tensor:
+            if letter == "q":  # one input tensor per layer, a copy of the stream per receiver
+                stream = self.stream.pop(layer)
+                inputs = stream.unsqueeze(2).expand(-1, -1, len(cols.qkv), -1)
+                inputs.register_hook(self.contract(cols.attn_senders, slice(cols.qkv.start, cols.qkv.stop)))
+                self.qkv[layer] = inputs
+            inputs = self.qkv[layer][:, :, offset : offset + len(part)]
+            if letter == "v":
+                del self.qkv[layer]
+            return qkv_projection(self.lm, self.graph, layer, letter, inputs)
+        return project
+
+    def _mlp(self, layer: int) -> Callable[[Tensor, HookPoint], None]:
+        cols = self.graph.layer(layer)
+
+        def mlp_in(act: Tensor, hook: HookPoint) -> None:
+            act.register_hook(self.contract(cols.mlp_senders, slice(cols.mlp, cols.mlp + 1)))
+        return mlp_in
+
+
+def _interpolation(corrupted_embed: Tensor, steps: int) -> Callable[[Tensor], Tensor]:
+    """EAP-IG's inputs: row block k-1 holds ``e' + (k/m)(e − e')`` for k = 1..m (the last block
+    is exactly the clean embedding)."""
+    def embed(clean: Tensor) -> Tensor:
+        if steps == 1:
+            return clean
+        batch = corrupted_embed.shape[0]
+        alphas = torch.arange(1, steps + 1, device=clean.device, dtype=clean.dtype) / steps
+        corrupted = corrupted_embed.repeat(steps, 1, 1)
+        mixed = corrupted + alphas.repeat_interleave(batch)[:, None, None] * (clean - corrupted)
+        return torch.cat([mixed[: -batch], clean[-batch:]])
+    return embed
+
+
+def _score_batch(lm: LensModel, graph: EdgeGraph, cfg: EAPConfig, metric: Metric | Literal["kl"],
+                 batch: tuple[Tensor, Tensor, Tensor, Tensor], n_pairs: int, scores: Tensor
+                 ) -> tuple[Tensor, Tensor]:
+    """Add one batch's scores (over all pairs' mean) into ``scores``; return the batch's clean and
+    corrupted metric per pair."""
+    index, clean_tokens, corrupted_tokens, answers = batch
+    steps = cfg.steps if cfg.method == "EAP-IG" else 1
+    with lm.hooks.capture(hook_name("embed")) as cap:
+        corrupted_out, _, corrupted_final = record_run(lm, graph, corrupted_tokens)
+    b, width = clean_tokens.shape
+    clean_out = sender_buffer(lm, graph, b, width)
+    diff = corrupted_out
+    grads = _Gradients(lm, graph, diff, scores, steps, _interpolation(cap[hook_name("embed")], steps))
+    recorder = SenderRecorder(lm, graph, clean_out, rows=slice((steps - 1) * b, steps * b))
+    rows = torch.arange(steps * b, device=lm.device)
+    with torch.enable_grad(), receiver_flags(lm, graph), \
+            lm.hooks.hooks(fwd=recorder.hooks() + grads.hooks(), label="edge attribution"):
+        final = lm.model(clean_tokens.repeat(steps, 1), stop_at_layer=graph.n_layers)
+        final.register_hook(grads.contract(graph.n_senders, slice(graph.logits, graph.logits + 1)))
+        logits = lm.unembed(final[rows, answers.to(lm.device).repeat(steps)])
+        clean_logits = logits[-b:].detach()
+        scorer = batch_scorer(metric, clean_logits, index, n_pairs)
+        diff.sub_(clean_out)  # a(x') − a(x); the hooks read it only during the backward pass
+        loss = scorer(logits.view(steps, b, -1)).float().sum() / (steps * n_pairs)
+        torch.autograd.grad(loss, [grads.leaf])
+    with torch.no_grad():
+        corrupted_logits = lm.unembed(corrupted_final[rows[:b], answers.to(lm.device)])
+        return scorer(clean_logits).float().cpu(), scorer(corrupted_logits).float().cpu()
+
+
+def edge_attribution(
+    lm: LensModel,
+    clean: PromptsArg,
+    corrupted: PromptsArg,
+    metric: Metric | Literal["kl"],
+    config: EAPConfig | None = None,
+    *,
+    answer_positions: int | Sequence[int] | Tensor | None = None,
+) -> EdgeScores:
+    """Score every edge of the model's graph by EAP or EAP-IG over a prompt set.
+
+    Reads the model only (no weight or ``.grad`` changes; two TransformerLens flags are set during
+    the call and restored, see :func:`~lmsci_mi.circuits.edge_patching.evaluate_circuits`). Per
+    batch: one corrupted forward, then one forward+backward over the ``m`` interpolated copies
+    (EAP: the clean run) stacked along the batch. Memory: ``[batch, pos, n_senders, d_model]``
+    for the sender differences, plus the model's activations for ``m × batch`` rows.
+
+    Args:
+        lm: the model.
+        clean, corrupted: the prompt set, pairs of equal token length (any lengths across pairs;
+            right-padded); see :func:`~lmsci_mi.circuits.edge_patching.prepare_edge_prompts`.
+        metric: scores answer-position logits ``[*config, pair, vocab] -> [*config, pair]``
+            (:mod:`lmsci_mi.circuits.metrics`), or ``"kl"`` (KL to the clean run).
+        config: method, steps, batch size and GQA layout (:class:`EAPConfig`).
+        answer_positions: the position each pair's metric reads (default its last real token).
+
+    Returns:
+        :class:`EdgeScores`.
+
+    Raises:
+        ValueError: an empty prompt set, pairs of different token lengths, a bad metric.
+
+    >>> from lmsci_mi import load_model
+    >>> from lmsci_mi.circuits.metrics import LogitDiff
+    >>> lm = load_model("toy-2l")
+    >>> res = edge_attribution(lm, ["Mary and John: John gave it to"],
+    ...                        ["Mary and John: Mary gave it to"], LogitDiff(5, 6))
+    >>> res.method, tuple(res.values.shape), len(res.top(3))
+    ('EAP-IG', (11, 27), 3)
+    """
+    cfg = config or EAPConfig()
+    check_metric(metric)
+    graph = edge_graph(lm, grouped=cfg.grouped)
+    prompts = prepare_edge_prompts(lm, clean, corrupted, answer_positions)
+    scores = torch.zeros(graph.n_senders, graph.n_receivers, device=lm.device)
+    clean_pp, corrupted_pp = torch.zeros(len(prompts)), torch.zeros(len(prompts))
+    for batch in prompts.batches(cfg.batch_size):
+        clean_pp[batch[0]], corrupted_pp[batch[0]] = _score_batch(
+            lm, graph, cfg, metric, batch, len(prompts), scores)
+    values: Float[Tensor, "sender receiver"] = scores.cpu() * graph.real
+    method = ("EAP-IG-inputs, k/m for k=1..m (Hanna et al. 2024)" if cfg.method == "EAP-IG"
+              else "EAP (Syed et al. 2023)")
+    return EdgeScores(
+        values=values, axes=("sender", "receiver"),
+        labels=(graph.sender_names, graph.receiver_names),
+        meta=lm.meta(prompts.prompts, data_source="user prompts",
+                     params={**cfg.params(), "method_detail": method, "edges": graph.n_edges}),
+        graph=graph, method=cfg.method, steps=cfg.steps if cfg.method == "EAP-IG" else 1,
+        clean_value=float(clean_pp.mean()), corrupted_value=float(corrupted_pp.mean()),
+        metric=repr(metric),
+    )

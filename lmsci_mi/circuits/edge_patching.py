@@ -1,0 +1,563 @@
+"""Exact edge patching: a circuit's metric when every edge outside it carries the corrupted value.
+
+Each receiver's input is rebuilt inside one clean forward pass from its senders' current outputs
+and the corrupted run's, ``in_v = stream_v + Σ_{u∉C} (a_u(x') − a_u(current))`` (Hanna et al. 2024,
+EAP-IG's ``evaluate_graph``; Conmy et al. 2023, ACDC). Receivers are fed through the q/k/v
+projections (a head's input is ``ln1(in_v) @ W[h]``, no split-input flags), ``hook_mlp_in`` and the
+final residual stream; several circuits share one pass, stacked along the batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+from transformer_lens.utilities.attention import complex_attn_linear
+
+from lmsci_mi.circuits.graph import EdgeGraph
+from lmsci_mi.circuits.metrics import KLToClean, LogitDiff, Metric, Normalised, TargetProb
+from lmsci_mi.model import PaddedBatch
+from lmsci_mi.sites import hook_name
+
+if TYPE_CHECKING:
+    from transformer_lens.hook_points import HookPoint
+
+    from lmsci_mi.model import LensModel
+
+__all__ = [
+    "CircuitValues",
+    "EdgePrompts",
+    "batch_metric",
+    "evaluate_circuit",
+    "evaluate_circuits",
+    "prepare_edge_prompts",
+]
+
+PromptsArg = str | Sequence[str] | PaddedBatch | Int[Tensor, "pair pos"]
+HookList = list[tuple[str, Callable[[Tensor, "HookPoint"], Tensor | None]]]
+
+
+# ---------------------------------------------------------------------------------- prompts
+
+
+@dataclass(frozen=True)
+class EdgePrompts:
+    """Clean and corrupted prompts of equal token lengths, right-padded, with answer positions.
+
+    Attributes:
+        clean, corrupted: token ids ``[pair, pos]`` (right-padded; padding never reaches a real
+            token under causal attention).
+        answer_positions: per pair, the position whose logits the metric reads (default: the
+            last real token).
+        prompts: the clean prompts' texts (empty when tokens were given).
+    """
+
+    clean: Int[Tensor, "pair pos"]
+    corrupted: Int[Tensor, "pair pos"]
+    answer_positions: Int[Tensor, " pair"]
+    prompts: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return self.clean.shape[0]
+
+    def batches(self, size: int) -> Iterator[tuple[Tensor, Tensor, Tensor, Tensor]]:
+        """``(index, clean, corrupted, answer_positions)`` per batch of ``size`` pairs, cut after
+        the batch's last answer position (later tokens cannot reach the metric)."""
+        for start in range(0, len(self), size):
+            index = torch.arange(start, min(start + size, len(self)))
+            answers = self.answer_positions[index]
+            width = int(answers.max()) + 1
+            yield index, self.clean[index, :width], self.corrupted[index, :width], answers
+
+
+def _encode(lm: LensModel, prompts: PromptsArg) -> tuple[Tensor, Tensor, tuple[str, ...]]:
+    """Token ids, lengths and texts of one side of the prompt set."""
+    if isinstance(prompts, PaddedBatch):
+        return prompts.tokens.to(lm.device), prompts.lengths.to(lm.device), ()
+    if isinstance(prompts, Tensor):
+        tokens = (prompts if prompts.ndim == 2 else prompts[None]).to(lm.device)
+        return tokens, torch.full((tokens.shape[0],), tokens.shape[1], device=lm.device), ()
+    texts = (prompts,) if isinstance(prompts, str) else tuple(prompts)
+    if not texts:
+        raise ValueError("the prompt set is empty: give at least one clean/corrupted pair")
+    batch = lm.encode_batch(texts)
+    return batch.tokens, batch.lengths, texts
+
+
+def prepare_edge_prompts(
+    lm: LensModel,
+    clean: PromptsArg,
+    corrupted: PromptsArg,
+    answer_positions: int | Sequence[int] | Tensor | None = None,
+) -> EdgePrompts:
+    """Tokenise and check a prompt set for edge scoring or edge patching.
+
+    Args:
+        clean, corrupted: one prompt or a list of prompts (any lengths, right-padded here), a
+            :class:`~lmsci_mi.model.PaddedBatch`, or token ids ``[pair, pos]``.
+        answer_positions: the position the metric reads, per pair or one for all (negative
+            counts from each prompt's last real token); default the last real token.
+
+    Raises:
+        ValueError: an empty set, different numbers of clean and corrupted prompts, a pair whose
+            prompts tokenise to different lengths, or an answer position outside a prompt.
+    """
+    clean_tokens, clean_len, texts = _encode(lm, clean)
+    corrupted_tokens, corrupted_len, _ = _encode(lm, corrupted)
+    n = clean_tokens.shape[0]
+    if n == 0:
+        raise ValueError("the prompt set is empty: give at least one clean/corrupted pair")
+    if corrupted_tokens.shape[0] != n:
+        raise ValueError(f"{n} clean prompts but {corrupted_tokens.shape[0]} corrupted prompts: "
+                         "give one corrupted prompt per clean prompt")
+    bad = (clean_len != corrupted_len).nonzero().flatten().tolist()
+    if bad:
+        shown = ", ".join(f"pair {i} ({int(clean_len[i])} vs {int(corrupted_len[i])} tokens)"
+                          for i in bad[:3])
+        raise ValueError(f"clean and corrupted prompts must have the same token length, since "
+                         f"edges are patched position by position; {len(bad)} pairs differ: "
+                         f"{shown}. Use a corruption that keeps the length (single-token names).")
+    width = max(clean_tokens.shape[1], corrupted_tokens.shape[1])
+    clean_tokens, corrupted_tokens = _pad_to(clean_tokens, width), _pad_to(corrupted_tokens, width)
+    answers = _answer_positions(answer_positions, clean_len)
+    return EdgePrompts(clean_tokens, corrupted_tokens, answers, texts)
+
+
+def _pad_to(tokens: Tensor, width: int) -> Tensor:
+    if tokens.shape[1] == width:
+        return tokens
+    return torch.cat([tokens, tokens[:, -1:].expand(-1, width - tokens.shape[1])], dim=1)
+
+
+def _answer_positions(given: int | Sequence[int] | Tensor | None, lengths: Tensor) -> Tensor:
+    if given is None:
+        return (lengths - 1).long()
+    pos = torch.as_tensor(given, dtype=torch.long, device=lengths.device).reshape(-1)
+    if pos.numel() not in (1, lengths.numel()):
+        raise ValueError(f"{pos.numel()} answer positions for {lengths.numel()} prompt pairs: "
+                         "give one, or one per pair")
+    pos = pos.expand(lengths.numel())
+    resolved = torch.where(pos < 0, lengths + pos, pos)
+    outside = ((resolved < 0) | (resolved >= lengths)).nonzero().flatten().tolist()
+    if outside:
+        raise ValueError(f"answer positions {pos[outside].tolist()} fall outside prompts "
+                         f"{outside} (lengths {lengths[outside].tolist()})")
+    return resolved
+
+
+def batch_metric(metric: Metric, index: Tensor, n_pairs: int) -> Metric:
+    """``metric`` restricted to the pairs ``index`` of a set of ``n_pairs``.
+
+    lmsci-mi's metrics hold one answer per pair; they are sliced. Any other callable must score
+    each row of a batch on its own (e.g. one answer id for all pairs) and is used as given.
+
+    Raises:
+        ValueError: a metric holds answers for a different number of pairs.
+    """
+    if isinstance(metric, Normalised):
+        out = copy.copy(metric)
+        out.metric = batch_metric(metric.metric, index, n_pairs)
+        return out
+    fields = {LogitDiff: ("answer", "wrong"), TargetProb: ("target",), KLToClean: ("clean_log_probs",)}
+    names = fields.get(type(metric))  # type: ignore[call-overload]
+    if names is None:
+        return metric
+    out = copy.copy(metric)
+    for name in names:
+        value: Tensor = getattr(metric, name)
+        if value.shape[0] not in (1, n_pairs) or (name == "clean_log_probs" and value.shape[0] != n_pairs):
+            raise ValueError(f"{metric!r} holds {value.shape[0]} {name} rows for {n_pairs} prompt "
+                             "pairs: give one per pair (or one for all)")
+        setattr(out, name, value if value.shape[0] == 1 else value[index.to(value.device)])
+    return out
+
+
+def check_metric(metric: Metric | Literal["kl"]) -> None:
+    """Raise ValueError unless ``metric`` is a callable or ``"kl"``."""
+    if isinstance(metric, str) and metric != "kl" or not (isinstance(metric, str) or callable(metric)):
+        raise ValueError(f"metric must be a callable or 'kl', not {metric!r}")
+
+
+def batch_scorer(metric: Metric | Literal["kl"], clean_logits: Tensor, index: Tensor, n_pairs: int) -> Metric:
+    """The metric for one batch: ``"kl"`` becomes KL to the batch's clean logits, a metric is
+    restricted to the batch's pairs (:func:`batch_metric`)."""
+    if isinstance(metric, str):
+        return KLToClean(clean_logits)
+    return batch_metric(metric, index, n_pairs)
+
+
+# ---------------------------------------------------------------------------------- senders
+
+
+@contextlib.contextmanager
+def receiver_flags(lm: LensModel, graph: EdgeGraph) -> Iterator[None]:
+    """Turn on ``hook_mlp_in`` (an MLP's input apart from the stream) and, for an ungrouped GQA
+    graph, TransformerLens's per-query-head K/V, restoring both flags on exit."""
+    model = lm.model
+    cfgs = {id(c): c for c in [model.cfg, *(b.cfg for b in model.blocks), *(b.attn.cfg for b in model.blocks)]}
+    saved = [(c, c.use_hook_mlp_in, c.ungroup_grouped_query_attention) for c in cfgs.values()]
+    ungroup = graph.n_kv_heads < graph.n_heads and not graph.grouped
+    try:
+        for c, _, _ in saved:
+            c.use_hook_mlp_in = True
+            c.ungroup_grouped_query_attention = c.ungroup_grouped_query_attention or ungroup
+        yield
+    finally:
+        for c, mlp_in, ungrouped in saved:
+            c.use_hook_mlp_in, c.ungroup_grouped_query_attention = mlp_in, ungrouped
+
+
+class SenderRecorder:
+    """Writes every sender's output into ``out[row, pos, sender, d_model]`` during a forward pass.
+
+    A head's output is ``z[h] @ W_O[h]``; under post-norms (Gemma) it is scaled by the post-norm
+    weight over the run's own post-norm divisor, so the heads' outputs sum to the normed
+    attention output of that run. Only the rows ``rows`` of the pass are kept.
+    """
+
+    def __init__(self, lm: LensModel, graph: EdgeGraph, out: Tensor, rows: slice = slice(None)):
+        self.lm, self.graph, self.out, self.rows = lm, graph, out, rows
+        self.z: dict[int, Tensor] = {}
+        self.scale: dict[int, Tensor] = {}
+
+    def hooks(self) -> HookList:
+        g = self.graph
+        hooks: HookList = [(hook_name("resid_pre", 0), self._input)]
+        for layer in range(g.n_layers):
+            hooks.append((hook_name("z", layer), self._keep(self.z, layer)))
+            if g.post_norm:
+                hooks.append((hook_name("attn_post_scale", layer), self._keep(self.scale, layer)))
+            hooks.append((hook_name("attn_out", layer), self._heads(layer)))
+            hooks.append((hook_name("mlp_out", layer), self._mlp(layer)))
+        return hooks
+
+    def _input(self, act: Tensor, hook: HookPoint) -> None:
+        self.out[:, :, 0] = act[self.rows].detach()
+
+    def _keep(self, store: dict[int, Tensor], layer: int) -> Callable[[Tensor, HookPoint], None]:
+        def keep(act: Tensor, hook: HookPoint) -> None:
+            store[layer] = act[self.rows].detach()
+        return keep
+
+    def _heads(self, layer: int) -> Callable[[Tensor, HookPoint], None]:
+        first = self.graph.head_sender(layer, 0)
+
+        def heads(act: Tensor, hook: HookPoint) -> None:
+            self.out[:, :, first : first + self.graph.n_heads] = head_outputs(
+                self.lm, layer, self.z.pop(layer), self.scale.pop(layer, None))
+        return heads
+
+    def _mlp(self, layer: int) -> Callable[[Tensor, HookPoint], None]:
+        index = self.graph.mlp_sender(layer)
+
+        def mlp(act: Tensor, hook: HookPoint) -> None:
+            self.out[:, :, index] = act[self.rows].detach()
+        return mlp
+
+
+def head_outputs(lm: LensModel, layer: int, z: Float[Tensor, "batch pos head d_head"],
+                 post_scale: Tensor | None) -> Float[Tensor, "batch pos head d_model"]:
+    """Each head's write into the stream, ``z[h] @ W_O[h]`` (post-normed when the model is)."""
+    block = lm.model.blocks[layer]
+    out = torch.einsum("bphd,hdm->bphm", z, block.attn.W_O)
+    if post_scale is not None:
+        out = out * (block.ln1_post.w / post_scale.unsqueeze(2))
+    return out
+
+
+def sender_buffer(lm: LensModel, graph: EdgeGraph, rows: int, width: int) -> Tensor:
+    """An empty ``[rows, pos, sender, d_model]`` buffer for :class:`SenderRecorder`."""
+    return torch.empty(rows, width, graph.n_senders, lm.cfg.d_model, device=lm.device, dtype=lm.cfg.dtype)
+
+
+def qkv_projection(lm: LensModel, graph: EdgeGraph, layer: int, letter: str,
+                   inputs: Float[Tensor, "batch pos head d_model"]) -> Float[Tensor, "batch pos head d_head"]:
+    """What ``hook_{letter}`` holds when each head reads its own pre-norm input."""
+    block = lm.model.blocks[layer]
+    attn = block.attn
+    grouped_kv = letter != "q" and graph.grouped
+    w = getattr(attn, f"_W_{letter.upper()}" if grouped_kv else f"W_{letter.upper()}")
+    b = getattr(attn, f"_b_{letter.upper()}" if grouped_kv else f"b_{letter.upper()}")
+    return complex_attn_linear(block.ln1(inputs), w, b)
+
+
+# ---------------------------------------------------------------------------------- evaluation
+
+
+@dataclass(frozen=True)
+class CircuitValues:
+    """The metric of each circuit, with the clean and corrupted runs' for normalising.
+
+    Attributes:
+        values: per circuit, the metric averaged over prompt pairs, ``[circuit]``.
+        per_prompt: per circuit and pair, ``[circuit, pair]`` (for bootstrap intervals).
+        clean_value, corrupted_value: the unpatched runs' pair-averaged metric.
+        clean_per_prompt, corrupted_per_prompt: the same per pair.
+    """
+
+    values: Float[Tensor, " circuit"]
+    per_prompt: Float[Tensor, "circuit pair"]
+    clean_value: float
+    corrupted_value: float
+    clean_per_prompt: Float[Tensor, " pair"]
+    corrupted_per_prompt: Float[Tensor, " pair"]
+
+    def normalised(self) -> Float[Tensor, " circuit"]:
+        """``(m(C) − m(x')) / (m(M) − m(x'))``: 0 = corrupted run, 1 = whole model."""
+        return (self.values - self.corrupted_value) / (self.clean_value - self.corrupted_value)
+
+
+class _CircuitPatch:
+    """The receiver hooks of one patched pass of ``k`` circuits stacked along the batch."""
+
+    def __init__(self, lm: LensModel, graph: EdgeGraph, keep: Bool[Tensor, "k sender receiver"],
+                 corrupted: Tensor, corrupted_streams: dict[str, Tensor], current: Tensor):
+        self.lm, self.graph, self.current = lm, graph, current
+        self.k = keep.shape[0]
+        # Float weights: 1 = edge kept, 0 = edge takes the corrupted value; between, a mix
+        # (soft masks, for gradient checks and integrated edge gradients).
+        self.keep = keep.to(device=lm.device, dtype=corrupted.dtype)
+        self.ablate = self.graph.real.to(lm.device, corrupted.dtype) - self.keep
+        self.corrupted, self.corrupted_streams = corrupted, corrupted_streams
+        self.stream: dict[int, Tensor] = {}
+        self.delta: dict[int, Tensor] = {}
+
+    def rebuilt(self, stream: Tensor, stream_corrupted: Tensor, n_senders: int, cols: slice) -> Tensor | None:
+        """``Σ_{u∉C}(a_u(x') − a_u(current))`` added to receivers ``cols``, ``[rows, pos, col,
+        d]``, or the whole input rebuilt from the corrupted stream when fewer senders are kept
+        than ablated; None when nothing is ablated there."""
+        ablate = self.ablate[:, :n_senders, cols]
+        if not bool((ablate != 0).any()):
+            return None
+        keep = self.keep[:, :n_senders, cols]
+        use_keep = int((keep != 0).any((0, 2)).sum()) < int((ablate != 0).any((0, 2)).sum())
+        mask = keep if use_keep else ablate
+        active = (mask != 0).any((0, 2)).nonzero().flatten()
+        rows, width = self.current.shape[:2]
+        base = (stream_corrupted.repeat(self.k, 1, 1) if use_keep else stream).unsqueeze(2)
+        if active.numel() == 0:
+            return base.expand(-1, -1, cols.stop - cols.start, -1)
+        diff = (self.corrupted[:, :, active].repeat(self.k, 1, 1, 1) - self.current[:, :, active])
+        diff = diff.view(self.k, rows // self.k, width, active.numel(), -1)
+        summed = torch.einsum("kbpsd,ksr->kbprd", diff, mask[:, active])
+        summed = summed.reshape(rows, width, cols.stop - cols.start, -1)
+        return base - summed if use_keep else base + summed
+
+    def hooks(self) -> HookList:
+        g, hooks = self.graph, []
+        for layer in range(g.n_layers):
+            cols = g.layer(layer)
+            if bool((self.ablate[:, : cols.attn_senders, cols.qkv.start : cols.qkv.stop] != 0).any()):
+                hooks.append((hook_name("resid_pre", layer), self._keep_stream(layer)))
+                for letter in "qkv":
+                    hooks.append((hook_name(letter, layer), self._qkv(layer, letter)))
+            if bool((self.ablate[:, : cols.mlp_senders, cols.mlp] != 0).any()):
+                hooks.append((hook_name("mlp_in", layer), self._mlp(layer)))
+        return hooks
+
+    def _keep_stream(self, layer: int) -> Callable[[Tensor, HookPoint], None]:
+        def keep(act: Tensor, hook: HookPoint) -> None:
+            self.stream[layer] = act
+        return keep
+
+    def _qkv(self, layer: int, letter: str) -> Callable[[Tensor, HookPoint], Tensor]:
+        cols = self.graph.layer(layer)
+        part = {"q": cols.q, "k": cols.k, "v": cols.v}[letter]
+        offset = part.start - cols.q.start
+
+        def project(act: Tensor, hook: HookPoint) -> Tensor:
+            if letter == "q":  # q fires first: rebuild the layer's q/k/v inputs once
+                rebuilt = self.rebuilt(self.stream[layer], self.corrupted_streams[f"pre{layer}"],
+                                       cols.attn_senders, slice(cols.qkv.start, cols.qkv.stop))
+                assert rebuilt is not None
+                self.delta[layer] = rebuilt
+            inputs = self.delta[layer][:, :, offset : offset + len(part)]
+            if letter == "v":
+                del self.delta[layer], self.stream[layer]
+            return qkv_projection(self.lm, self.graph, layer, letter, inputs)
+        return project
+
+    def _mlp(self, layer: int) -> Callable[[Tensor, HookPoint], Tensor]:
+        cols = self.graph.layer(layer)
+
+        def mlp_in(act: Tensor, hook: HookPoint) -> Tensor:
+            rebuilt = self.rebuilt(act, self.corrupted_streams[f"mid{layer}"], cols.mlp_senders,
+                                   slice(cols.mlp, cols.mlp + 1))
+            assert rebuilt is not None
+            return rebuilt[:, :, 0]
+        return mlp_in
+
+    def final(self, resid: Tensor) -> Tensor:
+        """The logits' input: the final stream with the circuit's missing edges patched."""
+        rebuilt = self.rebuilt(resid, self.corrupted_streams["final"], self.graph.n_senders,
+                               slice(self.graph.logits, self.graph.logits + 1))
+        return resid if rebuilt is None else rebuilt[:, :, 0]
+
+
+@torch.no_grad()
+def record_run(lm: LensModel, graph: EdgeGraph, tokens: Tensor, *, streams: bool = False
+               ) -> tuple[Tensor, dict[str, Tensor], Tensor]:
+    """One unpatched pass: every sender's output, (optionally) the stream before each receiver
+    (``pre{l}``, ``mid{l}``, ``final``), and the final residual stream."""
+    out = sender_buffer(lm, graph, tokens.shape[0], tokens.shape[1])
+    recorder = SenderRecorder(lm, graph, out)
+    names = [hook_name(s, layer) for layer in range(graph.n_layers) for s in ("resid_pre", "resid_mid")]
+    with lm.hooks.hooks(fwd=recorder.hooks(), label="edge senders"), \
+            lm.hooks.capture(names if streams else []) as cap:
+        final = lm.model(tokens, stop_at_layer=graph.n_layers)
+    kept: dict[str, Tensor] = {}
+    if streams:
+        for layer in range(graph.n_layers):
+            kept[f"pre{layer}"] = cap[hook_name("resid_pre", layer)]
+            kept[f"mid{layer}"] = cap[hook_name("resid_mid", layer)]
+        kept["final"] = final
+    return out, kept, final
+
+
+def _answer_logits(lm: LensModel, resid: Tensor, answers: Tensor, repeats: int = 1) -> Tensor:
+    rows = torch.arange(resid.shape[0], device=resid.device)
+    return lm.unembed(resid[rows, answers.to(resid.device).repeat(repeats)])
+
+
+def _check_masks(lm: LensModel, graph: EdgeGraph, masks: Tensor) -> Tensor:
+    if graph.model != lm.name or graph.n_layers != lm.cfg.n_layers or graph.n_heads != lm.cfg.n_heads:
+        raise ValueError(f"the graph describes {graph.model}, not {lm.name}: build it with "
+                         "edge_graph(lm)")
+    graph.check_mask(masks)
+    if masks.dtype != torch.bool and not masks.is_floating_point():
+        raise ValueError(f"a circuit mask is boolean (True = edge kept), not {masks.dtype}")
+    if masks.is_floating_point() and bool(((masks < 0) | (masks > 1)).any()):
+        raise ValueError("a soft circuit mask holds weights in [0, 1] (1 = edge kept)")
+    stray = (masks != 0) & ~graph.real
+    if bool(stray.any()):
+        s, r = stray.nonzero()[0, -2:].tolist()
+        raise ValueError(f"the circuit names {int(stray.sum())} pairs that are not edges of the "
+                         f"graph, e.g. {graph.sender_names[s]}->{graph.receiver_names[r]}")
+    return masks if masks.ndim == 3 else masks[None]
+
+
+@torch.no_grad()
+def evaluate_circuits(
+    lm: LensModel,
+    graph: EdgeGraph,
+    circuits: Bool[Tensor, "circuit sender receiver"],
+    clean: PromptsArg,
+    corrupted: PromptsArg,
+    metric: Metric | Literal["kl"],
+    *,
+    batch_size: int = 16,
+    circuits_per_pass: int = 4,
+    answer_positions: int | Sequence[int] | Tensor | None = None,
+) -> CircuitValues:
+    """Exact edge patching of several circuits: the metric when only each circuit's edges carry
+    clean values and every other edge the corrupted run's.
+
+    Reads the model only (two TransformerLens flags, ``use_hook_mlp_in`` and, for ungrouped GQA
+    graphs, ``ungroup_grouped_query_attention``, are set during the call and restored). Per batch
+    of prompts: one corrupted pass, one clean pass, and one patched pass per
+    ``circuits_per_pass`` circuits stacked along the batch; a layer none of whose incoming edges is
+    cut gets no hook. Memory: ``[circuits_per_pass × batch, pos, n_senders, d_model]``.
+
+    Args:
+        lm: the model.
+        graph: its edge graph (:func:`~lmsci_mi.circuits.graph.edge_graph`).
+        circuits: boolean masks ``[circuit, sender, receiver]`` (or one ``[sender, receiver]``),
+            True = the edge is in the circuit; or float weights in [0, 1], an edge of weight w
+            getting ``(1 − w)`` of its corrupted difference (soft masks).
+        clean, corrupted: the prompt set (see :func:`prepare_edge_prompts`).
+        metric: scores answer-position logits (:mod:`lmsci_mi.circuits.metrics`), or ``"kl"``.
+        batch_size: prompt pairs per pass; circuits_per_pass: circuits stacked in one pass.
+        answer_positions: see :func:`prepare_edge_prompts`.
+
+    Returns:
+        :class:`CircuitValues`.
+
+    Raises:
+        ValueError: bad prompts (see :func:`prepare_edge_prompts`), a mask of the wrong shape or
+            type, or one that holds pairs that are not edges; nothing is attached.
+
+    >>> from lmsci_mi import load_model
+    >>> from lmsci_mi.circuits.graph import edge_graph
+    >>> from lmsci_mi.circuits.metrics import LogitDiff
+    >>> lm = load_model("toy-2l")
+    >>> g = edge_graph(lm)
+    >>> masks = torch.stack([g.full_mask(), torch.zeros_like(g.real)])
+    >>> res = evaluate_circuits(lm, g, masks, ["Mary and John: John gave it to"],
+    ...                         ["Mary and John: Mary gave it to"], LogitDiff(5, 6))
+    >>> torch.allclose(res.values, torch.tensor([res.clean_value, res.corrupted_value]), atol=1e-4)
+    True
+    """
+    masks = _check_masks(lm, graph, circuits)
+    check_metric(metric)
+    if batch_size < 1 or circuits_per_pass < 1:
+        raise ValueError("batch_size and circuits_per_pass must be at least 1")
+    prompts = prepare_edge_prompts(lm, clean, corrupted, answer_positions)
+    per_prompt = torch.zeros(masks.shape[0], len(prompts))
+    clean_pp, corrupted_pp = torch.zeros(len(prompts)), torch.zeros(len(prompts))
+    for index, clean_tokens, corrupted_tokens, answers in prompts.batches(batch_size):
+        corrupted_out, streams, corrupted_final = record_run(lm, graph, corrupted_tokens, streams=True)
+        with torch.no_grad():
+            clean_logits = _answer_logits(lm, lm.model(clean_tokens, stop_at_layer=graph.n_layers), answers)
+        scorer = batch_scorer(metric, clean_logits, index, len(prompts))
+        clean_pp[index] = scorer(clean_logits).float().cpu()
+        corrupted_pp[index] = scorer(_answer_logits(lm, corrupted_final, answers)).float().cpu()
+        for start in range(0, masks.shape[0], circuits_per_pass):
+            chunk = masks[start : start + circuits_per_pass]
+            logits = _patched_pass(lm, graph, chunk, clean_tokens, answers, corrupted_out, streams)
+            per_prompt[start : start + chunk.shape[0], index] = (
+                scorer(logits.view(chunk.shape[0], len(index), -1)).float().cpu())
+    return CircuitValues(per_prompt.mean(1), per_prompt, float(clean_pp.mean()),
+                         float(corrupted_pp.mean()), clean_pp, corrupted_pp)
+
+
+@torch.no_grad()
+def _patched_pass(lm: LensModel, graph: EdgeGraph, keep: Tensor, tokens: Tensor, answers: Tensor,
+                  corrupted_out: Tensor, streams: dict[str, Tensor]) -> Tensor:
+    """Answer logits ``[k × batch, vocab]`` of ``k`` circuits patched in one pass."""
+    k = keep.shape[0]
+    rows = tokens.repeat(k, 1)
+    current = sender_buffer(lm, graph, rows.shape[0], rows.shape[1])
+    patch = _CircuitPatch(lm, graph, keep, corrupted_out, streams, current)
+    recorder = SenderRecorder(lm, graph, current)
+    with receiver_flags(lm, graph), \
+            lm.hooks.hooks(fwd=recorder.hooks() + patch.hooks(), label="edge patching"):
+        final = lm.model(rows, stop_at_layer=graph.n_layers)
+    return _answer_logits(lm, patch.final(final), answers, repeats=k)
+
+
+def evaluate_circuit(
+    lm: LensModel,
+    graph: EdgeGraph,
+    in_circuit: Bool[Tensor, "sender receiver"],
+    clean: PromptsArg,
+    corrupted: PromptsArg,
+    metric: Metric | Literal["kl"],
+    *,
+    batch_size: int = 16,
+    answer_positions: int | Sequence[int] | Tensor | None = None,
+) -> CircuitValues:
+    """Exact edge patching of one circuit (see :func:`evaluate_circuits`); ``values`` has one entry.
+
+    >>> from lmsci_mi import load_model
+    >>> from lmsci_mi.circuits.graph import edge_graph
+    >>> from lmsci_mi.circuits.metrics import LogitDiff
+    >>> lm = load_model("toy-2l")
+    >>> g = edge_graph(lm)
+    >>> res = evaluate_circuit(lm, g, g.mask(["L0.H1->L1.H3.k", "MLP1->logits"]),
+    ...                        "Mary and John: John gave it to", "Mary and John: Mary gave it to",
+    ...                        LogitDiff(5, 6))
+    >>> tuple(res.values.shape)
+    (1,)
+    """
+    if in_circuit.ndim != 2:
+        raise ValueError(f"one circuit is a [sender, receiver] mask, not {tuple(in_circuit.shape)}; "
+                         "use evaluate_circuits for several")
+    return evaluate_circuits(lm, graph, in_circuit, clean, corrupted, metric,
+                             batch_size=batch_size, circuits_per_pass=1,
+                             answer_positions=answer_positions)
