@@ -238,9 +238,9 @@ def _run_curve(args: argparse.Namespace) -> int:
 
 
 def score_edges(lm: LensModel, graph: Any, pairs: PromptPairs, method: str, steps: int) -> Any:
-    """EAP or EAP-IG scores of every edge of ``graph`` on ``pairs`` (the edges helper's API)."""
+    """EAP or EAP-IG scores (:func:`~lmsci_mi.circuits.eap.edge_attribution`) on ``pairs``."""
     from lmsci_mi.circuits.eap import EAPConfig, edge_attribution
 
-    config = EAPConfig(method="eap" if method == "eap" else "eap-ig", ig_steps=steps)
-    return edge_attribution(lm, graph, list(pairs.clean), list(pairs.corrupted), pairs.metric(),
-                            config)
+    config = EAPConfig(method="EAP" if method == "eap" else "EAP-IG", steps=steps,
+                       grouped=graph.grouped)
+    return edge_attribution(lm, list(pairs.clean), list(pairs.corrupted), pairs.metric(), config)
