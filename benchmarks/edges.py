@@ -53,7 +53,7 @@ N_PROMPTS = 32
 METHODS = {"EAP-IG": EAPConfig(method="EAP-IG", steps=5), "EAP": EAPConfig(method="EAP")}
 
 
-def _cached(name: str, make):  # noqa: ANN001, ANN202 (a benchmark helper)
+def _cached(name: str, make):
     """A stage's JSON-able output, computed once and kept under out/bench_edges/."""
     path = CACHE / f"{name}.json"
     if path.exists():
@@ -70,8 +70,9 @@ def _scores(lm: LensModel, pairs: PromptPairs, method: str) -> tuple[EdgeScores,
         meta = json.loads((CACHE / f"scores_{method}_time.json").read_text())
         return Result.load(path), meta["seconds"]  # type: ignore[return-value]
     start = time.perf_counter()
-    scores = edge_attribution(lm, list(pairs.clean), list(pairs.corrupted), pairs.metric(),
-                              METHODS[method])
+    scores = edge_attribution(
+        lm, list(pairs.clean), list(pairs.corrupted), pairs.metric(), METHODS[method]
+    )
     seconds = time.perf_counter() - start
     CACHE.mkdir(parents=True, exist_ok=True)
     scores.save(path)
@@ -79,8 +80,9 @@ def _scores(lm: LensModel, pairs: PromptPairs, method: str) -> tuple[EdgeScores,
     return scores, seconds
 
 
-def _curve(lm: LensModel, pairs: PromptPairs, scores: EdgeScores, method: str, prune: str
-           ) -> tuple[FaithfulnessCurve, float]:
+def _curve(
+    lm: LensModel, pairs: PromptPairs, scores: EdgeScores, method: str, prune: str
+) -> tuple[FaithfulnessCurve, float]:
     path = CACHE / f"curve_{method}_{prune}.json"
     if path.exists():
         meta = json.loads((CACHE / f"curve_{method}_{prune}_time.json").read_text())
@@ -88,8 +90,16 @@ def _curve(lm: LensModel, pairs: PromptPairs, scores: EdgeScores, method: str, p
     config = CurveConfig(method=prune)  # type: ignore[arg-type]
     label = "EAP-IG (m=5)" if method == "EAP-IG" else "EAP"
     start = time.perf_counter()
-    curve = faithfulness_curve(lm, scores.graph, scores, list(pairs.clean), list(pairs.corrupted),
-                               pairs.metric(), config, label=label)
+    curve = faithfulness_curve(
+        lm,
+        scores.graph,
+        scores,
+        list(pairs.clean),
+        list(pairs.corrupted),
+        pairs.metric(),
+        config,
+        label=label,
+    )
     seconds = time.perf_counter() - start
     curve.save(path)
     (CACHE / f"curve_{method}_{prune}_time.json").write_text(json.dumps({"seconds": seconds}))
@@ -120,11 +130,14 @@ def name_movers_by_dla(lm: LensModel, pairs: PromptPairs, k: int = 2) -> list[tu
         out = torch.einsum("phd,hdm->phm", z, lm.model.blocks[layer].attn.W_O) / scale[:, :, None]
         dla[layer] = torch.einsum("phm,pm->ph", out, direction).mean(0).cpu()
     order = dla.flatten().argsort(descending=True)[:k].tolist()
-    return [(str(Head(i // lm.cfg.n_heads, i % lm.cfg.n_heads)), float(dla.flatten()[i])) for i in order]
+    return [
+        (str(Head(i // lm.cfg.n_heads, i % lm.cfg.n_heads)), float(dla.flatten()[i])) for i in order
+    ]
 
 
-def exact_edge_scoring(lm: LensModel, pairs: PromptPairs, scores: EdgeScores, n_edges: int = 200
-                       ) -> dict[str, float]:
+def exact_edge_scoring(
+    lm: LensModel, pairs: PromptPairs, scores: EdgeScores, n_edges: int = 200
+) -> dict[str, float]:
     """Each of the top ``n_edges`` EAP-IG edges patched alone: batched vs one pass per edge."""
     graph = scores.graph
     flat = scores.values.abs().masked_fill(~graph.real, -1).flatten().argsort(descending=True)
@@ -138,17 +151,32 @@ def exact_edge_scoring(lm: LensModel, pairs: PromptPairs, scores: EdgeScores, n_
     t_batched = time.perf_counter() - start
     n_loop = 20  # one pass per edge is slow: time 20 edges and scale to 200
     start = time.perf_counter()
-    looped = evaluate_circuits(lm, graph, masks[:n_loop], list(pairs.clean), list(pairs.corrupted),
-                               pairs.metric(), batch_size=N_PROMPTS, circuits_per_pass=1)
+    looped = evaluate_circuits(
+        lm,
+        graph,
+        masks[:n_loop],
+        list(pairs.clean),
+        list(pairs.corrupted),
+        pairs.metric(),
+        batch_size=N_PROMPTS,
+        circuits_per_pass=1,
+    )
     t_loop = (time.perf_counter() - start) * n_edges / n_loop
-    return {"edges": n_edges, "batched_s": t_batched, "per_edge_pass_s": t_loop,
-            "per_edge_measured_edges": n_loop, "speedup": t_loop / t_batched,
-            "max_abs_diff": float((batched.values[:n_loop] - looped.values).abs().max())}
+    return {
+        "edges": n_edges,
+        "batched_s": t_batched,
+        "per_edge_pass_s": t_loop,
+        "per_edge_measured_edges": n_loop,
+        "speedup": t_loop / t_batched,
+        "max_abs_diff": float((batched.values[:n_loop] - looped.values).abs().max()),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--stage", choices=("scores", "curves", "movers", "exact", "all"), default="all")
+    parser.add_argument(
+        "--stage", choices=("scores", "curves", "movers", "exact", "all"), default="all"
+    )
     parser.add_argument("--fresh", action="store_true", help="drop the cached stages first")
     args = parser.parse_args()
     if args.fresh and CACHE.exists():
@@ -158,10 +186,18 @@ def main() -> None:
     lm = load_model("smollm2-135m")
     pairs = ioi_str_pairs(lm, N_PROMPTS, seed=0)
     graph = edge_graph(lm)
-    out: dict = {"model": lm.name, "prompts": N_PROMPTS, "corruption": pairs.source,
-                 "graph": graph.describe(), "edges": graph.n_edges, "fractions": list(MIB_FRACTIONS),
-                 "metric": "logit difference IO - S at the last token",
-                 "cpr_cmd_axis": "fraction of edges as a proportion (0.001 .. 1), linear, trapezoid (MIB)"}
+    # each stage adds its keys to the data file, so stages run as separate (locked) pieces
+    out: dict = json.loads(DATA.read_text()) if DATA.exists() else {}
+    out |= {
+        "model": lm.name,
+        "prompts": N_PROMPTS,
+        "corruption": pairs.source,
+        "graph": graph.describe(),
+        "edges": graph.n_edges,
+        "fractions": list(MIB_FRACTIONS),
+        "metric": "logit difference IO - S at the last token",
+        "cpr_cmd_axis": "fraction of edges as a proportion (0.001 .. 1), linear, trapezoid (MIB)",
+    }
     scores = {}
     for method in METHODS:
         scores[method], seconds = _scores(lm, pairs, method)
@@ -175,27 +211,45 @@ def main() -> None:
                 curve, seconds = _curve(lm, pairs, scores[method], method, prune)
                 curves[(method, prune)] = curve
                 out[f"curve_{method}_{prune}"] = {
-                    "faithfulness": curve.values.tolist(), "kept": list(curve.kept),
+                    "faithfulness": curve.values.tolist(),
+                    "kept": list(curve.kept),
                     "ci95": curve.interval.tolist() if curve.interval is not None else None,
-                    "cpr": curve.cpr, "cmd": curve.cmd, "seconds": seconds,
-                    "clean": curve.clean_value, "corrupted": curve.corrupted_value}
+                    "cpr": curve.cpr,
+                    "cmd": curve.cmd,
+                    "seconds": seconds,
+                    "clean": curve.clean_value,
+                    "corrupted": curve.corrupted_value,
+                }
         IMG.mkdir(parents=True, exist_ok=True)
-        save_figure(plot_faithfulness_curves(list(curves.values()),
-                                             title=f"SmolLM2-135M IOI (STR), {N_PROMPTS} prompts"),
-                    IMG / "edges_curves.png")
+        save_figure(
+            plot_faithfulness_curves(
+                list(curves.values()), title=f"SmolLM2-135M IOI (STR), {N_PROMPTS} prompts"
+            ),
+            IMG / "edges_curves.png",
+        )
         c5 = curves[("EAP-IG", "greedy")].circuit(5.0)
         heads = {str(h) for h in c5.heads()}
-        out["eap_ig_5pct"] = {"faithfulness": c5.faithfulness, "edges": c5.n_edges,
-                              "nodes": len(c5.node_names()), "heads": sorted(heads)}
+        out["eap_ig_5pct"] = {
+            "faithfulness": c5.faithfulness,
+            "edges": c5.n_edges,
+            "nodes": len(c5.node_names()),
+            "heads": sorted(heads),
+        }
         view = curves[("EAP-IG", "greedy")].circuit(0.2)
         save_figure(view.plot(), IMG / "edges_circuit.png")
         (IMG / "edges_circuit.svg").write_text(view.to_svg())
-        out["circuit_view"] = {"fraction": 0.2, "edges": view.n_edges, "nodes": len(view.node_names())}
+        out["circuit_view"] = {
+            "fraction": 0.2,
+            "edges": view.n_edges,
+            "nodes": len(view.node_names()),
+        }
     if args.stage in ("movers", "all"):
         movers = _cached("movers", lambda: name_movers_by_dla(lm, pairs))
         out["name_movers_dla"] = movers
         if "eap_ig_5pct" in out:
-            out["eap_ig_5pct"]["has_name_movers"] = all(m in out["eap_ig_5pct"]["heads"] for m, _ in movers)
+            out["eap_ig_5pct"]["has_name_movers"] = all(
+                m in out["eap_ig_5pct"]["heads"] for m, _ in movers
+            )
     if args.stage in ("exact", "all"):
         out["exact_200"] = _cached("exact", lambda: exact_edge_scoring(lm, pairs, scores["EAP-IG"]))
     peers = ROOT / "docs" / "data" / "edges_peers.json"
@@ -209,21 +263,27 @@ def main() -> None:
 def _print_table(out: dict) -> None:
     print(f"{out['graph']}; {out['prompts']} prompts; {out['corruption']}")
     for method in METHODS:
-        print(f"{method:>7} scores: {out[f'seconds_{method}']:.1f} s (target <= 60 s for EAP-IG: "
-              f"ratio {out[f'seconds_{method}'] / 60:.2f})")
+        print(
+            f"{method:>7} scores: {out[f'seconds_{method}']:.1f} s (target <= 60 s for EAP-IG: "
+            f"ratio {out[f'seconds_{method}'] / 60:.2f})"
+        )
     for key, value in out.items():
         if key.startswith("curve_"):
             f = " ".join(f"{x:.2f}" for x in value["faithfulness"])
-            print(f"{key[6:]:>15}: {value['seconds']:.1f} s (ratio to 60 s {value['seconds'] / 60:.2f}); "
-                  f"CPR {value['cpr']:.3f} CMD {value['cmd']:.3f}; f = {f}")
+            print(
+                f"{key[6:]:>15}: {value['seconds']:.1f} s (ratio to 60 s {value['seconds'] / 60:.2f}); "
+                f"CPR {value['cpr']:.3f} CMD {value['cmd']:.3f}; f = {f}"
+            )
     if "eap_ig_5pct" in out:
         print(f"EAP-IG greedy 5 %: {out['eap_ig_5pct']}")
     if "name_movers_dla" in out:
         print(f"name movers by DLA: {out['name_movers_dla']}")
     if "exact_200" in out:
         e = out["exact_200"]
-        print(f"200 edges exact: batched {e['batched_s']:.1f} s, one pass per edge {e['per_edge_pass_s']:.1f} s "
-              f"-> {e['speedup']:.1f}x (max |diff| {e['max_abs_diff']:.2g})")
+        print(
+            f"200 edges exact: batched {e['batched_s']:.1f} s, one pass per edge {e['per_edge_pass_s']:.1f} s "
+            f"-> {e['speedup']:.1f}x (max |diff| {e['max_abs_diff']:.2g})"
+        )
 
 
 if __name__ == "__main__":

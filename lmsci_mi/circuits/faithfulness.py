@@ -9,6 +9,7 @@ and ``|1 − f|`` over the fraction axis, as MIB's ``evaluate_area_under_curve``
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import field
@@ -55,8 +56,9 @@ MIB_FRACTIONS: tuple[float, ...] = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50
 """MIB's edge budgets, in percent of the graph's edges (``evaluate_area_under_curve``)."""
 
 
-def area_under_curve(fractions: Sequence[float], faithfulness: Sequence[float], *,
-                     log_scale: bool = False) -> tuple[float, float]:
+def area_under_curve(
+    fractions: Sequence[float], faithfulness: Sequence[float], *, log_scale: bool = False
+) -> tuple[float, float]:
     """CPR and CMD of a faithfulness curve, as MIB's ``evaluate_area_under_curve``.
 
     The x axis is the fraction of edges as a proportion (0.001 … 1, so percentages are divided
@@ -80,22 +82,25 @@ def area_under_curve(fractions: Sequence[float], faithfulness: Sequence[float], 
     ys = [float(f) for f in faithfulness]
     if len(xs) != len(ys):
         raise ValueError(f"{len(xs)} fractions but {len(ys)} faithfulness values")
-    if any(b <= a for a, b in zip(xs, xs[1:], strict=False)):
+    if any(b <= a for a, b in itertools.pairwise(xs)):
         raise ValueError(f"fractions must increase strictly, got {list(fractions)}")
     if log_scale:
         xs = [math.log(x) for x in xs]
     cpr = cmd = 0.0
-    for (x1, y1), (x2, y2) in zip(zip(xs, ys, strict=True), zip(xs[1:], ys[1:], strict=True),
-                                  strict=False):
+    for (x1, y1), (x2, y2) in itertools.pairwise(zip(xs, ys, strict=True)):
         cpr += (x2 - x1) * (y1 + y2) / 2
         cmd += (x2 - x1) * (abs(1 - y1) + abs(1 - y2)) / 2
     return cpr, cmd
 
 
-def bootstrap_faithfulness(per_prompt: Float[Tensor, "point prompt"],
-                           clean: Float[Tensor, " prompt"], corrupted: Float[Tensor, " prompt"],
-                           *, n_resamples: int = 1000, seed: int = 0
-                           ) -> Float[Tensor, "point 2"]:
+def bootstrap_faithfulness(
+    per_prompt: Float[Tensor, "point prompt"],
+    clean: Float[Tensor, " prompt"],
+    corrupted: Float[Tensor, " prompt"],
+    *,
+    n_resamples: int = 1000,
+    seed: int = 0,
+) -> Float[Tensor, "point 2"]:
     """95 % percentile bootstrap interval of normalised faithfulness, resampling prompts.
 
     Each resample recomputes the three means (circuit, clean, corrupted) on the same prompts, so
@@ -110,7 +115,9 @@ def bootstrap_faithfulness(per_prompt: Float[Tensor, "point prompt"],
     circuit = per_prompt.double()[:, index].mean(-1)  # [point, resample]
     low, high = clean.double()[index].mean(-1), corrupted.double()[index].mean(-1)
     values = (circuit - high) / (low - high)
-    return torch.quantile(values, torch.tensor([0.025, 0.975], dtype=values.dtype), dim=-1).T.float()
+    return torch.quantile(
+        values, torch.tensor([0.025, 0.975], dtype=values.dtype), dim=-1
+    ).T.float()
 
 
 @config
@@ -118,23 +125,42 @@ class CurveConfig(Config):
     """How a faithfulness curve is pruned and summarised (the evaluation's batching is the
     edge-patching config's)."""
 
-    fractions: tuple[float, ...] = field(default=MIB_FRACTIONS, metadata={
-        "help": "edge fractions in percent (MIB's grid by default)", "gt": 0.0, "le": 100.0,
-        "min_length": 2})
-    method: Literal["greedy", "topn"] = field(default="greedy", metadata={
-        "help": "greedy: grow from the logits by the best connected edge; topn: best |score| "
-                "anywhere", "choices": PRUNE_METHODS})
+    fractions: tuple[float, ...] = field(
+        default=MIB_FRACTIONS,
+        metadata={
+            "help": "edge fractions in percent (MIB's grid by default)",
+            "gt": 0.0,
+            "le": 100.0,
+            "min_length": 2,
+        },
+    )
+    method: Literal["greedy", "topn"] = field(
+        default="greedy",
+        metadata={
+            "help": "greedy: grow from the logits by the best connected edge; topn: best |score| "
+            "anywhere",
+            "choices": PRUNE_METHODS,
+        },
+    )
     absolute: bool = field(default=True, metadata={"help": "rank edges by |score| (MIB default)"})
-    log_scale: bool = field(default=False, metadata={
-        "help": "CPR/CMD over log(fraction) instead of the fraction (MIB default: linear)"})
+    log_scale: bool = field(
+        default=False,
+        metadata={
+            "help": "CPR/CMD over log(fraction) instead of the fraction (MIB default: linear)"
+        },
+    )
     batch_size: int = field(default=16, metadata={"help": "prompt pairs per pass", "ge": 1})
-    circuits_per_pass: int = field(default=5, metadata={
-        "help": "circuits stacked along the batch of one patched pass", "ge": 1})
-    n_bootstrap: int = field(default=1000, metadata={
-        "help": "bootstrap resamples of the prompts for the 95% band (0: none)", "ge": 0})
+    circuits_per_pass: int = field(
+        default=5,
+        metadata={"help": "circuits stacked along the batch of one patched pass", "ge": 1},
+    )
+    n_bootstrap: int = field(
+        default=1000,
+        metadata={"help": "bootstrap resamples of the prompts for the 95% band (0: none)", "ge": 0},
+    )
 
     def validate(self) -> None:
-        if any(b <= a for a, b in zip(self.fractions, self.fractions[1:], strict=False)):
+        if any(b <= a for a, b in itertools.pairwise(self.fractions)):
             raise ValueError(f"CurveConfig.fractions must increase strictly, got {self.fractions}")
 
 
@@ -166,10 +192,15 @@ class Circuit(Result):
         """Kept edges as ``(sender, receiver, score)``, by decreasing |score|."""
         senders, receivers = self.values.nonzero(as_tuple=True)
         s_names, r_names = self.axis_labels(0), self.axis_labels(1)
-        scores = (self.scores[senders, receivers] if self.scores is not None
-                  else torch.zeros(len(senders))).tolist()
-        rows = [(s_names[s], r_names[r], float(v))
-                for s, r, v in zip(senders.tolist(), receivers.tolist(), scores, strict=True)]
+        scores = (
+            self.scores[senders, receivers]
+            if self.scores is not None
+            else torch.zeros(len(senders))
+        ).tolist()
+        rows = [
+            (s_names[s], r_names[r], float(v))
+            for s, r, v in zip(senders.tolist(), receivers.tolist(), scores, strict=True)
+        ]
         return sorted(rows, key=lambda row: -abs(row[2]))
 
     def node_names(self) -> list[str]:
@@ -178,7 +209,8 @@ class Circuit(Result):
         nodes = node_map(self.graph)
         senders, receivers = self.values.nonzero(as_tuple=True)
         used = set(senders.tolist()) | set(
-            nodes.receiver_nodes[receivers].any(0).nonzero().flatten().tolist())
+            nodes.receiver_nodes[receivers].any(0).nonzero().flatten().tolist()
+        )
         return [nodes.names[i] for i in sorted(used)]
 
     def heads(self) -> list[Head]:
@@ -205,8 +237,10 @@ class Circuit(Result):
         from lmsci_mi.viz.circuit_graph import CircuitNode
 
         nodes = node_map(self.graph)
-        return [CircuitNode(n, r, k) for n, r, k in zip(nodes.names, nodes.rows, nodes.kinds,
-                                                         strict=True)]
+        return [
+            CircuitNode(n, r, k)
+            for n, r, k in zip(nodes.names, nodes.rows, nodes.kinds, strict=True)
+        ]
 
     def _title(self) -> str:
         parts = [f"{self.meta.model}: {self.n_edges} edges, {len(self.node_names())} nodes"]
@@ -235,13 +269,16 @@ class Circuit(Result):
     def summary(self, rows: int = 10) -> str:
         lines = [self._title()]
         heads = [str(h) for h in self.heads()]
-        lines.append(f"heads ({len(heads)}): {', '.join(heads[:40])}{' …' if len(heads) > 40 else ''}")
+        lines.append(
+            f"heads ({len(heads)}): {', '.join(heads[:40])}{' …' if len(heads) > 40 else ''}"
+        )
         lines += [f"  {s:>12} → {r:<14} {v:+.4g}" for s, r, v in self.edge_list()[:rows]]
         return "\n".join(lines)
 
 
-def plot_faithfulness_curves(curves: Sequence[FaithfulnessCurve], *, ax: Axes | None = None,
-                             title: str = "") -> Figure:
+def plot_faithfulness_curves(
+    curves: Sequence[FaithfulnessCurve], *, ax: Axes | None = None, title: str = ""
+) -> Figure:
     """Several faithfulness curves on one log-x axis (e.g. EAP vs EAP-IG, greedy vs top-n)."""
     from matplotlib.figure import Figure
 
@@ -249,11 +286,22 @@ def plot_faithfulness_curves(curves: Sequence[FaithfulnessCurve], *, ax: Axes | 
     axes = fig.subplots() if ax is None else ax
     for curve in curves:
         x = list(curve.fractions)
-        line = axes.plot(x, curve.values.tolist(), marker="o", markersize=3,
-                         label=f"{curve.label} (CPR {curve.cpr:.2f}, CMD {curve.cmd:.2f})")[0]
+        line = axes.plot(
+            x,
+            curve.values.tolist(),
+            marker="o",
+            markersize=3,
+            label=f"{curve.label} (CPR {curve.cpr:.2f}, CMD {curve.cmd:.2f})",
+        )[0]
         if curve.interval is not None:
-            axes.fill_between(x, curve.interval[:, 0].tolist(), curve.interval[:, 1].tolist(),
-                              color=line.get_color(), alpha=0.15, linewidth=0)
+            axes.fill_between(
+                x,
+                curve.interval[:, 0].tolist(),
+                curve.interval[:, 1].tolist(),
+                color=line.get_color(),
+                alpha=0.15,
+                linewidth=0,
+            )
     axes.set_xscale("log")
     axes.axhline(1.0, color="grey", linewidth=0.6, linestyle="--")
     axes.axhline(0.0, color="grey", linewidth=0.6)
@@ -311,15 +359,23 @@ class FaithfulnessCurve(Result):
         for i, f in enumerate(self.fractions):
             if math.isclose(f, fraction, rel_tol=1e-9):
                 return i
-        raise ValueError(f"{fraction} % is not on this curve; its budgets are {list(self.fractions)}")
+        raise ValueError(
+            f"{fraction} % is not on this curve; its budgets are {list(self.fractions)}"
+        )
 
     def circuit(self, fraction: float) -> Circuit:
         """The circuit kept at one budget (percent), with its scores and faithfulness."""
         i = self._index(fraction)
-        return Circuit(values=self.masks[i], axes=("sender", "receiver"),
-                       labels=(self.graph.sender_names, self.graph.receiver_names),
-                       meta=self.meta, scores=self.scores, graph=self.graph,
-                       fraction=self.fractions[i], faithfulness=float(self.values[i]))
+        return Circuit(
+            values=self.masks[i],
+            axes=("sender", "receiver"),
+            labels=(self.graph.sender_names, self.graph.receiver_names),
+            meta=self.meta,
+            scores=self.scores,
+            graph=self.graph,
+            fraction=self.fractions[i],
+            faithfulness=float(self.values[i]),
+        )
 
     def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
         """The curve on a log-x axis with its bootstrap band, CPR and CMD in the legend."""
@@ -331,16 +387,20 @@ class FaithfulnessCurve(Result):
         return fig
 
     def summary(self, rows: int = 10) -> str:
-        head = (f"faithfulness curve on {self.meta.model}, {self.label}, {self.n_prompts} prompts, "
-                f"{self.total_edges} edges: CPR {self.cpr:.3f}, CMD {self.cmd:.3f} "
-                f"({'log' if self.log_scale else 'linear'} fraction axis); metric clean "
-                f"{self.clean_value:.3f}, corrupted {self.corrupted_value:.3f}")
+        head = (
+            f"faithfulness curve on {self.meta.model}, {self.label}, {self.n_prompts} prompts, "
+            f"{self.total_edges} edges: CPR {self.cpr:.3f}, CMD {self.cmd:.3f} "
+            f"({'log' if self.log_scale else 'linear'} fraction axis); metric clean "
+            f"{self.clean_value:.3f}, corrupted {self.corrupted_value:.3f}"
+        )
         lines = [head, f"{'edges %':>8} {'kept':>7} {'faithfulness':>13} {'95% CI':>16}"]
         for i, fraction in enumerate(self.fractions):
             band = ""
             if self.interval is not None:
                 band = f"[{float(self.interval[i, 0]):.2f}, {float(self.interval[i, 1]):.2f}]"
-            lines.append(f"{fraction:>8g} {self.kept[i]:>7} {float(self.values[i]):>13.3f} {band:>16}")
+            lines.append(
+                f"{fraction:>8g} {self.kept[i]:>7} {float(self.values[i]):>13.3f} {band:>16}"
+            )
         return "\n".join(lines)
 
 
@@ -349,8 +409,10 @@ def _score_tensor(graph: EdgeGraph, scores: Any) -> Tensor:
     tensor = scores.values if isinstance(scores, Result) else scores
     if not isinstance(tensor, Tensor) or tuple(tensor.shape) != tuple(graph.real.shape):
         shape = tuple(tensor.shape) if isinstance(tensor, Tensor) else type(tensor).__name__
-        raise ValueError(f"edge scores must be a {tuple(graph.real.shape)} [sender, receiver] "
-                         f"tensor for {graph.describe()}, not {shape}")
+        raise ValueError(
+            f"edge scores must be a {tuple(graph.real.shape)} [sender, receiver] "
+            f"tensor for {graph.describe()}, not {shape}"
+        )
     return tensor.detach().float().cpu()
 
 
@@ -400,28 +462,62 @@ def faithfulness_curve(
     """
     cfg = config or CurveConfig()
     table = _score_tensor(graph, scores)
-    masks = prune_to_fractions(graph, table, cfg.fractions, method=cfg.method, absolute=cfg.absolute)
-    result = evaluate_circuits(lm, graph, masks, clean, corrupted, metric, batch_size=cfg.batch_size,
-                               circuits_per_pass=cfg.circuits_per_pass,
-                               answer_positions=answer_positions)
+    masks = prune_to_fractions(
+        graph, table, cfg.fractions, method=cfg.method, absolute=cfg.absolute
+    )
+    result = evaluate_circuits(
+        lm,
+        graph,
+        masks,
+        clean,
+        corrupted,
+        metric,
+        batch_size=cfg.batch_size,
+        circuits_per_pass=cfg.circuits_per_pass,
+        answer_positions=answer_positions,
+    )
     faithfulness = result.normalised().float()
     n_prompts = int(result.per_prompt.shape[1])
     interval = None
     if cfg.n_bootstrap > 0 and n_prompts > 1:
-        interval = bootstrap_faithfulness(result.per_prompt, result.clean_per_prompt,
-                                          result.corrupted_per_prompt, n_resamples=cfg.n_bootstrap)
+        interval = bootstrap_faithfulness(
+            result.per_prompt,
+            result.clean_per_prompt,
+            result.corrupted_per_prompt,
+            n_resamples=cfg.n_bootstrap,
+        )
     cpr, cmd = area_under_curve(cfg.fractions, faithfulness.tolist(), log_scale=cfg.log_scale)
-    texts = tuple(clean) if isinstance(clean, (list, tuple)) else (clean,) if isinstance(clean, str) else ()
+    texts = (
+        tuple(clean)
+        if isinstance(clean, (list, tuple))
+        else (clean,)
+        if isinstance(clean, str)
+        else ()
+    )
     name = label or "edge scores"
     return FaithfulnessCurve(
-        values=faithfulness, axes=("fraction",), labels=(tuple(f"{f:g}%" for f in cfg.fractions),),
-        meta=lm.meta(texts, data_source="user prompts",
-                     params={**cfg.params(), "label": name, "graph": graph.describe()}),
+        values=faithfulness,
+        axes=("fraction",),
+        labels=(tuple(f"{f:g}%" for f in cfg.fractions),),
+        meta=lm.meta(
+            texts,
+            data_source="user prompts",
+            params={**cfg.params(), "label": name, "graph": graph.describe()},
+        ),
         fractions=cfg.fractions,
         requested=tuple(edge_budget(graph, f) for f in cfg.fractions),
-        kept=tuple(int(m.sum()) for m in masks), total_edges=graph.n_edges,
-        metric_values=result.values.float(), clean_value=result.clean_value,
-        corrupted_value=result.corrupted_value, cpr=cpr, cmd=cmd, log_scale=cfg.log_scale,
-        interval=interval, n_prompts=n_prompts, label=f"{name}, {cfg.method}", masks=masks,
-        scores=table, graph=graph,
+        kept=tuple(int(m.sum()) for m in masks),
+        total_edges=graph.n_edges,
+        metric_values=result.values.float(),
+        clean_value=result.clean_value,
+        corrupted_value=result.corrupted_value,
+        cpr=cpr,
+        cmd=cmd,
+        log_scale=cfg.log_scale,
+        interval=interval,
+        n_prompts=n_prompts,
+        label=f"{name}, {cfg.method}",
+        masks=masks,
+        scores=table,
+        graph=graph,
     )

@@ -32,8 +32,8 @@ __all__ = [
     "prune_dead",
     "prune_greedy",
     "prune_threshold",
-    "prune_topn",
     "prune_to_fractions",
+    "prune_topn",
 ]
 
 PRUNE_METHODS = ("greedy", "topn")
@@ -103,8 +103,11 @@ def node_map(graph: EdgeGraph) -> NodeMap:
             inputs[col] = "q"
         for letter, span in (("k", cols.k), ("v", cols.v)):
             for g, col in enumerate(span):
-                heads = [h for h in range(graph.n_heads)
-                         if (graph.kv_group(h) if graph.grouped else h) == g]
+                heads = [
+                    h
+                    for h in range(graph.n_heads)
+                    if (graph.kv_group(h) if graph.grouped else h) == g
+                ]
                 for h in heads:
                     incidence[col, graph.head_sender(layer, h)] = True
                 inputs[col] = letter
@@ -112,8 +115,14 @@ def node_map(graph: EdgeGraph) -> NodeMap:
         inputs[cols.mlp] = "mlp"
     incidence[graph.logits, len(names) - 1] = True
     inputs[graph.logits] = "logits"
-    return NodeMap(torch.arange(graph.n_senders), incidence, tuple(names), tuple(kinds),
-                   tuple(rows), tuple(inputs))
+    return NodeMap(
+        torch.arange(graph.n_senders),
+        incidence,
+        tuple(names),
+        tuple(kinds),
+        tuple(rows),
+        tuple(inputs),
+    )
 
 
 def check_fractions(fractions: Sequence[float]) -> tuple[float, ...]:
@@ -164,8 +173,9 @@ def _ranking(graph: EdgeGraph, scores: Tensor, absolute: bool) -> Tensor:
     return keys
 
 
-def prune_dead(graph: EdgeGraph, mask: Bool[Tensor, "sender receiver"]
-               ) -> Bool[Tensor, "sender receiver"]:
+def prune_dead(
+    graph: EdgeGraph, mask: Bool[Tensor, "sender receiver"]
+) -> Bool[Tensor, "sender receiver"]:
     """Keep only the edges that lie on some input → logits path of ``mask``.
 
     A node is alive forward if the input reaches it through kept edges, and backward if it
@@ -211,8 +221,14 @@ def _reach(adjacency: Tensor, start: int) -> Bool[Tensor, " node"]:
         reached = grown
 
 
-def prune_topn(graph: EdgeGraph, scores: Float[Tensor, "sender receiver"], n: int, *,
-               absolute: bool = True, prune: bool = True) -> Bool[Tensor, "sender receiver"]:
+def prune_topn(
+    graph: EdgeGraph,
+    scores: Float[Tensor, "sender receiver"],
+    n: int,
+    *,
+    absolute: bool = True,
+    prune: bool = True,
+) -> Bool[Tensor, "sender receiver"]:
     """The ``n`` best edges by score (by ``|score|`` when ``absolute``), dead nodes removed.
 
     Args:
@@ -233,9 +249,14 @@ def prune_topn(graph: EdgeGraph, scores: Float[Tensor, "sender receiver"], n: in
     return prune_dead(graph, mask) if prune else mask
 
 
-def prune_threshold(graph: EdgeGraph, scores: Float[Tensor, "sender receiver"],
-                    threshold: float, *, absolute: bool = True, prune: bool = True
-                    ) -> Bool[Tensor, "sender receiver"]:
+def prune_threshold(
+    graph: EdgeGraph,
+    scores: Float[Tensor, "sender receiver"],
+    threshold: float,
+    *,
+    absolute: bool = True,
+    prune: bool = True,
+) -> Bool[Tensor, "sender receiver"]:
     """The edges whose score (``|score|`` when ``absolute``) is at least ``threshold``.
 
     Args: as :func:`prune_topn`, with ``threshold`` in the scores' units.
@@ -255,8 +276,9 @@ def _check_count(graph: EdgeGraph, n: int) -> None:
         )
 
 
-def greedy_order(graph: EdgeGraph, scores: Float[Tensor, "sender receiver"], *,
-                 absolute: bool = True) -> Int[Tensor, "step 2"]:
+def greedy_order(
+    graph: EdgeGraph, scores: Float[Tensor, "sender receiver"], *, absolute: bool = True
+) -> Int[Tensor, "step 2"]:
     """The order in which greedy growth from the logits adds edges, as ``(sender, receiver)`` rows.
 
     The frontier starts as the edges into the logits; each step takes the best frontier edge, and
@@ -300,9 +322,15 @@ def greedy_order(graph: EdgeGraph, scores: Float[Tensor, "sender receiver"], *,
     return torch.tensor(order, dtype=torch.long).view(-1, 2)
 
 
-def prune_greedy(graph: EdgeGraph, scores: Float[Tensor, "sender receiver"], n: int, *,
-                 absolute: bool = True, prune: bool = True, order: Tensor | None = None
-                 ) -> Bool[Tensor, "sender receiver"]:
+def prune_greedy(
+    graph: EdgeGraph,
+    scores: Float[Tensor, "sender receiver"],
+    n: int,
+    *,
+    absolute: bool = True,
+    prune: bool = True,
+    order: Tensor | None = None,
+) -> Bool[Tensor, "sender receiver"]:
     """Greedy circuit of ``n`` edges grown from the logits (EAP-IG ``apply_greedy``).
 
     Args: as :func:`prune_topn`; ``order`` reuses a :func:`greedy_order` already computed.
@@ -319,9 +347,14 @@ def prune_greedy(graph: EdgeGraph, scores: Float[Tensor, "sender receiver"], n: 
     return prune_dead(graph, mask) if prune else mask
 
 
-def prune_to_fractions(graph: EdgeGraph, scores: Float[Tensor, "sender receiver"],
-                       fractions: Sequence[float], *, method: PruneMethod = "greedy",
-                       absolute: bool = True) -> Bool[Tensor, "point sender receiver"]:
+def prune_to_fractions(
+    graph: EdgeGraph,
+    scores: Float[Tensor, "sender receiver"],
+    fractions: Sequence[float],
+    *,
+    method: PruneMethod = "greedy",
+    absolute: bool = True,
+) -> Bool[Tensor, "point sender receiver"]:
     """One pruned circuit per edge fraction (percent of the graph's real edges).
 
     Args:

@@ -78,8 +78,13 @@ def ioi_str_pairs(lm: LensModel, n_prompts: int = 32, *, seed: int = 0) -> Promp
             corrupted.append(f"{head} {other} {tail}")
             answers.append(io_id)
             wrongs.append(s_id)
-    return PromptPairs(tuple(clean), tuple(corrupted), tuple(answers), tuple(wrongs),
-                       f"IOI ({len(clean)} prompts, STR: S2 -> a third name, seed {seed})")
+    return PromptPairs(
+        tuple(clean),
+        tuple(corrupted),
+        tuple(answers),
+        tuple(wrongs),
+        f"IOI ({len(clean)} prompts, STR: S2 -> a third name, seed {seed})",
+    )
 
 
 def _name_of(lm: LensModel, token: int, names: tuple[str, ...]) -> str:
@@ -107,15 +112,24 @@ def prompt_pairs_from_args(lm: LensModel, args: argparse.Namespace) -> PromptPai
             raise ValueError("--answer/--wrong go with --clean/--corrupted prompt files")
         return ioi_str_pairs(lm, args.n_prompts, seed=args.seed)
     if None in files or not (args.answer and args.wrong):
-        raise ValueError("give --clean and --corrupted prompt files together, with --answer and "
-                         "--wrong tokens (e.g. --answer ' Mary' --wrong ' John')")
-    clean, corrupted = _read_lines(args.clean, "--clean"), _read_lines(args.corrupted, "--corrupted")
+        raise ValueError(
+            "give --clean and --corrupted prompt files together, with --answer and "
+            "--wrong tokens (e.g. --answer ' Mary' --wrong ' John')"
+        )
+    clean, corrupted = (
+        _read_lines(args.clean, "--clean"),
+        _read_lines(args.corrupted, "--corrupted"),
+    )
     if len(clean) != len(corrupted):
-        raise ValueError(f"--clean has {len(clean)} prompts but --corrupted {len(corrupted)}: "
-                         "give one corrupted prompt per clean prompt, line by line")
+        raise ValueError(
+            f"--clean has {len(clean)} prompts but --corrupted {len(corrupted)}: "
+            "give one corrupted prompt per clean prompt, line by line"
+        )
     n = len(clean)
     answer, wrong = lm.token_id(args.answer), lm.token_id(args.wrong)
-    return PromptPairs(clean, corrupted, (answer,) * n, (wrong,) * n, f"{args.clean} / {args.corrupted}")
+    return PromptPairs(
+        clean, corrupted, (answer,) * n, (wrong,) * n, f"{args.clean} / {args.corrupted}"
+    )
 
 
 # ---------------------------------------------------------------------------------- parser
@@ -126,7 +140,8 @@ def register(commands: Any) -> None:
     from lmsci_mi.circuits.faithfulness import CurveConfig
 
     circuit = commands.add_parser(
-        "circuit", help="edge-level circuits: EAP/EAP-IG scores, exact evaluation, faithfulness")
+        "circuit", help="edge-level circuits: EAP/EAP-IG scores, exact evaluation, faithfulness"
+    )
     sub = circuit.add_subparsers(dest="circuit_command", required=True, metavar="STEP")
 
     eap = sub.add_parser("eap", help="score every edge by EAP or EAP-IG (Hanna et al. 2024)")
@@ -137,19 +152,31 @@ def register(commands: Any) -> None:
 
     evaluate = sub.add_parser("evaluate", help="exact edge patching of a named circuit")
     _common(evaluate, scoring=False)
-    evaluate.add_argument("--edges", required=True,
-                          help="comma-separated edges, e.g. 'L9.H6->logits,MLP0->L9.H6.v', or "
-                               "@FILE with one edge a line")
+    evaluate.add_argument(
+        "--edges",
+        required=True,
+        help="comma-separated edges, e.g. 'L9.H6->logits,MLP0->L9.H6.v', or "
+        "@FILE with one edge a line",
+    )
     evaluate.set_defaults(run=_run_evaluate)
 
     curve = sub.add_parser("curve", help="faithfulness at MIB's edge budgets, CPR and CMD")
     _common(curve)
     add_config_args(curve, CurveConfig)
-    curve.add_argument("--view", type=float, default=5.0,
-                       help="edge budget (percent, one of --fractions) of the circuit drawn by "
-                            "--circuit-plot (default 5)")
-    curve.add_argument("--circuit-plot", type=output_path("--circuit-plot", (".png", ".svg")),
-                       default=None, metavar="CIRCUIT.png", help="draw the circuit at --view")
+    curve.add_argument(
+        "--view",
+        type=float,
+        default=5.0,
+        help="edge budget (percent, one of --fractions) of the circuit drawn by "
+        "--circuit-plot (default 5)",
+    )
+    curve.add_argument(
+        "--circuit-plot",
+        type=output_path("--circuit-plot", (".png", ".svg")),
+        default=None,
+        metavar="CIRCUIT.png",
+        help="draw the circuit at --view",
+    )
     add_output_args(curve)
     curve.set_defaults(run=_run_curve)
 
@@ -159,20 +186,34 @@ def register(commands: Any) -> None:
 
 def _common(parser: argparse.ArgumentParser, *, scoring: bool = True) -> None:
     add_model_args(parser)
-    parser.add_argument("--n-prompts", type=int, default=32,
-                        help="IOI prompts when no files are given (default 32)")
+    parser.add_argument(
+        "--n-prompts", type=int, default=32, help="IOI prompts when no files are given (default 32)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="IOI draw (default 0)")
     parser.add_argument("--clean", type=Path, default=None, help="file: one clean prompt a line")
-    parser.add_argument("--corrupted", type=Path, default=None,
-                        help="file: the corrupted prompts, line by line (same token lengths)")
-    parser.add_argument("--answer", default=None, help="answer token for prompt files, e.g. ' Mary'")
+    parser.add_argument(
+        "--corrupted",
+        type=Path,
+        default=None,
+        help="file: the corrupted prompts, line by line (same token lengths)",
+    )
+    parser.add_argument(
+        "--answer", default=None, help="answer token for prompt files, e.g. ' Mary'"
+    )
     parser.add_argument("--wrong", default=None, help="competing token for prompt files")
-    parser.add_argument("--grouped", action="store_true",
-                        help="GQA models: one k/v receiver per key/value head (default: per "
-                             "query head, as EAP-IG and MIB)")
+    parser.add_argument(
+        "--grouped",
+        action="store_true",
+        help="GQA models: one k/v receiver per key/value head (default: per "
+        "query head, as EAP-IG and MIB)",
+    )
     if scoring:
-        parser.add_argument("--method", choices=SCORING, default="eap-ig",
-                            help="edge scores: EAP-IG-inputs (default) or EAP")
+        parser.add_argument(
+            "--method",
+            choices=SCORING,
+            default="eap-ig",
+            help="edge scores: EAP-IG-inputs (default) or EAP",
+        )
         parser.add_argument("--ig-steps", type=int, default=5, help="EAP-IG steps m (default 5)")
 
 
@@ -205,12 +246,15 @@ def _run_evaluate(args: argparse.Namespace) -> int:
     if not names:
         raise ValueError("--edges names no edge")
     mask = graph.mask(names)  # an unknown edge raises, naming the closest ones
-    result = evaluate_circuit(lm, graph, mask, list(pairs.clean), list(pairs.corrupted),
-                              pairs.metric())
+    result = evaluate_circuit(
+        lm, graph, mask, list(pairs.clean), list(pairs.corrupted), pairs.metric()
+    )
     faithfulness = float(result.normalised()[0])
-    print(f"{graph.describe()}\n{pairs.source}\ncircuit of {int(mask.sum())} edges: metric "
-          f"{float(result.values[0]):.4f} (clean {result.clean_value:.4f}, corrupted "
-          f"{result.corrupted_value:.4f}); normalised faithfulness {faithfulness:.3f}")
+    print(
+        f"{graph.describe()}\n{pairs.source}\ncircuit of {int(mask.sum())} edges: metric "
+        f"{float(result.values[0]):.4f} (clean {result.clean_value:.4f}, corrupted "
+        f"{result.corrupted_value:.4f}); normalised faithfulness {faithfulness:.3f}"
+    )
     return 0
 
 
@@ -218,13 +262,23 @@ def _run_curve(args: argparse.Namespace) -> int:
     from lmsci_mi.circuits.faithfulness import CurveConfig, faithfulness_curve
 
     config = config_from_args(CurveConfig, args)
-    if args.circuit_plot is not None and not any(abs(f - args.view) < 1e-9 for f in config.fractions):
+    if args.circuit_plot is not None and not any(
+        abs(f - args.view) < 1e-9 for f in config.fractions
+    ):
         raise ValueError(f"--view {args.view} is not one of --fractions {list(config.fractions)}")
     lm, graph, pairs = _setup(args)
     scores = score_edges(lm, graph, pairs, args.method, args.ig_steps)
     label = "EAP" if args.method == "eap" else f"EAP-IG (m={args.ig_steps})"
-    curve = faithfulness_curve(lm, graph, scores, list(pairs.clean), list(pairs.corrupted),
-                               pairs.metric(), config, label=label)
+    curve = faithfulness_curve(
+        lm,
+        graph,
+        scores,
+        list(pairs.clean),
+        list(pairs.corrupted),
+        pairs.metric(),
+        config,
+        label=label,
+    )
     print(curve.summary())
     if args.circuit_plot is not None:
         circuit = curve.circuit(args.view)
@@ -241,6 +295,7 @@ def score_edges(lm: LensModel, graph: Any, pairs: PromptPairs, method: str, step
     """EAP or EAP-IG scores (:func:`~lmsci_mi.circuits.eap.edge_attribution`) on ``pairs``."""
     from lmsci_mi.circuits.eap import EAPConfig, edge_attribution
 
-    config = EAPConfig(method="EAP" if method == "eap" else "EAP-IG", steps=steps,
-                       grouped=graph.grouped)
+    config = EAPConfig(
+        method="EAP" if method == "eap" else "EAP-IG", steps=steps, grouped=graph.grouped
+    )
     return edge_attribution(lm, list(pairs.clean), list(pairs.corrupted), pairs.metric(), config)

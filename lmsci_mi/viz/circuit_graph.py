@@ -20,7 +20,13 @@ from matplotlib.patches import FancyArrowPatch
 
 __all__ = ["INPUT_COLOURS", "CircuitEdge", "CircuitNode", "circuit_figure", "circuit_svg"]
 
-INPUT_COLOURS = {"q": "#1f77b4", "k": "#ff7f0e", "v": "#2ca02c", "mlp": "#7f7f7f", "logits": "#9467bd"}
+INPUT_COLOURS = {
+    "q": "#1f77b4",
+    "k": "#ff7f0e",
+    "v": "#2ca02c",
+    "mlp": "#7f7f7f",
+    "logits": "#9467bd",
+}
 """Edge colour by the receiving input (a head's q, k or v; an MLP; the logits)."""
 
 _NODE_COLOURS = {"input": "#dddddd", "head": "#cfe2f3", "mlp": "#d9ead3", "logits": "#ead1dc"}
@@ -61,8 +67,9 @@ def _positions(nodes: Sequence[CircuitNode], used: set[int]) -> dict[int, tuple[
     return out
 
 
-def circuit_figure(nodes: Sequence[CircuitNode], edges: Sequence[CircuitEdge], *,
-                   title: str = "") -> Figure:
+def circuit_figure(
+    nodes: Sequence[CircuitNode], edges: Sequence[CircuitEdge], *, title: str = ""
+) -> Figure:
     """The circuit as a matplotlib figure (no pyplot; save with ``viz.plots.save_figure``).
 
     Args:
@@ -82,28 +89,54 @@ def circuit_figure(nodes: Sequence[CircuitNode], edges: Sequence[CircuitEdge], *
     pos = _positions(nodes, used)
     width = max((x for x, _ in pos.values()), default=1.0) + 0.5
     height = max((y for _, y in pos.values()), default=0.0) + 1
-    fig = Figure(figsize=(min(max(6.0, 1.05 * width), 22.0), min(max(3.0, 0.75 * height + 1), 24.0)))
+    fig = Figure(
+        figsize=(min(max(6.0, 1.05 * width), 22.0), min(max(3.0, 0.75 * height + 1), 24.0))
+    )
     ax = fig.subplots()
     _draw_edges(ax, edges, pos)
     for i, (x, y) in pos.items():
         node = nodes[i]
-        ax.text(x, y, node.name, ha="center", va="center", fontsize=7, zorder=3,
-                bbox={"boxstyle": "round,pad=0.25", "fc": _NODE_COLOURS.get(node.kind, "white"),
-                      "ec": "#555555", "lw": 0.6})
+        ax.text(
+            x,
+            y,
+            node.name,
+            ha="center",
+            va="center",
+            fontsize=7,
+            zorder=3,
+            bbox={
+                "boxstyle": "round,pad=0.25",
+                "fc": _NODE_COLOURS.get(node.kind, "white"),
+                "ec": "#555555",
+                "lw": 0.6,
+            },
+        )
     ax.set_xlim(0, width)
     ax.set_ylim(-0.6, height - 0.4)
     ax.axis("off")
-    handles = [Line2D([0], [0], color=c, lw=2, label=k) for k, c in INPUT_COLOURS.items()
-               if any(e.input == k for e in edges)]
+    handles = [
+        Line2D([0], [0], color=c, lw=2, label=k)
+        for k, c in INPUT_COLOURS.items()
+        if any(e.input == k for e in edges)
+    ]
     if handles:
-        ax.legend(handles=handles, title="into", fontsize=7, title_fontsize=7, loc="upper left",
-                  bbox_to_anchor=(1.0, 1.0), frameon=False)
+        ax.legend(
+            handles=handles,
+            title="into",
+            fontsize=7,
+            title_fontsize=7,
+            loc="upper left",
+            bbox_to_anchor=(1.0, 1.0),
+            frameon=False,
+        )
     ax.set_title(title or f"{len(used)} nodes, {len(edges)} edges", fontsize=10)
     fig.tight_layout()
     return fig
 
 
-def _draw_edges(ax: Axes, edges: Sequence[CircuitEdge], pos: dict[int, tuple[float, float]]) -> None:
+def _draw_edges(
+    ax: Axes, edges: Sequence[CircuitEdge], pos: dict[int, tuple[float, float]]
+) -> None:
     biggest = max((abs(e.score) for e in edges), default=0.0) or 1.0
     # q, k and v edges between the same pair of nodes bend apart so all three stay visible.
     bend = {"q": 0.12, "k": 0.0, "v": -0.12}
@@ -111,16 +144,25 @@ def _draw_edges(ax: Axes, edges: Sequence[CircuitEdge], pos: dict[int, tuple[flo
         start, end = pos[e.sender], pos[e.receiver]
         rad = bend.get(e.input, 0.05) + (0.25 if start[1] == end[1] else 0.0)
         patch = FancyArrowPatch(
-            start, end, arrowstyle="-|>", mutation_scale=6, shrinkA=9, shrinkB=9,
-            connectionstyle=f"arc3,rad={rad}", color=INPUT_COLOURS.get(e.input, "black"),
-            linewidth=0.4 + 2.6 * abs(e.score) / biggest, alpha=0.35 + 0.5 * abs(e.score) / biggest,
-            linestyle="-" if e.score >= 0 else "--", zorder=2,
+            start,
+            end,
+            arrowstyle="-|>",
+            mutation_scale=6,
+            shrinkA=9,
+            shrinkB=9,
+            connectionstyle=f"arc3,rad={rad}",
+            color=INPUT_COLOURS.get(e.input, "black"),
+            linewidth=0.4 + 2.6 * abs(e.score) / biggest,
+            alpha=0.35 + 0.5 * abs(e.score) / biggest,
+            linestyle="-" if e.score >= 0 else "--",
+            zorder=2,
         )
         ax.add_patch(patch)
 
 
-def circuit_svg(nodes: Sequence[CircuitNode], edges: Sequence[CircuitEdge], *,
-                title: str = "") -> str:
+def circuit_svg(
+    nodes: Sequence[CircuitNode], edges: Sequence[CircuitEdge], *, title: str = ""
+) -> str:
     """The same drawing as an inline ``<svg>`` element (for HTML reports; no network needed)."""
     fig = circuit_figure(nodes, edges, title=title)
     buffer = io.StringIO()

@@ -3,6 +3,7 @@ on a hand-made curve, and the curve's endpoints by exact edge patching on a tiny
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import torch
 from torch import Tensor
 
 from lmsci_mi import LensModel
+from lmsci_mi.circuits.eap import EAPConfig, edge_attribution
 from lmsci_mi.circuits.faithfulness import CurveConfig, area_under_curve, faithfulness_curve
 from lmsci_mi.circuits.graph import EdgeGraph, edge_graph
 from lmsci_mi.circuits.metrics import LogitDiff
@@ -20,8 +22,8 @@ from lmsci_mi.circuits.pruning import (
     prune_dead,
     prune_greedy,
     prune_threshold,
-    prune_topn,
     prune_to_fractions,
+    prune_topn,
 )
 from lmsci_mi.results import Result
 
@@ -42,15 +44,22 @@ def _on_a_path(graph: EdgeGraph, mask: Tensor) -> Tensor:
     """Brute force: which kept edges lie on some input → logits path of kept edges."""
     nodes = node_map(graph)
     edges = [(s, r) for s, r in mask.nonzero().tolist()]
-    into = {n: [(s, r) for s, r in edges if nodes.receiver_nodes[r, n]] for n in range(nodes.n_nodes)}
+    into = {
+        n: [(s, r) for s, r in edges if nodes.receiver_nodes[r, n]] for n in range(nodes.n_nodes)
+    }
 
     def from_input(node: int, seen: frozenset[int] = frozenset()) -> bool:
-        return node == 0 or any(from_input(s, seen | {node}) for s, _ in into[node] if s not in seen)
+        return node == 0 or any(
+            from_input(s, seen | {node}) for s, _ in into[node] if s not in seen
+        )
 
     def to_logits(node: int) -> bool:
         return node == nodes.logits_node or any(
-            to_logits(n) for s, r in edges if s == node
-            for n in nodes.receiver_nodes[r].nonzero().flatten().tolist())
+            to_logits(n)
+            for s, r in edges
+            if s == node
+            for n in nodes.receiver_nodes[r].nonzero().flatten().tolist()
+        )
 
     out = torch.zeros_like(mask)
     for s, r in edges:
@@ -61,12 +70,14 @@ def _on_a_path(graph: EdgeGraph, mask: Tensor) -> Tensor:
 
 def test_prune_dead_reaches_the_fixed_point() -> None:
     graph = _toy()
-    mask = graph.mask([
-        "input->L0.H0.q",  # H0 feeds nothing ...
-        "L0.H0->MLP0",  # ... but MLP0 feeds nothing either: two rounds of a one-pass prune
-        "input->logits",  # survives
-        "L1.H2->logits",  # nothing reaches L1.H2: dead
-    ])
+    mask = graph.mask(
+        [
+            "input->L0.H0.q",  # H0 feeds nothing ...
+            "L0.H0->MLP0",  # ... but MLP0 feeds nothing either: two rounds of a one-pass prune
+            "input->logits",  # survives
+            "L1.H2->logits",  # nothing reaches L1.H2: dead
+        ]
+    )
     pruned = prune_dead(graph, mask)
     assert graph.edge_names(pruned) == ["input->logits"]
     assert torch.equal(prune_dead(graph, pruned), pruned)
@@ -170,8 +181,9 @@ def test_curve_refuses_bad_input(tiny: LensModel) -> None:
     with pytest.raises(ValueError, match="empty"):
         faithfulness_curve(tiny, graph, torch.zeros(graph.real.shape), [], [], _metric(tiny))
     with pytest.raises(ValueError, match="same token length"):
-        faithfulness_curve(tiny, graph, torch.zeros(graph.real.shape), CLEAN,
-                           CORRUPTED + " and", _metric(tiny))
+        faithfulness_curve(
+            tiny, graph, torch.zeros(graph.real.shape), CLEAN, CORRUPTED + " and", _metric(tiny)
+        )
     assert not tiny.model.hook_dict["blocks.0.hook_resid_pre"].fwd_hooks  # nothing attached
 
 
@@ -187,3 +199,22 @@ def test_circuit_roundtrip_and_drawing(tiny: LensModel, tmp_path: Path) -> None:
     circuit.plot(tmp_path / "circuit.png")
     assert (tmp_path / "circuit.png").stat().st_size > 1000
     assert circuit.to_svg().startswith("<svg")
+
+
+AUTO_CIRCUIT = Path(__file__).resolve().parents[1] / "data" / "auto_circuit_eap.json"
+
+
+@pytest.mark.skipif(not AUTO_CIRCUIT.exists(), reason="run benchmarks/peers_auto_circuit.py")
+def test_eap_equals_auto_circuits_scores(tiny_gpt2: LensModel) -> None:
+    """auto-circuit's mask-gradient EAP on the same toy and tokens (written by the peers script
+    in its own venv) is minus our EAP score: d(−mean logit diff)/d(mask) vs Δa · ∂(mean LD)/∂in."""
+    record = json.loads(AUTO_CIRCUIT.read_text())
+    assert record["model"] == tiny_gpt2.name
+    clean, corrupted = torch.tensor(record["clean"]), torch.tensor(record["corrupted"])
+    metric = LogitDiff(record["answers"], record["wrongs"])
+    ours = edge_attribution(tiny_gpt2, clean, corrupted, metric, EAPConfig(method="EAP"))
+    peer = record["scores"]
+    assert len(peer) == ours.graph.n_edges  # the graphs match edge for edge
+    got = torch.tensor([ours.score(name) for name in peer])
+    want = -torch.tensor(list(peer.values()))
+    assert torch.allclose(got, want, atol=1e-5 * float(want.abs().max()) + 1e-7)
