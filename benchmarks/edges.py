@@ -87,7 +87,7 @@ def _curve(
     if path.exists():
         meta = json.loads((CACHE / f"curve_{method}_{prune}_time.json").read_text())
         return Result.load(path), meta["seconds"]  # type: ignore[return-value]
-    config = CurveConfig(method=prune)  # type: ignore[arg-type]
+    config = CurveConfig(prune=prune)  # type: ignore[arg-type]
     label = "EAP-IG (m=5)" if method == "EAP-IG" else "EAP"
     start = time.perf_counter()
     curve = faithfulness_curve(

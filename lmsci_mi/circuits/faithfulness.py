@@ -134,7 +134,7 @@ class CurveConfig(Config):
             "min_length": 2,
         },
     )
-    method: Literal["greedy", "topn"] = field(
+    prune: Literal["greedy", "topn"] = field(
         default="greedy",
         metadata={
             "help": "greedy: grow from the logits by the best connected edge; topn: best |score| "
@@ -462,9 +462,7 @@ def faithfulness_curve(
     """
     cfg = config or CurveConfig()
     table = _score_tensor(graph, scores)
-    masks = prune_to_fractions(
-        graph, table, cfg.fractions, method=cfg.method, absolute=cfg.absolute
-    )
+    masks = prune_to_fractions(graph, table, cfg.fractions, method=cfg.prune, absolute=cfg.absolute)
     result = evaluate_circuits(
         lm,
         graph,
@@ -516,7 +514,7 @@ def faithfulness_curve(
         log_scale=cfg.log_scale,
         interval=interval,
         n_prompts=n_prompts,
-        label=f"{name}, {cfg.method}",
+        label=f"{name}, {cfg.prune}",
         masks=masks,
         scores=table,
         graph=graph,

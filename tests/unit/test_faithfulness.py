@@ -163,7 +163,7 @@ def test_curve_endpoints_by_exact_patching(tiny: LensModel) -> None:
     # the single best edge feeds an MLP that nothing downstream reads in the circuit: pruned
     # away, so the 1 % circuit is empty and must score the corrupted run exactly
     scores[graph.edge_index("L0.H0->MLP0")] = 1.0
-    config = CurveConfig(fractions=(1.0, 100.0), method="topn", n_bootstrap=50)
+    config = CurveConfig(fractions=(1.0, 100.0), prune="topn", n_bootstrap=50)
     curve = faithfulness_curve(tiny, graph, scores, CLEAN, CORRUPTED, _metric(tiny), config)
     assert curve.kept == (0, graph.n_edges)
     assert curve.at(1.0) == pytest.approx(0.0, abs=1e-4)
@@ -218,3 +218,30 @@ def test_eap_equals_auto_circuits_scores(tiny_gpt2: LensModel) -> None:
     got = torch.tensor([ours.score(name) for name in peer])
     want = -torch.tensor(list(peer.values()))
     assert torch.allclose(got, want, atol=1e-5 * float(want.abs().max()) + 1e-7)
+
+
+def test_cli_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from lmsci_mi.cli import main
+
+    toy = ["--model", "toy-2l", "--device", "cpu", "--n-prompts", "2"]
+    with pytest.raises(SystemExit) as exit_info:  # argparse checks the declared bound
+        main(["circuit", "curve", *toy, "--fractions", "0", "100"])
+    assert exit_info.value.code == 2
+    assert main(["circuit", "evaluate", *toy, "--edges", "L0.H0->L9.H0.q"]) == 2
+    assert "not an edge" in capsys.readouterr().err
+    (tmp_path / "c.txt").write_text("When Mary and John went, John gave it to\n")
+    (tmp_path / "x.txt").write_text("a\nb\n")
+    files = [
+        "--clean",
+        str(tmp_path / "c.txt"),
+        "--corrupted",
+        str(tmp_path / "x.txt"),
+        "--answer",
+        " Mary",
+        "--wrong",
+        " John",
+    ]
+    assert main(["circuit", "evaluate", *toy, *files, "--edges", "MLP1->logits"]) == 2
+    assert "one corrupted prompt per clean prompt" in capsys.readouterr().err
+    assert main(["circuit", "evaluate", *toy, "--edges", "MLP1->logits"]) == 0
+    assert "normalised faithfulness" in capsys.readouterr().out
