@@ -238,8 +238,8 @@ class Circuit(Result):
 
         nodes = node_map(self.graph)
         return [
-            CircuitNode(n, r, k)
-            for n, r, k in zip(nodes.names, nodes.rows, nodes.kinds, strict=True)
+            CircuitNode(n, r, k, c)
+            for n, r, k, c in zip(nodes.names, nodes.rows, nodes.kinds, nodes.columns, strict=True)
         ]
 
     def _title(self) -> str:

@@ -53,8 +53,9 @@ class NodeMap:
     Attributes:
         sender_node: ``[sender]`` node of each sender (the identity).
         receiver_nodes: ``[receiver, node]`` bool incidence.
-        names / kinds / rows: per node, its name, ``"input" | "head" | "mlp" | "logits"`` and its
-            drawing row (input 0, layer l's heads 2l+1, its MLP 2l+2, logits last).
+        names / kinds / rows / columns: per node, its name, ``"input" | "head" | "mlp" |
+            "logits"``, its drawing row (input 0, layer l's heads 2l+1, its MLP 2l+2, logits
+            last) and column (a head's index; MLPs right of the heads; input and logits None).
         receiver_inputs: per receiver, ``"q" | "k" | "v" | "mlp" | "logits"``.
     """
 
@@ -63,6 +64,7 @@ class NodeMap:
     names: tuple[str, ...]
     kinds: tuple[str, ...]
     rows: tuple[int, ...]
+    columns: tuple[float | None, ...]
     receiver_inputs: tuple[str, ...]
 
     @property
@@ -87,13 +89,16 @@ def node_map(graph: EdgeGraph) -> NodeMap:
     (('input', 'L0.H0', 'L0.H1'), [1, 2])
     """
     names, kinds, rows = ["input"], ["input"], [0]
+    columns: list[float | None] = [None]
     for layer in range(graph.n_layers):
         names += [str(Head(layer, h)) for h in range(graph.n_heads)] + [f"MLP{layer}"]
         kinds += ["head"] * graph.n_heads + ["mlp"]
         rows += [2 * layer + 1] * graph.n_heads + [2 * layer + 2]
+        columns += [float(h) for h in range(graph.n_heads)] + [graph.n_heads + 0.5]
     names.append("logits")
     kinds.append("logits")
     rows.append(2 * graph.n_layers + 1)
+    columns.append(None)
     incidence = torch.zeros(graph.n_receivers, len(names), dtype=torch.bool)
     inputs = [""] * graph.n_receivers
     for layer in range(graph.n_layers):
@@ -121,6 +126,7 @@ def node_map(graph: EdgeGraph) -> NodeMap:
         tuple(names),
         tuple(kinds),
         tuple(rows),
+        tuple(columns),
         tuple(inputs),
     )
 

@@ -34,11 +34,13 @@ _NODE_COLOURS = {"input": "#dddddd", "head": "#cfe2f3", "mlp": "#d9ead3", "logit
 
 @dataclass(frozen=True)
 class CircuitNode:
-    """One node to draw: its label, its row (depth: input 0 … logits last) and its kind."""
+    """One node to draw: its label, its row (depth: input 0 … logits last), its kind and its
+    column (a head's index, so a layer's heads spread across; None to centre the node)."""
 
     name: str
     row: int
     kind: str  # "input", "head", "mlp" or "logits"
+    column: float | None = None
 
 
 @dataclass(frozen=True)
@@ -52,18 +54,16 @@ class CircuitEdge:
 
 
 def _positions(nodes: Sequence[CircuitNode], used: set[int]) -> dict[int, tuple[float, float]]:
-    """x, y of each used node: rows compressed to the used ones, nodes centred in their row."""
+    """x, y of each used node: rows compressed to the used ones; x from the node's column (a
+    head's index), so that edges between layers slant instead of piling up on one vertical."""
     rows = sorted({nodes[i].row for i in used})
     level = {row: k for k, row in enumerate(rows)}
-    by_row: dict[int, list[int]] = {}
-    for i in sorted(used, key=lambda i: (nodes[i].row, nodes[i].name)):
-        by_row.setdefault(nodes[i].row, []).append(i)
-    width = max((len(v) for v in by_row.values()), default=1)
+    columns = [nodes[i].column for i in used if nodes[i].column is not None]
+    centre = (min(columns) + max(columns)) / 2 if columns else 0.0
     out: dict[int, tuple[float, float]] = {}
-    for row, members in by_row.items():
-        offset = (width - len(members)) / 2
-        for k, i in enumerate(members):
-            out[i] = (offset + k + 0.5, float(level[row]))
+    for i in used:
+        column = nodes[i].column
+        out[i] = (0.5 + (centre if column is None else column), float(level[nodes[i].row]))
     return out
 
 
@@ -90,7 +90,7 @@ def circuit_figure(
     width = max((x for x, _ in pos.values()), default=1.0) + 0.5
     height = max((y for _, y in pos.values()), default=0.0) + 1
     fig = Figure(
-        figsize=(min(max(6.0, 1.05 * width), 22.0), min(max(3.0, 0.75 * height + 1), 24.0))
+        figsize=(min(max(7.0, 0.9 * width + 2), 22.0), min(max(3.0, 0.6 * height + 1), 24.0))
     )
     ax = fig.subplots()
     _draw_edges(ax, edges, pos)
@@ -111,7 +111,7 @@ def circuit_figure(
                 "lw": 0.6,
             },
         )
-    ax.set_xlim(0, width)
+    ax.set_xlim(-0.3, width + 0.6)
     ax.set_ylim(-0.6, height - 0.4)
     ax.axis("off")
     handles = [
@@ -120,9 +120,10 @@ def circuit_figure(
         if any(e.input == k for e in edges)
     ]
     if handles:
+        handles.append(Line2D([0], [0], color="black", lw=1, linestyle="--", label="score < 0"))
         ax.legend(
             handles=handles,
-            title="into",
+            title="edge into",
             fontsize=7,
             title_fontsize=7,
             loc="upper left",
@@ -142,7 +143,8 @@ def _draw_edges(
     bend = {"q": 0.12, "k": 0.0, "v": -0.12}
     for e in sorted(edges, key=lambda e: abs(e.score)):
         start, end = pos[e.sender], pos[e.receiver]
-        rad = bend.get(e.input, 0.05) + (0.25 if start[1] == end[1] else 0.0)
+        # same-row or same-column edges bend more, so they clear the nodes between their ends
+        rad = bend.get(e.input, 0.05) + (0.3 if start[0] == end[0] or start[1] == end[1] else 0.0)
         patch = FancyArrowPatch(
             start,
             end,
