@@ -58,7 +58,7 @@ def _positions(nodes: Sequence[CircuitNode], used: set[int]) -> dict[int, tuple[
     head's index), so that edges between layers slant instead of piling up on one vertical."""
     rows = sorted({nodes[i].row for i in used})
     level = {row: k for k, row in enumerate(rows)}
-    columns = [nodes[i].column for i in used if nodes[i].column is not None]
+    columns = [c for c in (nodes[i].column for i in used) if c is not None]
     centre = (min(columns) + max(columns)) / 2 if columns else 0.0
     out: dict[int, tuple[float, float]] = {}
     for i in used:
