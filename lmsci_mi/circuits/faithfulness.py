@@ -463,17 +463,19 @@ def faithfulness_curve(
     cfg = config or CurveConfig()
     table = _score_tensor(graph, scores)
     masks = prune_to_fractions(graph, table, cfg.fractions, method=cfg.prune, absolute=cfg.absolute)
-    result = evaluate_circuits(
-        lm,
-        graph,
-        masks,
-        clean,
-        corrupted,
-        metric,
-        batch_size=cfg.batch_size,
-        circuits_per_pass=cfg.circuits_per_pass,
-        answer_positions=answer_positions,
-    )
+    # Exact patching needs no gradients; no_grad also keeps every returned tensor grad-free.
+    with torch.no_grad():
+        result = evaluate_circuits(
+            lm,
+            graph,
+            masks,
+            clean,
+            corrupted,
+            metric,
+            batch_size=cfg.batch_size,
+            circuits_per_pass=cfg.circuits_per_pass,
+            answer_positions=answer_positions,
+        )
     faithfulness = result.normalised().float()
     n_prompts = int(result.per_prompt.shape[1])
     interval = None

@@ -246,9 +246,12 @@ def _run_evaluate(args: argparse.Namespace) -> int:
     if not names:
         raise ValueError("--edges names no edge")
     mask = graph.mask(names)  # an unknown edge raises, naming the closest ones
-    result = evaluate_circuit(
-        lm, graph, mask, list(pairs.clean), list(pairs.corrupted), pairs.metric()
-    )
+    import torch
+
+    with torch.no_grad():
+        result = evaluate_circuit(
+            lm, graph, mask, list(pairs.clean), list(pairs.corrupted), pairs.metric()
+        )
     faithfulness = float(result.normalised()[0])
     print(
         f"{graph.describe()}\n{pairs.source}\ncircuit of {int(mask.sum())} edges: metric "
