@@ -12,7 +12,19 @@ import os
 import sys
 from collections.abc import Sequence
 
-from lmsci_mi.cli import circuits, core, editing, heads, knowledge, lens, probe, report, sae, steer
+from lmsci_mi.cli import (
+    circuits,
+    core,
+    edges,
+    editing,
+    heads,
+    knowledge,
+    lens,
+    probe,
+    report,
+    sae,
+    steer,
+)
 from lmsci_mi.cli.common import check_outputs
 from lmsci_mi.loading import ModelNotAvailableError
 
@@ -32,7 +44,7 @@ USER_ERRORS: tuple[type[Exception], ...] = (
 """What bad input raises. `main` reports these in one line and exits 2. Anything else is a bug,
 and its traceback is left to show."""
 
-_FEATURES = (core, circuits, heads, lens, knowledge, editing, probe, steer, sae, report)
+_FEATURES = (core, circuits, edges, heads, lens, knowledge, editing, probe, steer, sae, report)
 
 
 def build_parser() -> argparse.ArgumentParser:

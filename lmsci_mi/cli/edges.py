@@ -1,0 +1,304 @@
+"""`lmsci-mi circuit eap|evaluate|curve`: edge-level circuit discovery from the shell.
+
+``eap`` scores every edge (EAP or EAP-IG), ``evaluate`` patches a named circuit exactly, ``curve``
+prunes the scores at MIB's edge budgets and reports the faithfulness curve, CPR and CMD (Hanna et
+al. 2024; Mueller et al. 2025, MIB). Prompts are IOI with STR corruption (S2 → another name) by
+default, or a user's clean/corrupted prompt files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lmsci_mi.cli.common import (
+    add_config_args,
+    add_model_args,
+    add_output_args,
+    config_from_args,
+    load_from_args,
+    output_path,
+    write_outputs,
+)
+from lmsci_mi.cli.paths import add_path_command
+from lmsci_mi.model import LensModel
+
+__all__ = ["PromptPairs", "ioi_str_pairs", "register"]
+
+SCORING = ("eap-ig", "eap")
+"""Edge-scoring methods the commands offer (EAP-IG-inputs with m steps, or plain EAP)."""
+
+
+@dataclass(frozen=True)
+class PromptPairs:
+    """Clean and corrupted prompts with one answer and one wrong token id per pair."""
+
+    clean: tuple[str, ...]
+    corrupted: tuple[str, ...]
+    answers: tuple[int, ...]
+    wrongs: tuple[int, ...]
+    source: str
+
+    def metric(self) -> Any:
+        """Logit difference of each pair's answer over its wrong token."""
+        from lmsci_mi.circuits.metrics import LogitDiff
+
+        return LogitDiff(list(self.answers), list(self.wrongs))
+
+
+def ioi_str_pairs(lm: LensModel, n_prompts: int = 32, *, seed: int = 0) -> PromptPairs:
+    """IOI prompts with STR corruption: the subject's second mention replaced by another name.
+
+    This is the EAP-IG paper's IOI corruption (``gen_flipped_prompts(("S2", "RAND"))``): the
+    corrupted prompt names a third person as the giver, so neither name is "the other one" and
+    the logit difference IO − S collapses. Names are single tokens, so each pair keeps its length.
+
+    >>> from lmsci_mi import load_model
+    >>> pairs = ioi_str_pairs(load_model("toy-2l"), 2)
+    >>> len(pairs.clean), pairs.clean[0] != pairs.corrupted[0]
+    (2, True)
+    """
+    from lmsci_mi.data.ioi import NAMES, ioi_dataset, single_token_words
+
+    names = single_token_words(lm, NAMES)
+    rng = random.Random(seed)
+    clean, corrupted, answers, wrongs = [], [], [], []
+    for batch in ioi_dataset(lm, n_prompts, seed=seed).batches:
+        for i, prompt in enumerate(batch.prompts):
+            io_id, s_id = int(batch.io_token[i]), int(batch.s_token[i])
+            subject = _name_of(lm, s_id, names)
+            io_name = _name_of(lm, io_id, names)
+            other = rng.choice([n for n in names if n not in (subject, io_name)])
+            head, sep, tail = prompt.rpartition(f" {subject} ")
+            if not sep:
+                raise ValueError(f"IOI prompt {prompt!r} has no second mention of {subject!r}")
+            clean.append(prompt)
+            corrupted.append(f"{head} {other} {tail}")
+            answers.append(io_id)
+            wrongs.append(s_id)
+    return PromptPairs(
+        tuple(clean),
+        tuple(corrupted),
+        tuple(answers),
+        tuple(wrongs),
+        f"IOI ({len(clean)} prompts, STR: S2 -> a third name, seed {seed})",
+    )
+
+
+def _name_of(lm: LensModel, token: int, names: tuple[str, ...]) -> str:
+    for name in names:
+        if lm.token_id(" " + name) == token:
+            return name
+    raise ValueError(f"token {token} is not one of the IOI names")
+
+
+def _read_lines(path: Path, flag: str) -> tuple[str, ...]:
+    if not path.is_file():
+        raise FileNotFoundError(f"{flag} {path}: no such file")
+    lines = tuple(line.rstrip("\n") for line in path.read_text().splitlines() if line.strip())
+    if not lines:
+        raise ValueError(f"{flag} {path} holds no prompts: give one prompt per line")
+    return lines
+
+
+def prompt_pairs_from_args(lm: LensModel, args: argparse.Namespace) -> PromptPairs:
+    """IOI/STR by default; ``--clean``/``--corrupted`` files (one prompt a line) with
+    ``--answer``/``--wrong`` tokens otherwise."""
+    files = (args.clean, args.corrupted)
+    if files == (None, None):
+        if args.answer or args.wrong:
+            raise ValueError("--answer/--wrong go with --clean/--corrupted prompt files")
+        return ioi_str_pairs(lm, args.n_prompts, seed=args.seed)
+    if None in files or not (args.answer and args.wrong):
+        raise ValueError(
+            "give --clean and --corrupted prompt files together, with --answer and "
+            "--wrong tokens (e.g. --answer ' Mary' --wrong ' John')"
+        )
+    clean, corrupted = (
+        _read_lines(args.clean, "--clean"),
+        _read_lines(args.corrupted, "--corrupted"),
+    )
+    if len(clean) != len(corrupted):
+        raise ValueError(
+            f"--clean has {len(clean)} prompts but --corrupted {len(corrupted)}: "
+            "give one corrupted prompt per clean prompt, line by line"
+        )
+    n = len(clean)
+    answer, wrong = lm.token_id(args.answer), lm.token_id(args.wrong)
+    return PromptPairs(
+        clean, corrupted, (answer,) * n, (wrong,) * n, f"{args.clean} / {args.corrupted}"
+    )
+
+
+# ---------------------------------------------------------------------------------- parser
+
+
+def register(commands: Any) -> None:
+    """Add `circuit eap|evaluate|curve` (and the path command, where the lead wires it)."""
+    from lmsci_mi.circuits.faithfulness import CurveConfig
+
+    circuit = commands.add_parser(
+        "circuit", help="edge-level circuits: EAP/EAP-IG scores, exact evaluation, faithfulness"
+    )
+    sub = circuit.add_subparsers(dest="circuit_command", required=True, metavar="STEP")
+
+    eap = sub.add_parser("eap", help="score every edge by EAP or EAP-IG (Hanna et al. 2024)")
+    _common(eap)
+    eap.add_argument("--top", type=int, default=20, help="edges to print (default 20)")
+    add_output_args(eap)
+    eap.set_defaults(run=_run_eap)
+
+    evaluate = sub.add_parser("evaluate", help="exact edge patching of a named circuit")
+    _common(evaluate, scoring=False)
+    evaluate.add_argument(
+        "--edges",
+        required=True,
+        help="comma-separated edges, e.g. 'L9.H6->logits,MLP0->L9.H6.v', or "
+        "@FILE with one edge a line",
+    )
+    evaluate.set_defaults(run=_run_evaluate)
+
+    curve = sub.add_parser("curve", help="faithfulness at MIB's edge budgets, CPR and CMD")
+    _common(curve)
+    add_config_args(curve, CurveConfig)
+    curve.add_argument(
+        "--view",
+        type=float,
+        default=5.0,
+        help="edge budget (percent, one of --fractions) of the circuit drawn by "
+        "--circuit-plot (default 5)",
+    )
+    curve.add_argument(
+        "--circuit-plot",
+        type=output_path("--circuit-plot", (".png", ".svg")),
+        default=None,
+        metavar="CIRCUIT.png",
+        help="draw the circuit at --view",
+    )
+    add_output_args(curve)
+    curve.set_defaults(run=_run_curve)
+
+    add_path_command(sub)
+
+
+def _common(parser: argparse.ArgumentParser, *, scoring: bool = True) -> None:
+    add_model_args(parser)
+    parser.add_argument(
+        "--n-prompts", type=int, default=32, help="IOI prompts when no files are given (default 32)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="IOI draw (default 0)")
+    parser.add_argument("--clean", type=Path, default=None, help="file: one clean prompt a line")
+    parser.add_argument(
+        "--corrupted",
+        type=Path,
+        default=None,
+        help="file: the corrupted prompts, line by line (same token lengths)",
+    )
+    parser.add_argument(
+        "--answer", default=None, help="answer token for prompt files, e.g. ' Mary'"
+    )
+    parser.add_argument("--wrong", default=None, help="competing token for prompt files")
+    parser.add_argument(
+        "--grouped",
+        action="store_true",
+        help="GQA models: one k/v receiver per key/value head (default: per "
+        "query head, as EAP-IG and MIB)",
+    )
+    if scoring:
+        parser.add_argument(
+            "--method",
+            choices=SCORING,
+            default="eap-ig",
+            help="edge scores: EAP-IG-inputs (default) or EAP",
+        )
+        parser.add_argument("--ig-steps", type=int, default=5, help="EAP-IG steps m (default 5)")
+
+
+def _setup(args: argparse.Namespace) -> tuple[LensModel, Any, PromptPairs]:
+    from lmsci_mi.circuits.graph import edge_graph
+
+    if getattr(args, "n_prompts", 1) < 1:
+        raise ValueError("--n-prompts must be at least 1")
+    lm = load_from_args(args)
+    return lm, edge_graph(lm, grouped=args.grouped), prompt_pairs_from_args(lm, args)
+
+
+def _run_eap(args: argparse.Namespace) -> int:
+    lm, graph, pairs = _setup(args)
+    scores = score_edges(lm, graph, pairs, args.method, args.ig_steps)
+    print(scores.summary(rows=args.top))
+    write_outputs(scores, args)
+    return 0
+
+
+def _run_evaluate(args: argparse.Namespace) -> int:
+    from lmsci_mi.circuits.edge_patching import evaluate_circuit
+
+    lm, graph, pairs = _setup(args)
+    text = args.edges
+    if text.startswith("@"):
+        names = list(_read_lines(Path(text[1:]), "--edges @"))
+    else:
+        names = [n for n in text.split(",") if n.strip()]
+    if not names:
+        raise ValueError("--edges names no edge")
+    mask = graph.mask(names)  # an unknown edge raises, naming the closest ones
+    import torch
+
+    with torch.no_grad():
+        result = evaluate_circuit(
+            lm, graph, mask, list(pairs.clean), list(pairs.corrupted), pairs.metric()
+        )
+    faithfulness = float(result.normalised()[0])
+    print(
+        f"{graph.describe()}\n{pairs.source}\ncircuit of {int(mask.sum())} edges: metric "
+        f"{float(result.values[0]):.4f} (clean {result.clean_value:.4f}, corrupted "
+        f"{result.corrupted_value:.4f}); normalised faithfulness {faithfulness:.3f}"
+    )
+    return 0
+
+
+def _run_curve(args: argparse.Namespace) -> int:
+    from lmsci_mi.circuits.faithfulness import CurveConfig, faithfulness_curve
+
+    config = config_from_args(CurveConfig, args)
+    if args.circuit_plot is not None and not any(
+        abs(f - args.view) < 1e-9 for f in config.fractions
+    ):
+        raise ValueError(f"--view {args.view} is not one of --fractions {list(config.fractions)}")
+    lm, graph, pairs = _setup(args)
+    scores = score_edges(lm, graph, pairs, args.method, args.ig_steps)
+    label = "EAP" if args.method == "eap" else f"EAP-IG (m={args.ig_steps})"
+    curve = faithfulness_curve(
+        lm,
+        graph,
+        scores,
+        list(pairs.clean),
+        list(pairs.corrupted),
+        pairs.metric(),
+        config,
+        label=label,
+    )
+    print(curve.summary())
+    if args.circuit_plot is not None:
+        circuit = curve.circuit(args.view)
+        if args.circuit_plot.suffix == ".svg":
+            args.circuit_plot.write_text(circuit.to_svg())
+        else:
+            circuit.plot(args.circuit_plot)
+        print(f"saved the {args.view:g} % circuit to {args.circuit_plot}")
+    write_outputs(curve, args)
+    return 0
+
+
+def score_edges(lm: LensModel, graph: Any, pairs: PromptPairs, method: str, steps: int) -> Any:
+    """EAP or EAP-IG scores (:func:`~lmsci_mi.circuits.eap.edge_attribution`) on ``pairs``."""
+    from lmsci_mi.circuits.eap import EAPConfig, edge_attribution
+
+    config = EAPConfig(
+        method="EAP" if method == "eap" else "EAP-IG", steps=steps, grouped=graph.grouped
+    )
+    return edge_attribution(lm, list(pairs.clean), list(pairs.corrupted), pairs.metric(), config)
