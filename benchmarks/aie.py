@@ -48,7 +48,9 @@ TIMINGS = cache_root() / "aie" / "benchmark_timings.json"
 
 def config_of(piece: str) -> AIEConfig:
     _, corruption, samples, n_facts, kinds = PIECES[piece]
-    return AIEConfig(n_facts=n_facts, trace=TraceConfig(corruption=corruption, n_samples=samples, kinds=kinds))
+    return AIEConfig(
+        n_facts=n_facts, trace=TraceConfig(corruption=corruption, n_samples=samples, kinds=kinds)
+    )
 
 
 def run_piece(piece: str, budget: float) -> None:
@@ -59,33 +61,48 @@ def run_piece(piece: str, budget: float) -> None:
     timings = json.loads(TIMINGS.read_text()) if TIMINGS.is_file() else {}
     new = len(done.traces) - timings.get(piece, {}).get("done", 0)
     if new > 0:
-        timings[piece] = {"done": len(done.traces), "seconds": timings.get(piece, {}).get("seconds", 0.0) + seconds,
-                          "new": timings.get(piece, {}).get("new", 0) + new}
+        timings[piece] = {
+            "done": len(done.traces),
+            "seconds": timings.get(piece, {}).get("seconds", 0.0) + seconds,
+            "new": timings.get(piece, {}).get("new", 0) + new,
+        }
         TIMINGS.parent.mkdir(parents=True, exist_ok=True)
         TIMINGS.write_text(json.dumps(timings, indent=1))
     per = seconds / new if new > 0 else float("nan")
-    print(f"{piece}: {len(done.traces)}/{len(done.facts)} facts traced ({new} new, {per:.1f} s each, "
-          f"{seconds:.0f} s incl. setup); known {done.n_known} of {done.n_candidates}, "
-          f"{done.n_unpaired} without an STR partner; {'complete' if done.complete else 'INCOMPLETE'}")
+    print(
+        f"{piece}: {len(done.traces)}/{len(done.facts)} facts traced ({new} new, {per:.1f} s each, "
+        f"{seconds:.0f} s incl. setup); known {done.n_known} of {done.n_candidates}, "
+        f"{done.n_unpaired} without an STR partner; {'complete' if done.complete else 'INCOMPLETE'}"
+    )
 
 
 def write() -> None:
-    out: dict[str, object] = {"command": "python benchmarks/aie.py --piece NAME --budget 420 (repeat); "
-                              "python benchmarks/aie.py --write", "categories": list(CATEGORIES)}
+    out: dict[str, object] = {
+        "command": "python benchmarks/aie.py --piece NAME --budget 420 (repeat); "
+        "python benchmarks/aie.py --write",
+        "categories": list(CATEGORIES),
+    }
     timings = json.loads(TIMINGS.read_text()) if TIMINGS.is_file() else {}
     results = {}
     for piece, (model, *_rest) in PIECES.items():
         lm = load_model(model)
         done = trace_facts(lm, load_fact_set("shipped"), config_of(piece), max_new=0)
         if not done.complete:
-            print(f"{piece}: {len(done.traces)}/{len(done.facts)} traced, skipped (run its pieces first)")
+            print(
+                f"{piece}: {len(done.traces)}/{len(done.facts)} traced, skipped (run its pieces first)"
+            )
             continue
-        result = aggregate_traces(done.traces, n_candidates=done.n_candidates, n_known=done.n_known,
-                                  n_unpaired=done.n_unpaired)
+        result = aggregate_traces(
+            done.traces,
+            n_candidates=done.n_candidates,
+            n_known=done.n_known,
+            n_unpaired=done.n_unpaired,
+        )
         results[piece] = result
         print(result.summary())
         result.plot(IMG / f"aie_{piece}.png")
         out[piece] = describe(result, timings.get(piece))
+    print(markdown_table(results))
     if "smollm2-sever" in results:
         severing_plot(results["smollm2-sever"], IMG / "aie_smollm2-sever_fig3.png")
     DATA.parent.mkdir(parents=True, exist_ok=True)
@@ -100,28 +117,75 @@ def describe(result: AverageIndirectEffect, timing: dict[str, float] | None) -> 
         for c, category in enumerate(CATEGORIES):
             if result.n[c]:
                 layer, value, band = result.peak(kind, category)
-                peaks[f"{kind}/{category}"] = {"layer": layer, "aie": round(value, 4), "band95": round(band, 4),
-                                               "n": result.n[c]}
+                peaks[f"{kind}/{category}"] = {
+                    "layer": layer,
+                    "aie": round(value, 4),
+                    "band95": round(band, 4),
+                    "n": result.n[c],
+                }
     check = {}
     if "mlp" in result.kinds:
         subject, last = result.curve("mlp", "last subject"), result.curve("mlp", "last token")
         layer = int(subject.argmax())
         n_layers = subject.shape[0]
-        check = {"mlp_last_subject_peak_layer": layer, "n_layers": n_layers,
-                 "mid_layer": n_layers // 6 <= layer <= (5 * n_layers) // 6,
-                 "peak_over_last_token_mlp_at_that_layer": round(float(subject[layer] - last[layer]), 4)}
-    return {"model": result.meta.model, "corruption": result.corruption, "metric": result.metric,
-            "n_facts": result.n_facts, "n_known": result.n_known, "n_candidates": result.n_candidates,
-            "n_unpaired": result.n_unpaired, "n_per_category": dict(zip(CATEGORIES, result.n, strict=True)),
-            "clean_mean": round(result.clean_mean, 4), "corrupted_mean": round(result.corrupted_mean, 4),
-            "noise_scale": round(result.noise_scale, 5), "window": result.window, "kinds": list(result.kinds),
-            "peaks": peaks, "mlp_check": check,
-            "curves": {k: {c: [round(float(v), 4) for v in result.curve(k, c)] for c in CATEGORIES}
-                       for k in result.kinds},
-            "band95": {k: {c: [round(float(v), 4) for v in
-                               result.band[result.kinds.index(k), CATEGORIES.index(c)]] for c in CATEGORIES}
-                       for k in result.kinds},
-            "seconds_per_fact": round(timing["seconds"] / timing["new"], 2) if timing and timing.get("new") else None}
+        check = {
+            "mlp_last_subject_peak_layer": layer,
+            "n_layers": n_layers,
+            "mid_layer": n_layers // 6 <= layer <= (5 * n_layers) // 6,
+            "peak_over_last_token_mlp_at_that_layer": round(float(subject[layer] - last[layer]), 4),
+        }
+    return {
+        "model": result.meta.model,
+        "corruption": result.corruption,
+        "metric": result.metric,
+        "n_facts": result.n_facts,
+        "n_known": result.n_known,
+        "n_candidates": result.n_candidates,
+        "n_unpaired": result.n_unpaired,
+        "n_per_category": dict(zip(CATEGORIES, result.n, strict=True)),
+        "clean_mean": round(result.clean_mean, 4),
+        "corrupted_mean": round(result.corrupted_mean, 4),
+        "noise_scale": round(result.noise_scale, 5),
+        "window": result.window,
+        "kinds": list(result.kinds),
+        "peaks": peaks,
+        "mlp_check": check,
+        "curves": {
+            k: {c: [round(float(v), 4) for v in result.curve(k, c)] for c in CATEGORIES}
+            for k in result.kinds
+        },
+        "band95": {
+            k: {
+                c: [
+                    round(float(v), 4)
+                    for v in result.band[result.kinds.index(k), CATEGORIES.index(c)]
+                ]
+                for c in CATEGORIES
+            }
+            for k in result.kinds
+        },
+        "seconds_per_fact": round(timing["seconds"] / timing["new"], 2)
+        if timing and timing.get("new")
+        else None,
+    }
+
+
+def markdown_table(results: dict[str, AverageIndirectEffect]) -> str:
+    """Peak AIE per run, kind and category: the table docs/aie.md shows."""
+    lines = [
+        "| run | kind | category | n | peak layer | peak AIE ± 95% |",
+        "|---|---|---|---|---|---|",
+    ]
+    for piece, result in results.items():
+        for kind in result.kinds:
+            for c, category in enumerate(CATEGORIES):
+                if result.n[c]:
+                    layer, value, band = result.peak(kind, category)
+                    lines.append(
+                        f"| {piece} | {kind} | {category} | {result.n[c]} | {layer} | "
+                        f"{value:.3f} ± {band:.3f} |"
+                    )
+    return "\n".join(lines)
 
 
 def severing_plot(result: AverageIndirectEffect, path: Path) -> None:
@@ -141,7 +205,9 @@ def severing_plot(result: AverageIndirectEffect, path: Path) -> None:
         ax.fill_between(layers, mean - band, mean + band, alpha=0.2)
     ax.set_xlabel("restored layer (residual stream, last subject token)")
     ax.set_ylabel("AIE (logit diff)")
-    ax.set_title(f"{result.meta.model}, STR, {result.n_facts} facts: severing (ROME Fig. 3)", fontsize=10)
+    ax.set_title(
+        f"{result.meta.model}, STR, {result.n_facts} facts: severing (ROME Fig. 3)", fontsize=10
+    )
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -149,9 +215,13 @@ def severing_plot(result: AverageIndirectEffect, path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--piece", choices=sorted(PIECES))
-    parser.add_argument("--budget", type=float, default=420.0, help="seconds of new tracing per run")
+    parser.add_argument(
+        "--budget", type=float, default=420.0, help="seconds of new tracing per run"
+    )
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     if args.piece:

@@ -109,14 +109,18 @@ def load_fact_set(source: str | Path | Sequence[Mapping[str, Any]] = "shipped") 
         records = source
     facts = [_fact(i, r) for i, r in enumerate(records)]
     if not facts:
-        raise ValueError(f"the fact set {source if isinstance(source, (str, Path)) else ''!s} is empty")
+        raise ValueError(
+            f"the fact set {source if isinstance(source, (str, Path)) else ''!s} is empty"
+        )
     return facts
 
 
 def _fact(index: int, record: Mapping[str, Any]) -> Fact:
     target = record.get("target_true", record.get("target"))
     if "subject" not in record or "prompt" not in record or not target:
-        raise ValueError(f"fact {index} needs 'prompt', 'subject' and 'target_true': {dict(record)}")
+        raise ValueError(
+            f"fact {index} needs 'prompt', 'subject' and 'target_true': {dict(record)}"
+        )
     subject, prompt = str(record["subject"]), str(record["prompt"])
     prompt = prompt.format(subject) if "{}" in prompt else prompt
     if subject not in prompt:
@@ -136,7 +140,9 @@ def token_categories(subject: Sequence[int], n_pos: int) -> dict[str, list[int]]
     """
     first, last = subject[0], subject[-1]
     if last + 1 >= n_pos:
-        raise ValueError(f"the subject ends the prompt ({n_pos} tokens): there is no token after it")
+        raise ValueError(
+            f"the subject ends the prompt ({n_pos} tokens): there is no token after it"
+        )
     return {
         "first subject": [first],
         "middle subject": list(range(first + 1, last)),
@@ -152,7 +158,8 @@ class AIEConfig(Config):
     """Parameters of the average indirect effect over a fact set."""
 
     n_facts: int | None = field(
-        default=None, metadata={"help": "trace at most this many known facts (default all)", "ge": 1}
+        default=None,
+        metadata={"help": "trace at most this many known facts (default all)", "ge": 1},
     )
     cache: bool = field(default=True, metadata={"help": "cache each fact's trace (resumable)"})
     trace: TraceConfig = field(
@@ -163,7 +170,9 @@ class AIEConfig(Config):
         super().validate()
         t = self.trace
         if t.corruption not in _FACT_CORRUPTIONS:
-            raise ValueError(f"a fact set is traced with corruption {_FACT_CORRUPTIONS}, not {t.corruption!r}")
+            raise ValueError(
+                f"a fact set is traced with corruption {_FACT_CORRUPTIONS}, not {t.corruption!r}"
+            )
         given = [n for n in ("target", "replacement", "corrupted_prompt", "wrong") if getattr(t, n)]
         if given:
             raise ValueError(f"{given} are set per fact when tracing a fact set; leave them unset")
@@ -210,7 +219,9 @@ def known_facts(lm: LensModel, facts: Sequence[Fact], batch_size: int = 16) -> l
         resid = lm.model(batch.tokens, stop_at_layer=lm.cfg.n_layers)
         last = resid[torch.arange(len(chunk), device=lm.device), batch.lengths - 1]
         top = lm.unembed(last).argmax(-1).tolist()
-        kept += [f for f, t in zip(chunk, top, strict=True) if lm.continuation_ids(f.target)[0] == t]
+        kept += [
+            f for f, t in zip(chunk, top, strict=True) if lm.continuation_ids(f.target)[0] == t
+        ]
     return kept
 
 
@@ -226,17 +237,27 @@ def str_partners(lm: LensModel, facts: Sequence[Fact], seed: int = 0) -> list[Fa
     partners: list[Fact | None] = []
     for i, fact in enumerate(facts):
         candidates = [
-            other for j, other in enumerate(facts)
-            if other.template == fact.template and first[j] != first[i] and len(spans[j]) == len(spans[i])
+            other
+            for j, other in enumerate(facts)
+            if other.template == fact.template
+            and first[j] != first[i]
+            and len(spans[j]) == len(spans[i])
             and len(lm.encode(other.prompt)) == len(lm.encode(fact.prompt))
-            and tuple(lm.find_subject(fact.template.format(other.subject), other.subject)) == spans[i]
+            and tuple(lm.find_subject(fact.template.format(other.subject), other.subject))
+            == spans[i]
         ]
         partners.append(random.Random(f"{seed}:{i}").choice(candidates) if candidates else None)
     return partners
 
 
-def trace_facts(lm: LensModel, facts: Sequence[Fact], config: AIEConfig | None = None, *,
-                max_new: int | None = None, budget_s: float | None = None) -> FactTraces:
+def trace_facts(
+    lm: LensModel,
+    facts: Sequence[Fact],
+    config: AIEConfig | None = None,
+    *,
+    max_new: int | None = None,
+    budget_s: float | None = None,
+) -> FactTraces:
     """Trace every known fact, each trace cached, so a run resumes where it stopped.
 
     Reads the model only. ``max_new`` (traces) and ``budget_s`` (seconds, checked before each
@@ -251,33 +272,44 @@ def trace_facts(lm: LensModel, facts: Sequence[Fact], config: AIEConfig | None =
         raise ValueError("the fact set is empty: give facts (e.g. load_fact_set('shipped'))")
     known = known_facts(lm, facts)
     if not known:
-        raise ValueError(f"{lm.name} knows none of the {len(facts)} facts (top-1): nothing to trace")
+        raise ValueError(
+            f"{lm.name} knows none of the {len(facts)} facts (top-1): nothing to trace"
+        )
     partners: list[Fact | None] = [None] * len(known)
     if cfg.trace.corruption == "str":
         partners = str_partners(lm, known, cfg.trace.seed)
-    chosen = [(f, p) for f, p in zip(known, partners, strict=True)
-              if cfg.trace.corruption != "str" or p is not None]
+    chosen = [
+        (f, p)
+        for f, p in zip(known, partners, strict=True)
+        if cfg.trace.corruption != "str" or p is not None
+    ]
     n_unpaired = len(known) - len(chosen)
     chosen = chosen[: cfg.n_facts]
     if not chosen:
-        raise ValueError(f"none of the {len(known)} known facts has an STR partner (same template, "
-                         "same subject length, another answer): add facts or use gaussian")
+        raise ValueError(
+            f"none of the {len(known)} known facts has an STR partner (same template, "
+            "same subject length, another answer): add facts or use gaussian"
+        )
     scale = 0.0
     if cfg.trace.corruption == "gaussian":
         # ROME's unit: subject-token embeddings of the facts traced, times the noise multiple.
         scale = cfg.trace.noise * subject_embedding_std(
-            lm, [f.prompt for f, _ in chosen], [f.subject for f, _ in chosen])
+            lm, [f.prompt for f, _ in chosen], [f.subject for f, _ in chosen]
+        )
     folder = _cache_folder(lm, cfg, scale)
     traces: list[CausalTrace] = []
     new = 0
     for fact, partner in chosen:
         per_fact = _fact_config(lm, cfg.trace, fact, partner, scale)
-        path = folder / f"{cache_key(fact.prompt, fact.subject, json.dumps(per_fact.params()))}.json"
+        path = (
+            folder / f"{cache_key(fact.prompt, fact.subject, json.dumps(per_fact.params()))}.json"
+        )
         if cfg.cache and path.is_file():
             traces.append(CausalTrace.load(path))
             continue
         if (max_new is not None and new >= max_new) or (
-                budget_s is not None and time.perf_counter() - start > budget_s):
+            budget_s is not None and time.perf_counter() - start > budget_s
+        ):
             break
         trace = causal_trace(lm, fact.prompt, fact.subject, per_fact)
         new += 1
@@ -285,18 +317,28 @@ def trace_facts(lm: LensModel, facts: Sequence[Fact], config: AIEConfig | None =
             trace.save(path)
         traces.append(trace)
     logger.info("aie: %d of %d facts traced (%d new)", len(traces), len(chosen), new)
-    return FactTraces(tuple(f for f, _ in chosen), tuple(traces), len(facts), len(known), n_unpaired, scale)
+    return FactTraces(
+        tuple(f for f, _ in chosen), tuple(traces), len(facts), len(known), n_unpaired, scale
+    )
 
 
-def _fact_config(lm: LensModel, base: TraceConfig, fact: Fact, partner: Fact | None,
-                 scale: float) -> TraceConfig:
+def _fact_config(
+    lm: LensModel, base: TraceConfig, fact: Fact, partner: Fact | None, scale: float
+) -> TraceConfig:
     """The trace settings of one fact: its answer's first token, its STR partner and answer."""
-    first = lm.tokenizer.decode(lm.continuation_ids(fact.target)[:1]) if lm.tokenizer else fact.target
-    changes: dict[str, Any] = {"target": first, "noise_scale": scale if base.corruption == "gaussian" else None}
+    first = (
+        lm.tokenizer.decode(lm.continuation_ids(fact.target)[:1]) if lm.tokenizer else fact.target
+    )
+    changes: dict[str, Any] = {
+        "target": first,
+        "noise_scale": scale if base.corruption == "gaussian" else None,
+    }
     if partner is not None:
         wrong = lm.continuation_ids(partner.target)[:1]
-        changes |= {"replacement": partner.subject,
-                    "wrong": lm.tokenizer.decode(wrong) if lm.tokenizer else partner.target}
+        changes |= {
+            "replacement": partner.subject,
+            "wrong": lm.tokenizer.decode(wrong) if lm.tokenizer else partner.target,
+        }
     return base.replace(**changes)
 
 
@@ -304,7 +346,11 @@ def _cache_folder(lm: LensModel, cfg: AIEConfig, scale: float) -> Path:
     """Per model (weights fingerprint) and config: changing either starts a fresh folder."""
     params = {**cfg.trace.params(), "noise_scale": scale, "version": _CACHE_VERSION}
     params.pop("sweep", None)  # batching never changes a trace
-    return cache_root() / "aie" / cache_key(weights_fingerprint(lm), json.dumps(params, sort_keys=True))
+    return (
+        cache_root()
+        / "aie"
+        / cache_key(weights_fingerprint(lm), json.dumps(params, sort_keys=True))
+    )
 
 
 @result_type
@@ -359,7 +405,8 @@ class AverageIndirectEffect(Result):
         lines = [
             f"AIE ({self.corruption}, {unit}) on {self.meta.model}: {self.n_facts} facts traced "
             f"({self.n_known} of {self.n_candidates} known top-1"
-            + (f", {self.n_unpaired} without an STR partner" if self.n_unpaired else "") + "); "
+            + (f", {self.n_unpaired} without an STR partner" if self.n_unpaired else "")
+            + "); "
             f"clean {self.clean_mean:.3f}, corrupted {self.corrupted_mean:.3f}",
             f"{'kind':10s} {'category':17s} {'n':>4s} {'peak layer':>10s} {'AIE':>8s} {'±95%':>7s}",
         ]
@@ -367,7 +414,9 @@ class AverageIndirectEffect(Result):
             for c, category in enumerate(CATEGORIES):
                 if self.n[c]:
                     layer, value, band = self.peak(kind, category)
-                    lines.append(f"{kind:10s} {category:17s} {self.n[c]:4d} {layer:10d} {value:8.3f} {band:7.3f}")
+                    lines.append(
+                        f"{kind:10s} {category:17s} {self.n[c]:4d} {layer:10d} {value:8.3f} {band:7.3f}"
+                    )
         return "\n".join(lines)
 
     def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
@@ -387,7 +436,9 @@ class AverageIndirectEffect(Result):
                 mean, band = self.values[k, c].float().numpy(), self.band[k, c].float().numpy()
                 ax.plot(layers, mean, label=f"{category} (n={self.n[c]})", lw=1.6)
                 ax.fill_between(layers, mean - band, mean + band, alpha=0.18)
-            window = f", window {self.window}" if kind in ("mlp", "attn") and self.window > 1 else ""
+            window = (
+                f", window {self.window}" if kind in ("mlp", "attn") and self.window > 1 else ""
+            )
             ax.set_title(f"restoring {kind}{window}", fontsize=10)
             ax.set_xlabel("layer")
             ax.axhline(0, color="grey", lw=0.6)
@@ -395,16 +446,25 @@ class AverageIndirectEffect(Result):
         unit = "logit diff" if self.metric == "logit_diff" else "p(target)"
         axes[0].set_ylabel(f"average indirect effect ({unit})")
         axes[0].legend(fontsize=7)
-        fig.suptitle(title or f"{self.meta.model}: AIE over {self.n_facts} known facts, "
-                     f"{self.corruption} corruption (bands: 95%)", fontsize=11)
+        fig.suptitle(
+            title
+            or f"{self.meta.model}: AIE over {self.n_facts} known facts, "
+            f"{self.corruption} corruption (bands: 95%)",
+            fontsize=11,
+        )
         fig.tight_layout()
         if path is not None:
             save_figure(fig, path)
         return fig
 
 
-def aggregate_traces(traces: Sequence[CausalTrace], *, n_candidates: int | None = None,
-                     n_known: int | None = None, n_unpaired: int = 0) -> AverageIndirectEffect:
+def aggregate_traces(
+    traces: Sequence[CausalTrace],
+    *,
+    n_candidates: int | None = None,
+    n_known: int | None = None,
+    n_unpaired: int = 0,
+) -> AverageIndirectEffect:
     """The AIE of per-fact traces (one kind set, corruption and metric), by ROME's categories.
 
     Raises:
@@ -413,13 +473,20 @@ def aggregate_traces(traces: Sequence[CausalTrace], *, n_candidates: int | None 
     if not traces:
         raise ValueError("no traces to average: trace some facts first")
     first = traces[0]
-    if any((t.kinds, t.corruption, t.metric, t.values.shape[1]) !=
-           (first.kinds, first.corruption, first.metric, first.values.shape[1]) for t in traces):
-        raise ValueError("traces differ in kinds, corruption, metric or layers: average like with like")
+    if any(
+        (t.kinds, t.corruption, t.metric, t.values.shape[1])
+        != (first.kinds, first.corruption, first.metric, first.values.shape[1])
+        for t in traces
+    ):
+        raise ValueError(
+            "traces differ in kinds, corruption, metric or layers: average like with like"
+        )
     samples: dict[str, list[Tensor]] = {c: [] for c in CATEGORIES}
     for trace in traces:
         effect = trace.indirect_effect().float()
-        for category, positions in token_categories(trace.subject_positions, trace.values.shape[-1]).items():
+        for category, positions in token_categories(
+            trace.subject_positions, trace.values.shape[-1]
+        ).items():
             samples[category] += [effect[:, :, p] for p in positions]
     n_kinds, n_layers = len(first.kinds), first.values.shape[1]
     values = torch.zeros(n_kinds, len(CATEGORIES), n_layers)
@@ -434,22 +501,34 @@ def aggregate_traces(traces: Sequence[CausalTrace], *, n_candidates: int | None 
     for key in ("target", "replacement", "wrong", "subject", "corrupted_prompt"):
         params.pop(key, None)
     return AverageIndirectEffect(
-        values=values, axes=("kind", "category", "layer"),
+        values=values,
+        axes=("kind", "category", "layer"),
         labels=(first.kinds, CATEGORIES, tuple(str(i) for i in range(n_layers))),
-        meta=replace(first.meta, prompts=tuple(t.meta.prompts[0] for t in traces), params=params,
-                     data_source="fact set"),
-        band=band, n=tuple(len(samples[c]) for c in CATEGORIES), n_facts=len(traces),
+        meta=replace(
+            first.meta,
+            prompts=tuple(t.meta.prompts[0] for t in traces),
+            params=params,
+            data_source="fact set",
+        ),
+        band=band,
+        n=tuple(len(samples[c]) for c in CATEGORIES),
+        n_facts=len(traces),
         n_candidates=len(traces) if n_candidates is None else n_candidates,
-        n_known=len(traces) if n_known is None else n_known, n_unpaired=n_unpaired,
-        corruption=first.corruption, metric=first.metric,
+        n_known=len(traces) if n_known is None else n_known,
+        n_unpaired=n_unpaired,
+        corruption=first.corruption,
+        metric=first.metric,
         clean_mean=sum(t.clean_metric for t in traces) / len(traces),
         corrupted_mean=sum(t.corrupted_metric for t in traces) / len(traces),
-        noise_scale=first.noise_scale, window=first.window, kinds=first.kinds,
+        noise_scale=first.noise_scale,
+        window=first.window,
+        kinds=first.kinds,
     )
 
 
-def average_indirect_effect(lm: LensModel, facts: Sequence[Fact] | str | Path = "shipped",
-                            config: AIEConfig | None = None) -> AverageIndirectEffect:
+def average_indirect_effect(
+    lm: LensModel, facts: Sequence[Fact] | str | Path = "shipped", config: AIEConfig | None = None
+) -> AverageIndirectEffect:
     """ROME's Figure 2 over a fact set: the AIE by token category, layer and restored kind.
 
     Reads the model only. Each fact's trace is cached (``config.cache``), so an interrupted run
@@ -477,5 +556,9 @@ def average_indirect_effect(lm: LensModel, facts: Sequence[Fact] | str | Path = 
     """
     fact_list = load_fact_set(facts) if isinstance(facts, (str, Path)) else list(facts)
     done = trace_facts(lm, fact_list, config)
-    return aggregate_traces(done.traces, n_candidates=done.n_candidates, n_known=done.n_known,
-                            n_unpaired=done.n_unpaired)
+    return aggregate_traces(
+        done.traces,
+        n_candidates=done.n_candidates,
+        n_known=done.n_known,
+        n_unpaired=done.n_unpaired,
+    )

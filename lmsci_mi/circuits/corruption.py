@@ -64,7 +64,9 @@ class Corrupted:
 
 
 class CorruptionFn(Protocol):
-    def __call__(self, lm: LensModel, clean: CleanRun, config: TraceConfig, scale: float) -> Corrupted: ...
+    def __call__(
+        self, lm: LensModel, clean: CleanRun, config: TraceConfig, scale: float
+    ) -> Corrupted: ...
 
 
 CORRUPTIONS: MethodRegistry[Any] = MethodRegistry("corruption")
@@ -73,12 +75,21 @@ scale)``, where ``scale`` is the noise std (used by ``gaussian`` only), and retu
 :class:`Corrupted`."""
 
 
-@CORRUPTIONS.register("gaussian", Config, "Gaussian noise on the subject's embeddings (ROME); metric p(target)")
+@CORRUPTIONS.register(
+    "gaussian", Config, "Gaussian noise on the subject's embeddings (ROME); metric p(target)"
+)
 def gaussian_noise(lm: LensModel, clean: CleanRun, config: TraceConfig, scale: float) -> Corrupted:
     """``n_samples`` noised copies: N(0, scale²) added to each subject embedding coordinate."""
     # Drawn on the CPU so that a seed gives the same noise on every device.
-    eps = torch.randn(config.n_samples, len(clean.subject_positions), lm.cfg.d_model,
-                      generator=torch.Generator().manual_seed(config.seed)) * scale
+    eps = (
+        torch.randn(
+            config.n_samples,
+            len(clean.subject_positions),
+            lm.cfg.d_model,
+            generator=torch.Generator().manual_seed(config.seed),
+        )
+        * scale
+    )
     source = clean.embed.expand(config.n_samples, -1, -1).clone()
     subject = list(clean.subject_positions)
     source[:, subject] += eps.to(source)
@@ -87,12 +98,20 @@ def gaussian_noise(lm: LensModel, clean: CleanRun, config: TraceConfig, scale: f
     return Corrupted(
         tokens=clean.tokens.expand(config.n_samples, -1),
         interventions=(Intervention(hook_name("embed"), source, mask),),
-        metric=METRIC_PROB, wrong=None, corrupted_prompt="", noise=eps, noise_scale=scale,
+        metric=METRIC_PROB,
+        wrong=None,
+        corrupted_prompt="",
+        noise=eps,
+        noise_scale=scale,
     )
 
 
-@CORRUPTIONS.register("str", Config, "symmetric token replacement: another subject of the same length")
-def symmetric_token_replacement(lm: LensModel, clean: CleanRun, config: TraceConfig, scale: float) -> Corrupted:
+@CORRUPTIONS.register(
+    "str", Config, "symmetric token replacement: another subject of the same length"
+)
+def symmetric_token_replacement(
+    lm: LensModel, clean: CleanRun, config: TraceConfig, scale: float
+) -> Corrupted:
     """The prompt with its subject replaced by ``config.replacement`` (same number of tokens)."""
     if not config.replacement:
         raise ValueError(
@@ -111,10 +130,14 @@ def symmetric_token_replacement(lm: LensModel, clean: CleanRun, config: TraceCon
 
 
 @CORRUPTIONS.register("prompt", Config, "a corrupted prompt the user gives (same token length)")
-def corrupted_prompt(lm: LensModel, clean: CleanRun, config: TraceConfig, scale: float) -> Corrupted:
+def corrupted_prompt(
+    lm: LensModel, clean: CleanRun, config: TraceConfig, scale: float
+) -> Corrupted:
     """The user's ``config.corrupted_prompt``, which must align token by token with the prompt."""
     if not config.corrupted_prompt:
-        raise ValueError("prompt corruption needs --corrupted-prompt (same token length as --prompt)")
+        raise ValueError(
+            "prompt corruption needs --corrupted-prompt (same token length as --prompt)"
+        )
     tokens = _aligned(lm, clean, config.corrupted_prompt, "corrupted prompt")
     return _replaced(clean, tokens, config.corrupted_prompt, config.wrong)
 
@@ -132,5 +155,12 @@ def _aligned(lm: LensModel, clean: CleanRun, corrupted: str, what: str) -> Tenso
 
 def _replaced(clean: CleanRun, tokens: Tensor, text: str, wrong: str | None) -> Corrupted:
     empty = torch.zeros(0, len(clean.subject_positions), clean.embed.shape[-1])
-    return Corrupted(tokens=tokens, interventions=(), metric=METRIC_LOGIT_DIFF, wrong=wrong,
-                     corrupted_prompt=text, noise=empty, noise_scale=0.0)
+    return Corrupted(
+        tokens=tokens,
+        interventions=(),
+        metric=METRIC_LOGIT_DIFF,
+        wrong=wrong,
+        corrupted_prompt=text,
+        noise=empty,
+        noise_scale=0.0,
+    )

@@ -62,11 +62,20 @@ at their corrupted values in every layer (ROME Fig. 3)."""
 
 _KIND_SITE = {"resid": "resid_post", "mlp": "mlp_out", "attn": "attn_out"}
 _SEVERED_SITE = {"sever_mlp": "mlp_out", "sever_attn": "attn_out"}
-_KIND_CMAP = {"resid": "Purples", "mlp": "Greens", "attn": "Reds", "sever_mlp": "Purples",
-              "sever_attn": "Purples"}
-_KIND_TITLE = {"resid": "the residual stream", "mlp": "MLP", "attn": "attention",
-               "sever_mlp": "the residual stream, MLP severed",
-               "sever_attn": "the residual stream, attention severed"}
+_KIND_CMAP = {
+    "resid": "Purples",
+    "mlp": "Greens",
+    "attn": "Reds",
+    "sever_mlp": "Purples",
+    "sever_attn": "Purples",
+}
+_KIND_TITLE = {
+    "resid": "the residual stream",
+    "mlp": "MLP",
+    "attn": "attention",
+    "sever_mlp": "the residual stream, MLP severed",
+    "sever_attn": "the residual stream, attention severed",
+}
 _METRIC_LABEL = {"prob": "p(target)", "logit_diff": "logit difference"}
 
 
@@ -228,8 +237,10 @@ def subject_embedding_std(lm: LensModel, prompts: Sequence[str], subjects: Seque
     True
     """
     if not prompts or len(prompts) != len(subjects):
-        raise ValueError(f"give one subject per prompt and at least one ({len(prompts)} prompts, "
-                         f"{len(subjects)} subjects)")
+        raise ValueError(
+            f"give one subject per prompt and at least one ({len(prompts)} prompts, "
+            f"{len(subjects)} subjects)"
+        )
     rows = []
     for prompt, subject in zip(prompts, subjects, strict=True):
         positions = list(_validate_subject(lm, prompt, subject))
@@ -254,22 +265,31 @@ def _validate_subject(lm: LensModel, prompt: str, subject: str) -> tuple[int, ..
 class TraceConfig(Config):
     """Parameters of a causal trace (ROME's defaults)."""
 
-    target: str | None = field(default=None, metadata={"help": "answer token (default: clean top-1)"})
+    target: str | None = field(
+        default=None, metadata={"help": "answer token (default: clean top-1)"}
+    )
     corruption: str = field(
-        default="gaussian", metadata={"help": "how the prompt is corrupted", "choices": CORRUPTIONS.names()}
+        default="gaussian",
+        metadata={"help": "how the prompt is corrupted", "choices": CORRUPTIONS.names()},
     )
     noise: float = field(default=3.0, metadata={"help": "noise std as a multiple of embedding_std"})
-    noise_scale: float | None = field(default=None, metadata={"help": "absolute noise std (overrides --noise)"})
+    noise_scale: float | None = field(
+        default=None, metadata={"help": "absolute noise std (overrides --noise)"}
+    )
     n_samples: int = field(default=10, metadata={"help": "noise samples, averaged", "ge": 1})
     replacement: str | None = field(
-        default=None, metadata={"help": "str: the subject put in place of --subject (same token count)"}
+        default=None,
+        metadata={"help": "str: the subject put in place of --subject (same token count)"},
     )
     corrupted_prompt: str | None = field(
         default=None, metadata={"help": "prompt: the corrupted prompt (same token length)"}
     )
     wrong: str | None = field(
-        default=None, metadata={"help": "str/prompt: competing answer of the logit difference "
-                                "(default: the corrupted run's top-1)"}
+        default=None,
+        metadata={
+            "help": "str/prompt: competing answer of the logit difference "
+            "(default: the corrupted run's top-1)"
+        },
     )
     window: int = field(
         default=10, metadata={"help": "layers restored together for mlp and attn", "ge": 1}
@@ -277,12 +297,18 @@ class TraceConfig(Config):
     seed: int = field(default=0, metadata={"help": "seed of the noise"})
     kinds: tuple[str, ...] = field(
         default=TRACE_KINDS,
-        metadata={"help": "what to restore", "choices": TRACE_KINDS + SEVERED_KINDS, "min_length": 1},
+        metadata={
+            "help": "what to restore",
+            "choices": TRACE_KINDS + SEVERED_KINDS,
+            "min_length": 1,
+        },
     )
     sweep: SweepConfig = field(default_factory=SweepConfig, metadata={"cli": False})
 
 
-def causal_trace(lm: LensModel, prompt: str, subject: str, config: TraceConfig | None = None) -> CausalTrace:
+def causal_trace(
+    lm: LensModel, prompt: str, subject: str, config: TraceConfig | None = None
+) -> CausalTrace:
     """Causal trace of ``prompt``'s prediction of the target through ``subject``'s tokens.
 
     Reads the model only (no weight changes; every hook is removed on return or error).
@@ -316,18 +342,34 @@ def causal_trace(lm: LensModel, prompt: str, subject: str, config: TraceConfig |
     wrong_given = lm.token_id(cfg.wrong) if cfg.wrong is not None else None
     tokens = lm.to_tokens(prompt)
     n_layers = lm.cfg.n_layers
-    hooks = sorted({h for kind in cfg.kinds for layer in range(n_layers)
-                    for h in _restored_hooks(kind, layer, cfg.window, n_layers)})
-    severed = sorted({hook_name(_SEVERED_SITE[k], layer) for k in cfg.kinds if k in _SEVERED_SITE
-                      for layer in range(n_layers)})
+    hooks = sorted(
+        {
+            h
+            for kind in cfg.kinds
+            for layer in range(n_layers)
+            for h in _restored_hooks(kind, layer, cfg.window, n_layers)
+        }
+    )
+    severed = sorted(
+        {
+            hook_name(_SEVERED_SITE[k], layer)
+            for k in cfg.kinds
+            if k in _SEVERED_SITE
+            for layer in range(n_layers)
+        }
+    )
     with torch.no_grad(), lm.hooks.capture([*hooks, hook_name("embed")]) as clean:
         clean_logits = lm(tokens)[:, -1]
     scale = float(cfg.noise_scale) if cfg.noise_scale is not None else cfg.noise * embedding_std(lm)
     run = CleanRun(prompt, subject, tokens, subject_positions, clean[hook_name("embed")])
     corrupted: Corrupted = corrupt(lm, run, cfg, scale)
     target_id = int(clean_logits[0].argmax()) if target_id is None else target_id
-    base = BaseRun.record(lm, corrupted.tokens, capture=sorted({*hooks, *severed, _final_hook(n_layers)}),
-                          interventions=corrupted.interventions)
+    base = BaseRun.record(
+        lm,
+        corrupted.tokens,
+        capture=sorted({*hooks, *severed, _final_hook(n_layers)}),
+        interventions=corrupted.interventions,
+    )
     wrong_id = -1
     if corrupted.metric != METRIC_PROB:
         wrong_id = int(base.logits[0].argmax()) if wrong_given is None else wrong_given
@@ -342,9 +384,17 @@ def causal_trace(lm: LensModel, prompt: str, subject: str, config: TraceConfig |
         values=values,
         axes=("kind", "layer", "position"),
         labels=(cfg.kinds, tuple(str(i) for i in range(n_layers)), tuple(lm.to_str_tokens(prompt))),
-        meta=lm.meta([prompt], seed=cfg.seed, data_source="user prompt", params={
-            **cfg.params(), "subject": subject, "noise_scale": corrupted.noise_scale,
-            "method": f"Meng et al. 2022 causal tracing, {CORRUPTIONS.get(cfg.corruption).description}"}),
+        meta=lm.meta(
+            [prompt],
+            seed=cfg.seed,
+            data_source="user prompt",
+            params={
+                **cfg.params(),
+                "subject": subject,
+                "noise_scale": corrupted.noise_scale,
+                "method": f"Meng et al. 2022 causal tracing, {CORRUPTIONS.get(cfg.corruption).description}",
+            },
+        ),
         clean_prob=float(clean_logits[0].float().softmax(-1)[target_id]),
         corrupted_prob=float(base.logits.float().softmax(-1)[:, target_id].mean()),
         subject_positions=subject_positions,
@@ -404,19 +454,26 @@ def _restored_hooks(kind: str, layer: int, window: int, n_layers: int) -> list[s
     """The hooks restored for one cell: the stream leaving ``layer``, or a window of outputs."""
     if kind == "resid" or kind in _SEVERED_SITE:
         # resid_post of layer l is resid_pre of layer l + 1: rows then start one block later.
-        return [hook_name("resid_pre", layer + 1) if layer + 1 < n_layers else hook_name("resid_post", layer)]
+        return [
+            hook_name("resid_pre", layer + 1)
+            if layer + 1 < n_layers
+            else hook_name("resid_post", layer)
+        ]
     return [hook_name(_KIND_SITE[kind], inner) for inner in _window(layer, window, n_layers)]
 
 
-def _row(kind: str, layer: int, mask: Tensor, clean: Capture, base: BaseRun, window: int,
-         n_layers: int) -> Row:
+def _row(
+    kind: str, layer: int, mask: Tensor, clean: Capture, base: BaseRun, window: int, n_layers: int
+) -> Row:
     """Restore (kind, layer) where ``mask``; a severed kind also holds the MLP or attention output
     there at its corrupted value in every layer (ROME's second pass: the base run is the first).
 
     The held outputs equal the base run's, so they never move a row's start layer; those below the
     restored layer are identities and those above cut the clean state's path through that module.
     """
-    restored = [Intervention(h, clean[h], mask) for h in _restored_hooks(kind, layer, window, n_layers)]
+    restored = [
+        Intervention(h, clean[h], mask) for h in _restored_hooks(kind, layer, window, n_layers)
+    ]
     if kind in _SEVERED_SITE:
         held = [hook_name(_SEVERED_SITE[kind], inner) for inner in range(n_layers)]
         restored += [Intervention(h, base.acts[h], mask) for h in held]
@@ -424,9 +481,14 @@ def _row(kind: str, layer: int, mask: Tensor, clean: Capture, base: BaseRun, win
 
 
 @torch.no_grad()
-def _restorations(lm: LensModel, base: BaseRun, clean: Capture, first: int,
-                  readout: Callable[[Tensor], Tensor],
-                  cfg: TraceConfig) -> tuple[Float[Tensor, "kind layer position"], SweepStats]:
+def _restorations(
+    lm: LensModel,
+    base: BaseRun,
+    clean: Capture,
+    first: int,
+    readout: Callable[[Tensor], Tensor],
+    cfg: TraceConfig,
+) -> tuple[Float[Tensor, "kind layer position"], SweepStats]:
     """The metric with each (kind, layer, position) restored: the planner's rows, run by the engine.
 
     Positions before the subject never see the corruption (causal attention), so restoring them
@@ -477,12 +539,20 @@ def naive_causal_trace(
     that tests and ``benchmarks/patching.py`` compare the engine with, never for analysis.
     """
     if trace.corruption != "gaussian" or set(trace.kinds) - set(TRACE_KINDS):
-        raise ValueError("naive_causal_trace reproduces Gaussian-noise traces of resid/mlp/attn only")
+        raise ValueError(
+            "naive_causal_trace reproduces Gaussian-noise traces of resid/mlp/attn only"
+        )
     tokens = lm.to_tokens(trace.meta.prompts[0])
     n_layers, n_pos = lm.cfg.n_layers, tokens.shape[1]
     layer_list = list(range(n_layers)) if layers is None else list(layers)
-    hooks = sorted({h for kind in trace.kinds for layer in layer_list
-                    for h in _restored_hooks(kind, layer, trace.window, n_layers)})
+    hooks = sorted(
+        {
+            h
+            for kind in trace.kinds
+            for layer in layer_list
+            for h in _restored_hooks(kind, layer, trace.window, n_layers)
+        }
+    )
     out = torch.empty(len(trace.kinds), len(layer_list), n_pos)
     with torch.no_grad():
         with lm.hooks.capture([*hooks, hook_name("embed")]) as clean:
@@ -491,7 +561,8 @@ def naive_causal_trace(
         batch = tokens.expand(trace.noise.shape[0], n_pos)
         with lm.hooks.patch(noise.hook, noise.source, positions=list(trace.subject_positions)):
             for (k, kind), (li, layer), pos in itertools.product(
-                    enumerate(trace.kinds), enumerate(layer_list), range(n_pos)):
+                enumerate(trace.kinds), enumerate(layer_list), range(n_pos)
+            ):
                 with ExitStack() as stack:
                     for name in _restored_hooks(kind, layer, trace.window, n_layers):
                         stack.enter_context(lm.hooks.patch(name, clean[name], positions=[pos]))

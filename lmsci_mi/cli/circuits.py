@@ -74,15 +74,18 @@ def _run_trace(args: argparse.Namespace) -> int:
     from lmsci_mi.circuits.tracing import TraceConfig, causal_trace
 
     config = config_from_args(TraceConfig, args)
-    single = args.prompt is not None or args.subject is not None
-    if single == (args.facts is not None) or (single and not (args.prompt and args.subject)):
+    prompt, subject, facts = args.prompt, args.subject, args.facts
+    if (facts is None) == (prompt is None and subject is None) or (
+        facts is None and not (prompt and subject)
+    ):
         raise ValueError("give either --prompt and --subject (one fact) or --facts FILE|shipped")
-    if args.facts is not None:
+    if facts is not None:
         aie_config = config_from_args(AIEConfig, args, trace=config)
-        facts = load_fact_set(args.facts)  # checked before the model loads
-        result: Any = average_indirect_effect(load_from_args(args), facts, aie_config)
+        fact_set = load_fact_set(facts)  # checked before the model loads
+        result: Any = average_indirect_effect(load_from_args(args), fact_set, aie_config)
     else:
-        result = causal_trace(load_from_args(args), args.prompt, args.subject, config)
+        assert prompt is not None and subject is not None
+        result = causal_trace(load_from_args(args), prompt, subject, config)
     print(result.summary())
     write_outputs(result, args)
     return 0

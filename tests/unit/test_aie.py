@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformer_lens.hook_points import HookPoint
 
 from lmsci_mi import LensModel
 from lmsci_mi.circuits import aie as aie_module
@@ -49,8 +50,13 @@ def _small(corruption: str = "str", **changes: object) -> AIEConfig:
 def test_token_categories_by_hand() -> None:
     # sink, "The", " Eiffel"(2) " Tower"(3) " in"(4)... : a three-token subject in 8 tokens.
     assert token_categories([2, 3, 4], 8) == {
-        "first subject": [2], "middle subject": [3], "last subject": [4],
-        "first subsequent": [5], "further tokens": [6], "last token": [7]}
+        "first subject": [2],
+        "middle subject": [3],
+        "last subject": [4],
+        "first subsequent": [5],
+        "further tokens": [6],
+        "last token": [7],
+    }
     # A one-token subject is first and last; one token after it is first subsequent and last.
     cats = token_categories([3], 5)
     assert cats["first subject"] == cats["last subject"] == [3]
@@ -61,21 +67,30 @@ def test_token_categories_by_hand() -> None:
 
 
 def test_str_partner_has_same_length_and_another_answer(tiny: LensModel) -> None:
-    facts = [*_known(tiny), Fact("Rio de Janeiro is a city in the country of", "Rio de Janeiro", " Brazil")]
+    facts = [
+        *_known(tiny),
+        Fact("Rio de Janeiro is a city in the country of", "Rio de Janeiro", " Brazil"),
+    ]
     partners = str_partners(tiny, facts)
     assert partners[-1] is None  # no other subject of its length
     paired = [(f, p) for f, p in zip(facts, partners, strict=True) if p is not None]
     assert paired
     for fact, partner in paired:
         assert partner.template == fact.template
-        assert len(tiny.find_subject(partner.prompt, partner.subject)) == len(tiny.find_subject(fact.prompt, fact.subject))
+        assert len(tiny.find_subject(partner.prompt, partner.subject)) == len(
+            tiny.find_subject(fact.prompt, fact.subject)
+        )
         assert tiny.continuation_ids(partner.target)[0] != tiny.continuation_ids(fact.target)[0]
 
 
 def test_str_trace_metric_and_alignment(tiny: LensModel) -> None:
     fact = next(f for f in _known(tiny) if f.subject != "Rome")
-    trace = causal_trace(tiny, fact.prompt, fact.subject,
-                         TraceConfig(corruption="str", replacement="Rome", wrong=" the", window=1))
+    trace = causal_trace(
+        tiny,
+        fact.prompt,
+        fact.subject,
+        TraceConfig(corruption="str", replacement="Rome", wrong=" the", window=1),
+    )
     assert trace.metric == "logit_diff" and trace.corrupted_prompt == TEMPLATE.format("Rome")
     with torch.no_grad():
         clean = tiny(tiny.to_tokens(fact.prompt))[0, -1]
@@ -86,17 +101,32 @@ def test_str_trace_metric_and_alignment(tiny: LensModel) -> None:
     # Restoring the whole last stream at the last token gives back the clean metric exactly.
     assert float(trace.kind_values("resid")[-1, -1]) == pytest.approx(trace.clean_metric, abs=1e-4)
     with pytest.raises(ValueError, match=r"same number of tokens|equal token length"):
-        causal_trace(tiny, fact.prompt, fact.subject, TraceConfig(corruption="str", replacement="Rio de Janeiro"))
+        causal_trace(
+            tiny,
+            fact.prompt,
+            fact.subject,
+            TraceConfig(corruption="str", replacement="Rio de Janeiro"),
+        )
     with pytest.raises(ValueError, match="equal token length"):
-        causal_trace(tiny, fact.prompt, fact.subject,
-                     TraceConfig(corruption="prompt", corrupted_prompt="A much longer prompt " + fact.prompt))
+        causal_trace(
+            tiny,
+            fact.prompt,
+            fact.subject,
+            TraceConfig(
+                corruption="prompt", corrupted_prompt="A much longer prompt " + fact.prompt
+            ),
+        )
     assert tiny.hooks.attached_count() == 0
 
 
 def test_severing_nothing_equals_restoration_and_a_two_pass_patch(tiny: LensModel) -> None:
     fact = next(f for f in _known(tiny) if f.subject != "Rome")
-    cfg = TraceConfig(corruption="str", replacement="Rome", wrong=" the",
-                      kinds=("resid", "sever_mlp", "sever_attn"))
+    cfg = TraceConfig(
+        corruption="str",
+        replacement="Rome",
+        wrong=" the",
+        kinds=("resid", "sever_mlp", "sever_attn"),
+    )
     trace = causal_trace(tiny, fact.prompt, fact.subject, cfg)
     last = tiny.cfg.n_layers - 1
     # Above the last layer nothing is left to sever: severed = ordinary restoration.
@@ -113,17 +143,19 @@ def test_severing_nothing_equals_restoration_and_a_two_pass_patch(tiny: LensMode
         with tiny.hooks.capture(mlps) as bad:
             tiny(bad_tokens)
 
-        def restore(act, hook):
-            act = act.clone()
-            act[:, pos] = clean[hook.name][:, pos]
-            return act
+        def restore(activation: torch.Tensor, hook: HookPoint) -> torch.Tensor:
+            activation = activation.clone()
+            activation[:, pos] = clean[str(hook.name)][:, pos]
+            return activation
 
-        def hold(act, hook):
-            act = act.clone()
-            act[:, pos] = bad[hook.name][:, pos]
-            return act
+        def hold(activation: torch.Tensor, hook: HookPoint) -> torch.Tensor:
+            activation = activation.clone()
+            activation[:, pos] = bad[str(hook.name)][:, pos]
+            return activation
 
-        with tiny.hooks.hooks(fwd=[(hook_name("resid_pre", 1), restore), *[(m, hold) for m in mlps]]):
+        with tiny.hooks.hooks(
+            fwd=[(hook_name("resid_pre", 1), restore), *[(m, hold) for m in mlps]]
+        ):
             logits = tiny(bad_tokens)[0, -1]
     expected = float(logits[trace.target_id] - logits[trace.wrong_id])
     assert float(trace.kind_values("sever_mlp")[0, pos]) == pytest.approx(expected, abs=1e-4)
@@ -149,7 +181,9 @@ def test_cache_resumes_and_aie_is_the_mean_of_traces(
     result = aggregate_traces(third.traces)
     assert result.n_facts == len(third.traces) and result.values.shape == (3, 6, tiny.cfg.n_layers)
     # The AIE at the last subject token is the mean of the per-fact indirect effects there.
-    per_fact = torch.stack([t.indirect_effect()[:, :, t.subject_positions[-1]] for t in third.traces])
+    per_fact = torch.stack(
+        [t.indirect_effect()[:, :, t.subject_positions[-1]] for t in third.traces]
+    )
     torch.testing.assert_close(result.values[:, 2], per_fact.mean(0))
     band = 1.96 * per_fact.std(0) / len(per_fact) ** 0.5
     torch.testing.assert_close(result.band[:, 2], band)
@@ -163,7 +197,9 @@ def test_gaussian_fact_set_uses_subject_embedding_std(
     monkeypatch.setenv("LMSCI_MI_CACHE", str(tmp_path))
     facts = _known(tiny)[:2]
     done = trace_facts(tiny, facts, _small("gaussian", kinds=("resid",)))
-    expected = 3 * subject_embedding_std(tiny, [f.prompt for f in facts], [f.subject for f in facts])
+    expected = 3 * subject_embedding_std(
+        tiny, [f.prompt for f in facts], [f.subject for f in facts]
+    )
     assert done.noise_scale == pytest.approx(expected)
     assert all(t.noise_scale == pytest.approx(expected) and t.metric == "prob" for t in done.traces)
 
@@ -185,14 +221,36 @@ def test_bad_fact_sets(tiny: LensModel, tmp_path: Path) -> None:
 
 
 def test_cli_traces_a_fact_file(
-    tiny: LensModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tiny: LensModel,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("LMSCI_MI_CACHE", str(tmp_path / "cache"))
-    records = [{"prompt": TEMPLATE, "subject": f.subject, "target_true": f.target} for f in _known(tiny)]
+    records = [
+        {"prompt": TEMPLATE, "subject": f.subject, "target_true": f.target} for f in _known(tiny)
+    ]
     path = tmp_path / "facts.json"
     path.write_text(json.dumps(records))
-    argv = ["trace", "--model", "toy-2l", "--device", "cpu", "--facts", str(path), "--corruption", "str",
-            "--n-facts", "2", "--window", "1", "--kinds", "resid", "--out", str(tmp_path / "aie.json")]
+    argv = [
+        "trace",
+        "--model",
+        "toy-2l",
+        "--device",
+        "cpu",
+        "--facts",
+        str(path),
+        "--corruption",
+        "str",
+        "--n-facts",
+        "2",
+        "--window",
+        "1",
+        "--kinds",
+        "resid",
+        "--out",
+        str(tmp_path / "aie.json"),
+    ]
     assert main(argv) == 0
     assert "AIE (str, logit diff)" in capsys.readouterr().out
     assert (tmp_path / "aie.json").is_file()
