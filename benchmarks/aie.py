@@ -104,7 +104,7 @@ def write() -> None:
         out[piece] = describe(result, timings.get(piece))
     print(markdown_table(results))
     if "smollm2-sever" in results:
-        severing_plot(results["smollm2-sever"], IMG / "aie_smollm2-sever_fig3.png")
+        results["smollm2-sever"].plot_severing(IMG / "aie_smollm2-sever_fig3.png")
     DATA.parent.mkdir(parents=True, exist_ok=True)
     DATA.write_text(json.dumps(out, indent=1))
     print(f"wrote {DATA}")
@@ -186,32 +186,6 @@ def markdown_table(results: dict[str, AverageIndirectEffect]) -> str:
                         f"{value:.3f} ± {band:.3f} |"
                     )
     return "\n".join(lines)
-
-
-def severing_plot(result: AverageIndirectEffect, path: Path) -> None:
-    """ROME Fig. 3: restoring the stream at the last subject token, ordinary vs severed."""
-    from matplotlib.figure import Figure
-
-    from lmsci_mi.viz.plots import save_figure
-
-    fig = Figure(figsize=(5.5, 3.8))
-    ax = fig.subplots()
-    layers = list(range(result.values.shape[-1]))
-    names = {"resid": "ordinary", "sever_attn": "attention severed", "sever_mlp": "MLP severed"}
-    for kind in result.kinds:
-        mean = result.curve(kind, "last subject").numpy()
-        band = result.band[result.kinds.index(kind), CATEGORIES.index("last subject")].numpy()
-        ax.plot(layers, mean, label=names.get(kind, kind))
-        ax.fill_between(layers, mean - band, mean + band, alpha=0.2)
-    ax.set_xlabel("restored layer (residual stream, last subject token)")
-    ax.set_ylabel("AIE (logit diff)")
-    ax.set_title(
-        f"{result.meta.model}, STR, {result.n_facts} facts: severing (ROME Fig. 3)", fontsize=10
-    )
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    save_figure(fig, path)
 
 
 def main() -> None:

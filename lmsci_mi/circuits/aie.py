@@ -457,6 +457,47 @@ class AverageIndirectEffect(Result):
             save_figure(fig, path)
         return fig
 
+    def plot_severing(
+        self, path: str | Path | None = None, *, category: str = "last subject"
+    ) -> Figure:
+        """ROME Fig. 3: the stream restored at ``category``, ordinary vs attention / MLP severed.
+
+        Needs ``resid`` and at least one of ``sever_mlp`` / ``sever_attn`` among the kinds.
+        """
+        from matplotlib.figure import Figure
+
+        from lmsci_mi.viz.plots import save_figure
+
+        shown = [k for k in ("resid", "sever_attn", "sever_mlp") if k in self.kinds]
+        if "resid" not in shown or len(shown) < 2:
+            raise ValueError(
+                f"severing needs kinds resid and sever_mlp/sever_attn; this has {self.kinds}"
+            )
+        names = {"resid": "ordinary", "sever_attn": "attention severed", "sever_mlp": "MLP severed"}
+        fig = Figure(figsize=(5.5, 3.8))
+        ax = fig.subplots()
+        layers = list(range(self.values.shape[-1]))
+        c = CATEGORIES.index(category)
+        for kind in shown:
+            mean = self.values[self.kinds.index(kind), c].float().numpy()
+            band = self.band[self.kinds.index(kind), c].float().numpy()
+            ax.plot(layers, mean, label=names[kind], lw=1.6)
+            ax.fill_between(layers, mean - band, mean + band, alpha=0.2)
+        unit = "logit diff" if self.metric == "logit_diff" else "p(target)"
+        ax.set_xlabel(f"restored layer (residual stream at the {category} token)")
+        ax.set_ylabel(f"AIE ({unit})")
+        ax.set_title(
+            f"{self.meta.model}, {self.corruption}, {self.n_facts} facts: severing (ROME Fig. 3)",
+            fontsize=10,
+        )
+        ax.axhline(0, color="grey", lw=0.6)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        if path is not None:
+            save_figure(fig, path)
+        return fig
+
 
 def aggregate_traces(
     traces: Sequence[CausalTrace],

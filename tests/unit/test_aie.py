@@ -159,6 +159,7 @@ def test_severing_nothing_equals_restoration_and_a_two_pass_patch(tiny: LensMode
             logits = tiny(bad_tokens)[0, -1]
     expected = float(logits[trace.target_id] - logits[trace.wrong_id])
     assert float(trace.kind_values("sever_mlp")[0, pos]) == pytest.approx(expected, abs=1e-4)
+    assert aggregate_traces([trace]).plot_severing() is not None
     assert tiny.hooks.attached_count() == 0
 
 
