@@ -87,11 +87,12 @@ def write() -> None:
     for piece, (model, *_rest) in PIECES.items():
         lm = load_model(model)
         done = trace_facts(lm, load_fact_set("shipped"), config_of(piece), max_new=0)
-        if not done.complete:
-            print(
-                f"{piece}: {len(done.traces)}/{len(done.facts)} traced, skipped (run its pieces first)"
-            )
+        if not done.traces:
+            print(f"{piece}: nothing traced yet, skipped (run its pieces first)")
             continue
+        if not done.complete:
+            # Published as partial, with its n: the deadline came before every piece finished.
+            print(f"{piece}: PARTIAL, {len(done.traces)}/{len(done.facts)} facts traced")
         result = aggregate_traces(
             done.traces,
             n_candidates=done.n_candidates,
@@ -101,7 +102,11 @@ def write() -> None:
         results[piece] = result
         print(result.summary())
         result.plot(IMG / f"aie_{piece}.png")
-        out[piece] = describe(result, timings.get(piece))
+        out[piece] = {
+            **describe(result, timings.get(piece)),
+            "complete": done.complete,
+            "n_planned": len(done.facts),
+        }
     print(markdown_table(results))
     if "smollm2-sever" in results:
         results["smollm2-sever"].plot_severing(IMG / "aie_smollm2-sever_fig3.png")

@@ -425,7 +425,7 @@ class AverageIndirectEffect(Result):
 
         from lmsci_mi.viz.plots import save_figure
 
-        fig = Figure(figsize=(4.6 * len(self.kinds), 3.8))
+        fig = Figure(figsize=(4.6 * len(self.kinds), 4.2))
         axes = fig.subplots(1, len(self.kinds), squeeze=False)[0]
         layers = list(range(self.values.shape[-1]))
         for ax, kind in zip(axes, self.kinds, strict=True):
@@ -445,14 +445,16 @@ class AverageIndirectEffect(Result):
             ax.grid(alpha=0.3)
         unit = "logit diff" if self.metric == "logit_diff" else "p(target)"
         axes[0].set_ylabel(f"average indirect effect ({unit})")
-        axes[0].legend(fontsize=7)
+        handles, names = axes[0].get_legend_handles_labels()
+        # Below the panels: inside, the legend hides the early-layer curves that matter most.
+        fig.legend(handles, names, loc="lower center", ncol=len(names), fontsize=8, frameon=False)
         fig.suptitle(
             title
             or f"{self.meta.model}: AIE over {self.n_facts} known facts, "
             f"{self.corruption} corruption (bands: 95%)",
             fontsize=11,
         )
-        fig.tight_layout()
+        fig.tight_layout(rect=(0, 0.07, 1, 1))
         if path is not None:
             save_figure(fig, path)
         return fig
