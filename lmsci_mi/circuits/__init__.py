@@ -2,6 +2,9 @@
 
 from lmsci_mi.circuits.ablation import mean_ablate_heads as mean_ablate_heads
 from lmsci_mi.circuits.ablation import mean_ablated_logits as mean_ablated_logits
+from lmsci_mi.circuits.aie import AIEConfig as AIEConfig
+from lmsci_mi.circuits.aie import AverageIndirectEffect as AverageIndirectEffect
+from lmsci_mi.circuits.aie import average_indirect_effect as average_indirect_effect
 from lmsci_mi.circuits.attention import AttentionSummary as AttentionSummary
 from lmsci_mi.circuits.attention import attention_summary as attention_summary
 from lmsci_mi.circuits.attribution import AttributionConfig as AttributionConfig
@@ -48,9 +51,11 @@ from lmsci_mi.circuits.tracing import causal_trace as causal_trace
 __all__ = [
     "HEAD_SCORES",
     "PATCH_SITES",
+    "AIEConfig",
     "AttentionSummary",
     "AttributionConfig",
     "AttributionResult",
+    "AverageIndirectEffect",
     "CausalTrace",
     "CircuitHead",
     "CompositionScores",
@@ -72,6 +77,7 @@ __all__ = [
     "TraceConfig",
     "attention_summary",
     "attribution_patch",
+    "average_indirect_effect",
     "causal_trace",
     "composition_scores",
     "copying_scores",

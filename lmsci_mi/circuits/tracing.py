@@ -1,9 +1,11 @@
 """Causal tracing (Meng et al. 2022, "Locating and Editing Factual Associations in GPT", ROME).
 
-Gaussian noise on the subject's token embeddings corrupts the prediction; restoring one clean
+A corruption (Gaussian noise on the subject's embeddings, symmetric token replacement after Zhang &
+Nanda 2024, or a given prompt; see :mod:`lmsci_mi.circuits.corruption`) spoils the prediction; restoring one clean
 hidden state (the residual stream after a layer, or the MLP / attention output over a window of
 layers) at one position measures how much of the fact flows through that state (its indirect
-effect). All noise samples and all positions of one restored layer run as one batch, resumed at the
+effect). Severed kinds restore the stream while the MLP or attention outputs at that token stay
+at their corrupted values in every layer (ROME Fig. 3). All noise samples and all positions of one restored layer run as one batch, resumed at the
 restored layer from the shared corrupted run, so the layers below it are never recomputed.
 
 Attention-sink pitfall (measured on SmolLM2): a model without BOS uses its first token as the
@@ -15,16 +17,18 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
+from transformer_lens.utilities.activation_functions import apply_softcap
 
+from lmsci_mi.circuits.corruption import CORRUPTIONS, METRIC_PROB, CleanRun, Corrupted
 from lmsci_mi.config import Config, config
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name
@@ -36,36 +40,71 @@ if TYPE_CHECKING:
     from lmsci_mi.hooks import Capture
     from lmsci_mi.model import LensModel
 
-__all__ = ["TRACE_KINDS", "CausalTrace", "TraceConfig", "causal_trace", "embedding_std", "naive_causal_trace"]
+__all__ = [
+    "SEVERED_KINDS",
+    "TRACE_KINDS",
+    "CausalTrace",
+    "TraceConfig",
+    "causal_trace",
+    "embedding_std",
+    "naive_causal_trace",
+    "subject_embedding_std",
+]
 
 logger = logging.getLogger(__name__)
 
 TRACE_KINDS = ("resid", "mlp", "attn")
 """What a trace can restore: the residual stream after a layer, or an MLP / attention output."""
 
+SEVERED_KINDS = ("sever_mlp", "sever_attn")
+"""The residual stream restored while the MLP (or attention) outputs at the restored token are held
+at their corrupted values in every layer (ROME Fig. 3)."""
+
 _KIND_SITE = {"resid": "resid_post", "mlp": "mlp_out", "attn": "attn_out"}
-_KIND_CMAP = {"resid": "Purples", "mlp": "Greens", "attn": "Reds"}
-_KIND_TITLE = {"resid": "the residual stream", "mlp": "MLP", "attn": "attention"}
+_SEVERED_SITE = {"sever_mlp": "mlp_out", "sever_attn": "attn_out"}
+_KIND_CMAP = {
+    "resid": "Purples",
+    "mlp": "Greens",
+    "attn": "Reds",
+    "sever_mlp": "Purples",
+    "sever_attn": "Purples",
+}
+_KIND_TITLE = {
+    "resid": "the residual stream",
+    "mlp": "MLP",
+    "attn": "attention",
+    "sever_mlp": "the residual stream, MLP severed",
+    "sever_attn": "the residual stream, attention severed",
+}
+_METRIC_LABEL = {"prob": "p(target)", "logit_diff": "logit difference"}
 
 
 @result_type
 class CausalTrace(Result):
-    """A causal trace: probability of the target when one state is restored from the clean run.
+    """A causal trace: the metric when one state is restored from the clean run.
 
-    ``values`` is ``[kind, layer, position]`` (axes ``("kind", "layer", "position")``), the target
-    probability averaged over the noise samples. ``kind`` follows ``kinds`` (a subset of
-    ``("resid", "mlp", "attn")``); positions are the prompt's tokens, sink included.
+    ``values`` is ``[kind, layer, position]`` (axes ``("kind", "layer", "position")``): the metric
+    (p(target) for Gaussian noise, the logit difference target − wrong for STR and a given
+    corrupted prompt) averaged over the corrupted sequences. ``kind`` follows ``kinds`` (from
+    ``("resid", "mlp", "attn", "sever_mlp", "sever_attn")``); positions are the prompt's tokens,
+    sink included.
 
     Attributes:
         clean_prob: p(target) on the clean prompt.
-        corrupted_prob: p(target) with the subject noised, nothing restored (noise-averaged).
+        corrupted_prob: p(target) on the corrupted run, nothing restored (sample-averaged).
         subject_positions: token positions of the subject (never 0, the sink).
         target / target_id: the answer token.
-        noise_scale: standard deviation of the noise added to each embedding coordinate.
+        noise_scale: standard deviation of the noise added to each embedding coordinate (0
+            without noise).
         window: number of layers restored together for "mlp" and "attn".
         kinds: the kinds along the first axis.
         noise: the noise used, ``[sample, subject_token, d_model]`` (reproduces the trace).
         work: what the sweep engine ran.
+        corruption: the corruption's registered name (``gaussian``, ``str``, ``prompt``).
+        metric: ``"prob"`` or ``"logit_diff"``.
+        wrong / wrong_id: the competing answer of ``"logit_diff"`` ("" and -1 otherwise).
+        corrupted_prompt: the corrupted text ("" for noise).
+        clean_value / corrupted_value: the metric on the clean and the corrupted run.
     """
 
     clean_prob: float
@@ -78,6 +117,23 @@ class CausalTrace(Result):
     kinds: tuple[str, ...]
     noise: Tensor
     work: SweepStats
+    corruption: str = "gaussian"
+    metric: str = METRIC_PROB
+    wrong: str = ""
+    wrong_id: int = -1
+    corrupted_prompt: str = ""
+    clean_value: float | None = None
+    corrupted_value: float | None = None
+
+    @property
+    def clean_metric(self) -> float:
+        """The metric on the clean run (p(target) for traces saved before metrics existed)."""
+        return self.clean_prob if self.clean_value is None else self.clean_value
+
+    @property
+    def corrupted_metric(self) -> float:
+        """The metric on the corrupted run, nothing restored."""
+        return self.corrupted_prob if self.corrupted_value is None else self.corrupted_value
 
     def kind_values(self, kind: str) -> Float[Tensor, "layer position"]:
         """The ``[layer, position]`` map of one kind."""
@@ -86,8 +142,8 @@ class CausalTrace(Result):
         return self.values[self.kinds.index(kind)]
 
     def indirect_effect(self) -> Float[Tensor, "kind layer position"]:
-        """``values - corrupted_prob``: how much restoring each state brings the target back."""
-        return self.values - self.corrupted_prob
+        """``values - corrupted_metric``: how much restoring each state brings the answer back."""
+        return self.values - self.corrupted_metric
 
     def peak_layer(self, kind: str = "mlp", position: int | None = None) -> int:
         """The layer whose restoration helps most at ``position`` (default: last subject token).
@@ -98,9 +154,9 @@ class CausalTrace(Result):
         return int(self.kind_values(kind)[:, pos].argmax())
 
     def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
-        """Three heatmaps in the style of Meng et al. (Figure 1): tokens down, layers across.
+        """Heatmaps in the style of Meng et al. (Figure 1): tokens down, layers across.
 
-        Subject tokens are starred; each panel's colour bar is p(target).
+        Subject tokens are starred; each panel's colour bar is the metric.
         """
         from matplotlib.figure import Figure
 
@@ -116,7 +172,7 @@ class CausalTrace(Result):
         grid = fig.subplots(1, n, squeeze=False)
         for i, kind in enumerate(self.kinds):
             label = _KIND_TITLE[kind]
-            if kind != "resid" and self.window > 1:
+            if kind in ("mlp", "attn") and self.window > 1:
                 label += f" ({self.window}-layer window)"
             heatmap(
                 grid[0][i],
@@ -128,11 +184,16 @@ class CausalTrace(Result):
                 title=f"Restoring {label}",
                 cmap=_KIND_CMAP[kind],
             )
+        what = _METRIC_LABEL[self.metric]
+        if self.metric != METRIC_PROB:
+            what = f"{self.target!r} − {self.wrong!r} {what}"
+        else:
+            what = f"p({self.target!r})"
         fig.suptitle(
             title
             or (
-                f"Causal trace of p({self.target!r}) — {self.meta.model}: clean "
-                f"{self.clean_prob:.3f}, corrupted {self.corrupted_prob:.3f}"
+                f"Causal trace ({self.corruption}) of {what} — {self.meta.model}: clean "
+                f"{self.clean_metric:.3f}, corrupted {self.corrupted_metric:.3f}"
             ),
             fontsize=11,
         )
@@ -149,11 +210,43 @@ def embedding_std(lm: LensModel, max_tokens: int = 8192) -> float:
     Meng et al. use 3× the std of subject embeddings over a corpus; here the std is over an
     evenly spaced subset of the vocabulary, taken after the model's own embedding scaling (Gemma
     multiplies by sqrt(d_model)), so the noise is on the scale the blocks see.
+    :func:`subject_embedding_std` is ROME's measure over a fact set.
     """
     vocab = lm.cfg.d_vocab
     step = max(1, vocab // max_tokens)
     ids = torch.arange(0, vocab, step, device=lm.device)
     return float(lm.model.embed(ids[None]).float().std())
+
+
+@torch.no_grad()
+def subject_embedding_std(lm: LensModel, prompts: Sequence[str], subjects: Sequence[str]) -> float:
+    """ROME's noise unit: the std of the subject tokens' embeddings over a fact set.
+
+    Every coordinate of every subject token (as found by ``lm.find_subject`` in its prompt, so a
+    leading-space token counts) at the embedding hook, after the model's own embedding scaling.
+
+    Args:
+        prompts: the facts' prompts, subject written in.
+        subjects: each prompt's subject.
+
+    Returns:
+        The standard deviation (Meng et al. noise the subject with 3 × this).
+
+    >>> from lmsci_mi import load_model
+    >>> subject_embedding_std(load_model("toy-2l"), ["The Eiffel Tower is in"], ["Eiffel Tower"]) > 0
+    True
+    """
+    if not prompts or len(prompts) != len(subjects):
+        raise ValueError(
+            f"give one subject per prompt and at least one ({len(prompts)} prompts, "
+            f"{len(subjects)} subjects)"
+        )
+    rows = []
+    for prompt, subject in zip(prompts, subjects, strict=True):
+        positions = list(_validate_subject(lm, prompt, subject))
+        ids = torch.tensor([lm.encode(prompt)], device=lm.device)
+        rows.append(lm.model.embed(ids)[0, positions].float())
+    return float(torch.cat(rows).std())
 
 
 def _validate_subject(lm: LensModel, prompt: str, subject: str) -> tuple[int, ...]:
@@ -172,22 +265,50 @@ def _validate_subject(lm: LensModel, prompt: str, subject: str) -> tuple[int, ..
 class TraceConfig(Config):
     """Parameters of a causal trace (ROME's defaults)."""
 
-    target: str | None = field(default=None, metadata={"help": "answer token (default: clean top-1)"})
+    target: str | None = field(
+        default=None, metadata={"help": "answer token (default: clean top-1)"}
+    )
+    corruption: str = field(
+        default="gaussian",
+        metadata={"help": "how the prompt is corrupted", "choices": CORRUPTIONS.names()},
+    )
     noise: float = field(default=3.0, metadata={"help": "noise std as a multiple of embedding_std"})
-    noise_scale: float | None = field(default=None, metadata={"help": "absolute noise std (overrides --noise)"})
+    noise_scale: float | None = field(
+        default=None, metadata={"help": "absolute noise std (overrides --noise)"}
+    )
     n_samples: int = field(default=10, metadata={"help": "noise samples, averaged", "ge": 1})
+    replacement: str | None = field(
+        default=None,
+        metadata={"help": "str: the subject put in place of --subject (same token count)"},
+    )
+    corrupted_prompt: str | None = field(
+        default=None, metadata={"help": "prompt: the corrupted prompt (same token length)"}
+    )
+    wrong: str | None = field(
+        default=None,
+        metadata={
+            "help": "str/prompt: competing answer of the logit difference "
+            "(default: the corrupted run's top-1)"
+        },
+    )
     window: int = field(
         default=10, metadata={"help": "layers restored together for mlp and attn", "ge": 1}
     )
     seed: int = field(default=0, metadata={"help": "seed of the noise"})
     kinds: tuple[str, ...] = field(
         default=TRACE_KINDS,
-        metadata={"help": "what to restore", "choices": TRACE_KINDS, "min_length": 1},
+        metadata={
+            "help": "what to restore",
+            "choices": TRACE_KINDS + SEVERED_KINDS,
+            "min_length": 1,
+        },
     )
     sweep: SweepConfig = field(default_factory=SweepConfig, metadata={"cli": False})
 
 
-def causal_trace(lm: LensModel, prompt: str, subject: str, config: TraceConfig | None = None) -> CausalTrace:
+def causal_trace(
+    lm: LensModel, prompt: str, subject: str, config: TraceConfig | None = None
+) -> CausalTrace:
     """Causal trace of ``prompt``'s prediction of the target through ``subject``'s tokens.
 
     Reads the model only (no weight changes; every hook is removed on return or error).
@@ -197,14 +318,16 @@ def causal_trace(lm: LensModel, prompt: str, subject: str, config: TraceConfig |
         prompt: the fact's prompt, e.g. "The Eiffel Tower is located in the city of".
         subject: the subject as it appears in the prompt ("Eiffel Tower"); its tokens, leading
             space included, are found with ``lm.find_subject``.
-        config: target, noise (3 × :func:`embedding_std` in ROME), samples, window (10 in ROME,
-            centred on the layer), seed, kinds (:class:`TraceConfig`).
+        config: target, corruption (``gaussian``: noise 3 × :func:`embedding_std` in ROME;
+            ``str`` with ``replacement``; ``prompt`` with ``corrupted_prompt``), samples, window
+            (10 in ROME, centred on the layer), seed, kinds (:class:`TraceConfig`).
 
     Returns:
-        A :class:`CausalTrace`; ``values[k, l, p]`` is p(target) with state (k, l, p) restored.
+        A :class:`CausalTrace`; ``values[k, l, p]`` is the metric with state (k, l, p) restored.
 
     Raises:
-        ValueError: subject not in the prompt, target not one token, unknown kind, bad window.
+        ValueError: subject not in the prompt, target not one token, unknown kind, bad window,
+            a corrupted prompt whose tokens do not align with the prompt's.
 
     >>> from lmsci_mi import load_model
     >>> lm = load_model("toy-2l")
@@ -213,65 +336,163 @@ def causal_trace(lm: LensModel, prompt: str, subject: str, config: TraceConfig |
     (torch.Size([3, 2, 7]), (2, 3, 4))
     """
     cfg = config or TraceConfig()
+    corrupt = CORRUPTIONS.get(cfg.corruption).function
     subject_positions = _validate_subject(lm, prompt, subject)
     target_id = lm.token_id(cfg.target) if cfg.target is not None else None
+    wrong_given = lm.token_id(cfg.wrong) if cfg.wrong is not None else None
     tokens = lm.to_tokens(prompt)
-    hooks = sorted({h for kind in cfg.kinds for layer in range(lm.cfg.n_layers)
-                    for h in _restored_hooks(kind, layer, cfg.window, lm.cfg.n_layers)})
+    n_layers = lm.cfg.n_layers
+    hooks = sorted(
+        {
+            h
+            for kind in cfg.kinds
+            for layer in range(n_layers)
+            for h in _restored_hooks(kind, layer, cfg.window, n_layers)
+        }
+    )
+    severed = sorted(
+        {
+            hook_name(_SEVERED_SITE[k], layer)
+            for k in cfg.kinds
+            if k in _SEVERED_SITE
+            for layer in range(n_layers)
+        }
+    )
     with torch.no_grad(), lm.hooks.capture([*hooks, hook_name("embed")]) as clean:
         clean_logits = lm(tokens)[:, -1]
-    target_id = int(clean_logits[0].argmax()) if target_id is None else target_id
     scale = float(cfg.noise_scale) if cfg.noise_scale is not None else cfg.noise * embedding_std(lm)
-    # Drawn on the CPU so that a seed gives the same noise on every device.
-    eps = torch.randn(cfg.n_samples, len(subject_positions), lm.cfg.d_model,
-                      generator=torch.Generator().manual_seed(cfg.seed)) * scale
-    base = BaseRun.record(lm, tokens.expand(cfg.n_samples, -1), capture=hooks,
-                          interventions=[_noise(clean[hook_name("embed")], subject_positions, eps)])
-    values, work = _restorations(lm, base, clean, subject_positions[0], target_id, cfg)
+    run = CleanRun(prompt, subject, tokens, subject_positions, clean[hook_name("embed")])
+    corrupted: Corrupted = corrupt(lm, run, cfg, scale)
+    target_id = int(clean_logits[0].argmax()) if target_id is None else target_id
+    base = BaseRun.record(
+        lm,
+        corrupted.tokens,
+        capture=sorted({*hooks, *severed, _final_hook(n_layers)}),
+        interventions=corrupted.interventions,
+    )
+    wrong_id = -1
+    if corrupted.metric != METRIC_PROB:
+        wrong_id = int(base.logits[0].argmax()) if wrong_given is None else wrong_given
+        if wrong_id == target_id:
+            raise ValueError(
+                f"the corrupted run still predicts the target {_decode(lm, target_id)!r}: the logit "
+                "difference needs another answer; give --wrong or a corruption that changes the answer"
+            )
+    readout = _readout(target_id, wrong_id, corrupted.metric)
+    values, work = _restorations(lm, base, clean, subject_positions[0], readout, cfg)
     return CausalTrace(
         values=values,
         axes=("kind", "layer", "position"),
-        labels=(cfg.kinds, tuple(str(i) for i in range(lm.cfg.n_layers)), tuple(lm.to_str_tokens(prompt))),
-        meta=lm.meta([prompt], seed=cfg.seed, data_source="user prompt", params={
-            **cfg.params(), "subject": subject, "noise_scale": scale,
-            "method": "Meng et al. 2022 causal tracing, Gaussian noise on subject embeddings"}),
+        labels=(cfg.kinds, tuple(str(i) for i in range(n_layers)), tuple(lm.to_str_tokens(prompt))),
+        meta=lm.meta(
+            [prompt],
+            seed=cfg.seed,
+            data_source="user prompt",
+            params={
+                **cfg.params(),
+                "subject": subject,
+                "noise_scale": corrupted.noise_scale,
+                "method": f"Meng et al. 2022 causal tracing, {CORRUPTIONS.get(cfg.corruption).description}",
+            },
+        ),
         clean_prob=float(clean_logits[0].float().softmax(-1)[target_id]),
         corrupted_prob=float(base.logits.float().softmax(-1)[:, target_id].mean()),
         subject_positions=subject_positions,
-        target=lm.tokenizer.decode([target_id]) if lm.tokenizer is not None else str(target_id),
+        target=_decode(lm, target_id),
         target_id=target_id,
-        noise_scale=scale,
+        noise_scale=corrupted.noise_scale,
         window=cfg.window,
         kinds=cfg.kinds,
-        noise=eps,
+        noise=corrupted.noise,
         work=work,
+        corruption=cfg.corruption,
+        metric=corrupted.metric,
+        wrong=_decode(lm, wrong_id) if wrong_id >= 0 else "",
+        wrong_id=wrong_id,
+        corrupted_prompt=corrupted.corrupted_prompt,
+        clean_value=float(readout(clean_logits[None]).mean()),
+        corrupted_value=float(readout(base.logits[None]).mean()),
     )
 
 
-def _noise(clean_embed: Tensor, subject: Sequence[int], eps: Tensor) -> Intervention:
-    """The corruption: the clean embeddings with ``eps`` added over the subject, per sample."""
-    source = clean_embed.expand(eps.shape[0], -1, -1).clone()
-    source[:, list(subject)] += eps.to(source)
-    mask = torch.zeros(1, source.shape[1], 1, dtype=torch.bool, device=source.device)
-    mask[:, list(subject)] = True
-    return Intervention(hook_name("embed"), source, mask)
+def _decode(lm: LensModel, token: int) -> str:
+    return lm.tokenizer.decode([token]) if lm.tokenizer is not None else str(token)
+
+
+def _readout(target_id: int, wrong_id: int, metric: str) -> Callable[[Tensor], Tensor]:
+    """The metric from logits ``[row, batch, vocab]``: p(target), or logit(target) − logit(wrong)."""
+    if metric == METRIC_PROB:
+        return lambda logits: logits.float().softmax(-1)[..., target_id]
+    return _LogitDiff(target_id, wrong_id)
+
+
+@dataclass(frozen=True)
+class _LogitDiff:
+    """logit(target) − logit(wrong), from logits or (cheaper) from final residual vectors."""
+
+    target_id: int
+    wrong_id: int
+
+    def __call__(self, logits: Tensor) -> Tensor:
+        return (logits[..., self.target_id] - logits[..., self.wrong_id]).float()
+
+    def from_final(self, lm: LensModel, resid: Float[Tensor, "... d_model"]) -> Tensor:
+        """The same from the last block's output: final norm, two unembedding columns, soft cap."""
+        model = lm.model
+        normed = model.ln_final(resid) if model.cfg.normalization_type is not None else resid
+        ids = torch.tensor([self.target_id, self.wrong_id], device=resid.device)
+        logits = normed @ model.W_U[:, ids] + model.b_U[ids]
+        logits = apply_softcap(logits, model.cfg.output_logits_soft_cap)
+        return (logits[..., 0] - logits[..., 1]).float()
+
+
+def _final_hook(n_layers: int) -> str:
+    return hook_name("resid_post", n_layers - 1)
 
 
 def _restored_hooks(kind: str, layer: int, window: int, n_layers: int) -> list[str]:
     """The hooks restored for one cell: the stream leaving ``layer``, or a window of outputs."""
-    if kind == "resid":
+    if kind == "resid" or kind in _SEVERED_SITE:
         # resid_post of layer l is resid_pre of layer l + 1: rows then start one block later.
-        return [hook_name("resid_pre", layer + 1) if layer + 1 < n_layers else hook_name("resid_post", layer)]
+        return [
+            hook_name("resid_pre", layer + 1)
+            if layer + 1 < n_layers
+            else hook_name("resid_post", layer)
+        ]
     return [hook_name(_KIND_SITE[kind], inner) for inner in _window(layer, window, n_layers)]
 
 
-@torch.no_grad()
-def _restorations(lm: LensModel, base: BaseRun, clean: Capture, first: int, target_id: int,
-                  cfg: TraceConfig) -> tuple[Float[Tensor, "kind layer position"], SweepStats]:
-    """p(target) with each (kind, layer, position) restored: the planner's rows, run by the engine.
+def _row(
+    kind: str, layer: int, mask: Tensor, clean: Capture, base: BaseRun, window: int, n_layers: int
+) -> Row:
+    """Restore (kind, layer) where ``mask``; a severed kind also holds the MLP or attention output
+    there at its corrupted value in every layer (ROME's second pass: the base run is the first).
 
-    Positions before the subject never see the noise (causal attention), so restoring them is a
-    no-op: they keep the corrupted probability and get no row.
+    The held outputs equal the base run's, so they never move a row's start layer; those below the
+    restored layer are identities and those above cut the clean state's path through that module.
+    """
+    restored = [
+        Intervention(h, clean[h], mask) for h in _restored_hooks(kind, layer, window, n_layers)
+    ]
+    if kind in _SEVERED_SITE:
+        held = [hook_name(_SEVERED_SITE[kind], inner) for inner in range(n_layers)]
+        restored += [Intervention(h, base.acts[h], mask) for h in held]
+    return Row(tuple(restored))
+
+
+@torch.no_grad()
+def _restorations(
+    lm: LensModel,
+    base: BaseRun,
+    clean: Capture,
+    first: int,
+    readout: Callable[[Tensor], Tensor],
+    cfg: TraceConfig,
+) -> tuple[Float[Tensor, "kind layer position"], SweepStats]:
+    """The metric with each (kind, layer, position) restored: the planner's rows, run by the engine.
+
+    Positions before the subject never see the corruption (causal attention), so restoring them
+    is a no-op: they keep the corrupted value and get no row.
     """
     n_layers, n_pos = lm.cfg.n_layers, base.n_pos
     rows, cells = [], []
@@ -280,20 +501,33 @@ def _restorations(lm: LensModel, base: BaseRun, clean: Capture, first: int, targ
             for pos in range(first, n_pos):
                 mask = torch.zeros(1, n_pos, 1, dtype=torch.bool, device=lm.device)
                 mask[:, pos] = True
-                hooks = _restored_hooks(kind, layer, cfg.window, n_layers)
-                rows.append(Row(tuple(Intervention(h, clean[h], mask) for h in hooks)))
+                rows.append(_row(kind, layer, mask, clean, base, cfg.window, n_layers))
                 cells.append((k, layer, pos))
-    probs = run_rows(lm, base, rows, lambda logits: logits.float().softmax(-1)[..., target_id], cfg.sweep)
-    corrupted = float(base.logits.float().softmax(-1)[:, target_id].mean())
+    if isinstance(readout, _LogitDiff):
+        # The metric reads two logits: take each row's final stream and unembed two columns,
+        # not the vocabulary (Gemma's 262k-token unembedding costs as much as its blocks here).
+        out = run_rows(lm, base, rows, None, cfg.sweep, capture=[_final_hook(n_layers)])
+        per_row = readout.from_final(lm, out.captured[_final_hook(n_layers)][:, :, -1])
+    else:
+        out = run_rows(lm, base, rows, readout, cfg.sweep)
+        per_row = out.values
+    corrupted = float(readout(base.logits[None]).mean())
     values = torch.full((len(cfg.kinds), n_layers, n_pos), corrupted)
     index = torch.tensor(cells).T
-    values[index[0], index[1], index[2]] = probs.values.mean(-1).cpu()
-    return values, probs.stats
+    values[index[0], index[1], index[2]] = per_row.mean(-1).float().cpu()
+    return values, out.stats
 
 
 def _window(layer: int, window: int, n_layers: int) -> range:
     """Layers restored together around ``layer`` (ROME: ``[l - w//2, l + ceil(w/2))``, clipped)."""
     return range(max(0, layer - window // 2), min(n_layers, layer - (-window // 2)))
+
+
+def _noise(clean_embed: Tensor, subject: Sequence[int], eps: Tensor) -> Intervention:
+    """The corruption: the clean embeddings with ``eps`` added over the subject, per sample."""
+    source = clean_embed.expand(eps.shape[0], -1, -1).clone()
+    source[:, list(subject)] += eps.to(source)
+    return Intervention(hook_name("embed"), source, torch.ones(1, 1, 1, dtype=torch.bool))
 
 
 def naive_causal_trace(
@@ -304,11 +538,21 @@ def naive_causal_trace(
     Uses the trace's own noise, so it must reproduce ``trace.values``; it is the slow baseline
     that tests and ``benchmarks/patching.py`` compare the engine with, never for analysis.
     """
+    if trace.corruption != "gaussian" or set(trace.kinds) - set(TRACE_KINDS):
+        raise ValueError(
+            "naive_causal_trace reproduces Gaussian-noise traces of resid/mlp/attn only"
+        )
     tokens = lm.to_tokens(trace.meta.prompts[0])
     n_layers, n_pos = lm.cfg.n_layers, tokens.shape[1]
     layer_list = list(range(n_layers)) if layers is None else list(layers)
-    hooks = sorted({h for kind in trace.kinds for layer in layer_list
-                    for h in _restored_hooks(kind, layer, trace.window, n_layers)})
+    hooks = sorted(
+        {
+            h
+            for kind in trace.kinds
+            for layer in layer_list
+            for h in _restored_hooks(kind, layer, trace.window, n_layers)
+        }
+    )
     out = torch.empty(len(trace.kinds), len(layer_list), n_pos)
     with torch.no_grad():
         with lm.hooks.capture([*hooks, hook_name("embed")]) as clean:
@@ -317,7 +561,8 @@ def naive_causal_trace(
         batch = tokens.expand(trace.noise.shape[0], n_pos)
         with lm.hooks.patch(noise.hook, noise.source, positions=list(trace.subject_positions)):
             for (k, kind), (li, layer), pos in itertools.product(
-                    enumerate(trace.kinds), enumerate(layer_list), range(n_pos)):
+                enumerate(trace.kinds), enumerate(layer_list), range(n_pos)
+            ):
                 with ExitStack() as stack:
                     for name in _restored_hooks(kind, layer, trace.window, n_layers):
                         stack.enter_context(lm.hooks.patch(name, clean[name], positions=[pos]))

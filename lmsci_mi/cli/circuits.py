@@ -1,4 +1,5 @@
-"""`lmsci-mi trace` and `lmsci-mi patch`: causal tracing and activation patching from the shell.
+"""`lmsci-mi trace` and `lmsci-mi patch`: causal tracing (one fact, or the average indirect effect
+over a fact set) and activation patching from the shell.
 
 Also the circuits steps of `lmsci-mi tour`: a causal trace of the Eiffel Tower fact and a quick
 head-patching sweep (exact and attribution) on the IOI prompt pair.
@@ -28,18 +29,25 @@ IOI_CORRUPTED = "When Mary and John went to the store, Mary gave a drink to"
 
 def register(commands: Any) -> None:
     """Add this feature's subcommands to the parser; their flags come from the configs."""
+    from lmsci_mi.circuits.aie import AIEConfig
     from lmsci_mi.circuits.attribution import AttributionConfig
     from lmsci_mi.circuits.tracing import TraceConfig
 
     trace = commands.add_parser(
-        "trace", help="causal tracing of a fact (Meng et al. 2022): which states carry it"
+        "trace",
+        help="causal tracing (Meng et al. 2022): one fact (--prompt/--subject), or the average "
+        "indirect effect over a fact set (--facts)",
     )
     add_model_args(trace)
+    trace.add_argument("--prompt", help="e.g. 'The Eiffel Tower is located in the city of'")
+    trace.add_argument("--subject", help="the subject as written in the prompt")
     trace.add_argument(
-        "--prompt", required=True, help="e.g. 'The Eiffel Tower is located in the city of'"
+        "--facts",
+        metavar="FILE|shipped",
+        help="trace a fact set instead: a JSON file of CounterFact-style records, or 'shipped'",
     )
-    trace.add_argument("--subject", required=True, help="the subject as written in the prompt")
     add_config_args(trace, TraceConfig)
+    add_config_args(trace, AIEConfig)
     add_output_args(trace)
     trace.set_defaults(run=_run_trace)
 
@@ -62,13 +70,24 @@ def register(commands: Any) -> None:
 
 
 def _run_trace(args: argparse.Namespace) -> int:
+    from lmsci_mi.circuits.aie import AIEConfig, average_indirect_effect, load_fact_set
     from lmsci_mi.circuits.tracing import TraceConfig, causal_trace
 
     config = config_from_args(TraceConfig, args)
-    lm = load_from_args(args)
-    trace = causal_trace(lm, args.prompt, args.subject, config)
-    print(trace.summary())
-    write_outputs(trace, args)
+    prompt, subject, facts = args.prompt, args.subject, args.facts
+    if (facts is None) == (prompt is None and subject is None) or (
+        facts is None and not (prompt and subject)
+    ):
+        raise ValueError("give either --prompt and --subject (one fact) or --facts FILE|shipped")
+    if facts is not None:
+        aie_config = config_from_args(AIEConfig, args, trace=config)
+        fact_set = load_fact_set(facts)  # checked before the model loads
+        result: Any = average_indirect_effect(load_from_args(args), fact_set, aie_config)
+    else:
+        assert prompt is not None and subject is not None
+        result = causal_trace(load_from_args(args), prompt, subject, config)
+    print(result.summary())
+    write_outputs(result, args)
     return 0
 
 
