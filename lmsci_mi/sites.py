@@ -84,9 +84,7 @@ _VECTOR = SiteLayout(position_axis=1, head_axis=None)
 _PER_HEAD = SiteLayout(position_axis=1, head_axis=2)  # [batch, pos, head, d_head]
 _PATTERN = SiteLayout(position_axis=2, head_axis=1)  # [batch, head, query_pos, key_pos]
 
-SITES: Mapping[str, Site] = {
-    s.name: s
-    for s in (
+_TABLE = (
         Site("embed", "hook_embed", _VECTOR, "token embeddings (after the model's own scaling)"),
         Site("resid_pre", "blocks.{layer}.hook_resid_pre", _VECTOR, "residual stream into a block"),
         Site("resid_mid", "blocks.{layer}.hook_resid_mid", _VECTOR, "residual stream after attention"),
@@ -94,10 +92,8 @@ SITES: Mapping[str, Site] = {
         Site("attn_out", "blocks.{layer}.hook_attn_out", _VECTOR, "attention output"),
         Site("mlp_out", "blocks.{layer}.hook_mlp_out", _VECTOR, "MLP output"),
         Site("mlp_in", "blocks.{layer}.hook_mlp_in", _VECTOR, "MLP input (needs cfg.use_hook_mlp_in)"),
-        Site("attn_post_scale", "blocks.{layer}.ln1_post.hook_scale", _VECTOR,
-             "post-attention norm's divisor (Gemma 2/3)"),
         Site("mlp_post", "blocks.{layer}.mlp.hook_post", _VECTOR, "MLP neurons (ROME's keys)"),
-        Site("mlp_in", "blocks.{layer}.ln2.hook_normalized", _VECTOR, "MLP input (normalised stream)"),
+        Site("mlp_in_normed", "blocks.{layer}.ln2.hook_normalized", _VECTOR, "MLP input after its norm"),
         Site("z", "blocks.{layer}.attn.hook_z", _PER_HEAD, "each head's output before W_O"),
         Site("q", "blocks.{layer}.attn.hook_q", _PER_HEAD, "queries"),
         Site("k", "blocks.{layer}.attn.hook_k", _PER_HEAD, "keys (key/value heads under GQA)"),
@@ -111,8 +107,10 @@ SITES: Mapping[str, Site] = {
              "post-attention norm's per-token divisor (Gemma 2/3)"),
         Site("ln2_post_scale", "blocks.{layer}.ln2_post.hook_scale", _VECTOR,
              "post-MLP norm's per-token divisor (Gemma 2/3)"),
-    )
-}
+)
+if len({s.name for s in _TABLE}) != len(_TABLE):  # a second row of one name would hide the first
+    raise RuntimeError("the site table names a site twice")
+SITES: Mapping[str, Site] = {s.name: s for s in _TABLE}
 """Every site, by name. ``z`` is the per-head output before ``W_O``; ``pattern`` and
 ``attn_scores`` are indexed by query position (their position axis) and key position."""
 

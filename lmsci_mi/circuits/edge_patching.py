@@ -257,7 +257,7 @@ class SenderRecorder:
         for layer in range(g.n_layers):
             hooks.append((hook_name("z", layer), self._keep(self.z, layer)))
             if g.post_norm:
-                hooks.append((hook_name("attn_post_scale", layer), self._keep(self.scale, layer)))
+                hooks.append((hook_name("ln1_post_scale", layer), self._keep(self.scale, layer)))
             hooks.append((hook_name("attn_out", layer), self._heads(layer)))
             if g.has_mlp:
                 hooks.append((hook_name("mlp_out", layer), self._mlp(layer)))

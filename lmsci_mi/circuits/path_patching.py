@@ -214,7 +214,7 @@ def _sender_hook(node: Sender) -> str:
 
 def _receiver_hook(receiver: Receiver) -> str:
     assert receiver.node is not None
-    site = "mlp_in" if receiver.input == "mlp" else receiver.input
+    site = "mlp_in_normed" if receiver.input == "mlp" else receiver.input
     return hook_name(site, receiver.node.layer)
 
 

@@ -121,7 +121,7 @@ def test_recomputing_mlps_equals_freezing_heads_only(tiny: LensModel) -> None:
         ("MLP0", ["L1.H3.k"], "k", [1], 1, 1),
         ("L0.H2", ["L1.H0.v"], "v", [0], 1, 1),
         # An MLP reads its own layer's heads (order: heads of layer 1, then MLP1).
-        ("L1.H0", ["MLP1"], "mlp_in", None, 1, 2),
+        ("L1.H0", ["MLP1"], "mlp_in_normed", None, 1, 2),
     ],
 )
 def test_to_a_receiver_input_equals_the_hand_patch(
