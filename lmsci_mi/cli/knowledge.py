@@ -16,17 +16,21 @@ from lmsci_mi.cli.common import (
     write_outputs,
 )
 from lmsci_mi.cli.knowledge_neurons import add_neurons_command
+from lmsci_mi.cli.tour import StepOutput, TourStep
 from lmsci_mi.knowledge import (
     AgreementConfig,
     SubUpdateConfig,
     TriggerConfig,
     ValueVectorConfig,
     key_value_agreement,
+    knowledge_neurons,
     sub_updates,
     trigger_examples,
     value_vectors,
 )
+from lmsci_mi.lenses import logit_lens
 from lmsci_mi.loading import load_model
+from lmsci_mi.model import LensModel
 
 
 def register(commands: Any) -> None:
@@ -134,3 +138,48 @@ def _run_agreement(args: argparse.Namespace) -> int:
     print(result.summary())
     write_outputs(result, args)
     return 0
+
+
+EIFFEL_PROMPT = "The Eiffel Tower is located in the city of"
+EIFFEL_PARAPHRASES = (
+    EIFFEL_PROMPT,
+    "The Eiffel Tower stands in the city of",
+    "You can visit the Eiffel Tower in the city of",
+)
+
+
+def tour_steps() -> list[TourStep]:
+    """Steps this feature adds to `lmsci-mi tour` (see lmsci_mi.cli.tour)."""
+    return [
+        TourStep(
+            "knowledge",
+            "Where is 'the Eiffel Tower is in Paris' stored? The logit lens and knowledge neurons",
+            _step_knowledge,
+            "from lmsci_mi.lenses import logit_lens; from lmsci_mi.knowledge import "
+            f'knowledge_neurons; logit_lens(lm, "{EIFFEL_PROMPT}", " Paris"); '
+            f'knowledge_neurons(lm, {list(EIFFEL_PARAPHRASES)!r}, " Paris")',
+            seconds=25,
+        ),
+    ]
+
+
+def _step_knowledge(lm: LensModel, out_dir: Path) -> StepOutput:
+    """The logit lens of the Eiffel prompt, then the fact's knowledge neurons over 3 paraphrases."""
+    lens = logit_lens(lm, EIFFEL_PROMPT, " Paris")
+    probs = lens.last()
+    first = next((i for i, p in enumerate(probs.tolist()) if p >= 0.1), None)
+    neurons = knowledge_neurons(lm, list(EIFFEL_PARAPHRASES), " Paris")
+    top = ", ".join(str(n) for n in neurons.top(5))
+    where = (
+        f"first reaches p ≥ 0.1 at layer {lens.axis_labels(1)[first]}"
+        if first is not None
+        else ("never reaches p ≥ 0.1 before the last layer")
+    )
+    summary = (
+        f"logit lens: p(' Paris') at the last token {where} (final {float(probs[-1]):.2f}); "
+        f"{len(neurons.neurons)} knowledge neurons shared by the paraphrases, top: {top or 'none'}"
+    )
+    text = lens.summary() + "\n\n" + neurons.summary()
+    return StepOutput(
+        summary, {"logit_lens_eiffel": lens, "knowledge_neurons_eiffel": neurons}, text=text
+    )
