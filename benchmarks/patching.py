@@ -179,7 +179,7 @@ def nnsight_batched(nn, clean, corrupted, metric, n_layers: int, n_heads: int, d
 
 def nnsight_section(lm, clean, corrupted, metric, per_trace: tuple[int, ...]) -> dict:
     """(e): our head sweep against nnsight's loop and batched form, same token ids."""
-    from nnsight import TransformersModel
+    from nnsight import TransformersModel, __version__  # pyright: ignore[reportMissingImports]
 
     cfg = lm.cfg
     # No gradients on either side (the engine runs under no_grad); set globally, as nnsight
@@ -207,11 +207,9 @@ def nnsight_section(lm, clean, corrupted, metric, per_trace: tuple[int, ...]) ->
                      "seconds": t_batched, "max_abs_diff": float((batched - ours).abs().max())})
     for row in rows:
         row["ratio_vs_lmsci_mi"] = row["seconds"] / t_ours
-    import nnsight
-
     return {"sweep": f"head z, all positions, {cfg.n_layers} x {cfg.n_heads} heads, IOI pair",
             "lmsci_mi_seconds": t_ours, "lmsci_mi_timing": "best of 3 after a warm-up",
-            "nnsight_version": nnsight.__version__, "peers": rows,
+            "nnsight_version": __version__, "peers": rows,
             "model": "nnsight: transformers LlamaForCausalLM dequantised from the bundled GGUF; "
                      "lmsci-mi: the same weights converted to TransformerLens"}
 
@@ -237,7 +235,7 @@ def _write_data(sections: dict, meta: dict) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--samples", type=int, default=10, help="noise samples for the trace")
     parser.add_argument("--trace-layers", type=int, default=6,
                         help="layers the naive trace loop is timed on (extrapolated; default 6)")
