@@ -508,6 +508,88 @@ def _results_cells() -> list[Cell]:
     return cells
 
 
+KNOWLEDGE = [
+    md("""
+    # Where is a fact stored? "The Eiffel Tower is in Paris" in SmolLM2
+
+    Four readings of one fact, each a few lines: the logit lens (when does " Paris" become the
+    prediction?), direct logit attribution (which heads and MLPs write it?), the MLP as a
+    key-value memory (which neurons' value vectors push " Paris" up, Geva et al. 2022), and
+    knowledge neurons (integrated gradients over paraphrases, Dai et al. 2022), which we then
+    suppress and enhance.
+    """),
+    setup("knowledge", "import torch", "from IPython.display import Image"),
+    code("""
+    from lmsci_mi.knowledge import (KnowledgeNeuronsConfig, SubUpdateConfig, enhance_neurons,
+                                    knowledge_neurons, sub_updates, suppress_neurons, value_vectors)
+    from lmsci_mi.lenses import direct_logit_attribution, logit_lens
+
+    prompts = ['The Eiffel Tower is located in the city of',
+               'The Eiffel Tower stands in the city of',
+               'You can visit the Eiffel Tower in the city of']
+    answer = ' Paris'
+    """),
+    md("""
+    ## 1. The logit lens
+
+    Each layer's residual stream read through the final norm and the unembedding: the answer's
+    probability by layer and position, each cell labelled with the lens's top token.
+    """),
+    code("""
+    lens = logit_lens(lm, prompts[0], answer)
+    print(lens.summary(rows=lm.cfg.n_layers))
+    lens.plot(OUT / 'logit_lens.png')
+    Image(OUT / 'logit_lens.png')
+    """),
+    md("""
+    ## 2. Direct logit attribution
+
+    Every head's and MLP's direct contribution to the logit of " Paris", norm scales frozen at
+    this run, so the parts sum to the logit.
+    """),
+    code("""
+    dla = direct_logit_attribution(lm, prompts[0], answer)
+    print(dla.summary())
+    """),
+    md("""
+    ## 3. Sub-updates: the MLP as a key-value memory
+
+    A neuron's contribution is its coefficient (`mlp_post`, which can be negative in a gated MLP)
+    times its value vector's projection on " Paris".
+    """),
+    code("""
+    updates = sub_updates(lm, prompts[0], SubUpdateConfig(target=answer))
+    print(updates.summary())
+    """),
+    md("""
+    ## 4. Knowledge neurons
+
+    Integrated gradients of p(" Paris") with respect to every `mlp_post` neuron at the last
+    position, on each paraphrase; the neurons that score above 0.2 of the maximum in most
+    paraphrases are kept. Then we zero them (suppress) and double them (enhance).
+    """),
+    code("""
+    neurons = knowledge_neurons(lm, prompts, answer, KnowledgeNeuronsConfig(steps=8 if QUICK else 20))
+    print(neurons.summary())
+
+    @torch.no_grad()
+    def p_answer(prompt):
+        return float(torch.softmax(lm(lm.to_tokens(prompt))[0, -1].float(), -1)[lm.token_id(answer)])
+
+    found = list(neurons.neurons)
+    with suppress_neurons(lm, found):
+        suppressed = p_answer(prompts[0])
+    with enhance_neurons(lm, found):
+        enhanced = p_answer(prompts[0])
+    print(f'p(answer) {p_answer(prompts[0]):.3f}; suppressed {suppressed:.3f}; enhanced {enhanced:.3f}')
+    print(value_vectors(lm, *found[0]).summary())
+    """),
+    md("""
+    One fact proves little: `benchmarks/knowledge_neurons.py` runs the same test over 30 facts
+    against random neurons from the same layers, with intervals (docs/knowledge_neurons.md).
+    """),
+]
+
 NOTEBOOKS = [
     Notebook("circuits", "script a circuit discovery", "circuit_discovery.py", CIRCUITS),
     Notebook("edit_fact", "edit a fact in a model", "edit_fact.py", EDIT),
@@ -515,6 +597,7 @@ NOTEBOOKS = [
     Notebook("probes", "export probe results", "export_probes.py", PROBES),
     Notebook("steer", "steer with LM-Steer", "steer_sentiment.py", STEER),
     Notebook("sae", "find and steer SAE features", "sae_features.py", SAE),
+    Notebook("knowledge", "where is this fact stored", "where_is_the_fact.py", KNOWLEDGE),
     Notebook("results", "see every result in a notebook", "result_gallery.py", _results_cells()),
 ]
 
