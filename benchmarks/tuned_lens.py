@@ -92,6 +92,23 @@ def _run_set(lm: LensModel, name: str, key: str) -> dict:
     return row
 
 
+EIFFEL = "The Eiffel Tower is located in the city of"
+
+
+def _eiffel(lm: LensModel) -> dict:
+    """p(' Paris') and its rank at the last token, per layer, under both lenses."""
+    out: dict = {"prompt": EIFFEL, "answer": " Paris"}
+    for name, result in (
+        ("logit", logit_lens(lm, EIFFEL, " Paris")),
+        ("tuned", tuned_lens(lm, EIFFEL, " Paris", lens=tuned_lens_for(lm))),
+    ):
+        last = len(result.tokens[0]) - 1
+        out[f"{name}_prob"] = result.values[0, :, last].tolist()
+        out[f"{name}_rank"] = result.rank[0, :, last].tolist()
+        out[f"{name}_top"] = [row[last] for row in result.top_text[0]]
+    return out
+
+
 def _report(lm: LensModel, rows: list[dict]) -> None:
     lens = tuned_lens_for(lm)
     config = TunedLensConfig()
@@ -104,6 +121,7 @@ def _report(lm: LensModel, rows: list[dict]) -> None:
         "metric": "KL(final || lens) in nats per token, resid_post of each layer; sink excluded; "
         "standard error over tokens (tokens of one text are correlated, so it is optimistic)",
         "sets": rows,
+        "eiffel": _eiffel(lm),
         "tuned_beats_logit_below_last": {
             r["set"]: all(
                 t < lo for t, lo in zip(r["tuned_kl"][:-1], r["logit_kl"][:-1], strict=True)
@@ -127,6 +145,13 @@ def _report(lm: LensModel, rows: list[dict]) -> None:
     print(
         "\ntuned < logit at every layer below the last:", document["tuned_beats_logit_below_last"]
     )
+    eiffel = document["eiffel"]
+    print("\nEiffel prompt, p(' Paris') at the last token per layer:")
+    for layer, (a, b) in enumerate(zip(eiffel["logit_prob"], eiffel["tuned_prob"], strict=True)):
+        print(
+            f"{layer:>3} logit {a:.3f} (rank {eiffel['logit_rank'][layer]}, top "
+            f"{eiffel['logit_top'][layer]!r})  tuned {b:.3f} (rank {eiffel['tuned_rank'][layer]})"
+        )
     print("\n" + _markdown(rows))
 
 
