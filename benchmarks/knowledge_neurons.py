@@ -183,7 +183,7 @@ def one_fact(lm: LensModel, facts: list[dict], index: int, cfg: KnowledgeNeurons
     start = time.perf_counter()
     kn = knowledge_neurons(lm, [p for p, _ in cases], fact["target_true"], cfg)
     ig_s = time.perf_counter() - start
-    neurons = [tuple(n) for n in kn.neurons]
+    neurons = [(int(layer), int(neuron)) for layer, neuron in kn.neurons]
     control = random_like(neurons, int(lm.cfg.d_mlp or 0), seed=index)
     other = [fact_cases(facts[j])[0] for j in others_of(facts, index, N_OTHER)]
     return {
@@ -287,7 +287,7 @@ def summarise(rows: list[dict], cfg: KnowledgeNeuronsConfig, *, complete: bool) 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "knowledge neurons").splitlines()[0])
     parser.add_argument(
         "--speed", action="store_true", help="(a) the timing against the package scheme"
     )
