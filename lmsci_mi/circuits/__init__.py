@@ -1,4 +1,5 @@
-"""Circuit discovery: causal tracing, activation and attribution patching, head detection, IOI."""
+"""Circuit discovery: causal tracing, activation and attribution patching, edges (EAP/EAP-IG),
+head detection, IOI."""
 
 from lmsci_mi.circuits.ablation import mean_ablate_heads as mean_ablate_heads
 from lmsci_mi.circuits.ablation import mean_ablated_logits as mean_ablated_logits
@@ -10,6 +11,14 @@ from lmsci_mi.circuits.attention import attention_summary as attention_summary
 from lmsci_mi.circuits.attribution import AttributionConfig as AttributionConfig
 from lmsci_mi.circuits.attribution import AttributionResult as AttributionResult
 from lmsci_mi.circuits.attribution import attribution_patch as attribution_patch
+from lmsci_mi.circuits.eap import EAPConfig as EAPConfig
+from lmsci_mi.circuits.eap import EdgeScores as EdgeScores
+from lmsci_mi.circuits.eap import edge_attribution as edge_attribution
+from lmsci_mi.circuits.edge_patching import CircuitValues as CircuitValues
+from lmsci_mi.circuits.edge_patching import evaluate_circuit as evaluate_circuit
+from lmsci_mi.circuits.edge_patching import evaluate_circuits as evaluate_circuits
+from lmsci_mi.circuits.graph import EdgeGraph as EdgeGraph
+from lmsci_mi.circuits.graph import edge_graph as edge_graph
 from lmsci_mi.circuits.heads import HEAD_SCORES as HEAD_SCORES
 from lmsci_mi.circuits.heads import CompositionScores as CompositionScores
 from lmsci_mi.circuits.heads import HeadScoreConfig as HeadScoreConfig
@@ -58,7 +67,11 @@ __all__ = [
     "AverageIndirectEffect",
     "CausalTrace",
     "CircuitHead",
+    "CircuitValues",
     "CompositionScores",
+    "EAPConfig",
+    "EdgeGraph",
+    "EdgeScores",
     "HeadScoreConfig",
     "HeadScores",
     "IOICircuit",
@@ -82,6 +95,10 @@ __all__ = [
     "composition_scores",
     "copying_scores",
     "duplicate_token_scores",
+    "edge_attribution",
+    "edge_graph",
+    "evaluate_circuit",
+    "evaluate_circuits",
     "find_ioi_circuit",
     "head_scores",
     "induction_ablation",

@@ -4,6 +4,11 @@ Nodes are the input embedding, every attention head's output (``z @ W_O[h]``), e
 logits; an edge runs from each upstream output to each downstream input, with a head's q, k and v
 inputs as separate receivers. The layout is EAP-IG's dense ``[sender, receiver]`` matrix with a
 mask of real edges (Hanna et al. 2024, "Have Faith in Faithfulness"; Conmy et al. 2023, ACDC).
+
+Post-norms (Gemma 2/3 normalise each block's output before adding it): the normed output is the
+node, split over heads at the run's own scale, ``a_h = w ⊙ (z_h W_O[h]) / s(x)``, so the stream
+stays an exact sum of node outputs in every run (Gemma has no attention bias) and edge patching
+is exact; a head's output then also moves with its layer-mates' (they share ``s``).
 """
 
 from __future__ import annotations
