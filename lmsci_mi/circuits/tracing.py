@@ -310,7 +310,6 @@ def causal_trace(
     lm: LensModel, prompt: str, subject: str, config: TraceConfig | None = None
 ) -> CausalTrace:
     """Causal trace of ``prompt``'s prediction of the target through ``subject``'s tokens.
-
     Reads the model only (no weight changes; every hook is removed on return or error).
 
     Args:
@@ -326,8 +325,8 @@ def causal_trace(
         A :class:`CausalTrace`; ``values[k, l, p]`` is the metric with state (k, l, p) restored.
 
     Raises:
-        ValueError: subject not in the prompt, target not one token, unknown kind, bad window,
-            a corrupted prompt whose tokens do not align with the prompt's.
+        ValueError: subject not in the prompt, target not one token, bad kind or window, or
+            a corrupted prompt not aligned token by token with the prompt.
 
     >>> from lmsci_mi import load_model
     >>> lm = load_model("toy-2l")
@@ -338,62 +337,32 @@ def causal_trace(
     cfg = config or TraceConfig()
     corrupt = CORRUPTIONS.get(cfg.corruption).function
     subject_positions = _validate_subject(lm, prompt, subject)
-    target_id = lm.token_id(cfg.target) if cfg.target is not None else None
-    wrong_given = lm.token_id(cfg.wrong) if cfg.wrong is not None else None
-    tokens = lm.to_tokens(prompt)
-    n_layers = lm.cfg.n_layers
-    hooks = sorted(
-        {
-            h
-            for kind in cfg.kinds
-            for layer in range(n_layers)
-            for h in _restored_hooks(kind, layer, cfg.window, n_layers)
-        }
+    target_id, wrong_given = (
+        None if t is None else lm.token_id(t) for t in (cfg.target, cfg.wrong)
     )
-    severed = sorted(
-        {
-            hook_name(_SEVERED_SITE[k], layer)
-            for k in cfg.kinds
-            if k in _SEVERED_SITE
-            for layer in range(n_layers)
-        }
-    )
+    tokens, n_layers = lm.to_tokens(prompt), lm.cfg.n_layers
+    hooks, severed = _trace_hooks(cfg, n_layers)
     with torch.no_grad(), lm.hooks.capture([*hooks, hook_name("embed")]) as clean:
         clean_logits = lm(tokens)[:, -1]
     scale = float(cfg.noise_scale) if cfg.noise_scale is not None else cfg.noise * embedding_std(lm)
     run = CleanRun(prompt, subject, tokens, subject_positions, clean[hook_name("embed")])
     corrupted: Corrupted = corrupt(lm, run, cfg, scale)
     target_id = int(clean_logits[0].argmax()) if target_id is None else target_id
+    captured = sorted({*hooks, *severed, _final_hook(n_layers)})
     base = BaseRun.record(
-        lm,
-        corrupted.tokens,
-        capture=sorted({*hooks, *severed, _final_hook(n_layers)}),
-        interventions=corrupted.interventions,
+        lm, corrupted.tokens, capture=captured, interventions=corrupted.interventions
     )
-    wrong_id = -1
-    if corrupted.metric != METRIC_PROB:
-        wrong_id = int(base.logits[0].argmax()) if wrong_given is None else wrong_given
-        if wrong_id == target_id:
-            raise ValueError(
-                f"the corrupted run still predicts the target {_decode(lm, target_id)!r}: the logit "
-                "difference needs another answer; give --wrong or a corruption that changes the answer"
-            )
+    wrong_id = _wrong_id(lm, corrupted, base, wrong_given, target_id)
     readout = _readout(target_id, wrong_id, corrupted.metric)
     values, work = _restorations(lm, base, clean, subject_positions[0], readout, cfg)
+    method = f"Meng et al. 2022 causal tracing, {CORRUPTIONS.get(cfg.corruption).description}"
+    params = {**cfg.params(), "subject": subject, "noise_scale": corrupted.noise_scale}
     return CausalTrace(
         values=values,
         axes=("kind", "layer", "position"),
         labels=(cfg.kinds, tuple(str(i) for i in range(n_layers)), tuple(lm.to_str_tokens(prompt))),
         meta=lm.meta(
-            [prompt],
-            seed=cfg.seed,
-            data_source="user prompt",
-            params={
-                **cfg.params(),
-                "subject": subject,
-                "noise_scale": corrupted.noise_scale,
-                "method": f"Meng et al. 2022 causal tracing, {CORRUPTIONS.get(cfg.corruption).description}",
-            },
+            [prompt], seed=cfg.seed, data_source="user prompt", params=params | {"method": method}
         ),
         clean_prob=float(clean_logits[0].float().softmax(-1)[target_id]),
         corrupted_prob=float(base.logits.float().softmax(-1)[:, target_id].mean()),
@@ -413,6 +382,39 @@ def causal_trace(
         clean_value=float(readout(clean_logits[None]).mean()),
         corrupted_value=float(readout(base.logits[None]).mean()),
     )
+
+
+def _trace_hooks(cfg: TraceConfig, n_layers: int) -> tuple[list[str], list[str]]:
+    """The hooks restored (clean values captured) and held by severing (corrupted values)."""
+    kinds, window = cfg.kinds, cfg.window
+    restored = {
+        h
+        for k in kinds
+        for layer in range(n_layers)
+        for h in _restored_hooks(k, layer, window, n_layers)
+    }
+    held = {
+        hook_name(_SEVERED_SITE[k], layer)
+        for k in kinds
+        if k in _SEVERED_SITE
+        for layer in range(n_layers)
+    }
+    return sorted(restored), sorted(held)
+
+
+def _wrong_id(
+    lm: LensModel, corrupted: Corrupted, base: BaseRun, given: int | None, target_id: int
+) -> int:
+    """The logit difference's competing answer: given, else the corrupted run's top-1 (-1: none)."""
+    if corrupted.metric == METRIC_PROB:
+        return -1
+    wrong_id = int(base.logits[0].argmax()) if given is None else given
+    if wrong_id == target_id:
+        raise ValueError(
+            f"the corrupted run still predicts the target {_decode(lm, target_id)!r}: the logit "
+            "difference needs another answer; give --wrong or a corruption that changes the answer"
+        )
+    return wrong_id
 
 
 def _decode(lm: LensModel, token: int) -> str:
