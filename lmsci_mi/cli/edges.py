@@ -24,6 +24,7 @@ from lmsci_mi.cli.common import (
     write_outputs,
 )
 from lmsci_mi.cli.paths import add_path_command
+from lmsci_mi.cli.tour import StepOutput, TourStep
 from lmsci_mi.model import LensModel
 
 __all__ = ["PromptPairs", "ioi_str_pairs", "register"]
@@ -302,3 +303,51 @@ def score_edges(lm: LensModel, graph: Any, pairs: PromptPairs, method: str, step
         method="EAP" if method == "eap" else "EAP-IG", steps=steps, grouped=graph.grouped
     )
     return edge_attribution(lm, list(pairs.clean), list(pairs.corrupted), pairs.metric(), config)
+
+
+def tour_steps() -> list[TourStep]:
+    """Steps this feature adds to `lmsci-mi tour` (see lmsci_mi.cli.tour)."""
+    return [
+        TourStep(
+            "edge_circuit",
+            "Edge-level IOI circuit: EAP-IG scores, the faithfulness curve and the 5 % circuit",
+            _step_edge_circuit,
+            "from lmsci_mi.circuits.faithfulness import faithfulness_curve; from "
+            "lmsci_mi.circuits.graph import edge_graph; from lmsci_mi.cli.edges import "
+            "ioi_str_pairs, score_edges; graph = edge_graph(lm); pairs = ioi_str_pairs(lm, 16); "
+            "faithfulness_curve(lm, graph, score_edges(lm, graph, pairs, 'eap-ig', 5), "
+            "list(pairs.clean), list(pairs.corrupted), pairs.metric())",
+            seconds=60,
+        ),
+    ]
+
+
+def _step_edge_circuit(lm: LensModel, out_dir: Path) -> StepOutput:
+    """EAP-IG on 16 IOI prompt pairs (STR), the faithfulness curve at MIB's budgets, the 5 % circuit."""
+    from lmsci_mi.circuits.faithfulness import CurveConfig, faithfulness_curve
+    from lmsci_mi.circuits.graph import edge_graph
+
+    graph = edge_graph(lm)
+    pairs = ioi_str_pairs(lm, 16)
+    scores = score_edges(lm, graph, pairs, "eap-ig", 5)
+    curve = faithfulness_curve(
+        lm,
+        graph,
+        scores,
+        list(pairs.clean),
+        list(pairs.corrupted),
+        pairs.metric(),
+        CurveConfig(n_bootstrap=200),
+        label="EAP-IG (m=5)",
+    )
+    circuit = curve.circuit(5.0)
+    summary = (
+        f"{graph.describe()}; EAP-IG on {len(pairs.clean)} IOI pairs: normalised faithfulness "
+        f"{curve.at(5.0):.2f} at 5 % of edges, {curve.at(1.0):.2f} at 1 %; CPR {curve.cpr:.3f}, "
+        f"CMD {curve.cmd:.3f}"
+    )
+    return StepOutput(
+        summary,
+        {"ioi_faithfulness_curve": curve, "ioi_circuit_5pct": circuit},
+        text=curve.summary(),
+    )
