@@ -169,7 +169,7 @@ def _reference_ig(lm: LensModel, edges: list[str], steps: int) -> list[float]:
         leaf = (e_corr + k / steps * (e_clean - e_corr)).requires_grad_(True)
         with (
             torch.enable_grad(),
-            lm.hooks.hooks(fwd=[("hook_embed", lambda a, h, leaf=leaf: leaf)]),
+            lm.hooks.hooks(fwd=[("hook_embed", lambda activation, hook, leaf=leaf: leaf)]),
             lm.hooks.capture(in_sites, detach=False) as cap,
         ):
             resid = lm.model(tokens["clean"], stop_at_layer=n)
