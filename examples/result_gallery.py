@@ -18,8 +18,12 @@ from collections.abc import Callable
 import torch
 
 from lmsci_mi import LensModel, load_model
+from lmsci_mi.circuits.aie import Fact, aggregate_traces
 from lmsci_mi.circuits.attention import attention_summary
 from lmsci_mi.circuits.attribution import AttributionConfig, attribution_patch
+from lmsci_mi.circuits.eap import EAPConfig, edge_attribution
+from lmsci_mi.circuits.faithfulness import CurveConfig, faithfulness_curve
+from lmsci_mi.circuits.graph import edge_graph
 from lmsci_mi.circuits.heads import (
     HeadScoreConfig,
     InductionAblationConfig,
@@ -28,12 +32,26 @@ from lmsci_mi.circuits.heads import (
     induction_scores,
 )
 from lmsci_mi.circuits.ioi import IOI_ROLES, CircuitHead, IOICircuit
+from lmsci_mi.circuits.metrics import LogitDiff
 from lmsci_mi.circuits.patching import PatchingConfig, patch_activations
+from lmsci_mi.circuits.path_patching import path_patch
 from lmsci_mi.circuits.tracing import TraceConfig, causal_trace
 from lmsci_mi.data.cfg import CFGConfig, build_grammar
 from lmsci_mi.editing.metrics import METRICS as EDIT_METRICS
 from lmsci_mi.editing.metrics import EditEvaluation
 from lmsci_mi.editing.stats import StatsConfig, key_statistics
+from lmsci_mi.knowledge import (
+    AgreementConfig,
+    KnowledgeNeuronsConfig,
+    TriggerConfig,
+    integrated_gradients,
+    key_value_agreement,
+    knowledge_neurons,
+    sub_updates,
+    trigger_examples,
+    value_vectors,
+)
+from lmsci_mi.lenses import direct_logit_attribution, logit_lens
 from lmsci_mi.probes.cfg import (
     AttentionTransitionConfig,
     CFGProbeConfig,
@@ -78,6 +96,20 @@ def _randomise(steer: LMSteer) -> None:
     with torch.no_grad():
         for parameter in steer.parameters():
             parameter.copy_(torch.randn(parameter.shape, generator=generator))
+
+
+TEXTS = [
+    "The Eiffel Tower is in Paris, the capital of France.",
+    "Berlin is the capital of Germany and its largest city.",
+    "A function returns a value to the caller when it ends.",
+]
+PAIRS = (["When Mary and John went out, John gave it to", "The cat sat on the"],
+         ["When Mary and John went out, Mary gave it to", "The dog sat on the"])
+
+
+def _pair_metric(lm: LensModel) -> LogitDiff:
+    return LogitDiff([lm.token_id(" Mary"), lm.token_id(" mat")],
+                     [lm.token_id(" John"), lm.token_id(" rug")])
 
 
 # ---------------------------------------------------------------------- builders
@@ -379,6 +411,66 @@ def ioi_circuit(lm: LensModel) -> Result:
     )
 
 
+def lens(lm: LensModel) -> Result:
+    return logit_lens(lm, PROMPT, " Paris")
+
+
+def dla(lm: LensModel) -> Result:
+    return direct_logit_attribution(lm, PROMPT, " Paris")
+
+
+def values(lm: LensModel) -> Result:
+    return value_vectors(lm, 1, [0, 1, 2])
+
+
+def triggers(lm: LensModel) -> Result:
+    return trigger_examples(lm, 1, [0, 1], TEXTS, TriggerConfig(n_examples=3))
+
+
+def subupdates(lm: LensModel) -> Result:
+    return sub_updates(lm, PROMPT)
+
+
+def agreement(lm: LensModel) -> Result:
+    config = AgreementConfig(neurons_per_layer=6, n_triggers=3, top_k=50, n_shuffles=2)
+    return key_value_agreement(lm, TEXTS, config)
+
+
+def neuron_attribution(lm: LensModel) -> Result:
+    return integrated_gradients(lm, PROMPT, " Paris", KnowledgeNeuronsConfig(steps=4))
+
+
+def neurons(lm: LensModel) -> Result:
+    prompts = [PROMPT, "The Eiffel Tower stands in the city of", "You can see the Eiffel Tower in"]
+    return knowledge_neurons(lm, prompts, " Paris", KnowledgeNeuronsConfig(steps=4))
+
+
+def edge_scores(lm: LensModel) -> Result:
+    return edge_attribution(lm, *PAIRS, _pair_metric(lm), EAPConfig(method="EAP"))
+
+
+def curve(lm: LensModel) -> Result:
+    scores = edge_attribution(lm, *PAIRS, _pair_metric(lm), EAPConfig(method="EAP"))
+    config = CurveConfig(fractions=(10.0, 50.0, 100.0), n_bootstrap=0)
+    return faithfulness_curve(lm, edge_graph(lm), scores, *PAIRS, _pair_metric(lm), config)
+
+
+def circuit(lm: LensModel) -> Result:
+    return curve(lm).circuit(50.0)  # type: ignore[attr-defined]
+
+
+def paths(lm: LensModel) -> Result:
+    metric = LogitDiff(lm.token_id(" Mary"), lm.token_id(" John"))  # one pair: equal lengths
+    return path_patch(lm, PAIRS[0][:1], PAIRS[1][:1], metric, ["L0.H0", "L0.H1", "MLP0"], ["logits"])
+
+
+def aie(lm: LensModel) -> Result:
+    facts = [Fact(PROMPT, "Eiffel Tower", " Paris"), Fact("Berlin is the capital of", "Berlin", " Germany")]
+    config = TraceConfig(n_samples=2, window=1, kinds=("resid", "mlp"))
+    traces = [causal_trace(lm, f.prompt, f.subject, config.replace(target=f.target)) for f in facts]
+    return aggregate_traces(traces)
+
+
 BUILDERS: dict[str, Callable[[LensModel], Result]] = {
     "TokenPredictions": token_predictions,
     "CausalTrace": causal_trace_result,
@@ -403,6 +495,19 @@ BUILDERS: dict[str, Callable[[LensModel], Result]] = {
     "SAEStats": sae_stats,
     "FeatureCards": feature_cards,
     "SteeringFrequency": steering_frequency,
+    "LogitLens": lens,
+    "LogitAttribution": dla,
+    "ValueVectors": values,
+    "TriggerExamples": triggers,
+    "SubUpdates": subupdates,
+    "KeyValueAgreement": agreement,
+    "NeuronAttribution": neuron_attribution,
+    "KnowledgeNeurons": neurons,
+    "EdgeScores": edge_scores,
+    "FaithfulnessCurve": curve,
+    "Circuit": circuit,
+    "PathPatchingResult": paths,
+    "AverageIndirectEffect": aie,
 }
 """One builder per registered result type, by type name."""
 

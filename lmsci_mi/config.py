@@ -124,8 +124,9 @@ class Config:
                 if rule.choices is not None and not rule.each and "choices" not in kwargs:
                     kwargs["choices"] = [*rule.choices, *([None] if rule.optional else [])]
                 shown += f"; {rule.summary()}" if rule.summary() else ""
-            parser.add_argument(flag, dest=f.name, default=default,
-                                help=f"{f.metadata.get('help', '')} ({shown})", **kwargs)
+            # argparse %-formats help strings: a literal "95%" in a field's help must be doubled.
+            text = f"{f.metadata.get('help', '')} ({shown})".replace("%", "%%")
+            parser.add_argument(flag, dest=f.name, default=default, help=text, **kwargs)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, **overrides: Any) -> Self:

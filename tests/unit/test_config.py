@@ -195,7 +195,7 @@ def test_help_shows_each_bound_next_to_the_default() -> None:
 
     text = _help(GenerationConfig)
     assert "(default: 32; >= 1)" in text and "(default: None; in (0, 1])" in text
-    trace = "(default: ('resid', 'mlp', 'attn'); each one of resid, mlp, attn, at least 1 value)"
+    trace = "(default: ('resid', 'mlp', 'attn'); each one of resid, mlp, attn, sever_mlp, sever_attn, at least 1 value)"
     assert trace in _help(TraceConfig)
     for cls in _all_configs():
         on_cli = {f.name for f in dataclasses.fields(cls) if f.metadata.get("cli", True)}
