@@ -19,7 +19,6 @@ from lmsci_mi.sites import hook_name
 from lmsci_mi.sweep import Intervention
 
 if TYPE_CHECKING:
-    from lmsci_mi.circuits.tracing import TraceConfig
     from lmsci_mi.model import LensModel
 
 __all__ = ["CORRUPTIONS", "CleanRun", "Corrupted", "CorruptionFn"]
@@ -63,9 +62,20 @@ class Corrupted:
     noise_scale: float
 
 
+class TraceSettings(Protocol):
+    """What a corruption reads of the trace's config (:class:`~lmsci_mi.circuits.tracing.TraceConfig`);
+    a protocol, so this module need not import the tracing module that imports it."""
+
+    n_samples: int
+    seed: int
+    replacement: str | None
+    corrupted_prompt: str | None
+    wrong: str | None
+
+
 class CorruptionFn(Protocol):
     def __call__(
-        self, lm: LensModel, clean: CleanRun, config: TraceConfig, scale: float
+        self, lm: LensModel, clean: CleanRun, config: TraceSettings, scale: float
     ) -> Corrupted: ...
 
 
@@ -78,7 +88,7 @@ scale)``, where ``scale`` is the noise std (used by ``gaussian`` only), and retu
 @CORRUPTIONS.register(
     "gaussian", Config, "Gaussian noise on the subject's embeddings (ROME); metric p(target)"
 )
-def gaussian_noise(lm: LensModel, clean: CleanRun, config: TraceConfig, scale: float) -> Corrupted:
+def gaussian_noise(lm: LensModel, clean: CleanRun, config: TraceSettings, scale: float) -> Corrupted:
     """``n_samples`` noised copies: N(0, scale²) added to each subject embedding coordinate."""
     # Drawn on the CPU so that a seed gives the same noise on every device.
     eps = (
@@ -110,7 +120,7 @@ def gaussian_noise(lm: LensModel, clean: CleanRun, config: TraceConfig, scale: f
     "str", Config, "symmetric token replacement: another subject of the same length"
 )
 def symmetric_token_replacement(
-    lm: LensModel, clean: CleanRun, config: TraceConfig, scale: float
+    lm: LensModel, clean: CleanRun, config: TraceSettings, scale: float
 ) -> Corrupted:
     """The prompt with its subject replaced by ``config.replacement`` (same number of tokens)."""
     if not config.replacement:
@@ -131,7 +141,7 @@ def symmetric_token_replacement(
 
 @CORRUPTIONS.register("prompt", Config, "a corrupted prompt the user gives (same token length)")
 def corrupted_prompt(
-    lm: LensModel, clean: CleanRun, config: TraceConfig, scale: float
+    lm: LensModel, clean: CleanRun, config: TraceSettings, scale: float
 ) -> Corrupted:
     """The user's ``config.corrupted_prompt``, which must align token by token with the prompt."""
     if not config.corrupted_prompt:
