@@ -416,6 +416,16 @@ def _score_tensor(graph: EdgeGraph, scores: Any) -> Tensor:
     return tensor.detach().float().cpu()
 
 
+def _band(result: Any, cfg: CurveConfig) -> Tensor:
+    """The 95 % bootstrap band of each budget's faithfulness, resampling the prompts."""
+    return bootstrap_faithfulness(
+        result.per_prompt,
+        result.clean_per_prompt,
+        result.corrupted_per_prompt,
+        n_resamples=cfg.n_bootstrap,
+    )
+
+
 def faithfulness_curve(
     lm: LensModel,
     graph: EdgeGraph,
@@ -465,35 +475,14 @@ def faithfulness_curve(
     masks = prune_to_fractions(graph, table, cfg.fractions, method=cfg.prune, absolute=cfg.absolute)
     # Exact patching needs no gradients; no_grad also keeps every returned tensor grad-free.
     with torch.no_grad():
-        result = evaluate_circuits(
-            lm,
-            graph,
-            masks,
-            clean,
-            corrupted,
-            metric,
-            batch_size=cfg.batch_size,
-            circuits_per_pass=cfg.circuits_per_pass,
-            answer_positions=answer_positions,
-        )
+        result = evaluate_circuits(lm, graph, masks, clean, corrupted, metric,
+                                   batch_size=cfg.batch_size, circuits_per_pass=cfg.circuits_per_pass,
+                                   answer_positions=answer_positions)  # fmt: skip
     faithfulness = result.normalised().float()
     n_prompts = int(result.per_prompt.shape[1])
-    interval = None
-    if cfg.n_bootstrap > 0 and n_prompts > 1:
-        interval = bootstrap_faithfulness(
-            result.per_prompt,
-            result.clean_per_prompt,
-            result.corrupted_per_prompt,
-            n_resamples=cfg.n_bootstrap,
-        )
+    interval = _band(result, cfg) if cfg.n_bootstrap > 0 and n_prompts > 1 else None
     cpr, cmd = area_under_curve(cfg.fractions, faithfulness.tolist(), log_scale=cfg.log_scale)
-    texts = (
-        tuple(clean)
-        if isinstance(clean, (list, tuple))
-        else (clean,)
-        if isinstance(clean, str)
-        else ()
-    )
+    texts = tuple(clean) if isinstance(clean, (list, tuple)) else (clean,) if isinstance(clean, str) else ()
     name = label or "edge scores"
     return FaithfulnessCurve(
         values=faithfulness,
