@@ -116,8 +116,9 @@ def node_map(graph: EdgeGraph) -> NodeMap:
                 for h in heads:
                     incidence[col, graph.head_sender(layer, h)] = True
                 inputs[col] = letter
-        incidence[cols.mlp, graph.mlp_sender(layer)] = True
-        inputs[cols.mlp] = "mlp"
+        if cols.mlp is not None:  # attention-only models have no MLP receiver
+            incidence[cols.mlp, graph.mlp_sender(layer)] = True
+            inputs[cols.mlp] = "mlp"
     incidence[graph.logits, len(names) - 1] = True
     inputs[graph.logits] = "logits"
     return NodeMap(
