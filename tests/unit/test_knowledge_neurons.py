@@ -297,4 +297,8 @@ def test_eiffel_neurons_on_smollm2(clean_smollm2: LensModel) -> None:
         suppressed = p_paris()
     with enhance_neurons(lm, top):
         enhanced = p_paris()
-    assert suppressed < clean < enhanced  # the neurons IG credits carry p(Paris) both ways
+    # Zeroing the neurons IG credits removes most of p(Paris). Doubling them does not raise it on
+    # SmolLM2 (0.75 -> 0.51 measured): enhancing is inconsistent here, as the table in
+    # docs/knowledge_neurons.md shows, so only the direction of suppression is asserted.
+    assert suppressed < 0.5 * clean
+    assert enhanced != clean
