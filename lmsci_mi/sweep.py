@@ -45,6 +45,7 @@ __all__ = [
     "SweepOutput",
     "SweepStats",
     "plan_passes",
+    "resume",
     "run_rows",
 ]
 
@@ -159,8 +160,7 @@ class BaseRun:
         (e.g. noised subject embeddings for causal tracing; any hook, embeddings included)."""
         model, n_layers = lm.model, lm.cfg.n_layers
         tokens = tokens.to(lm.device)
-        entries = [TransformerLensKeyValueCacheEntry.init_cache_entry(model.cfg, lm.device, tokens.shape[0])
-                   for _ in range(n_layers)]
+        entries = [_empty_entry(lm, tokens.shape[0]) for _ in range(n_layers)]
         names = [hook_name("resid_pre", layer) for layer in range(n_layers)]
         with lm.hooks.hooks(fwd=[_replacing(i.hook, i.mask, i.source) for i in interventions],
                             label="sweep base"), \
@@ -179,6 +179,17 @@ class BaseRun:
             answer_positions=answers,
             logits=logits,
         )
+
+
+def _empty_entry(lm: LensModel, batch: int) -> TransformerLensKeyValueCacheEntry:
+    """An empty cache entry whose head count matches the keys attention will append: one per
+    query head when TransformerLens ungroups grouped-query attention (edge patching does)."""
+    entry = TransformerLensKeyValueCacheEntry.init_cache_entry(lm.model.cfg, lm.device, batch)
+    if lm.model.cfg.ungroup_grouped_query_attention:
+        shape = (batch, 0, lm.cfg.n_heads, lm.cfg.d_head)
+        entry.past_keys = entry.past_keys.new_empty(shape)
+        entry.past_values = entry.past_values.new_empty(shape)
+    return entry
 
 
 def _answer_positions(positions: int | Tensor, shape: torch.Size) -> Tensor:
@@ -328,6 +339,25 @@ def _entry(base: BaseRun, layer: int, prefix: int, n_rows: int) -> TransformerLe
     keys = base.keys[layer][:, :prefix].repeat(n_rows, 1, 1, 1)
     values = base.values[layer][:, :prefix].repeat(n_rows, 1, 1, 1)
     return TransformerLensKeyValueCacheEntry(past_keys=keys, past_values=values, frozen=True)
+
+
+def resume(lm: LensModel, base: BaseRun, prefix: int, n_rows: int,
+           start: Tensor | None = None) -> Float[Tensor, "row_batch suffix d_model"]:
+    """The final residual stream of ``n_rows`` copies of the base run, computed on positions
+    ``prefix..`` only, attending to the base run's keys and values before ``prefix``.
+
+    For a caller whose own hooks change the run (edge patching, the integrated-gradients pass):
+    they fire on the suffix positions, with ``n_rows × base.batch`` rows. ``start`` replaces the
+    stream entering block 0 (``[n_rows × batch, suffix, d_model]``; default the base run's).
+    """
+    if not 0 <= prefix <= int(base.answer_positions.min()):
+        raise ValueError(f"a prefix of {prefix} positions must end before the first answer "
+                         f"position {int(base.answer_positions.min())}")
+    resid = base.resid[0][:, prefix:].repeat(n_rows, 1, 1) if start is None else start
+    for layer, block in enumerate(lm.model.blocks):
+        entry = _entry(base, layer, prefix, n_rows) if prefix else None
+        resid = block(resid, past_kv_cache_entry=entry)
+    return resid
 
 
 def _suffix(tensor: Tensor, axis: int, prefix: int) -> Tensor:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from lmsci_mi import LensModel, load_model
 
@@ -35,6 +36,43 @@ def tiny() -> LensModel:
 def tiny_gpt2() -> LensModel:
     """toy-gpt2-2l: LayerNorm, learned positions, one K/V head per query head."""
     return load_model("toy-gpt2-2l", device="cpu")
+
+
+@pytest.fixture
+def tiny_post_norm(tiny: LensModel) -> LensModel:
+    """A Gemma-3-shaped toy: RMS pre- and post-norms, with random norm weights so that every
+    weight the DLA must apply differs from 1."""
+    cfg = HookedTransformerConfig(
+        n_layers=2,
+        d_model=64,
+        n_heads=4,
+        d_head=16,
+        d_mlp=128,
+        n_ctx=64,
+        d_vocab=tiny.cfg.d_vocab,
+        act_fn="gelu_pytorch_tanh",
+        gated_mlp=True,
+        normalization_type="RMS",
+        use_normalization_before_and_after=True,
+        positional_embedding_type="rotary",
+        rotary_dim=16,
+        n_key_value_heads=1,
+        seed=0,
+    )
+    model = HookedTransformer(cfg, tokenizer=tiny.tokenizer)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith(".w"):
+                param.copy_(1 + 0.5 * torch.randn_like(param))
+            if name.endswith("b_O"):
+                param.copy_(0.1 * torch.randn_like(param))
+    return LensModel(
+        model,
+        name="toy-post-norm",
+        source="test",
+        tokenizer=tiny.tokenizer,
+        sink_token_id=tiny.sink_token_id,
+    )
 
 
 def weights_fingerprint(lm: LensModel) -> dict[str, tuple[float, float]]:

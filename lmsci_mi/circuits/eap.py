@@ -29,6 +29,7 @@ from lmsci_mi.circuits.edge_patching import (
     receiver_flags,
     record_run,
     sender_buffer,
+    shared_prefix,
 )
 from lmsci_mi.circuits.graph import EdgeGraph, edge_graph
 from lmsci_mi.circuits.metrics import Metric
@@ -36,6 +37,7 @@ from lmsci_mi.config import Config, config
 from lmsci_mi.hooks import HookFn
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name
+from lmsci_mi.sweep import BaseRun, resume
 
 if TYPE_CHECKING:
     from transformer_lens.hook_points import HookPoint
@@ -125,10 +127,8 @@ class _Gradients:
         diff: Tensor,
         scores: Tensor,
         steps: int,
-        embed: Callable[[Tensor], Tensor],
     ):
         self.lm, self.graph, self.diff, self.scores, self.steps = lm, graph, diff, scores, steps
-        self.embed = embed
         self.stream: dict[int, Tensor] = {}
 
     def contract(self, n_senders: int, cols: slice) -> Callable[[Tensor], None]:
@@ -137,25 +137,19 @@ class _Gradients:
             if g.ndim == 3:
                 g = g.unsqueeze(2)
             self.scores[:n_senders, cols] += torch.einsum(
-                "bpsd,bprd->sr", self.diff[:, :, :n_senders], g.to(self.diff.dtype)
+                "sbpd,bprd->sr", self.diff[:n_senders], g.to(self.diff.dtype)
             )
 
         return hook
 
     def hooks(self) -> HookList:
-        hooks: HookList = [(hook_name("embed"), self._embed)]
+        hooks: HookList = []
         for layer in range(self.graph.n_layers):
             hooks.append((hook_name("resid_pre", layer), self._stream(layer)))
             hooks += [(hook_name(letter, layer), self._qkv(layer, letter)) for letter in "qkv"]
             if self.graph.has_mlp:
                 hooks.append((hook_name("mlp_in", layer), self._mlp(layer)))
         return hooks
-
-    def _embed(self, activation: Tensor, hook: HookPoint) -> Tensor:
-        # A leaf that needs grad: the pass builds a graph whether or not the weights need grad,
-        # and no gradient ever reaches a weight (autograd.grad on this leaf only).
-        self.leaf = self.embed(activation.detach()).requires_grad_(True)
-        return self.leaf
 
     def _stream(self, layer: int) -> HookFn:
         def keep(activation: Tensor, hook: HookPoint) -> None:
@@ -187,20 +181,14 @@ class _Gradients:
         return mlp_in
 
 
-def _interpolation(corrupted_embed: Tensor, steps: int) -> Callable[[Tensor], Tensor]:
+def _interpolation(clean: Tensor, corrupted: Tensor, steps: int) -> Tensor:
     """EAP-IG's inputs: row block k-1 holds ``e' + (k/m)(e − e')`` for k = 1..m (the last block
-    is exactly the clean embedding)."""
-
-    def embed(clean: Tensor) -> Tensor:
-        if steps == 1:
-            return clean
-        batch = corrupted_embed.shape[0]
-        alphas = torch.arange(1, steps + 1, device=clean.device, dtype=clean.dtype) / steps
-        corrupted = corrupted_embed.repeat(steps, 1, 1)
-        mixed = corrupted + alphas.repeat_interleave(batch)[:, None, None] * (clean - corrupted)
-        return torch.cat([mixed[:-batch], clean[-batch:]])
-
-    return embed
+    is exactly the clean input)."""
+    if steps == 1:
+        return clean
+    alphas = torch.arange(1, steps, device=clean.device, dtype=clean.dtype) / steps
+    mixed = corrupted + alphas[:, None, None, None] * (clean - corrupted)
+    return torch.cat([mixed.flatten(0, 1), clean])
 
 
 def _score_batch(
@@ -213,17 +201,26 @@ def _score_batch(
     scores: Tensor,
 ) -> tuple[Tensor, Tensor]:
     """Add one batch's scores (over all pairs' mean) into ``scores``; return the batch's clean and
-    corrupted metric per pair."""
+    corrupted metric per pair.
+
+    The positions the clean and corrupted prompts share are computed once, in the cached clean
+    run: every sender's difference is zero there, so no edge gains a score from them.
+    """
     index, clean_tokens, corrupted_tokens, answers = batch
     steps = cfg.steps if cfg.method == "EAP-IG" else 1
-    with lm.hooks.capture(hook_name("embed")) as cap:
+    prefix = shared_prefix(clean_tokens, corrupted_tokens, answers)
+    with receiver_flags(lm, graph):  # cached keys in the layout the graded pass appends to
+        base = BaseRun.record(lm, clean_tokens, answer_positions=answers)
+    with lm.hooks.capture(hook_name("resid_pre", 0)) as cap:
         corrupted_out, _, corrupted_final = record_run(lm, graph, corrupted_tokens)
     b, width = clean_tokens.shape
-    clean_out = sender_buffer(lm, graph, b, width)
-    diff = corrupted_out
-    grads = _Gradients(
-        lm, graph, diff, scores, steps, _interpolation(cap[hook_name("embed")], steps)
-    )
+    clean_out = sender_buffer(lm, graph, b, width - prefix)
+    diff = corrupted_out[:, :, prefix:].contiguous()
+    # A leaf that needs grad: the pass builds a graph whether or not the weights need grad, and
+    # no gradient ever reaches a weight (autograd.grad on this leaf only).
+    start = _interpolation(base.resid[0][:, prefix:], cap[hook_name("resid_pre", 0)][:, prefix:], steps)
+    start.requires_grad_(True)
+    grads = _Gradients(lm, graph, diff, scores, steps)
     recorder = SenderRecorder(lm, graph, clean_out, rows=slice((steps - 1) * b, steps * b))
     rows = torch.arange(steps * b, device=lm.device)
     with (
@@ -231,14 +228,14 @@ def _score_batch(
         receiver_flags(lm, graph),
         lm.hooks.hooks(fwd=recorder.hooks() + grads.hooks(), label="edge attribution"),
     ):
-        final = lm.model(clean_tokens.repeat(steps, 1), stop_at_layer=graph.n_layers)
+        final = resume(lm, base, prefix, steps, start=start)
         final.register_hook(grads.contract(graph.n_senders, slice(graph.logits, graph.logits + 1)))
-        logits = lm.unembed(final[rows, answers.to(lm.device).repeat(steps)])
+        logits = lm.unembed(final[rows, (answers.to(lm.device) - prefix).repeat(steps)])
         clean_logits = logits[-b:].detach()
         scorer = batch_scorer(metric, clean_logits, index, n_pairs)
         diff.sub_(clean_out)  # a(x') − a(x); the hooks read it only during the backward pass
         loss = scorer(logits.view(steps, b, -1)).float().sum() / (steps * n_pairs)
-        torch.autograd.grad(loss, [grads.leaf])
+        torch.autograd.grad(loss, [start])
     with torch.no_grad():
         corrupted_logits = lm.unembed(corrupted_final[rows[:b], answers.to(lm.device)])
         return scorer(clean_logits).float().cpu(), scorer(corrupted_logits).float().cpu()

@@ -42,7 +42,7 @@ def _values(lm: LensModel, graph: EdgeGraph, masks: torch.Tensor, **kw):
     return evaluate_circuits(lm, graph, masks, CLEAN, CORRUPTED, METRIC, **kw)
 
 
-@pytest.mark.parametrize("model", ["tiny", "tiny_gpt2"])
+@pytest.mark.parametrize("model", ["tiny", "tiny_gpt2", "tiny_post_norm"])
 def test_all_edges_give_clean_and_none_corrupted(
     model: str, request: pytest.FixtureRequest
 ) -> None:
@@ -117,7 +117,7 @@ def test_single_edge_equals_a_hand_written_two_pass_patch(tiny_gpt2: LensModel) 
     assert abs(float(res.values[0]) - res.clean_value) > 1e-4  # the edge does something
 
 
-@pytest.mark.parametrize("model", ["tiny", "tiny_gpt2"])
+@pytest.mark.parametrize("model", ["tiny", "tiny_gpt2", "tiny_post_norm"])
 def test_eap_is_the_gradient_of_exact_edge_patching(
     model: str, request: pytest.FixtureRequest
 ) -> None:

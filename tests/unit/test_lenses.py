@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from lmsci_mi import LensModel, load_model
 from lmsci_mi.cli import main
@@ -98,44 +97,10 @@ def test_dla_per_head_equals_stack_head_results(name: str) -> None:
     torch.testing.assert_close(dla.total(), dla.logit, atol=1e-4, rtol=1e-4)
 
 
-def _post_norm_model(tiny: LensModel) -> LensModel:
-    """A Gemma-3-shaped toy: RMS pre- and post-norms, with random norm weights so that every
-    weight the DLA must apply differs from 1."""
-    cfg = HookedTransformerConfig(
-        n_layers=2,
-        d_model=64,
-        n_heads=4,
-        d_head=16,
-        d_mlp=128,
-        n_ctx=64,
-        d_vocab=tiny.cfg.d_vocab,
-        act_fn="gelu_pytorch_tanh",
-        gated_mlp=True,
-        normalization_type="RMS",
-        use_normalization_before_and_after=True,
-        positional_embedding_type="rotary",
-        rotary_dim=16,
-        n_key_value_heads=1,
-        seed=0,
-    )
-    model = HookedTransformer(cfg, tokenizer=tiny.tokenizer)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.endswith(".w"):
-                param.copy_(1 + 0.5 * torch.randn_like(param))
-            if name.endswith("b_O"):
-                param.copy_(0.1 * torch.randn_like(param))
-    return LensModel(
-        model,
-        name="toy-post-norm",
-        source="test",
-        tokenizer=tiny.tokenizer,
-        sink_token_id=tiny.sink_token_id,
-    )
-
-
-def test_dla_sums_to_the_logit_difference_with_pre_and_post_norms(tiny: LensModel) -> None:
-    for lm in (tiny, _post_norm_model(tiny)):
+def test_dla_sums_to_the_logit_difference_with_pre_and_post_norms(
+    tiny: LensModel, tiny_post_norm: LensModel
+) -> None:
+    for lm in (tiny, tiny_post_norm):
         dla = direct_logit_attribution(lm, PROMPTS, " Paris", wrong=[" London", " dog"])
         assert dla.per_prompt.shape == (2, 2, lm.cfg.n_heads + 1)
         torch.testing.assert_close(dla.total(), dla.logit, atol=1e-4, rtol=1e-4)
