@@ -40,9 +40,9 @@ from lmsci_mi.circuits.faithfulness import (
 )
 from lmsci_mi.circuits.graph import edge_graph
 from lmsci_mi.cli.edges import PromptPairs, ioi_str_pairs
+from lmsci_mi.lenses import direct_logit_attribution
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result
-from lmsci_mi.sites import Head, hook_name
 from lmsci_mi.viz.plots import save_figure
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,33 +106,13 @@ def _curve(
     return curve, seconds
 
 
-@torch.no_grad()
 def name_movers_by_dla(lm: LensModel, pairs: PromptPairs, k: int = 2) -> list[tuple[str, float]]:
-    """The ``k`` heads with the largest direct logit attribution to IO − S at the last token.
-
-    A head's write ``z[h] @ W_O[h]`` at the answer position, divided by the final norm's scale
-    (the norm's weight is folded into W_U or applied here), dotted with ``W_U[IO] − W_U[S]``.
-    """
-    batch = lm.encode_batch(list(pairs.clean))
-    ends = batch.lengths - 1
-    names = [hook_name("z", layer) for layer in range(lm.cfg.n_layers)]
-    with lm.hooks.capture([*names, "ln_final.hook_scale"]) as cap:
-        lm.model(batch.tokens)
-    rows = torch.arange(len(pairs.clean))
-    scale = cap["ln_final.hook_scale"][rows, ends]  # [pair, 1]
-    w_u = lm.model.W_U
-    if hasattr(lm.model.ln_final, "w"):
-        w_u = lm.model.ln_final.w[:, None] * w_u
-    direction = (w_u[:, list(pairs.answers)] - w_u[:, list(pairs.wrongs)]).T  # [pair, d_model]
-    dla = torch.zeros(lm.cfg.n_layers, lm.cfg.n_heads)
-    for layer, name in enumerate(names):
-        z = cap[name][rows, ends]  # [pair, head, d_head]
-        out = torch.einsum("phd,hdm->phm", z, lm.model.blocks[layer].attn.W_O) / scale[:, :, None]
-        dla[layer] = torch.einsum("phm,pm->ph", out, direction).mean(0).cpu()
-    order = dla.flatten().argsort(descending=True)[:k].tolist()
-    return [
-        (str(Head(i // lm.cfg.n_heads, i % lm.cfg.n_heads)), float(dla.flatten()[i])) for i in order
-    ]
+    """The ``k`` heads with the largest mean direct logit attribution to IO − S at the last token
+    (:func:`lmsci_mi.lenses.direct_logit_attribution`, norm scales frozen per prompt)."""
+    tokens = [lm.tokenizer.decode([i]) for i in (*pairs.answers, *pairs.wrongs)]
+    n = len(pairs.clean)
+    dla = direct_logit_attribution(lm, list(pairs.clean), tokens[:n], tokens[n:])
+    return [(str(head), value) for head, value in dla.top(k)]
 
 
 def exact_edge_scoring(

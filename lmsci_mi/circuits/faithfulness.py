@@ -426,6 +426,13 @@ def _band(result: Any, cfg: CurveConfig) -> Tensor:
     )
 
 
+def _texts(prompts: PromptsArg) -> tuple[str, ...]:
+    """The prompts' texts for a result's provenance (none when tokens were given)."""
+    if isinstance(prompts, str):
+        return (prompts,)
+    return tuple(prompts) if isinstance(prompts, (list, tuple)) else ()
+
+
 def faithfulness_curve(
     lm: LensModel,
     graph: EdgeGraph,
@@ -482,17 +489,13 @@ def faithfulness_curve(
     n_prompts = int(result.per_prompt.shape[1])
     interval = _band(result, cfg) if cfg.n_bootstrap > 0 and n_prompts > 1 else None
     cpr, cmd = area_under_curve(cfg.fractions, faithfulness.tolist(), log_scale=cfg.log_scale)
-    texts = tuple(clean) if isinstance(clean, (list, tuple)) else (clean,) if isinstance(clean, str) else ()
     name = label or "edge scores"
+    params = {**cfg.params(), "label": name, "graph": graph.describe()}
     return FaithfulnessCurve(
         values=faithfulness,
         axes=("fraction",),
         labels=(tuple(f"{f:g}%" for f in cfg.fractions),),
-        meta=lm.meta(
-            texts,
-            data_source="user prompts",
-            params={**cfg.params(), "label": name, "graph": graph.describe()},
-        ),
+        meta=lm.meta(_texts(clean), data_source="user prompts", params=params),
         fractions=cfg.fractions,
         requested=tuple(edge_budget(graph, f) for f in cfg.fractions),
         kept=tuple(int(m.sum()) for m in masks),
