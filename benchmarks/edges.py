@@ -118,7 +118,10 @@ def name_movers_by_dla(lm: LensModel, pairs: PromptPairs, k: int = 2) -> list[tu
 def exact_edge_scoring(
     lm: LensModel, pairs: PromptPairs, scores: EdgeScores, n_edges: int = 200
 ) -> dict[str, float]:
-    """Each of the top ``n_edges`` EAP-IG edges patched alone: batched vs one pass per edge."""
+    """Each of the top ``n_edges`` EAP-IG edges cut alone (all other edges kept): the batched
+    evaluator (16 circuits a pass, each pass from the clean run's prefix and the first cut layer)
+    against one batched forward pass per edge over the whole model and prompt (``reuse=False``,
+    one circuit a pass; 20 edges timed and scaled to ``n_edges``)."""
     graph = scores.graph
     flat = scores.values.abs().masked_fill(~graph.real, -1).flatten().argsort(descending=True)
     width = graph.n_receivers
@@ -128,7 +131,7 @@ def exact_edge_scoring(
     args = (lm, graph, masks, list(pairs.clean), list(pairs.corrupted), pairs.metric())
     torch.set_grad_enabled(False)  # exact patching needs no gradients
     start = time.perf_counter()
-    batched = evaluate_circuits(*args, batch_size=N_PROMPTS, circuits_per_pass=8)
+    batched = evaluate_circuits(*args, batch_size=N_PROMPTS, circuits_per_pass=16)
     t_batched = time.perf_counter() - start
     n_loop = 20  # one pass per edge is slow: time 20 edges and scale to 200
     start = time.perf_counter()
@@ -141,6 +144,7 @@ def exact_edge_scoring(
         pairs.metric(),
         batch_size=N_PROMPTS,
         circuits_per_pass=1,
+        reuse=False,
     )
     t_loop = (time.perf_counter() - start) * n_edges / n_loop
     return {

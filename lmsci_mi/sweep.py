@@ -341,22 +341,27 @@ def _entry(base: BaseRun, layer: int, prefix: int, n_rows: int) -> TransformerLe
     return TransformerLensKeyValueCacheEntry(past_keys=keys, past_values=values, frozen=True)
 
 
-def resume(lm: LensModel, base: BaseRun, prefix: int, n_rows: int,
+def resume(lm: LensModel, base: BaseRun, prefix: int, n_rows: int, *, first_layer: int = 0,
            start: Tensor | None = None) -> Float[Tensor, "row_batch suffix d_model"]:
     """The final residual stream of ``n_rows`` copies of the base run, computed on positions
-    ``prefix..`` only, attending to the base run's keys and values before ``prefix``.
+    ``prefix..`` of blocks ``first_layer..`` only, attending to the base run's keys and values
+    before ``prefix``.
 
     For a caller whose own hooks change the run (edge patching, the integrated-gradients pass):
-    they fire on the suffix positions, with ``n_rows × base.batch`` rows. ``start`` replaces the
-    stream entering block 0 (``[n_rows × batch, suffix, d_model]``; default the base run's).
+    they fire on the suffix positions of the blocks run, with ``n_rows × base.batch`` rows; a
+    caller starting above layer 0 must change nothing below ``first_layer``. ``start`` replaces
+    the stream entering ``first_layer`` (``[n_rows × batch, suffix, d_model]``; default the base
+    run's).
     """
     if not 0 <= prefix <= int(base.answer_positions.min()):
         raise ValueError(f"a prefix of {prefix} positions must end before the first answer "
                          f"position {int(base.answer_positions.min())}")
-    resid = base.resid[0][:, prefix:].repeat(n_rows, 1, 1) if start is None else start
-    for layer, block in enumerate(lm.model.blocks):
+    if start is None:
+        start = base.resid[first_layer][:, prefix:].repeat(n_rows, 1, 1)
+    resid = start
+    for layer in range(first_layer, lm.cfg.n_layers):
         entry = _entry(base, layer, prefix, n_rows) if prefix else None
-        resid = block(resid, past_kv_cache_entry=entry)
+        resid = lm.model.blocks[layer](resid, past_kv_cache_entry=entry)
     return resid
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "batch_metric",
     "evaluate_circuit",
     "evaluate_circuits",
+    "first_cut_layers",
     "prepare_edge_prompts",
     "shared_prefix",
 ]
@@ -248,18 +249,29 @@ class SenderRecorder:
 
     A head's output is ``z[h] @ W_O[h]``; under post-norms (Gemma) it is scaled by the post-norm
     weight over the run's own post-norm divisor, so the heads' outputs sum to the normed
-    attention output of that run. Only the rows ``rows`` of the pass are kept.
+    attention output of that run. Only the rows ``rows`` of the pass are kept. With
+    ``first_layer``, only the senders of that layer and above are recorded, at ``out[sender −
+    first]`` where ``first`` is the layer's first sender (a patched pass that starts there).
     """
 
-    def __init__(self, lm: LensModel, graph: EdgeGraph, out: Tensor, rows: slice = slice(None)):
+    def __init__(
+        self,
+        lm: LensModel,
+        graph: EdgeGraph,
+        out: Tensor,
+        rows: slice = slice(None),
+        first_layer: int | None = None,
+    ):
         self.lm, self.graph, self.out, self.rows = lm, graph, out, rows
+        self.first_layer = first_layer
+        self.offset = 0 if first_layer is None else graph.layer(first_layer).attn_senders
         self.z: dict[int, Tensor] = {}
         self.scale: dict[int, Tensor] = {}
 
     def hooks(self) -> HookList:
         g = self.graph
-        hooks: HookList = [(hook_name("resid_pre", 0), self._input)]
-        for layer in range(g.n_layers):
+        hooks: HookList = [] if self.first_layer is not None else [(hook_name("resid_pre", 0), self._input)]
+        for layer in range(self.first_layer or 0, g.n_layers):
             hooks.append((hook_name("z", layer), self._keep(self.z, layer)))
             if g.post_norm:
                 hooks.append((hook_name("ln1_post_scale", layer), self._keep(self.scale, layer)))
@@ -278,7 +290,7 @@ class SenderRecorder:
         return keep
 
     def _heads(self, layer: int) -> HookFn:
-        first = self.graph.head_sender(layer, 0)
+        first = self.graph.head_sender(layer, 0) - self.offset
 
         def heads(activation: Tensor, hook: HookPoint) -> None:
             self.out[first : first + self.graph.n_heads] = head_outputs(
@@ -288,7 +300,7 @@ class SenderRecorder:
         return heads
 
     def _mlp(self, layer: int) -> HookFn:
-        index = self.graph.mlp_sender(layer)
+        index = self.graph.mlp_sender(layer) - self.offset
 
         def mlp(activation: Tensor, hook: HookPoint) -> None:
             self.out[index] = activation[self.rows].detach()
@@ -315,20 +327,34 @@ _SPARSE_BELOW = 0.1
 def weighted_difference(
     weights: Float[Tensor, "receiver sender"],
     plus: Float[Tensor, "sender n"],
-    minus: Float[Tensor, "sender n"],
+    minus: Sequence[Float[Tensor, "part n"]],
 ) -> Float[Tensor, "receiver n"]:
-    """``weights @ (plus − minus)`` without materialising ``plus − minus``; a sparse product when
+    """``weights @ (plus − minus)`` without materialising ``plus − minus``, where ``minus`` is
+    given as consecutive blocks of senders (views of different buffers); a sparse product when
     few weights are non-zero (a small circuit, or a large one's few cut edges)."""
-    if int((weights != 0).sum()) >= _SPARSE_BELOW * weights.numel():
-        return torch.addmm(weights @ plus, weights, minus, alpha=-1)
-    sparse = weights.to_sparse()
-    return torch.sparse.addmm(torch.sparse.mm(sparse, plus), sparse, minus, alpha=-1)
+    sparse = int((weights != 0).sum()) < _SPARSE_BELOW * weights.numel()
+    addmm = torch.sparse.addmm if sparse else torch.addmm
+
+    def product(w: Tensor, x: Tensor) -> Tensor:
+        return torch.sparse.mm(w.to_sparse(), x) if sparse else w @ x
+
+    out, start = product(weights, plus), 0
+    for part in minus:
+        w = weights[:, start : start + part.shape[0]]
+        start += part.shape[0]
+        if part.shape[0]:
+            out = addmm(out, w.to_sparse() if sparse else w, part, alpha=-1)
+    return out
 
 
-def sender_buffer(lm: LensModel, graph: EdgeGraph, rows: int, width: int) -> Tensor:
-    """An empty ``[sender, rows, pos, d_model]`` buffer for :class:`SenderRecorder`."""
+def sender_buffer(
+    lm: LensModel, graph: EdgeGraph, rows: int, width: int, first_layer: int | None = None
+) -> Tensor:
+    """An empty ``[sender, rows, pos, d_model]`` buffer for :class:`SenderRecorder` (with
+    ``first_layer``, for the senders from that layer on only)."""
+    skip = 0 if first_layer is None else graph.layer(first_layer).attn_senders
     return torch.empty(
-        graph.n_senders, rows, width, lm.cfg.d_model, device=lm.device, dtype=lm.cfg.dtype
+        graph.n_senders - skip, rows, width, lm.cfg.d_model, device=lm.device, dtype=lm.cfg.dtype
     )
 
 
@@ -338,13 +364,17 @@ def qkv_projection(
     layer: int,
     letter: str,
     inputs: Float[Tensor, "batch pos head d_model"],
+    heads: Tensor | None = None,
 ) -> Float[Tensor, "batch pos head d_head"]:
-    """What ``hook_{letter}`` holds when each head reads its own pre-norm input."""
+    """What ``hook_{letter}`` holds when each head reads its own pre-norm input (only the heads
+    ``heads``, when given: ``inputs`` then holds theirs)."""
     block = lm.model.blocks[layer]
     attn = block.attn
     grouped_kv = letter != "q" and graph.grouped
     w = getattr(attn, f"_W_{letter.upper()}" if grouped_kv else f"W_{letter.upper()}")
     b = getattr(attn, f"_b_{letter.upper()}" if grouped_kv else f"b_{letter.upper()}")
+    if heads is not None:
+        w, b = w[heads], b[heads]
     return complex_attn_linear(block.ln1(inputs), w, b)
 
 
@@ -374,6 +404,23 @@ class CircuitValues:
         return (self.values - self.corrupted_value) / (self.clean_value - self.corrupted_value)
 
 
+@dataclass(frozen=True)
+class _Senders:
+    """The sender outputs a patched pass of ``k`` circuits reads, ``[sender, row, pos, d]``.
+
+    Attributes:
+        corrupted: the corrupted run's, every sender, ``batch`` rows.
+        clean: the clean run's for the senders below the pass's first layer, ``batch`` rows
+            (equal in every circuit there, so stored once).
+        current: the pass's own for the senders from its first layer on, ``k × batch`` rows
+            (filled by a :class:`SenderRecorder` with that ``first_layer``).
+    """
+
+    corrupted: Tensor
+    clean: Tensor
+    current: Tensor
+
+
 class _CircuitPatch:
     """The receiver hooks of one patched pass of ``k`` circuits stacked along the batch."""
 
@@ -382,11 +429,11 @@ class _CircuitPatch:
         lm: LensModel,
         graph: EdgeGraph,
         keep: Bool[Tensor, "k sender receiver"],
-        corrupted: Tensor,
+        senders: _Senders,
         corrupted_streams: dict[str, Tensor],
-        current: Tensor,
     ):
-        self.lm, self.graph, self.current = lm, graph, current
+        self.lm, self.graph, self.senders = lm, graph, senders
+        corrupted = senders.corrupted
         self.k = keep.shape[0]
         # Float weights: 1 = edge kept, 0 = edge takes the corrupted value; between, a mix
         # (soft masks, for gradient checks and integrated edge gradients).
@@ -394,35 +441,41 @@ class _CircuitPatch:
         keep = keep.to(device=lm.device, dtype=corrupted.dtype)
         self.keep = keep.transpose(1, 2).contiguous()
         self.ablate = (graph.real.to(lm.device, corrupted.dtype) - keep).transpose(1, 2).contiguous()
-        self.corrupted, self.corrupted_streams = corrupted, corrupted_streams
+        self.corrupted_streams = corrupted_streams
         self.stream: dict[int, Tensor] = {}
         self.delta: dict[int, Tensor] = {}
 
     def rebuilt(
         self, stream: Tensor, stream_corrupted: Tensor, n_senders: int, cols: slice
-    ) -> Tensor | None:
-        """The inputs of receivers ``cols``, ``[rows, pos, col, d]``: per circuit the stream plus
+    ) -> tuple[Tensor, Tensor] | None:
+        """The receivers among ``cols`` that some circuit cuts an edge into (offsets in
+        ``cols``) and their inputs, ``[rows, pos, receiver, d]``: per circuit the stream plus
         ``Σ_{u∉C}(a_u(x') − a_u(current))``, or, when it keeps fewer edges there than it cuts,
         the corrupted stream minus the kept edges' differences (so keeping none gives the
         corrupted input exactly, and the sum runs over the fewer edges); None when no circuit
-        cuts an edge there."""
+        cuts an edge there. Every other receiver reads the stream as the model computes it."""
         ablate = self.ablate[:, cols, :n_senders]
-        if not bool((ablate != 0).any()):
+        touched = (ablate != 0).any(2).any(0).nonzero().flatten()
+        if touched.numel() == 0:
             return None
-        keep = self.keep[:, cols, :n_senders]
+        ablate, keep = ablate[:, touched], self.keep[:, cols, :n_senders][:, touched]
         rows, width, d_model = stream.shape
-        batch, n_cols = rows // self.k, cols.stop - cols.start
-        corrupted = self.corrupted[:n_senders].flatten(1)  # [sender, batch·pos·d]
-        current = self.current[:n_senders].view(n_senders, self.k, -1)
+        batch, n_cols = rows // self.k, touched.numel()
+        lower = min(self.senders.clean.shape[0], n_senders)
+        corrupted = self.senders.corrupted[:n_senders].flatten(1)  # [sender, batch·pos·d]
+        clean = self.senders.clean[:lower].flatten(1)
+        current = self.senders.current[: n_senders - lower]
+        current = current.view(n_senders - lower, self.k, batch * width * d_model)
         # Receiver-major, as the products come out; the q/k/v projections read it as a view.
         out = stream.new_empty(n_cols, self.k, batch, width, d_model)
         for j in range(self.k):
             use_keep = int((keep[j] != 0).sum()) < int((ablate[j] != 0).sum())
             base = stream_corrupted if use_keep else stream[j * batch : (j + 1) * batch]
-            summed = weighted_difference(keep[j] if use_keep else ablate[j], corrupted, current[:, j])
+            weights = keep[j] if use_keep else ablate[j]
+            summed = weighted_difference(weights, corrupted, (clean, current[:, j]))
             summed = summed.view(n_cols, batch, width, d_model)
             (torch.sub if use_keep else torch.add)(base, summed, out=out[:, j])
-        return out.view(n_cols, rows, width, d_model).permute(1, 2, 0, 3)
+        return touched, out.view(n_cols, rows, width, d_model).permute(1, 2, 0, 3)
 
     def hooks(self) -> HookList:
         g, hooks = self.graph, []
@@ -461,10 +514,17 @@ class _CircuitPatch:
                 )
                 assert rebuilt is not None
                 self.delta[layer] = rebuilt
-            inputs = self.delta[layer][:, :, offset : offset + len(part)]
+            touched, inputs = self.delta[layer]
             if letter == "v":
                 del self.delta[layer], self.stream[layer]
-            return qkv_projection(self.lm, self.graph, layer, letter, inputs)
+            mine = ((touched >= offset) & (touched < offset + len(part))).nonzero().flatten()
+            if mine.numel() == 0:
+                return activation
+            heads = touched[mine] - offset
+            projected = qkv_projection(
+                self.lm, self.graph, layer, letter, inputs[:, :, mine], heads=heads
+            )
+            return activation.index_copy(2, heads, projected.to(activation.dtype))
 
         return project
 
@@ -480,7 +540,7 @@ class _CircuitPatch:
                 slice(cols.mlp, cols.mlp + 1),
             )
             assert rebuilt is not None
-            return rebuilt[:, :, 0]
+            return rebuilt[1][:, :, 0]
 
         return mlp_in
 
@@ -492,7 +552,7 @@ class _CircuitPatch:
             self.graph.n_senders,
             slice(self.graph.logits, self.graph.logits + 1),
         )
-        return resid if rebuilt is None else rebuilt[:, :, 0]
+        return resid if rebuilt is None else rebuilt[1][:, :, 0]
 
 
 @torch.no_grad()
@@ -561,15 +621,18 @@ def evaluate_circuits(
     batch_size: int = 16,
     circuits_per_pass: int = 4,
     answer_positions: int | Sequence[int] | Tensor | None = None,
+    reuse: bool = True,
 ) -> CircuitValues:
     """Exact edge patching of several circuits: the metric when only each circuit's edges carry
     clean values and every other edge the corrupted run's.
 
     Reads the model only (two TransformerLens flags, ``use_hook_mlp_in`` and, for ungrouped GQA
     graphs, ``ungroup_grouped_query_attention``, are set during the call and restored). Per batch
-    of prompts: one corrupted pass, one clean pass, and one patched pass per
-    ``circuits_per_pass`` circuits stacked along the batch; a layer none of whose incoming edges is
-    cut gets no hook. Memory: ``[circuits_per_pass × batch, pos, n_senders, d_model]``.
+    of prompts: one corrupted pass, one cached clean pass, and one patched pass per
+    ``circuits_per_pass`` circuits stacked along the batch. A patched pass starts at the first
+    layer its circuits cut an edge into (circuits are grouped by it) and after the positions the
+    clean and corrupted prompts share, from the cached clean run; a layer none of whose incoming
+    edges is cut gets no hook. Memory: ``[n_senders, circuits_per_pass × batch, pos, d_model]``.
 
     Args:
         lm: the model.
@@ -581,6 +644,8 @@ def evaluate_circuits(
         metric: scores answer-position logits (:mod:`lmsci_mi.circuits.metrics`), or ``"kl"``.
         batch_size: prompt pairs per pass; circuits_per_pass: circuits stacked in one pass.
         answer_positions: see :func:`prepare_edge_prompts`.
+        reuse: False runs every patched pass over the whole model and prompt (the same values, to
+            float error; for checking and timing the reuse).
 
     Returns:
         :class:`CircuitValues`.
@@ -610,7 +675,7 @@ def evaluate_circuits(
     for batch in prompts.batches(batch_size):
         index = batch[0]
         clean_pp[index], corrupted_pp[index], per_prompt[:, index] = _evaluate_batch(
-            lm, graph, masks, batch, metric, len(prompts), circuits_per_pass
+            lm, graph, masks, batch, metric, len(prompts), (circuits_per_pass, reuse)
         )
     return CircuitValues(
         per_prompt.mean(1),
@@ -631,6 +696,26 @@ def shared_prefix(clean: Tensor, corrupted: Tensor, answers: Tensor) -> int:
     return min(first, int(answers.min()))
 
 
+def first_cut_layers(graph: EdgeGraph, masks: Tensor) -> Int[Tensor, " circuit"]:
+    """Per circuit, the first layer with a receiver that loses an edge (``n_layers``: only the
+    logits lose one; and also when the circuit keeps every edge). Below it a patched run is the
+    clean run."""
+    weights = masks.float()
+    cut = (graph.real.to(masks.device, weights.dtype) - weights) != 0  # [circuit, s, r]
+    width = graph.layer(1).q.start if graph.n_layers > 1 else graph.logits
+    columns = torch.arange(graph.n_receivers, device=masks.device) // width
+    layers = torch.where(cut.any(1), columns, graph.n_layers)
+    return layers.min(1).values.cpu()
+
+
+def _by_first_layer(layers: Tensor, size: int) -> list[Tensor]:
+    """Circuit indices in passes of at most ``size``, each pass of one first cut layer (a pass
+    starts at its lowest circuit's layer, so mixing layers would recompute clean layers)."""
+    order = layers.argsort(stable=True)
+    counts = torch.unique_consecutive(layers[order], return_counts=True)[1]
+    return [chunk for group in order.split(counts.tolist()) for chunk in group.split(size)]
+
+
 @torch.no_grad()
 def _evaluate_batch(
     lm: LensModel,
@@ -639,35 +724,46 @@ def _evaluate_batch(
     batch: tuple[Tensor, Tensor, Tensor, Tensor],
     metric: Metric | Literal["kl"],
     n_pairs: int,
-    circuits_per_pass: int,
+    settings: tuple[int, bool],
 ) -> tuple[Tensor, Tensor, Tensor]:
     """One prompt batch: the clean and corrupted metric per pair and every circuit's
-    ``[circuit, pair]``. The clean run is cached (keys and values), and the patched passes run
-    only the positions after the prompts' shared prefix."""
+    ``[circuit, pair]``.
+
+    With reuse, the clean run is cached (keys, values, residual streams and sender outputs) and a
+    patched pass runs only the positions after the prompts' shared prefix and the layers from
+    the first one its circuits cut (circuits are grouped by that layer); without, every pass runs
+    the whole model on the whole prompt.
+    """
+    circuits_per_pass, reuse = settings
     index, clean_tokens, corrupted_tokens, answers = batch
-    prefix = shared_prefix(clean_tokens, corrupted_tokens, answers)
-    with receiver_flags(lm, graph):  # the cached keys then have the patched passes' layout
+    prefix = shared_prefix(clean_tokens, corrupted_tokens, answers) if reuse else 0
+    clean_out = sender_buffer(lm, graph, len(index), clean_tokens.shape[1])
+    with receiver_flags(lm, graph), lm.hooks.hooks(fwd=SenderRecorder(lm, graph, clean_out).hooks()):
+        # the cached keys then have the layout the patched passes append to
         base = BaseRun.record(lm, clean_tokens, answer_positions=answers)
     corrupted_out, streams, corrupted_final = record_run(lm, graph, corrupted_tokens, streams=True)
     scorer = batch_scorer(metric, base.logits, index, n_pairs)
     corrupted_logits = _answer_logits(lm, corrupted_final, answers)
     # Only the suffix is patched: the senders' and streams' prefix positions are never read.
     corrupted_out = corrupted_out[:, :, prefix:].contiguous()
+    clean_out = clean_out[:, :, prefix:].contiguous()
     streams = {name: stream[:, prefix:] for name, stream in streams.items()}
+    layers = first_cut_layers(graph, masks) if reuse else torch.zeros(masks.shape[0], dtype=torch.long)
     values = torch.zeros(masks.shape[0], len(index))
-    for start in range(0, masks.shape[0], circuits_per_pass):
-        chunk = masks[start : start + circuits_per_pass]
-        k = chunk.shape[0]
-        current = sender_buffer(lm, graph, k * len(index), clean_tokens.shape[1] - prefix)
-        patch = _CircuitPatch(lm, graph, chunk, corrupted_out, streams, current)
-        recorder = SenderRecorder(lm, graph, current)
+    for chunk in _by_first_layer(layers, circuits_per_pass):
+        k, first = chunk.numel(), int(layers[chunk].min())
+        below = graph.layer(first).attn_senders  # senders under `first` keep their clean outputs
+        current = sender_buffer(lm, graph, k * len(index), clean_tokens.shape[1] - prefix, first)
+        senders = _Senders(corrupted_out, clean_out[:below], current)
+        patch = _CircuitPatch(lm, graph, masks[chunk], senders, streams)
+        recorder = SenderRecorder(lm, graph, current, first_layer=first)
         with (
             receiver_flags(lm, graph),
             lm.hooks.hooks(fwd=recorder.hooks() + patch.hooks(), label="edge patching"),
         ):
-            final = resume(lm, base, prefix, k)
+            final = resume(lm, base, prefix, k, first_layer=first)
         logits = _answer_logits(lm, patch.final(final), answers - prefix, repeats=k)
-        values[start : start + k] = scorer(logits.view(k, len(index), -1)).float().cpu()
+        values[chunk] = scorer(logits.view(k, len(index), -1)).float().cpu()
     clean_values = scorer(base.logits).float().cpu()
     return clean_values, scorer(corrupted_logits).float().cpu(), values
 

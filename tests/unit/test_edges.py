@@ -7,7 +7,7 @@ import torch
 
 from lmsci_mi import LensModel
 from lmsci_mi.circuits.eap import EAPConfig, edge_attribution
-from lmsci_mi.circuits.edge_patching import evaluate_circuit, evaluate_circuits
+from lmsci_mi.circuits.edge_patching import evaluate_circuit, evaluate_circuits, first_cut_layers
 from lmsci_mi.circuits.graph import EdgeGraph, edge_graph
 from lmsci_mi.circuits.metrics import LogitDiff
 from lmsci_mi.sites import hook_name
@@ -59,6 +59,28 @@ def test_all_edges_give_clean_and_none_corrupted(
     torch.testing.assert_close(res.per_prompt[1], res.corrupted_per_prompt, atol=1e-4, rtol=0)
     assert lm.hooks.attached_count() == 0
     assert not lm.cfg.use_hook_mlp_in and not lm.cfg.ungroup_grouped_query_attention
+
+
+@pytest.mark.parametrize("model", ["tiny", "tiny_post_norm"])
+def test_reusing_the_clean_prefix_and_lower_layers_changes_no_value(
+    model: str, request: pytest.FixtureRequest
+) -> None:
+    """Starting each pass after the shared prompt prefix and at the first cut layer (circuits
+    grouped by it, several per pass) gives what whole-model passes give."""
+    lm: LensModel = request.getfixturevalue(model)
+    g = edge_graph(lm)
+    gen = torch.Generator().manual_seed(0)
+    random = (torch.rand(3, *g.real.shape, generator=gen) < 0.5) & g.real
+    single = g.full_mask().repeat(3, 1, 1)
+    single[0, g.head_sender(0, 1), g.layer(1).k.start] = False  # cuts only layer 1
+    single[1, g.mlp_sender(1), g.logits] = False  # cuts only the logits
+    single[2, 0, g.layer(0).mlp] = False  # cuts layer 0
+    masks = torch.cat([random, single, g.full_mask()[None]])
+    assert first_cut_layers(g, single).tolist() == [1, g.n_layers, 0]
+    reused = _values(lm, g, masks, batch_size=2, circuits_per_pass=3)
+    whole = _values(lm, g, masks, batch_size=2, circuits_per_pass=1, reuse=False)
+    torch.testing.assert_close(reused.per_prompt, whole.per_prompt, atol=1e-4, rtol=0)
+    torch.testing.assert_close(reused.per_prompt[-1], whole.clean_per_prompt, atol=1e-5, rtol=0)
 
 
 def _hand_patch(
