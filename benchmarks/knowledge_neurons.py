@@ -277,7 +277,6 @@ def summarise(rows: list[dict], cfg: KnowledgeNeuronsConfig, *, complete: bool) 
         "neurons_per_fact": [len(r["neurons"]) for r in rows],
         "layer_histogram": {str(layer): layers.count(layer) for layer in sorted(set(layers))},
         "cells": cells,
-        "paper_bert_base": {"suppress": -0.29, "enhance": 0.31},
         "ig_seconds_per_fact": statistics.fmean(r["ig_seconds"] for r in rows),
         "facts": rows,
     }
