@@ -136,7 +136,10 @@ def describe(result: AverageIndirectEffect, timing: dict[str, float] | None) -> 
         check = {
             "mlp_last_subject_peak_layer": layer,
             "n_layers": n_layers,
-            "mid_layer": n_layers // 6 <= layer <= (5 * n_layers) // 6,
+            # A window that still holds layer 0 is an early-layer effect, wherever its centre.
+            "window_holds_layer_0": layer - result.window // 2 <= 0,
+            "mid_layer": n_layers // 6 <= layer <= (5 * n_layers) // 6
+            and layer - result.window // 2 > 0,
             "peak_over_last_token_mlp_at_that_layer": round(float(subject[layer] - last[layer]), 4),
         }
     return {
