@@ -40,7 +40,7 @@ from lmsci_mi.circuits.faithfulness import (
     plot_faithfulness_curves,
 )
 from lmsci_mi.circuits.graph import edge_graph
-from lmsci_mi.cli.edges import PromptPairs, ioi_str_pairs
+from lmsci_mi.data.ioi import TextPairs, ioi_str_pairs
 from lmsci_mi.lenses import direct_logit_attribution
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result
@@ -65,7 +65,7 @@ def _cached(name: str, make):
     return value
 
 
-def _scores(lm: LensModel, pairs: PromptPairs, method: str) -> tuple[EdgeScores, float]:
+def _scores(lm: LensModel, pairs: TextPairs, method: str) -> tuple[EdgeScores, float]:
     path = CACHE / f"scores_{method}.json"
     if path.exists():
         meta = json.loads((CACHE / f"scores_{method}_time.json").read_text())
@@ -82,7 +82,7 @@ def _scores(lm: LensModel, pairs: PromptPairs, method: str) -> tuple[EdgeScores,
 
 
 def _curve(
-    lm: LensModel, pairs: PromptPairs, scores: EdgeScores, method: str, prune: str
+    lm: LensModel, pairs: TextPairs, scores: EdgeScores, method: str, prune: str
 ) -> tuple[FaithfulnessCurve, float]:
     path = CACHE / f"curve_{method}_{prune}.json"
     if path.exists():
@@ -107,7 +107,7 @@ def _curve(
     return curve, seconds
 
 
-def name_movers_by_dla(lm: LensModel, pairs: PromptPairs, k: int = 2) -> list[tuple[str, float]]:
+def name_movers_by_dla(lm: LensModel, pairs: TextPairs, k: int = 2) -> list[tuple[str, float]]:
     """The ``k`` heads with the largest mean direct logit attribution to IO − S at the last token
     (:func:`lmsci_mi.lenses.direct_logit_attribution`, norm scales frozen per prompt)."""
     tokens = [lm.tokenizer.decode([i]) for i in (*pairs.answers, *pairs.wrongs)]
@@ -117,7 +117,7 @@ def name_movers_by_dla(lm: LensModel, pairs: PromptPairs, k: int = 2) -> list[tu
 
 
 def exact_edge_scoring(
-    lm: LensModel, pairs: PromptPairs, scores: EdgeScores, n_edges: int = 200
+    lm: LensModel, pairs: TextPairs, scores: EdgeScores, n_edges: int = 200
 ) -> dict[str, float]:
     """Each of the top ``n_edges`` EAP-IG edges cut alone (all other edges kept): the batched
     evaluator (16 circuits a pass, each pass from the clean run's prefix and the first cut layer)
@@ -158,7 +158,7 @@ def exact_edge_scoring(
     }
 
 
-def more_steps(lm: LensModel, pairs: PromptPairs, steps: int) -> dict:
+def more_steps(lm: LensModel, pairs: TextPairs, steps: int) -> dict:
     """EAP-IG with more integration steps: seconds, and the greedy circuits' faithfulness at 1, 5
     and 10 % of edges with their 95 % bootstrap intervals (does m = 5 limit the 5 % circuit?)."""
     start = time.perf_counter()

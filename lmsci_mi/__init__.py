@@ -5,7 +5,10 @@ hub names, local files, toys), the hook registry (``lm.hooks``: every interventi
 manager that cleans up after itself), the site table (:mod:`lmsci_mi.sites`, with :class:`Head`),
 the sweep engine (:mod:`lmsci_mi.sweep`), frozen configs (:class:`Config`), method registries
 (:class:`MethodRegistry`) and :class:`Result` (typed, saveable results). Analyses live in the
-subpackages ``lmsci_mi.circuits`` and ``lmsci_mi.editing``.
+subpackages, imported by name: ``lmsci_mi.circuits`` (patching, tracing, heads, IOI, edges),
+``lmsci_mi.lenses`` (logit and tuned lens, direct logit attribution), ``lmsci_mi.knowledge`` (FFN
+key-value memories, knowledge neurons), ``lmsci_mi.editing``, ``lmsci_mi.probes``,
+``lmsci_mi.steering`` and ``lmsci_mi.sae``.
 """
 
 from lmsci_mi._version import __version__ as __version__

@@ -44,6 +44,8 @@ for peer in "${PEERS[@]}"; do
   fi
   rm -f "$log"
 done
+# auto-circuit 1.0.1 imports `attr` (auto_circuit/data.py) without declaring `attrs`.
+"${pip[@]}" attrs || echo "attrs FAILED (auto-circuit will not import)" >> "$status"
 # What the peers may have moved: the versions our code depends on, for the report.
 "$VENV/bin/python" -m pip list 2>/dev/null \
   | grep -i -E '^(torch|transformers|transformer-lens|nnsight|auto-circuit|knowledge-neurons) ' \

@@ -9,8 +9,6 @@ default, or a user's clean/corrupted prompt files.
 from __future__ import annotations
 
 import argparse
-import random
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,75 +23,13 @@ from lmsci_mi.cli.common import (
 )
 from lmsci_mi.cli.paths import add_path_command
 from lmsci_mi.cli.tour import StepOutput, TourStep
+from lmsci_mi.data.ioi import TextPairs, ioi_str_pairs
 from lmsci_mi.model import LensModel
 
-__all__ = ["PromptPairs", "ioi_str_pairs", "register"]
+__all__ = ["register"]
 
 SCORING = ("eap-ig", "eap")
 """Edge-scoring methods the commands offer (EAP-IG-inputs with m steps, or plain EAP)."""
-
-
-@dataclass(frozen=True)
-class PromptPairs:
-    """Clean and corrupted prompts with one answer and one wrong token id per pair."""
-
-    clean: tuple[str, ...]
-    corrupted: tuple[str, ...]
-    answers: tuple[int, ...]
-    wrongs: tuple[int, ...]
-    source: str
-
-    def metric(self) -> Any:
-        """Logit difference of each pair's answer over its wrong token."""
-        from lmsci_mi.circuits.metrics import LogitDiff
-
-        return LogitDiff(list(self.answers), list(self.wrongs))
-
-
-def ioi_str_pairs(lm: LensModel, n_prompts: int = 32, *, seed: int = 0) -> PromptPairs:
-    """IOI prompts with STR corruption: the subject's second mention replaced by another name.
-
-    This is the EAP-IG paper's IOI corruption (``gen_flipped_prompts(("S2", "RAND"))``): the
-    corrupted prompt names a third person as the giver, so neither name is "the other one" and
-    the logit difference IO − S collapses. Names are single tokens, so each pair keeps its length.
-
-    >>> from lmsci_mi import load_model
-    >>> pairs = ioi_str_pairs(load_model("toy-2l"), 2)
-    >>> len(pairs.clean), pairs.clean[0] != pairs.corrupted[0]
-    (2, True)
-    """
-    from lmsci_mi.data.ioi import NAMES, ioi_dataset, single_token_words
-
-    names = single_token_words(lm, NAMES)
-    rng = random.Random(seed)
-    clean, corrupted, answers, wrongs = [], [], [], []
-    for batch in ioi_dataset(lm, n_prompts, seed=seed).batches:
-        for i, prompt in enumerate(batch.prompts):
-            io_id, s_id = int(batch.io_token[i]), int(batch.s_token[i])
-            subject = _name_of(lm, s_id, names)
-            io_name = _name_of(lm, io_id, names)
-            other = rng.choice([n for n in names if n not in (subject, io_name)])
-            head, sep, tail = prompt.rpartition(f" {subject} ")
-            if not sep:
-                raise ValueError(f"IOI prompt {prompt!r} has no second mention of {subject!r}")
-            clean.append(prompt)
-            corrupted.append(f"{head} {other} {tail}")
-            answers.append(io_id)
-            wrongs.append(s_id)
-    return PromptPairs(
-        tuple(clean),
-        tuple(corrupted),
-        tuple(answers),
-        tuple(wrongs),
-        f"IOI ({len(clean)} prompts, STR: S2 -> a third name, seed {seed})",
-    )
-
-
-def _name_of(lm: LensModel, token: int, names: tuple[str, ...]) -> str:
-    for name in names:
-        if lm.token_id(" " + name) == token:
-            return name
-    raise ValueError(f"token {token} is not one of the IOI names")
 
 
 def _read_lines(path: Path, flag: str) -> tuple[str, ...]:
@@ -105,7 +41,7 @@ def _read_lines(path: Path, flag: str) -> tuple[str, ...]:
     return lines
 
 
-def prompt_pairs_from_args(lm: LensModel, args: argparse.Namespace) -> PromptPairs:
+def prompt_pairs_from_args(lm: LensModel, args: argparse.Namespace) -> TextPairs:
     """IOI/STR by default; ``--clean``/``--corrupted`` files (one prompt a line) with
     ``--answer``/``--wrong`` tokens otherwise."""
     files = (args.clean, args.corrupted)
@@ -129,7 +65,7 @@ def prompt_pairs_from_args(lm: LensModel, args: argparse.Namespace) -> PromptPai
         )
     n = len(clean)
     answer, wrong = lm.token_id(args.answer), lm.token_id(args.wrong)
-    return PromptPairs(
+    return TextPairs(
         clean, corrupted, (answer,) * n, (wrong,) * n, f"{args.clean} / {args.corrupted}"
     )
 
@@ -218,7 +154,7 @@ def _common(parser: argparse.ArgumentParser, *, scoring: bool = True) -> None:
         parser.add_argument("--ig-steps", type=int, default=5, help="EAP-IG steps m (default 5)")
 
 
-def _setup(args: argparse.Namespace) -> tuple[LensModel, Any, PromptPairs]:
+def _setup(args: argparse.Namespace) -> tuple[LensModel, Any, TextPairs]:
     from lmsci_mi.circuits.graph import edge_graph
 
     if getattr(args, "n_prompts", 1) < 1:
@@ -295,7 +231,7 @@ def _run_curve(args: argparse.Namespace) -> int:
     return 0
 
 
-def score_edges(lm: LensModel, graph: Any, pairs: PromptPairs, method: str, steps: int) -> Any:
+def score_edges(lm: LensModel, graph: Any, pairs: TextPairs, method: str, steps: int) -> Any:
     """EAP or EAP-IG scores (:func:`~lmsci_mi.circuits.eap.edge_attribution`) on ``pairs``."""
     from lmsci_mi.circuits.eap import EAPConfig, edge_attribution
 
@@ -314,7 +250,8 @@ def tour_steps() -> list[TourStep]:
             _step_edge_circuit,
             "from lmsci_mi.circuits.faithfulness import faithfulness_curve; from "
             "lmsci_mi.circuits.graph import edge_graph; from lmsci_mi.cli.edges import "
-            "ioi_str_pairs, score_edges; graph = edge_graph(lm); pairs = ioi_str_pairs(lm, 16); "
+            "score_edges; from lmsci_mi.data.ioi import ioi_str_pairs; graph = edge_graph(lm); "
+            "pairs = ioi_str_pairs(lm, 16); "
             "faithfulness_curve(lm, graph, score_edges(lm, graph, pairs, 'eap-ig', 5), "
             "list(pairs.clean), list(pairs.corrupted), pairs.metric())",
             seconds=60,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from jaxtyping import Int
@@ -18,7 +19,15 @@ from torch import Tensor
 
 from lmsci_mi.model import LensModel
 
-__all__ = ["IOI_TEMPLATES", "IOIBatch", "IOIDataset", "ioi_dataset", "single_token_words"]
+__all__ = [
+    "IOI_TEMPLATES",
+    "IOIBatch",
+    "IOIDataset",
+    "TextPairs",
+    "ioi_dataset",
+    "ioi_str_pairs",
+    "single_token_words",
+]
 
 # {A} and {B} are the first clause's names in order; {S} is the subject's repetition. The prompt
 # stops before the indirect object, which is the answer.
@@ -210,3 +219,65 @@ def _make_batch(lm: LensModel, template: str, rows: list[tuple[str, str, str, st
         s1_plus_1=s1 + 1,
         end=torch.full_like(s1, tokens.shape[1] - 1),
     )
+
+
+@dataclass(frozen=True)
+class TextPairs:
+    """Clean and corrupted prompt texts with one answer and one wrong token id per pair (the input
+    of edge scoring and edge patching from the CLI, the benchmarks and the tour)."""
+
+    clean: tuple[str, ...]
+    corrupted: tuple[str, ...]
+    answers: tuple[int, ...]
+    wrongs: tuple[int, ...]
+    source: str
+
+    def metric(self) -> Any:
+        """Logit difference of each pair's answer over its wrong token."""
+        from lmsci_mi.circuits.metrics import LogitDiff
+
+        return LogitDiff(list(self.answers), list(self.wrongs))
+
+
+def ioi_str_pairs(lm: LensModel, n_prompts: int = 32, *, seed: int = 0) -> TextPairs:
+    """IOI prompts with STR corruption: the subject's second mention replaced by another name.
+
+    This is the EAP-IG paper's IOI corruption (``gen_flipped_prompts(("S2", "RAND"))``): the
+    corrupted prompt names a third person as the giver, so neither name is "the other one" and
+    the logit difference IO − S collapses. Names are single tokens, so each pair keeps its length.
+
+    >>> from lmsci_mi import load_model
+    >>> pairs = ioi_str_pairs(load_model("toy-2l"), 2)
+    >>> len(pairs.clean), pairs.clean[0] != pairs.corrupted[0]
+    (2, True)
+    """
+    names = single_token_words(lm, NAMES)
+    rng = random.Random(seed)
+    clean, corrupted, answers, wrongs = [], [], [], []
+    for batch in ioi_dataset(lm, n_prompts, seed=seed).batches:
+        for i, prompt in enumerate(batch.prompts):
+            io_id, s_id = int(batch.io_token[i]), int(batch.s_token[i])
+            subject = _name_of(lm, s_id, names)
+            io_name = _name_of(lm, io_id, names)
+            other = rng.choice([n for n in names if n not in (subject, io_name)])
+            head, sep, tail = prompt.rpartition(f" {subject} ")
+            if not sep:
+                raise ValueError(f"IOI prompt {prompt!r} has no second mention of {subject!r}")
+            clean.append(prompt)
+            corrupted.append(f"{head} {other} {tail}")
+            answers.append(io_id)
+            wrongs.append(s_id)
+    return TextPairs(
+        tuple(clean),
+        tuple(corrupted),
+        tuple(answers),
+        tuple(wrongs),
+        f"IOI ({len(clean)} prompts, STR: S2 -> a third name, seed {seed})",
+    )
+
+
+def _name_of(lm: LensModel, token: int, names: tuple[str, ...]) -> str:
+    for name in names:
+        if lm.token_id(" " + name) == token:
+            return name
+    raise ValueError(f"token {token} is not one of the IOI names")

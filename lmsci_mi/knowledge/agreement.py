@@ -210,6 +210,20 @@ def _layer_rates(
     return rates, errors, n, own
 
 
+def _trigger_config(cfg: AgreementConfig) -> TriggerConfig:
+    """The trigger search the agreement reads: each text's last token left out (it has no next
+    token to compare with the value's top tokens)."""
+    return TriggerConfig(
+        n_examples=cfg.n_triggers,
+        sign=cfg.sign,
+        n_tokens=cfg.n_tokens,
+        seq_len=cfg.seq_len,
+        skip_last=True,
+        token_budget=cfg.token_budget,
+        progress=cfg.progress,
+    )
+
+
 @torch.no_grad()
 def key_value_agreement(
     lm: LensModel, texts: Sequence[str] | None = None, config: AgreementConfig | None = None
@@ -241,15 +255,7 @@ def key_value_agreement(
         raise ValueError(
             f"layer {bad[0]} does not exist: {lm.name} has layers 0..{lm.cfg.n_layers - 1}"
         )
-    trig = TriggerConfig(
-        n_examples=cfg.n_triggers,
-        sign=cfg.sign,
-        n_tokens=cfg.n_tokens,
-        seq_len=cfg.seq_len,
-        skip_last=True,
-        token_budget=cfg.token_budget,
-        progress=cfg.progress,
-    )
+    trig = _trigger_config(cfg)
     sequences, source = text_sequences(lm, texts, trig)
     neurons = _sampled(lm, layers, cfg.neurons_per_layer, cfg.seed)
     tops = top_coefficients(lm, sequences, neurons, trig)

@@ -172,6 +172,26 @@ def _check(lm: LensModel, prompt: str, position: int) -> tuple[Tensor, int]:
     return tokens, pos
 
 
+def _target_id(lm: LensModel, target: str | None) -> int | None:
+    """The target's first token id (None: the model's top prediction, read after the pass)."""
+    if target is None:
+        return None
+    ids = lm.continuation_ids(target)
+    if not ids:
+        raise ValueError(f"target {target!r} tokenises to nothing; give a word, e.g. ' Paris'")
+    return ids[0]
+
+
+def _captured(lm: LensModel) -> list[str]:
+    """The hooks the decomposition reads: each MLP's coefficients and output, and the norm scales
+    it freezes (Gemma's post-MLP norm, the final norm)."""
+    n_layers = lm.cfg.n_layers
+    names = [hook_name(s, layer) for layer in range(n_layers) for s in ("mlp_post", "mlp_out")]
+    if getattr(lm.cfg, "use_normalization_before_and_after", False):
+        names += [hook_name("ln2_post_scale", layer) for layer in range(n_layers)]
+    return names + ([hook_name("ln_final_scale")] if lm.cfg.normalization_type else [])
+
+
 @torch.no_grad()
 def sub_updates(lm: LensModel, prompt: str, config: SubUpdateConfig | None = None) -> SubUpdates:
     """Decompose the MLPs' direct effect on one logit into per-neuron sub-updates.
@@ -196,22 +216,9 @@ def sub_updates(lm: LensModel, prompt: str, config: SubUpdateConfig | None = Non
     """
     cfg = config or SubUpdateConfig()
     tokens, pos = _check(lm, prompt, cfg.position)
-    target_id = None
-    if cfg.target is not None:
-        ids = lm.continuation_ids(cfg.target)
-        if not ids:
-            raise ValueError(
-                f"target {cfg.target!r} tokenises to nothing; give a word, e.g. ' Paris'"
-            )
-        target_id = ids[0]
+    target_id = _target_id(lm, cfg.target)
     n_layers = lm.cfg.n_layers
-    post_norm = bool(getattr(lm.cfg, "use_normalization_before_and_after", False))
-    names = [
-        hook_name(site, layer) for layer in range(n_layers) for site in ("mlp_post", "mlp_out")
-    ]
-    names += [hook_name("ln2_post_scale", layer) for layer in range(n_layers)] if post_norm else []
-    names += [hook_name("ln_final_scale")] if lm.cfg.normalization_type else []
-    with lm.hooks.capture(names) as cap:
+    with lm.hooks.capture(_captured(lm)) as cap:
         logits = lm(tokens)[0, pos]
     target_id = int(logits.argmax()) if target_id is None else target_id
     final = cap[hook_name("ln_final_scale")][0, pos] if lm.cfg.normalization_type else torch.ones(1)
