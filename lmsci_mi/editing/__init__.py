@@ -1,8 +1,10 @@
-"""Fact editing: ROME and MEMIT on any HookedTransformer, and CounterFact-style metrics.
+"""Fact editing: ROME, MEMIT and AlphaEdit on any HookedTransformer, and CounterFact-style metrics.
 
 Methods register in :data:`EDITING_METHODS` (importing their modules here registers them).
 """
 
+from lmsci_mi.editing.alphaedit import AlphaEditHyperParams as AlphaEditHyperParams
+from lmsci_mi.editing.alphaedit import alphaedit_edit as alphaedit_edit
 from lmsci_mi.editing.fit import DeltaFit as DeltaFit
 from lmsci_mi.editing.fit import context_templates as context_templates
 from lmsci_mi.editing.fit import fit_deltas as fit_deltas
@@ -32,6 +34,7 @@ from lmsci_mi.editing.stats import key_statistics as key_statistics
 __all__ = [
     "EDITING_METHODS",
     "GENERATION_TOKENS",
+    "AlphaEditHyperParams",
     "DeltaFit",
     "EditEvaluation",
     "EditHandle",
@@ -42,6 +45,7 @@ __all__ = [
     "ROMEHyperParams",
     "StatsConfig",
     "TextSource",
+    "alphaedit_edit",
     "apply_delta",
     "context_templates",
     "default_memit_layers",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from torch import Tensor
 
@@ -27,9 +28,11 @@ class EditHandle(WeightEdit):
     bit for bit.
 
     Attributes:
-        method: ``"rome"``, ``"memit"`` or ``"loaded"``.
+        method: ``"rome"``, ``"memit"``, ``"alphaedit"`` or ``"loaded"``.
         requests: the requests the edit installs.
         seconds: how long the edit took to compute.
+        details: what a method reports about its edit (AlphaEdit: null-space dimensions, the
+            share of the keys kept by the projection, the keys); empty for the others.
     """
 
     def __init__(
@@ -45,6 +48,7 @@ class EditHandle(WeightEdit):
         self.method = method
         self.requests = tuple(requests)
         self.seconds = seconds
+        self.details: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         state = "restored" if self.restored else "applied"

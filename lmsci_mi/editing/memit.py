@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import field
 from typing import ClassVar
 
@@ -37,7 +37,14 @@ from lmsci_mi.editing.stats import DEFAULT_STATS_TOKENS, KeyStatistics, StatsCon
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import weight_name
 
-__all__ = ["MEMITHyperParams", "default_memit_layers", "memit_edit"]
+__all__ = [
+    "LayerSolver",
+    "MEMITHyperParams",
+    "checked_layers",
+    "default_memit_layers",
+    "memit_edit",
+    "spread_edit",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -127,24 +134,62 @@ def memit_edit(
     """
     hp = config or MEMITHyperParams()
     requests = list(requests)
+    begin = time.perf_counter()
+    layers, stats = checked_layers(lm, requests, hp, stats)
+
+    def solve(layer: int, keys: Tensor, remaining: Tensor) -> Tensor:
+        c = stats.for_layer(layer).double().to(keys.device)
+        return torch.linalg.solve(hp.mom2_weight * c + keys.T @ keys, keys.T @ remaining)
+
+    handles = spread_edit(lm, requests, layers, hp, solve)
+    return EditHandle.combine(
+        handles, method="memit", requests=requests, seconds=time.perf_counter() - begin
+    )
+
+
+LayerSolver = Callable[[int, Tensor, Tensor], Tensor]
+"""``(layer, keys [request, d_mlp], residual [request, d_model]) -> ΔW_out [d_mlp, d_model]``,
+in float64: how a MEMIT-family method turns one layer's keys and residual into its update."""
+
+
+def checked_layers(
+    lm: LensModel, requests: Sequence[EditRequest], hp: MEMITHyperParams,
+    stats: KeyStatistics | None,
+) -> tuple[list[int], KeyStatistics]:
+    """The layer range and its key statistics, after every check (nothing is changed yet).
+
+    Raises:
+        ValueError: a bad request or layer, or statistics of another model or other layers.
+    """
     check_requests(lm, requests)
     layers = sorted(set(hp.layers if hp.layers is not None else default_memit_layers(lm)))
     for layer in layers:
         check_layer(lm, layer)
+    if stats is not None and stats.meta.model != lm.name:
+        raise ValueError(
+            f"the statistics were computed on {stats.meta.model}, not {lm.name}: "
+            "compute them with key_statistics(lm, layers)"
+        )
     if stats is not None and any(layer not in stats.layers for layer in layers):
         raise ValueError(f"the statistics given cover layers {stats.layers}, not all of {layers}")
-    begin = time.perf_counter()
     if stats is None:
         stats = key_statistics(lm, layers, StatsConfig(n_tokens=hp.stats_tokens))
+    return layers, stats
+
+
+def spread_edit(
+    lm: LensModel, requests: Sequence[EditRequest], layers: Sequence[int], hp: MEMITHyperParams,
+    solve: LayerSolver,
+) -> list[EditHandle]:
+    """MEMIT's pipeline with a given per-layer solver: fit each request's residual change at the
+    top layer, then install it layer by layer (:func:`_spread`). Returns the applied per-layer
+    handles (restored, all of them, on error)."""
     templates = context_templates(lm, hp.n_contexts, hp.context_lengths, seed=hp.seed)
     plain = [subject_row(lm, "{}", r.prompt, r.subject, lm.continuation_ids(r.target_new)) for r in requests]
     targets = subject_activations(lm, "resid_post", layers[-1], plain) + _fit_top_deltas(
         lm, layers[-1], requests, templates, hp
     )
-    handles = _spread(lm, requests, templates, targets, plain, layers, stats, hp)
-    return EditHandle.combine(
-        handles, method="memit", requests=requests, seconds=time.perf_counter() - begin
-    )
+    return _spread(lm, requests, templates, targets, plain, layers, solve)
 
 
 @EDITING_METHODS.register("memit", MEMITHyperParams, "many facts in one edit, spread over MLP layers")
@@ -174,8 +219,7 @@ def _fit_top_deltas(
 
 def _spread(
     lm: LensModel, requests: Sequence[EditRequest], templates: Sequence[str],
-    targets: Tensor, plain: Sequence[SubjectRow], layers: Sequence[int], stats: KeyStatistics,
-    hp: MEMITHyperParams,
+    targets: Tensor, plain: Sequence[SubjectRow], layers: Sequence[int], solve: LayerSolver,
 ) -> list[EditHandle]:
     """Install the target residuals layer by layer, ascending; each layer's update is applied
     before the next layer reads its keys. On error every update made so far is restored."""
@@ -189,8 +233,7 @@ def _spread(
             keys = keys.view(len(requests), len(templates), -1).mean(1).double()  # k̄ per request
             now = subject_activations(lm, "resid_post", layers[-1], plain)
             remaining = (targets - now).double() / (len(layers) - i)
-            c = stats.for_layer(layer).double().to(keys.device)
-            update = torch.linalg.solve(hp.mom2_weight * c + keys.T @ keys, keys.T @ remaining)
+            update = solve(layer, keys, remaining)
             weight = lm.model.blocks[layer].mlp.W_out
             deltas = {weight_name("W_out", layer): update.to(weight.dtype)}
             handles.append(EditHandle(lm, deltas, method="memit").apply())

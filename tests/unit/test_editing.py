@@ -12,6 +12,7 @@ import torch
 from lmsci_mi import LensModel, load_model
 from lmsci_mi.data.facts import candidate_facts, load_fact_records
 from lmsci_mi.editing import (
+    AlphaEditHyperParams,
     EditRequest,
     EvaluationConfig,
     MEMITHyperParams,
@@ -386,9 +387,10 @@ def test_editing_methods_register_once_with_their_configs() -> None:
     from lmsci_mi.editing import EDITING_METHODS
     from lmsci_mi.editing.methods import method_for
 
-    assert EDITING_METHODS.names() == ("memit", "rome")
+    assert EDITING_METHODS.names() == ("alphaedit", "memit", "rome")
     assert EDITING_METHODS.get("rome").config_type is ROMEHyperParams
     assert method_for(MEMITHyperParams())[0].name == "memit"
+    assert method_for(AlphaEditHyperParams())[0].name == "alphaedit"
     with pytest.raises(ValueError, match="already registered"):
         EDITING_METHODS.register("rome", ROMEHyperParams)(lambda *a, **k: None)
     with pytest.raises(ValueError, match=r"ROMEHyperParams\.steps must be >= 1, not 0"):
