@@ -443,7 +443,7 @@ class _CircuitPatch:
         self.ablate = (graph.real.to(lm.device, corrupted.dtype) - keep).transpose(1, 2).contiguous()
         self.corrupted_streams = corrupted_streams
         self.stream: dict[int, Tensor] = {}
-        self.delta: dict[int, Tensor] = {}
+        self.delta: dict[int, tuple[Tensor, Tensor]] = {}
 
     def rebuilt(
         self, stream: Tensor, stream_corrupted: Tensor, n_senders: int, cols: slice
