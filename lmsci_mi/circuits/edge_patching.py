@@ -332,7 +332,10 @@ def weighted_difference(
     """``weights @ (plus − minus)`` without materialising ``plus − minus``, where ``minus`` is
     given as consecutive blocks of senders (views of different buffers); a sparse product when
     few weights are non-zero (a small circuit, or a large one's few cut edges)."""
-    sparse = int((weights != 0).sum()) < _SPARSE_BELOW * weights.numel()
+    # torch's sparse products cover float32/64 on every device; half precision stays dense.
+    sparse = weights.dtype in (torch.float32, torch.float64) and int(
+        (weights != 0).sum()
+    ) < _SPARSE_BELOW * weights.numel()
     addmm = torch.sparse.addmm if sparse else torch.addmm
 
     def product(w: Tensor, x: Tensor) -> Tensor:
