@@ -26,6 +26,9 @@ from lmsci_mi.editing.requests import load_requests as load_requests
 from lmsci_mi.editing.rome import ROMEHyperParams as ROMEHyperParams
 from lmsci_mi.editing.rome import default_rome_layer as default_rome_layer
 from lmsci_mi.editing.rome import rome_edit as rome_edit
+from lmsci_mi.editing.session import EditingSession as EditingSession
+from lmsci_mi.editing.session import SessionConfig as SessionConfig
+from lmsci_mi.editing.session import SessionStep as SessionStep
 from lmsci_mi.editing.stats import KeyStatistics as KeyStatistics
 from lmsci_mi.editing.stats import StatsConfig as StatsConfig
 from lmsci_mi.editing.stats import TextSource as TextSource
@@ -39,10 +42,13 @@ __all__ = [
     "EditEvaluation",
     "EditHandle",
     "EditRequest",
+    "EditingSession",
     "EvaluationConfig",
     "KeyStatistics",
     "MEMITHyperParams",
     "ROMEHyperParams",
+    "SessionConfig",
+    "SessionStep",
     "StatsConfig",
     "TextSource",
     "alphaedit_edit",

@@ -1,0 +1,98 @@
+"""Sequential editing sessions: order, exact restore, specificity against the original model."""
+
+from __future__ import annotations
+
+import tempfile
+
+import pytest
+import torch
+
+from lmsci_mi import LensModel
+from lmsci_mi.editing import (
+    AlphaEditHyperParams,
+    EditHandle,
+    EditingSession,
+    EditRequest,
+    MEMITHyperParams,
+    ROMEHyperParams,
+    SessionConfig,
+    StatsConfig,
+    key_statistics,
+)
+from tests.conftest import weights_fingerprint
+
+REQUESTS = [
+    EditRequest(
+        "{} is in",
+        s,
+        new,
+        true,
+        paraphrase_prompts=(f"The city of {s} is in",),
+        neighborhood_prompts=(f"{n} is in",),
+    )
+    for s, new, true, n in [
+        ("Paris", " Rome", " France", "Lyon"),
+        ("Berlin", " Oslo", " Germany", "Munich"),
+        ("Madrid", " Tokyo", " Spain", "Seville"),
+    ]
+]
+
+
+@pytest.fixture
+def stats(tiny: LensModel):
+    return key_statistics(tiny, [0, 1], StatsConfig(n_tokens=512), cache_dir=tempfile.mkdtemp())
+
+
+def _top(lm: LensModel, prompts: list[str]) -> torch.Tensor:
+    batch = lm.encode_batch(prompts)
+    with torch.no_grad():
+        logits = lm(batch.tokens)
+    return logits[torch.arange(len(prompts)), batch.lengths - 1].argmax(-1)
+
+
+def test_three_sequential_edits_restore_bit_exactly(tiny: LensModel, stats) -> None:
+    before = weights_fingerprint(tiny)
+    session = EditingSession(
+        tiny, MEMITHyperParams(layers=(0, 1), steps=3), SessionConfig(eval_every=1), stats=stats
+    )
+    steps = session.run(REQUESTS)
+    assert [s.n_edited for s in steps] == [1, 2, 3]
+    assert [r.subject for r in session.order] == ["Paris", "Berlin", "Madrid"]
+    assert len(session.handles) == 3 and weights_fingerprint(tiny) != before
+    with pytest.raises(RuntimeError):  # an earlier edit cannot be undone under a later one
+        session.handles[0].restore()
+    session.restore()
+    assert weights_fingerprint(tiny) == before
+
+
+def test_specificity_is_measured_against_the_original_model(tiny: LensModel, stats) -> None:
+    neighbours = [p for r in REQUESTS for p in r.neighborhood_prompts]
+    original = _top(tiny, neighbours)
+    session = EditingSession(tiny, MEMITHyperParams(layers=(0, 1), steps=2), stats=stats)
+    session.run(REQUESTS)
+    # A later change that moves every answer to token 0: against the original answers nothing is
+    # kept; against the edited model's own answers everything would be.
+    assert not bool((original == 0).any())
+    push = torch.zeros_like(tiny.model.unembed.b_U)
+    push[0] = 1e4
+    with EditHandle(tiny, {"unembed.b_U": push}, method="test").apply():
+        assert bool((_top(tiny, neighbours) == 0).all())
+        assert session.evaluate().specificity == 0.0
+    session.restore()
+
+
+def test_alphaedit_sessions_carry_the_earlier_keys(tiny: LensModel, stats) -> None:
+    before = weights_fingerprint(tiny)
+    hp = AlphaEditHyperParams(layers=(0, 1), steps=2, nullspace_threshold=1e-2)
+    session = EditingSession(tiny, hp, SessionConfig(batch_size=2), stats=stats)
+    session.run(REQUESTS)
+    assert {layer: k.shape[0] for layer, k in session._keys.items()} == {0: 3, 1: 3}
+    session.restore()
+    assert weights_fingerprint(tiny) == before and not session._keys
+
+
+def test_a_rome_session_without_a_layer_is_refused_before_any_edit(tiny: LensModel) -> None:
+    before = weights_fingerprint(tiny)
+    with pytest.raises(ValueError, match="fixed layer"):
+        EditingSession(tiny, ROMEHyperParams()).run(REQUESTS)
+    assert weights_fingerprint(tiny) == before
