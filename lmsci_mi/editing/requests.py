@@ -18,6 +18,17 @@ if TYPE_CHECKING:
 
 __all__ = ["EditRequest", "load_facts", "load_requests"]
 
+_TARGETS = (
+    "target_new", "target_true", "reverse_target_new", "reverse_target_true",
+    "two_hop_target_new", "two_hop_target_true",
+)
+_PROMPT_LISTS = ("paraphrase_prompts", "neighborhood_prompts", "other_relation_prompts")
+
+
+def _spaced(target: str) -> str:
+    """A target with the leading space a continuation needs (ROME adds it the same way)."""
+    return " " + target if target.strip() and not target.startswith(" ") else target
+
 
 @dataclass(frozen=True)
 class EditRequest:
@@ -33,6 +44,18 @@ class EditRequest:
         paraphrase_prompts: other wordings of the same fact (full prompts, subject included).
         neighborhood_prompts: prompts about other subjects whose true answer is ``target_true``.
         relation: a short relation name (``"landmark_city"``), for grouping results.
+        negated_prompt: the fact negated (``"The Eiffel Tower is not located in the city of"``):
+            an edit that also moves this prompt to ``target_new`` shows the negation curse.
+        reverse_prompt: for a one-to-one relation, the fact asked backwards about the new
+            object (``"Rome is the city where you find"``); ``reverse_target_new`` is what a
+            reversible edit makes the answer (the subject), ``reverse_target_true`` the unedited
+            answer.
+        two_hop_prompt: a consequence of the edit through a second fact the model knows
+            (``"The Eiffel Tower is located in the country of"``), with the answer the edit
+            implies (``" Italy"``) and the unedited one (``" France"``).
+        other_relation_prompts: other relations of the same subject (``"The Eiffel Tower was
+            designed by"``) with their unedited answers in ``other_relation_targets``: an edit
+            that moves them has leaked (over-ripple).
 
     >>> r = EditRequest("{} is located in the city of", "The Eiffel Tower", "Rome", " Paris")
     >>> r.rewrite_prompt, r.target_new
@@ -46,17 +69,32 @@ class EditRequest:
     paraphrase_prompts: tuple[str, ...] = ()
     neighborhood_prompts: tuple[str, ...] = ()
     relation: str = ""
+    negated_prompt: str = ""
+    reverse_prompt: str = ""
+    reverse_target_new: str = ""
+    reverse_target_true: str = ""
+    two_hop_prompt: str = ""
+    two_hop_target_new: str = ""
+    two_hop_target_true: str = ""
+    other_relation_prompts: tuple[str, ...] = ()
+    other_relation_targets: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if "{}" not in self.prompt and self.subject and self.subject in self.prompt:
             # A filled prompt ("The Eiffel Tower is in") becomes a template at the subject.
             object.__setattr__(self, "prompt", self.prompt.replace(self.subject, "{}", 1))
-        for name in ("target_new", "target_true"):
-            value = getattr(self, name)
-            if value and value.strip() and not value.startswith(" "):
-                object.__setattr__(self, name, " " + value)
-        object.__setattr__(self, "paraphrase_prompts", tuple(self.paraphrase_prompts))
-        object.__setattr__(self, "neighborhood_prompts", tuple(self.neighborhood_prompts))
+        for name in _TARGETS:
+            object.__setattr__(self, name, _spaced(getattr(self, name)))
+        for name in _PROMPT_LISTS:
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        object.__setattr__(
+            self, "other_relation_targets", tuple(_spaced(t) for t in self.other_relation_targets)
+        )
+        if len(self.other_relation_targets) != len(self.other_relation_prompts):
+            raise ValueError(
+                f"request for {self.subject!r} has {len(self.other_relation_prompts)} other-relation "
+                f"prompts but {len(self.other_relation_targets)} targets: give one answer per prompt"
+            )
 
     @property
     def rewrite_prompt(self) -> str:
