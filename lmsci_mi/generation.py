@@ -89,6 +89,7 @@ def generate(
     stop_at: int | None = None,
     use_kv_cache: bool = True,
     keep_logits: bool = False,
+    streams: Sequence[int] | None = None,
 ) -> Generations:
     """Continue each prompt under ``config``; interventions active in ``lm.hooks`` apply.
 
@@ -106,6 +107,9 @@ def generate(
         stop_at: a token id that ends a row (kept as its last token), e.g. a grammar's EOS.
         use_kv_cache: False recomputes the whole sequence at each step (same tokens; slower).
         keep_logits: also return the logits of each new token.
+        streams: the random stream of each prompt (default: its index). A caller that samples
+            the same prompt in different calls (one fact now, all facts later) passes a stable
+            id, so the prompt draws the same tokens in every call.
 
     >>> from lmsci_mi import load_model
     >>> lm = load_model("toy-2l")
@@ -117,7 +121,10 @@ def generate(
     """
     config = config or GenerationConfig()
     sequences = [_prompt_ids(lm, p) for p in prompts]
-    generators = [_row_generator(config.seed, i, lm.device) for i in range(len(sequences))]
+    streams = range(len(sequences)) if streams is None else [int(s) for s in streams]
+    if len(streams) != len(sequences):
+        raise ValueError(f"{len(streams)} streams for {len(sequences)} prompts: give one per prompt")
+    generators = [_row_generator(config.seed, s, lm.device) for s in streams]
     tokens: list[tuple[int, ...]] = [() for _ in sequences]
     logits: list[Tensor] = [torch.empty(0) for _ in sequences]
     # Rows of similar length share a batch, so few steps are spent feeding prompt tokens.

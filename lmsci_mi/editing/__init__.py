@@ -15,10 +15,13 @@ from lmsci_mi.editing.memit import default_memit_layers as default_memit_layers
 from lmsci_mi.editing.memit import memit_edit as memit_edit
 from lmsci_mi.editing.methods import EDITING_METHODS as EDITING_METHODS
 from lmsci_mi.editing.metrics import GENERATION_TOKENS as GENERATION_TOKENS
+from lmsci_mi.editing.metrics import METRICS as METRICS
+from lmsci_mi.editing.metrics import PER_FACT as PER_FACT
 from lmsci_mi.editing.metrics import EditEvaluation as EditEvaluation
 from lmsci_mi.editing.metrics import EvaluationConfig as EvaluationConfig
 from lmsci_mi.editing.metrics import evaluate_edits as evaluate_edits
 from lmsci_mi.editing.metrics import generation_entropy as generation_entropy
+from lmsci_mi.editing.metrics import next_token_top1 as next_token_top1
 from lmsci_mi.editing.metrics import target_nll as target_nll
 from lmsci_mi.editing.requests import EditRequest as EditRequest
 from lmsci_mi.editing.requests import load_facts as load_facts
@@ -37,6 +40,8 @@ from lmsci_mi.editing.stats import key_statistics as key_statistics
 __all__ = [
     "EDITING_METHODS",
     "GENERATION_TOKENS",
+    "METRICS",
+    "PER_FACT",
     "AlphaEditHyperParams",
     "DeltaFit",
     "EditEvaluation",
@@ -63,6 +68,7 @@ __all__ = [
     "load_facts",
     "load_requests",
     "memit_edit",
+    "next_token_top1",
     "rome_edit",
     "target_nll",
 ]

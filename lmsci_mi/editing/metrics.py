@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 import statistics
 import time
@@ -23,6 +24,7 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from lmsci_mi.cache import cache_key, cache_root, weights_fingerprint
 from lmsci_mi.config import Config, config
 from lmsci_mi.editing.fit import check_requests
 from lmsci_mi.editing.methods import method_for
@@ -40,14 +42,19 @@ if TYPE_CHECKING:
 __all__ = [
     "GENERATION_TOKENS",
     "METRICS",
+    "PER_FACT",
     "EditEvaluation",
     "EvaluationConfig",
     "evaluate_edits",
     "generation_entropy",
+    "next_token_top1",
     "target_nll",
 ]
 
-METRICS = ("S", "ES", "PS", "NS", "EM", "PM", "NM", "GE")
+PER_FACT = ("ES", "PS", "NS", "EM", "PM", "NM", "GE", "NEG", "REV", "2HOP", "ORL")
+"""Columns of :attr:`EditEvaluation.per_fact`: fractions of prompts, probability differences, GE."""
+
+METRICS = ("S", *PER_FACT)
 """Columns of :class:`EditEvaluation` (percent, except GE: n-gram entropy in bits ×100)."""
 
 GENERATION_TOKENS = 50
@@ -80,9 +87,16 @@ class EditEvaluation(Result):
     paraphrase prompts, true on neighbours); EM/PM/NM the mean probability differences in points;
     S the harmonic mean of ES, PS, NS; GE the generation entropy (NaN when skipped).
 
+    The "messy knowledge" columns (each on the facts that carry the prompt; NaN when none does):
+    NEG, the negated prompt prefers the new target (the negation curse: the edit ignores "not");
+    REV, the reverse prompt about the new object prefers the subject (a reversible edit);
+    2HOP, the two-hop prompt prefers the answer the edit implies; ORL, the share of the subject's
+    other-relation prompts whose top-1 token is no longer their own answer (over-ripple). The
+    unedited row is each rate's baseline.
+
     Attributes:
-        per_fact: ``[model, fact, 7]``: each fact's ES, PS, NS (fractions), EM, PM, NM
-            (probability differences) and GE.
+        per_fact: ``[model, fact, column]`` with the columns :data:`PER_FACT`: ES, PS, NS, NEG,
+            REV, 2HOP, ORL as fractions, EM, PM, NM as probability differences, and GE.
         subjects: the edited subjects, one per fact.
         method: the registered method's name.
         fact_layers: per fact, the layers of the edit that installed it.
@@ -122,6 +136,24 @@ class EditEvaluation(Result):
     def metric(self, name: str, *, edited: bool = True) -> float:
         """One number, e.g. ``ev.metric("ES")``."""
         return float(self.values[1 if edited else 0, METRICS.index(name)])
+
+    def interval(
+        self, name: str, *, edited: bool = True, samples: int = 2000, level: float = 0.95, seed: int = 0
+    ) -> tuple[float, float]:
+        """A percentile bootstrap interval of one metric over facts (facts resampled with
+        replacement; S recomputed from each resample's ES, PS and NS)."""
+        if name not in METRICS:
+            raise ValueError(f"unknown metric {name!r}: choose from {METRICS}")
+        rows = self.per_fact[1 if edited else 0]
+        generator = torch.Generator().manual_seed(seed)
+        draws = torch.randint(len(rows), (samples, len(rows)), generator=generator)
+        values = torch.tensor([float(_summary(rows[d])[METRICS.index(name)]) for d in draws])
+        values = values[~values.isnan()]
+        if not len(values):
+            return (float("nan"), float("nan"))
+        tail = (1 - level) / 2
+        low, high = torch.quantile(values.double(), torch.tensor([tail, 1 - tail], dtype=torch.float64))
+        return float(low), float(high)
 
     def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
         """Bars before and after editing: the success rates (S, ES, PS, NS, in %) on the left,
@@ -219,15 +251,33 @@ def generation_entropy(texts: Sequence[str]) -> float:
 
 def _fluency(lm: LensModel, requests: Sequence[EditRequest], evaluation: EvaluationConfig) -> Tensor:
     """GE per fact ``[fact, 1]``: a top-5 sampled continuation of the rewrite prompt (as ROME's
-    generate_fast), all facts in one batch; fact ``i`` draws from the stream of ``(seed, i)``,
-    so the unedited and edited model draw the same way."""
+    generate_fast), all facts in one batched call, each from its own stream (:func:`_stream`),
+    so the unedited and the edited model draw the same way."""
     if evaluation.generation_tokens == 0:
         return torch.full((len(requests), 1), float("nan"))
     config = GenerationConfig(
         max_new_tokens=evaluation.generation_tokens, temperature=1.0, top_k=5, seed=evaluation.seed
     )
-    texts = generate(lm, [r.rewrite_prompt for r in requests], config).texts
+    streams = [_stream(r) for r in requests]
+    texts = generate(lm, [r.rewrite_prompt for r in requests], config, streams=streams).texts
     return torch.tensor([[generation_entropy([text])] for text in texts])
+
+
+@torch.no_grad()
+def next_token_top1(lm: LensModel, prompts: Sequence[str], *, batch_size: int = 32) -> Tensor:
+    """The top-1 next token id after each prompt (``[prompt]``, on the CPU). Reads the model only.
+
+    >>> from lmsci_mi import load_model
+    >>> next_token_top1(load_model("toy-2l"), ["The cat sat on the", "Hi"]).shape
+    torch.Size([2])
+    """
+    out = [torch.empty(0, dtype=torch.long)]
+    for start in range(0, len(prompts), batch_size):
+        batch = lm.encode_batch(list(prompts[start : start + batch_size]))
+        logits = lm(batch.tokens)
+        rows = torch.arange(logits.shape[0], device=logits.device)
+        out.append(logits[rows, batch.lengths.to(logits.device) - 1].argmax(-1).cpu())
+    return torch.cat(out)
 
 
 def _kept_neighbours(
@@ -244,40 +294,112 @@ def _kept_neighbours(
     return kept, excluded
 
 
+# Pairwise checks: (column of PER_FACT, prompts of a request, the answer that should win, the one
+# it should beat). Neighbours keep the true answer; every other check asks for the edit's answer.
+_PAIRS = (
+    ("ES", lambda r, near: [r.rewrite_prompt], "target_new", "target_true"),
+    ("PS", lambda r, near: list(r.paraphrase_prompts), "target_new", "target_true"),
+    ("NS", lambda r, near: list(near), "target_true", "target_new"),
+    ("NEG", lambda r, near: [r.negated_prompt] if r.negated_prompt else [], "target_new", "target_true"),
+    ("REV", lambda r, near: [r.reverse_prompt] if r.reverse_prompt else [], "reverse_target_new", "reverse_target_true"),
+    ("2HOP", lambda r, near: [r.two_hop_prompt] if r.two_hop_prompt else [], "two_hop_target_new", "two_hop_target_true"),
+)
+
+
 def _fact_scores(
-    lm: LensModel, requests: Sequence[EditRequest], neighbours: Sequence[tuple[str, ...]],
+    lm: LensModel,
+    requests: Sequence[EditRequest],
+    neighbours: Sequence[tuple[str, ...]],
     evaluation: EvaluationConfig,
 ) -> Tensor:
-    """Per fact: [ES, PS, NS, EM, PM, NM] as fractions / probability differences, then GE."""
+    """Per fact, the :data:`PER_FACT` columns (fractions and probability differences; NaN where
+    a fact has no prompt of a kind), every prompt of every fact in one batched pass."""
     prompts, targets, owners = [], [], []
     for i, (r, near) in enumerate(zip(requests, neighbours, strict=True)):
-        for kind, group in enumerate(([r.rewrite_prompt], r.paraphrase_prompts, near)):
-            for p in group:
+        for kind, (_, group, win, lose) in enumerate(_PAIRS):
+            for p in group(r, near):
                 prompts += [p, p]
-                targets += [r.target_new, r.target_true]
+                targets += [getattr(r, win), getattr(r, lose)]
                 owners.append((i, kind))
     nll = target_nll(lm, prompts, targets).view(-1, 2)
-    p_new, p_true = (-nll[:, 0]).exp(), (-nll[:, 1]).exp()
-    scores = torch.full((len(requests), 6), float("nan"))
-    for i in range(len(requests)):
-        for kind in range(3):
-            idx = [j for j, o in enumerate(owners) if o == (i, kind)]
-            if not idx:
-                continue
-            new, true = p_new[idx], p_true[idx]
-            if kind == 2:  # neighbours: the true answer should still win
-                new, true = true, new
-            scores[i, kind] = (new > true).float().mean()
-            scores[i, 3 + kind] = (new - true).mean()
-    return torch.cat([scores, _fluency(lm, requests, evaluation)], dim=1)
+    p_win, p_lose = (-nll[:, 0]).exp(), (-nll[:, 1]).exp()
+    scores = torch.full((len(requests), len(PER_FACT)), float("nan"))
+    where: dict[tuple[int, int], list[int]] = {}
+    for j, owner in enumerate(owners):
+        where.setdefault(owner, []).append(j)
+    for (i, kind), idx in where.items():
+        column = PER_FACT.index(_PAIRS[kind][0])
+        scores[i, column] = (p_win[idx] > p_lose[idx]).float().mean()
+        if kind < 3:  # EM, PM, NM: the mean margin in probability
+            scores[i, column + 3] = (p_win[idx] - p_lose[idx]).mean()
+    scores[:, PER_FACT.index("ORL")] = _other_relation_leakage(lm, requests)
+    scores[:, PER_FACT.index("GE")] = _fluency(lm, requests, evaluation)[:, 0]
+    return scores
+
+
+def _other_relation_leakage(lm: LensModel, requests: Sequence[EditRequest]) -> Tensor:
+    """Per fact, the share of its other-relation prompts whose top-1 next token is no longer the
+    first token of their own answer (NaN without such prompts)."""
+    prompts = [p for r in requests for p in r.other_relation_prompts]
+    top = next_token_top1(lm, prompts)
+    out, at = torch.full((len(requests),), float("nan")), 0
+    for i, r in enumerate(requests):
+        n = len(r.other_relation_prompts)
+        if n:
+            gold = torch.tensor([lm.continuation_ids(t)[0] for t in r.other_relation_targets])
+            out[i] = (top[at : at + n] != gold).float().mean()
+        at += n
+    return out
 
 
 def _summary(per_fact: Tensor) -> Tensor:
-    """METRICS from per-fact [ES, PS, NS, EM, PM, NM, GE] rows."""
-    means = [100 * float(torch.nanmean(per_fact[:, k])) for k in range(6)]
-    es, ps, ns = means[:3]
+    """:data:`METRICS` from per-fact :data:`PER_FACT` rows: means in percent (GE as it is), S the
+    harmonic mean of ES, PS and NS."""
+    means = torch.nanmean(per_fact, dim=0)
+    means = torch.where(torch.isnan(per_fact).all(0), torch.nan, means)
+    means[[PER_FACT.index(m) for m in PER_FACT if m != "GE"]] *= 100
+    es, ps, ns = (float(means[PER_FACT.index(m)]) for m in ("ES", "PS", "NS"))
     s = statistics.harmonic_mean([es, ps, ns]) if min(es, ps, ns) > 0 else 0.0
-    return torch.tensor([s, *means, float(torch.nanmean(per_fact[:, 6]))])
+    return torch.cat([torch.tensor([s]), means])
+
+
+def _stream(request: EditRequest) -> int:
+    """The random stream a fact's generation draws from: fixed by the fact itself, so the fact
+    samples the same way in any evaluation, alone, in a batch or in any subset of a fact set."""
+    return int(cache_key(request.rewrite_prompt, request.target_new, length=12), 16)
+
+
+@torch.no_grad()
+def _unedited_scores(
+    lm: LensModel,
+    requests: Sequence[EditRequest],
+    neighbours: Sequence[tuple[str, ...]],
+    evaluation: EvaluationConfig,
+    use_cache: bool,
+) -> Tensor:
+    """The unedited model's per-fact scores, cached on disk per fact under the model's weights
+    fingerprint and the evaluation settings; the facts not cached yet are scored in one batched
+    pass. A ROME, a MEMIT and an AlphaEdit evaluation (or a resumed one) share the baseline."""
+    if not use_cache:
+        return _fact_scores(lm, requests, neighbours, evaluation)
+    folder = cache_root() / "edit-baselines" / cache_key(
+        weights_fingerprint(lm), {"version": 2, "columns": PER_FACT, **evaluation.params()}
+    )
+    paths = [
+        folder / f"{cache_key(r.to_json(), list(near))}.pt"
+        for r, near in zip(requests, neighbours, strict=True)
+    ]
+    missing = [i for i, path in enumerate(paths) if not path.exists()]
+    if missing:
+        fresh = _fact_scores(
+            lm, [requests[i] for i in missing], [neighbours[i] for i in missing], evaluation
+        )
+        folder.mkdir(parents=True, exist_ok=True)
+        for row, i in zip(fresh, missing, strict=True):
+            partial = paths[i].with_suffix(f".{os.getpid()}.partial")
+            torch.save(row.clone(), partial)
+            os.replace(partial, paths[i])  # never a half-written entry
+    return torch.stack([torch.load(path) for path in paths])
 
 
 def evaluate_edits(
@@ -287,6 +409,7 @@ def evaluate_edits(
     *,
     stats: KeyStatistics | None = None,
     evaluation: EvaluationConfig | None = None,
+    use_cache: bool = True,
 ) -> EditEvaluation:
     """Edit the facts and measure CounterFact metrics, with the unedited model as baseline.
 
@@ -304,6 +427,8 @@ def evaluate_edits(
             default config.
         stats: key statistics covering the edited layers (default: each method's own).
         evaluation: :class:`EvaluationConfig` (generation length for GE, seed).
+        use_cache: read the unedited model's scores from the on-disk cache (and write them
+            there): they depend only on the weights, the facts and ``evaluation``.
 
     Returns:
         :class:`EditEvaluation`.
@@ -313,17 +438,19 @@ def evaluate_edits(
     requests = list(requests)
     _check_evaluation_requests(lm, requests)
     batches = [[r] for r in requests] if getattr(config, "one_fact_per_edit", False) else [requests]
-    before, after, layers, seconds, excluded = [], [], [], [], 0
+    kept = [_kept_neighbours(batch, batch) for batch in batches]
+    neighbours = [near for batch_kept, _ in kept for near in batch_kept]
+    excluded = sum(left_out for _, left_out in kept)
+    before = _unedited_scores(lm, requests, neighbours, evaluation, use_cache)
+    after, layers, seconds, done = [], [], [], 0
     for batch in tqdm(batches, desc=f"{method.name} evaluation", unit="edit", disable=len(batches) < 2):
-        neighbours, left_out = _kept_neighbours(batch, batch)
-        excluded += left_out
-        before.append(_fact_scores(lm, batch, neighbours, evaluation))
         start = time.perf_counter()
         with method.function(lm, batch, config, stats=stats) as handle:
             seconds.append(time.perf_counter() - start)
             layers += [handle.layers] * len(batch)
-            after.append(_fact_scores(lm, batch, neighbours, evaluation))
-    per_fact = torch.stack([torch.cat(before), torch.cat(after)])
+            after.append(_fact_scores(lm, batch, neighbours[done : done + len(batch)], evaluation))
+        done += len(batch)
+    per_fact = torch.stack([before, torch.cat(after)])
     return EditEvaluation(
         values=torch.stack([_summary(per_fact[0]), _summary(per_fact[1])]),
         axes=("model", "metric"),

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
+import math
 import weakref
 from pathlib import Path
 
@@ -12,6 +15,7 @@ import torch
 from lmsci_mi import LensModel, load_model
 from lmsci_mi.data.facts import candidate_facts, load_fact_records
 from lmsci_mi.editing import (
+    PER_FACT,
     AlphaEditHyperParams,
     EditRequest,
     EvaluationConfig,
@@ -25,6 +29,7 @@ from lmsci_mi.editing import (
     key_statistics,
     load_facts,
     memit_edit,
+    next_token_top1,
     rome_edit,
     target_nll,
 )
@@ -275,7 +280,7 @@ def test_evaluate_edits_scores_what_the_model_says_and_restores(tiny: LensModel,
     assert ev.metric("ES") == 100 * edited[0] and ev.metric("ES", edited=False) == 100 * unedited[0]
     assert ev.fact_layers == ((0,),) and ev.n_edits == 1 and ev.excluded_neighbours == 0
     both = type(ev).combine([ev, ev])
-    assert both.per_fact.shape == (2, 2, 7) and both.fact_layers == ((0,), (0,))
+    assert both.per_fact.shape == (2, 2, len(PER_FACT)) and both.fact_layers == ((0,), (0,))
     assert torch.allclose(both.values, ev.values, equal_nan=True)
     assert_identical(tiny, before)
 
@@ -395,3 +400,73 @@ def test_editing_methods_register_once_with_their_configs() -> None:
         EDITING_METHODS.register("rome", ROMEHyperParams)(lambda *a, **k: None)
     with pytest.raises(ValueError, match=r"ROMEHyperParams\.steps must be >= 1, not 0"):
         ROMEHyperParams(steps=0)
+
+
+MESSY = EditRequest(
+    "{} is located in the city of",
+    "The Eiffel Tower",
+    " Rome",
+    " Paris",
+    paraphrase_prompts=("The Eiffel Tower stands in the city of",),
+    neighborhood_prompts=("The Louvre is located in the city of",),
+    negated_prompt="The Eiffel Tower is not located in the city of",
+    reverse_prompt="Rome is the city of",
+    reverse_target_new=" The Eiffel Tower",
+    reverse_target_true=" the Colosseum",
+    two_hop_prompt="The Eiffel Tower is located in the country of",
+    two_hop_target_new=" Italy",
+    two_hop_target_true=" France",
+    other_relation_prompts=("The Eiffel Tower was designed by", "The Eiffel Tower is made of"),
+    other_relation_targets=(" Gustave", " iron"),
+)
+
+
+def test_messy_knowledge_columns_score_what_the_model_says(tiny: LensModel, stats) -> None:
+    ev = evaluate_edits(tiny, [MESSY], FAST_ROME, stats=stats,
+                        evaluation=EvaluationConfig(generation_tokens=0), use_cache=False)
+    for row in (0, 1):
+        with rome_edit(tiny, MESSY, FAST_ROME, stats=stats) if row else contextlib.nullcontext():
+            for column, prompt, win, lose in (
+                ("NEG", MESSY.negated_prompt, MESSY.target_new, MESSY.target_true),
+                ("REV", MESSY.reverse_prompt, MESSY.reverse_target_new, MESSY.reverse_target_true),
+                ("2HOP", MESSY.two_hop_prompt, MESSY.two_hop_target_new, MESSY.two_hop_target_true),
+            ):
+                nll = target_nll(tiny, [prompt, prompt], [win, lose])
+                assert ev.per_fact[row, 0, PER_FACT.index(column)] == float(nll[0] < nll[1])
+            top = next_token_top1(tiny, list(MESSY.other_relation_prompts))
+            gold = torch.tensor([tiny.continuation_ids(t)[0] for t in MESSY.other_relation_targets])
+            assert ev.per_fact[row, 0, PER_FACT.index("ORL")] == (top != gold).float().mean()
+    assert torch.isnan(ev.per_fact[:, 0, PER_FACT.index("GE")]).all()  # GE skipped
+
+
+def test_a_fact_without_messy_prompts_leaves_those_columns_nan(tiny: LensModel, stats) -> None:
+    ev = evaluate_edits(tiny, [EIFFEL], FAST_ROME, stats=stats,
+                        evaluation=EvaluationConfig(generation_tokens=0), use_cache=False)
+    for name in ("NEG", "REV", "2HOP", "ORL"):
+        assert math.isnan(ev.metric(name)) and math.isnan(ev.metric(name, edited=False))
+    assert not math.isnan(ev.metric("S"))
+
+
+def test_the_unedited_baseline_is_cached_per_fact(tiny: LensModel, stats, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("LMSCI_MI_CACHE", str(tmp_path))
+    config = EvaluationConfig(generation_tokens=4)
+    first = evaluate_edits(tiny, [EIFFEL, dataclasses.replace(MESSY, subject="The Louvre")], FAST_ROME,
+                           stats=stats, evaluation=config)
+    entries = list(tmp_path.rglob("*.pt"))
+    assert len(entries) == 2 and not list(tmp_path.rglob("*.partial"))
+    # A fact alone, later, reads its baseline from the cache: GE draws the same tokens.
+    again = evaluate_edits(tiny, [EIFFEL], FAST_ROME, stats=stats, evaluation=config)
+    assert torch.equal(again.per_fact[0, 0].nan_to_num(), first.per_fact[0, 0].nan_to_num())
+    assert len(list(tmp_path.rglob("*.pt"))) == 2
+    fresh = evaluate_edits(tiny, [EIFFEL], FAST_ROME, stats=stats, evaluation=config, use_cache=False)
+    assert torch.allclose(fresh.per_fact[0, 0], first.per_fact[0, 0], equal_nan=True)
+
+
+def test_bootstrap_interval_brackets_the_metric(tiny: LensModel, stats) -> None:
+    ev = evaluate_edits(tiny, [EIFFEL, MESSY], FAST_ROME, stats=stats,
+                        evaluation=EvaluationConfig(generation_tokens=0), use_cache=False)
+    for name in ("S", "ES", "NS"):
+        low, high = ev.interval(name, samples=200)
+        assert low <= ev.metric(name) + 1e-9 and ev.metric(name) <= high + 1e-9
+    with pytest.raises(ValueError, match="unknown metric"):
+        ev.interval("XS")

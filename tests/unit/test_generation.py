@@ -73,6 +73,16 @@ def test_a_row_samples_the_same_alone_and_in_a_mixed_batch(toy: LensModel) -> No
     assert all(len(t) == 6 for t in together.tokens)
 
 
+def test_a_prompt_keeps_its_named_stream_at_any_row(toy: LensModel) -> None:
+    config = GenerationConfig(max_new_tokens=6, top_k=5, seed=3)
+    alone = generate(toy, ["Paris is"], config, streams=[12345])
+    later = generate(toy, ["Hello", "Paris is"], config, streams=[7, 12345])
+    assert later.tokens[1] == alone.tokens[0]
+    assert generate(toy, ["Paris is"], config).tokens[0] != alone.tokens[0]
+    with pytest.raises(ValueError, match="one per prompt"):
+        generate(toy, ["a", "b"], config, streams=[1])
+
+
 def test_the_same_seed_gives_the_same_samples_and_leaves_the_global_rng(toy: LensModel) -> None:
     config = GenerationConfig(max_new_tokens=6, seed=7)
     state = torch.random.get_rng_state()
