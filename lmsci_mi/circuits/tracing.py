@@ -105,6 +105,9 @@ class CausalTrace(Result):
         wrong / wrong_id: the competing answer of ``"logit_diff"`` ("" and -1 otherwise).
         corrupted_prompt: the corrupted text ("" for noise).
         clean_value / corrupted_value: the metric on the clean and the corrupted run.
+        sample_values: the metric per corrupted sequence, ``[kind, layer, position, sample]``
+            (``values`` is its mean), for standard errors.
+        corrupted_samples: the corrupted run's metric per sequence, ``[sample]``.
     """
 
     clean_prob: float
@@ -124,6 +127,8 @@ class CausalTrace(Result):
     corrupted_prompt: str = ""
     clean_value: float | None = None
     corrupted_value: float | None = None
+    sample_values: Tensor | None = None
+    corrupted_samples: Tensor | None = None
 
     @property
     def clean_metric(self) -> float:
@@ -152,6 +157,21 @@ class CausalTrace(Result):
         """
         pos = self.subject_positions[-1] if position is None else position
         return int(self.kind_values(kind)[:, pos].argmax())
+
+    def peak_effect(self, kind: str = "mlp", position: int | None = None) -> tuple[int, float, float]:
+        """``(layer, effect, standard error)`` at :meth:`peak_layer`: the effect is the restored
+        metric minus the corrupted one, its standard error that of the paired difference over the
+        corrupted sequences (each restored run reuses its sequence's noise). With one sample (or a
+        trace saved before samples were kept) the error is NaN."""
+        pos = self.subject_positions[-1] if position is None else position
+        layer = self.peak_layer(kind, pos)
+        effect = float(self.kind_values(kind)[layer, pos]) - self.corrupted_metric
+        if self.sample_values is None or self.corrupted_samples is None:
+            return layer, effect, float("nan")
+        restored = self.sample_values[self.kinds.index(kind), layer, pos]
+        difference = (restored - self.corrupted_samples).double()
+        n = difference.numel()
+        return layer, effect, float(difference.std() / n**0.5) if n > 1 else float("nan")
 
     def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
         """Heatmaps in the style of Meng et al. (Figure 1): tokens down, layers across.
@@ -354,7 +374,9 @@ def causal_trace(
     )
     wrong_id = _wrong_id(lm, corrupted, base, wrong_given, target_id)
     readout = _readout(target_id, wrong_id, corrupted.metric)
-    values, work = _restorations(lm, base, clean, subject_positions[0], readout, cfg)
+    samples, work = _restorations(lm, base, clean, subject_positions[0], readout, cfg)
+    corrupted_samples = readout(base.logits[None]).reshape(-1).float().cpu()
+    values = samples.mean(-1)
     method = f"Meng et al. 2022 causal tracing, {CORRUPTIONS.get(cfg.corruption).description}"
     params = {**cfg.params(), "subject": subject, "noise_scale": corrupted.noise_scale}
     return CausalTrace(
@@ -380,7 +402,9 @@ def causal_trace(
         wrong_id=wrong_id,
         corrupted_prompt=corrupted.corrupted_prompt,
         clean_value=float(readout(clean_logits[None]).mean()),
-        corrupted_value=float(readout(base.logits[None]).mean()),
+        corrupted_value=float(corrupted_samples.mean()),
+        sample_values=samples,
+        corrupted_samples=corrupted_samples,
     )
 
 
@@ -490,8 +514,9 @@ def _restorations(
     first: int,
     readout: Callable[[Tensor], Tensor],
     cfg: TraceConfig,
-) -> tuple[Float[Tensor, "kind layer position"], SweepStats]:
-    """The metric with each (kind, layer, position) restored: the planner's rows, run by the engine.
+) -> tuple[Float[Tensor, "kind layer position sample"], SweepStats]:
+    """The metric with each (kind, layer, position) restored, per corrupted sequence: the
+    planner's rows, run by the engine.
 
     Positions before the subject never see the corruption (causal attention), so restoring them
     is a no-op: they keep the corrupted value and get no row.
@@ -513,10 +538,10 @@ def _restorations(
     else:
         out = run_rows(lm, base, rows, readout, cfg.sweep)
         per_row = out.values
-    corrupted = float(readout(base.logits[None]).mean())
-    values = torch.full((len(cfg.kinds), n_layers, n_pos), corrupted)
+    corrupted = readout(base.logits[None]).reshape(-1).float().cpu()
+    values = corrupted.repeat(len(cfg.kinds), n_layers, n_pos, 1)
     index = torch.tensor(cells).T
-    values[index[0], index[1], index[2]] = per_row.mean(-1).float().cpu()
+    values[index[0], index[1], index[2]] = per_row.reshape(len(cells), -1).float().cpu()
     return values, out.stats
 
 

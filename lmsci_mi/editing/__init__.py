@@ -20,6 +20,7 @@ from lmsci_mi.editing.metrics import PER_FACT as PER_FACT
 from lmsci_mi.editing.metrics import EditEvaluation as EditEvaluation
 from lmsci_mi.editing.metrics import EvaluationConfig as EvaluationConfig
 from lmsci_mi.editing.metrics import evaluate_edits as evaluate_edits
+from lmsci_mi.editing.metrics import fact_fluency as fact_fluency
 from lmsci_mi.editing.metrics import generation_entropy as generation_entropy
 from lmsci_mi.editing.metrics import next_token_top1 as next_token_top1
 from lmsci_mi.editing.metrics import target_nll as target_nll
@@ -29,9 +30,10 @@ from lmsci_mi.editing.requests import load_requests as load_requests
 from lmsci_mi.editing.rome import ROMEHyperParams as ROMEHyperParams
 from lmsci_mi.editing.rome import default_rome_layer as default_rome_layer
 from lmsci_mi.editing.rome import rome_edit as rome_edit
+from lmsci_mi.editing.session import SESSION_METRICS as SESSION_METRICS
 from lmsci_mi.editing.session import EditingSession as EditingSession
 from lmsci_mi.editing.session import SessionConfig as SessionConfig
-from lmsci_mi.editing.session import SessionStep as SessionStep
+from lmsci_mi.editing.session import SessionResult as SessionResult
 from lmsci_mi.editing.stats import KeyStatistics as KeyStatistics
 from lmsci_mi.editing.stats import StatsConfig as StatsConfig
 from lmsci_mi.editing.stats import TextSource as TextSource
@@ -42,6 +44,7 @@ __all__ = [
     "GENERATION_TOKENS",
     "METRICS",
     "PER_FACT",
+    "SESSION_METRICS",
     "AlphaEditHyperParams",
     "DeltaFit",
     "EditEvaluation",
@@ -53,7 +56,7 @@ __all__ = [
     "MEMITHyperParams",
     "ROMEHyperParams",
     "SessionConfig",
-    "SessionStep",
+    "SessionResult",
     "StatsConfig",
     "TextSource",
     "alphaedit_edit",
@@ -62,6 +65,7 @@ __all__ = [
     "default_memit_layers",
     "default_rome_layer",
     "evaluate_edits",
+    "fact_fluency",
     "fit_deltas",
     "generation_entropy",
     "key_statistics",

@@ -63,10 +63,21 @@ def check_requests(lm: LensModel, requests: Sequence[EditRequest]) -> None:
     """Raise ValueError (TypeError for a non-request) before any weight is touched."""
     if not requests:
         raise ValueError("no edit requests given")
-    for request in requests:
+    seen: dict[tuple[str, str], int] = {}
+    for i, request in enumerate(requests):
         if not isinstance(request, EditRequest):
             raise TypeError(f"expected EditRequest, got {type(request).__name__}")
         request.validate(lm)
+        fact = (request.prompt, request.subject)
+        if fact in seen:
+            # Two rows of one fact would weigh it twice against the preserved keys, and two
+            # different targets for it cannot both be installed.
+            raise ValueError(
+                f"requests {seen[fact]} and {i} both rewrite {request.rewrite_prompt!r}: a batch "
+                "edits each fact once; drop the duplicate (or edit conflicting targets one after "
+                "the other)"
+            )
+        seen[fact] = i
 
 
 def check_layer(lm: LensModel, layer: int) -> None:

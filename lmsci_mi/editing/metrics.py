@@ -46,6 +46,7 @@ __all__ = [
     "EditEvaluation",
     "EvaluationConfig",
     "evaluate_edits",
+    "fact_fluency",
     "generation_entropy",
     "next_token_top1",
     "target_nll",
@@ -249,7 +250,7 @@ def generation_entropy(texts: Sequence[str]) -> float:
     return statistics.fmean(scores) if scores else float("nan")
 
 
-def _fluency(lm: LensModel, requests: Sequence[EditRequest], evaluation: EvaluationConfig) -> Tensor:
+def fact_fluency(lm: LensModel, requests: Sequence[EditRequest], evaluation: EvaluationConfig) -> Tensor:
     """GE per fact ``[fact, 1]``: a top-5 sampled continuation of the rewrite prompt (as ROME's
     generate_fast), all facts in one batched call, each from its own stream (:func:`_stream`),
     so the unedited and the edited model draw the same way."""
@@ -333,7 +334,7 @@ def _fact_scores(
         if kind < 3:  # EM, PM, NM: the mean margin in probability
             scores[i, column + 3] = (p_win[idx] - p_lose[idx]).mean()
     scores[:, PER_FACT.index("ORL")] = _other_relation_leakage(lm, requests)
-    scores[:, PER_FACT.index("GE")] = _fluency(lm, requests, evaluation)[:, 0]
+    scores[:, PER_FACT.index("GE")] = fact_fluency(lm, requests, evaluation)[:, 0]
     return scores
 
 
@@ -436,8 +437,9 @@ def evaluate_edits(
     method, config = method_for(config)
     evaluation = evaluation or EvaluationConfig()
     requests = list(requests)
-    _check_evaluation_requests(lm, requests)
     batches = [[r] for r in requests] if getattr(config, "one_fact_per_edit", False) else [requests]
+    for batch in batches:  # all of them before the first edit
+        _check_evaluation_requests(lm, batch)
     kept = [_kept_neighbours(batch, batch) for batch in batches]
     neighbours = [near for batch_kept, _ in kept for near in batch_kept]
     excluded = sum(left_out for _, left_out in kept)

@@ -58,8 +58,9 @@ class ROMEHyperParams(Config):
     """ROME's settings (defaults after the paper's code, adjusted for SmolLM2 where noted).
 
     Attributes:
-        layer: the MLP whose ``W_out`` is edited; None traces the rewrite prompt per fact
-            (:func:`traced_layer`).
+        layer: the MLP whose ``W_out`` is edited; None is :func:`default_rome_layer`.
+        trace_layer: choose the layer per fact by a causal trace of its rewrite prompt
+            (:func:`traced_layer`; refuses a peak within noise). Only with ``layer`` None.
         n_contexts: generated context prefixes for k̄ and v* (the bare prompt is added; ROME
             uses 20; 5 halves the cost on SmolLM2 with the same ES/PS, docs/editing.md).
         context_lengths: token lengths of the generated prefixes, cycled.
@@ -79,7 +80,10 @@ class ROMEHyperParams(Config):
     """ROME installs one fact per edit; an evaluation restores the weights between facts."""
 
     layer: int | None = field(
-        default=None, metadata={"help": "MLP layer to edit (none: traced)", "ge": 0}
+        default=None, metadata={"help": "MLP layer to edit (none: the default layer)", "ge": 0}
+    )
+    trace_layer: bool = field(
+        default=False, metadata={"help": "pick each fact's layer by a causal trace"}
     )
     n_contexts: int = field(default=5, metadata={"help": "generated context prefixes", "ge": 1})
     context_lengths: tuple[int, ...] = field(
@@ -163,8 +167,9 @@ def rome_edit(
     Args:
         lm: the model to edit.
         request: the fact to rewrite.
-        config: :class:`ROMEHyperParams`; its ``layer`` None runs an MLP causal trace on the
-            rewrite prompt and takes its peak layer (:func:`traced_layer`).
+        config: :class:`ROMEHyperParams`; its ``layer`` None edits :func:`default_rome_layer`,
+            or with ``trace_layer`` the peak of an MLP causal trace of the rewrite prompt
+            (:func:`traced_layer`).
         stats: key statistics for the layer (default: :func:`key_statistics`, cached on disk).
 
     Returns:
@@ -181,12 +186,17 @@ def rome_edit(
     """
     hp = config or ROMEHyperParams()
     check_requests(lm, [request])
-    if hp.layer is not None:
-        check_layer(lm, hp.layer)
-        if stats is not None and hp.layer not in stats.layers:
-            raise ValueError(f"the statistics given cover layers {stats.layers}, not layer {hp.layer}")
+    if hp.trace_layer and hp.layer is not None:
+        raise ValueError(
+            f"layer={hp.layer} and trace_layer=True both choose the layer: give one of them"
+        )
+    fixed = hp.layer if hp.layer is not None else default_rome_layer(lm)
+    if not hp.trace_layer:
+        check_layer(lm, fixed)
+        if stats is not None and fixed not in stats.layers:
+            raise ValueError(f"the statistics given cover layers {stats.layers}, not layer {fixed}")
     begin = time.perf_counter()
-    layer = hp.layer if hp.layer is not None else traced_layer(lm, request)
+    layer = traced_layer(lm, request) if hp.trace_layer else fixed
     check_layer(lm, layer)
     if stats is None or layer not in stats.layers:
         stats = key_statistics(lm, layer, StatsConfig(n_tokens=hp.stats_tokens))
@@ -225,11 +235,25 @@ def rome_requests(
 
 
 def traced_layer(lm: LensModel, request: EditRequest) -> int:
-    """The MLP layer where restoring the subject's last token recovers the answer most."""
+    """The MLP layer where restoring the subject's last token recovers the answer most.
+
+    Raises:
+        ValueError: the peak's effect (restored minus corrupted p(answer)) is within two standard
+            errors of zero over the noise samples: the trace does not single out a layer, and an
+            edit there would rest on noise (docs/editing.md, "Which layer").
+    """
     # A documented one-way use of a public circuits function (STYLE.md): editing may trace.
     from lmsci_mi.circuits import TraceConfig, causal_trace
 
     trace = causal_trace(lm, request.rewrite_prompt, request.subject, TraceConfig(kinds=("mlp",)))
-    layer = int(trace.peak_layer(kind="mlp"))
+    layer, effect, error = trace.peak_effect(kind="mlp")
+    if not effect > 2 * error:  # also refuses a NaN error (a single noise sample)
+        raise ValueError(
+            f"the causal trace of {request.rewrite_prompt!r} has no MLP peak above noise: layer "
+            f"{layer} restores p({trace.target!r}) by {effect:.4f} ± {error:.4f} (s.e. over "
+            f"{trace.noise.shape[0]} noise samples), within two standard errors of the corrupted "
+            f"run; give a layer instead (ROMEHyperParams(layer=...), the default is "
+            f"{default_rome_layer(lm)})"
+        )
     logger.info("causal trace of %r: MLP peak at layer %d", request.rewrite_prompt, layer)
     return layer

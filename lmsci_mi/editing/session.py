@@ -12,20 +12,37 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from lmsci_mi.config import Config, config
+from lmsci_mi.editing.fit import check_requests
 from lmsci_mi.editing.handle import EditHandle
 from lmsci_mi.editing.methods import method_for
-from lmsci_mi.editing.metrics import target_nll
+from lmsci_mi.editing.metrics import (
+    GENERATION_TOKENS,
+    EvaluationConfig,
+    fact_fluency,
+    next_token_top1,
+    target_nll,
+)
 from lmsci_mi.editing.requests import EditRequest
 from lmsci_mi.editing.stats import KeyStatistics
 from lmsci_mi.model import LensModel
+from lmsci_mi.results import Result, result_type
 
-__all__ = ["EditingSession", "SessionConfig", "SessionStep"]
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from matplotlib.figure import Figure
+
+__all__ = ["SESSION_METRICS", "EditingSession", "SessionConfig", "SessionResult"]
+
+SESSION_METRICS = ("ES", "PS", "NS", "specificity", "GE")
+"""Columns of :class:`SessionResult` (percent, GE in bits ×100)."""
 
 
 @config
@@ -35,31 +52,79 @@ class SessionConfig(Config):
     Attributes:
         batch_size: requests per edit (1 for ROME; MEMIT and AlphaEdit take batches).
         eval_every: evaluate after every this many requests (0: only after the last).
+        generation_tokens: tokens per rewrite prompt for GE (0 skips GE).
+        seed: the generations' seed (each fact keeps its own stream at every step).
     """
 
     batch_size: int = field(default=1, metadata={"help": "requests per edit", "ge": 1})
     eval_every: int = field(
         default=0, metadata={"help": "evaluate every N requests (0: at the end)", "ge": 0}
     )
+    generation_tokens: int = field(
+        default=GENERATION_TOKENS,
+        metadata={"help": "tokens per generation for GE (0 skips GE)", "ge": 0},
+    )
+    seed: int = field(default=0, metadata={"help": "generation seed"})
 
 
-@dataclass(frozen=True)
-class SessionStep:
-    """The metrics after ``n_edited`` requests.
+@result_type
+class SessionResult(Result):
+    """The metrics of a sequential-editing session, step by step.
+
+    ``values`` is ``[step, metric]`` with the columns :data:`SESSION_METRICS`. Step 0 is the
+    original model, before any edit (ES and PS then over every request of the run: the unedited
+    baseline). ES and PS are the shares of the requests edited so far (retained, not just
+    installed) whose rewrite prompt / paraphrases prefer ``target_new``; NS the share of the
+    neighbourhood prompts (subjects the session never edits) where ``target_true`` still beats
+    the fact's ``target_new``; specificity the share of those prompts whose top-1 token is still
+    the *original* model's, read before the first edit; GE the generation entropy of a 50-token
+    sample from every request's rewrite prompt.
 
     Attributes:
-        efficacy: share of the requests edited so far whose rewrite prompt prefers the new target.
-        generalisation: the same over their paraphrases.
-        specificity: share of neighbourhood prompts (subjects the session never edits) whose
-            top-1 next token is still the original model's.
-        seconds: the edits' compute time so far.
+        n_edited: requests applied at each step.
+        seconds: the edits' compute time up to each step.
+        method: the registered method's name (its settings are in ``meta.params``).
+        batch_size: requests per edit.
+        order: the edited subjects, in the order they were applied.
+        targets: the new answer of each, in the same order (the objective).
     """
 
-    n_edited: int
-    efficacy: float
-    generalisation: float
-    specificity: float
-    seconds: float
+    n_edited: tuple[int, ...]
+    seconds: tuple[float, ...]
+    method: str
+    batch_size: int
+    order: tuple[str, ...]
+    targets: tuple[str, ...]
+
+    def metric(self, name: str) -> list[float]:
+        """One column over the steps, e.g. ``result.metric("NS")``."""
+        if name not in SESSION_METRICS:
+            raise ValueError(f"unknown metric {name!r}: choose from {SESSION_METRICS}")
+        return [float(v) for v in self.values[:, SESSION_METRICS.index(name)]]
+
+    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+        """ES, PS, NS and specificity against the number of edits; GE beside them."""
+        from matplotlib.figure import Figure
+
+        from lmsci_mi.viz.plots import save_figure
+
+        fig = Figure(figsize=(9, 3.4))
+        left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
+        for name in SESSION_METRICS[:4]:
+            left.plot(self.n_edited, self.metric(name), marker="o", label=name)
+        left.set(xlabel="edits applied", ylabel="% of prompts", ylim=(-3, 103))
+        left.legend(fontsize=8)
+        right.plot(self.n_edited, self.metric("GE"), marker="o", color="tab:purple")
+        right.set(xlabel="edits applied", ylabel="generation entropy GE")
+        for ax in (left, right):
+            ax.grid(alpha=0.3)
+        fig.suptitle(
+            title or f"{self.method}, batches of {self.batch_size} — {self.meta.model}", fontsize=10
+        )
+        fig.tight_layout()
+        if path is not None:
+            save_figure(fig, path)
+        return fig
 
 
 class EditingSession:
@@ -72,8 +137,8 @@ class EditingSession:
     >>> stats = key_statistics(lm, [0, 1], StatsConfig(n_tokens=512), cache_dir=tempfile.mkdtemp())
     >>> reqs = [EditRequest("{} is in", s, t) for s, t in [("Paris", " Rome"), ("Berlin", " Oslo")]]
     >>> session = EditingSession(lm, MEMITHyperParams(layers=(0, 1), steps=2), stats=stats)
-    >>> [step.n_edited for step in session.run(reqs)]
-    [2]
+    >>> session.run(reqs).n_edited
+    (0, 2)
     >>> session.restore()
     """
 
@@ -90,19 +155,27 @@ class EditingSession:
         self.session = session or SessionConfig()
         self.handles: list[EditHandle] = []
         self.order: list[EditRequest] = []
-        self.steps: list[SessionStep] = []
         self._keys: dict[int, Tensor] = {}
         self._seconds = 0.0
-        self._neighbours: tuple[str, ...] = ()
+        self._steps: list[tuple[int, float, Tensor]] = []
+        self._facts: tuple[EditRequest, ...] = ()
+        self._neighbours: tuple[tuple[str, str, str], ...] = ()  # (prompt, true, new)
         self._original: Tensor | None = None
 
-    def run(self, requests: Sequence[EditRequest]) -> list[SessionStep]:
-        """Apply ``requests`` in order, in batches, evaluating as configured; returns the steps.
+    def run(self, requests: Sequence[EditRequest]) -> SessionResult:
+        """Apply ``requests`` in order, in batches, evaluating as configured; returns every step
+        so far (:meth:`result`).
 
-        The original model's answers to the neighbourhood prompts are read before the first edit
-        of the session. Any error restores every edit of this call before it propagates.
+        The first call reads the original model: its answers to the neighbourhood prompts, the
+        unedited row (step 0), and the key statistics. Those prompts and the GE prompts stay the
+        first call's requests in later calls. Any error restores every edit of this call before
+        it propagates.
         """
         requests = list(requests)
+        if not requests:
+            raise ValueError("no edit requests given")
+        for start in range(0, len(requests), self.session.batch_size):  # before any edit
+            check_requests(self.lm, requests[start : start + self.session.batch_size])
         if self._original is None:
             self.stats = self.stats or self._statistics()
             self._remember_original(requests)
@@ -113,21 +186,22 @@ class EditingSession:
                 self._apply(requests[start : start + size])
                 done = start + size >= len(requests)
                 if done or (every and len(self.order) % every < size):
-                    self.steps.append(self.evaluate())
+                    self._record()
         except BaseException:
             while len(self.handles) > applied:
                 self.handles.pop().restore()
+            self.order = self.order[: sum(len(h.requests) for h in self.handles)]
             raise
-        return self.steps
+        return self.result()
 
     def _apply(self, batch: list[EditRequest]) -> None:
         begin = time.perf_counter()
-        extra = {"previous_keys": dict(self._keys)} if self.method.name == "alphaedit" else {}
-        if extra:
+        if self.method.name == "alphaedit":
             from lmsci_mi.editing.alphaedit import alphaedit_edit
 
+            # The earlier edits' keys are this session's, passed explicitly (EasyEdit #613).
             handle = alphaedit_edit(
-                self.lm, batch, self.config, stats=self.stats, **extra  # type: ignore[arg-type]
+                self.lm, batch, self.config, stats=self.stats, previous_keys=dict(self._keys)  # type: ignore[arg-type]
             )
             for layer, keys in handle.details["keys"].items():
                 earlier = self._keys.get(layer)
@@ -142,65 +216,97 @@ class EditingSession:
         """The key statistics of the unedited model, for every layer the session edits: once
         the first edit is applied they could no longer be computed."""
         from lmsci_mi.editing.memit import default_memit_layers
+        from lmsci_mi.editing.rome import default_rome_layer
         from lmsci_mi.editing.stats import StatsConfig, key_statistics
 
         if hasattr(self.config, "layers"):  # MEMIT and AlphaEdit
             layers = tuple(getattr(self.config, "layers", None) or default_memit_layers(self.lm))
         else:
-            layer = getattr(self.config, "layer", None)
-            if layer is None:
+            if getattr(self.config, "trace_layer", False):
                 raise ValueError(
-                    f"a {self.method.name} session needs a fixed layer (its per-fact traced "
-                    "layer would need statistics of the edited model): set layer=, or pass stats="
+                    f"a {self.method.name} session needs a fixed layer (a per-fact traced layer "
+                    "would need statistics of the edited model): set layer= or leave "
+                    "trace_layer False, or pass stats="
                 )
-            layers = (int(layer),)
+            layer = getattr(self.config, "layer", None)
+            layers = (int(layer) if layer is not None else default_rome_layer(self.lm),)
         tokens = getattr(self.config, "stats_tokens", StatsConfig().n_tokens)
         return key_statistics(self.lm, list(layers), StatsConfig(n_tokens=tokens))
 
     def _remember_original(self, requests: Sequence[EditRequest]) -> None:
         edited = {r.subject for r in requests}
+        self._facts = tuple(requests)
         self._neighbours = tuple(
-            p for r in requests for p in r.neighborhood_prompts if not any(s in p for s in edited)
+            (p, r.target_true, r.target_new)
+            for r in requests
+            for p in r.neighborhood_prompts
+            if r.target_true and not any(s in p for s in edited)
         )
-        self._original = self._top_tokens(self._neighbours)
+        self._original = next_token_top1(self.lm, [p for p, _, _ in self._neighbours])
+        self._record()
+
+    def _record(self) -> None:
+        row = torch.tensor([self.evaluate()[name] for name in SESSION_METRICS])
+        self._steps.append((len(self.order), self._seconds, row))
 
     @torch.no_grad()
-    def _top_tokens(self, prompts: Sequence[str]) -> Tensor:
-        if not prompts:
-            return torch.empty(0, dtype=torch.long)
-        batch = self.lm.encode_batch(list(prompts))
-        logits = self.lm(batch.tokens)
-        rows = torch.arange(len(prompts), device=logits.device)
-        return logits[rows, batch.lengths.to(logits.device) - 1].argmax(-1).cpu()
+    def evaluate(self) -> dict[str, float]:
+        """The metrics (:data:`SESSION_METRICS`, in percent) on the model as edited now; before
+        the first edit, ES and PS are over every request (the unedited baseline)."""
+        facts = [r for r in (self.order or self._facts) if r.target_true]
 
-    @torch.no_grad()
-    def evaluate(self) -> SessionStep:
-        """The metrics on the model as edited now (see :class:`SessionStep`)."""
-
-        def prefers_new(prompts: list[str], facts: list[EditRequest]) -> float:
-            pairs = [(p, f) for p, f in zip(prompts, facts, strict=True) if f.target_true]
+        def prefers(pairs: list[tuple[str, str, str]]) -> float:
             if not pairs:
                 return float("nan")
-            prompts, facts = [p for p, _ in pairs], [f for _, f in pairs]
-            new = target_nll(self.lm, prompts, [f.target_new for f in facts])
-            true = target_nll(self.lm, prompts, [f.target_true for f in facts])
-            return float((new < true).float().mean())
+            prompts = [p for p, _, _ in pairs]
+            nll = target_nll(self.lm, prompts * 2, [w for _, w, _ in pairs] + [lo for _, _, lo in pairs])
+            return 100 * float((nll[: len(pairs)] < nll[len(pairs) :]).float().mean())
 
-        para = [(p, r) for r in self.order for p in r.paraphrase_prompts]
-        same = self._top_tokens(self._neighbours)
         assert self._original is not None
-        kept = (same == self._original).float()
-        specificity = float(kept.mean()) if kept.numel() else float("nan")
-        return SessionStep(
-            n_edited=len(self.order),
-            efficacy=prefers_new([r.rewrite_prompt for r in self.order], self.order),
-            generalisation=prefers_new([p for p, _ in para], [r for _, r in para]),
-            specificity=specificity,
-            seconds=self._seconds,
+        kept = next_token_top1(self.lm, [p for p, _, _ in self._neighbours]) == self._original
+        ge = float("nan")
+        if self.session.generation_tokens:
+            evaluation = EvaluationConfig(
+                generation_tokens=self.session.generation_tokens, seed=self.session.seed
+            )
+            ge = float(fact_fluency(self.lm, self._facts, evaluation).mean())
+        return {
+            "ES": prefers([(r.rewrite_prompt, r.target_new, r.target_true) for r in facts]),
+            "PS": prefers([(p, r.target_new, r.target_true) for r in facts for p in r.paraphrase_prompts]),
+            "NS": prefers(list(self._neighbours)),
+            "specificity": 100 * float(kept.float().mean()) if kept.numel() else float("nan"),
+            "GE": ge,
+        }
+
+    def result(self) -> SessionResult:
+        """Every step recorded so far, with the order and the method's settings."""
+        if not self._steps:
+            raise ValueError("the session has not run yet: call run(requests) first")
+        return SessionResult(
+            values=torch.stack([row for _, _, row in self._steps]),
+            axes=("step", "metric"),
+            labels=(tuple(str(n) for n, _, _ in self._steps), SESSION_METRICS),
+            meta=self.lm.meta(
+                [r.rewrite_prompt for r in self._facts],
+                seed=self.session.seed,
+                data_source="edit requests" + (f"; C from {self.stats.source}" if self.stats else ""),
+                params={
+                    "method": self.method.name,
+                    **{f"edit.{k}": v for k, v in self.config.params().items()},
+                    **{f"session.{k}": v for k, v in self.session.params().items()},
+                },
+            ),
+            n_edited=tuple(n for n, _, _ in self._steps),
+            seconds=tuple(t for _, t, _ in self._steps),
+            method=self.method.name,
+            batch_size=self.session.batch_size,
+            order=tuple(r.subject for r in self.order),
+            targets=tuple(r.target_new for r in self.order),
         )
 
     def restore(self) -> None:
         """Undo every edit of the session, newest first: the weights come back bit for bit."""
         while self.handles:
             self.handles.pop().restore()
+        self.order.clear()
         self._keys.clear()

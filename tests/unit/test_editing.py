@@ -227,18 +227,15 @@ def test_memit_moves_each_top_residual_toward_its_target(tiny: LensModel, stats)
     assert_identical(tiny, before)
 
 
-def test_memit_solve_is_stable_with_duplicate_keys(tiny: LensModel, stats) -> None:
-    """Identical requests give identical (linearly dependent) keys: KKᵀ is singular, λC keeps the
-    system solvable, and three copies install what one copy does (the same target, the same keys)."""
+@pytest.mark.parametrize("method", ["memit", "alphaedit"])
+def test_a_duplicate_request_in_a_batch_is_refused_before_any_edit(tiny: LensModel, stats, method) -> None:
     before = snapshot(tiny)
-    with memit_edit(tiny, [EIFFEL], FAST_MEMIT, stats=stats):
-        one = top_residual(tiny, EIFFEL, 1)
-    with memit_edit(tiny, [EIFFEL, EIFFEL, EIFFEL], FAST_MEMIT, stats=stats) as handle:
-        assert all(torch.isfinite(d).all() for d in handle.deltas.values())
-        three = top_residual(tiny, EIFFEL, 1)
-    h0 = top_residual(tiny, EIFFEL, 1)
-    # Three identical rows weigh three times against λC: at least as far along as one copy.
-    assert (three - h0).norm() >= (one - h0).norm() * 0.99
+    config = FAST_MEMIT if method == "memit" else AlphaEditHyperParams(layers=(0, 1), n_contexts=2, steps=4)
+    other_target = dataclasses.replace(EIFFEL, target_new=" London")
+    for batch in ([EIFFEL, EIFFEL], [EIFFEL, other_target]):
+        with pytest.raises(ValueError, match="requests 0 and 1 both rewrite"):
+            evaluate_edits(tiny, batch, config, stats=stats, evaluation=EvaluationConfig(generation_tokens=0))
+    assert tiny.hooks.attached_count() == 0
     assert_identical(tiny, before)
 
 
@@ -295,7 +292,7 @@ def test_evaluate_edits_records_the_layer_of_each_fact(
     monkeypatch.setattr(rome, "traced_layer", lambda lm, request: chosen[request.subject])
     berlin = EditRequest("{} is a city in the country of", "Berlin", " Italy", " Germany",
                          neighborhood_prompts=("Munich is a city in the country of",))
-    ev = evaluate_edits(tiny, [EIFFEL, berlin], FAST_ROME.replace(layer=None), stats=stats,
+    ev = evaluate_edits(tiny, [EIFFEL, berlin], FAST_ROME.replace(layer=None, trace_layer=True), stats=stats,
                         evaluation=EvaluationConfig(generation_tokens=0))
     assert ev.fact_layers == ((0,), (1,))
 

@@ -55,8 +55,9 @@ def test_three_sequential_edits_restore_bit_exactly(tiny: LensModel, stats) -> N
     session = EditingSession(
         tiny, MEMITHyperParams(layers=(0, 1), steps=3), SessionConfig(eval_every=1), stats=stats
     )
-    steps = session.run(REQUESTS)
-    assert [s.n_edited for s in steps] == [1, 2, 3]
+    result = session.run(REQUESTS)
+    assert result.n_edited == (0, 1, 2, 3) and result.order == ("Paris", "Berlin", "Madrid")
+    assert result.targets == (" Rome", " Oslo", " Tokyo") and result.values.shape == (4, 5)
     assert [r.subject for r in session.order] == ["Paris", "Berlin", "Madrid"]
     assert len(session.handles) == 3 and weights_fingerprint(tiny) != before
     with pytest.raises(RuntimeError):  # an earlier edit cannot be undone under a later one
@@ -77,7 +78,7 @@ def test_specificity_is_measured_against_the_original_model(tiny: LensModel, sta
     push[0] = 1e4
     with EditHandle(tiny, {"unembed.b_U": push}, method="test").apply():
         assert bool((_top(tiny, neighbours) == 0).all())
-        assert session.evaluate().specificity == 0.0
+        assert session.evaluate()["specificity"] == 0.0
     session.restore()
 
 
@@ -91,8 +92,33 @@ def test_alphaedit_sessions_carry_the_earlier_keys(tiny: LensModel, stats) -> No
     assert weights_fingerprint(tiny) == before and not session._keys
 
 
-def test_a_rome_session_without_a_layer_is_refused_before_any_edit(tiny: LensModel) -> None:
+def test_a_rome_session_with_a_traced_layer_is_refused_before_any_edit(tiny: LensModel) -> None:
     before = weights_fingerprint(tiny)
     with pytest.raises(ValueError, match="fixed layer"):
-        EditingSession(tiny, ROMEHyperParams()).run(REQUESTS)
+        EditingSession(tiny, ROMEHyperParams(trace_layer=True)).run(REQUESTS)
     assert weights_fingerprint(tiny) == before
+
+
+def test_step_zero_is_the_original_model_and_the_result_round_trips(tiny: LensModel, stats, tmp_path) -> None:
+    session = EditingSession(
+        tiny, ROMEHyperParams(layer=1, n_contexts=2, steps=3), SessionConfig(generation_tokens=4), stats=stats
+    )
+    result = session.run(REQUESTS[:2])
+    assert result.n_edited == (0, 2) and result.method == "rome" and result.batch_size == 1
+    assert result.metric("specificity")[0] == 100.0  # the original model agrees with itself
+    assert all(v == v for v in result.metric("GE"))  # GE measured at every step
+    loaded = type(result).load(result.save(tmp_path / "session.json"))
+    assert loaded == result
+    result.plot(tmp_path / "session.png")
+    session.restore()
+    assert session.order == []
+
+
+def test_a_bad_request_late_in_the_run_is_refused_before_any_edit(tiny: LensModel, stats) -> None:
+    before = weights_fingerprint(tiny)
+    bad = EditRequest("{} is in", "Atlantis", " Rome", " Nowhere")
+    missing = EditRequest("The city is in", "Vienna", " Rome", " Austria")
+    session = EditingSession(tiny, MEMITHyperParams(layers=(0, 1), steps=2), stats=stats)
+    with pytest.raises(ValueError, match="Vienna"):
+        session.run([*REQUESTS, bad, missing])
+    assert weights_fingerprint(tiny) == before and not session.handles
