@@ -3,7 +3,7 @@
     PYTHONPATH=. .venv/bin/python benchmarks/rome_layers.py            # resumable: run until "done"
     PYTHONPATH=. .venv/bin/python benchmarks/rome_layers.py --max-seconds 600
 
-ROME edits each of 20 facts (spread over the shipped fact set's relations) alone at layers
+ROME edits each of 10 facts (spread over the shipped fact set's relations) alone at layers
 0, 2, …, 14 and measures ES, PS, NS and GE (50 tokens) per edit, restoring the weights between
 edits. Hase et al. (2023) found that where causal tracing peaks does not predict where an edit
 works; this measures the edit itself. Each (layer, fact) evaluation is cached in ``--cache``, so an
@@ -102,22 +102,23 @@ def plot(data: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--layers", type=int, nargs="+", default=list(range(0, 15, 2)))
-    parser.add_argument("--facts", type=int, default=20)
+    parser.add_argument("--facts", type=int, default=10, help="facts spread over the shipped set")
     parser.add_argument("--cache", default="out/rome_layers")
     parser.add_argument("--max-seconds", type=float, default=float("inf"))
     args = parser.parse_args()
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     lm = load_model("smollm2-135m")
-    facts = load_facts()
-    facts = [facts[i] for i in spread(len(facts), args.facts)]
+    every = load_facts()
+    chosen = spread(len(every), args.facts)
+    facts = [every[i] for i in chosen]
     stats = key_statistics(lm, args.layers, StatsConfig(n_tokens=ROMEHyperParams().stats_tokens))
     start = time.perf_counter()
     parts: dict[int, list[EditEvaluation]] = {}
     complete = True
     for layer in args.layers:
-        for i, fact in enumerate(facts):
-            path = cache / f"layer{layer:02d}_fact{i:02d}.json"
+        for i, fact in zip(chosen, facts, strict=True):
+            path = cache / f"layer{layer:02d}_fact{i:03d}.json"
             if not path.exists():
                 if time.perf_counter() - start > args.max_seconds:
                     complete = False

@@ -18,11 +18,13 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
+from transformer_lens.cache.key_value_cache_entry import TransformerLensKeyValueCacheEntry
 
 from lmsci_mi.editing.requests import EditRequest
 from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import hook_name
+from lmsci_mi.sweep import BaseRun
 
 __all__ = [
     "DeltaFit",
@@ -252,18 +254,28 @@ class _Unedited:
     v0: Float[Tensor, "request d_model"]
     init_kl: Float[Tensor, "request vocab"]
     coef: Float[Tensor, "row pos"] | None
+    keys: list[Tensor] | None = None  # per block above the layer: its cached keys (prefix reuse)
+    values: list[Tensor] | None = None
 
 
 @torch.no_grad()
 def _unedited(
-    lm: LensModel, layer: int, batch: _Batch, site: str, key_dirs: Tensor | None
+    lm: LensModel, layer: int, batch: _Batch, site: str, key_dirs: Tensor | None, reuse: bool
 ) -> _Unedited:
+    """The run without δ. With ``reuse`` it also keeps every block's keys and values above
+    ``layer``, so a fit step can recompute only the positions from the subject's last token on."""
     names = [hook_name("resid_post", layer), hook_name(site, layer)]
     if key_dirs is not None:
         names.append(hook_name("mlp_post", layer))
-    with lm.hooks.capture(names) as cap:
-        final = lm.model(batch.tokens, stop_at_layer=lm.cfg.n_layers)
-        init_kl = lm.unembed(final[batch.kl_rows, batch.last[batch.kl_rows]]).float().log_softmax(-1)
+    keys = values = None
+    if reuse:
+        base = BaseRun.record(lm, batch.tokens, capture=names)
+        cap, final = base.acts, base.resid[-1]
+        keys, values = base.keys[layer + 1 :], base.values[layer + 1 :]
+    else:
+        with lm.hooks.capture(names) as cap:
+            final = lm.model(batch.tokens, stop_at_layer=lm.cfg.n_layers)
+    init_kl = lm.unembed(final[batch.kl_rows, batch.last[batch.kl_rows]]).float().log_softmax(-1)
     rows = torch.arange(len(batch.last), device=lm.device)
     at_site = cap[names[1]][rows, batch.last].float()
     owner = batch.owner[batch.rewrite]
@@ -274,13 +286,14 @@ def _unedited(
     if key_dirs is not None:
         dirs = key_dirs.to(device=lm.device, dtype=torch.float32)[batch.owner]
         coef = torch.einsum("rpk,rk->rp", cap[names[2]].float(), dirs)
-    return _Unedited(cap[names[0]], v0, init_kl, coef)
+    return _Unedited(cap[names[0]], v0, init_kl, coef, keys, values)
 
 
-def _losses(
-    lm: LensModel, layer: int, batch: _Batch, base: _Unedited, delta: Tensor, hp: FitSettings
-) -> tuple[Float[Tensor, " request"], Float[Tensor, " request"]]:
-    """(loss, mean target NLL) per request with δ added after ``layer``."""
+def _full_readouts(
+    lm: LensModel, layer: int, batch: _Batch, base: _Unedited, delta: Tensor
+) -> tuple[Float[Tensor, "tok d_model"], Float[Tensor, "request d_model"]]:
+    """The final residual at every target token and at each "{subject} is a" row's subject,
+    with δ added after ``layer``, every position of every row recomputed."""
     rows = torch.arange(len(batch.last), device=lm.device)
     if base.coef is None:
         x = base.resid.clone()
@@ -288,12 +301,57 @@ def _losses(
     else:
         x = base.resid + (base.coef[..., None] * delta[batch.owner][:, None, :]).to(base.resid.dtype)
     final = lm.model(x, start_at_layer=layer + 1, stop_at_layer=lm.cfg.n_layers)
-    log_probs = lm.unembed(final[batch.tok_row, batch.tok_pos]).float().log_softmax(-1)
+    return final[batch.tok_row, batch.tok_pos], final[batch.kl_rows, batch.last[batch.kl_rows]]
+
+
+def _suffix_readouts(
+    lm: LensModel, layer: int, batch: _Batch, base: _Unedited, delta: Tensor, active: Tensor
+) -> tuple[Float[Tensor, "tok d_model"], Float[Tensor, "request d_model"]]:
+    """The same readouts, computing only what δ changes: δ sits at the subject's last token, so
+    every earlier position is as in the unedited run. Rows that share that position run
+    together from it, attending to the cached keys and values before it; rows of converged
+    requests are left out (their readouts stay zero, and their loss is never used)."""
+    assert base.keys is not None and base.values is not None
+    dim = base.resid.shape[-1]
+    tok_out = base.resid.new_zeros(len(batch.tok_row), dim)
+    kl_out = base.resid.new_zeros(batch.n_requests, dim)
+    live = active[batch.owner]
+    for cut in batch.last[live].unique().tolist():
+        group = torch.nonzero(live & (batch.last == cut)).squeeze(-1)
+        tok = torch.nonzero(torch.isin(batch.tok_row, group)).squeeze(-1)
+        end = max(cut + 1, int(batch.tok_pos[tok].max()) + 1 if len(tok) else 0)
+        x = base.resid[group, cut:end].clone()
+        x[:, 0] = x[:, 0] + delta[batch.owner[group]].to(x.dtype)
+        for i, block in enumerate(lm.model.blocks[layer + 1 :]):
+            entry = TransformerLensKeyValueCacheEntry(
+                past_keys=base.keys[i][group, :cut], past_values=base.values[i][group, :cut], frozen=True
+            )
+            x = block(x, past_kv_cache_entry=entry)
+        local = torch.searchsorted(group, batch.tok_row[tok])
+        tok_out = tok_out.index_put((tok,), x[local, batch.tok_pos[tok] - cut])
+        kl = torch.isin(batch.kl_rows, group)
+        kl_requests = torch.nonzero(kl).squeeze(-1)
+        local_kl = torch.searchsorted(group, batch.kl_rows[kl_requests])
+        kl_out = kl_out.index_put((kl_requests,), x[local_kl, 0])
+    return tok_out, kl_out
+
+
+def _losses(
+    lm: LensModel, layer: int, batch: _Batch, base: _Unedited, delta: Tensor, hp: FitSettings,
+    active: Tensor,
+) -> tuple[Float[Tensor, " request"], Float[Tensor, " request"]]:
+    """(loss, mean target NLL) per request with δ added after ``layer`` (only the ``active``
+    requests' values are meaningful when the cached prefix is reused)."""
+    if base.keys is not None:
+        at_targets, at_kl = _suffix_readouts(lm, layer, batch, base, delta, active)
+    else:
+        at_targets, at_kl = _full_readouts(lm, layer, batch, base, delta)
+    log_probs = lm.unembed(at_targets).float().log_softmax(-1)
     token_nll = -log_probs.gather(-1, batch.tok_gold[:, None]).squeeze(-1)
     n = batch.n_requests
     count = torch.bincount(batch.tok_owner, minlength=n).float()
     nll = torch.zeros(n, device=lm.device).index_add(0, batch.tok_owner, token_nll) / count
-    kl_now = lm.unembed(final[batch.kl_rows, batch.last[batch.kl_rows]]).float().log_softmax(-1)
+    kl_now = lm.unembed(at_kl).float().log_softmax(-1)
     kl = (kl_now.exp() * (kl_now - base.init_kl)).sum(-1)  # KL(current ‖ unedited)
     decay = (delta.norm(dim=-1) / base.v0.norm(dim=-1)) ** 2
     return nll + hp.kl_factor * kl + hp.weight_decay * decay, nll
@@ -326,6 +384,7 @@ def fit_deltas(
     *,
     site: str,
     key_dirs: Float[Tensor, "request d_mlp"] | None = None,
+    reuse_prefix: bool = True,
 ) -> DeltaFit:
     """Fit, per request, the δ added after ``layer`` at ``site`` that makes the model say
     ``target_new``. Reads the model only (weights' gradients are switched off meanwhile).
@@ -340,9 +399,14 @@ def fit_deltas(
     ``key_dirs`` (ROME's edit-aware fit): u = C⁻¹k̄ / (k̄ᵀC⁻¹k̄) per request. The rank-one update
     adds (k·u)·δ at every position with key k, so with ``key_dirs`` the fit adds exactly that
     and fits δ for the edit that will be installed.
+
+    ``reuse_prefix`` (without ``key_dirs``: δ then changes nothing before the subject's last
+    token): each step recomputes only the positions from there on, attending to the unedited
+    run's cached keys and values, and leaves out the rows of converged requests. The δ are the
+    same as with ``reuse_prefix=False`` (to float rounding), at a fraction of the cost.
     """
     batch = _batch(lm, requests, templates)
-    base = _unedited(lm, layer, batch, site, key_dirs)
+    base = _unedited(lm, layer, batch, site, key_dirs, reuse_prefix and key_dirs is None)
     delta = torch.zeros_like(base.v0, requires_grad=True)
     optimiser = torch.optim.Adam([delta], lr=settings.lr)
     max_norm = settings.clamp_norm * base.v0.norm(dim=-1)
@@ -355,13 +419,14 @@ def fit_deltas(
             p.requires_grad_(False)
         for step in range(settings.steps):
             optimiser.zero_grad()
-            loss, step_nll = _losses(lm, layer, batch, base, delta, settings)
-            nll = torch.where(active, step_nll.detach(), nll)
+            loss, step_nll = _losses(lm, layer, batch, base, delta, settings, active)
+            step_nll = torch.where(active, step_nll.detach(), nll)
+            nll = step_nll
             active &= step_nll.detach() >= settings.early_stop_nll
             logger.debug("step %d: nll %s", step, [round(v, 3) for v in nll.tolist()])
             if not bool(active.any()):
                 break
-            (loss * active).sum().backward()
+            torch.where(active, loss, 0.0).sum().backward()
             _masked_step(optimiser, delta, active, max_norm)
             steps += active.cpu().long()
     finally:

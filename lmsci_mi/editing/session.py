@@ -10,6 +10,8 @@ bit for bit.
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import field
@@ -161,6 +163,7 @@ class EditingSession:
         self._facts: tuple[EditRequest, ...] = ()
         self._neighbours: tuple[tuple[str, str, str], ...] = ()  # (prompt, true, new)
         self._original: Tensor | None = None
+        self._fingerprint = ""
 
     def run(self, requests: Sequence[EditRequest]) -> SessionResult:
         """Apply ``requests`` in order, in batches, evaluating as configured; returns every step
@@ -234,6 +237,9 @@ class EditingSession:
         return key_statistics(self.lm, list(layers), StatsConfig(n_tokens=tokens))
 
     def _remember_original(self, requests: Sequence[EditRequest]) -> None:
+        from lmsci_mi.cache import weights_fingerprint
+
+        self._fingerprint = weights_fingerprint(self.lm)
         edited = {r.subject for r in requests}
         self._facts = tuple(requests)
         self._neighbours = tuple(
@@ -303,6 +309,97 @@ class EditingSession:
             order=tuple(r.subject for r in self.order),
             targets=tuple(r.target_new for r in self.order),
         )
+
+    def save(self, folder: str | Path) -> Path:
+        """Write the session so far to ``folder``: each edit's deltas (one file per edit, kept
+        across saves), AlphaEdit's carried keys, the steps and the original model's answers.
+        :meth:`resume` continues it in another process, so a long run survives being stopped."""
+        from pathlib import Path
+
+        from safetensors.torch import save_file
+
+        if self._original is None:
+            raise ValueError("the session has not run yet: nothing to save")
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        for i, handle in enumerate(self.handles):
+            path = folder / f"edit{i:05d}.safetensors"
+            if not path.exists():
+                handle.save(folder / f"edit{i:05d}.partial.safetensors")
+                os.replace(folder / f"edit{i:05d}.partial.safetensors", path)
+        tensors = {f"keys.{layer}": k.contiguous() for layer, k in self._keys.items()}
+        tensors["original"] = self._original.contiguous()
+        save_file(tensors, folder / "state.partial.safetensors")
+        os.replace(folder / "state.partial.safetensors", folder / "state.safetensors")
+        state = {
+            "model": self.lm.name,
+            "fingerprint": self._fingerprint,
+            "method": self.method.name,
+            "config": self.config.params(),
+            "session": self.session.params(),
+            "n_edits": len(self.handles),
+            "facts": [r.to_json() for r in self._facts],
+            "neighbours": [list(n) for n in self._neighbours],
+            "steps": [[n, t, row.tolist()] for n, t, row in self._steps],
+            "seconds": self._seconds,
+        }
+        (folder / "session.partial.json").write_text(json.dumps(state))
+        os.replace(folder / "session.partial.json", folder / "session.json")
+        return folder
+
+    @classmethod
+    def resume(
+        cls,
+        lm: LensModel,
+        folder: str | Path,
+        method: Config | str,
+        session: SessionConfig | None = None,
+        *,
+        stats: KeyStatistics | None = None,
+    ) -> EditingSession:
+        """A session saved by :meth:`save`, its edits re-applied to the unedited ``lm``.
+
+        Raises:
+            ValueError: ``lm`` is not the model the session started from (its weights differ),
+                or the method or its settings differ from the saved ones. Nothing is changed.
+        """
+        from pathlib import Path
+
+        from safetensors.torch import load_file
+
+        from lmsci_mi.cache import weights_fingerprint
+        from lmsci_mi.editing.handle import apply_delta
+
+        folder = Path(folder)
+        state = json.loads((folder / "session.json").read_text())
+        resumed = cls(lm, method, session, stats=stats)
+        if weights_fingerprint(lm) != state["fingerprint"]:
+            raise ValueError(
+                f"{folder} continues a session on other weights than {lm.name}'s now: resume it "
+                "on the unedited model it started from"
+            )
+        mine = json.loads(json.dumps([resumed.method.name, resumed.config.params(), resumed.session.params()]))
+        saved = [state["method"], state["config"], state["session"]]
+        if mine != saved:
+            raise ValueError(f"{folder} was saved with other settings: {saved}, not {mine}")
+        tensors = load_file(folder / "state.safetensors")
+        resumed.stats = stats or resumed._statistics()  # of the unedited model, so before any edit
+        try:
+            for i in range(state["n_edits"]):
+                handle = apply_delta(lm, folder / f"edit{i:05d}.safetensors")
+                resumed.handles.append(handle)
+                resumed.order += handle.requests
+        except BaseException:
+            resumed.restore()
+            raise
+        resumed._keys = {int(k.split(".")[1]): v for k, v in tensors.items() if k.startswith("keys.")}
+        resumed._original = tensors["original"]
+        resumed._fingerprint = state["fingerprint"]
+        resumed._facts = tuple(EditRequest.from_json(r) for r in state["facts"])
+        resumed._neighbours = tuple((p, t, n) for p, t, n in state["neighbours"])
+        resumed._steps = [(n, t, torch.tensor(row)) for n, t, row in state["steps"]]
+        resumed._seconds = state["seconds"]
+        return resumed
 
     def restore(self) -> None:
         """Undo every edit of the session, newest first: the weights come back bit for bit."""

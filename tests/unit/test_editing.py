@@ -350,6 +350,23 @@ def test_a_delta_fitted_in_a_batch_equals_it_fitted_alone(tiny: LensModel) -> No
     assert torch.allclose(batch.delta[0], alone.delta[0], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("model", ["toy-2l", "toy-gpt2-2l"])
+@pytest.mark.parametrize("layer", [0, 1])
+def test_reusing_the_prefix_fits_the_same_deltas(model: str, layer: int) -> None:
+    """Only positions from the subject's last token on are recomputed, converged requests drop
+    out of the batch: the δ and the steps are those of the full recomputation."""
+    lm = load_model(model, device="cpu")
+    easy = EditRequest("{} is located in the city of", "The Eiffel Tower", " the", " Paris")
+    hard = EditRequest("{} is a city in the country of", "Berlin", " Czechoslovakia Republic", " Germany")
+    hp = MEMITHyperParams(n_contexts=3, steps=8, early_stop_nll=10.2, clamp_norm=10.0, weight_decay=0.1)
+    templates = context_templates(lm, hp.n_contexts, (3, 6), seed=hp.seed)
+    full = fit_deltas(lm, layer, [easy, hard], templates, hp, site="resid_post", reuse_prefix=False)
+    reused = fit_deltas(lm, layer, [easy, hard], templates, hp, site="resid_post")
+    assert reused.steps == full.steps
+    assert torch.allclose(reused.delta, full.delta, rtol=1e-4, atol=1e-4)
+    assert torch.allclose(reused.nll, full.nll, rtol=1e-4, atol=1e-4)
+
+
 def test_shipped_facts_have_the_counterfact_shape() -> None:
     records = load_fact_records()
     facts = load_facts()

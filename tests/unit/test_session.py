@@ -122,3 +122,31 @@ def test_a_bad_request_late_in_the_run_is_refused_before_any_edit(tiny: LensMode
     with pytest.raises(ValueError, match="Vienna"):
         session.run([*REQUESTS, bad, missing])
     assert weights_fingerprint(tiny) == before and not session.handles
+
+
+def test_a_saved_session_resumes_where_it_stopped(tiny: LensModel, stats, tmp_path) -> None:
+    before = weights_fingerprint(tiny)
+    hp = AlphaEditHyperParams(layers=(0, 1), steps=2, nullspace_threshold=1e-2)
+    config = SessionConfig(generation_tokens=0)
+    whole = EditingSession(tiny, hp, config, stats=stats)
+    whole.run(REQUESTS[:2])
+    expected = whole.run(REQUESTS[2:])
+    after_all = weights_fingerprint(tiny)
+    whole.restore()
+
+    first = EditingSession(tiny, hp, config, stats=stats)
+    first.run(REQUESTS[:2])
+    first.save(tmp_path / "session")
+    first.restore()
+    resumed = EditingSession.resume(tiny, tmp_path / "session", hp, config, stats=stats)
+    assert [r.subject for r in resumed.order] == ["Paris", "Berlin"]
+    result = resumed.run(REQUESTS[2:])
+    assert weights_fingerprint(tiny) == after_all
+    assert torch.allclose(result.values, expected.values, equal_nan=True)
+    assert result.n_edited == expected.n_edited
+    with pytest.raises(ValueError, match="other weights"):  # the model is edited now
+        EditingSession.resume(tiny, tmp_path / "session", hp, config, stats=stats)
+    resumed.restore()
+    with pytest.raises(ValueError, match="other settings"):
+        EditingSession.resume(tiny, tmp_path / "session", hp.replace(steps=3), config, stats=stats)
+    assert weights_fingerprint(tiny) == before
