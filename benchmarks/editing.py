@@ -1,18 +1,27 @@
-"""Benchmark and full evaluation of lmsci_mi.editing on SmolLM2-135M.
+"""Speed and the editing table of lmsci_mi.editing on SmolLM2-135M (issue 21).
 
-    python benchmarks/editing.py            # timings: statistics cost, ROME per edit, MEMIT batch
-    python benchmarks/editing.py --eval     # CounterFact table: ROME x30 (one at a time), MEMIT x50
+    PYTHONPATH=. .venv/bin/python benchmarks/editing.py --speed    # quiet machine: the timings
+    PYTHONPATH=. .venv/bin/python benchmarks/editing.py --table    # resumable: run until "done"
+    PYTHONPATH=. .venv/bin/python benchmarks/editing.py --table --methods memit alphaedit
 
-Timings are wall-clock seconds (and CPU seconds, which are steadier on a shared machine). The
-statistics are computed once and cached; the ROME timing is with cached statistics, as the
-acceptance target (≤ 15 s) states. On a crowded CPU, OMP_NUM_THREADS=1 is much faster.
+--speed times, with cached key statistics and context prefixes: one ROME edit at its default
+layer (5 facts), MEMIT on 50 facts in one batch with the fit's prefix reuse on and off (off is
+how it was done before), and the full evaluation of one fact with 50-token generation entropy
+(unedited baseline uncached, the edit, the edited scores). Wall-clock and CPU seconds; writes
+docs/data/editing_speed.json.
+
+--table evaluates ROME (one fact at a time, restored between facts), MEMIT and AlphaEdit (all
+facts in one batch) on every fact of the shipped editing fact set, with GE, against the unedited
+model. ROME's facts are cached in chunks of 10 and each batch method's evaluation once, in
+--cache, so an interrupted run continues; the unedited baseline is cached per fact and shared.
+When every method is done it writes docs/data/editing_table.json (every metric with a 95%
+percentile-bootstrap interval over facts) and prints the markdown table.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import time
 from pathlib import Path
@@ -23,36 +32,28 @@ import torch
 
 from lmsci_mi import load_model
 from lmsci_mi.editing import (
-    GENERATION_TOKENS,
+    METRICS,
+    AlphaEditHyperParams,
     EditEvaluation,
     EvaluationConfig,
     MEMITHyperParams,
     ROMEHyperParams,
-    StatsConfig,
     context_templates,
     default_memit_layers,
     default_rome_layer,
     evaluate_edits,
     key_statistics,
-    load_facts,
+    load_edit_facts,
     memit_edit,
     rome_edit,
 )
-from lmsci_mi.editing.stats import DEFAULT_STATS_TOKENS
+from lmsci_mi.editing.stats import StatsConfig
 
-PAPERS = """\
-| model + method | S | ES | PS | NS | EM | PM | NM | GE |
-|---|---|---|---|---|---|---|---|---|
-| GPT-2 XL unedited (ROME paper) | 30.5 | 22.2 | 24.7 | 78.1 | −4.8 | −5.0 | 5.0 | 626.6 |
-| GPT-2 XL + ROME (ROME paper) | 89.2 | 100.0 | 96.4 | 75.4 | 97.9 | 62.7 | 4.2 | 621.9 |
-| GPT-J unedited (ROME paper) | 23.6 | 16.3 | 18.6 | 83.0 | −7.2 | −7.4 | 7.3 | 621.8 |
-| GPT-J + ROME (ROME paper) | 91.5 | 99.9 | 99.1 | 78.9 | 99.4 | 74.1 | 5.2 | 620.1 |
-| GPT-J + MEMIT, 10k edits (MEMIT paper, via summary) | 85.8 | 98.9 | 88.6 | 73.7 | – | – | – | 619.9 |"""
-
-
-def spread(n_total: int, n: int) -> list[int]:
-    """``n`` indices spread evenly over ``range(n_total)`` (every relation gets its share)."""
-    return sorted({round(i * n_total / n) for i in range(n)})
+ROOT = Path(__file__).resolve().parent.parent
+SPEED = ROOT / "docs" / "data" / "editing_speed.json"
+TABLE = ROOT / "docs" / "data" / "editing_table.json"
+CONFIGS = {"rome": ROMEHyperParams(), "memit": MEMITHyperParams(), "alphaedit": AlphaEditHyperParams()}
+ROME_CHUNK = 10
 
 
 def timed(fn):
@@ -61,167 +62,154 @@ def timed(fn):
     return out, time.perf_counter() - wall, time.process_time() - cpu
 
 
-def benchmark(args: argparse.Namespace) -> None:
+def speed(args: argparse.Namespace) -> None:
     lm = load_model("smollm2-135m")
-    facts = load_facts()
-    layer = default_rome_layer(lm)
-    layers = default_memit_layers(lm)
-    print(f"torch threads {torch.get_num_threads()}, ROME layer {layer}, MEMIT layers {layers}")
-
-    print("| what | tokens | wall s | CPU s |\n|---|---|---|---|")
-    if args.stats_tokens:
-        # Cost of the statistics: a fresh (uncached) run on a few tokens, scaled to the default.
-        small = args.stats_tokens
-        _, wall, cpu = timed(
-            lambda: key_statistics(
-                lm, layers, StatsConfig(n_tokens=small), use_cache=False, cache_dir=Path(args.scratch)
-            )
-        )
-        print(
-            f"| key statistics, {len(layers)} layers {layers} (one pass) | {small} | {wall:.1f} | {cpu:.1f} |"
-        )
-        per, per_cpu = wall / small * DEFAULT_STATS_TOKENS, cpu / small * DEFAULT_STATS_TOKENS
-        print(
-            f"| … scaled to the default budget | {DEFAULT_STATS_TOKENS} | ≈{per:.0f} | ≈{per_cpu:.0f} |"
-        )
-    stats = key_statistics(lm, sorted(set(layers) | {layer}))  # cached after the first run
-    print(f"| cached statistics used: {stats.n_tokens} tokens of {stats.source} | | | |")
-
-    _, wall, cpu = timed(lambda: context_templates(lm, 10))
-    print(f"| context prefixes (once per model, cached) | | {wall:.1f} | {cpu:.1f} |")
+    facts = load_edit_facts()
+    layer, layers = default_rome_layer(lm), default_memit_layers(lm)
+    stats = key_statistics(lm, sorted({layer, *layers}), StatsConfig(n_tokens=ROMEHyperParams().stats_tokens))
+    context_templates(lm, 5, (5, 10))
+    context_templates(lm, 5, (10,))
+    rows = []
+    rome = []
     for fact in facts[: args.n_rome]:
         handle, wall, cpu = timed(lambda f=fact: rome_edit(lm, f, ROMEHyperParams(layer=layer), stats=stats))
         handle.restore()
-        print(f"| ROME edit, {fact.subject} →{fact.target_new} | | {wall:.1f} | {cpu:.1f} |")
-    if not args.n_memit:
-        return
+        rome.append((wall, cpu))
+        print(f"ROME edit {fact.subject} -> {fact.target_new}: {wall:.1f} s", flush=True)
+    rows.append({
+        "what": f"one ROME edit, layer {layer} (mean of {len(rome)} facts)",
+        "wall_s": sum(w for w, _ in rome) / len(rome), "cpu_s": sum(c for _, c in rome) / len(rome),
+        "wall_s_each": [w for w, _ in rome], "target_s": 5,
+    })
     batch = facts[: args.n_memit]
-    context_templates(lm, 5, (10,))
-    handle, wall, cpu = timed(lambda: memit_edit(lm, batch, MEMITHyperParams(layers=layers), stats=stats))
-    handle.restore()
-    print(f"| MEMIT batch of {len(batch)} facts | | {wall:.1f} | {cpu:.1f} |")
-
-
-def evaluate(args: argparse.Namespace) -> None:
-    lm = load_model("smollm2-135m")
-    facts = load_facts()
-    layer = default_rome_layer(lm)
-    layers = default_memit_layers(lm)
-    stats = key_statistics(lm, sorted(set(layers) | {layer}))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    results: list[EditEvaluation] = []
-    shard, n_shards = (int(x) for x in args.shard.split("/"))
-    if args.n_rome:
-        rome_facts = [facts[i] for i in spread(len(facts), args.n_rome)][shard::n_shards]
-        ev = evaluate_edits(
-            lm,
-            rome_facts,
-            ROMEHyperParams(layer=layer),
-            stats=stats,
-            evaluation=EvaluationConfig(generation_tokens=args.generation_tokens),
-        )
-        ev.save(out / f"rome_eval_{shard}of{n_shards}.json")
-        parts = [EditEvaluation.load(p) for p in sorted(out.glob(f"rome_eval_*of{n_shards}.json"))]
-        if len(parts) == n_shards:
-            ev = EditEvaluation.combine(parts)
-            ev.save(out / "rome_eval.json")
-        results.append(ev)
-        print(
-            ev.summary(),
-            f"\nROME: {len(rome_facts)} facts, layer {layer}, {ev.seconds_per_edit:.1f} s/edit",
-        )
-    if args.n_memit:
-        memit_facts = [facts[i] for i in spread(len(facts), args.n_memit)]
-        ev = evaluate_edits(
-            lm,
-            memit_facts,
-            MEMITHyperParams(layers=layers),
-            stats=stats,
-            evaluation=EvaluationConfig(generation_tokens=args.generation_tokens),
-        )
-        ev.save(out / "memit_eval.json")
-        results.append(ev)
-        print(
-            ev.summary(),
-            f"\nMEMIT: {len(memit_facts)} facts, layers {layers}, batch {ev.seconds_per_edit:.1f} s, "
-            f"{ev.excluded_neighbours} neighbourhood prompts about edited subjects left out",
-        )
-    write_table(results, out)
-
-
-def write_table(results: list[EditEvaluation], out: Path) -> None:
-    lines = [
-        "| model + method | S | ES | PS | NS | EM | PM | NM | GE |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for ev in results:
-        n = len(ev.subjects)
-        for i in range(len(ev.labels[0])):
-            name = f"SmolLM2-135M {'unedited' if i == 0 else '+ ' + ev.method.upper()} ({n} facts)"
-            lines.append(
-                f"| {name} | " + " | ".join(f"{float(v):.1f}" for v in ev.values[i]) + " |"
-            )
-    table = "\n".join(lines) + "\n" + PAPERS.split("\n", 2)[2]
-    (out / "editing_table.md").write_text(table + "\n")
-    print(table)
-    summary = {
-        ev.method: {
-            "seconds_per_edit": ev.seconds_per_edit,
-            "stats_tokens": ev.stats_tokens,
-            "fact_layers": ev.fact_layers,
-            "excluded_neighbours": ev.excluded_neighbours,
-        }
-        for ev in results
+    for reuse in (True, False) if args.memit_before else (True,):
+        hp = MEMITHyperParams(reuse_prefix=reuse)
+        handle, wall, cpu = timed(lambda hp=hp: memit_edit(lm, batch, hp, stats=stats))
+        handle.restore()
+        label = "prefix reuse" if reuse else "every position (before)"
+        rows.append({"what": f"MEMIT, {len(batch)} facts in one batch, {label}", "wall_s": wall, "cpu_s": cpu,
+                     "target_s": 120 if reuse else None})
+        print(rows[-1], flush=True)
+    config = EvaluationConfig()
+    ev, wall, cpu = timed(
+        lambda: evaluate_edits(lm, facts[:1], ROMEHyperParams(layer=layer), stats=stats, evaluation=config,
+                               use_cache=False)
+    )
+    rows.append({"what": f"full evaluation of one fact, GE {config.generation_tokens} tokens (ROME edit included)",
+                 "wall_s": wall, "cpu_s": cpu, "target_s": 10})
+    rows.append({"what": "… of which the evaluation alone (edit excluded)", "wall_s": wall - ev.seconds_per_edit,
+                 "cpu_s": None, "target_s": None})
+    data = {
+        "model": lm.name, "torch_threads": torch.get_num_threads(), "stats_tokens": stats.n_tokens,
+        "rome_layer": layer, "memit_layers": list(layers), "rows": rows,
+        "before_issue_21": {
+            "source": "issue 21 (measured by an earlier session on this CPU)",
+            "rome_edit_s": "5-16", "memit_50_facts_s": 434, "evaluation_one_fact_s": 70,
+        },
     }
-    (out / "editing_eval.json").write_text(json.dumps(summary, indent=1))
+    SPEED.write_text(json.dumps(data, indent=1))
+    print("| what | wall s | CPU s | target |\n|---|---|---|---|")
+    for row in rows:
+        cpu = "" if row["cpu_s"] is None else f"{row['cpu_s']:.1f}"
+        target = "" if row["target_s"] is None else f"≤ {row['target_s']}"
+        print(f"| {row['what']} | {row['wall_s']:.1f} | {cpu} | {target} |")
+
+
+def table(args: argparse.Namespace) -> None:
+    cache = Path(args.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    lm = load_model("smollm2-135m")
+    facts = load_edit_facts()[: args.facts]
+    layers = sorted({default_rome_layer(lm), *default_memit_layers(lm)})
+    stats = key_statistics(lm, layers, StatsConfig(n_tokens=ROMEHyperParams().stats_tokens))
+    evaluation = EvaluationConfig()
+    start = time.perf_counter()
+    results: dict[str, EditEvaluation] = {}
+    for name in args.methods:
+        config = CONFIGS[name]
+        if name == "rome":
+            parts = []
+            for first in range(0, len(facts), ROME_CHUNK):
+                path = cache / f"rome_{first:04d}.json"
+                if not path.exists():
+                    if time.perf_counter() - start > args.max_seconds:
+                        break
+                    ev = evaluate_edits(lm, facts[first : first + ROME_CHUNK], config, stats=stats, evaluation=evaluation)
+                    ev.save(path)
+                    print(f"rome facts {first}..{first + len(ev.subjects) - 1}: S {ev.metric('S'):.1f}, "
+                          f"{ev.seconds_per_edit:.1f} s/edit", flush=True)
+                parts.append(EditEvaluation.load(path))
+            if sum(len(p.subjects) for p in parts) == len(facts):
+                results[name] = EditEvaluation.combine(parts)
+        else:
+            path = cache / f"{name}_{len(facts)}.json"
+            if not path.exists() and time.perf_counter() - start <= args.max_seconds:
+                ev = evaluate_edits(lm, facts, config, stats=stats, evaluation=evaluation)
+                ev.save(path)
+                print(f"{name}: S {ev.metric('S'):.1f}, one edit of {len(facts)} facts in {ev.seconds_per_edit:.0f} s",
+                      flush=True)
+            if path.exists():
+                results[name] = EditEvaluation.load(path)
+    if set(results) != set(args.methods):
+        print(f"done so far: {sorted(results)}; run again to resume")
+        return
+    write_table(results, len(facts), stats.n_tokens, stats.source)
+    print("done")
+
+
+def write_table(results: dict[str, EditEvaluation], n_facts: int, stats_tokens: int, source: str) -> None:
+    rows = []
+    first = next(iter(results.values()))
+    named = [("unedited", first, False)] + [(name, ev, True) for name, ev in results.items()]
+    for label, ev, edited in named:
+        rows.append({
+            "model": label,
+            "n_facts": len(ev.subjects),
+            "n_edits": ev.n_edits if edited else 0,
+            "seconds_per_edit": ev.seconds_per_edit if edited else None,
+            "metrics": {m: ev.metric(m, edited=edited) for m in METRICS},
+            "ci95": {m: ev.interval(m, edited=edited) for m in METRICS},
+        })
+    data = {
+        "model": "smollm2-135m",
+        "facts": "lmsci_mi/data/edit_facts.json",
+        "n_facts": n_facts,
+        "stats_tokens": stats_tokens,
+        "stats_source": source,
+        "generation_tokens": EvaluationConfig().generation_tokens,
+        "interval": "percentile bootstrap over facts, 2000 resamples, 95%",
+        "configs": {name: CONFIGS[name].params() for name in results},
+        "rows": rows,
+    }
+    TABLE.write_text(json.dumps(data, indent=1))
+    print("| model + method | facts | " + " | ".join(METRICS) + " |")
+    print("|---|---|" + "---|" * len(METRICS))
+    for row in rows:
+        cells = []
+        for m in METRICS:
+            value, (low, high) = row["metrics"][m], row["ci95"][m]
+            cells.append("–" if value != value else f"{value:.1f} [{low:.1f}, {high:.1f}]")
+        print(f"| {row['model']} | {row['n_facts']} | " + " | ".join(cells) + " |")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--eval", action="store_true", help="run the CounterFact evaluation")
-    parser.add_argument(
-        "--n-rome", type=int, default=None, help="facts for ROME (eval: 30, timing: 3)"
-    )
-    parser.add_argument(
-        "--n-memit", type=int, default=None, help="facts for MEMIT (eval: 50, timing: 10)"
-    )
-    parser.add_argument("--out", default="out/editing", help="where --eval writes its table")
-    parser.add_argument(
-        "--stats-tokens",
-        type=int,
-        default=4000,
-        help="tokens for the uncached statistics timing (0 skips)",
-    )
-    parser.add_argument(
-        "--shard", default="0/1", help="ROME facts shard i/k (run k processes, the last combines)"
-    )
-    parser.add_argument(
-        "--generation-tokens", type=int, default=GENERATION_TOKENS, help="tokens per generation for GE"
-    )
-    parser.add_argument(
-        "--table-from",
-        nargs="*",
-        default=None,
-        help="only rebuild the table from saved evaluations",
-    )
-    parser.add_argument(
-        "--scratch", default="out/editing/scratch-stats", help="cache for the uncached stats run"
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--speed", action="store_true", help="the timings (quiet machine)")
+    parser.add_argument("--table", action="store_true", help="the editing table (resumable)")
+    parser.add_argument("--n-rome", type=int, default=5, help="--speed: ROME edits timed")
+    parser.add_argument("--n-memit", type=int, default=50, help="--speed: facts in the MEMIT batch")
+    parser.add_argument("--memit-before", action="store_true", help="--speed: also time MEMIT without prefix reuse")
+    parser.add_argument("--methods", nargs="+", default=["memit", "alphaedit", "rome"], choices=sorted(CONFIGS))
+    parser.add_argument("--facts", type=int, default=None, help="--table: the first N facts (default all)")
+    parser.add_argument("--cache", default="out/editing_table", help="--table: per-chunk results")
+    parser.add_argument("--max-seconds", type=float, default=float("inf"), help="--table: stop starting work after")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING)
-    if args.table_from:
-        write_table([EditEvaluation.load(p) for p in args.table_from], Path(args.out))
-    elif args.eval:
-        args.n_rome = 30 if args.n_rome is None else args.n_rome
-        args.n_memit = 50 if args.n_memit is None else args.n_memit
-        evaluate(args)
-    else:
-        args.n_rome = 3 if args.n_rome is None else args.n_rome
-        args.n_memit = 10 if args.n_memit is None else args.n_memit
-        benchmark(args)
+    if args.speed:
+        speed(args)
+    if args.table:
+        table(args)
+    if not (args.speed or args.table):
+        parser.error("give --speed or --table")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,13 @@ from lmsci_mi.editing.fit import (
 from lmsci_mi.editing.handle import EditHandle
 from lmsci_mi.editing.methods import EDITING_METHODS
 from lmsci_mi.editing.requests import EditRequest
-from lmsci_mi.editing.stats import DEFAULT_STATS_TOKENS, KeyStatistics, StatsConfig, key_statistics
+from lmsci_mi.editing.stats import (
+    DEFAULT_STATS_TOKENS,
+    KeyStatistics,
+    StatsConfig,
+    check_statistics,
+    key_statistics,
+)
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import weight_name
 
@@ -193,11 +199,13 @@ def rome_edit(
     fixed = hp.layer if hp.layer is not None else default_rome_layer(lm)
     if not hp.trace_layer:
         check_layer(lm, fixed)
-        if stats is not None and fixed not in stats.layers:
-            raise ValueError(f"the statistics given cover layers {stats.layers}, not layer {fixed}")
+        if stats is not None:
+            check_statistics(lm, stats, [fixed])
     begin = time.perf_counter()
     layer = traced_layer(lm, request) if hp.trace_layer else fixed
     check_layer(lm, layer)
+    if stats is not None and hp.trace_layer:
+        check_statistics(lm, stats, [])  # the traced layer may fall outside them: computed below
     if stats is None or layer not in stats.layers:
         stats = key_statistics(lm, layer, StatsConfig(n_tokens=hp.stats_tokens))
     templates = context_templates(lm, hp.n_contexts, hp.context_lengths, seed=hp.seed)

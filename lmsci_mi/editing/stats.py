@@ -38,6 +38,7 @@ __all__ = [
     "KeyStatistics",
     "StatsConfig",
     "TextSource",
+    "check_statistics",
     "key_statistics",
     "stats_dir",
     "weight_fingerprints",
@@ -218,6 +219,26 @@ def _cached(folder: Path, layer: int, key: str, n_tokens: int) -> Path | None:
         if count >= n_tokens and (best is None or count < best[0]):
             best = (count, path)
     return None if best is None else best[1]
+
+
+def check_statistics(lm: LensModel, stats: KeyStatistics, layers: Sequence[int]) -> None:
+    """Raise ValueError unless ``stats`` are ``lm``'s (by name and key width) and cover ``layers``.
+
+    The weights are not compared: a sequential session edits with the statistics of the model
+    before its first edit, on purpose.
+    """
+    if stats.meta.model != lm.name or stats.values.shape[-1] != lm.cfg.d_mlp:
+        raise ValueError(
+            f"the statistics were computed on {stats.meta.model} (keys of width "
+            f"{stats.values.shape[-1]}), not {lm.name} (width {lm.cfg.d_mlp}): compute them with "
+            "key_statistics(lm, layers)"
+        )
+    missing = [layer for layer in layers if layer not in stats.layers]
+    if missing:
+        raise ValueError(
+            f"the statistics given cover layers {stats.layers}, not {missing}: compute them with "
+            f"key_statistics(lm, {sorted(set(layers))})"
+        )
 
 
 def key_statistics(

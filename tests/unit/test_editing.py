@@ -484,3 +484,15 @@ def test_bootstrap_interval_brackets_the_metric(tiny: LensModel, stats) -> None:
         assert low <= ev.metric(name) + 1e-9 and ev.metric(name) <= high + 1e-9
     with pytest.raises(ValueError, match="unknown metric"):
         ev.interval("XS")
+
+
+@pytest.mark.parametrize("method", ["rome", "memit", "alphaedit"])
+def test_statistics_of_another_model_are_refused_before_any_edit(tiny: LensModel, method, tmp_path) -> None:
+    other = load_model("toy-gpt2-2l", device="cpu")
+    foreign = key_statistics(other, [0, 1], StatsConfig(n_tokens=256), cache_dir=tmp_path)
+    config = {"rome": FAST_ROME, "memit": FAST_MEMIT,
+              "alphaedit": AlphaEditHyperParams(layers=(0, 1), n_contexts=2, steps=2)}[method]
+    before = snapshot(tiny)
+    with pytest.raises(ValueError, match="statistics were computed on toy-gpt2-2l"):
+        evaluate_edits(tiny, [EIFFEL], config, stats=foreign, evaluation=EvaluationConfig(generation_tokens=0))
+    assert_identical(tiny, before)

@@ -1,0 +1,143 @@
+"""Sequential editing on SmolLM2-135M: ROME, MEMIT and AlphaEdit over 200 edits (issue 21).
+
+    PYTHONPATH=. .venv/bin/python benchmarks/sequential_editing.py        # resumable: run until "done"
+    PYTHONPATH=. .venv/bin/python benchmarks/sequential_editing.py --methods alphaedit memit
+
+200 facts of the shipped editing fact set, in a seeded random order, are edited one batch after
+another without restoring: ROME one fact per edit, MEMIT and AlphaEdit 10 per edit. Every 20
+edits an ``EditingSession`` measures ES and PS retained over all facts edited so far,
+NS on neighbourhood prompts whose subjects are never edited, specificity (top-1 kept) against
+the original model's answers, and GE (50 tokens from every fact's rewrite prompt). Step 0 is the
+unedited model. The session is saved after every 20 edits in --cache and resumed from there, so an
+interrupted run continues. When every method is done it writes docs/data/sequential_editing.json
+and docs/img/sequential_editing.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from lmsci_mi import load_model
+from lmsci_mi.editing import (
+    AlphaEditHyperParams,
+    EditingSession,
+    MEMITHyperParams,
+    ROMEHyperParams,
+    SessionConfig,
+    SessionResult,
+    default_memit_layers,
+    default_rome_layer,
+    key_statistics,
+    load_edit_facts,
+)
+from lmsci_mi.editing.stats import StatsConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "docs" / "data" / "sequential_editing.json"
+FIGURE = ROOT / "docs" / "img" / "sequential_editing.png"
+METHODS = {
+    "rome": (ROMEHyperParams(), 1),
+    "memit": (MEMITHyperParams(), 10),
+    "alphaedit": (AlphaEditHyperParams(), 10),
+}
+
+
+def run_method(lm, name: str, facts: list, args: argparse.Namespace, stats, deadline: float) -> SessionResult | None:
+    config, batch = METHODS[name]
+    session_config = SessionConfig(batch_size=batch)
+    folder = Path(args.cache) / name
+    if (folder / "session.json").exists():
+        session = EditingSession.resume(lm, folder, config, session_config, stats=stats)
+    else:
+        session = EditingSession(lm, config, session_config, stats=stats)
+    try:
+        while len(session.order) < len(facts):
+            if time.perf_counter() > deadline:
+                return None
+            done = len(session.order)
+            result = session.run(facts[done : done + args.every])
+            session.save(folder)
+            row = dict(zip(result.labels[1], result.values[-1].tolist(), strict=True))
+            print(f"{name}: {result.n_edited[-1]} edits, {result.seconds[-1]:.0f} s of edits: "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in row.items()), flush=True)
+        return session.result()
+    finally:
+        session.restore()
+
+
+def plot(curves: dict[str, dict]) -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 6.4))
+    axes = fig.subplots(2, 3).ravel()
+    colors = {"rome": "tab:orange", "memit": "tab:blue", "alphaedit": "tab:green"}
+    for ax, name in zip(axes, ("ES", "PS", "NS", "specificity", "GE"), strict=False):
+        for method, curve in curves.items():
+            ax.plot(curve["n_edited"], curve["metrics"][name], marker="o", ms=3, color=colors[method],
+                    label=f"{method} (b={curve['batch_size']})")
+        ax.set_title(name + (" (retained, edited facts so far)" if name in ("ES", "PS") else ""), fontsize=9)
+        ax.set_xlabel("edits applied", fontsize=8)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    axes[-1].axis("off")
+    n = max(curve["n_edited"][-1] for curve in curves.values())
+    fig.suptitle(f"Sequential editing on SmolLM2-135M: {n} facts, never restored (step 0 = unedited)", fontsize=10)
+    fig.tight_layout()
+    FIGURE.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(FIGURE, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--methods", nargs="+", default=["alphaedit", "memit", "rome"], choices=sorted(METHODS))
+    parser.add_argument("--edits", type=int, default=200)
+    parser.add_argument("--every", type=int, default=20, help="evaluate (and save) every N edits")
+    parser.add_argument("--seed", type=int, default=0, help="order of the facts")
+    parser.add_argument("--cache", default="out/sequential")
+    parser.add_argument("--max-seconds", type=float, default=float("inf"))
+    args = parser.parse_args()
+    deadline = time.perf_counter() + args.max_seconds
+    lm = load_model("smollm2-135m")
+    facts = load_edit_facts()
+    random.Random(args.seed).shuffle(facts)
+    facts = facts[: args.edits]
+    layers = sorted({default_rome_layer(lm), *default_memit_layers(lm)})
+    stats = key_statistics(lm, layers, StatsConfig(n_tokens=ROMEHyperParams().stats_tokens))
+    curves = {}
+    for name in args.methods:
+        result = run_method(lm, name, facts, args, stats, deadline)
+        if result is None:
+            print("stopped at --max-seconds: run again to resume")
+            return
+        result.save(Path(args.cache) / f"{name}_result.json")
+        curves[name] = {
+            "batch_size": result.batch_size,
+            "n_edited": list(result.n_edited),
+            "seconds": list(result.seconds),
+            "metrics": {m: result.metric(m) for m in result.labels[1]},
+            "config": METHODS[name][0].params(),
+        }
+    data = {
+        "model": lm.name,
+        "n_facts": len(facts),
+        "order_seed": args.seed,
+        "every": args.every,
+        "stats_tokens": stats.n_tokens,
+        "metrics": "percent; ES/PS over the facts edited so far, NS and specificity over never-edited "
+                   "neighbourhood prompts (specificity: the original model's top-1 kept), GE of 50 tokens",
+        "methods": curves,
+    }
+    OUT.write_text(json.dumps(data, indent=1))
+    plot(curves)
+    print("done")
+
+
+if __name__ == "__main__":
+    main()
