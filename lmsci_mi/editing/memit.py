@@ -33,8 +33,13 @@ from lmsci_mi.editing.handle import EditHandle
 from lmsci_mi.editing.methods import EDITING_METHODS
 from lmsci_mi.editing.requests import EditRequest
 from lmsci_mi.editing.rome import default_rome_layer
-from lmsci_mi.editing.stats import check_statistics
-from lmsci_mi.editing.stats import DEFAULT_STATS_TOKENS, KeyStatistics, StatsConfig, key_statistics
+from lmsci_mi.editing.stats import (
+    DEFAULT_STATS_TOKENS,
+    KeyStatistics,
+    StatsConfig,
+    check_statistics,
+    key_statistics,
+)
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import weight_name
 
