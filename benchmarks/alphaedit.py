@@ -3,8 +3,12 @@ threshold leaves per layer, the share of the edit's keys the projection keeps, a
 batch of facts installs.
 
     PYTHONPATH=. .venv/bin/python benchmarks/alphaedit.py [--facts 5]
+    PYTHONPATH=. .venv/bin/python benchmarks/alphaedit.py --token-sweep   # null space vs tokens
 
 Writes docs/data/alphaedit.json. The key statistics are MEMIT's (read from the cache when there).
+--token-sweep computes the statistics afresh from the first 2k, 5k, 10k and 20k tokens of the
+same text (the 50k default from the cache) and writes, per layer, the null-space dimension at the
+default threshold to docs/data/alphaedit_tokens.json: the projector is only as good as C.
 """
 
 from __future__ import annotations
@@ -37,11 +41,39 @@ def p_new(lm: LensModel, requests: list) -> list[float]:
     return out
 
 
+def token_sweep(lm: LensModel) -> None:
+    import tempfile
+
+    from lmsci_mi.editing.alphaedit import null_space_projector
+
+    hp = AlphaEditHyperParams()
+    layers = list(default_memit_layers(lm))
+    rows = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for n_tokens in (2_000, 5_000, 10_000, 20_000, hp.stats_tokens):
+            fresh = n_tokens != hp.stats_tokens
+            stats = key_statistics(lm, layers, StatsConfig(n_tokens=n_tokens), use_cache=not fresh,
+                                   cache_dir=Path(scratch) if fresh else None)
+            dims = {str(layer): null_space_projector(stats.for_layer(layer), hp.nullspace_threshold)[1]
+                    for layer in layers}
+            rows[str(stats.n_tokens)] = dims
+            print(f"{stats.n_tokens} tokens of {stats.source}: null-space dims {dims}", flush=True)
+    data = {
+        "model": lm.name, "threshold": hp.nullspace_threshold, "d_mlp": lm.cfg.d_mlp,
+        "source": stats.source, "null_space_dims_by_tokens": rows,
+    }
+    (OUT.parent / "alphaedit_tokens.json").write_text(json.dumps(data, indent=1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--facts", type=int, default=5, help="the first N shipped facts, one batch")
+    parser.add_argument("--token-sweep", action="store_true", help="null space against the token count")
     args = parser.parse_args()
     lm = load_model("smollm2-135m")
+    if args.token_sweep:
+        token_sweep(lm)
+        return
     hp = AlphaEditHyperParams()
     layers = default_memit_layers(lm)
     stats = key_statistics(lm, layers, StatsConfig(n_tokens=hp.stats_tokens))

@@ -57,6 +57,34 @@ def register(commands: Any) -> None:
     p.add_argument(
         "--apply", type=Path, default=None, help="apply a saved delta instead of editing"
     )
+    p.add_argument(
+        "--requests",
+        type=Path,
+        default=None,
+        metavar="FACTS.json",
+        help="edit these requests (a JSON list of EditRequest fields) instead of --prompt/--subject",
+    )
+    p.add_argument(
+        "--session-batch",
+        type=int,
+        default=None,
+        metavar="N",
+        help="apply --requests as a sequential session, N per edit, and print its metrics",
+    )
+    p.add_argument(
+        "--session-out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="save the session (every edit's delta, resumable) in this folder",
+    )
+    p.add_argument(
+        "--stats",
+        type=Path,
+        default=None,
+        metavar="STATS.json",
+        help="key statistics saved with KeyStatistics.save (default: computed and cached)",
+    )
     # Greedy by default: the completions before and after then differ by the edit, not the draw.
     add_generation_args(p, skip=GENERATION_SKIP, temperature=0.0)
     _add_method_settings(p)
@@ -98,8 +126,15 @@ def method_config(args: argparse.Namespace) -> Any:
 def run_edit(args: argparse.Namespace) -> int:
     from lmsci_mi.editing import EDITING_METHODS, EditRequest, apply_delta
 
-    if args.apply is None and not (args.prompt and args.subject and args.target_new is not None):
-        raise ValueError("give --prompt, --subject and --target-new (or --apply delta.safetensors)")
+    many = args.requests is not None
+    if args.apply is None and not many and not (args.prompt and args.subject and args.target_new is not None):
+        raise ValueError(
+            "give --prompt, --subject and --target-new, or --requests facts.json (or --apply delta.safetensors)"
+        )
+    if (args.session_batch is not None or args.session_out is not None) and not many:
+        raise ValueError("--session-batch and --session-out apply --requests as a session: give --requests")
+    if args.session_batch is not None and args.session_batch < 1:
+        raise ValueError(f"--session-batch must be at least 1, not {args.session_batch}")
     if args.apply is not None:
         from lmsci_mi.weights import read_deltas
 
@@ -119,20 +154,68 @@ def run_edit(args: argparse.Namespace) -> int:
         return 0
 
     config = method_config(args)
+    requests = _read_requests(args.requests) if many else None  # bad files fail before the model loads
+    stats = _read_stats(args.stats) if args.stats is not None else None
     lm = load_from_args(args)
-    request = EditRequest(args.prompt, args.subject, args.target_new)
-    request.validate(lm)
-    prompt = request.rewrite_prompt
-    before = _complete(lm, prompt, args)
+    if requests is None:
+        requests = [EditRequest(args.prompt, args.subject, args.target_new)]
+    if args.session_batch is not None or args.session_out is not None:
+        return _run_session(lm, requests, config, args, stats)
+    prompts = [r.rewrite_prompt for r in requests]
+    before = [_complete(lm, prompt, args) for prompt in prompts]
     start = time.perf_counter()
-    handle = EDITING_METHODS.get(args.method).function(lm, [request], config)
+    handle = EDITING_METHODS.get(args.method).function(lm, requests, config, stats=stats)
     seconds = time.perf_counter() - start
     with handle:
-        after = _complete(lm, prompt, args)
-        print(f"{args.method.upper()} edit at layer(s) {handle.layers} in {seconds:.1f} s")
-        print(f"prompt: {prompt}\n  before: {before!r}\n  after:  {after!r}")
+        after = [_complete(lm, prompt, args) for prompt in prompts]
+        print(f"{args.method.upper()} edit of {len(requests)} fact(s) at layer(s) {handle.layers} in {seconds:.1f} s")
+        for prompt, old, new in zip(prompts, before, after, strict=True):
+            print(f"prompt: {prompt}\n  before: {old!r}\n  after:  {new!r}")
         if args.delta_out is not None:
             print(f"saved delta to {handle.save(args.delta_out)}")
+    return 0
+
+
+def _read_requests(path: Path) -> list[Any]:
+    """Edit requests from a JSON file: a list of EditRequest records, or {"facts": [...]}."""
+    import json
+
+    from lmsci_mi.editing import load_requests
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"--requests {path}: not a readable JSON file ({error})") from None
+    records = data.get("facts") if isinstance(data, dict) else data
+    if not isinstance(records, list) or not records or not all(isinstance(r, dict) for r in records):
+        raise ValueError(
+            f"--requests {path}: expected a non-empty JSON list of requests with the fields of "
+            "EditRequest (prompt, subject, target_new, ...), or {\"facts\": [...]}"
+        )
+    try:
+        return load_requests(records)
+    except TypeError as error:
+        raise ValueError(f"--requests {path}: {error} (each request needs prompt, subject, target_new)") from None
+
+
+def _read_stats(path: Path) -> Any:
+    from lmsci_mi.editing import KeyStatistics
+
+    try:
+        return KeyStatistics.load(path)
+    except (OSError, TypeError, KeyError) as error:
+        raise ValueError(f"--stats {path}: not key statistics saved with KeyStatistics.save ({error})") from None
+
+
+def _run_session(lm: LensModel, requests: list[Any], config: Any, args: argparse.Namespace, stats: Any) -> int:
+    from lmsci_mi.editing import EditingSession, SessionConfig
+
+    session = EditingSession(lm, config, SessionConfig(batch_size=args.session_batch or 1), stats=stats)
+    result = session.run(requests)
+    if args.session_out is not None:
+        print(f"saved the session to {session.save(args.session_out)}")
+    session.restore()
+    print(result.summary())
     return 0
 
 

@@ -53,7 +53,7 @@ class AlphaEditHyperParams(MEMITHyperParams):
 
 
 def null_space_projector(
-    c: Float[Tensor, "d_mlp d_mlp"], threshold: float
+    c: Float[Tensor, "d_mlp d_mlp"], threshold: float, *, layer: int | None = None
 ) -> tuple[Float[Tensor, "d_mlp d_mlp"], int]:
     """P = U Uᵀ over the eigenvectors of ``c`` with eigenvalues below ``threshold``, and their
     count (float64).
@@ -65,8 +65,9 @@ def null_space_projector(
     kept = vectors[:, values < threshold]
     if kept.shape[1] == 0:
         raise ValueError(
-            f"no eigenvalue of the key statistics is below the null-space threshold {threshold:g} "
-            f"(smallest {float(values.min()):.3g}): raise nullspace_threshold"
+            f"no eigenvalue of the key statistics{'' if layer is None else f' of layer {layer}'} is "
+            f"below the null-space threshold {threshold:g} (smallest {float(values.min()):.3g}): "
+            "the null space has no dimension and nothing could be edited; raise nullspace_threshold"
         )
     return kept @ kept.T, int(kept.shape[1])
 
@@ -131,7 +132,7 @@ def alphaedit_edit(
     begin = time.perf_counter()
     layers, stats = checked_layers(lm, requests, hp, stats)
     projectors = {
-        layer: null_space_projector(stats.for_layer(layer), hp.nullspace_threshold)
+        layer: null_space_projector(stats.for_layer(layer), hp.nullspace_threshold, layer=layer)
         for layer in layers
     }
     used: dict[int, Tensor] = {}

@@ -8,6 +8,7 @@ the installed rank-one update reaches) and fitted with Adam on the target's NLL,
 
 from __future__ import annotations
 
+import itertools
 import logging
 import weakref
 from collections.abc import Sequence
@@ -304,35 +305,61 @@ def _full_readouts(
     return final[batch.tok_row, batch.tok_pos], final[batch.kl_rows, batch.last[batch.kl_rows]]
 
 
+_BUCKETS = 4
+"""Most row groups a suffix step runs: one group per distinct subject position would read every
+block's weights once per group, which costs more than the positions it saves."""
+
+
+def _buckets(cuts: Tensor, n: int = _BUCKETS) -> list[Tensor]:
+    """Row indices split into at most ``n`` groups of consecutive subject positions, about equal
+    in rows (a group starts at its smallest position)."""
+    order = torch.argsort(cuts, stable=True)
+    values = cuts[order]
+    bounds = [0]
+    for k in range(1, n):
+        at = int(k * len(order) / n)
+        # Never split rows of one position: move the bound to where the position changes.
+        while 0 < at < len(order) and values[at] == values[at - 1]:
+            at += 1
+        if bounds[-1] < at < len(order):
+            bounds.append(at)
+    bounds.append(len(order))
+    return [order[lo:hi] for lo, hi in itertools.pairwise(bounds) if hi > lo]
+
+
 def _suffix_readouts(
     lm: LensModel, layer: int, batch: _Batch, base: _Unedited, delta: Tensor, active: Tensor
 ) -> tuple[Float[Tensor, "tok d_model"], Float[Tensor, "request d_model"]]:
     """The same readouts, computing only what δ changes: δ sits at the subject's last token, so
-    every earlier position is as in the unedited run. Rows that share that position run
-    together from it, attending to the cached keys and values before it; rows of converged
-    requests are left out (their readouts stay zero, and their loss is never used)."""
+    every earlier position is as in the unedited run. Rows run in a few groups of similar
+    subject position, each from its smallest, attending to the cached keys and values before
+    it; rows of converged requests are left out (their readouts stay zero, and their loss is
+    never used)."""
     assert base.keys is not None and base.values is not None
     dim = base.resid.shape[-1]
     tok_out = base.resid.new_zeros(len(batch.tok_row), dim)
     kl_out = base.resid.new_zeros(batch.n_requests, dim)
-    live = active[batch.owner]
-    for cut in batch.last[live].unique().tolist():
-        group = torch.nonzero(live & (batch.last == cut)).squeeze(-1)
-        tok = torch.nonzero(torch.isin(batch.tok_row, group)).squeeze(-1)
-        end = max(cut + 1, int(batch.tok_pos[tok].max()) + 1 if len(tok) else 0)
+    live = torch.nonzero(active[batch.owner]).squeeze(-1)
+    # The last position each row needs: its last target-predicting token, or the subject.
+    needed = batch.last.clone()
+    needed = needed.scatter_reduce(0, batch.tok_row, batch.tok_pos, reduce="amax")
+    for bucket in _buckets(batch.last[live]):
+        group = live[bucket].sort().values
+        cut, end = int(batch.last[group].min()), int(needed[group].max()) + 1
         x = base.resid[group, cut:end].clone()
-        x[:, 0] = x[:, 0] + delta[batch.owner[group]].to(x.dtype)
+        rows = torch.arange(len(group), device=x.device)
+        x[rows, batch.last[group] - cut] = x[rows, batch.last[group] - cut] + delta[batch.owner[group]].to(x.dtype)
         for i, block in enumerate(lm.model.blocks[layer + 1 :]):
             entry = TransformerLensKeyValueCacheEntry(
                 past_keys=base.keys[i][group, :cut], past_values=base.values[i][group, :cut], frozen=True
             )
             x = block(x, past_kv_cache_entry=entry)
+        tok = torch.nonzero(torch.isin(batch.tok_row, group)).squeeze(-1)
         local = torch.searchsorted(group, batch.tok_row[tok])
         tok_out = tok_out.index_put((tok,), x[local, batch.tok_pos[tok] - cut])
-        kl = torch.isin(batch.kl_rows, group)
-        kl_requests = torch.nonzero(kl).squeeze(-1)
-        local_kl = torch.searchsorted(group, batch.kl_rows[kl_requests])
-        kl_out = kl_out.index_put((kl_requests,), x[local_kl, 0])
+        kl_requests = torch.nonzero(torch.isin(batch.kl_rows, group)).squeeze(-1)
+        kl_rows = batch.kl_rows[kl_requests]
+        kl_out = kl_out.index_put((kl_requests,), x[torch.searchsorted(group, kl_rows), batch.last[kl_rows] - cut])
     return tok_out, kl_out
 
 

@@ -9,6 +9,7 @@ a least-squares update ΔW = (λC + KKᵀ)⁻¹ K Rᵀ, solved in float64. Chang
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import field
@@ -19,6 +20,7 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from lmsci_mi.cache import cache_key, cache_root, weights_fingerprint
 from lmsci_mi.config import Config, config
 from lmsci_mi.editing.fit import (
     SubjectRow,
@@ -72,6 +74,9 @@ class MEMITHyperParams(Config):
         reuse_prefix: each fit step recomputes only the positions from the subject's last token
             on, and only for requests not yet converged (the same δ; off: every position of
             every row, the slower way it was done before).
+        cache_fits: keep each request's fitted δ on disk, keyed by the weights, the request and
+            the fit settings, and read it back instead of fitting again (MEMIT then AlphaEdit on
+            the same facts, or a resumed benchmark, fit each request once).
         stats_tokens: text tokens for the key statistics when they must be computed.
     """
 
@@ -103,6 +108,9 @@ class MEMITHyperParams(Config):
     reuse_prefix: bool = field(
         default=True,
         metadata={"help": "fit steps recompute only from the subject's last token (exact)"},
+    )
+    cache_fits: bool = field(
+        default=False, metadata={"help": "cache each request's fitted delta on disk"}
     )
     stats_tokens: int = field(
         default=DEFAULT_STATS_TOKENS, metadata={"help": "text tokens for C", "ge": 1}
@@ -216,14 +224,46 @@ def _fit_top_deltas(
     lm: LensModel, top: int, requests: Sequence[EditRequest], templates: Sequence[str],
     hp: MEMITHyperParams,
 ) -> Float[Tensor, "request d_model"]:
-    """δ per request on the top layer's residual, fitted in batches of ``hp.batch_size``."""
-    deltas = []
-    chunks = range(0, len(requests), hp.batch_size)
+    """δ per request on the top layer's residual, fitted in batches of ``hp.batch_size``.
+
+    A request's δ depends only on the weights, the request, the prefixes and the fit settings
+    (it never sees its batch-mates), so with ``hp.cache_fits`` each is cached on disk under
+    those: MEMIT and AlphaEdit on the same facts, or a resumed run, fit each request once. An
+    edited model has other weights, so a sequential session never reads a δ of the model before
+    its edits."""
+    if not hp.cache_fits:
+        chunks = range(0, len(requests), hp.batch_size)
+        fits = [
+            fit_deltas(lm, top, requests[s : s + hp.batch_size], templates, hp, site="resid_post",
+                       reuse_prefix=hp.reuse_prefix).delta
+            for s in tqdm(chunks, desc="MEMIT targets", unit="batch", disable=len(chunks) < 2)
+        ]
+        return torch.cat(fits)
+    settings = {
+        "version": 1, "top": top, "templates": list(templates),
+        **{k: v for k, v in hp.params().items() if k in _FIT_FIELDS},
+    }
+    folder = cache_root() / "edit-fits" / cache_key(weights_fingerprint(lm), settings)
+    paths = [folder / f"{cache_key(r.to_json())}.pt" for r in requests]
+    missing = [i for i, path in enumerate(paths) if not path.exists()]
+    chunks = range(0, len(missing), hp.batch_size)
     for start in tqdm(chunks, desc="MEMIT targets", unit="batch", disable=len(chunks) < 2):
-        chunk = requests[start : start + hp.batch_size]
-        fit = fit_deltas(lm, top, chunk, templates, hp, site="resid_post", reuse_prefix=hp.reuse_prefix)
-        deltas.append(fit.delta)
-    return torch.cat(deltas)
+        chunk = missing[start : start + hp.batch_size]
+        fit = fit_deltas(
+            lm, top, [requests[i] for i in chunk], templates, hp, site="resid_post",
+            reuse_prefix=hp.reuse_prefix,
+        )
+        folder.mkdir(parents=True, exist_ok=True)
+        for i, delta in zip(chunk, fit.delta, strict=True):
+            partial = paths[i].with_suffix(f".{os.getpid()}.partial")
+            torch.save(delta.detach().cpu().clone(), partial)
+            os.replace(partial, paths[i])  # never a half-written δ
+    return torch.stack([torch.load(path) for path in paths]).to(lm.device)
+
+
+_FIT_FIELDS = ("n_contexts", "context_lengths", "steps", "lr", "early_stop_nll", "kl_factor",
+               "weight_decay", "clamp_norm", "seed")
+"""The settings a δ depends on (not the batch size, the prefix reuse or the solve's λ)."""
 
 
 def _spread(

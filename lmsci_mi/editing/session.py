@@ -104,6 +104,17 @@ class SessionResult(Result):
             raise ValueError(f"unknown metric {name!r}: choose from {SESSION_METRICS}")
         return [float(v) for v in self.values[:, SESSION_METRICS.index(name)]]
 
+    def summary(self, rows: int = 10) -> str:
+        """The method and batch size, then a markdown table of the first ``rows`` steps."""
+        head = (
+            f"{self.method} session on {self.meta.model}: {len(self.order)} requests, "
+            f"{self.batch_size} per edit, {self.seconds[-1]:.1f} s of edits"
+        )
+        table = ["| edits | " + " | ".join(SESSION_METRICS) + " |", "|---|" + "---|" * len(SESSION_METRICS)]
+        for n, row in list(zip(self.n_edited, self.values, strict=True))[:rows]:
+            table.append(f"| {n} | " + " | ".join(f"{float(v):.1f}" for v in row) + " |")
+        return "\n".join([head, *table])
+
     def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
         """ES, PS, NS and specificity against the number of edits; GE beside them."""
         from matplotlib.figure import Figure

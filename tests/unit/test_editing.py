@@ -496,3 +496,23 @@ def test_statistics_of_another_model_are_refused_before_any_edit(tiny: LensModel
     with pytest.raises(ValueError, match="statistics were computed on toy-gpt2-2l"):
         evaluate_edits(tiny, [EIFFEL], config, stats=foreign, evaluation=EvaluationConfig(generation_tokens=0))
     assert_identical(tiny, before)
+
+
+def test_cached_fits_give_the_same_edit_and_are_fitted_once(
+    tiny: LensModel, stats, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lmsci_mi.editing import memit
+
+    monkeypatch.setenv("LMSCI_MI_CACHE", str(tmp_path))
+    with memit_edit(tiny, [EIFFEL], FAST_MEMIT, stats=stats) as plain:
+        expected = {k: v.clone() for k, v in plain.deltas.items()}
+    with memit_edit(tiny, [EIFFEL], FAST_MEMIT.replace(cache_fits=True), stats=stats) as first:
+        assert all(torch.allclose(first.deltas[k], v, atol=1e-6) for k, v in expected.items())
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("a cached request was fitted again")
+
+    monkeypatch.setattr(memit, "fit_deltas", no_fit)
+    with memit_edit(tiny, [EIFFEL], FAST_MEMIT.replace(cache_fits=True), stats=stats) as again:
+        assert all(torch.equal(again.deltas[k], first.deltas[k]) for k in expected)
+    assert not list(tmp_path.rglob("*.partial"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -46,3 +47,54 @@ def test_apply_on_a_file_that_is_not_a_saved_edit(
     assert code == 2
     assert "not a saved edit" in err or "not an lmsci-mi edit file" in err
     assert "--delta-out" in err and "Traceback" not in err
+
+
+def _facts(tmp_path: Path, records: list[dict]) -> str:
+    path = tmp_path / "facts.json"
+    path.write_text(json.dumps(records))
+    return str(path)
+
+
+PARIS = {"prompt": "{} is in", "subject": "Paris", "target_new": " Rome", "target_true": " France"}
+FAST = ["--model", "toy-2l", "--n-contexts", "2", "--steps", "2", "--stats-tokens", "256"]
+
+
+@pytest.mark.parametrize(
+    ("records", "extra", "message"),
+    [
+        ([{**PARIS, "prompt": "The city is in"}], ["--method", "memit"], "'Paris' is not in the prompt"),
+        ([PARIS, PARIS], ["--method", "memit"], "requests 0 and 1 both rewrite"),
+        ([PARIS], ["--method", "alphaedit", "--nullspace-threshold", "1e-30"], "null space has no dimension"),
+        ([PARIS, {**PARIS, "subject": "Berlin"}], ["--method", "rome"], "ROME edits one fact at a time"),
+        ([{"subject": "Paris"}], ["--method", "memit"], "each request needs prompt, subject, target_new"),
+        ([], ["--method", "memit"], "non-empty JSON list"),
+    ],
+)
+def test_bad_requests_exit_2_with_the_problem_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], records, extra, message
+) -> None:
+    code = main(["edit", "--requests", _facts(tmp_path, records), *FAST, *extra,
+                 "--delta-out", str(tmp_path / "d.safetensors")])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err
+    assert not (tmp_path / "d.safetensors").exists()
+
+
+def test_statistics_of_another_model_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from lmsci_mi import load_model
+    from lmsci_mi.editing import StatsConfig, key_statistics
+
+    other = key_statistics(load_model("toy-gpt2-2l"), [0], StatsConfig(n_tokens=256), cache_dir=tmp_path)
+    saved = other.save(tmp_path / "stats.json")
+    code = main(["edit", "--requests", _facts(tmp_path, [PARIS]), *FAST, "--layer", "0",
+                 "--stats", str(saved)])
+    assert code == 2 and "statistics were computed on toy-gpt2-2l" in capsys.readouterr().err
+
+
+def test_a_session_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    berlin = {**PARIS, "subject": "Berlin", "target_true": " Germany"}
+    code = main(["edit", "--requests", _facts(tmp_path, [PARIS, berlin]), "--method", "memit", *FAST,
+                 "--layers", "0,1", "--session-batch", "1", "--session-out", str(tmp_path / "session")])
+    out = capsys.readouterr().out
+    assert code == 0 and (tmp_path / "session" / "session.json").exists()
+    assert "memit" in out and "specificity" in out
