@@ -240,17 +240,17 @@ def candidate_facts(seed: int = 0) -> list[dict[str, Any]]:
 def _next_token_probs(lm: LensModel, prompts: Sequence[str], batch_size: int = 16) -> torch.Tensor:
     """Next-token distributions after each prompt, ``[prompt, vocab]``.
 
-    Rows are right-padded: with causal attention, padding after a prompt's last token cannot
-    change it, and rotary positions stay those of an unpadded run (left padding would shift them).
+    Rows are right-padded (``encode_batch``): with causal attention, padding after a prompt's last
+    token cannot change it, and rotary positions stay those of an unpadded run. Only each row's
+    last position is unembedded, since unembedding every position costs a quarter of the forward.
     """
     out = []
     for start in range(0, len(prompts), batch_size):
-        ids = [lm.encode(p) for p in prompts[start : start + batch_size]]
-        width = max(map(len, ids))
-        tokens = torch.tensor([i + [i[-1]] * (width - len(i)) for i in ids], device=lm.device)
-        last = torch.tensor([len(i) - 1 for i in ids], device=lm.device)
-        logits = lm(tokens)
-        out.append(logits[torch.arange(len(ids), device=lm.device), last].float().softmax(-1).cpu())
+        batch = lm.encode_batch(prompts[start : start + batch_size])
+        resid = lm.model(batch.tokens, stop_at_layer=lm.cfg.n_layers)
+        rows = torch.arange(len(batch.lengths), device=lm.device)
+        last = resid[rows, batch.lengths - 1]
+        out.append(lm.unembed(last).float().softmax(-1).cpu())
     return torch.cat(out)
 
 

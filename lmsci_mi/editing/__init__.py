@@ -25,6 +25,7 @@ from lmsci_mi.editing.metrics import generation_entropy as generation_entropy
 from lmsci_mi.editing.metrics import next_token_top1 as next_token_top1
 from lmsci_mi.editing.metrics import target_nll as target_nll
 from lmsci_mi.editing.requests import EditRequest as EditRequest
+from lmsci_mi.editing.requests import load_edit_facts as load_edit_facts
 from lmsci_mi.editing.requests import load_facts as load_facts
 from lmsci_mi.editing.requests import load_requests as load_requests
 from lmsci_mi.editing.rome import ROMEHyperParams as ROMEHyperParams
@@ -69,6 +70,7 @@ __all__ = [
     "fit_deltas",
     "generation_entropy",
     "key_statistics",
+    "load_edit_facts",
     "load_facts",
     "load_requests",
     "memit_edit",

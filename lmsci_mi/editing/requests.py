@@ -152,3 +152,16 @@ def load_facts() -> list[EditRequest]:
     from lmsci_mi.data.facts import load_fact_records
 
     return load_requests(load_fact_records())
+
+
+def load_edit_facts() -> list[EditRequest]:
+    """The shipped editing fact set (``lmsci_mi/data/edit_facts.json``: facts SmolLM2-135M
+    knows, over many relations, with the messy-knowledge probes) as requests.
+
+    >>> facts = load_edit_facts()
+    >>> len(facts) >= 250 and all(f.paraphrase_prompts and f.neighborhood_prompts for f in facts)
+    True
+    """
+    from lmsci_mi.data.edit_facts import load_edit_fact_records
+
+    return load_requests(load_edit_fact_records())
