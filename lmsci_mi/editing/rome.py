@@ -54,9 +54,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 DEFAULT_ROME_LAYER_FRACTION = 0.15
-"""Default ROME layer as a fraction of depth when no layer and no trace is given (layer 4 of
-SmolLM2's 30: the early-MLP band where the trace and our layer sweep put subject recall; see
-docs/editing.md)."""
+"""Default ROME layer as a fraction of depth: layer 4 of SmolLM2's 30, where the layer sweep
+(``benchmarks/rome_layers.py``, docs/editing.md "Which layer") found the best score S; layers
+0-4 are within each other's intervals, and NS falls from layer 6 on."""
 
 
 @config
