@@ -5,8 +5,9 @@ those the model really knows (rule below) and `edit_facts.json` ships the set se
 :func:`build_edit_fact_set` rebuilds it. Beyond CounterFact's fields each fact carries the probes of
 "messy" knowledge: the negated prompt, the reverse of a one-to-one fact, a two-hop consequence and
 other relations of the same subject. The tables were written at about 1,600 candidates and then
-trimmed of every (subject, answer) pair SmolLM2 did not answer top-1 in a first selection, so that
-a rebuild reads few prompts that cannot pass.
+trimmed of every (subject, answer) pair SmolLM2 did not answer top-1 in a first selection; where an
+answer was left with fewer than two held-out subjects, editable ones SmolLM2 knows were moved there.
+So a rebuild reads few prompts that cannot pass.
 
 The shipped set (SmolLM2-135M): 406 facts of 565 candidates; negated prompts 406, reverse prompts 3
 (country -> capital is the only one-to-one relation, and the new capital must be one SmolLM2 names
@@ -119,7 +120,8 @@ def _templates(name: str) -> dict[str, Any]:
 # relations (rule 3 keeps it in one); the held-out countries are the language and continent
 # neighbours. An empty cell leaves a fact out: a continent where it is disputed (Russia, Turkey)
 # or the country is its own (Australia); a language where the country has several official ones
-# (another of them would be no counterfactual); a capital named after its country or disputed.
+# (another of them would be no counterfactual); a capital named after its country or disputed;
+# and every cell SmolLM2 did not answer in the first selection.
 _COUNTRIES: dict[str, tuple[str, str, str]] = {
     "France": ("Paris", "French", "Europe"),
     "Germany": ("Berlin", "German", "Europe"),
@@ -297,7 +299,8 @@ EDIT_RELATIONS: dict[str, EditRelation] = {
         **_templates("city_country"),
         negated="{} is not a city in the country of",
         # Capitals and the cities of landmarks are held out: they are the objects of other
-        # relations (their bridge facts), so editing them would move those facts too.
+        # relations (their bridge facts), so editing them would move those facts too. A few more
+        # are held out where a country needed two neighbours.
         answers={
             " France": "Lyon; Toulouse; Bordeaux; Lille; Strasbourg; Nantes; Montpellier; Rennes; Grenoble; Dijon; Cannes",
             " Germany": "Hamburg; Frankfurt; Cologne; Stuttgart; Dresden; Düsseldorf; Leipzig; Bremen; Nuremberg; Dortmund; Heidelberg",
@@ -484,7 +487,8 @@ EDIT_RELATIONS: dict[str, EditRelation] = {
             " Italy": "Ferrari; Lamborghini; Gucci; Maserati; Pirelli",
             " China": "Xiaomi",
         },
-        # The makers that answer product_company are its bridge facts, so never edited here.
+        # The makers that answer product_company are its bridge facts, so never edited here; the
+        # others are held out so that each country has two neighbours.
         held_out={
             " Japan": "Nintendo; Toyota",
             " Germany": "BMW; Porsche",

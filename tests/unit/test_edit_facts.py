@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import json
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -142,6 +143,21 @@ def test_module_docstring_quotes_the_header(document: dict[str, Any]) -> None:
         f"other-relation prompts for {messy['other_relation']} facts "
         f"({messy['other_relation_prompts']} prompts)"
     ) in doc
+
+
+def test_the_docs_page_quotes_the_header(document: dict[str, Any]) -> None:
+    page = (Path(__file__).parents[2] / "docs" / "editing.md").read_text(encoding="utf-8")
+    section = page[page.index("## The editing fact set") :]
+    section = section[: section.index("\n## ")]
+    assert f"**{document['n_facts']} facts of {document['n_candidates']} candidates**" in section
+    for name, count in document["relations"].items():
+        assert re.search(rf"\| `{name}` \|[^\n]*\| {count} \|", section), name
+    messy = document["messy"]
+    for probe, count in (("negated", messy["negated"]), ("reverse", messy["reverse"])):
+        assert f"| {probe} | {count} |" in section
+    assert f"| two-hop | {messy['two_hop']} |" in section
+    other = f"| other relation | {messy['other_relation']} ({messy['other_relation_prompts']} prompts) |"
+    assert other in section
 
 
 def test_shipped_facts_come_from_the_current_candidates(
