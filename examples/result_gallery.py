@@ -39,6 +39,7 @@ from lmsci_mi.circuits.tracing import TraceConfig, causal_trace
 from lmsci_mi.data.cfg import CFGConfig, build_grammar
 from lmsci_mi.editing.metrics import METRICS as EDIT_METRICS
 from lmsci_mi.editing.metrics import EditEvaluation
+from lmsci_mi.editing.session import SESSION_METRICS, SessionResult
 from lmsci_mi.editing.stats import StatsConfig, key_statistics
 from lmsci_mi.knowledge import (
     AgreementConfig,
@@ -210,9 +211,10 @@ def cfg_probes(lm: LensModel) -> Result:
 
 
 def edit_evaluation(lm: LensModel) -> Result:
-    unedited = torch.tensor([40.0, 20.0, 25.0, 90.0, -5.0, -3.0, 8.0, 620.0])
-    edited = torch.tensor([85.0, 100.0, 80.0, 78.0, 60.0, 35.0, 6.0, 615.0])
-    per_fact = torch.rand(2, 4, 7, generator=torch.Generator().manual_seed(0))
+    # S, ES, PS, NS, EM, PM, NM, GE, then NEG, REV, 2HOP, ORL
+    unedited = torch.tensor([40.0, 20.0, 25.0, 90.0, -5.0, -3.0, 8.0, 620.0, 0.0, 0.0, 0.0, 0.0])
+    edited = torch.tensor([85.0, 100.0, 80.0, 78.0, 60.0, 35.0, 6.0, 615.0, 70.0, 0.0, 30.0, 10.0])
+    per_fact = torch.rand(2, 4, len(EDIT_METRICS) - 1, generator=torch.Generator().manual_seed(0))
     return EditEvaluation(
         values=torch.stack([unedited, edited]),
         axes=("model", "metric"),
@@ -231,6 +233,29 @@ def edit_evaluation(lm: LensModel) -> Result:
         seconds_per_edit=2.5,
         stats_tokens=100_000,
         excluded_neighbours=0,
+    )
+
+
+def session_result(lm: LensModel) -> Result:
+    edits = (0, 20, 40, 60)
+    # ES, PS, NS, specificity, GE: a session that installs its edits and slowly loses neighbours
+    values = torch.tensor([
+        [0.0, 1.0, 100.0, 100.0, 525.0],
+        [100.0, 95.0, 96.0, 94.0, 522.0],
+        [98.0, 93.0, 91.0, 88.0, 518.0],
+        [96.0, 90.0, 85.0, 81.0, 510.0],
+    ])
+    return SessionResult(
+        values=values,
+        axes=("step", "metric"),
+        labels=(tuple(str(n) for n in edits), SESSION_METRICS),
+        meta=_meta(method="alphaedit"),
+        n_edited=edits,
+        seconds=(0.0, 80.0, 160.0, 240.0),
+        method="alphaedit",
+        batch_size=10,
+        order=tuple(f"subject {i}" for i in range(60)),
+        targets=tuple(" Rome" for _ in range(60)),
     )
 
 
@@ -487,6 +512,7 @@ BUILDERS: dict[str, Callable[[LensModel], Result]] = {
     "CFGProbeTable": cfg_probes,
     "KeyStatistics": key_stats,
     "EditEvaluation": edit_evaluation,
+    "SessionResult": session_result,
     "Highlight": highlight,
     "SteerSVD": svd,
     "ControlCurve": control_curve,
