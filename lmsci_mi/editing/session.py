@@ -25,7 +25,6 @@ from lmsci_mi.editing.fit import check_requests
 from lmsci_mi.editing.handle import EditHandle
 from lmsci_mi.editing.methods import method_for
 from lmsci_mi.editing.metrics import (
-    GENERATION_TOKENS,
     EvaluationConfig,
     fact_fluency,
     next_token_top1,
@@ -54,19 +53,15 @@ class SessionConfig(Config):
     Attributes:
         batch_size: requests per edit (1 for ROME; MEMIT and AlphaEdit take batches).
         eval_every: evaluate after every this many requests (0: only after the last).
-        generation_tokens: tokens per rewrite prompt for GE (0 skips GE).
-        seed: the generations' seed (each fact keeps its own stream at every step).
+        evaluation: GE's generation length (0 skips GE) and seed, as in ``evaluate_edits``
+            (each fact keeps its own random stream at every step).
     """
 
     batch_size: int = field(default=1, metadata={"help": "requests per edit", "ge": 1})
     eval_every: int = field(
         default=0, metadata={"help": "evaluate every N requests (0: at the end)", "ge": 0}
     )
-    generation_tokens: int = field(
-        default=GENERATION_TOKENS,
-        metadata={"help": "tokens per generation for GE (0 skips GE)", "ge": 0},
-    )
-    seed: int = field(default=0, metadata={"help": "generation seed"})
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig, metadata={"cli": False})
 
 
 @result_type
@@ -282,11 +277,8 @@ class EditingSession:
         assert self._original is not None
         kept = next_token_top1(self.lm, [p for p, _, _ in self._neighbours]) == self._original
         ge = float("nan")
-        if self.session.generation_tokens:
-            evaluation = EvaluationConfig(
-                generation_tokens=self.session.generation_tokens, seed=self.session.seed
-            )
-            ge = float(fact_fluency(self.lm, self._facts, evaluation).mean())
+        if self.session.evaluation.generation_tokens:
+            ge = float(fact_fluency(self.lm, self._facts, self.session.evaluation).mean())
         return {
             "ES": prefers([(r.rewrite_prompt, r.target_new, r.target_true) for r in facts]),
             "PS": prefers([(p, r.target_new, r.target_true) for r in facts for p in r.paraphrase_prompts]),
@@ -305,7 +297,7 @@ class EditingSession:
             labels=(tuple(str(n) for n, _, _ in self._steps), SESSION_METRICS),
             meta=self.lm.meta(
                 [r.rewrite_prompt for r in self._facts],
-                seed=self.session.seed,
+                seed=self.session.evaluation.seed,
                 data_source="edit requests" + (f"; C from {self.stats.source}" if self.stats else ""),
                 params={
                     "method": self.method.name,

@@ -13,6 +13,7 @@ from lmsci_mi.editing import (
     EditHandle,
     EditingSession,
     EditRequest,
+    EvaluationConfig,
     MEMITHyperParams,
     ROMEHyperParams,
     SessionConfig,
@@ -101,7 +102,7 @@ def test_a_rome_session_with_a_traced_layer_is_refused_before_any_edit(tiny: Len
 
 def test_step_zero_is_the_original_model_and_the_result_round_trips(tiny: LensModel, stats, tmp_path) -> None:
     session = EditingSession(
-        tiny, ROMEHyperParams(layer=1, n_contexts=2, steps=3), SessionConfig(generation_tokens=4), stats=stats
+        tiny, ROMEHyperParams(layer=1, n_contexts=2, steps=3), SessionConfig(evaluation=EvaluationConfig(generation_tokens=4)), stats=stats
     )
     result = session.run(REQUESTS[:2])
     assert result.n_edited == (0, 2) and result.method == "rome" and result.batch_size == 1
@@ -127,7 +128,7 @@ def test_a_bad_request_late_in_the_run_is_refused_before_any_edit(tiny: LensMode
 def test_a_saved_session_resumes_where_it_stopped(tiny: LensModel, stats, tmp_path) -> None:
     before = weights_fingerprint(tiny)
     hp = AlphaEditHyperParams(layers=(0, 1), steps=2, nullspace_threshold=1e-2)
-    config = SessionConfig(generation_tokens=0)
+    config = SessionConfig(evaluation=EvaluationConfig(generation_tokens=0))
     whole = EditingSession(tiny, hp, config, stats=stats)
     whole.run(REQUESTS[:2])
     expected = whole.run(REQUESTS[2:])
