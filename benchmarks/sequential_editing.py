@@ -102,7 +102,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="order of the facts")
     parser.add_argument("--cache", default="out/sequential")
     parser.add_argument("--max-seconds", type=float, default=float("inf"))
+    parser.add_argument("--partial", action="store_true",
+                        help="write the data and plot from the steps saved so far (no model run)")
     args = parser.parse_args()
+    if args.partial:
+        write(partial_curves(args), args, stats_tokens=None, n_facts=args.edits)
+        return
     deadline = time.perf_counter() + args.max_seconds
     lm = load_model("smollm2-135m")
     facts = load_edit_facts()
@@ -124,19 +129,43 @@ def main() -> None:
             "metrics": {m: result.metric(m) for m in result.labels[1]},
             "config": METHODS[name][0].params(),
         }
+    write(curves, args, stats_tokens=stats.n_tokens, n_facts=len(facts))
+    print("done")
+
+
+def partial_curves(args: argparse.Namespace) -> dict[str, dict]:
+    """The curves of the sessions saved in --cache so far (a run stopped before the end)."""
+    curves = {}
+    for name in args.methods:
+        path = Path(args.cache) / name / "session.json"
+        if not path.exists():
+            continue
+        state = json.loads(path.read_text())
+        names = ("ES", "PS", "NS", "specificity", "GE")
+        curves[name] = {
+            "batch_size": state["session"]["batch_size"],
+            "n_edited": [n for n, _, _ in state["steps"]],
+            "seconds": [t for _, t, _ in state["steps"]],
+            "metrics": {m: [row[i] for _, _, row in state["steps"]] for i, m in enumerate(names)},
+            "config": state["config"],
+            "complete": state["n_edits"] * state["session"]["batch_size"] >= args.edits,
+        }
+    return curves
+
+
+def write(curves: dict[str, dict], args: argparse.Namespace, *, stats_tokens: int | None, n_facts: int) -> None:
     data = {
-        "model": lm.name,
-        "n_facts": len(facts),
+        "model": "smollm2-135m",
+        "n_facts": n_facts,
         "order_seed": args.seed,
         "every": args.every,
-        "stats_tokens": stats.n_tokens,
+        "stats_tokens": stats_tokens,
         "metrics": "percent; ES/PS over the facts edited so far, NS and specificity over never-edited "
                    "neighbourhood prompts (specificity: the original model's top-1 kept), GE of 50 tokens",
         "methods": curves,
     }
     OUT.write_text(json.dumps(data, indent=1))
     plot(curves)
-    print("done")
 
 
 if __name__ == "__main__":

@@ -135,6 +135,8 @@ def run_edit(args: argparse.Namespace) -> int:
         raise ValueError("--session-batch and --session-out apply --requests as a session: give --requests")
     if args.session_batch is not None and args.session_batch < 1:
         raise ValueError(f"--session-batch must be at least 1, not {args.session_batch}")
+    if args.session_out is not None and args.session_out.exists() and not args.session_out.is_dir():
+        raise ValueError(f"--session-out {args.session_out} is a file: give a folder")
     if args.apply is not None:
         from lmsci_mi.weights import read_deltas
 
