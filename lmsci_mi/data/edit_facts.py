@@ -930,31 +930,11 @@ def select_edit_facts(
         near = [p for p in r["neighborhood_prompts"] if answers(p, true)][:max_neighbors]
         if r["subject"] in taken or len(near) < min_neighbors:
             continue
-        fact = {key: r[key] for key in _FIELDS} | {"neighborhood_prompts": near}
-        if r["reverse_prompt"] and not (
-            answers(r["reverse_prompt"], r["reverse_target_true"])
-            and token(r["reverse_target_true"]) != token(r["reverse_target_new"])
-        ):
-            fact.update(reverse_prompt="", reverse_target_new="", reverse_target_true="")
-        hops = r.get("bridge_prompts", [])
-        if r["two_hop_prompt"] and not (
-            answers(r["two_hop_prompt"], r["two_hop_target_true"])
-            and answers(hops[0], r["two_hop_target_true"])
-            and answers(hops[1], r["two_hop_target_new"])
-            and token(r["two_hop_target_true"]) != token(r["two_hop_target_new"])
-        ):
-            fact.update(two_hop_prompt="", two_hop_target_new="", two_hop_target_true="")
-        others = [
-            (p, t)
-            for p, t in zip(r["other_relation_prompts"], r["other_relation_targets"], strict=True)
-            if answers(p, t)
-        ]
-        fact["other_relation_prompts"] = [p for p, _ in others]
-        fact["other_relation_targets"] = [t for _, t in others]
+        fact = _with_verified_probes(r, near, answers, token)
         fact["p_true"] = round(top[rewrite(r)][1], 4)
         taken.add(r["subject"])
         kept.append(fact)
-        bridges.append(hops if fact["two_hop_prompt"] else [])
+        bridges.append(r.get("bridge_prompts", []) if fact["two_hop_prompt"] else [])
     # A two-hop answer assumes its bridge facts hold; where one is itself an edit of the set,
     # editing both at once would leave the expected answer undefined.
     edited = {rewrite(f) for f in kept}
@@ -962,6 +942,35 @@ def select_edit_facts(
         if any(h in edited for h in hops):
             fact.update(two_hop_prompt="", two_hop_target_new="", two_hop_target_true="")
     return kept
+
+
+def _with_verified_probes(
+    r: Mapping[str, Any], near: list[str], answers: Any, token: Any
+) -> dict[str, Any]:
+    """A kept fact's record with only the probes the model answers as listed (rule 4); ``answers``
+    and ``token`` are :func:`select_edit_facts`'s readers of the model's top-1 tokens."""
+    fact = {key: r[key] for key in _FIELDS} | {"neighborhood_prompts": near}
+    if r["reverse_prompt"] and not (
+        answers(r["reverse_prompt"], r["reverse_target_true"])
+        and token(r["reverse_target_true"]) != token(r["reverse_target_new"])
+    ):
+        fact.update(reverse_prompt="", reverse_target_new="", reverse_target_true="")
+    hops = r.get("bridge_prompts", [])
+    if r["two_hop_prompt"] and not (
+        answers(r["two_hop_prompt"], r["two_hop_target_true"])
+        and answers(hops[0], r["two_hop_target_true"])
+        and answers(hops[1], r["two_hop_target_new"])
+        and token(r["two_hop_target_true"]) != token(r["two_hop_target_new"])
+    ):
+        fact.update(two_hop_prompt="", two_hop_target_new="", two_hop_target_true="")
+    others = [
+        (p, t)
+        for p, t in zip(r["other_relation_prompts"], r["other_relation_targets"], strict=True)
+        if answers(p, t)
+    ]
+    fact["other_relation_prompts"] = [p for p, _ in others]
+    fact["other_relation_targets"] = [t for _, t in others]
+    return fact
 
 
 def _counts(facts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
