@@ -2,22 +2,33 @@
 
 Steered and edited generation is "apply the intervention, then sample": interventions active in
 the hook registry apply at every decoding step. Each row draws from its own seeded stream, so a
-prompt samples the same tokens alone or in a batch.
+prompt samples the same tokens alone or in a batch. Every forward pass publishes where it is
+(:func:`decoding_step`), so a position-scoped intervention knows prompt from generated positions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
+from jaxtyping import Int
 from torch import Tensor
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
 from lmsci_mi.config import Config, config
 
-__all__ = ["GenerationConfig", "Generations", "generate"]
+__all__ = [
+    "DecodingStep",
+    "GenerationConfig",
+    "Generations",
+    "decoding_step",
+    "generate",
+    "prompt_lengths",
+]
 
 Prompt = str | Sequence[int]
 """A prompt: text (tokenised under the model's sink policy) or token ids used as they are."""
@@ -67,6 +78,55 @@ class Generations:
     tokens: tuple[tuple[int, ...], ...]
     texts: tuple[str, ...]
     logits: tuple[Tensor, ...] | None = None
+
+
+@dataclass(frozen=True)
+class DecodingStep:
+    """Where the running forward pass is in its sequences.
+
+    Attributes:
+        offset: the absolute position of the pass's first column. A cached decoding step feeds
+            one column (offset = the step's position); an uncached one, or a plain forward,
+            feeds the whole sequence (offset 0).
+        prompt_lengths: each row's prompt length in tokens; positions at or past it hold
+            generated tokens. None: every position of the pass is a prompt position.
+    """
+
+    offset: int
+    prompt_lengths: Int[Tensor, " row"] | None
+
+
+_STEP: ContextVar[DecodingStep | None] = ContextVar("lmsci_mi_decoding_step", default=None)
+
+
+def decoding_step() -> DecodingStep | None:
+    """The :class:`DecodingStep` of the forward pass now running, or None outside the sampler
+    and outside :func:`prompt_lengths` (a plain forward: every position is a prompt position).
+
+    >>> decoding_step() is None
+    True
+    """
+    return _STEP.get()
+
+
+@contextmanager
+def prompt_lengths(lengths: Int[Tensor, " row"] | Sequence[int]) -> Iterator[None]:
+    """Declare each row's prompt length for plain forward passes of a right-padded batch, so a
+    scope such as "the last prompt token" finds each row's own last token, not its padding.
+
+    >>> from lmsci_mi import load_model
+    >>> lm = load_model("toy-2l")
+    >>> batch = lm.encode_batch(["The cat sat", "A dog"])
+    >>> with prompt_lengths(batch.lengths):
+    ...     decoding_step().prompt_lengths.tolist()
+    [4, 3]
+    """
+    step = DecodingStep(0, torch.as_tensor(lengths, dtype=torch.long))
+    token = _STEP.set(step)
+    try:
+        yield
+    finally:
+        _STEP.reset(token)
 
 
 class _Model(Protocol):
@@ -222,7 +282,7 @@ def _decode(
         if use_kv_cache
         else None
     )
-    logits = _forward(model, tokens[:, :shortest], cache)
+    logits = _forward(model, tokens[:, :shortest], cache, 0, lengths)
     ended = torch.zeros_like(lengths, dtype=torch.bool)
     for t in range(shortest, width):
         if keep_logits:
@@ -236,17 +296,24 @@ def _decode(
         if bool((ended | (t + 1 >= lengths + config.max_new_tokens)).all()):
             break
         if cache is not None:
-            logits = _forward(model, tokens[:, t : t + 1], cache)
+            logits = _forward(model, tokens[:, t : t + 1], cache, t, lengths)
         else:
-            logits = _forward(model, tokens[:, : t + 1], None)
+            logits = _forward(model, tokens[:, : t + 1], None, 0, lengths)
 
 
-def _forward(model: Any, tokens: Tensor, cache: TransformerLensKeyValueCache | None) -> Tensor:
-    """Last-position logits ``[row, vocab]`` through every hook point of the model."""
+def _forward(
+    model: Any, tokens: Tensor, cache: TransformerLensKeyValueCache | None, offset: int, lengths: Tensor
+) -> Tensor:
+    """Last-position logits ``[row, vocab]`` through every hook point of the model, with the
+    pass's :class:`DecodingStep` published to the hooks (positions from ``offset`` on)."""
     # An explicit all-ones mask: no row is padded. Left to itself, TransformerLens would infer
     # a mask from the tokenizer's pad token, which for some models is also the sink token.
     mask = torch.ones_like(tokens)
-    logits = model(tokens, past_kv_cache=cache, attention_mask=mask)
+    token = _STEP.set(DecodingStep(offset, lengths))
+    try:
+        logits = model(tokens, past_kv_cache=cache, attention_mask=mask)
+    finally:
+        _STEP.reset(token)
     return logits[:, -1].float()
 
 

@@ -14,13 +14,14 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, get_args
 
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from transformer_lens.hook_points import HookedRootModule, HookPoint
 
+from lmsci_mi.generation import decoding_step
 from lmsci_mi.sites import layout_of
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "HookFn",
     "HookRegistry",
     "NamesFilter",
+    "PositionScope",
     "Positions",
     "UnknownHookError",
     "registry_for",
@@ -38,13 +40,107 @@ __all__ = [
 NamesFilter = str | Sequence[str] | Callable[[str], bool]
 """One hook name, several names, or a predicate over every name of the model."""
 
-Positions = int | Sequence[int] | Int[Tensor, " batch"] | Bool[Tensor, "batch pos"] | None
+ScopeKind = Literal["all", "prompt", "generated", "from_last_prompt"]
+
+
+@dataclass(frozen=True)
+class PositionScope:
+    """Positions named by their role in the sequence, valid in every forward pass of generation.
+
+    Cached generation feeds one new position per row and step, so fixed indices mean nothing
+    there; a scope reads each pass's absolute positions and each row's prompt length from the
+    sampler (:func:`lmsci_mi.generation.decoding_step`) and is applied per row and per step.
+    In a plain forward every position is a prompt position (declare a padded batch's lengths
+    with :func:`lmsci_mi.generation.prompt_lengths`).
+
+    - ``all()``: every position, prompt and generated.
+    - ``prompt(start, stop)``: the prompt's positions ``[start, stop)``, counted in each row's
+      own prompt; negative values count from its end (``prompt(-1)``: the last prompt token).
+    - ``generated()``: the positions of generated tokens. The first new token is predicted from
+      the last prompt position, so this scope does not change it.
+    - ``from_last_prompt()``: the last prompt position and every generated one, so the first
+      new token is steered too (the off-by-one of nrimsky/CAA #3 is the difference of these two).
+
+    ``skip`` leaves the first ``skip`` absolute positions alone (1: the attention sink).
+
+    >>> PositionScope.prompt(-1)
+    PositionScope(kind='prompt', start=-1, stop=None, skip=0)
+    """
+
+    kind: ScopeKind = "all"
+    start: int | None = None
+    stop: int | None = None
+    skip: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in get_args(ScopeKind):
+            raise ValueError(f"unknown scope {self.kind!r}: use one of {get_args(ScopeKind)}")
+        if self.kind != "prompt" and (self.start is not None or self.stop is not None):
+            raise ValueError(f"start/stop select prompt positions; scope {self.kind!r} takes none")
+        if self.skip < 0:
+            raise ValueError(f"skip must be >= 0, got {self.skip}")
+
+    @classmethod
+    def all(cls, *, skip: int = 0) -> PositionScope:
+        return cls("all", skip=skip)
+
+    @classmethod
+    def prompt(cls, start: int | None = None, stop: int | None = None, *, skip: int = 0) -> PositionScope:
+        return cls("prompt", start, stop, skip)
+
+    @classmethod
+    def generated(cls) -> PositionScope:
+        return cls("generated")
+
+    @classmethod
+    def from_last_prompt(cls) -> PositionScope:
+        return cls("from_last_prompt")
+
+    def mask(self, batch: int, n_pos: int, device: torch.device) -> Bool[Tensor, "batch pos"]:
+        """Which of the running pass's ``[batch, n_pos]`` positions the scope covers."""
+        step = decoding_step()
+        offset = step.offset if step is not None else 0
+        position = offset + torch.arange(n_pos, device=device)[None]  # absolute, [1, pos]
+        if step is None or step.prompt_lengths is None:
+            length = torch.full((batch, 1), offset + n_pos, device=device)
+        else:
+            if step.prompt_lengths.numel() != batch:
+                raise ValueError(
+                    f"{step.prompt_lengths.numel()} prompt lengths declared for a batch of {batch}"
+                )
+            length = step.prompt_lengths.to(device)[:, None]
+        if self.kind == "all":
+            mask = torch.ones(batch, n_pos, dtype=torch.bool, device=device)
+        elif self.kind == "generated":
+            mask = position >= length
+        elif self.kind == "from_last_prompt":
+            mask = position >= length - 1
+        else:
+            lo = _bound(self.start, length, 0)
+            hi = _bound(self.stop, length, length)
+            mask = (position >= lo) & (position < hi) & (position < length)
+        return mask & (position >= self.skip)
+
+
+def _bound(value: int | None, length: Tensor, default: int | Tensor) -> Tensor:
+    """A prompt-relative slice bound as an absolute position per row (negative: from the end)."""
+    if value is None:
+        return torch.as_tensor(default, device=length.device).expand_as(length)
+    if value < 0:
+        return (length + value).clamp_min(0)
+    return torch.full_like(length, value)
+
+
+Positions = (
+    int | Sequence[int] | Int[Tensor, " batch"] | Bool[Tensor, "batch pos"] | PositionScope | None
+)
 """Which token positions an intervention touches.
 
-``None`` means every position (the only choice that stays meaningful during cached generation,
-where each step sees one new position). An int or a list of ints picks the same positions in every
+``None`` means every position. An int or a list of ints picks the same positions in every
 sequence. A 1-D integer tensor gives one position per sequence (e.g. the S2 token of each IOI
-prompt). A boolean ``[batch, pos]`` mask gives full control.
+prompt). A boolean ``[batch, pos]`` mask gives full control. A :class:`PositionScope` names
+positions by role (prompt, generated) and is the only choice besides ``None`` that stays
+meaningful during cached generation, where each step sees one new position.
 """
 
 
@@ -430,6 +526,8 @@ def selection_mask(
 
 
 def _position_mask(positions: Positions, batch: int, n_pos: int, device: torch.device) -> Tensor:
+    if isinstance(positions, PositionScope):
+        return positions.mask(batch, n_pos, device)
     if positions is None:
         return torch.ones(batch, n_pos, dtype=torch.bool, device=device)
     if isinstance(positions, Tensor) and positions.dtype == torch.bool:

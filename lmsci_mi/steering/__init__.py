@@ -1,4 +1,5 @@
-"""Steering: LM-Steer (Han et al., ACL 2024) on any HookedTransformer, through the hook registry.
+"""Steering: LM-Steer (Han et al., ACL 2024) and activation-addition vectors (ActAdd, CAA) on any
+HookedTransformer, through the hook registry.
 
 Train steers on cached final-norm states (:func:`train_steer`), steer continuously and in
 combination (:meth:`LMSteer.apply`), evaluate a control curve (:func:`evaluate_steer`), probe W
@@ -28,6 +29,10 @@ from lmsci_mi.steering.train import train_steer as train_steer
 from lmsci_mi.steering.transfer import SteerTransfer as SteerTransfer
 from lmsci_mi.steering.transfer import TransferConfig as TransferConfig
 from lmsci_mi.steering.transfer import transfer_steer as transfer_steer
+from lmsci_mi.steering.vectors import MeanDifferenceConfig as MeanDifferenceConfig
+from lmsci_mi.steering.vectors import SteeringVector as SteeringVector
+from lmsci_mi.steering.vectors import mean_difference_vector as mean_difference_vector
+from lmsci_mi.steering.vectors import steering_vector as steering_vector
 
 __all__ = [
     "ControlCurve",
@@ -35,12 +40,14 @@ __all__ = [
     "HighlightConfig",
     "LMSteer",
     "LMSteerConfig",
+    "MeanDifferenceConfig",
     "SVDConfig",
     "SteerEvalConfig",
     "SteerSVD",
     "SteerTrainConfig",
     "SteerTraining",
     "SteerTransfer",
+    "SteeringVector",
     "TransferConfig",
     "evaluate_settings",
     "evaluate_steer",
@@ -48,8 +55,10 @@ __all__ = [
     "highlight_keywords",
     "logits_from_normalized",
     "max_spans",
+    "mean_difference_vector",
     "steer_svd",
     "steered_logits",
+    "steering_vector",
     "train_steer",
     "transfer_steer",
 ]

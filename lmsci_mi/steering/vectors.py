@@ -1,0 +1,274 @@
+"""Activation-addition steering vectors: ActAdd (Turner et al. 2023) and contrastive activation
+addition (CAA, Rimsky et al. 2024) take the difference of mean activations between two prompt sets
+at one layer and site; any other direction (a probe's weight, a concept direction, an SAE feature)
+becomes a vector the same way. A vector is added with a coefficient through the hook registry,
+over an explicit :class:`~lmsci_mi.hooks.PositionScope`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from lmsci_mi.collect import CollectConfig, collect_activations
+from lmsci_mi.config import Config, config
+from lmsci_mi.hooks import PositionScope
+from lmsci_mi.model import LensModel
+from lmsci_mi.results import Result, result_type
+from lmsci_mi.sites import hook_name, layer_of, layout_of
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "MeanDifferenceConfig",
+    "SteeringVector",
+    "mean_difference_vector",
+    "steering_vector",
+]
+
+
+@config
+class MeanDifferenceConfig(Config):
+    """Where a difference-of-means vector is read (ActAdd / CAA).
+
+    Attributes:
+        layer: the block whose ``site`` is read (and later steered).
+        site: a per-position vector site of the site table (``resid_post``, ``resid_pre``,
+            ``mlp_out``, ``attn_out``).
+        read: each prompt's ``"last"`` token (CAA reads the token where the behaviour is
+            decided), or the ``"mean"`` over its tokens but the sink.
+        token_budget: tokens per forward pass while reading.
+    """
+
+    layer: int = field(default=0, metadata={"help": "layer read and steered", "ge": 0})
+    site: str = field(default="resid_post", metadata={"help": "site read and steered"})
+    read: Literal["last", "mean"] = field(
+        default="last",
+        metadata={"help": "read each prompt's last token or its mean", "choices": ("last", "mean")},
+    )
+    token_budget: int = field(default=8192, metadata={"help": "tokens per forward pass", "ge": 1})
+
+
+@result_type
+class SteeringVector(Result):
+    """A vector to add at one hook point (``values``, axis ``("d",)``).
+
+    Attributes:
+        hook: the hook point it is added at (``blocks.6.hook_resid_post``).
+        method: where it comes from (``"mean_difference"``, ``"probe"``, ``"concept"``, ...).
+        n_positive: prompts on the positive side (0 for a given direction).
+        n_negative: prompts on the negative side.
+    """
+
+    hook: str
+    method: str
+    n_positive: int = 0
+    n_negative: int = 0
+
+    @property
+    def layer(self) -> int | None:
+        return layer_of(self.hook)
+
+    @property
+    def norm(self) -> float:
+        return float(self.values.norm())
+
+    def unit(self) -> SteeringVector:
+        """The same vector scaled to norm 1 (coefficients then count in activation units)."""
+        return self.scaled(1.0)
+
+    def scaled(self, norm: float) -> SteeringVector:
+        """The same direction with norm ``norm``."""
+        if self.norm == 0:
+            raise ValueError("the vector is zero: it has no direction to scale")
+        return SteeringVector(
+            values=self.values * (norm / self.norm), axes=self.axes, labels=self.labels,
+            meta=self.meta, hook=self.hook, method=self.method,
+            n_positive=self.n_positive, n_negative=self.n_negative,
+        )
+
+    @contextmanager
+    def apply(
+        self,
+        lm: LensModel,
+        coefficient: float = 1.0,
+        scope: PositionScope | None = None,
+    ) -> Iterator[None]:
+        """Add ``coefficient × vector`` at its hook over ``scope`` while the block runs.
+
+        The default scope is every position but the sink (``PositionScope.all(skip=1)`` for a
+        model with a sink; the sink's huge residual anchors attention, and ActAdd and CAA never
+        meant to move it). Under cached generation the scope is applied per row and per step,
+        so greedy decoding gives the same tokens with and without the KV cache. Nothing is
+        attached when the vector does not fit the model (checked before entering). The model's
+        weights are not changed.
+
+        >>> from lmsci_mi import load_model
+        >>> lm = load_model("toy-2l")
+        >>> v = mean_difference_vector(lm, ["I love it"], ["I hate it"], MeanDifferenceConfig(layer=1))
+        >>> with v.apply(lm, 4.0, PositionScope.from_last_prompt()):
+        ...     text = lm.generate("The film was", 3)
+        >>> len(lm.hooks.active())
+        0
+        """
+        check_fits(lm, self.hook, self.values)
+        if scope is None:
+            scope = PositionScope.all(skip=1 if lm.sink_token_id is not None else 0)
+        if not isinstance(scope, PositionScope):
+            raise TypeError(f"scope must be a PositionScope, got {type(scope).__name__}")
+        vector = self.values.to(lm.device)
+        with lm.hooks.add_vector(self.hook, vector, scale=float(coefficient), positions=scope):
+            yield
+
+    def summary(self, rows: int = 10) -> str:
+        sides = f", {self.n_positive} vs {self.n_negative} prompts" if self.n_positive else ""
+        return f"{self.method} steering vector at {self.hook} of {self.meta.model}: ‖v‖ {self.norm:.3f}{sides}"
+
+    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+        """The vector's entries, largest magnitude first."""
+        from matplotlib.figure import Figure
+
+        from lmsci_mi.viz.plots import save_figure
+
+        fig = Figure(figsize=(6, 3))
+        ax = fig.add_subplot()
+        ax.plot(self.values.abs().sort(descending=True).values.tolist())
+        ax.set_xlabel("entry (sorted by |value|)")
+        ax.set_ylabel("|value|")
+        ax.set_title(title or self.summary())
+        return save_figure(fig, path)
+
+
+def check_fits(lm: LensModel, hook: str, vector: Tensor) -> None:
+    """Raise ValueError unless ``hook`` is one of ``lm``'s per-position vector sites and
+    ``vector`` is one vector as wide as its activation."""
+    if hook not in lm.model.hook_dict:
+        (hook,) = lm.hooks.resolve(hook)  # raises, listing the closest names
+    if layout_of(hook).head_axis is not None or layout_of(hook).position_axis != 1:
+        raise ValueError(f"{hook!r} has no single vector per position: steer a residual, mlp_out or attn_out site")
+    if vector.ndim != 1:
+        raise ValueError(f"a steering vector is one vector [d]; got shape {tuple(vector.shape)}")
+    width = _site_width(lm, hook)
+    if vector.shape[0] != width:
+        raise ValueError(
+            f"the vector has width {vector.shape[0]} but {hook!r} of {lm.name} has width {width}: "
+            "build it at the same site of the same model"
+        )
+
+
+def _site_width(lm: LensModel, hook: str) -> int:
+    """The activation width at ``hook``, from a one-token forward that stops after its block."""
+    layer = layer_of(hook)
+    tokens = torch.tensor([[lm.sink_token_id or 0]], device=lm.device)
+    with torch.no_grad(), lm.hooks.capture([hook]) as captured:
+        lm.model(tokens, stop_at_layer=None if layer is None else layer + 1)
+    return int(captured[hook].shape[-1])
+
+
+def _site_hook(lm: LensModel, site: str, layer: int) -> str:
+    if not 0 <= layer < lm.cfg.n_layers:
+        raise ValueError(f"layer {layer} is out of range for {lm.name}: it has layers 0…{lm.cfg.n_layers - 1}")
+    (hook,) = lm.hooks.resolve(hook_name(site, layer))  # an unknown site lists the valid ones
+    return hook
+
+
+def mean_difference_vector(
+    lm: LensModel,
+    positive: Sequence[str],
+    negative: Sequence[str],
+    config: MeanDifferenceConfig | None = None,
+) -> SteeringVector:
+    """ActAdd / CAA: the mean activation over ``positive`` prompts minus that over ``negative``.
+
+    Reads the model only. Turner et al. add the difference of one prompt pair; Rimsky et al. the
+    mean difference over many pairs at the answer token. With one prompt per side and
+    ``read="mean"`` this is close to ActAdd's pair; with many prompts and ``read="last"``, CAA.
+
+    Args:
+        lm: the model.
+        positive: prompts showing the behaviour to add (at least one).
+        negative: prompts showing its opposite (at least one).
+        config: layer, site and read position.
+
+    Returns:
+        A :class:`SteeringVector` with the raw difference (not normalised: a coefficient of 1
+        moves the activation by the average gap between the two sets).
+
+    Raises:
+        ValueError: an empty prompt set, a layer out of range, an unknown site.
+
+    >>> from lmsci_mi import load_model
+    >>> lm = load_model("toy-2l")
+    >>> v = mean_difference_vector(lm, ["I love it", "Great"], ["I hate it", "Awful"],
+    ...                            MeanDifferenceConfig(layer=1))
+    >>> v.hook, tuple(v.values.shape), v.n_positive
+    ('blocks.1.hook_resid_post', (64,), 2)
+    """
+    config = config or MeanDifferenceConfig()
+    if not positive or not negative:
+        raise ValueError(
+            f"give at least one prompt on each side (got {len(positive)} positive, "
+            f"{len(negative)} negative)"
+        )
+    hook = _site_hook(lm, config.site, config.layer)
+    collect = CollectConfig(token_budget=config.token_budget, progress=False)
+    positions = "last" if config.read == "last" else "all"
+    means = []
+    for prompts in (positive, negative):
+        acts = collect_activations(lm, list(prompts), [hook], positions=positions, config=collect)
+        rows = acts.acts[hook].float()
+        # One mean per prompt first, so a long prompt weighs as much as a short one.
+        per_prompt = torch.zeros(len(prompts), rows.shape[-1]).index_add_(0, acts.example, rows)
+        per_prompt /= torch.bincount(acts.example, minlength=len(prompts)).clamp_min(1)[:, None]
+        means.append(per_prompt.mean(0))
+    return SteeringVector(
+        values=(means[0] - means[1]).to(lm.device),
+        axes=("d",),
+        labels=((),),
+        meta=lm.meta([*positive, *negative], params=config.params(), data_source="mean difference"),
+        hook=hook,
+        method="mean_difference",
+        n_positive=len(positive),
+        n_negative=len(negative),
+    )
+
+
+def steering_vector(
+    lm: LensModel,
+    direction: Float[Tensor, " d"],
+    layer: int,
+    site: str = "resid_post",
+    *,
+    method: str = "direction",
+) -> SteeringVector:
+    """A steering vector from any direction: a probe's weight, a concept direction, an SAE
+    feature's decoder row. The direction is kept as given (``.unit()`` or ``.scaled(norm)``
+    sets its size).
+
+    Raises:
+        ValueError: a layer out of range, an unknown site, a direction of the wrong width.
+
+    >>> from lmsci_mi import load_model
+    >>> lm = load_model("toy-2l")
+    >>> steering_vector(lm, torch.ones(64), 0, method="probe").unit().norm
+    1.0
+    """
+    hook = _site_hook(lm, site, layer)
+    direction = torch.as_tensor(direction).detach().float()
+    check_fits(lm, hook, direction)
+    return SteeringVector(
+        values=direction.to(lm.device),
+        axes=("d",),
+        labels=((),),
+        meta=lm.meta(params={"layer": layer, "site": site}, data_source=method),
+        hook=hook,
+        method=method,
+    )
