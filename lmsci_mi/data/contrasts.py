@@ -73,8 +73,13 @@ class ContrastPairs:
         return len(self.positive)
 
     @classmethod
-    def from_pairs(cls, pairs: Sequence[tuple[str, str]], *, name: str = "contrast",
-                   source: str = "given by the caller") -> ContrastPairs:
+    def from_pairs(
+        cls,
+        pairs: Sequence[tuple[str, str]],
+        *,
+        name: str = "contrast",
+        source: str = "given by the caller",
+    ) -> ContrastPairs:
         """Pairs from a list of ``(positive, negative)`` prompts.
 
         >>> ContrastPairs.from_pairs([("I love it", "I hate it")]).negative

@@ -84,18 +84,25 @@ class ReadingConfig(Config):
     )
     fractions: tuple[float, ...] = field(
         default=(0.5, 0.25, 0.25),
-        metadata={"help": "fit/dev/test shares of the pairs", "gt": 0, "min_length": 3,
-                  "max_length": 3},
+        metadata={
+            "help": "fit/dev/test shares of the pairs",
+            "gt": 0,
+            "min_length": 3,
+            "max_length": 3,
+        },
     )
     seed: int = field(
         default=0,
-        metadata={"help": "seed of the split, the pair orders, the random directions and the "
-                  "bootstrap"},
+        metadata={
+            "help": "seed of the split, the pair orders, the random directions and the bootstrap"
+        },
     )
     randomise_signs: bool = field(
         default=True,
-        metadata={"help": "swap a random half of the pairs before the PCA, as Zou et al. do "
-                  "(off only to show what centring does without it)"},
+        metadata={
+            "help": "swap a random half of the pairs before the PCA, as Zou et al. do "
+            "(off only to show what centring does without it)"
+        },
     )
     n_random: int = field(
         default=10, metadata={"help": "random directions drawn for the random baseline", "ge": 1}
@@ -105,16 +112,21 @@ class ReadingConfig(Config):
     )
     probe_l2_grid: tuple[float, ...] = field(
         default=ProbeConfig().l2_grid,
-        metadata={"help": "the logistic probe's L2 strengths, chosen on the dev split", "ge": 0,
-                  "min_length": 1},
+        metadata={
+            "help": "the logistic probe's L2 strengths, chosen on the dev split",
+            "ge": 0,
+            "min_length": 1,
+        },
     )
     token_budget: int = field(
         default=8192, metadata={"help": "tokens per forward pass while collecting", "ge": 1}
     )
     autocast: str | None = field(
         default=None,
-        metadata={"help": "collect under autocast to this dtype (default: exact float32)",
-                  "choices": ("bfloat16", "float16")},
+        metadata={
+            "help": "collect under autocast to this dtype (default: exact float32)",
+            "choices": ("bfloat16", "float16"),
+        },
     )
 
     def validate(self) -> None:
@@ -180,9 +192,7 @@ class RepresentationReading(Result):
         """The label of the layer chosen on the dev split for ``method``."""
         return self.axis_labels(3)[self.chosen[_index(READING_METHODS, method, "method")]]
 
-    def direction(
-        self, layer: int | str | None = None, method: str = "pca"
-    ) -> Float[Tensor, " d"]:
+    def direction(self, layer: int | str | None = None, method: str = "pca") -> Float[Tensor, " d"]:
         """The unit direction read at ``layer`` (default: the layer chosen on dev).
 
         Positive prompts project higher. Scale it for steering (Zou et al. add a multiple of the
@@ -209,8 +219,11 @@ class RepresentationReading(Result):
             f"{len(self.fit_pairs)} fit / {len(self.dev_pairs)} dev / {len(self.test_pairs)} "
             f"test pairs; layer chosen on dev"
         )
-        lines = [head, f"{'method':22s} {'layer':>6s}  {'test pairwise':>21s}  "
-                       f"{'test unpaired':>21s}  {'dev pairwise':>12s}"]
+        lines = [
+            head,
+            f"{'method':22s} {'layer':>6s}  {'test pairwise':>21s}  "
+            f"{'test unpaired':>21s}  {'dev pairwise':>12s}",
+        ]
         for m, method in enumerate(READING_METHODS):
             column = self.chosen[m]
             cells = []
@@ -220,8 +233,10 @@ class RepresentationReading(Result):
                 cells.append(f"{value:.3f} [{low:.3f}, {high:.3f}]")
             dev = float(self.values[m, 1, 0, column])
             name = method if method != "random" else f"random (mean of {self.n_random})"
-            lines.append(f"{name:22s} {self.axis_labels(3)[column]:>6s}  {cells[0]:>21s}  "
-                         f"{cells[1]:>21s}  {dev:12.3f}")
+            lines.append(
+                f"{name:22s} {self.axis_labels(3)[column]:>6s}  {cells[0]:>21s}  "
+                f"{cells[1]:>21s}  {dev:12.3f}"
+            )
         return "\n".join(lines)
 
     def plot(
@@ -248,8 +263,13 @@ class RepresentationReading(Result):
             title=title or f"{self.contrast} reading — {self.meta.model}",
         )
         ax = fig.axes[0]
-        ax.axvline(self.chosen[0], color="black", linewidth=0.8, linestyle="-.",
-                   label=f"chosen on dev: {self.chosen_layer()}")
+        ax.axvline(
+            self.chosen[0],
+            color="black",
+            linewidth=0.8,
+            linestyle="-.",
+            label=f"chosen on dev: {self.chosen_layer()}",
+        )
         ax.axhline(0.5, color="grey", linewidth=0.5, linestyle=":")
         ax.set_ylim(0, 1.02)
         ax.legend(fontsize=8)
@@ -433,8 +453,9 @@ def reading_from_activations(
         values=values.cpu(),
         axes=("method", "split", "score", "layer"),
         labels=(READING_METHODS, READING_SPLITS, READING_SCORES, labels),
-        meta=meta if meta is not None else Meta(model="activations", sink=None,
-                                                seed=config.seed, params=config.params()),
+        meta=meta
+        if meta is not None
+        else Meta(model="activations", sink=None, seed=config.seed, params=config.params()),
         contrast=contrast,
         site=config.site,
         hooks=tuple(hooks),
@@ -573,9 +594,7 @@ def _probe_directions(
     )
     fits, _ = fit_probes(features, labels.to(features.device), prompt_split, probe_config)
     # classes are (0, 1): column 1 is the positive prompts' logit
-    return torch.stack(
-        [(f.probe.weight[:, 1] - f.probe.weight[:, 0]) / f.probe.std for f in fits]
-    )
+    return torch.stack([(f.probe.weight[:, 1] - f.probe.weight[:, 0]) / f.probe.std for f in fits])
 
 
 # ---------------------------------------------------------------------- scoring
@@ -618,13 +637,14 @@ def _score(
     threshold = _best_threshold(project_pos[..., fit], project_neg[..., fit])[..., None]
     per_split = []
     for pairs in (split.train, split.val, split.test):
-        pos, neg = project_pos[..., pairs.to(positive.device)], project_neg[..., pairs.to(positive.device)]
+        pos, neg = (
+            project_pos[..., pairs.to(positive.device)],
+            project_neg[..., pairs.to(positive.device)],
+        )
         pairwise = _pairwise_correct(pos, neg)
         unpaired = ((pos > threshold).float() + (neg <= threshold).float()) / 2
         correct = torch.stack([pairwise, unpaired], 1)  # [direction, score, layer, pair]
-        per_split.append(
-            torch.cat([correct[:_KEPT], correct[_KEPT:].mean(0, keepdim=True)])
-        )
+        per_split.append(torch.cat([correct[:_KEPT], correct[_KEPT:].mean(0, keepdim=True)]))
     return per_split, _bootstrap(per_split[2], config)
 
 
