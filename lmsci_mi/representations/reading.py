@@ -209,7 +209,7 @@ class RepresentationReading(Result):
             column = labels.index(str(layer))
         else:
             raise ValueError(f"layer {layer} was not read; choose one of {labels}")
-        return self.directions[m, column]
+        return self.directions[m, column].clone()  # a copy: the result stays as it was saved
 
     def summary(self, rows: int = 10) -> str:
         """Each method at its dev-chosen layer: test accuracies with their 95% intervals."""
