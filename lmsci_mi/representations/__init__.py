@@ -4,4 +4,26 @@
 Steering with these directions (activation addition) lives in :mod:`lmsci_mi.steering`.
 """
 
-__all__: list[str] = []
+from lmsci_mi.representations.reading import (
+    READING_METHODS,
+    READING_SCORES,
+    READING_SPLITS,
+    ReadingConfig,
+    RepresentationReading,
+    pairwise_accuracy,
+    reading_from_activations,
+    reading_vector,
+    representation_reading,
+)
+
+__all__: list[str] = [
+    "READING_METHODS",
+    "READING_SCORES",
+    "READING_SPLITS",
+    "ReadingConfig",
+    "RepresentationReading",
+    "pairwise_accuracy",
+    "reading_from_activations",
+    "reading_vector",
+    "representation_reading",
+]
