@@ -1,5 +1,7 @@
 """Evaluating steers: continuations of neutral prompts at several steer values, scored for sentiment
-(mean VADER compound), a topic word score, perplexity under the unsteered model and distinct-n.
+(mean VADER compound), a topic word score, perplexity under the unsteered model and distinct-n,
+each with its standard error over prompts. Any intervention with a strength (LM-Steer, a steering
+vector, an SAE feature) gets the same curve on the same prompts and seeds.
 
 Follows LM-Steer's evaluation (Han et al. 2024: sampled 20-token continuations, perplexity under
 a reference model, dist-1/2/3), with VADER (offline, lexicon-based) in place of the SST-2
@@ -10,7 +12,8 @@ sampler (:mod:`lmsci_mi.generation`) under the steer, which applies at every ste
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import field
 from functools import cache
 from pathlib import Path
@@ -35,6 +38,7 @@ __all__ = [
     "ControlCurve",
     "SteerEvalConfig",
     "distinct_n",
+    "evaluate_intervention",
     "evaluate_settings",
     "evaluate_steer",
     "generate_steered",
@@ -88,12 +92,24 @@ class ControlCurve(Result):
         settings: per row, the value of every steer (the dummy is 1 in every row).
         unsteered: the metrics of the model without any steer (dummy off too).
         continuations: per row, the sampled continuations (prompt order).
+        errors: per row, each metric's standard error over prompts (sentiment and topic: of the
+            mean score; perplexity: of the per-prompt perplexities' mean, by the delta method on
+            the log; NaN for distinct-n, a corpus statistic). Empty in files written before.
+        unsteered_errors: the same for the unsteered row.
     """
 
     attributes: tuple[str, ...]
     settings: tuple[tuple[float, ...], ...]
     unsteered: tuple[float, ...]
     continuations: tuple[tuple[str, ...], ...]
+    errors: tuple[tuple[float, ...], ...] = ()
+    unsteered_errors: tuple[float, ...] = ()
+
+    def error(self, name: str) -> Tensor:
+        """One metric's standard errors, one per setting (NaN where none was recorded)."""
+        if not self.errors:
+            return torch.full((len(self.settings),), float("nan"))
+        return torch.tensor(self.errors)[:, METRICS.index(name)]
 
     def metric(self, name: str) -> Tensor:
         """One metric's column, one entry per setting."""
@@ -118,6 +134,9 @@ class ControlCurve(Result):
         lines.append("| unsteered | " + " | ".join(f"{v:.3f}" for v in self.unsteered) + " |")
         for label, row in list(zip(self.axis_labels(0), self.values.tolist(), strict=True))[:rows]:
             lines.append(f"| {label} | " + " | ".join(f"{v:.3f}" for v in row) + " |")
+        if self.errors:
+            lines.append(f"(sentiment ± s.e. over {len(self.meta.prompts)} prompts: "
+                         + ", ".join(f"{e:.3f}" for e in self.error("sentiment").tolist()) + ")")
         return "\n".join(lines)
 
     def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
@@ -132,7 +151,9 @@ class ControlCurve(Result):
         fig = Figure(figsize=(6, 4))
         ax = fig.add_subplot()
         for name, style in (("sentiment", "o-"), ("topic", "s--")):
-            ax.plot(x, self.metric(name).tolist(), style, label=f"{name} (steered)")
+            # Error bars: one standard error over prompts (files written before have none).
+            ax.errorbar(x, self.metric(name).tolist(), yerr=self.error(name).nan_to_num(0.0).tolist(),
+                        fmt=style, capsize=2, label=f"{name} (steered)")
             ax.axhline(self.unsteered[METRICS.index(name)], ls=":", lw=1, color="grey")
         ax.set_xlabel(f"{self.attributes[varying]} steer value (dummy at 1)")
         ax.set_ylabel("mean VADER compound / topic score")
@@ -234,7 +255,6 @@ def distinct_n(texts: Sequence[str], n: int) -> float:
     return len(set(grams)) / len(grams) if grams else 0.0
 
 
-@torch.no_grad()
 def perplexity(
     lm: LensModel,
     prompts: Sequence[str],
@@ -246,7 +266,22 @@ def perplexity(
     (call it outside any steer): exp of the mean negative log-likelihood over all continuation
     tokens. Reads the model only.
     """
-    total, count = 0.0, 0
+    nll, count = continuation_nll(lm, prompts, continuations, batch_size=batch_size)
+    return float((nll.sum() / max(int(count.sum()), 1)).exp())
+
+
+@torch.no_grad()
+def continuation_nll(
+    lm: LensModel,
+    prompts: Sequence[str],
+    continuations: Sequence[Sequence[int]],
+    *,
+    batch_size: int = 16,
+) -> tuple[Tensor, Tensor]:
+    """Per prompt, the summed negative log-likelihood of its continuation under ``lm`` as it is,
+    and the continuation's token count. Reads the model only."""
+    nll = torch.zeros(len(prompts), dtype=torch.float64)
+    count = torch.zeros(len(prompts), dtype=torch.long)
     for start in range(0, len(prompts), batch_size):
         prompt_ids = [lm.encode(p) for p in prompts[start : start + batch_size]]
         rows = [
@@ -258,26 +293,46 @@ def perplexity(
         for r, (p, row) in enumerate(zip(prompt_ids, rows, strict=True)):
             positions = torch.arange(len(p) - 1, len(row) - 1, device=lm.device)
             targets = torch.tensor(row[len(p) :], device=lm.device)
-            total -= float(log_probs[r, positions, targets].sum())
-            count += len(targets)
-    return float(torch.tensor(total / max(count, 1)).exp())
+            nll[start + r] = -float(log_probs[r, positions, targets].sum())
+            count[start + r] = len(targets)
+    return nll, count
+
+
+def _standard_error(values: Sequence[float] | Tensor) -> float:
+    x = torch.as_tensor(values, dtype=torch.float64)
+    return float(x.std() / len(x) ** 0.5) if len(x) > 1 else float("nan")
 
 
 def _metrics(
     lm: LensModel, prompts: Sequence[str], ids: Sequence[Sequence[int]]
-) -> tuple[list[float], list[str]]:
+) -> tuple[list[float], list[float], list[str]]:
+    """The metric row, its standard errors over prompts, and the continuations' texts."""
     texts = [lm.tokenizer.decode(c, skip_special_tokens=True) for c in ids]
     sentiment = sentiment_scores(texts)
     topic = topic_scores(texts)
+    nll, count = continuation_nll(lm, prompts, ids)
+    mean_nll = float(nll.sum() / max(int(count.sum()), 1))
+    # Perplexity = exp(total NLL / total tokens); its s.e. by the delta method on the per-prompt
+    # mean NLL (continuations have nearly equal lengths, so the ratio estimator's error is small).
+    per_prompt = nll / count.clamp_min(1)
+    nan = float("nan")
     row = [
         sum(sentiment) / len(sentiment),
         sum(topic) / len(topic),
-        perplexity(lm, prompts, ids),
+        float(torch.tensor(mean_nll).exp()),
         distinct_n(texts, 1),
         distinct_n(texts, 2),
         distinct_n(texts, 3),
     ]
-    return row, texts
+    errors = [
+        _standard_error(sentiment),
+        _standard_error(topic),
+        row[2] * _standard_error(per_prompt),
+        nan,
+        nan,
+        nan,
+    ]
+    return row, errors, texts
 
 
 def evaluate_settings(
@@ -305,6 +360,77 @@ def evaluate_settings(
     if not settings:
         raise ValueError("give at least one steer setting")
     vectors = [steer.value_vector(s)[: len(steer.attributes)].tolist() for s in settings]
+    labels = tuple(
+        ", ".join(f"{name}={value:+g}" for name, value in zip(steer.attributes, v, strict=True))
+        for v in vectors
+    )
+    return _curve(
+        lm,
+        [lambda s=s: steer.apply(lm, s) for s in settings],
+        labels,
+        config,
+        prompts,
+        attributes=steer.attributes,
+        settings=tuple(tuple(v) for v in vectors),
+    )
+
+
+def evaluate_intervention(
+    lm: LensModel,
+    intervention: Callable[[float], AbstractContextManager[object]],
+    values: Sequence[float],
+    config: SteerEvalConfig = _DEFAULT_STEER_EVAL_CONFIG,
+    *,
+    name: str = "coefficient",
+    prompts: Sequence[str] | None = None,
+) -> ControlCurve:
+    """The control curve of any intervention with a strength, on the same prompts and seeds as
+    :func:`evaluate_steer`: ``intervention(value)`` is entered around generation at each value.
+    Puts a steering vector, an SAE feature and LM-Steer side by side. Reads the model only.
+
+    Args:
+        lm: the model.
+        intervention: a value → context manager, e.g. ``lambda c: vector.apply(lm, c)`` or
+            ``lambda c: steer_with_sae_feature(lm, sae, feature, c)``.
+        values: the strengths of the curve.
+        config: sampling and prompt count (``values``/``attribute`` are not used here).
+        name: what the value is called in the curve's labels.
+        prompts: defaults to the first ``config.n_prompts`` bundled neutral prompts.
+
+    >>> from lmsci_mi import load_model
+    >>> from lmsci_mi.steering.vectors import steering_vector
+    >>> lm = load_model("toy-2l")
+    >>> v = steering_vector(lm, torch.ones(64), 1)
+    >>> curve = evaluate_intervention(lm, lambda c: v.apply(lm, c), [0.0, 2.0],
+    ...     SteerEvalConfig(n_prompts=2, max_new_tokens=3, progress=False), name="ones")
+    >>> curve.axis_labels(0), tuple(curve.values.shape)
+    (['ones=+0', 'ones=+2'], (2, 6))
+    """
+    if not values:
+        raise ValueError("give at least one value")
+    values = [float(v) for v in values]
+    return _curve(
+        lm,
+        [lambda v=v: intervention(v) for v in values],
+        tuple(f"{name}={v:+g}" for v in values),
+        config,
+        prompts,
+        attributes=(name,),
+        settings=tuple((v,) for v in values),
+    )
+
+
+def _curve(
+    lm: LensModel,
+    contexts: Sequence[Callable[[], AbstractContextManager[object]]],
+    labels: tuple[str, ...],
+    config: SteerEvalConfig,
+    prompts: Sequence[str] | None,
+    *,
+    attributes: tuple[str, ...],
+    settings: tuple[tuple[float, ...], ...],
+) -> ControlCurve:
+    """Sample the prompts under each context and score them, then the model without any."""
     prompts = list(prompts if prompts is not None else neutral_prompts()[: config.n_prompts])
     if not prompts:
         raise ValueError("no prompts to evaluate on")
@@ -315,19 +441,15 @@ def evaluate_settings(
         seed=config.seed,
         batch_size=config.batch_size,
     )
-    rows, samples = [], []
-    for setting in tqdm(
-        settings, desc="evaluate steer", unit="setting", disable=not config.progress
-    ):
-        ids = generate_steered(lm, prompts, steer, setting, sample).tokens
-        row, texts = _metrics(lm, prompts, ids)
+    rows, errors, samples = [], [], []
+    for context in tqdm(contexts, desc="evaluate steer", unit="setting", disable=not config.progress):
+        with context():
+            ids = generate(lm, prompts, sample).tokens
+        row, error, texts = _metrics(lm, prompts, ids)  # perplexity under the unsteered model
         rows.append(row)
+        errors.append(tuple(error))
         samples.append(tuple(texts))
-    unsteered, _ = _metrics(lm, prompts, generate_steered(lm, prompts, None, None, sample).tokens)
-    labels = tuple(
-        ", ".join(f"{name}={value:+g}" for name, value in zip(steer.attributes, v, strict=True))
-        for v in vectors
-    )
+    unsteered, unsteered_errors, _ = _metrics(lm, prompts, generate(lm, prompts, sample).tokens)
     return ControlCurve(
         values=torch.tensor(rows),
         axes=("setting", "metric"),
@@ -335,10 +457,12 @@ def evaluate_settings(
         meta=lm.meta(
             prompts, seed=config.seed, data_source=neutral_prompts_source(), params=config.params()
         ),
-        attributes=steer.attributes,
-        settings=tuple(tuple(v) for v in vectors),
+        attributes=attributes,
+        settings=settings,
         unsteered=tuple(unsteered),
         continuations=tuple(samples),
+        errors=tuple(errors),
+        unsteered_errors=tuple(unsteered_errors),
     )
 
 

@@ -143,8 +143,11 @@ class SteeringVector(Result):
         ax.plot(self.values.abs().sort(descending=True).values.tolist())
         ax.set_xlabel("entry (sorted by |value|)")
         ax.set_ylabel("|value|")
-        ax.set_title(title or self.summary())
-        return save_figure(fig, path)
+        ax.set_title(title or self.summary(), fontsize=8)
+        fig.tight_layout()
+        if path is not None:
+            save_figure(fig, path)
+        return fig
 
 
 def check_fits(lm: LensModel, hook: str, vector: Tensor) -> None:
