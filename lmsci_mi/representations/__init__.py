@@ -4,4 +4,40 @@
 Steering with these directions (activation addition) lives in :mod:`lmsci_mi.steering`.
 """
 
-__all__: list[str] = []
+from lmsci_mi.representations.concepts import CausalInnerProduct as CausalInnerProduct
+from lmsci_mi.representations.concepts import CausalInnerProductConfig as CausalInnerProductConfig
+from lmsci_mi.representations.concepts import ConceptConfig as ConceptConfig
+from lmsci_mi.representations.concepts import ConceptDirection as ConceptDirection
+from lmsci_mi.representations.concepts import ConceptInnerProducts as ConceptInnerProducts
+from lmsci_mi.representations.concepts import ConceptIntervention as ConceptIntervention
+from lmsci_mi.representations.concepts import ConceptInterventionConfig as ConceptInterventionConfig
+from lmsci_mi.representations.concepts import ConceptProjections as ConceptProjections
+from lmsci_mi.representations.concepts import TokenPairs as TokenPairs
+from lmsci_mi.representations.concepts import causal_inner_product as causal_inner_product
+from lmsci_mi.representations.concepts import concept_direction as concept_direction
+from lmsci_mi.representations.concepts import concept_inner_products as concept_inner_products
+from lmsci_mi.representations.concepts import concept_intervention as concept_intervention
+from lmsci_mi.representations.concepts import concept_projections as concept_projections
+from lmsci_mi.representations.concepts import single_token_pairs as single_token_pairs
+from lmsci_mi.representations.concepts import unembedding_site as unembedding_site
+from lmsci_mi.representations.concepts import unembedding_vectors as unembedding_vectors
+
+__all__: list[str] = [
+    "CausalInnerProduct",
+    "CausalInnerProductConfig",
+    "ConceptConfig",
+    "ConceptDirection",
+    "ConceptInnerProducts",
+    "ConceptIntervention",
+    "ConceptInterventionConfig",
+    "ConceptProjections",
+    "TokenPairs",
+    "causal_inner_product",
+    "concept_direction",
+    "concept_inner_products",
+    "concept_intervention",
+    "concept_projections",
+    "single_token_pairs",
+    "unembedding_site",
+    "unembedding_vectors",
+]
