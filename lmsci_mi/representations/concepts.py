@@ -110,10 +110,9 @@ def unembedding_vectors(
     """
     w_u = lm.model.W_U
     ids = None if token_ids is None else torch.as_tensor(token_ids, device=w_u.device).long()
-    gamma = (w_u if ids is None else w_u[:, ids]).T.double()
-    weight = getattr(lm.model, "ln_final", None)
-    weight = getattr(weight, "w", None)
-    return gamma * weight.double() if weight is not None else gamma
+    gamma = (w_u if ids is None else w_u[:, ids]).detach().T.double()
+    weight = getattr(getattr(lm.model, "ln_final", None), "w", None)
+    return gamma if weight is None else gamma * weight.detach().double()
 
 
 def _vocabulary_ids(lm: LensModel, choice: str) -> Int[Tensor, " vocab"]:
@@ -430,6 +429,7 @@ def concept_direction(
     config: ConceptConfig = _DEFAULT_CONFIG,
     *,
     name: str | None = None,
+    drop: bool = False,
     inner_product: CausalInnerProduct | None = None,
 ) -> ConceptDirection:
     """A concept's unembedding direction ḡ_W (whitened), γ̄_W and its embedding direction λ̄_W,
@@ -448,14 +448,16 @@ def concept_direction(
         pairs: ``(base, target)`` words (each one token unless ``config.first_token``).
         config: the estimator; ``config.inner_product`` when ``inner_product`` is not given.
         name: the concept's name (default: a :class:`ConceptPairs`' own, else ``"concept"``).
+        drop: leave out pairs with a word of several tokens (listed in ``dropped``) instead of
+            raising.
         inner_product: a :func:`causal_inner_product` computed before, to reuse it.
 
     Returns:
         :class:`ConceptDirection`.
 
     Raises:
-        ValueError: a word of several tokens (see :func:`single_token_pairs`), or fewer than 2
-            usable pairs.
+        ValueError: a word of several tokens (see :func:`single_token_pairs`; unless ``drop``), or
+            fewer than 2 usable pairs.
 
     >>> from lmsci_mi import load_model
     >>> d = concept_direction(load_model("toy-2l"), [(" king", " queen"), (" man", " woman")])
@@ -463,7 +465,7 @@ def concept_direction(
     (torch.Size([64]), 1.0, 'ln_final.hook_normalized')
     """
     label = name or (pairs.name if isinstance(pairs, ConceptPairs) else "concept")
-    tokens = single_token_pairs(lm, pairs, first_token=config.first_token)
+    tokens = single_token_pairs(lm, pairs, first_token=config.first_token, drop=drop)
     if len(tokens) < 2:
         raise ValueError(
             f"concept {label!r} has {len(tokens)} usable pair(s) for {lm.name} (left out: "
