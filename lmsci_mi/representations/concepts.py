@@ -735,7 +735,9 @@ class ConceptInnerProducts(Result):
     ``values`` is ``[inner_product, concept, concept_other]``: index 0 the causal inner product
     (cosines of the whitened directions ḡ_W), index 1 the Euclidean one (cosines of the same
     estimator applied to the raw ``W_U`` differences). Causally separable concepts (male → female,
-    English → French) should be near 0 under the causal one.
+    English → French) should be near 0 under the causal one. Concepts that share words (walk →
+    walked, walk → walking) share the −γ(walk) term of their differences, so their cosine is near
+    0.5 even for unembeddings with no structure at all: compare against that floor, not 0.
 
     Attributes:
         n_pairs: ``[concept]``: the pairs each direction was fitted on (every usable pair).
