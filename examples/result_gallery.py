@@ -37,6 +37,7 @@ from lmsci_mi.circuits.patching import PatchingConfig, patch_activations
 from lmsci_mi.circuits.path_patching import path_patch
 from lmsci_mi.circuits.tracing import TraceConfig, causal_trace
 from lmsci_mi.data.cfg import CFGConfig, build_grammar
+from lmsci_mi.data.concepts import load_concept_pairs
 from lmsci_mi.editing.metrics import METRICS as EDIT_METRICS
 from lmsci_mi.editing.metrics import EditEvaluation
 from lmsci_mi.editing.session import SESSION_METRICS, SessionResult
@@ -61,6 +62,12 @@ from lmsci_mi.probes.cfg import (
     random_cfg_model,
 )
 from lmsci_mi.probes.sweep import ProbeSweepConfig, probe_sweep
+from lmsci_mi.representations.concepts import (
+    concept_direction,
+    concept_inner_products,
+    concept_intervention,
+    concept_projections,
+)
 from lmsci_mi.results import LayerCurve, Meta, Result
 from lmsci_mi.sae.features import FeatureCards
 from lmsci_mi.sae.frequency import SteeringFrequency
@@ -76,6 +83,7 @@ from lmsci_mi.steering.transfer import SteerTransfer
 
 SYNTHETIC = "synthetic numbers of a real run's shape (a picture of the view, not a measurement)"
 PROMPT = "The Eiffel Tower is in the city of"
+CONCEPTS = ["male_female", "verb_past", "english_french"]  # concept directions (Park et al.)
 
 
 def toy() -> LensModel:
@@ -496,6 +504,22 @@ def aie(lm: LensModel) -> Result:
     return aggregate_traces(traces)
 
 
+def concept_direction_result(lm: LensModel) -> Result:
+    return concept_direction(lm, load_concept_pairs(["male_female"])["male_female"], drop=True)
+
+
+def projections(lm: LensModel) -> Result:
+    return concept_projections(lm, load_concept_pairs(CONCEPTS))
+
+
+def inner_products(lm: LensModel) -> Result:
+    return concept_inner_products(lm, load_concept_pairs(CONCEPTS))
+
+
+def intervention(lm: LensModel) -> Result:
+    return concept_intervention(lm, load_concept_pairs(CONCEPTS))
+
+
 BUILDERS: dict[str, Callable[[LensModel], Result]] = {
     "TokenPredictions": token_predictions,
     "CausalTrace": causal_trace_result,
@@ -534,6 +558,10 @@ BUILDERS: dict[str, Callable[[LensModel], Result]] = {
     "Circuit": circuit,
     "PathPatchingResult": paths,
     "AverageIndirectEffect": aie,
+    "ConceptDirection": concept_direction_result,
+    "ConceptProjections": projections,
+    "ConceptInnerProducts": inner_products,
+    "ConceptIntervention": intervention,
 }
 """One builder per registered result type, by type name."""
 
