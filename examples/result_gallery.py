@@ -38,6 +38,7 @@ from lmsci_mi.circuits.path_patching import path_patch
 from lmsci_mi.circuits.tracing import TraceConfig, causal_trace
 from lmsci_mi.data.cfg import CFGConfig, build_grammar
 from lmsci_mi.data.concepts import load_concept_pairs
+from lmsci_mi.data.contrasts import contrast_pairs
 from lmsci_mi.editing.metrics import METRICS as EDIT_METRICS
 from lmsci_mi.editing.metrics import EditEvaluation
 from lmsci_mi.editing.session import SESSION_METRICS, SessionResult
@@ -68,6 +69,7 @@ from lmsci_mi.representations.concepts import (
     concept_intervention,
     concept_projections,
 )
+from lmsci_mi.representations.reading import ReadingConfig, representation_reading
 from lmsci_mi.results import LayerCurve, Meta, Result
 from lmsci_mi.sae.features import FeatureCards
 from lmsci_mi.sae.frequency import SteeringFrequency
@@ -80,6 +82,7 @@ from lmsci_mi.steering.lm_steer import LMSteer
 from lmsci_mi.steering.svd import SVDConfig, steer_svd
 from lmsci_mi.steering.train import SteerTraining
 from lmsci_mi.steering.transfer import SteerTransfer
+from lmsci_mi.steering.vectors import MeanDifferenceConfig, mean_difference_vector
 
 SYNTHETIC = "synthetic numbers of a real run's shape (a picture of the view, not a measurement)"
 PROMPT = "The Eiffel Tower is in the city of"
@@ -520,6 +523,16 @@ def intervention(lm: LensModel) -> Result:
     return concept_intervention(lm, load_concept_pairs(CONCEPTS))
 
 
+def reading(lm: LensModel) -> Result:
+    pairs = contrast_pairs("sentiment", n_pairs=16)
+    return representation_reading(lm, pairs, config=ReadingConfig(n_random=2, bootstrap=100))
+
+
+def steering_vector_result(lm: LensModel) -> Result:
+    pairs = contrast_pairs("sentiment", n_pairs=8)
+    return mean_difference_vector(lm, pairs.positive, pairs.negative, MeanDifferenceConfig(layer=1))
+
+
 BUILDERS: dict[str, Callable[[LensModel], Result]] = {
     "TokenPredictions": token_predictions,
     "CausalTrace": causal_trace_result,
@@ -562,6 +575,8 @@ BUILDERS: dict[str, Callable[[LensModel], Result]] = {
     "ConceptProjections": projections,
     "ConceptInnerProducts": inner_products,
     "ConceptIntervention": intervention,
+    "RepresentationReading": reading,
+    "SteeringVector": steering_vector_result,
 }
 """One builder per registered result type, by type name."""
 
