@@ -1,5 +1,6 @@
 """`lmsci-mi steer`: train LM-Steers, generate with them, probe them (SVD), highlight keywords,
-evaluate the control curve and transfer a steer to another model."""
+evaluate the control curve and transfer a steer to another model; `steer vector` builds an
+activation-addition vector (difference of means) and generates with it over a position scope."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from lmsci_mi.cli.common import (
 )
 from lmsci_mi.cli.tour import StepOutput, TourStep
 from lmsci_mi.generation import GenerationConfig, generate
+from lmsci_mi.loading import DEFAULT_MODEL
 from lmsci_mi.model import LensModel
 
 
@@ -26,16 +28,106 @@ def register(commands: Any) -> None:
     """Add `steer` and its subcommands to the parser."""
     steer = commands.add_parser(
         "steer",
-        help="LM-Steer: train, generate, svd, highlight, eval, transfer",
+        help="LM-Steer (train, generate, svd, highlight, eval, transfer) and steering vectors",
         description="LM-Steer (Han et al. 2024) through the hook registry: a steer changes the final "
         "normalised state h to h + ε Σ s_i (h P1_i) P2_iᵀ. Subcommands: train, generate, svd, "
-        "highlight, eval, transfer.",
+        "highlight, eval, transfer; `vector` is activation addition (ActAdd / CAA).",
     )
     sub = steer.add_subparsers(dest="steer_command", required=True, metavar="SUBCOMMAND")
 
     _add_train(sub)
     _add_generate(sub)
     _add_analyses(sub)
+    _add_vector(sub)
+
+
+SCOPES = ("all", "prompt", "last_prompt", "generated", "from_last_prompt")
+"""`steer vector --scope`: every position but the sink, the prompt (but the sink), its last
+token, the generated tokens, or the last prompt token and every generated one."""
+
+
+def _add_vector(sub: Any) -> None:
+    from lmsci_mi.steering.vectors import MeanDifferenceConfig
+
+    vector = sub.add_parser(
+        "vector",
+        help="a difference-of-means steering vector (ActAdd / CAA): build it, generate with it",
+        description="Build a steering vector from two prompt sets (one prompt per line; default: "
+        "the bundled positive/negative sentiment remarks), or read one (--vector), then continue "
+        "--prompt with coefficient × vector added over --scope. The result (--out) is the vector.",
+    )
+    add_model_args(vector, default=None, default_help=f"{DEFAULT_MODEL}, or a saved vector's model")
+    source = vector.add_mutually_exclusive_group()
+    source.add_argument("--positive", type=Path, default=None, help="file of positive prompts")
+    source.add_argument("--vector", type=Path, default=None, help="a saved steering vector (--out)")
+    vector.add_argument("--negative", type=Path, default=None, help="file of negative prompts")
+    vector.add_argument("--coef", type=float, default=4.0, help="coefficient (default 4)")
+    vector.add_argument("--scope", choices=SCOPES, default="all", help="positions steered")
+    vector.add_argument("--prompt", default="The movie was", help="the prompt")
+    add_generation_args(vector)
+    add_output_args(vector)
+    add_config_args(vector.add_argument_group("the vector (MeanDifferenceConfig)"), MeanDifferenceConfig)
+    vector.set_defaults(run=_run_vector)
+
+
+def _scope(name: str, lm: LensModel) -> Any:
+    from lmsci_mi.hooks import PositionScope
+
+    skip = 1 if lm.sink_token_id is not None else 0
+    return {
+        "all": PositionScope.all(skip=skip),
+        "prompt": PositionScope.prompt(skip=skip),
+        "last_prompt": PositionScope.prompt(-1),
+        "generated": PositionScope.generated(),
+        "from_last_prompt": PositionScope.from_last_prompt(),
+    }[name]
+
+
+def _prompt_file(path: Path) -> list[str]:
+    if not path.is_file():
+        raise ValueError(f"{path} is not a file: give a text file with one prompt per line")
+    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not lines:
+        raise ValueError(f"{path} has no prompt: write one prompt per line")
+    return lines
+
+
+def _run_vector(args: argparse.Namespace) -> int:
+    from lmsci_mi.data.contrasts import contrast_pairs
+    from lmsci_mi.steering.vectors import (
+        MeanDifferenceConfig,
+        SteeringVector,
+        mean_difference_vector,
+    )
+
+    if not args.prompt.strip():
+        raise ValueError("give a non-empty --prompt")
+    if (args.positive is None) != (args.negative is None) and args.vector is None:
+        raise ValueError("give both --positive and --negative (or neither, for the bundled sentiment sets)")
+    if args.vector is not None and args.negative is not None:
+        raise ValueError("--vector is a built vector: --negative does not apply")
+    config = config_from_args(MeanDifferenceConfig, args)
+    if args.vector is not None:
+        built = SteeringVector.load(args.vector)
+        lm = load_from_args(args, model=args.model or built.meta.model)
+    else:
+        if args.positive is not None:
+            positive, negative = _prompt_file(args.positive), _prompt_file(args.negative)
+        else:
+            pairs = contrast_pairs("sentiment", template=False)
+            positive, negative = list(pairs.positive), list(pairs.negative)
+        lm = load_from_args(args, model=args.model or DEFAULT_MODEL)
+        built = mean_difference_vector(lm, positive, negative, config)
+    scope = _scope(args.scope, lm)
+    generation = config_from_args(GenerationConfig, args)
+    with built.apply(lm, args.coef, scope):  # a vector of another model fails here, unattached
+        steered = generate(lm, [args.prompt], generation).texts[0]
+    plain = generate(lm, [args.prompt], generation).texts[0]
+    print(built.summary())
+    print(f"[{args.coef:+g} × vector, scope {args.scope}] {args.prompt}{steered!r}")
+    print(f"[unsteered] {args.prompt}{plain!r}")
+    write_outputs(built, args)
+    return 0
 
 
 def _add_train(sub: Any) -> None:

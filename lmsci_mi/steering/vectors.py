@@ -108,8 +108,8 @@ class SteeringVector(Result):
         model with a sink; the sink's huge residual anchors attention, and ActAdd and CAA never
         meant to move it). Under cached generation the scope is applied per row and per step,
         so greedy decoding gives the same tokens with and without the KV cache. Nothing is
-        attached when the vector does not fit the model (checked before entering). The model's
-        weights are not changed.
+        attached when the vector belongs to another model or does not fit this one (checked
+        before entering). The model's weights are not changed.
 
         >>> from lmsci_mi import load_model
         >>> lm = load_model("toy-2l")
@@ -119,6 +119,11 @@ class SteeringVector(Result):
         >>> len(lm.hooks.active())
         0
         """
+        if self.meta.model != lm.name:
+            raise ValueError(
+                f"this vector was built on {self.meta.model}, not {lm.name}: build it on the "
+                "model it steers (residual directions do not carry over between models)"
+            )
         check_fits(lm, self.hook, self.values)
         if scope is None:
             scope = PositionScope.all(skip=1 if lm.sink_token_id is not None else 0)

@@ -185,3 +185,24 @@ def test_scope_arguments_are_checked() -> None:
         PositionScope("generated", start=1)
     with pytest.raises(ValueError, match="skip"):
         PositionScope.all(skip=-1)
+
+
+def test_cli_steer_vector_builds_saves_reuses_and_refuses_bad_input(tmp_path, capsys) -> None:
+    from lmsci_mi.cli import main
+
+    pos, neg, out = tmp_path / "pos.txt", tmp_path / "neg.txt", tmp_path / "v.json"
+    pos.write_text("I love it\nWhat a great day\n")
+    neg.write_text("I hate it\nWhat an awful day\n")
+    base = ["steer", "vector", "--model", "toy-2l", "--max-new-tokens", "3", "--temperature", "0"]
+    assert main([*base, "--positive", str(pos), "--negative", str(neg), "--layer", "1",
+                 "--scope", "generated", "--out", str(out)]) == 0
+    assert "[+4 × vector, scope generated]" in capsys.readouterr().out
+    assert SteeringVector.load(out).n_positive == 2
+    assert main(["steer", "vector", "--vector", str(out), "--max-new-tokens", "2"]) == 0
+    # Bad input: exit 2, one line, nothing attached to the model.
+    assert main([*base, "--positive", str(pos), "--negative", str(neg), "--layer", "7"]) == 2
+    assert main([*base, "--positive", str(pos)]) == 2
+    assert main([*base, "--positive", str(tmp_path / "missing.txt"), "--negative", str(neg)]) == 2
+    assert main(["steer", "vector", "--vector", str(out), "--model", "toy-3l"]) == 2  # another model
+    (tmp_path / "empty.txt").write_text("\n")
+    assert main([*base, "--positive", str(tmp_path / "empty.txt"), "--negative", str(neg)]) == 2
