@@ -9,6 +9,7 @@ steer to another model (:func:`transfer_steer`).
 
 from lmsci_mi.steering.evaluate import ControlCurve as ControlCurve
 from lmsci_mi.steering.evaluate import SteerEvalConfig as SteerEvalConfig
+from lmsci_mi.steering.evaluate import evaluate_intervention as evaluate_intervention
 from lmsci_mi.steering.evaluate import evaluate_settings as evaluate_settings
 from lmsci_mi.steering.evaluate import evaluate_steer as evaluate_steer
 from lmsci_mi.steering.evaluate import generate_steered as generate_steered
@@ -49,6 +50,7 @@ __all__ = [
     "SteerTransfer",
     "SteeringVector",
     "TransferConfig",
+    "evaluate_intervention",
     "evaluate_settings",
     "evaluate_steer",
     "generate_steered",
