@@ -100,7 +100,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--quick", action="store_true", help="2 layers, 2 features, 8 prompts (smoke test)")
+    parser.add_argument("--plot-only", action="store_true", help="redraw the figure from the data file")
     args = parser.parse_args()
+    if args.plot_only:
+        plot(json.loads(OUT.read_text()))
+        return
     start = time.perf_counter()
     lm = load_model(args.model)
     prompts = neutral_prompts()
@@ -177,30 +181,36 @@ def main() -> None:
         print(json.dumps(data["at_budget"], indent=1))
         return
     OUT.write_text(json.dumps(data, indent=1) + "\n")
-    plot(curves, data)
+    plot(data)
     for k, row in data["at_budget"].items():
         print(f"{k}: strength {row['strength']:g}, sentiment {row['sentiment']:.3f} ± {row['sentiment_se']:.3f} "
               f"(gain {row['gain']:+.3f}), perplexity {row['perplexity']:.1f}")
 
 
-def plot(curves: dict, data: dict) -> None:
+def plot(data: dict) -> None:
+    """Sentiment against perplexity per method, each point labelled with its strength."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6.4, 4.4))
+    fig = Figure(figsize=(7, 4.6))
     ax = fig.add_subplot()
-    labels = {"caa": f"CAA vector, layer {data['caa']['layer']}", "lm_steer": "LM-Steer",
-              "sae": f"SAE feature {data['sae']['feature']}"}
-    for name, curve in curves.items():
-        ax.errorbar(curve.metric("perplexity").tolist(), curve.metric("sentiment").tolist(),
-                    xerr=curve.error("perplexity").tolist(), yerr=curve.error("sentiment").tolist(),
-                    fmt="o-", capsize=2, label=labels[name])
-    base = next(iter(curves.values())).unsteered
+    labels = {"caa": f"CAA vector, layer {data['caa']['layer']} (× mean difference)",
+              "lm_steer": "LM-Steer (steer value, dummy on)",
+              "sae": f"SAE feature {data['sae']['feature']} (× typical max)"}
+    for name, curve in data["curves"].items():
+        line = ax.errorbar(curve["perplexity"], curve["sentiment"], xerr=curve["perplexity_se"],
+                           yerr=curve["sentiment_se"], fmt="o-", capsize=2, label=labels[name])
+        for x, y, strength in zip(curve["perplexity"], curve["sentiment"], curve["strengths"], strict=True):
+            ax.annotate(f"{strength:g}", (x, y), textcoords="offset points", xytext=(4, 4),
+                        fontsize=7, color=line[0].get_color())
+    base = next(iter(data["curves"].values()))["unsteered"]
+    ax.plot([base[2]], [base[0]], "k*", ms=10, label="unsteered")
     ax.axvline(BUDGET * base[2], ls=":", color="grey", label=f"{BUDGET}x unsteered perplexity")
     ax.set_xscale("log")
     ax.set_xlabel("perplexity of the continuations under the unsteered model (log)")
-    ax.set_ylabel("mean VADER sentiment (± s.e.)")
-    ax.set_title(f"Positive-sentiment steering on {data['model']}: {data['prompts']['test']} test prompts", fontsize=9)
-    ax.legend(fontsize=8)
+    ax.set_ylabel("mean VADER sentiment (± s.e. over prompts)")
+    ax.set_title(f"Positive-sentiment steering on {data['model']}: {data['prompts']['test']} test prompts, "
+                 "one sample each", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     FIGURE.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(FIGURE, dpi=120)
