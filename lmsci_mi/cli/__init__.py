@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from lmsci_mi.cli import (
     circuits,
+    concepts,
     core,
     edges,
     editing,
@@ -44,7 +45,9 @@ USER_ERRORS: tuple[type[Exception], ...] = (
 """What bad input raises. `main` reports these in one line and exits 2. Anything else is a bug,
 and its traceback is left to show."""
 
-_FEATURES = (core, circuits, edges, heads, lens, knowledge, editing, probe, steer, sae, report)
+_FEATURES = (
+    core, circuits, edges, heads, lens, knowledge, editing, probe, steer, concepts, sae, report
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,6 +4,8 @@ shipped pairs and the bad inputs (clear errors, no hook left behind)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -296,3 +298,27 @@ def test_an_error_inside_the_intervention_leaves_no_hook(tiny: LensModel, monkey
         concept_intervention(tiny, concepts)
     assert calls == [1, 2]  # capture only, then capture and the vector
     assert tiny.hooks.attached_count() == 0 and not tiny.hooks.active()
+
+
+def test_cli_concepts_runs_each_check_and_refuses_bad_input(tmp_path, capsys) -> None:
+    from lmsci_mi.cli import main
+    from lmsci_mi.representations.concepts import ConceptProjections
+
+    base = ["concepts", "projections", "--model", "toy-2l", "--concepts", "male_female,verb_past"]
+    out = tmp_path / "p.json"
+    assert main([*base, "--out", str(out)]) == 0
+    assert ConceptProjections.load(out).meta.model == "toy-2l"
+    assert main(["concepts", "inner", "--model", "toy-2l", "--concepts", "male_female,verb_past"]) == 0
+    pairs = tmp_path / "pairs.json"
+    pairs.write_text(json.dumps({"gender": [[" king", " queen"], [" man", " woman"], [" he", " she"],
+                                            [" boy", " girl"], [" father", " mother"]]}))
+    assert main(["concepts", "intervention", "--model", "toy-2l", "--pairs", str(pairs),
+                 "--heldout-fraction", "0.4"]) == 0
+    capsys.readouterr()
+    # Bad input: exit 2 before the model loads, one line naming the fix.
+    assert main(["concepts", "inner", "--model", "toy-2l", "--concepts", "no_such_concept"]) == 2
+    assert main(["concepts", "inner", "--model", "toy-2l", "--pairs", str(tmp_path / "missing.json")]) == 2
+    (tmp_path / "bad.json").write_text(json.dumps({"x": [[" a"]]}))
+    assert main(["concepts", "inner", "--model", "toy-2l", "--pairs", str(tmp_path / "bad.json")]) == 2
+    assert main([*base, "--pairs", str(pairs)]) == 2
+    assert main(["concepts", "intervention", "--model", "toy-2l", "--layer", "9"]) == 2
