@@ -111,7 +111,7 @@ def _run_vector(args: argparse.Namespace) -> int:
         built = SteeringVector.load(args.vector)
         lm = load_from_args(args, model=args.model or built.meta.model)
     else:
-        if args.positive is not None:
+        if args.positive is not None and args.negative is not None:
             positive, negative = _prompt_file(args.positive), _prompt_file(args.negative)
         else:
             pairs = contrast_pairs("sentiment", template=False)
