@@ -80,9 +80,12 @@ def plot(curves: dict[str, dict]) -> None:
     colors = {"rome": "tab:orange", "memit": "tab:blue", "alphaedit": "tab:green"}
     for ax, name in zip(axes, ("ES", "PS", "NS", "specificity", "GE"), strict=False):
         for method, curve in curves.items():
-            ax.plot(curve["n_edited"], curve["metrics"][name], marker="o", ms=3, color=colors[method],
-                    label=f"{method} (b={curve['batch_size']})")
-        ax.set_title(name + (" (retained, edited facts so far)" if name in ("ES", "PS") else ""), fontsize=9)
+            # One binomial standard error (no error bar for GE, a mean of entropies).
+            ax.errorbar(curve["n_edited"], curve["metrics"][name], yerr=curve.get("se", {}).get(name),
+                        marker="o", ms=3, capsize=2, color=colors[method],
+                        label=f"{method} (b={curve['batch_size']})")
+        ax.set_title(name + (" (retained, edited facts so far)" if name in ("ES", "PS") else "")
+                     + (" ± s.e." if name != "GE" else ""), fontsize=9)
         ax.set_xlabel("edits applied", fontsize=8)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
@@ -153,7 +156,34 @@ def partial_curves(args: argparse.Namespace) -> dict[str, dict]:
     return curves
 
 
+def add_errors(curves: dict[str, dict], facts: list) -> None:
+    """Per step, how many prompts each metric counts and its binomial standard error (percent
+    points): ES over the facts edited so far, PS over their paraphrases, NS and specificity over
+    the never-edited neighbour prompts of the first 20 facts (the session's fixed set)."""
+    first = facts[:20]
+    subjects = {r.subject for r in first}
+    n_neighbours = sum(
+        1 for r in first for p in r.neighborhood_prompts if r.target_true and not any(s in p for s in subjects)
+    )
+    for curve in curves.values():
+        counts = {"ES": [], "PS": [], "NS": [], "specificity": []}
+        for n in curve["n_edited"]:
+            edited = facts[:n] if n else first  # step 0: the first run call's facts
+            counts["ES"].append(len(edited))
+            counts["PS"].append(sum(len(r.paraphrase_prompts) for r in edited))
+            counts["NS"].append(n_neighbours)
+            counts["specificity"].append(n_neighbours)
+        curve["n"] = counts
+        curve["se"] = {
+            m: [(p * (100 - p) / k) ** 0.5 if k else float("nan") for p, k in zip(curve["metrics"][m], ks, strict=True)]
+            for m, ks in counts.items()
+        }
+
+
 def write(curves: dict[str, dict], args: argparse.Namespace, *, stats_tokens: int | None, n_facts: int) -> None:
+    facts = load_edit_facts()
+    random.Random(args.seed).shuffle(facts)
+    add_errors(curves, facts)
     data = {
         "model": "smollm2-135m",
         "n_facts": n_facts,
@@ -161,7 +191,8 @@ def write(curves: dict[str, dict], args: argparse.Namespace, *, stats_tokens: in
         "every": args.every,
         "stats_tokens": stats_tokens,
         "metrics": "percent; ES/PS over the facts edited so far, NS and specificity over never-edited "
-                   "neighbourhood prompts (specificity: the original model's top-1 kept), GE of 50 tokens",
+                   "neighbourhood prompts (specificity: the original model's top-1 kept), GE of 50 tokens; "
+                   "n: prompts counted per step; se: binomial standard error in points",
         "methods": curves,
     }
     OUT.write_text(json.dumps(data, indent=1))
