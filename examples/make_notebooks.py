@@ -590,6 +590,112 @@ KNOWLEDGE = [
     """),
 ]
 
+CONCEPTS = [
+    md("""
+    # Find a concept direction and steer with it
+
+    Two ways to find a linear direction for a concept in SmolLM2-135M, and one way to use it:
+
+    1. **Concept directions** (Park et al. 2024): from counterfactual word pairs (king → queen),
+       the concept's direction in the unembedding space under the *causal inner product*.
+    2. **Representation reading** (Zou et al. 2023): the first principal component of activation
+       differences between contrasting prompts, per layer, the layer chosen on dev pairs.
+    3. **Activation addition** (ActAdd / CAA): a difference of means added to the residual stream
+       with a coefficient, over an explicit position scope that holds under the KV cache.
+    """),
+    setup("concept_steering"),
+    code("""
+    from lmsci_mi.data.concepts import load_concept_pairs
+    from lmsci_mi.representations import (causal_inner_product, concept_inner_products,
+                                          concept_projections)
+
+    concepts = load_concept_pairs(['male_female', 'verb_past', 'english_french'] if QUICK else None)
+    inner = causal_inner_product(lm)  # Cov(γ) over the vocabulary, computed once
+    print(concept_projections(lm, concepts, inner_product=inner).summary())
+    """),
+    md("""
+    ## Causal versus Euclidean inner product
+
+    Under the causal inner product, concepts that can vary independently (gender, tense,
+    language) are close to orthogonal; under the Euclidean inner product of the raw unembedding
+    they all share its dominant directions. Concepts that share their words (past, -ing and third
+    person of the same verbs) stay aligned in both.
+    """),
+    code("""
+    products = concept_inner_products(lm, concepts, inner_product=inner)
+    print(products.summary())
+    products.plot();
+    """),
+    md("""
+    ## Reading sentiment layer by layer
+
+    Positive and negative remarks on the same topics, each put in a LAT template. The reading
+    vector is the first principal component of the pairs' activation differences (each pair's
+    order randomised, as Zou et al. do); the layer is chosen on dev pairs and scored on test pairs,
+    against the difference of means, a logistic probe and random directions.
+    """),
+    code("""
+    from lmsci_mi.data.contrasts import contrast_pairs
+    from lmsci_mi.representations import ReadingConfig, representation_reading
+
+    pairs = contrast_pairs('sentiment', n_pairs=40 if QUICK else None)
+    layers = tuple(range(0, lm.cfg.n_layers, 3)) if QUICK else None
+    reading = representation_reading(lm, pairs, config=ReadingConfig(layers=layers))
+    print(reading.summary())
+    reading.plot();
+    """),
+    md("""
+    ## Steer with a difference of means
+
+    The mean residual over 100 positive remarks minus that over 100 negative ones, at layer 6,
+    added at every position but the sink. VADER scores the sampled continuations from −1 to +1.
+    """),
+    code("""
+    from lmsci_mi.data.steering_texts import neutral_prompts
+    from lmsci_mi.generation import GenerationConfig, generate
+    from lmsci_mi.steering import MeanDifferenceConfig, mean_difference_vector
+    from lmsci_mi.steering.evaluate import sentiment_scores
+
+    remarks = contrast_pairs('sentiment', template=False)
+    vector = mean_difference_vector(lm, remarks.positive, remarks.negative,
+                                    MeanDifferenceConfig(layer=6, read='mean'))
+    print(vector.summary())
+    prompts = list(neutral_prompts()[: 4 if QUICK else 16])
+    sampling = GenerationConfig(max_new_tokens=20, top_p=0.9)
+    for coefficient in (0.0, 2.0, 4.0):
+        with vector.apply(lm, coefficient):
+            texts = generate(lm, prompts, sampling).texts
+        print(f'{coefficient:+.0f} x vector: mean VADER {sum(sentiment_scores(texts)) / len(texts):+.2f}'
+              f'  {prompts[0]}{texts[0]!r}')
+    """),
+    md("""
+    ## Which positions are steered
+
+    The first new token is predicted from the last prompt position, so "steer the generated
+    tokens" leaves it alone while "steer from the last prompt token on" changes it. Under the KV
+    cache each step feeds one position per row; the scope is applied per row and per step.
+    """),
+    code("""
+    from lmsci_mi.hooks import PositionScope
+
+    greedy = GenerationConfig(max_new_tokens=8, temperature=0)
+    plain = generate(lm, prompts[:1], greedy, keep_logits=True)
+    first = plain.logits[0][0].softmax(-1)
+    top = int(first.argmax())
+    print(f'       unsteered: p({lm.tokenizer.decode([top])!r}) first {float(first[top]):.3f}', repr(plain.texts[0]))
+    for scope in (PositionScope.generated(), PositionScope.from_last_prompt()):
+        with vector.apply(lm, 4.0, scope):
+            out = generate(lm, prompts[:1], greedy, keep_logits=True)
+        p = float(out.logits[0][0].softmax(-1)[top])
+        print(f'{scope.kind:>16}: p({lm.tokenizer.decode([top])!r}) first {p:.3f}', repr(out.texts[0]))
+    """),
+    md("""
+    `benchmarks/concepts.py`, `benchmarks/reading.py` and `benchmarks/steering_compare.py` run
+    these on the full data with intervals (docs/representations.md), the last one putting the
+    difference-of-means vector beside LM-Steer and an SAE feature on the same prompts and seeds.
+    """),
+]
+
 NOTEBOOKS = [
     Notebook("circuits", "script a circuit discovery", "circuit_discovery.py", CIRCUITS),
     Notebook("edit_fact", "edit a fact in a model", "edit_fact.py", EDIT),
@@ -598,6 +704,7 @@ NOTEBOOKS = [
     Notebook("steer", "steer with LM-Steer", "steer_sentiment.py", STEER),
     Notebook("sae", "find and steer SAE features", "sae_features.py", SAE),
     Notebook("knowledge", "where is this fact stored", "where_is_the_fact.py", KNOWLEDGE),
+    Notebook("concept_steering", "find a concept direction and steer with it", "concept_steering.py", CONCEPTS),
     Notebook("results", "see every result in a notebook", "result_gallery.py", _results_cells()),
 ]
 
