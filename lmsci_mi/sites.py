@@ -9,7 +9,7 @@ new site layout is taught here once. After TransformerLens ``utils.get_act_name`
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import total_ordering
 
@@ -20,6 +20,7 @@ __all__ = [
     "Site",
     "SiteLayout",
     "hook_name",
+    "layer_hooks",
     "layer_of",
     "layout_of",
     "parse_hook_name",
@@ -135,6 +136,29 @@ def site(name: str) -> Site:
 def hook_name(site_name: str, layer: int | None = None) -> str:
     """The hook name of ``site_name`` at ``layer`` (``hook_name("resid_pre", 4)``)."""
     return site(site_name).hook(layer)
+
+
+def layer_hooks(
+    site_name: str, layers: Sequence[int] | None, n_layers: int, model: str = "the model"
+) -> tuple[list[str], tuple[str, ...]]:
+    """The hook of ``site_name`` at each of ``layers`` (every layer when None) and a label per
+    layer, the site's own name for a site that exists once (``ln_final``): what a per-layer sweep
+    reads. Raises ValueError, naming ``model``, for a layer it does not have.
+
+    >>> layer_hooks("resid_post", (0, 2), 4)
+    (['blocks.0.hook_resid_post', 'blocks.2.hook_resid_post'], ('0', '2'))
+    """
+    row = site(site_name)
+    if not row.per_layer:
+        return [row.hook()], (site_name,)
+    chosen = tuple(layers) if layers is not None else tuple(range(n_layers))
+    bad = [layer for layer in chosen if not 0 <= layer < n_layers]
+    if bad:
+        raise ValueError(
+            f"layer {bad[0]} does not exist: {model} has {n_layers} layers (0–{n_layers - 1}); "
+            "give layers within them"
+        )
+    return [row.hook(layer) for layer in chosen], tuple(str(layer) for layer in chosen)
 
 
 def weight_name(short: str, layer: int) -> str:

@@ -22,6 +22,7 @@ from lmsci_mi.config import config
 from lmsci_mi.model import LensModel
 from lmsci_mi.probes.linear import PROBE_KINDS, ProbeConfig, ProbeFit, Split, fit_probes
 from lmsci_mi.results import Result, result_type
+from lmsci_mi.sites import layer_hooks
 from lmsci_mi.sites import site as site_row
 
 if TYPE_CHECKING:
@@ -227,7 +228,7 @@ def probe_sweep(
     >>> sweep.values.shape, sweep.axes
     (torch.Size([2, 9]), ('layer', 'metric'))
     """
-    hooks, layer_labels = _probed_hooks(lm, config)
+    hooks, layer_labels = layer_hooks(config.site, config.layers, lm.cfg.n_layers, lm.name)
     _check_labels(texts, labels, positions, config)
     acts = collect_activations(
         lm,
@@ -254,21 +255,6 @@ def probe_sweep(
     return _sweep_result(
         lm, texts, fits, control, split, hooks, layer_labels, task, config, data_source
     )
-
-
-def _probed_hooks(lm: LensModel, config: ProbeSweepConfig) -> tuple[list[str], tuple[str, ...]]:
-    """The hook of each probed layer, and the layers' labels (the site's name when it exists once)."""
-    row = site_row(config.site)
-    if not row.per_layer:
-        return [row.hook()], (config.site,)
-    n_layers = lm.cfg.n_layers
-    layers = config.layers if config.layers is not None else tuple(range(n_layers))
-    bad = [layer for layer in layers if layer >= n_layers]
-    if bad:
-        raise ValueError(
-            f"layer {bad[0]} does not exist: the model has {n_layers} layers (0–{n_layers - 1})"
-        )
-    return [row.hook(layer) for layer in layers], tuple(str(layer) for layer in layers)
 
 
 def _check_labels(

@@ -27,6 +27,7 @@ from lmsci_mi.data.contrasts import ContrastPairs
 from lmsci_mi.model import LensModel
 from lmsci_mi.probes import ProbeConfig, Split, fit_probes
 from lmsci_mi.results import Meta, Result, result_type
+from lmsci_mi.sites import layer_hooks
 from lmsci_mi.sites import site as site_row
 
 if TYPE_CHECKING:
@@ -370,7 +371,7 @@ def representation_reading(
     if not isinstance(pairs, ContrastPairs):
         pairs = ContrastPairs.from_pairs(list(pairs))
     _check_pair_count(len(pairs))
-    hooks, layer_labels = _read_hooks(lm, config)
+    hooks, layer_labels = layer_hooks(config.site, config.layers, lm.cfg.n_layers, lm.name)
     acts = _collect(lm, [*pairs.positive, *pairs.negative], hooks, config)
     n = len(pairs)
     meta = lm.meta(
@@ -481,23 +482,6 @@ def _check_pair_count(n_pairs: int) -> None:
             f"vector, 1 dev, 1 test), got {n_pairs}; give more pairs (60 or more for a "
             "meaningful test accuracy)"
         )
-
-
-def _read_hooks(lm: LensModel, config: ReadingConfig) -> tuple[list[str], tuple[str, ...]]:
-    """The hook of each layer read, and the layers' labels (the site's name when it exists once);
-    checked against the model before anything runs."""
-    row = site_row(config.site)
-    if not row.per_layer:
-        return [row.hook()], (config.site,)
-    n_layers = lm.cfg.n_layers
-    layers = config.layers if config.layers is not None else tuple(range(n_layers))
-    bad = [layer for layer in layers if layer >= n_layers]
-    if bad:
-        raise ValueError(
-            f"layer {bad[0]} does not exist: {lm.name} has {n_layers} layers (0–{n_layers - 1}); "
-            "give layers within them"
-        )
-    return [row.hook(layer) for layer in layers], tuple(str(layer) for layer in layers)
 
 
 _MEAN_CHUNK = 64  # texts per collection when averaging: every token of the chunk sits in memory
