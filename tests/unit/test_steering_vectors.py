@@ -206,3 +206,27 @@ def test_cli_steer_vector_builds_saves_reuses_and_refuses_bad_input(tmp_path, ca
     assert main(["steer", "vector", "--vector", str(out), "--model", "toy-3l"]) == 2  # another model
     (tmp_path / "empty.txt").write_text("\n")
     assert main([*base, "--positive", str(tmp_path / "empty.txt"), "--negative", str(neg)]) == 2
+
+
+def test_evaluate_intervention_records_standard_errors_and_reads_old_files(tiny: LensModel, tmp_path) -> None:
+    import json
+
+    from lmsci_mi.steering import ControlCurve, SteerEvalConfig, evaluate_intervention
+
+    v = steering_vector(tiny, torch.ones(64), 1)
+    config = SteerEvalConfig(n_prompts=4, max_new_tokens=4, progress=False)
+    curve = evaluate_intervention(tiny, lambda c: v.apply(tiny, c), [0.0, 3.0], config, name="ones")
+    assert curve.settings == ((0.0,), (3.0,)) and curve.attributes == ("ones",)
+    # Strength 0 adds nothing: the same continuations as the unsteered model, so the same metrics.
+    assert curve.values[0].tolist() == list(curve.unsteered)
+    errors = curve.error("sentiment")
+    assert errors.shape == (2,) and bool((errors >= 0).all())
+    assert torch.isnan(curve.error("distinct_2")).all()
+    # A curve saved before errors were recorded loads with none.
+    path = curve.save(tmp_path / "c")
+    data = json.loads(path.read_text())
+    for key in ("errors", "unsteered_errors"):
+        data["result"].pop(key)
+    path.write_text(json.dumps(data))
+    old = ControlCurve.load(path)
+    assert old.errors == () and torch.isnan(old.error("sentiment")).all()
