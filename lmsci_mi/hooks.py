@@ -393,7 +393,8 @@ class HookRegistry:
         """Add ``scale * vector`` to the activation at ``site`` (activation steering).
 
         With ``positions=None`` the vector is added at every position, which also holds during
-        cached generation, where each step's activation covers only the newest token.
+        cached generation, where each step's activation covers only the newest token; a
+        :class:`PositionScope` (prompt, generated, from the last prompt token) holds there too.
         """
         (name,) = self.resolve(site)
 

@@ -426,8 +426,9 @@ class LensModel:
     ) -> str:
         """Continue ``prompt``; greedy when ``temperature == 0``. Returns only the new text.
 
-        Interventions active in the registry apply at every step (use ``positions=None`` for
-        steering, since cached generation feeds one new position per step). A shorthand for
+        Interventions active in the registry apply at every step (steer with ``positions=None``
+        or a :class:`~lmsci_mi.hooks.PositionScope`: cached generation feeds one new position
+        per step, so fixed indices mean nothing there). A shorthand for
         :func:`lmsci_mi.generation.generate`.
         """
         return self.sample([prompt], max_new_tokens, temperature=temperature, seed=seed)[0]
