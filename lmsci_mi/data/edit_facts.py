@@ -847,6 +847,31 @@ def _probe_prompts(record: Mapping[str, Any]) -> list[str]:
     return probes + [record[k] for k in ("reverse_prompt", "two_hop_prompt") if record[k]]
 
 
+class _Reader:
+    """The model's top-1 next token (and its probability) per prompt, each prompt read once, in
+    batched rounds; and each target's first token."""
+
+    def __init__(self, lm: LensModel) -> None:
+        self.lm = lm
+        self.top: dict[str, tuple[int, float]] = {}
+        self.first: dict[str, int] = {}
+
+    def read(self, prompts: Iterable[str]) -> None:
+        self.top.update(_top1(self.lm, [p for p in prompts if p not in self.top]))
+
+    def token(self, target: str) -> int:
+        if target not in self.first:
+            self.first[target] = self.lm.continuation_ids(target)[0]
+        return self.first[target]
+
+    def answers(self, prompt: str, target: str) -> bool:
+        return self.top[prompt][0] == self.token(target)
+
+
+def _rewrite(record: Mapping[str, Any]) -> str:
+    return str(record["prompt"]).format(record["subject"])
+
+
 def select_edit_facts(
     lm: LensModel,
     records: Sequence[Mapping[str, Any]] | None = None,
@@ -873,71 +898,70 @@ def select_edit_facts(
         true answer's probability on the rewrite prompt) added.
     """
     records = list(records) if records is not None else edit_fact_candidates()
-    top: dict[str, tuple[int, float]] = {}
-    first: dict[str, int] = {}
-
-    def read(prompts: Iterable[str]) -> None:
-        top.update(_top1(lm, [p for p in prompts if p not in top]))
-
-    def token(target: str) -> int:
-        if target not in first:
-            first[target] = lm.continuation_ids(target)[0]
-        return first[target]
-
-    def answers(prompt: str, target: str) -> bool:
-        return top[prompt][0] == token(target)
-
-    def rewrite(record: Mapping[str, Any]) -> str:
-        return str(record["prompt"]).format(record["subject"])
-
+    reader = _Reader(lm)
     # Rule 2 can be decided for a fact with too few neighbourhood prompts before any is read.
     records = [r for r in records if len(r["neighborhood_prompts"]) >= min_neighbors]
-    read(rewrite(r) for r in records)
-    records = [
+    records = _known_rewrites(reader, records, min_prob)
+    records = _known_paraphrases(reader, records)
+    reader.read(p for r in records for p in _probe_prompts(r))
+    return _assemble(reader, records, max_neighbors, min_neighbors)
+
+
+def _known_rewrites(reader: _Reader, records: list, min_prob: float) -> list:
+    """The facts whose rewrite prompt the model answers (top-1, at least ``min_prob``) and whose
+    new target starts with another token than the true one."""
+    reader.read(_rewrite(r) for r in records)
+    return [
         r
         for r in records
-        if answers(rewrite(r), r["target_true"])
-        and top[rewrite(r)][1] >= min_prob
-        and token(r["target_new"]) != token(r["target_true"])
+        if reader.answers(_rewrite(r), r["target_true"])
+        and reader.top[_rewrite(r)][1] >= min_prob
+        and reader.token(r["target_new"]) != reader.token(r["target_true"])
     ]
+
+
+def _known_paraphrases(reader: _Reader, records: list) -> list:
+    """The facts the model answers on at least half of their paraphrases."""
 
     def half(record: Mapping[str, Any]) -> int:
         return (len(record["paraphrase_prompts"]) + 1) // 2
 
     def sure(record: Mapping[str, Any]) -> bool:
         return all(
-            answers(p, record["target_true"]) for p in record["paraphrase_prompts"][: half(record)]
+            reader.answers(p, record["target_true"]) for p in record["paraphrase_prompts"][: half(record)]
         )
 
     # The first half of the paraphrases decides every fact that answers them all; only the
     # others need the rest read.
-    read(p for r in records for p in r["paraphrase_prompts"][: half(r)])
-    read(p for r in records if not sure(r) for p in r["paraphrase_prompts"][half(r) :])
-    records = [
+    reader.read(p for r in records for p in r["paraphrase_prompts"][: half(r)])
+    reader.read(p for r in records if not sure(r) for p in r["paraphrase_prompts"][half(r) :])
+    return [
         r
         for r in records
         if sure(r)
-        or 2 * sum(answers(p, r["target_true"]) for p in r["paraphrase_prompts"])
+        or 2 * sum(reader.answers(p, r["target_true"]) for p in r["paraphrase_prompts"])
         >= len(r["paraphrase_prompts"])
     ]
-    read(p for r in records for p in _probe_prompts(r))
 
+
+def _assemble(reader: _Reader, records: list, max_neighbors: int, min_neighbors: int) -> list[dict[str, Any]]:
+    """The kept facts with their answered neighbours and verified probes, one fact per subject."""
     kept: list[dict[str, Any]] = []
     bridges: list[list[str]] = []
     taken: set[str] = set()
     for r in records:
         true = r["target_true"]
-        near = [p for p in r["neighborhood_prompts"] if answers(p, true)][:max_neighbors]
+        near = [p for p in r["neighborhood_prompts"] if reader.answers(p, true)][:max_neighbors]
         if r["subject"] in taken or len(near) < min_neighbors:
             continue
-        fact = _with_verified_probes(r, near, answers, token)
-        fact["p_true"] = round(top[rewrite(r)][1], 4)
+        fact = _with_verified_probes(r, near, reader.answers, reader.token)
+        fact["p_true"] = round(reader.top[_rewrite(r)][1], 4)
         taken.add(r["subject"])
         kept.append(fact)
         bridges.append(r.get("bridge_prompts", []) if fact["two_hop_prompt"] else [])
     # A two-hop answer assumes its bridge facts hold; where one is itself an edit of the set,
     # editing both at once would leave the expected answer undefined.
-    edited = {rewrite(f) for f in kept}
+    edited = {_rewrite(f) for f in kept}
     for fact, hops in zip(kept, bridges, strict=True):
         if any(h in edited for h in hops):
             fact.update(two_hop_prompt="", two_hop_target_new="", two_hop_target_true="")
