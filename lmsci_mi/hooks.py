@@ -375,7 +375,8 @@ class HookRegistry:
                     "same length (or pass a source captured from a run of the same shape)."
                 )
             mask = selection_mask(activation, name, positions, heads)
-            return torch.where(mask, source.to(activation.dtype), activation)
+            # A source kept on the CPU (to spare GPU memory) is moved per forward pass.
+            return torch.where(mask, source.to(activation.device, activation.dtype), activation)
 
         with self.hooks(fwd=[(name, replace)], label=f"patch {name}"):
             yield

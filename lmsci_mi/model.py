@@ -214,8 +214,36 @@ class LensModel:
         return self.model.W_E.device
 
     def __call__(self, tokens: Int[Tensor, "batch pos"], **kwargs: Any) -> Tensor:
-        """Run the model (logits by default); hooks from active interventions apply."""
-        return self.model(tokens.to(self.device), **kwargs)
+        """Run the model (logits by default); hooks from active interventions apply.
+
+        Raises:
+            ValueError: a token id outside the vocabulary (see :meth:`check_tokens`).
+        """
+        tokens = tokens.to(self.device)
+        self.check_tokens(tokens)
+        return self.model(tokens, **kwargs)
+
+    def check_tokens(self, tokens: Int[Tensor, "..."]) -> None:
+        """Refuse token ids outside ``0..d_vocab-1`` before they reach the embedding.
+
+        On the CPU the embedding's lookup would raise an IndexError; on CUDA it is a device-side
+        assert, which leaves the process's CUDA context unusable (every later call fails), so the
+        ids are checked here, in Python, first.
+
+        >>> from lmsci_mi import load_model
+        >>> load_model("toy-2l").check_tokens(torch.tensor([[0, 10**6]]))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: token ids must lie in 0..49151 (this model's vocabulary), got 0..1000000; ...
+        """
+        if tokens.numel() == 0:
+            return
+        low, high = (int(v) for v in torch.aminmax(tokens))
+        if low < 0 or high >= self.cfg.d_vocab:
+            raise ValueError(
+                f"token ids must lie in 0..{self.cfg.d_vocab - 1} (this model's vocabulary), got "
+                f"{low}..{high}; tokenise with this model's tokenizer (lm.to_tokens, lm.encode)"
+            )
 
     @property
     def sink(self) -> str | None:

@@ -1,6 +1,8 @@
 """Shared fixtures: a tiny random model for unit tests, SmolLM2 for the `slow` integration tests.
 
-Toy loads are copies of one build per session (see the conftest.py at the repository root)."""
+Toy loads are copies of one build per session (see the conftest.py at the repository root).
+`LMSCI_MI_TEST_DEVICE=cuda` puts the toy fixtures on a GPU (scripts/gpu_check.sh runs the fast suite
+so); tests that name `device="cpu"` themselves stay on the CPU."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from lmsci_mi import LensModel, load_model
 
+TEST_DEVICE = os.environ.get("LMSCI_MI_TEST_DEVICE", "cpu")
+
 
 @pytest.fixture(autouse=True)
 def _seed() -> None:
@@ -29,13 +33,13 @@ def tiny() -> LensModel:
 
     Each test gets its own copy of one build, so edits and hooks cannot leak between tests.
     """
-    return load_model("toy-2l", device="cpu")
+    return load_model("toy-2l", device=TEST_DEVICE)
 
 
 @pytest.fixture
 def tiny_gpt2() -> LensModel:
     """toy-gpt2-2l: LayerNorm, learned positions, one K/V head per query head."""
-    return load_model("toy-gpt2-2l", device="cpu")
+    return load_model("toy-gpt2-2l", device=TEST_DEVICE)
 
 
 @pytest.fixture
@@ -58,6 +62,7 @@ def tiny_post_norm(tiny: LensModel) -> LensModel:
         rotary_dim=16,
         n_key_value_heads=1,
         seed=0,
+        device=TEST_DEVICE,
     )
     model = HookedTransformer(cfg, tokenizer=tiny.tokenizer)
     with torch.no_grad():

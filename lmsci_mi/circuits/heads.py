@@ -306,6 +306,7 @@ def head_scores(
     """
     if tokens.ndim != 2:
         raise ValueError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
+    lm.check_tokens(tokens)
     validate_choice("head kind", kind, HEAD_KINDS)
     values = _mean_pattern_scores(lm, tokens.to(lm.device), kind, config)
     params = {**config.params(), "kind": kind, "n_sequences_scored": int(tokens.shape[0]),

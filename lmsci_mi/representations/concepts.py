@@ -208,7 +208,7 @@ def causal_inner_product(
     >>> lm = load_model("toy-2l")
     >>> ip = causal_inner_product(lm)
     >>> g = ip.whiten(unembedding_vectors(lm))
-    >>> bool(torch.allclose(g.T @ g / len(g), torch.eye(64, dtype=torch.float64), atol=1e-3))
+    >>> bool(torch.allclose(g.T @ g / len(g), torch.eye(64, dtype=g.dtype, device=g.device), atol=1e-3))
     True
     """
     ids = _vocabulary_ids(lm, config.vocabulary).to(lm.device)

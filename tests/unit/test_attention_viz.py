@@ -30,7 +30,7 @@ def test_patterns_are_the_models(tiny: LensModel) -> None:
     patterns = head_patterns(tiny, tokens, [(1, 2)])
     with tiny.hooks.capture("blocks.1.attn.hook_pattern") as cap:
         tiny(tokens)
-    torch.testing.assert_close(patterns[0], cap["blocks.1.attn.hook_pattern"][0, 2])
+    torch.testing.assert_close(patterns[0], cap["blocks.1.attn.hook_pattern"][0, 2].cpu())
 
 
 def test_bad_heads(tiny: LensModel) -> None:

@@ -43,7 +43,7 @@ def test_equals_gradient_times_difference(tiny: LensModel) -> None:
         corrupted_value = float(metric(tiny.model(tiny.to_tokens(CORRUPTED))[:, -1]).mean())
     res = attribution_patch(tiny, CLEAN, CORRUPTED, metric, AttributionConfig(site="z"))
     torch.testing.assert_close(
-        res.values, torch.stack(expected).detach() + corrupted_value, atol=1e-4, rtol=0
+        res.values, torch.stack(expected).detach().cpu() + corrupted_value, atol=1e-4, rtol=0
     )
 
 

@@ -22,7 +22,7 @@ def _reference(lm, hook):
     for text in TEXTS:
         with lm.hooks.capture([hook]) as cap:
             lm.model(lm.to_tokens(text))
-        out.append(cap[hook][0])
+        out.append(cap[hook][0].cpu())
     return out
 
 

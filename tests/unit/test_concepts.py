@@ -34,8 +34,8 @@ from lmsci_mi.results import Result
 def _hand_gamma(lm: LensModel) -> np.ndarray:
     """γ rows written out directly: W_U's columns times the final norm's weight, over the
     tokenizer's tokens without its special tokens (SmolLM2's chat and metadata markers included)."""
-    w_u = lm.model.W_U.detach().double().numpy()
-    weight = lm.model.ln_final.w.detach().double().numpy()
+    w_u = lm.model.W_U.detach().double().cpu().numpy()
+    weight = lm.model.ln_final.w.detach().double().cpu().numpy()
     added = lm.tokenizer.added_tokens_decoder
     special = set(lm.tokenizer.all_special_ids) | {i for i, t in added.items() if t.special}
     ids = [i for i in range(len(lm.tokenizer)) if i not in special]
@@ -52,13 +52,13 @@ def test_causal_inner_product_equals_a_hand_computation(tiny: LensModel) -> None
     expected = np.einsum("nd,de,ne->n", x, metric, y)
 
     ip = causal_inner_product(tiny)
-    got = ip.inner(torch.tensor(x), torch.tensor(y)).numpy()
+    got = ip.inner(torch.tensor(x), torch.tensor(y)).cpu().numpy()
     assert ip.n_tokens == len(gamma)
-    np.testing.assert_allclose(ip.covariance.numpy(), covariance, rtol=1e-9, atol=1e-15)
+    np.testing.assert_allclose(ip.covariance.cpu().numpy(), covariance, rtol=1e-9, atol=1e-15)
     np.testing.assert_allclose(got, expected, rtol=1e-8)
     # λ̄ = Cov(γ)⁻¹ γ̄, and A is the symmetric inverse square root
-    np.testing.assert_allclose(ip.embedding_direction(torch.tensor(x)).numpy(), x @ metric, rtol=1e-8)
-    whitening = ip.whitening.numpy()
+    np.testing.assert_allclose(ip.embedding_direction(torch.tensor(x)).cpu().numpy(), x @ metric, rtol=1e-8)
+    whitening = ip.whitening.cpu().numpy()
     np.testing.assert_allclose(whitening, whitening.T, atol=1e-10)
     np.testing.assert_allclose(whitening @ whitening, metric, rtol=1e-7, atol=1e-6)
 
@@ -66,7 +66,7 @@ def test_causal_inner_product_equals_a_hand_computation(tiny: LensModel) -> None
 def test_whitening_makes_the_unembedding_covariance_the_identity(tiny: LensModel) -> None:
     ip = causal_inner_product(tiny, CausalInnerProductConfig(vocabulary="all"))
     g = ip.whiten(unembedding_vectors(tiny))
-    eye = torch.eye(tiny.cfg.d_model, dtype=torch.float64)
+    eye = torch.eye(tiny.cfg.d_model, dtype=torch.float64, device=g.device)
     torch.testing.assert_close(g.mean(0), torch.zeros_like(g[0]), atol=1e-10, rtol=0)
     torch.testing.assert_close(g.T @ g / len(g), eye, atol=1e-9, rtol=0)
     # A ridge shrinks every whitened variance below 1: it is a regulariser, not a no-op.
@@ -113,10 +113,10 @@ def _plant(lm: LensModel, n_pairs: int = 32) -> tuple[dict[str, list[tuple[str, 
     d = lm.cfg.d_model
     words = _single_token_words(lm, 4 * n_pairs)
     ids = [lm.token_id(w) for w in words]
-    scales = torch.logspace(-1, 1, d)  # dimension 0: s.d. 0.1, dimension d-1: s.d. 10
-    directions = {"first": torch.zeros(d), "second": torch.zeros(d)}
-    directions["first"][[d - 1, 0]] = torch.tensor([1.0, 0.01])  # u1ᵀ M u2 ∝ 1/100 + (0.01)(-0.01)/0.01 = 0
-    directions["second"][[d - 1, 0]] = torch.tensor([1.0, -0.01])
+    scales = torch.logspace(-1, 1, d, device=lm.device)  # dimension 0: s.d. 0.1, d-1: s.d. 10
+    directions = {"first": torch.zeros(d, device=lm.device), "second": torch.zeros(d, device=lm.device)}
+    directions["first"][[d - 1, 0]] = torch.tensor([1.0, 0.01], device=lm.device)  # u1ᵀ M u2 ∝ 1/100 + (0.01)(-0.01)/0.01 = 0
+    directions["second"][[d - 1, 0]] = torch.tensor([1.0, -0.01], device=lm.device)
     concepts = {}
     with torch.no_grad():
         w_u = lm.model.W_U
@@ -125,7 +125,7 @@ def _plant(lm: LensModel, n_pairs: int = 32) -> tuple[dict[str, list[tuple[str, 
         for k, (name, u) in enumerate(directions.items()):
             chunk = ids[2 * k * n_pairs : 2 * (k + 1) * n_pairs]
             base, target = chunk[:n_pairs], chunk[n_pairs:]
-            noise = 0.05 * scales[:, None] * torch.randn(d, n_pairs)  # isotropic once whitened
+            noise = 0.05 * scales[:, None] * torch.randn(d, n_pairs, device=lm.device)  # isotropic once whitened
             w_u[:, target] = w_u[:, base] + 60 * u[:, None] + noise
             concepts[name] = [(lm.tokenizer.decode([b]), lm.tokenizer.decode([t]))
                               for b, t in zip(base, target, strict=True)]

@@ -52,7 +52,7 @@ def test_all_edges_give_clean_and_none_corrupted(
     batch = lm.encode_batch(CLEAN)
     with torch.no_grad():
         final = lm.model(batch.tokens, stop_at_layer=lm.cfg.n_layers)
-        plain = METRIC(lm.unembed(final[torch.arange(3), batch.lengths - 1]))
+        plain = METRIC(lm.unembed(final[torch.arange(3), batch.lengths - 1])).cpu()
     torch.testing.assert_close(res.clean_per_prompt, plain, atol=1e-5, rtol=0)
     assert res.clean_value != pytest.approx(res.corrupted_value, abs=1e-3)
     torch.testing.assert_close(res.per_prompt[0], res.clean_per_prompt, atol=1e-5, rtol=0)

@@ -76,7 +76,7 @@ def test_scores_equal_a_brute_force_riemann_sum(tiny: LensModel, two_tokens: boo
     for row, layer in enumerate(res.layers):
         expected = _brute_force(tiny, PROMPT, ids, layer, 7)
         torch.testing.assert_close(
-            res.values[row], expected, rtol=1e-4, atol=1e-4 * float(expected.abs().max())
+            res.values[row], expected.cpu(), rtol=1e-4, atol=1e-4 * float(expected.abs().max())
         )
 
 
@@ -104,10 +104,10 @@ def test_gradient_resume_keeps_every_step(tiny: LensModel) -> None:
     name = hook_name("mlp_post", 0)
     base = BaseRun.record(tiny, tokens, capture=[name])
     position = tokens.shape[1] - 1
-    mask = torch.zeros(1, tokens.shape[1], 1, dtype=torch.bool)
+    mask = torch.zeros(1, tokens.shape[1], 1, dtype=torch.bool, device=tiny.device)
     mask[:, position] = True
     act = base.acts[name][0, position]
-    leaf = (torch.tensor([0.5, 1.0])[:, None] * act).requires_grad_(True)
+    leaf = (torch.tensor([0.5, 1.0], device=act.device)[:, None] * act).requires_grad_(True)
     rows = [Row((Intervention(name, leaf[k].reshape(1, 1, -1), mask),)) for k in range(2)]
     readout = lambda logits: logits.float().log_softmax(-1)[..., 0]  # noqa: E731
     # Without gradients the alpha = 1 row equals the base run and is read without a pass.

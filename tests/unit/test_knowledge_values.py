@@ -118,6 +118,7 @@ def _frozen_readout_check(lm: LensModel, result: SubUpdates, prompt: str) -> Non
     mlp = torch.stack(
         [cap[hook_name("mlp_out", layer)][0, pos] @ u for layer in range(lm.cfg.n_layers)]
     )
+    mlp = mlp.cpu()
     torch.testing.assert_close(result.mlp_total, mlp, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(result.values.sum(1) + result.bias, mlp, rtol=1e-4, atol=1e-4)
     attn = sum(cap[hook_name("attn_out", layer)][0, pos] @ u for layer in range(lm.cfg.n_layers))

@@ -75,7 +75,7 @@ def test_lens_inside_an_intervention_shows_the_intervened_stream(tiny: LensModel
     tokens = tiny.to_tokens("The cat sat")
     with torch.no_grad(), tiny.hooks.capture(site) as cap:
         tiny(tokens)
-    logp = tiny.unembed(cap[site][0] + vector).log_softmax(-1)
+    logp = tiny.unembed(cap[site][0] + vector.to(tiny.device)).log_softmax(-1).cpu()
     torch.testing.assert_close(
         steered.values[0, 0], logp[:, tiny.token_id(" mat")].exp(), atol=1e-5, rtol=1e-4
     )

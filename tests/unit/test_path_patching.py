@@ -34,7 +34,7 @@ def _pairs(lm: LensModel):
 
 
 def _metric_at_end(logits: torch.Tensor, metric: LogitDiff) -> torch.Tensor:
-    return metric(logits[:, -1])
+    return metric(logits[:, -1]).cpu()  # results live on the CPU, whatever the model's device
 
 
 def _freeze_hooks(model, clean, corrupt, sender: str, below: int, mlps: bool) -> list[Hook]:
@@ -148,7 +148,7 @@ def test_last_layer_head_to_logits_equals_transformer_lens_head_patching(
     theirs = tl_patching.get_act_patch_attn_head_out_all_pos(
         tiny_gpt2.model, clean, corrupt_cache, lambda logits: _metric_at_end(logits, metric).mean()
     )
-    torch.testing.assert_close(ours.values[0], theirs[1, head], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ours.values[0], theirs[1, head].cpu(), atol=1e-5, rtol=1e-5)
 
 
 def test_batching_over_senders_equals_one_sender_at_a_time(tiny: LensModel) -> None:

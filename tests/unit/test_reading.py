@@ -216,7 +216,7 @@ def test_positions_read_the_last_token_or_the_mean_of_the_tokens(tiny):
         vectors["mean"].append(cap[hook][0, 1:].mean(0))  # position 0 is the sink
     for position, rows in vectors.items():
         reading = representation_reading(tiny, pairs, config=FAST.replace(position=position))
-        acts = torch.stack(rows).reshape(len(pairs), 2, -1)
+        acts = torch.stack(rows).reshape(len(pairs), 2, -1).cpu()
         fit = list(reading.fit_pairs)
         expected = (acts[fit, 0] - acts[fit, 1]).mean(0)
         assert torch.allclose(

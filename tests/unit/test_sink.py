@@ -33,7 +33,7 @@ def test_sink_can_be_another_token_or_none(tiny: LensModel) -> None:
 
 
 def test_no_sink_changes_the_logits(tiny: LensModel) -> None:
-    bare = load_model("toy-2l", device="cpu", sink=None)
+    bare = load_model("toy-2l", device=tiny.device, sink=None)
     with_sink = tiny(tiny.to_tokens("The cat sat"))[0, -1]
     without = bare(bare.to_tokens("The cat sat"))[0, -1]
     assert not torch.allclose(with_sink, without)

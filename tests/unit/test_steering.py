@@ -94,7 +94,7 @@ def test_zero_values_and_dummy_off_leave_the_model_unchanged(tiny: LensModel) ->
 
 def test_composition_sums_the_steers(tiny: LensModel) -> None:
     steer = _strong_steer(tiny)
-    h = torch.randn(3, tiny.cfg.d_model)
+    h = torch.randn(3, tiny.cfg.d_model, device=tiny.device)
     both = steer.steered(h, [1.0, 2.0], dummy=0.0) - h
     one = steer.steered(h, [1.0, 0.0], dummy=0.0) - h
     two = steer.steered(h, [0.0, 2.0], dummy=0.0) - h

@@ -39,7 +39,7 @@ def test_trace_invariants(tiny: LensModel) -> None:
 
     def noised(act, hook):
         act = act.clone()
-        act[:, subject] += trace.noise
+        act[:, subject] += trace.noise.to(act.device)
         return act
 
     with torch.no_grad(), tiny.hooks.hooks(fwd=[("hook_embed", noised)]):
