@@ -29,7 +29,7 @@ GENERATION_SKIP = ("seed", "batch_size")
 
 def register(commands: Any) -> None:
     """Add this feature's subcommands to the parser."""
-    from lmsci_mi.editing import EDITING_METHODS
+    from lmsci_mi.editing import EDITING_METHODS, EvaluationConfig
 
     p = commands.add_parser(
         "edit",
@@ -77,6 +77,14 @@ def register(commands: Any) -> None:
         default=None,
         metavar="DIR",
         help="save the session (every edit's delta, resumable) in this folder",
+    )
+    p.add_argument(
+        "--ge-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="tokens of each generation behind a session's GE (default "
+        f"{EvaluationConfig().generation_tokens}; 0 skips GE, the slowest part of an evaluation)",
     )
     p.add_argument(
         "--stats",
@@ -133,6 +141,10 @@ def run_edit(args: argparse.Namespace) -> int:
         )
     if (args.session_batch is not None or args.session_out is not None) and not many:
         raise ValueError("--session-batch and --session-out apply --requests as a session: give --requests")
+    if args.ge_tokens is not None and args.ge_tokens < 0:
+        raise ValueError(f"--ge-tokens must be 0 or more, not {args.ge_tokens}")
+    if args.ge_tokens is not None and args.session_batch is None and args.session_out is None:
+        raise ValueError("--ge-tokens sets a session's evaluation: give --session-batch or --session-out")
     if args.session_batch is not None and args.session_batch < 1:
         raise ValueError(f"--session-batch must be at least 1, not {args.session_batch}")
     if args.session_out is not None and args.session_out.exists() and not args.session_out.is_dir():
@@ -210,9 +222,11 @@ def _read_stats(path: Path) -> Any:
 
 
 def _run_session(lm: LensModel, requests: list[Any], config: Any, args: argparse.Namespace, stats: Any) -> int:
-    from lmsci_mi.editing import EditingSession, SessionConfig
+    from lmsci_mi.editing import EditingSession, EvaluationConfig, SessionConfig
 
-    session = EditingSession(lm, config, SessionConfig(batch_size=args.session_batch or 1), stats=stats)
+    evaluation = EvaluationConfig() if args.ge_tokens is None else EvaluationConfig(generation_tokens=args.ge_tokens)
+    session_config = SessionConfig(batch_size=args.session_batch or 1, evaluation=evaluation)
+    session = EditingSession(lm, config, session_config, stats=stats)
     result = session.run(requests)
     if args.session_out is not None:
         print(f"saved the session to {session.save(args.session_out)}")

@@ -144,7 +144,8 @@ class EditingSession:
     >>> lm = load_model("toy-2l")
     >>> stats = key_statistics(lm, [0, 1], StatsConfig(n_tokens=512), cache_dir=tempfile.mkdtemp())
     >>> reqs = [EditRequest("{} is in", s, t) for s, t in [("Paris", " Rome"), ("Berlin", " Oslo")]]
-    >>> session = EditingSession(lm, MEMITHyperParams(layers=(0, 1), steps=2), stats=stats)
+    >>> no_ge = SessionConfig(evaluation=EvaluationConfig(generation_tokens=0))  # skip GE's sampling
+    >>> session = EditingSession(lm, MEMITHyperParams(layers=(0, 1), steps=2), no_ge, stats=stats)
     >>> session.run(reqs).n_edited
     (0, 2)
     >>> session.restore()

@@ -68,6 +68,8 @@ FAST = ["--model", "toy-2l", "--n-contexts", "2", "--steps", "2", "--stats-token
         ([PARIS, {**PARIS, "subject": "Berlin"}], ["--method", "rome"], "ROME edits one fact at a time"),
         ([{"subject": "Paris"}], ["--method", "memit"], "each request needs prompt, subject, target_new"),
         ([], ["--method", "memit"], "non-empty JSON list"),
+        ([PARIS], ["--method", "memit", "--ge-tokens", "4"], "--ge-tokens sets a session's evaluation"),
+        ([PARIS], ["--method", "memit", "--session-batch", "1", "--ge-tokens", "-1"], "must be 0 or more"),
     ],
 )
 def test_bad_requests_exit_2_with_the_problem_named(
@@ -94,7 +96,8 @@ def test_statistics_of_another_model_exit_2(tmp_path: Path, capsys: pytest.Captu
 def test_a_session_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     berlin = {**PARIS, "subject": "Berlin", "target_true": " Germany"}
     code = main(["edit", "--requests", _facts(tmp_path, [PARIS, berlin]), "--method", "memit", *FAST,
-                 "--layers", "0,1", "--session-batch", "1", "--session-out", str(tmp_path / "session")])
+                 "--layers", "0,1", "--session-batch", "1", "--session-out", str(tmp_path / "session"),
+                 "--ge-tokens", "4"])
     out = capsys.readouterr().out
     assert code == 0 and (tmp_path / "session" / "session.json").exists()
     assert "memit" in out and "specificity" in out

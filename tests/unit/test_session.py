@@ -39,6 +39,10 @@ REQUESTS = [
 ]
 
 
+# GE's sampled generation is 90% of a session's evaluation time on the toy; one test measures it.
+NO_GE = EvaluationConfig(generation_tokens=0)
+
+
 @pytest.fixture
 def stats(tiny: LensModel):
     return key_statistics(tiny, [0, 1], StatsConfig(n_tokens=512), cache_dir=tempfile.mkdtemp())
@@ -54,7 +58,7 @@ def _top(lm: LensModel, prompts: list[str]) -> torch.Tensor:
 def test_three_sequential_edits_restore_bit_exactly(tiny: LensModel, stats) -> None:
     before = weights_fingerprint(tiny)
     session = EditingSession(
-        tiny, MEMITHyperParams(layers=(0, 1), steps=3), SessionConfig(eval_every=1), stats=stats
+        tiny, MEMITHyperParams(layers=(0, 1), steps=3), SessionConfig(eval_every=1, evaluation=NO_GE), stats=stats
     )
     result = session.run(REQUESTS)
     assert result.n_edited == (0, 1, 2, 3) and result.order == ("Paris", "Berlin", "Madrid")
@@ -70,7 +74,9 @@ def test_three_sequential_edits_restore_bit_exactly(tiny: LensModel, stats) -> N
 def test_specificity_is_measured_against_the_original_model(tiny: LensModel, stats) -> None:
     neighbours = [p for r in REQUESTS for p in r.neighborhood_prompts]
     original = _top(tiny, neighbours)
-    session = EditingSession(tiny, MEMITHyperParams(layers=(0, 1), steps=2), stats=stats)
+    session = EditingSession(
+        tiny, MEMITHyperParams(layers=(0, 1), steps=2), SessionConfig(evaluation=NO_GE), stats=stats
+    )
     session.run(REQUESTS)
     # A later change that moves every answer to token 0: against the original answers nothing is
     # kept; against the edited model's own answers everything would be.
@@ -86,7 +92,7 @@ def test_specificity_is_measured_against_the_original_model(tiny: LensModel, sta
 def test_alphaedit_sessions_carry_the_earlier_keys(tiny: LensModel, stats) -> None:
     before = weights_fingerprint(tiny)
     hp = AlphaEditHyperParams(layers=(0, 1), steps=2, nullspace_threshold=1e-2)
-    session = EditingSession(tiny, hp, SessionConfig(batch_size=2), stats=stats)
+    session = EditingSession(tiny, hp, SessionConfig(batch_size=2, evaluation=NO_GE), stats=stats)
     session.run(REQUESTS)
     assert {layer: k.shape[0] for layer, k in session._keys.items()} == {0: 3, 1: 3}
     session.restore()
@@ -101,9 +107,8 @@ def test_a_rome_session_with_a_traced_layer_is_refused_before_any_edit(tiny: Len
 
 
 def test_step_zero_is_the_original_model_and_the_result_round_trips(tiny: LensModel, stats, tmp_path) -> None:
-    session = EditingSession(
-        tiny, ROMEHyperParams(layer=1, n_contexts=2, steps=3), SessionConfig(evaluation=EvaluationConfig(generation_tokens=4)), stats=stats
-    )
+    config = SessionConfig(evaluation=EvaluationConfig(generation_tokens=4))
+    session = EditingSession(tiny, ROMEHyperParams(layer=1, n_contexts=2, steps=3), config, stats=stats)
     result = session.run(REQUESTS[:2])
     assert result.n_edited == (0, 2) and result.method == "rome" and result.batch_size == 1
     assert result.metric("specificity")[0] == 100.0  # the original model agrees with itself
@@ -128,7 +133,7 @@ def test_a_bad_request_late_in_the_run_is_refused_before_any_edit(tiny: LensMode
 def test_a_saved_session_resumes_where_it_stopped(tiny: LensModel, stats, tmp_path) -> None:
     before = weights_fingerprint(tiny)
     hp = AlphaEditHyperParams(layers=(0, 1), steps=2, nullspace_threshold=1e-2)
-    config = SessionConfig(evaluation=EvaluationConfig(generation_tokens=0))
+    config = SessionConfig(evaluation=NO_GE)
     whole = EditingSession(tiny, hp, config, stats=stats)
     whole.run(REQUESTS[:2])
     expected = whole.run(REQUESTS[2:])
