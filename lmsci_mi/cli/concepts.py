@@ -16,6 +16,8 @@ from lmsci_mi.cli.common import (
     load_from_args,
     write_outputs,
 )
+from lmsci_mi.cli.tour import StepOutput, TourStep
+from lmsci_mi.model import LensModel
 
 
 def register(commands: Any) -> None:
@@ -92,3 +94,65 @@ def _run(args: argparse.Namespace) -> int:
     print(result.summary())
     write_outputs(result, args)
     return 0
+
+
+TOUR_CAA_DEPTH = 0.2
+"""Where the sentiment CAA vector is read and added, as a share of the layers: layer 6 of SmolLM2's
+30, the layer `benchmarks/steering_compare.py` chose on its dev prompts
+(docs/data/steering_compare.json)."""
+TOUR_CAA_COEFFICIENTS = (0.0, 4.0)
+TOUR_CAA_PROMPTS = ("The weather this morning was", "My first day at the new job")
+
+
+def tour_steps() -> list[TourStep]:
+    """Steps this feature adds to `lmsci-mi tour` (see lmsci_mi.cli.tour)."""
+    return [
+        TourStep(
+            "concepts",
+            "Concept directions under the causal inner product, and a steering vector",
+            _step_concepts,
+            "from lmsci_mi.data.concepts import load_concept_pairs; from lmsci_mi.representations "
+            "import concept_projections, concept_inner_products; pairs = load_concept_pairs(); "
+            "concept_projections(lm, pairs), concept_inner_products(lm, pairs)",
+            seconds=25,
+        ),
+    ]
+
+
+def _step_concepts(lm: LensModel, out_dir: Path) -> StepOutput:
+    """The shipped concepts' held-out projections and inner products (Park et al. 2024), then a
+    sentiment difference-of-means vector (CAA) and greedy continuations without and with it."""
+    from lmsci_mi.data.concepts import load_concept_pairs
+    from lmsci_mi.data.contrasts import contrast_pairs
+    from lmsci_mi.generation import GenerationConfig, generate
+    from lmsci_mi.representations import concept_inner_products, concept_projections
+    from lmsci_mi.steering.vectors import MeanDifferenceConfig, mean_difference_vector
+
+    pairs = dict(load_concept_pairs())
+    projections = concept_projections(lm, pairs)
+    inner = concept_inner_products(lm, pairs)
+    texts = contrast_pairs("sentiment", template=False)
+    layer = round(TOUR_CAA_DEPTH * lm.cfg.n_layers)
+    vector = mean_difference_vector(
+        lm, texts.positive, texts.negative, MeanDifferenceConfig(layer=layer, read="mean")
+    )
+    greedy = GenerationConfig(max_new_tokens=16, temperature=0.0)
+    lines = []
+    for coefficient in TOUR_CAA_COEFFICIENTS:
+        with vector.apply(lm, coefficient):
+            continuations = generate(lm, list(TOUR_CAA_PROMPTS), greedy).texts
+        lines += [
+            f"{coefficient:+g} × vector: {p!r} → {c!r}"
+            for p, c in zip(TOUR_CAA_PROMPTS, continuations, strict=True)
+        ]
+    effect = projections.statistic("effect_size")
+    causal = float(inner.off_diagonal(0).abs().mean())
+    euclidean = float(inner.off_diagonal(1).abs().mean())
+    summary = (
+        f"{len(pairs)} concepts: held-out pairs lie {float(effect.median()):.1f} random s.d. above "
+        f"random pairs (median); mean |cos| between concepts {causal:.3f} causal vs {euclidean:.3f} "
+        f"Euclidean; sentiment vector at layer {layer} (norm {float(vector.values.norm()):.1f})"
+    )
+    text = "\n".join([projections.summary(), "", inner.summary(), "", *lines])
+    results = {"concept_projections": projections, "concept_inner_products": inner, "caa_vector": vector}
+    return StepOutput(summary, results, text=text)

@@ -322,3 +322,18 @@ def test_cli_concepts_runs_each_check_and_refuses_bad_input(tmp_path, capsys) ->
     assert main(["concepts", "inner", "--model", "toy-2l", "--pairs", str(tmp_path / "bad.json")]) == 2
     assert main([*base, "--pairs", str(pairs)]) == 2
     assert main(["concepts", "intervention", "--model", "toy-2l", "--layer", "9"]) == 2
+
+
+def test_the_tour_step_saves_its_results_and_steers_the_continuations(tmp_path, capsys) -> None:
+    from lmsci_mi.cli import main
+    from lmsci_mi.representations.concepts import ConceptInnerProducts
+    from lmsci_mi.steering.vectors import SteeringVector
+
+    argv = ["tour", "--steps", "concepts", "--model", "toy-2l", "--device", "cpu", "--out-dir", str(tmp_path)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "16 concepts" in out and "sentiment vector at layer 0" in out
+    assert ConceptInnerProducts.load(tmp_path / "concept_inner_products.json").values.shape == (2, 16, 16)
+    assert SteeringVector.load(tmp_path / "caa_vector.json").hook == "blocks.0.hook_resid_post"
+    page = (tmp_path / "report.html").read_text()
+    assert "+4 × vector" in page and "+0 × vector" in page
