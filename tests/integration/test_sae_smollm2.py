@@ -34,19 +34,25 @@ def small(smollm2: LensModel) -> tuple[LensSAE, SAEStats]:
     return train_sae(smollm2, SMALL_DATA, SMALL_TRAIN)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="measured EV -0.19 at this budget (2026-11-22): a few massive-activation tokens at "
-    "position 1 dominate the variance of a small held-out set; see docs/sae.md",
-)
-def test_a_small_sae_reconstructs_the_residual(small: tuple[LensSAE, SAEStats]) -> None:
-    """Even a minute of training explains most of the variance and recovers most of the loss
-    that zero-ablating the site costs; L0 is k by construction."""
+def test_a_small_sae_recovers_most_of_the_loss(small: tuple[LensSAE, SAEStats]) -> None:
+    """A minute of training recovers most of the next-token loss that zero-ablating the site
+    costs; L0 is k by construction. Measured 2026-11-27 on 1,774 held-out tokens: L0 32, losses
+    2.70 < 6.98 < 16.27 nats, fraction recovered 0.685 (the bound 0.5 leaves 0.18 of room for
+    another machine's float sums and cache rebuild; one seed, no spread measured)."""
     _, stats = small
     assert stats.l0 <= 32
-    assert stats.explained_variance > 0.5
     assert stats.loss_clean < stats.loss_sae < stats.loss_zero
     assert stats.fraction_recovered > 0.5
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="measured EV -0.19 at this budget (2026-11-27): a few massive-activation tokens at "
+    "position 1 dominate the variance of a small held-out set; see docs/sae.md. Strict, so the "
+    "suite says when that stops being true.",
+)
+def test_a_small_sae_explains_most_of_the_variance(small: tuple[LensSAE, SAEStats]) -> None:
+    assert small[1].explained_variance > 0.5
 
 
 def test_kv_cache_invariance_on_smollm2(
