@@ -2,7 +2,8 @@
 with the arithmetic in a comment (issue 22, item 4).
 
 Covered: the editing evaluation's ES/PS/NS, EM/PM/NM, S, GE and the messy columns; perplexity and
-its standard error; the steer transfer map and its held-out R². No model is
+its standard error; the steer transfer map and its held-out R²; the SAE's explained variance, L0,
+dead fraction and fraction of the loss recovered; the IOI finder's head classes. No model is
 trained or sampled: the inputs are planted tensors, stand-ins for the model where the metric only
 reads numbers from it, and the toy where the metric's own forward pass is the point.
 """
@@ -10,14 +11,21 @@ reads numbers from it, and the toy where the metric's own forward pass is the po
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from lmsci_mi import LensModel, load_model
+from lmsci_mi.circuits import ioi
+from lmsci_mi.circuits.ioi import IOIConfig
 from lmsci_mi.editing import METRICS, PER_FACT, EditRequest, EvaluationConfig, generation_entropy
 from lmsci_mi.editing import metrics as edit_metrics
+from lmsci_mi.sae import stats as sae_stats_module
+from lmsci_mi.sae.core import LensSAE
+from lmsci_mi.sae.stats import SAEStats, feature_summary, reconstruction_loss, sae_stats
+from lmsci_mi.sites import Head, hook_name
 from lmsci_mi.steering import evaluate as steer_eval
 from lmsci_mi.steering import transfer
 from lmsci_mi.steering.lm_steer import LMSteer
@@ -240,3 +248,160 @@ def test_transfer_r2_on_two_held_out_points_equals_the_hand_value(monkeypatch: p
     # = 8/9 (every other dimension is 0 on both points: no residual, no variance).
     assert fit.r2 == pytest.approx(8 / 9, abs=1e-5)
     assert float(fit.values[0]) == pytest.approx(8 / 9, abs=1e-5)
+
+
+# ---------------------------------------------------------------------- SAE statistics
+
+
+class _PlantedSAE:
+    """What LensSAE reads of a sae-lens SAE, with planted weights: f = relu(x W_enc + b_enc),
+    x̂ = f W_dec."""
+
+    dtype, device = torch.float32, torch.device("cpu")
+
+    def __init__(self, w_enc: torch.Tensor, b_enc: torch.Tensor, w_dec: torch.Tensor) -> None:
+        self.w_enc, self.b_enc, self.w_dec = w_enc, b_enc, w_dec
+        self.cfg = SimpleNamespace(d_sae=w_enc.shape[1])
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x @ self.w_enc + self.b_enc)
+
+    def decode(self, f: torch.Tensor) -> torch.Tensor:
+        return f @ self.w_dec
+
+
+def _three_feature_sae(d_model: int, hook: str) -> LensSAE:
+    """Feature 0 = relu(x0), feature 1 = relu(-x0), feature 2 = relu(x1 - 10); x̂ = (x0, 0, ...):
+    the reconstruction keeps dimension 0 and drops dimension 1 (where feature 2 never fires)."""
+    w_enc, w_dec = torch.zeros(d_model, 3), torch.zeros(3, d_model)
+    w_enc[0, 0], w_enc[0, 1], w_enc[1, 2] = 1.0, -1.0, 1.0
+    w_dec[0, 0], w_dec[1, 0], w_dec[2, 1] = 1.0, -1.0, 1.0
+    inner = _PlantedSAE(w_enc, torch.tensor([0.0, 0.0, -10.0]), w_dec)
+    return LensSAE(inner, hook, "toy-2l", d_model, torch.ones(3))
+
+
+def _four_tokens(d_model: int) -> torch.Tensor:
+    """x = (1, 1), (-1, -1), (3, 1), (1, -1) in the first two dimensions, 0 elsewhere."""
+    acts = torch.zeros(4, d_model)
+    acts[:, :2] = torch.tensor([[1.0, 1.0], [-1.0, -1.0], [3.0, 1.0], [1.0, -1.0]])
+    return acts
+
+
+# Hand values of the three-feature SAE on the four tokens:
+#   x̂ = (x0, 0): residual (0, x1), ‖x - x̂‖² = 1 each -> E‖x - x̂‖² = 1
+#   E‖x‖² = (2 + 2 + 10 + 2)/4 = 4, E x = (1, 0) -> total variance 4 - 1 = 3
+#   explained variance (sae-lens 6's ExplainedVarianceCalculator) = 1 - 1/3 = 2/3
+#   fired: feature 0 on tokens 1, 3, 4; feature 1 on token 2; feature 2 never (x1 - 10 < 0)
+#   -> L0 = 4/4 = 1, density (3/4, 1/4, 0), dead fraction 1/3
+
+
+def test_feature_summary_explained_variance_l0_and_density() -> None:
+    sae = _three_feature_sae(2, hook_name("resid_post", 0))
+    explained, l0, density, _ = feature_summary(sae, _four_tokens(2), chunk=3)  # chunks of 3 + 1
+    assert explained == pytest.approx(2 / 3, abs=1e-9)
+    assert l0 == 1.0 and density.tolist() == [0.75, 0.25, 0.0]
+
+
+def test_sae_stats_report_the_hand_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    lm = load_model("toy-2l", device="cpu")
+    hook = hook_name("resid_post", 0)
+    sae = _three_feature_sae(lm.cfg.d_model, hook)
+    monkeypatch.setattr(sae_stats_module, "collect_activations", lambda lm, rows, hooks, **kw:
+                        SimpleNamespace(acts={hooks[0]: _four_tokens(lm.cfg.d_model)}))
+    losses = {"clean": 2.0, "sae": 2.5, "zero": 6.0}
+    monkeypatch.setattr(sae_stats_module, "reconstruction_loss",
+                        lambda lm, sae, rows, mode, **kw: losses[mode])
+    stats = sae_stats(lm, sae, [[0, 1, 2, 3]], progress=False)
+    assert isinstance(stats, SAEStats)
+    assert stats.explained_variance == pytest.approx(2 / 3, abs=1e-9)
+    assert stats.l0 == 1.0 and stats.dead_fraction == pytest.approx(1 / 3) and stats.n_tokens == 4
+    # fraction of the loss recovered (sae-lens's ce_loss_score): (6 - 2.5) / (6 - 2) = 0.875;
+    # loss increase 2.5 - 2 = 0.5.
+    assert stats.fraction_recovered == pytest.approx(0.875) and stats.loss_increase == pytest.approx(0.5)
+
+
+@torch.no_grad()
+def test_reconstruction_loss_clean_exact_and_zero_ablated() -> None:
+    lm = load_model("toy-2l", device="cpu")
+    d = lm.cfg.d_model
+    # Rows of 4 and 3 tokens (the second right-padded): the loss counts predictions from positions
+    # 1.. (targets at 2..), so 2 + 1 = 3 targets.
+    rows = [lm.encode("The cat sat"), lm.encode("A dog")]
+    assert [len(r) for r in rows] == [4, 3]
+    log_probs = lm.model(lm.pad_batch(rows).tokens).log_softmax(-1)
+    clean = -(log_probs[0, 1, rows[0][2]] + log_probs[0, 2, rows[0][3]] + log_probs[1, 1, rows[1][2]]) / 3
+    last = hook_name("resid_post", lm.cfg.n_layers - 1)
+    # relu(x) - relu(-x) = x: an SAE that reconstructs exactly loses nothing.
+    exact = LensSAE(_PlantedSAE(torch.cat([torch.eye(d), -torch.eye(d)], 1), torch.zeros(2 * d),
+                                torch.cat([torch.eye(d), -torch.eye(d)], 0)), last, lm.name, d, torch.ones(2 * d))
+    assert reconstruction_loss(lm, exact, rows, "clean") == pytest.approx(float(clean), abs=1e-5)
+    assert reconstruction_loss(lm, exact, rows, "sae") == pytest.approx(float(clean), abs=1e-5)
+    # Zeroing the last residual stream: the final RMSNorm of 0 is 0, the logits are b_U = 0, so
+    # every prediction is uniform over the vocabulary: loss ln(d_vocab) = ln 49152 = 10.80...
+    assert not lm.model.unembed.b_U.any()
+    assert reconstruction_loss(lm, exact, rows, "zero") == pytest.approx(math.log(lm.cfg.d_vocab), abs=1e-5)
+
+
+# ---------------------------------------------------------------------- IOI classes
+
+
+@dataclass
+class _TwoBatches:
+    """What the S-inhibition step reads of an IOIDataset: batches "A" (2 prompts), "B" (1)."""
+
+    batches: tuple[str, ...] = ("A", "B")
+
+    def __len__(self) -> int:
+        return 3
+
+
+def test_ioi_assigns_each_planted_head_its_class(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 4 layers x 2 heads; mean logit difference 2.0. Default thresholds: movers DLA > 0.05 x 2 =
+    # 0.1; S-inhibition relative drop > 0.05; the attention classes > 0.15.
+    def grid(**planted: float) -> torch.Tensor:
+        values = torch.zeros(4, 2)
+        for name, value in planted.items():
+            values[int(name[1]), int(name[3])] = value
+        return values
+
+    ev = ioi._Evidence(
+        dla=grid(L3H0=1.0, L3H1=-0.5, L2H0=0.05),  # L2.H0's 0.05 is under the mover threshold
+        attn_end_io=grid(L3H0=0.7),
+        # S-inhibition candidates: attend END -> S, below the first mover (layer 3)
+        attn_end_s=grid(L2H0=0.6, L2H1=0.3, L3H0=0.9),
+        # L2.H1 is no induction head: not below the S-inhibition layer; L0.H1 is under threshold
+        induction_s2=grid(L1H0=0.5, L2H1=0.9, L0H1=0.1),
+        duplicate_s2=grid(L1H1=0.4, L0H0=0.1),
+        # L1.H1 is no previous-token head: not below the induction layer
+        previous_s1_plus_1=grid(L0H0=0.7, L1H1=0.8),
+    )
+    # Path patching: the logit difference per sender and prompt when the sender's ABC output
+    # reaches only the name movers' queries.
+    patched = {Head(2, 0): {"A": [0.9, 1.2], "B": [0.9]}, Head(2, 1): {"A": [2.1, 2.1], "B": [2.1]}}
+    calls = []
+
+    def path_patch_senders(lm: object, batch: str, senders: list[Head], receivers: list[Head]) -> torch.Tensor:
+        calls.append((batch, list(senders), list(receivers)))
+        return torch.tensor([patched[s][batch] for s in senders])
+
+    monkeypatch.setattr(ioi, "path_patch_senders", path_patch_senders)
+    lm = SimpleNamespace(cfg=SimpleNamespace(n_layers=4, n_heads=2))
+    classes = ioi._assign_classes(lm, _TwoBatches(), ev, 2.0, IOIConfig())
+
+    assert calls == [(b, [Head(2, 0), Head(2, 1)], [Head(3, 0)]) for b in ("A", "B")]
+    # L2.H0: mean patched (0.9 + 1.2 + 0.9)/3 = 1.0 -> (1.0 - 2)/2 = -0.5 (S-inhibition);
+    # L2.H1: 2.1 -> +0.05 (raises it: not); untested heads NaN.
+    assert classes.path_patching[2].tolist() == pytest.approx([-0.5, 0.05], abs=1e-6)
+    assert classes.path_patching.isnan().sum() == 6
+    assert (classes.name_mover, classes.negative_name_mover) == ([Head(3, 0)], [Head(3, 1)])
+    assert classes.s_inhibition == [Head(2, 0)]
+    assert classes.induction == [Head(1, 0)]
+    assert classes.duplicate_token == [Head(1, 1)]
+    assert classes.previous_token == [Head(0, 0)]
+    # Each head's role and its class's own score.
+    heads = ioi._circuit_heads(ev, classes)
+    assert {h.head: h.role for h in heads} == {
+        Head(3, 0): "name_mover", Head(3, 1): "negative_name_mover", Head(2, 0): "s_inhibition",
+        Head(1, 0): "induction", Head(1, 1): "duplicate_token", Head(0, 0): "previous_token",
+    }
+    assert [h.score for h in heads] == pytest.approx([1.0, -0.5, -0.5, 0.5, 0.4, 0.7], abs=1e-6)
