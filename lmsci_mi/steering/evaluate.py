@@ -93,8 +93,9 @@ class ControlCurve(Result):
         unsteered: the metrics of the model without any steer (dummy off too).
         continuations: per row, the sampled continuations (prompt order).
         errors: per row, each metric's standard error over prompts (sentiment and topic: of the
-            mean score; perplexity: of the per-prompt perplexities' mean, by the delta method on
-            the log; NaN for distinct-n, a corpus statistic). Empty in files written before.
+            mean score; perplexity: by the delta method on the log, the perplexity times the
+            standard error of the per-prompt mean NLLs; NaN for distinct-n, a corpus statistic).
+            Empty in files written before.
         unsteered_errors: the same for the unsteered row.
     """
 
