@@ -409,7 +409,7 @@ def fit_probes(
         ValueError: features and labels of different lengths, fewer than two classes in the train
             split, or an empty split.
 
-    >>> x = torch.randn(1, 60, 4); y = (x[0, :, 0] > 0).long()
+    >>> x = torch.randn(1, 60, 4, generator=torch.Generator().manual_seed(0)); y = (x[0, :, 0] > 0).long()
     >>> fits, control = fit_probes(x, y, Split.random(60), ProbeConfig(control=False, bootstrap=0))
     >>> fits[0].score > 0.8, control is None
     (True, True)
@@ -466,7 +466,8 @@ def fit_probe(
 ) -> ProbeFit:
     """Fit one probe on ``[n, d]`` features (see :func:`fit_probes`); the task's fit only.
 
-    >>> x = torch.randn(90, 3); y = ["hi" if v > 0 else "lo" for v in x[:, 1].tolist()]
+    >>> x = torch.randn(90, 3, generator=torch.Generator().manual_seed(0))
+    >>> y = ["hi" if v > 0 else "lo" for v in x[:, 1].tolist()]
     >>> fit = fit_probe(x, y, Split.random(90), ProbeConfig(control=False, bootstrap=0))
     >>> fit.probe.classes, fit.score > 0.8
     (('hi', 'lo'), True)
