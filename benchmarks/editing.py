@@ -115,6 +115,8 @@ def speed(args: argparse.Namespace) -> None:
     )
     rows.append({"what": "evaluation of one fact, unedited baseline cached (the edit excluded)",
                  "wall_s": wall - ev.seconds_per_edit, "cpu_s": None, "target_s": 10})
+    today = time.strftime("%Y-%m-%d")
+    rows = [{**row, "date": today} for row in rows]
     if SPEED.exists():  # a partial run (say --n-memit 0) keeps the rows it did not measure
         kept = [row for row in json.loads(SPEED.read_text())["rows"]
                 if row["what"] not in {r["what"] for r in rows}
@@ -129,11 +131,11 @@ def speed(args: argparse.Namespace) -> None:
         },
     }
     SPEED.write_text(json.dumps(data, indent=1))
-    print("| what | wall s | CPU s | target |\n|---|---|---|---|")
+    print("| what | wall s | CPU s | target | measured |\n|---|---|---|---|---|")
     for row in rows:
         cpu = "" if row["cpu_s"] is None else f"{row['cpu_s']:.1f}"
         target = "" if row["target_s"] is None else f"≤ {row['target_s']}"
-        print(f"| {row['what']} | {row['wall_s']:.1f} | {cpu} | {target} |")
+        print(f"| {row['what']} | {row['wall_s']:.1f} | {cpu} | {target} | {row.get('date', '2026-11-26')} |")
 
 
 def table(args: argparse.Namespace) -> None:
