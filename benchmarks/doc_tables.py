@@ -633,3 +633,23 @@ def steering_compare_curves(data: dict) -> str:
             ", ".join(f"{strength(s)}: {num(y, 2)} ({num(p, 1)})" for s, y, p in points),
         ])
     return markdown(["method", "strengths → sentiment (perplexity)"], rows)
+
+
+@table("parity")
+def parity(data: dict) -> str:
+    """benchmarks/parity.py: lmsci-mi against Hugging Face per model and precision."""
+    rows = []
+    for doc in data.values():
+        for name, r in doc["comparisons"].items():
+            rows.append([
+                MODEL_SHORT.get(doc["model"], doc["model"]), name, f"{r['max_abs_logprob_diff']:.1e}",
+                f"{r['mean_abs_logprob_diff']:.1e}", f"{100 * r['top1_agreement']:.1f} %",
+                # float32's KL is float noise either side of 0 (-5e-9 on SmolLM2).
+                "< 1e-7" if abs(r["mean_kl"]) < 1e-7 else f"{r['mean_kl']:.1e}",
+                f"{doc['n_prompts']} / {r['positions']}",
+            ])
+    return markdown(
+        ["model", "comparison", "largest abs Δ log p", "mean abs Δ log p", "top-1 agrees",
+         "mean KL", "prompts / positions"],
+        rows,
+    )
