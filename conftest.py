@@ -3,6 +3,12 @@ docstring examples that train marked slow. The fixtures live in tests/conftest.p
 
 from __future__ import annotations
 
+import os
+
+# Before lmsci_mi is imported: its core entry points check their jaxtyping annotations at every
+# call under the suite (lmsci_mi/typecheck.py), and nowhere else.
+os.environ.setdefault("LMSCI_MI_SHAPE_CHECKS", "1")
+
 import copy
 import random
 from collections.abc import Iterator

@@ -23,6 +23,7 @@ from transformer_lens.hook_points import HookedRootModule, HookPoint
 
 from lmsci_mi.generation import decoding_step
 from lmsci_mi.sites import layout_of
+from lmsci_mi.typecheck import shape_checked
 
 __all__ = [
     "ActiveHook",
@@ -382,6 +383,7 @@ class HookRegistry:
             yield
 
     @contextmanager
+    @shape_checked
     def add_vector(
         self,
         site: str,
@@ -466,6 +468,7 @@ class HookRegistry:
         with self.hooks(fwd=[(names, overwrite)], label="ablate"):
             yield
 
+    @shape_checked
     def mean_activations(
         self,
         sites: NamesFilter,

@@ -27,6 +27,7 @@ from transformer_lens.utilities.activation_functions import apply_softcap
 from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.hooks import HookRegistry, registry_for
 from lmsci_mi.results import Meta, Result, result_type
+from lmsci_mi.typecheck import shape_checked
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -213,6 +214,7 @@ class LensModel:
     def device(self) -> torch.device:
         return self.model.W_E.device
 
+    @shape_checked
     def __call__(self, tokens: Int[Tensor, "batch pos"], **kwargs: Any) -> Tensor:
         """Run the model (logits by default); hooks from active interventions apply.
 
@@ -277,6 +279,7 @@ class LensModel:
             ids = [self.sink_token_id, *ids]
         return ids
 
+    @shape_checked
     def to_tokens(self, prompts: str | Sequence[str]) -> Int[Tensor, "batch pos"]:
         """Tokenise one prompt or a batch of prompts that have the same token length.
 
@@ -409,6 +412,7 @@ class LensModel:
         """
         return self.pad_batch([self.encode(text) for text in texts])
 
+    @shape_checked
     def unembed(self, resid: Float[Tensor, "... d_model"]) -> Float[Tensor, "... vocab"]:
         """Logits from final residual-stream vectors: final norm, unembedding, logit soft cap.
 

@@ -34,6 +34,7 @@ from lmsci_mi.config import Config, config
 from lmsci_mi.hooks import HookFn
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import hook_name, layer_of, layout_of
+from lmsci_mi.typecheck import shape_checked
 
 __all__ = [
     "BaseRun",
@@ -147,6 +148,7 @@ class BaseRun:
 
     @classmethod
     @torch.no_grad()
+    @shape_checked
     def record(
         cls,
         lm: LensModel,
@@ -341,6 +343,7 @@ def _entry(base: BaseRun, layer: int, prefix: int, n_rows: int) -> TransformerLe
     return TransformerLensKeyValueCacheEntry(past_keys=keys, past_values=values, frozen=True)
 
 
+@shape_checked
 def resume(lm: LensModel, base: BaseRun, prefix: int, n_rows: int, *, first_layer: int = 0,
            start: Tensor | None = None) -> Float[Tensor, "row_batch suffix d_model"]:
     """The final residual stream of ``n_rows`` copies of the base run, computed on positions

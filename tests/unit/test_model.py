@@ -104,3 +104,15 @@ def test_linear_weights_are_stored_transposed_without_changing_results() -> None
     assert model.blocks[0].mlp.W_out.T.is_contiguous() and model.unembed.W_U.T.is_contiguous()
     with torch.no_grad():
         assert torch.equal(lm(tokens), before)
+
+
+def test_the_suite_checks_the_jaxtyping_annotations(tiny: LensModel) -> None:
+    """conftest.py turns lmsci_mi.typecheck on before lmsci_mi loads: float values where token
+    ids belong fail the annotation, with the parameter named."""
+    from jaxtyping import TypeCheckError
+
+    from lmsci_mi import typecheck
+
+    assert typecheck.ENABLED
+    with pytest.raises(TypeCheckError, match="tokens"):
+        tiny(torch.zeros(1, 3))
