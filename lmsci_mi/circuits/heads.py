@@ -332,13 +332,13 @@ def random_token_range(lm: LensModel) -> tuple[int, int]:
 
 
 def _repeated(lm: LensModel, n_sequences: int, half_length: int, seed: int) -> tuple[Tensor, str]:
-    """Repeated random tokens for ``lm`` (behind its sink token) and a description for ``meta``."""
-    sink = lm.sink_token_id
-    if sink is None and lm.tokenizer is not None:
-        sink = lm.tokenizer.bos_token_id
+    """Repeated random tokens for ``lm`` (behind its sink token, if it has one) and a description
+    for ``meta``."""
+    # The model's own sink only: a sink-free model (sink=None) gets no stand-in BOS, as its
+    # prompts get none (the BOS fallback dated from when None meant "the tokenizer adds one").
     tokens = repeated_random_tokens(
-        n_sequences, half_length, vocab=random_token_range(lm), sink_token_id=sink, seed=seed,
-        device=lm.device,
+        n_sequences, half_length, vocab=random_token_range(lm), sink_token_id=lm.sink_token_id,
+        seed=seed, device=lm.device,
     )
     return tokens, f"repeated random tokens {random_token_range(lm)}, 2x{half_length}, seed {seed}"
 

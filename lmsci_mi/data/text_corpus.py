@@ -87,7 +87,8 @@ def text_chunks(
 
     Documents are tokenised, joined with the end-of-text token and cut into rows of
     ``seq_len - 1`` text tokens; every row then gets the attention sink in front, as every
-    lmsci-mi prompt does, so activations are taken in the same regime as the edits use.
+    lmsci-mi prompt does, so activations are taken in the same regime as the edits use. A model
+    loaded with ``sink=None`` gets rows of ``seq_len`` text tokens and no sink, as its prompts do.
 
     Args:
         lm: the model whose tokenizer to use.
@@ -95,7 +96,7 @@ def text_chunks(
             blank documents are skipped.
         name: what to call the text in errors.
         n_tokens: how many text tokens (sink excluded) to return at least; rounded up to whole rows.
-        seq_len: row length including the sink.
+        seq_len: row length including the sink (if the model has one).
 
     Returns:
         ``[chunk, seq_len]`` token ids on CPU.
@@ -110,7 +111,8 @@ def text_chunks(
     tokenizer = lm._require_tokenizer()
     if seq_len < 2:
         raise ValueError("seq_len must be at least 2 (the sink and one token)")
-    per_row = seq_len - 1
+    sink = lm.sink_token_id
+    per_row = seq_len - 1 if sink is not None else seq_len
     n_rows = -(-n_tokens // per_row)
     needed = n_rows * per_row
     separator = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else lm.sink_token_id
@@ -129,5 +131,9 @@ def text_chunks(
             "give more text or ask for fewer tokens"
         )
     rows = torch.tensor(stream[:needed], dtype=torch.long).view(n_rows, per_row)
-    sink = lm.sink_token_id if lm.sink_token_id is not None else tokenizer.bos_token_id
+    # No stand-in for a missing sink: a None sink once meant "the tokenizer adds its own BOS",
+    # and putting the BOS in front dates from then; since sink=None means no sink at all, a
+    # BOS here gave a sink-free model's statistics a sink its prompts never have.
+    if sink is None:
+        return rows
     return torch.cat([torch.full((n_rows, 1), sink, dtype=torch.long), rows], dim=1)

@@ -207,6 +207,10 @@ def weight_fingerprints(lm: LensModel, layers: Sequence[int]) -> dict[int, str]:
 def _cache_key(fingerprint: str, lm: LensModel, source: TextSource, seq_len: int) -> str:
     # Kept in the form the cache was first written with, so existing statistics stay valid.
     text = f"{fingerprint}|{lm.cfg.dtype}|{source.name}|seq{seq_len}"
+    if lm.sink_token_id is None:
+        # A sink-free model's rows have no sink (text_chunks), so its statistics differ from
+        # the same weights' with one; without this it read theirs from the cache.
+        text += "|nosink"
     return cache_key(text, length=20, algorithm="sha256")
 
 

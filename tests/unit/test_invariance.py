@@ -61,9 +61,12 @@ from lmsci_mi.circuits import (
 from lmsci_mi.circuits.aie import Fact, known_facts
 from lmsci_mi.circuits.edge_patching import evaluate_circuits, prepare_edge_prompts
 from lmsci_mi.circuits.graph import edge_graph
+from lmsci_mi.circuits.heads import HeadScoreConfig, induction_scores
 from lmsci_mi.cli import main
 from lmsci_mi.collect import CollectConfig, collect_activations
+from lmsci_mi.data.text_corpus import text_chunks
 from lmsci_mi.editing.metrics import next_token_top1, target_nll
+from lmsci_mi.editing.stats import StatsConfig, key_statistics
 from lmsci_mi.knowledge.triggers import TriggerConfig, top_coefficients
 from lmsci_mi.lenses import LogitLens, direct_logit_attribution, logit_lens
 from lmsci_mi.sae.stats import reconstruction_loss
@@ -354,3 +357,41 @@ def test_every_entry_point_feeds_the_same_tokens(
         for tokens in seen:
             assert tokens == expected, f"{path} on {text!r} (sink {lm.sink!r}) fed {tokens}"
         assert lm.hooks.attached_count() == 0
+
+
+def test_rows_the_library_builds_itself_carry_the_models_sink_only(
+    tiny: LensModel, fed: list[Tensor]
+) -> None:
+    """Corpus rows (key statistics, the tuned lens, SAE data, neuron triggers) and repeated random
+    tokens (head scores) are built from ids, not text: they too start with the sink once, and
+    with nothing on a sink-free model (no stand-in BOS)."""
+    bare = LensModel.wrap(tiny.model, tiny.name, sink=None)
+    with_sink, without = text_chunks(tiny, 40, seq_len=8), text_chunks(bare, 40, seq_len=8)
+    assert with_sink.shape[1] == without.shape[1] == 8
+    assert (with_sink[:, 0] == tiny.sink_token_id).all()
+    # The same stream of text tokens, with and without a sink in front of each row.
+    n = min(with_sink[:, 1:].numel(), without.numel())
+    assert torch.equal(without.flatten()[:n], with_sink[:, 1:].flatten()[:n])
+    config = HeadScoreConfig(n_sequences=2, half_length=5)
+    for lm, width in ((tiny, 11), (bare, 10)):
+        fed.clear()
+        induction_scores(lm, None, config)
+        rows = torch.cat(fed)
+        assert rows.shape == (2, width)
+        assert ((rows[:, 0] == tiny.sink_token_id) == (width == 11)).all()
+        assert torch.equal(rows[:, -5:], rows[:, -10:-5])  # the repeat still lines up
+
+
+def test_key_statistics_of_a_sink_free_model_are_its_own(tiny: LensModel, tmp_path: Path) -> None:
+    """Key statistics are cached by the weights behind the keys; a sink-free model's rows have no
+    sink, so its statistics differ and must never be read from (or for) the model with one."""
+    bare = LensModel.wrap(tiny.model, tiny.name, sink=None)
+    config = StatsConfig(n_tokens=30, seq_len=16)
+    with_sink = key_statistics(tiny, 0, config, cache_dir=tmp_path)
+    without = key_statistics(bare, 0, config, cache_dir=tmp_path)
+    assert without.meta.sink is None and with_sink.meta.sink == tiny.sink
+    assert not torch.allclose(without.values, with_sink.values)
+    assert len(list(tmp_path.rglob("mom2-*.json"))) == 2
+    # Each reads its own cache entry back.
+    again = key_statistics(bare, 0, config, cache_dir=tmp_path)
+    torch.testing.assert_close(again.values, without.values)
