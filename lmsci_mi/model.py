@@ -178,6 +178,11 @@ class LensModel:
         self.source = source
         self.tokenizer = tokenizer
         self.sink_token_id = sink_token_id
+        # lmsci-mi pads on the right itself (pad_batch). A TransformerLens tokenizer set to pad
+        # on the left makes every forward pass given no mask infer one from the pad id, which
+        # masks a sink that shares that id, while generation (its own mask) attends it.
+        if getattr(model.tokenizer, "padding_side", None) == "left":
+            model.tokenizer.padding_side = "right"
         self.hooks: HookRegistry = registry_for(model)
         _store_linear_weights_transposed(model)
 

@@ -67,6 +67,7 @@ from lmsci_mi.collect import CollectConfig, collect_activations
 from lmsci_mi.data.text_corpus import text_chunks
 from lmsci_mi.editing.metrics import next_token_top1, target_nll
 from lmsci_mi.editing.stats import StatsConfig, key_statistics
+from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.knowledge.triggers import TriggerConfig, top_coefficients
 from lmsci_mi.lenses import LogitLens, direct_logit_attribution, logit_lens
 from lmsci_mi.sae.stats import reconstruction_loss
@@ -395,3 +396,20 @@ def test_key_statistics_of_a_sink_free_model_are_its_own(tiny: LensModel, tmp_pa
     # Each reads its own cache entry back.
     again = key_statistics(bare, 0, config, cache_dir=tmp_path)
     torch.testing.assert_close(again.values, without.values)
+
+
+def test_a_left_padding_tokenizer_does_not_mask_a_sink_that_is_the_pad_token(
+    tiny: LensModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A TransformerLens tokenizer set to pad on the left makes every forward pass without a mask
+    infer one from the pad id; a sink that shares that id was masked out there, but attended in
+    generation (which passes its own mask)."""
+    monkeypatch.setattr(tiny.model.tokenizer, "padding_side", "left")  # restored after the test
+    lm = LensModel.wrap(tiny.model, tiny.name, sink=tiny.model.tokenizer.pad_token_id)
+    assert lm.encode("The cat sat")[0] == lm.tokenizer.pad_token_id
+    with torch.no_grad():
+        forward = lm(lm.to_tokens("The cat sat"))[0, -1]
+    greedy = GenerationConfig(max_new_tokens=1, temperature=0.0)
+    generated = generate(lm, ["The cat sat"], greedy, keep_logits=True).logits
+    assert generated is not None
+    torch.testing.assert_close(forward, generated[0][0], atol=ATOL, rtol=0)
