@@ -10,11 +10,12 @@ Both would corrupt every result quietly, so they are pinned here, on the toy mod
    and rotary or learned positions stay those of the unpadded row. So each prompt's values in a
    batch must equal its values alone. Not bit for bit: a batched matrix product may sum in
    another order, so float32 values agree to ``ATOL`` (measured differences are about 1e-6 on
-   values of order 1-10); token choices (argmax, top-k) must agree exactly.
+   values of order 1-10); token choices (argmax, top-k) must agree exactly. Here on toy-2l
+   (rotary positions); learned positions are covered on toy-gpt2-2l by the logit-lens test below.
 
-   Checked elsewhere, not repeated here: the logit lens (tests/unit/test_lenses.py,
-   ``test_logit_lens_equals_transformer_lens``: a two-prompt ragged batch against each prompt run
-   alone through TransformerLens); activation collection (test_collect.py,
+   Checked elsewhere, not repeated here: the logit lens, and with it the tuned lens, which runs the
+   same loop (tests/unit/test_lenses.py, ``test_logit_lens_equals_transformer_lens``: a two-prompt
+   ragged batch against each prompt run alone through TransformerLens, on both toys); activation collection (test_collect.py,
    ``test_all_positions_equal_a_plain_forward_pass``); EAP / EAP-IG (test_edges.py,
    ``test_scores_do_not_depend_on_batching_or_padding``); generation, ragged batch against one
    prompt at a time (test_generation.py, ``test_a_row_samples_the_same_alone_and_in_a_mixed_batch``;
@@ -34,7 +35,10 @@ Both would corrupt every result quietly, so they are pinned here, on the toy mod
    must feed the model the same tokens for one text: the sink in front exactly once (also for a
    text that starts with the sink's own text), and no sink at all on a model loaded with
    ``sink=None``. What each path feeds is recorded at ``HookedTransformer.forward``, below every
-   lmsci-mi wrapper.
+   lmsci-mi wrapper. Rows the library builds from ids (corpus rows, repeated random tokens) obey
+   the same rule, and two ways a sink went missing or appeared are pinned: a sink-free model's
+   rows once got the tokenizer's BOS (and its key statistics were cached under the same key as
+   the model's with a sink), and a left-padding tokenizer once masked a sink that is the pad token.
 """
 
 from __future__ import annotations
@@ -360,6 +364,13 @@ def test_every_entry_point_feeds_the_same_tokens(
         assert lm.hooks.attached_count() == 0
 
 
+# Given text: the default, the standard library's docstrings, takes a second to gather.
+DOCUMENTS = [
+    "The quick brown fox jumps over the lazy dog while the cat sleeps in the warm sun. " * 3,
+    "A second document follows the first, so the rows cross a document boundary. " * 3,
+]
+
+
 def test_rows_the_library_builds_itself_carry_the_models_sink_only(
     tiny: LensModel, fed: list[Tensor]
 ) -> None:
@@ -367,20 +378,21 @@ def test_rows_the_library_builds_itself_carry_the_models_sink_only(
     tokens (head scores) are built from ids, not text: they too start with the sink once, and
     with nothing on a sink-free model (no stand-in BOS)."""
     bare = LensModel.wrap(tiny.model, tiny.name, sink=None)
-    with_sink, without = text_chunks(tiny, 40, seq_len=8), text_chunks(bare, 40, seq_len=8)
+    with_sink = text_chunks(tiny, 40, seq_len=8, documents=DOCUMENTS)
+    without = text_chunks(bare, 40, seq_len=8, documents=DOCUMENTS)
     assert with_sink.shape[1] == without.shape[1] == 8
     assert (with_sink[:, 0] == tiny.sink_token_id).all()
     # The same stream of text tokens, with and without a sink in front of each row.
     n = min(with_sink[:, 1:].numel(), without.numel())
     assert torch.equal(without.flatten()[:n], with_sink[:, 1:].flatten()[:n])
     config = HeadScoreConfig(n_sequences=2, half_length=5)
-    for lm, width in ((tiny, 11), (bare, 10)):
+    for lm, front in ((tiny, 1), (bare, 0)):
         fed.clear()
         induction_scores(lm, None, config)
         rows = torch.cat(fed)
-        assert rows.shape == (2, width)
-        assert ((rows[:, 0] == tiny.sink_token_id) == (width == 11)).all()
-        assert torch.equal(rows[:, -5:], rows[:, -10:-5])  # the repeat still lines up
+        assert rows.shape == (2, front + 10)  # the sink, if any, then two halves of 5 tokens
+        assert bool((rows[:, 0] == tiny.sink_token_id).all()) == (front == 1)
+        assert torch.equal(rows[:, front : front + 5], rows[:, front + 5 :])
 
 
 def test_key_statistics_of_a_sink_free_model_are_its_own(tiny: LensModel, tmp_path: Path) -> None:
@@ -388,13 +400,13 @@ def test_key_statistics_of_a_sink_free_model_are_its_own(tiny: LensModel, tmp_pa
     sink, so its statistics differ and must never be read from (or for) the model with one."""
     bare = LensModel.wrap(tiny.model, tiny.name, sink=None)
     config = StatsConfig(n_tokens=30, seq_len=16)
-    with_sink = key_statistics(tiny, 0, config, cache_dir=tmp_path)
-    without = key_statistics(bare, 0, config, cache_dir=tmp_path)
+    with_sink = key_statistics(tiny, 0, config, text=DOCUMENTS, cache_dir=tmp_path)
+    without = key_statistics(bare, 0, config, text=DOCUMENTS, cache_dir=tmp_path)
     assert without.meta.sink is None and with_sink.meta.sink == tiny.sink
     assert not torch.allclose(without.values, with_sink.values)
     assert len(list(tmp_path.rglob("mom2-*.json"))) == 2
-    # Each reads its own cache entry back.
-    again = key_statistics(bare, 0, config, cache_dir=tmp_path)
+    # The sink-free model reads its own entry back, not the other's.
+    again = key_statistics(bare, 0, config, text=DOCUMENTS, cache_dir=tmp_path)
     torch.testing.assert_close(again.values, without.values)
 
 
@@ -408,7 +420,7 @@ def test_a_left_padding_tokenizer_does_not_mask_a_sink_that_is_the_pad_token(
     lm = LensModel.wrap(tiny.model, tiny.name, sink=tiny.model.tokenizer.pad_token_id)
     assert lm.encode("The cat sat")[0] == lm.tokenizer.pad_token_id
     with torch.no_grad():
-        forward = lm(lm.to_tokens("The cat sat"))[0, -1]
+        forward = lm(lm.to_tokens("The cat sat"))[0, -1].cpu()
     greedy = GenerationConfig(max_new_tokens=1, temperature=0.0)
     generated = generate(lm, ["The cat sat"], greedy, keep_logits=True).logits
     assert generated is not None
