@@ -74,6 +74,41 @@ def test_rome_bad_layer_changes_nothing(clean_smollm2: LensModel) -> None:
     assert all(torch.equal(after[k], v) for k, v in before.items())
 
 
+def test_the_traced_layer_of_the_eiffel_fact(
+    clean_smollm2: LensModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ROMEHyperParams(trace_layer=True) edits at the causal trace's MLP peak at the last subject
+    token, refusing a peak within 2 s.e. of the corrupted run. Measured on the Eiffel Tower (MLP
+    trace, default noise, seed 0): peak at layer 15, effect 0.0126 ± 0.0039 s.e. (3.2 s.e.), so
+    the layer is 15. Over noise seeds 0-3: effect 0.0126 / 0.0063 / 0.0080 / 0.0077 (s.d. 0.0027),
+    peak layer 15 / 15 / 17 / 15, above 2 s.e. at seeds 0, 1, 3 (refused at seed 2). The effect's
+    bounds are seed 0's value ± 3 s.d.
+
+    The docs disagree: docs/editing.md ("on SmolLM2 the MLP peak is within noise"; "trace_layer=True
+    refuses such a peak") and docs/circuits.md ("trace.peak_layer("mlp") ... returns 10 here, but
+    its value (0.022) is indistinguishable from the corrupted baseline (0.015)"). On this prompt,
+    with the 2-s.e. rule, the peak is layer 15 and is not refused; it restores under 2% of the
+    clean-corrupted gap (0.753 - 0.018), so it is still no guide to where the fact lives."""
+    from lmsci_mi.circuits import TraceConfig, causal_trace
+    from lmsci_mi.editing.rome import traced_layer
+
+    lm = clean_smollm2
+    trace = causal_trace(lm, EIFFEL.rewrite_prompt, EIFFEL.subject, TraceConfig(kinds=("mlp",)))
+    layer, effect, error = trace.peak_effect("mlp")
+    assert layer == 15 and 0.0044 < effect < 0.0208 and effect > 2 * error, (layer, effect, error)
+    assert effect < 0.02 * (trace.clean_prob - trace.corrupted_prob)
+    # traced_layer's rule applied to this real trace (handed back instead of traced again: 50 s)
+    # gives the measured layer, a constant, not the trace's own answer.
+    import lmsci_mi.circuits
+
+    def same_trace(lm_, prompt, subject, config):
+        assert (prompt, subject, config) == (EIFFEL.rewrite_prompt, EIFFEL.subject, TraceConfig(kinds=("mlp",)))
+        return trace
+
+    monkeypatch.setattr(lmsci_mi.circuits, "causal_trace", same_trace)
+    assert traced_layer(lm, EIFFEL) == 15
+
+
 def test_memit_small_batch(clean_smollm2: LensModel) -> None:
     lm = clean_smollm2
     layers = default_memit_layers(lm)
