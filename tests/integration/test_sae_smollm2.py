@@ -1,30 +1,34 @@
 """SAEs on SmolLM2: a small training run through sae-lens, the KV-cache invariance of steering and
-clamping on the real model, and the acceptance numbers of the full cached SAE (when trained)."""
+clamping on the real model, and the shipped SAE's explained variance measured on held-out rows."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
-import torch
 
-from lmsci_mi import LensModel
+from lmsci_mi import LensModel, load_model
+from lmsci_mi.collect import CollectConfig, collect_activations
 from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.sae import (
     LensSAE,
     SAEDataConfig,
     SAEStats,
     SAETrainConfig,
-    cached_sae_path,
     clamp_sae_feature,
+    load_trained_sae,
+    sae_corpus,
     steer_with_sae_feature,
     train_sae,
 )
+from lmsci_mi.sae.stats import feature_summary
 
 pytestmark = pytest.mark.slow
 
 SMALL_DATA = SAEDataConfig(corpus_tokens=24_000, generations=0)
 SMALL_TRAIN = SAETrainConfig(d_sae=1024, k=32, training_samples=300_000, progress=False)
+HELD_OUT_ROWS = Path(__file__).parents[1] / "data" / "sae_held_out_rows.json"
 
 
 @pytest.fixture(scope="module")
@@ -73,12 +77,38 @@ def test_kv_cache_invariance_on_smollm2(
         assert cached.tokens == uncached.tokens
 
 
-def test_the_full_sae_meets_the_acceptance_numbers(smollm2: LensModel) -> None:
-    """The default SAE (`lmsci-mi sae train`, benchmarks/sae.py): EV >= 0.7 at L0 <= 64."""
-    folder = cached_sae_path(smollm2, SAEDataConfig(), SAETrainConfig())
-    if not (Path(folder) / "stats.json").is_file():
-        pytest.skip("the default SAE is not trained yet: run `lmsci-mi sae train`")
-    stats = SAEStats.load(folder / "stats.json")
-    assert stats.l0 <= 64 and stats.explained_variance >= 0.7
-    sae = LensSAE.load(folder)
-    assert torch.equal(sae.feature_scale, stats.feature_scale)
+def test_the_full_sae_explains_the_variance_without_massive_activations(smollm2: LensModel) -> None:
+    """docs/sae.md: the default SAE (shipped; `lmsci-mi sae train`) explains 0.744 of the variance
+    of its 24,787 held-out tokens once the 35 massive-activation tokens (norm > 10x the median) are
+    left out, at L0 48 (target: EV >= 0.7 at L0 <= 64). Measured here, not read from stats.json,
+    on the first 16 of its 217 held-out rows (1,559 tokens, one of them massive; the rows are
+    stored in tests/data because building the corpus that splits them off takes 85 s).
+
+    benchmarks/sae_massive_activations.py's computation on these rows: EV 0.7485, L0 48.0. Over
+    the 10 disjoint 16-row blocks of the held-out rows: EV mean 0.745, s.d. 0.012, min 0.723, max
+    0.772 (0.744 on all 217 rows, as documented). The bounds are the measured value ± 3 s.d."""
+    sae = load_trained_sae(smollm2)  # the shipped SAE: expanded, never trained here
+    rows = json.loads(HELD_OUT_ROWS.read_text(encoding="utf-8"))["rows"]
+    assert len(rows) == 16
+    acts = collect_activations(
+        smollm2, rows, [sae.hook], positions="all", config=CollectConfig(progress=False)
+    )
+    x = acts.acts[sae.hook]
+    norm = x.norm(dim=-1)
+    massive = norm > 10 * norm.median()
+    assert len(x) == 1559 and int(massive.sum()) == 1
+    explained, l0, _, _ = feature_summary(sae, x[~massive])
+    assert 0.711 < explained < 0.786 and l0 <= 64, (explained, l0)
+    # With the massive token in (sae-lens's all-token EV) it is 0.778 here and 0.995 on all the
+    # held-out tokens: the one token, position 1, carries much of the variance.
+    assert feature_summary(sae, x)[0] > explained
+
+
+def save_held_out_rows() -> None:
+    """Write the first 16 held-out rows of the default SAE's corpus to tests/data (the corpus of
+    the shipped SAE: `PYTHONPATH=. python -c "from tests.integration.test_sae_smollm2 import
+    save_held_out_rows; save_held_out_rows()"`)."""
+    lm = load_model("smollm2-135m")
+    sae = load_trained_sae(lm)
+    corpus = sae_corpus(lm, SAEDataConfig(), fingerprint=sae.model_fingerprint)
+    HELD_OUT_ROWS.write_text(json.dumps({"rows": corpus.held_out[:16]}), encoding="utf-8")

@@ -1,6 +1,7 @@
-"""LM-Steer on the bundled SmolLM2 with a small training budget: the sentiment steer moves the
-sentiment of continuations both ways, its highlights fall on the sentiment words, and steered
-generation is the same with and without the KV cache on the real model."""
+"""LM-Steer on the bundled SmolLM2 with the shipped sentiment steer (package data, copied into the
+cache: no training): its control curve at the documented values, its highlights fall on the
+sentiment words, and steered generation is the same with and without the KV cache on the real
+model."""
 
 from __future__ import annotations
 
@@ -12,40 +13,51 @@ from lmsci_mi.generation import GenerationConfig
 from lmsci_mi.steering import (
     HighlightConfig,
     LMSteer,
-    LMSteerConfig,
-    SteerTrainConfig,
+    SteerEvalConfig,
+    evaluate_steer,
     generate_steered,
     highlight_keywords,
     train_steer,
 )
-from lmsci_mi.steering.evaluate import sentiment_scores
 
 pytestmark = pytest.mark.slow
-
-SMALL = SteerTrainConfig(steps=80, batch_tokens=512, progress=False)
-"""About a minute and a half of training on two CPU cores (the benchmark trains longer)."""
 
 
 @pytest.fixture(scope="module")
 def sentiment_steer(smollm2: LensModel) -> LMSteer:
-    steer, run = train_steer(smollm2, steering_texts("sentiment"), LMSteerConfig(), SMALL)
-    assert run.final_loss < run.unsteered_loss  # the dummy alone absorbs part of the domain shift
+    # The default config of the sentiment texts is the shipped steer: train_steer restores it.
+    steer, run = train_steer(smollm2, steering_texts("sentiment"))
+    assert run.final_loss < run.unsteered_loss
     return steer
 
 
-def _mean_sentiment(lm: LensModel, steer: LMSteer, value: float) -> float:
-    prompts = list(neutral_prompts()[:24])
-    config = GenerationConfig(max_new_tokens=16, top_p=0.9)
-    ids = generate_steered(lm, prompts, steer, [value], config).tokens
-    return sum(sentiment_scores([lm.tokenizer.decode(i) for i in ids])) / len(ids)
-
-
-def test_the_sentiment_steer_moves_sentiment_both_ways(
+def test_the_shipped_steer_controls_sentiment_at_half_a_unit(
     clean_smollm2: LensModel, sentiment_steer: LMSteer
 ) -> None:
-    negative = _mean_sentiment(clean_smollm2, sentiment_steer, -10.0)
-    positive = _mean_sentiment(clean_smollm2, sentiment_steer, 10.0)
-    assert positive - negative > 0.3, (negative, positive)
+    """docs/steering.md: at s = ±0.5 the curve rises through 0 and the gap is +0.742 with
+    perplexity 1.44x (-s) and 1.30x (+s) the unsteered model's (60 prompts). Here: 24 prompts,
+    20 tokens, T = 1, top-p 0.9, sampling seed 0.
+
+    Measured on this subset with sampling seeds 0, 1, 2 (seed 0 is the one run here): sentiment
+    at -0.5 / 0 / +0.5 = -0.17 / +0.31 / +0.64, -0.30 / +0.24 / +0.64, -0.15 / +0.14 / +0.62 (rising
+    at every seed); gap 0.809 / 0.940 / 0.765 (s.d. 0.091); perplexity ratio at -0.5 1.95 / 1.91 /
+    1.47 (s.d. 0.27), at +0.5 1.36 / 1.31 / 1.45 (s.d. 0.07). Bounds: seed 0's value ± 3 s.d.
+
+    The doc's curve is of another steer (benchmarks/steering.py: sentiment and topic, 200 steps
+    of 512 tokens), not the shipped one (sentiment, 300 steps of 1,024): the shipped steer's -0.5
+    side costs more perplexity than the doc's 1.44x, above the doc's 1.5x bound at two seeds of
+    three (docs/steering.md, "With s = 0.5 ... perplexity 1.44x (-s)"; README, "perplexity at
+    most 1.44x"). The bounds below are the measured truth, not the doc's.
+    """
+    config = SteerEvalConfig(values=(-0.5, 0.0, 0.5), n_prompts=24, seed=0, progress=False)
+    curve = evaluate_steer(clean_smollm2, sentiment_steer, config)
+    negative, zero, positive = curve.metric("sentiment").tolist()
+    assert negative < zero < positive, (negative, zero, positive)
+    assert 0.54 < positive - negative < 1.08, (negative, positive)
+    unsteered = curve.unsteered[2]
+    ratio_negative, _, ratio_positive = (p / unsteered for p in curve.metric("perplexity").tolist())
+    assert 1.15 < ratio_negative < 2.75, (ratio_negative, unsteered)
+    assert 1.15 < ratio_positive < 1.57, (ratio_positive, unsteered)
 
 
 def test_highlights_fall_on_the_sentiment_words(
@@ -74,8 +86,8 @@ def test_steered_generation_with_and_without_the_cache(
 ) -> None:
     prompts = list(neutral_prompts()[:3])
     greedy = GenerationConfig(max_new_tokens=8, temperature=0.0)
-    cached = generate_steered(clean_smollm2, prompts, sentiment_steer, [8.0], greedy)
+    cached = generate_steered(clean_smollm2, prompts, sentiment_steer, [2.0], greedy)
     uncached = generate_steered(
-        clean_smollm2, prompts, sentiment_steer, [8.0], greedy, use_kv_cache=False
+        clean_smollm2, prompts, sentiment_steer, [2.0], greedy, use_kv_cache=False
     )
     assert cached.tokens == uncached.tokens
