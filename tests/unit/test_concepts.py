@@ -324,6 +324,7 @@ def test_cli_concepts_runs_each_check_and_refuses_bad_input(tmp_path, capsys) ->
     assert main(["concepts", "intervention", "--model", "toy-2l", "--layer", "9"]) == 2
 
 
+@pytest.mark.slow  # a tour step (4 s), like the other tours
 def test_the_tour_step_saves_its_results_and_steers_the_continuations(tmp_path, capsys) -> None:
     from lmsci_mi.cli import main
     from lmsci_mi.representations.concepts import ConceptInnerProducts

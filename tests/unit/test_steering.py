@@ -231,6 +231,7 @@ def test_an_empty_training_set_is_refused(tiny: LensModel) -> None:
 # ------------------------------------------------------------------ training
 
 
+@pytest.mark.slow  # trains a steer (4 s); the fast suite's steers are built, not trained
 def test_training_lowers_the_loss_never_touches_the_model_and_is_cached(
     tiny: LensModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
