@@ -22,7 +22,8 @@ import torch
 from lmsci_mi import LensModel, loading
 
 SLOW_DOCTESTS = (
-    "train_sae", "train_steer", "cfg_probe_table", "train_tuned_lens", "transfer_steer", "load_sae"
+    "train_sae", "train_steer", "cfg_probe_table", "train_tuned_lens", "transfer_steer", "load_sae",
+    "EditingSession",
 )
 """Docstring examples that train or fit (2-10 s each; load_sae imports sae-lens, 3 s): the full
 suite runs them, `-m "not slow"` not; unit tests cover each function in the fast part."""

@@ -51,13 +51,17 @@ _TL_SWEEPS = [
 
 
 # TransformerLens's patchers run one forward pass per (layer, position, head), 1-3 s a sweep: the
-# fast suite checks every site on the GQA toy (the unusual case: 4 query heads on 2 key/value
-# heads) and two sites on the GPT-2-shaped toy; the whole suite checks every site on both.
+# fast suite checks a vector site and the per-head sites that GQA makes unusual (4 query heads on
+# 2 key/value heads: z, k, v) on the GQA toy, and two sites on the GPT-2-shaped toy; the whole
+# suite checks every site on both.
 _FAST_ON_GPT2 = {("resid_pre", "each"), ("z", "each")}
+_FAST_ON_GQA = {("resid_pre", "each"), ("z", "each"), ("k", "each"), ("v", "all")}
 _TL_CASES = [
     pytest.param(
         model, *sweep, id=f"{model}-{sweep[0]}-{sweep[1]}",
-        marks=[pytest.mark.slow] if model == "tiny_gpt2" and sweep[:2] not in _FAST_ON_GPT2 else [],
+        marks=[pytest.mark.slow]
+        if sweep[:2] not in (_FAST_ON_GPT2 if model == "tiny_gpt2" else _FAST_ON_GQA)
+        else [],
     )
     for model in ("tiny", "tiny_gpt2")
     for sweep in _TL_SWEEPS
@@ -110,6 +114,7 @@ def _deep_toy(tiny: LensModel, n_layers: int = 12) -> LensModel:
                      sink_token_id=tiny.sink_token_id)
 
 
+@pytest.mark.slow  # TransformerLens's patcher on a deep toy (3 s), the oracle of the sweeps above
 def test_merged_layers_on_a_deep_model_equal_transformer_lens(tiny: LensModel) -> None:
     # 12 layers: passes hold rows of layers more than 8 apart, joining at their own layer.
     # One model and one reference for both layer choices (each costs a second).

@@ -256,6 +256,7 @@ def test_a_report_elsewhere_links_the_saved_results(tmp_path: Path) -> None:
     assert not (out / "report.html").exists()
 
 
+@pytest.mark.slow  # a tour with a failing step (3 s); other tests here run the tour in the fast suite
 def test_a_failing_step_is_reported_and_the_tour_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

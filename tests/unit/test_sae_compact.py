@@ -86,6 +86,7 @@ def _resid(lm: LensModel, sae: LensSAE) -> torch.Tensor:
     return captured[sae.hook][:, 1:].reshape(-1, sae.d_model)
 
 
+@pytest.mark.slow  # trains an SAE (4 s), like the tests below
 def test_round_trip_keeps_the_live_features(
     toy: LensModel,
     shipped: tuple[Path, Path, LensSAE, torch.Tensor],
