@@ -91,6 +91,7 @@ def test_pattern_on_the_gqa_toy_equals_transformer_lens(tiny: LensModel) -> None
     torch.testing.assert_close(ours.values.permute(0, 2, 1), expected.cpu(), atol=1e-4, rtol=0)
 
 
+@pytest.mark.slow  # the GQA toy's pattern test above is the fast suite's
 def test_pattern_by_position_equals_transformer_lens(tiny_gpt2: LensModel) -> None:
     metric = _metric(tiny_gpt2)
     expected = _tl_reference(tiny_gpt2, tl_patching.get_act_patch_attn_head_pattern_by_pos, metric)

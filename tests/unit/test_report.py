@@ -353,6 +353,7 @@ def _can_unshare() -> bool:
     )
 
 
+@pytest.mark.slow  # a tour step (2 s), like the real-model tours
 def test_the_probe_step_returns_a_sweep_and_a_summary(tiny: LensModel, tmp_path: Path) -> None:
     from lmsci_mi.cli.probe import _step_probe
     from lmsci_mi.probes.sweep import ProbeSweep

@@ -284,11 +284,15 @@ def test_highlight_html_is_offline(tiny: LensModel, tmp_path: Path) -> None:
     assert all(1 <= s < e <= len(result.values) for s, e in result.spans)
 
 
-def test_svd_probe_and_transfer_on_toys(tiny: LensModel, tiny_gpt2: LensModel) -> None:
-    steer = _strong_steer(tiny)
-    probe = steer_svd(tiny, steer)
+def test_svd_probe_on_a_toy(tiny: LensModel) -> None:
+    probe = steer_svd(tiny, _strong_steer(tiny))
     assert probe.values.shape == (5,) and (probe.values[:-1] >= probe.values[1:]).all()
     assert set(probe.to_dataframe()["end"]) == {"top", "bottom"}
+
+
+@pytest.mark.slow  # fits a map over 40,000 shared tokens (2.5 s)
+def test_transfer_between_toys(tiny: LensModel, tiny_gpt2: LensModel) -> None:
+    steer = _strong_steer(tiny)
     moved, fit = transfer_steer(steer, tiny, tiny_gpt2)
     assert moved.model_name == tiny_gpt2.name and fit.n_shared > 40_000
     with moved.apply(tiny_gpt2, [1.0]):
