@@ -81,15 +81,13 @@ def test_head_out_all_pos_equals_transformer_lens(clean_smollm2: LensModel) -> N
 def test_attribution_ranks_heads_like_exact_patching(clean_smollm2: LensModel) -> None:
     lm = clean_smollm2
     metric = LogitDiff(lm.token_id(" Mary"), lm.token_id(" John"))
-    # The late heads only: exact patching of all 270 heads in the suite's worker (after the other
-    # SmolLM2 tests) drove its memory past 7 GB, and a worker was killed for memory on 2026-11-27.
-    # All 270 heads measure 0.9634 (bootstrap s.d. 0.014; docs/circuits.md's 0.963); pinning that
-    # claim needs a leaner exact sweep first.
-    res = attribution_patch(lm, CLEAN, CORRUPTED, metric,
-                            AttributionConfig(layers=tuple(range(15, 30)), compare_exact=True))
-    assert res.rank_correlation is not None
-    # Better than chance ordering of the late heads (where the IOI movers sit).
-    assert res.rank_correlation > 0.3
+    res = attribution_patch(lm, CLEAN, CORRUPTED, metric, AttributionConfig(compare_exact=True))
+    assert res.rank_correlation is not None and res.values.numel() == 270  # every head
+    # docs/circuits.md and the README: Spearman 0.963 with exact head patching on this pair, over
+    # all 270 heads. Measured: 0.9634; a bootstrap over the 270 heads (2,000 resamples) gives s.d.
+    # 0.014 (three other name pairs of the same template: 0.954, 0.974, 0.953). The bound is the
+    # measured value - 3 s.d.
+    assert res.rank_correlation > 0.922
 
 
 def test_eiffel_trace_is_sensible(clean_smollm2: LensModel) -> None:
