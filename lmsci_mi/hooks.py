@@ -213,8 +213,17 @@ class HookRegistry:
     """
 
     def __init__(self, model: HookedRootModule) -> None:
-        self.model = model
+        # Weakly: the registries are values of a WeakKeyDictionary keyed by the model, and a value
+        # that refers to its key keeps the key alive for ever (every model ever loaded would stay).
+        self._model = weakref.ref(model)
         self._active: list[ActiveHook] = []
+
+    @property
+    def model(self) -> HookedRootModule:
+        model = self._model()
+        if model is None:
+            raise RuntimeError("the model of this hook registry no longer exists")
+        return model
 
     # ----------------------------------------------------------------------------- names
 

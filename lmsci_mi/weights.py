@@ -10,7 +10,6 @@ copy-on-edit and ROME's "model at the end == model at the start" invariant.
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -32,9 +31,17 @@ log = logging.getLogger(__name__)
 EDIT_FORMAT = "lmsci-mi-edit/1"
 """The ``format`` entry in the header of every saved edit file."""
 
-# The edits applied to each model and not yet restored, oldest first. Keyed weakly by the
-# HookedTransformer, so a model that is dropped takes its record with it.
-_APPLIED: weakref.WeakKeyDictionary[torch.nn.Module, list[WeightEdit]] = weakref.WeakKeyDictionary()
+# The edits applied to a model and not yet restored, oldest first, are kept on the model itself.
+# Not in a WeakKeyDictionary keyed by the model: an edit refers to its model, and a value that
+# refers to its key keeps the key (and every model ever edited) alive. On the model, the record is
+# an ordinary reference cycle that goes with the model, and a deep copy of an edited model gets
+# its own record of the same edits.
+_APPLIED_ATTR = "_lmsci_mi_applied_edits"
+
+
+def _applied(model: torch.nn.Module) -> list[WeightEdit]:
+    """The applied-edit stack of ``model`` (created empty on first use)."""
+    return vars(model).setdefault(_APPLIED_ATTR, [])
 
 
 class WeightEdit:
@@ -74,7 +81,7 @@ class WeightEdit:
     @staticmethod
     def applied_to(lm: LensModel) -> tuple[WeightEdit, ...]:
         """The edits applied to ``lm``'s model and not yet restored, oldest first."""
-        return tuple(_APPLIED.get(lm.model, ()))
+        return tuple(_applied(lm.model))
 
     def _parameters(self) -> dict[str, torch.nn.Parameter]:
         params = dict(self.lm.model.named_parameters())
@@ -101,7 +108,7 @@ class WeightEdit:
                 self._originals[name] = param.detach().clone()
             for name, param in params.items():
                 param.add_(self.deltas[name].to(device=param.device, dtype=param.dtype))
-        _APPLIED.setdefault(self.lm.model, []).append(self)
+        _applied(self.lm.model).append(self)
         return self
 
     @classmethod
@@ -119,7 +126,7 @@ class WeightEdit:
         if not edits:
             raise ValueError("nothing to combine: give at least one applied edit")
         lm = edits[0].lm
-        stack = _APPLIED.get(lm.model, [])
+        stack = _applied(lm.model)
         for edit in edits:
             if edit.lm.model is not lm.model or not edit.applied or edit not in stack:
                 raise ValueError(f"{edit!r} is not applied to {lm.name}; only applied edits of one model combine")
@@ -153,14 +160,14 @@ class WeightEdit:
         with torch.no_grad():
             for name, original in self._originals.items():
                 params[name].copy_(original)
-        stack = _APPLIED.get(self.lm.model, [])
+        stack = _applied(self.lm.model)
         if self in stack:
             stack.remove(self)
         self.restored = True
 
     def _check_restorable(self, params: Mapping[str, Tensor]) -> None:
         """Refuse an out-of-order restore, which would silently bring back an earlier state."""
-        stack = _APPLIED.get(self.lm.model, [])
+        stack = _applied(self.lm.model)
         later = stack[stack.index(self) + 1 :] if self in stack else []
         blocking = [edit for edit in later if set(edit.deltas) & set(self._originals)]
         if blocking:

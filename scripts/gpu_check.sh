@@ -19,7 +19,7 @@ if [[ ${1:-} == --prepare ]]; then
     wheels=(transformer-lens==3.9.0 sae-lens==6.54.12 better-abc==0.0.3 fancy-einsum==0.0.3
         beartype==0.23.1 typeguard==4.6.1 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
         circuitsvis==1.43.3 importlib_metadata==10.2.0 lazy-importer==0.1.0 vaderSentiment==3.3.2
-        gguf==0.19.0 simple-parsing==0.1.9 docstring_parser==0.18.0)
+        gguf==0.19.0 simple-parsing==0.1.9 docstring_parser==0.18.0 pytest-timeout==2.4.0)
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
         --implementation cp --platform manylinux_2_17_x86_64 -d .whl "${wheels[@]}" || exit 1
     gguf=$(.venv/bin/python -c "from lmsci_mi.loading import _smollm2_file as f; print(f())") || exit 1

@@ -125,3 +125,22 @@ def test_a_file_that_is_not_an_edit_is_a_clear_error(tmp_path: Path, content: by
         read_deltas(path)
     with pytest.raises(ValueError, match="no edit file"):
         read_deltas(tmp_path / "missing.safetensors")
+
+
+def test_a_dropped_model_is_freed_with_an_edit_applied_and_hooks_used() -> None:
+    # The applied-edit record and the hook registry once lived in WeakKeyDictionaries whose values
+    # referred to their keys, so no model was ever freed: the test suite grew 25 MB per toy.
+    import gc
+    import weakref
+
+    from lmsci_mi import load_model
+    from lmsci_mi.hooks import registry_for
+
+    lm = load_model("toy-2l", device="cpu")
+    with registry_for(lm.model).capture(["blocks.0.hook_resid_post"]):
+        lm(lm.to_tokens("The cat sat"))
+    edit = WeightEdit(lm, {W: torch.ones_like(lm.model.blocks[1].mlp.W_out)}).apply()
+    model = weakref.ref(lm.model)
+    del lm, edit
+    gc.collect()
+    assert model() is None
