@@ -653,3 +653,18 @@ def parity(data: dict) -> str:
          "mean KL", "prompts / positions"],
         rows,
     )
+
+
+@table("tour")
+def tour(data: dict) -> str:
+    """benchmarks/tour.py: the tour's wall time, warm, --quick and from a fresh clone."""
+    rows = []
+    for run in data["runs"].values():
+        rows.append([
+            run["run"], f"{run['wall_s']:.0f} s", f"{run['steps_s']:.0f} s ({run['n_steps']} steps)",
+            f"{run['before_steps_s']:.0f} s", f"{run['report_bytes'] / 1e6:.1f} MB", run["date"],
+        ])
+    return markdown(
+        ["run (one each)", "wall", "of which steps", "before the first step", "report", "measured"],
+        rows,
+    )
