@@ -668,3 +668,42 @@ def tour(data: dict) -> str:
         ["run (one each)", "wall", "of which steps", "before the first step", "report", "measured"],
         rows,
     )
+
+
+@table("ioi_seeds")
+def ioi_seeds(data: dict) -> str:
+    """benchmarks/ioi.py: the IOI circuit's figures per prompt draw, and their spread over draws."""
+    rows = []
+    for r in data["runs"]:
+        rows.append([
+            str(r["seed"]), pm(r["logit_diff"], r["logit_diff_se"], 2),
+            f"{r['fraction_positive'] * r['n_prompts']:.0f} of {r['n_prompts']}",
+            f"{100 * r['faithfulness']:.0f} %", f"{100 * r['name_mover_removed']:.0f} %", str(r["n_heads"]),
+        ])
+    s = data["summary"]
+
+    def spread(key: str, scale: float, digits: int, unit: str = "") -> str:
+        x = s[key]
+        sd = "" if x["sd"] is None else f" ± {scale * x['sd']:.{digits}f}"
+        return f"**{scale * x['mean']:.{digits}f}{sd}{unit}**"
+
+    rows.append([
+        f"mean ± s.d. over {s['n_seeds']} draws", spread("logit_diff", 1, 2),
+        spread("fraction_positive", 100, 0, " %"), spread("faithfulness", 100, 0, " %"),
+        spread("name_mover_removed", 100, 0, " %"), spread("n_heads", 1, 1),
+    ])
+    return markdown(
+        ["seed", "logit diff (± s.e. over prompts)", "positive", "faithfulness",
+         "name movers remove", "circuit heads"],
+        rows,
+    )
+
+
+@table("ioi_heads")
+def ioi_heads(data: dict) -> str:
+    """benchmarks/ioi.py: for each class, the heads and in how many draws each was put there."""
+    n = data["summary"]["n_seeds"]
+    rows = []
+    for role, counts in data["summary"]["heads_by_class"].items():
+        rows.append([role.replace("_", " "), ", ".join(f"{h} ({c}/{n})" for h, c in counts.items())])
+    return markdown(["class", f"heads (draws of {n} that class them so)"], rows)

@@ -26,7 +26,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from lmsci_mi import load_model
-from lmsci_mi.circuits.ioi import IOIConfig, find_ioi_circuit
+from lmsci_mi.circuits.ioi import IOI_ROLES, IOIConfig, find_ioi_circuit
 from lmsci_mi.data.ioi import IOI_TEMPLATES, ioi_dataset
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,7 +71,7 @@ def summarise(runs: list[dict]) -> dict:
             "max": max(values),
         }
     stable: dict[str, dict[str, int]] = {}
-    for role in sorted({role for r in runs for role in r["classes"]}):
+    for role in [role for role in IOI_ROLES if any(role in r["classes"] for r in runs)]:
         counts = Counter(head for r in runs for head in r["classes"].get(role, []))
         stable[role] = dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     out["heads_by_class"] = stable
