@@ -705,5 +705,6 @@ def ioi_heads(data: dict) -> str:
     n = data["summary"]["n_seeds"]
     rows = []
     for role, counts in data["summary"]["heads_by_class"].items():
-        rows.append([role.replace("_", " "), ", ".join(f"{h} ({c}/{n})" for h, c in counts.items())])
+        label = "S-inhibition" if role == "s_inhibition" else role.replace("_", " ")
+        rows.append([label, ", ".join(f"{h} ({c}/{n})" for h, c in counts.items())])
     return markdown(["class", f"heads (draws of {n} that class them so)"], rows)
