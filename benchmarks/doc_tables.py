@@ -708,3 +708,38 @@ def ioi_heads(data: dict) -> str:
         label = "S-inhibition" if role == "s_inhibition" else role.replace("_", " ")
         rows.append([label, ", ".join(f"{h} ({c}/{n})" for h, c in counts.items())])
     return markdown(["class", f"heads (draws of {n} that class them so)"], rows)
+
+
+def _by_selectivity(data: dict) -> list[tuple[str, dict]]:
+    """The probing tasks, most selective first (the order the page discusses them in)."""
+    return sorted(data["tasks"].items(), key=lambda kv: -kv[1]["selectivity"])
+
+
+@table("probes")
+def probes(data: dict) -> str:
+    """benchmarks/probes.py --skip-speed: each probing task's peak layer, accuracy and selectivity."""
+    rows = []
+    for name, t in _by_selectivity(data):
+        selective = t["selectivity"] > 0
+        rows.append([
+            f"`{name}`", str(t["peak_layer"]),
+            f"{bold(num(t['accuracy'], 3), selective)} [{num(t['ci95'][0], 3)}, {num(t['ci95'][1], 3)}]",
+            num(t["control"], 3), bold(minus(f"{t['selectivity']:+.3f}"), selective), num(t["majority"], 3),
+            f"{t['n_train']}/{t['n_val']}/{t['n_test']}", f"{t['seconds']:.0f}",
+        ])
+    return markdown(
+        ["task", "peak layer", "test accuracy [95% CI]", "control accuracy", "selectivity",
+         "majority class", "train/val/test", "seconds (one torch thread, not quiet)" if data["threads"] == 1 else "seconds (not quiet)"],
+        rows,
+    )
+
+
+@table("probes_layers")
+def probes_layers(data: dict) -> str:
+    """benchmarks/probes.py --skip-speed: accuracy per layer and the control task's, as text."""
+    lines = ["```"]
+    for name, t in _by_selectivity(data):
+        lines.append(f"{name:<15} " + " ".join(f"{v:.2f}" for v in t["per_layer"]))
+        lines.append(f"{'  control':<15} " + " ".join(f"{v:.2f}" for v in t["control_per_layer"]))
+    lines.append("```")
+    return "\n".join(lines)

@@ -8,11 +8,14 @@
    are written as PNG and the tables as Parquet under ``--out``.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/probes.py [--out out/probes] [--sklearn-layers 3]
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/probes.py --skip-speed    # the tasks: docs/data/probes.json
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import os
 import time
 from pathlib import Path
@@ -85,8 +88,9 @@ def _sklearn(features, labels, split, config, fits, n_layers: int) -> None:
           f"largest test-accuracy gap to lmsci-mi {max(gaps) * 100:.2f} points")
 
 
-def tasks(lm, out: Path) -> None:
+def tasks(lm, out: Path, data_file: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
+    rows = {}
     print(f"{'task':15s} {'peak layer':>10s} {'accuracy':>9s} {'95% CI':>13s} {'control':>8s} "
           f"{'selectivity':>11s} {'majority':>8s} {'n (train/val/test)':>19s} {'seconds':>8s}")
     for name in PROBE_TASKS.names():
@@ -104,6 +108,20 @@ def tasks(lm, out: Path) -> None:
               f"{peak.selectivity:+11.3f} {peak.baseline:8.3f} {sizes:>19s} {seconds:8.1f}")
         print("   per layer: " + " ".join(f"{v:.2f}" for v in result.metric("score").tolist()))
         print("   control:   " + " ".join(f"{v:.2f}" for v in result.metric("control").tolist()))
+        rows[name] = {
+            "peak_layer": int(peak.layer), "accuracy": float(peak.score),
+            "ci95": [float(row[4]), float(row[5])], "control": float(peak.control),
+            "selectivity": float(peak.selectivity), "majority": float(peak.baseline),
+            "n_train": result.n_train, "n_val": result.n_val, "n_test": result.n_test,
+            "seconds": round(seconds, 1),
+            "per_layer": result.metric("score").tolist(), "control_per_layer": result.metric("control").tolist(),
+        }
+    data_file.write_text(json.dumps({
+        "model": "smollm2-135m", "site": "resid_post", "split": "60/20/20, seed 0",
+        "date": datetime.date.today().isoformat(), "threads": torch.get_num_threads(),
+        "tasks": rows,
+    }, indent=1) + "\n")
+    print(f"wrote {data_file}")
 
 
 def main() -> None:
@@ -113,13 +131,15 @@ def main() -> None:
     parser.add_argument("--sklearn-layers", type=int, default=3)
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-tasks", action="store_true")
+    parser.add_argument("--data", type=Path, default=Path("docs/data/probes.json"),
+                        help="the tasks' figures for the docs' tables")
     args = parser.parse_args()
     lm = load_model("smollm2-135m")
     lm.encode("warm up the tokenizer")
     if not args.skip_speed:
         speed(lm, args.n_examples, args.sklearn_layers)
     if not args.skip_tasks:
-        tasks(lm, args.out)
+        tasks(lm, args.out, args.data)
 
 
 if __name__ == "__main__":
