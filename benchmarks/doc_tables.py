@@ -743,3 +743,27 @@ def probes_layers(data: dict) -> str:
         lines.append(f"{'  control':<15} " + " ".join(f"{v:.2f}" for v in t["control_per_layer"]))
     lines.append("```")
     return "\n".join(lines)
+
+
+@table("induction")
+def induction(data: dict) -> str:
+    """benchmarks/induction.py: induction scores and the ablation test, seed 0 and over draws."""
+    s, first = data["summary"], data["runs"][0]
+    n = len(data["runs"])
+
+    def spread(x: dict, digits: int) -> str:
+        return pm(x["mean"], x["sd"] or 0.0, digits)
+
+    rows = [[f"{head} induction score", num(first["scores"][head], 2), spread(x, 2)]
+            for head, x in s["top_heads_of_seed_0"].items()]
+    rows += [
+        [f"heads above {data['threshold']:g}", str(len(first["heads_above"])), spread(s["n_heads_above"], 1)],
+        ["second-half loss (nats), clean", num(first["loss_clean"], 2), spread(s["loss_clean"], 2)],
+        ["… those heads mean-ablated", num(first["loss_ablated"], 2), spread(s["loss_ablated"], 2)],
+        [f"… as many random other heads ablated (mean of {data['random_draws']} draws)",
+         num(first["loss_random"], 2), spread(s["loss_random"], 2)],
+    ]
+    seqs = data["sequences"]
+    return markdown(
+        ["figure", f"seed 0 ({seqs['n']} sequences)", f"mean ± s.d. over {n} draws of {seqs['n']}"], rows
+    )
