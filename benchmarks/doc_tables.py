@@ -767,3 +767,22 @@ def induction(data: dict) -> str:
     return markdown(
         ["figure", f"seed 0 ({seqs['n']} sequences)", f"mean ± s.d. over {n} draws of {seqs['n']}"], rows
     )
+
+
+@table("sae_heldout")
+def sae_heldout(data: dict) -> str:
+    """benchmarks/sae_massive_activations.py: the SAE's explained variance on held-out tokens."""
+    m = data["massive"]
+    rows = []
+    for key, label in [
+        ("without_massive", f"explained variance without the {m['n_tokens']} massive-activation tokens (see below)"),
+        ("all", f"explained variance, sae-lens's definition, all tokens (the {m['n_tokens']} massive-activation "
+                f"tokens hold {100 * m['variance_share']:.1f}% of the variance)"),
+    ]:
+        r = data[key]
+        value = f"{r['explained_variance']:.3f} [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}]"
+        rows.append([label, bold(value, key == "without_massive"), f"{r['n_tokens']:,} / {r['n_texts']}"])
+    b = data["bootstrap"]
+    return markdown(
+        ["held-out statistic", f"value [95% CI, {b['resamples']:,} resamples of the texts]", "tokens / texts"], rows
+    )
