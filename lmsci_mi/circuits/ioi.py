@@ -178,9 +178,11 @@ class IOICircuit(Result):
 
     def summary(self, rows: int = 10) -> str:
         """A few lines: heads by class (at most ``rows`` each), logit difference, ablations."""
+        n = len(self.logit_diffs)
+        se = float(self.logit_diffs.float().std() / n**0.5) if n > 1 else float("nan")
         lines = [
-            f"logit diff {self.logit_diff:.2f} (positive for {100 * self.fraction_positive:.0f}% "
-            f"of {len(self.meta.prompts)} prompts)"
+            f"logit diff {self.logit_diff:.2f} ± {se:.2f} (s.e. over prompts; positive for "
+            f"{100 * self.fraction_positive:.0f}% of {n} prompts)"
         ]
         for role in IOI_ROLES:
             heads = [h for h in self.heads if h.role == role][:rows]

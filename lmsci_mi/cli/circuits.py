@@ -25,6 +25,8 @@ from lmsci_mi.model import LensModel
 EIFFEL_PROMPT = "The Eiffel Tower is located in the city of"
 IOI_CLEAN = "When Mary and John went to the store, John gave a drink to"
 IOI_CORRUPTED = "When Mary and John went to the store, Mary gave a drink to"
+TOUR_TRACE_SAMPLES = 3
+"""Noise samples of the tour's causal trace (the docs' figure uses 10)."""
 
 
 def register(commands: Any) -> None:
@@ -144,7 +146,7 @@ def tour_steps() -> list[TourStep]:
             "Causal trace: where does the model keep 'the Eiffel Tower is in Paris'?",
             _step_causal_trace,
             "from lmsci_mi.circuits.tracing import TraceConfig, causal_trace; causal_trace(lm, "
-            f'"{EIFFEL_PROMPT}", "Eiffel Tower", TraceConfig(target=" Paris", n_samples=3))',
+            f'"{EIFFEL_PROMPT}", "Eiffel Tower", TraceConfig(target=" Paris", n_samples={TOUR_TRACE_SAMPLES}))',
             seconds=20,
             quick=True,
         ),
@@ -168,7 +170,7 @@ def _step_causal_trace(lm: LensModel, out_dir: Path) -> StepOutput:
 
     # Fewer noise samples than the paper's 10 keep this step under a minute on two CPU cores.
     trace = causal_trace(
-        lm, EIFFEL_PROMPT, "Eiffel Tower", TraceConfig(target=" Paris", n_samples=3)
+        lm, EIFFEL_PROMPT, "Eiffel Tower", TraceConfig(target=" Paris", n_samples=TOUR_TRACE_SAMPLES)
     )
     report = _trace_report(trace)
     values = trace.kind_values(trace.kinds[0])
@@ -179,7 +181,8 @@ def _step_causal_trace(lm: LensModel, out_dir: Path) -> StepOutput:
     summary = (
         f"p(' Paris') clean {trace.clean_prob:.3f}, corrupted {trace.corrupted_prob:.3f}; restoring "
         f"the {trace.kinds[0]} at {trace.axis_labels(2)[pos]!r} layer {layer} brings it back to "
-        f"{float(values[layer, pos]):.3f}"
+        f"{float(values[layer, pos]):.3f} (one prompt, {TOUR_TRACE_SAMPLES} noise samples; "
+        "`lmsci-mi trace --facts shipped` averages over a fact set)"
     )
     return StepOutput(summary, {"causal_trace_eiffel": trace}, text=report)
 

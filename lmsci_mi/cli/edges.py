@@ -279,9 +279,15 @@ def _step_edge_circuit(lm: LensModel, out_dir: Path) -> StepOutput:
     )
     # The 5 % circuit (~6,000 edges) draws as a hairball; the 0.1 % one (~120 edges) is readable.
     circuit = curve.circuit(0.1)
+    five = curve.at(5.0)
+    if curve.interval is not None:
+        low, high = curve.interval[curve.fractions.index(5.0)].tolist()
+        five_text = f"{five:.2f} [95% CI {low:.2f}, {high:.2f}]"
+    else:
+        five_text = f"{five:.2f}"
     summary = (
         f"{graph.describe()}; EAP-IG on {len(pairs.clean)} IOI pairs: normalised faithfulness "
-        f"{curve.at(5.0):.2f} at 5 % of edges, {curve.at(1.0):.2f} at 1 %; CPR {curve.cpr:.3f}, "
+        f"{five_text} at 5 % of edges, {curve.at(1.0):.2f} at 1 %; CPR {curve.cpr:.3f}, "
         f"CMD {curve.cmd:.3f}"
     )
     return StepOutput(

@@ -150,7 +150,7 @@ def _step_induction(lm: LensModel, out_dir: Path) -> StepOutput:
     summary = (
         f"top induction head {top[0][0]} ({top[0][1]:.2f}); ablating {len(heads)} heads: loss "
         f"{check.loss_clean:.2f} → {check.loss_induction_ablated:.2f} nats (random heads "
-        f"{check.loss_random_ablated:.2f})"
+        f"{check.loss_random_ablated:.2f}; 8 sequences)"
     )
     return StepOutput(summary, {"induction_scores": scores, "induction_ablation": check}, text=text)
 

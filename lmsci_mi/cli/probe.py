@@ -96,9 +96,12 @@ def _step_probe(lm: LensModel, out_dir: Path) -> StepOutput:
     result = probe_task(lm, "country")
     peak = result.peak()
     score = result.score_name
+    best = result.axis_labels(0).index(peak.layer)
+    low, high = (float(result.metric(m)[best]) for m in ("ci_low", "ci_high"))
     summary = (
-        f"peak at layer {peak.layer}: {score} {peak.score:.3f} (control {peak.control:.3f}, "
-        f"selectivity {peak.selectivity:+.3f}, majority class {peak.baseline:.3f})"
+        f"peak at layer {peak.layer}: {score} {peak.score:.3f} [95% CI {low:.3f}, {high:.3f}; "
+        f"{result.n_test} test examples] (control {peak.control:.3f}, selectivity "
+        f"{peak.selectivity:+.3f}, majority class {peak.baseline:.3f})"
     )
     text = (
         f"country probe on {lm.name} ({result.site}; {result.n_train}/{result.n_val}/{result.n_test} "

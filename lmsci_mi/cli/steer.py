@@ -364,10 +364,14 @@ def _step_steer(lm: LensModel, out_dir: Path) -> StepOutput:
         caption="Per-token evidence log p(+s) − log p(−s) of the sentiment steer (green: positive)",
     )
     sentiment = curve.metric("sentiment").tolist()
+    errors = curve.error("sentiment").tolist()
     summary = (
         "VADER sentiment at s = "
-        + ", ".join(f"{v:+g}: {m:+.2f}" for v, m in zip(TOUR_STEER_VALUES, sentiment, strict=True))
-        + f" (20 prompts); keyword spans {highlight.span_texts()}"
+        + ", ".join(
+            f"{v:+g}: {m:+.2f} ± {e:.2f}"
+            for v, m, e in zip(TOUR_STEER_VALUES, sentiment, errors, strict=True)
+        )
+        + f" (± s.e. over {config.n_prompts} prompts); keyword spans {highlight.span_texts()}"
     )
     text = f"{curve.summary()}\n\nhighlighted spans of {TOUR_HIGHLIGHT!r}: {highlight.span_texts()}"
     results = {
