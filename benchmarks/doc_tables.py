@@ -786,3 +786,20 @@ def sae_heldout(data: dict) -> str:
     return markdown(
         ["held-out statistic", f"value [95% CI, {b['resamples']:,} resamples of the texts]", "tokens / texts"], rows
     )
+
+
+@table("tour_steps")
+def tour_steps(data: dict) -> str:
+    """benchmarks/tour.py: each step of the tour, its estimate and its measured seconds."""
+    runs = data["runs"]
+
+    def seconds(run: str, title: str) -> str:
+        value = runs.get(run, {}).get("step_seconds", {}).get(title)
+        return "not measured" if value is None else f"{value:.1f} s"
+
+    rows = [
+        [step["name"], "yes" if step["quick"] else "", f"{step['estimate_s']} s",
+         seconds("warm", step["title"]), seconds("fresh", step["title"]), step["title"]]
+        for step in data["steps"]
+    ]
+    return markdown(["step", "quick", "estimate", "warm", "fresh caches", "what it shows"], rows)

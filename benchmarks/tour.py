@@ -83,11 +83,26 @@ def run_once(name: str, scratch: Path) -> dict:
     }
 
 
+def plan() -> list[dict]:
+    """The tour's steps as the code declares them: name, title, quick, the estimate it prints."""
+    from lmsci_mi import cli
+    from lmsci_mi.cli.tour import collect_steps
+
+    quick = {step.name for step in collect_steps(cli._FEATURES, quick=True)}
+    return [
+        {"name": step.name, "title": step.title, "quick": step.name in quick, "estimate_s": step.seconds}
+        for step in collect_steps(cli._FEATURES, quick=False)
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", nargs="+", choices=list(RUNS), default=["warm", "quick"])
+    parser.add_argument("--runs", nargs="*", choices=list(RUNS), default=["warm", "quick"],
+                        help="the runs to measure (none: only refresh the step list)")
     args = parser.parse_args()
     data = json.loads(DATA.read_text()) if DATA.exists() else {"runs": {}}
+    data["steps"] = plan()
+    DATA.write_text(json.dumps(data, indent=1) + "\n")
     for name in args.runs:
         with tempfile.TemporaryDirectory(prefix=f"lmsci-tour-{name}-") as scratch:
             print(f"{name}: running …", flush=True)

@@ -147,7 +147,7 @@ def tour_steps() -> list[TourStep]:
             _step_causal_trace,
             "from lmsci_mi.circuits.tracing import TraceConfig, causal_trace; causal_trace(lm, "
             f'"{EIFFEL_PROMPT}", "Eiffel Tower", TraceConfig(target=" Paris", n_samples={TOUR_TRACE_SAMPLES}))',
-            seconds=20,
+            seconds=25,
             quick=True,
         ),
         TourStep(
@@ -158,7 +158,7 @@ def tour_steps() -> list[TourStep]:
             "from lmsci_mi.circuits.metrics import LogitDiff; attribution_patch(lm, "
             f'"{IOI_CLEAN}", "{IOI_CORRUPTED}", LogitDiff(lm.token_id(" Mary"), lm.token_id(" John")), '
             'AttributionConfig(site="z", normalise=True, compare_exact=True))',
-            seconds=10,
+            seconds=5,
             quick=True,
         ),
     ]

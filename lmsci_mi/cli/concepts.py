@@ -114,7 +114,7 @@ def tour_steps() -> list[TourStep]:
             "from lmsci_mi.data.concepts import load_concept_pairs; from lmsci_mi.representations "
             "import concept_projections, concept_inner_products; pairs = load_concept_pairs(); "
             "concept_projections(lm, pairs), concept_inner_products(lm, pairs)",
-            seconds=25,
+            seconds=15,
         ),
     ]
 

@@ -254,7 +254,7 @@ def tour_steps() -> list[TourStep]:
             "pairs = ioi_str_pairs(lm, 16); "
             "faithfulness_curve(lm, graph, score_edges(lm, graph, pairs, 'eap-ig', 5), "
             "list(pairs.clean), list(pairs.corrupted), pairs.metric())",
-            seconds=60,
+            seconds=45,
         ),
     ]
 

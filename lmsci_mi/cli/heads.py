@@ -118,7 +118,7 @@ def tour_steps() -> list[TourStep]:
             "from lmsci_mi.circuits.ioi import IOIConfig, find_ioi_circuit; from lmsci_mi.data.ioi "
             "import IOI_TEMPLATES, ioi_dataset; find_ioi_circuit(lm, ioi_dataset(lm, 8, "
             "templates=IOI_TEMPLATES[:1]), IOIConfig(n_sender_candidates=3))",
-            seconds=10,
+            seconds=5,
         ),
     ]
 

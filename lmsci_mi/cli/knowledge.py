@@ -158,7 +158,7 @@ def tour_steps() -> list[TourStep]:
             "from lmsci_mi.lenses import logit_lens; from lmsci_mi.knowledge import "
             f'knowledge_neurons; logit_lens(lm, "{EIFFEL_PROMPT}", " Paris"); '
             f'knowledge_neurons(lm, {list(EIFFEL_PARAPHRASES)!r}, " Paris")',
-            seconds=25,
+            seconds=15,
         ),
     ]
 

@@ -83,7 +83,7 @@ def tour_steps() -> list[TourStep]:
             _step_cfg_probes,
             "from lmsci_mi.probes.cfg import CFGProbeConfig, run_cfg_probes; run_cfg_probes("
             "CFGProbeConfig(multihead=False, attention=False, n_samples=100))",
-            seconds=35,  # 37 s measured by benchmarks/tour.py, 2026-11-27
+            seconds=35,
             quick=True,
         ),
     ]

@@ -314,7 +314,7 @@ def tour_steps() -> list[TourStep]:
             f"print(feature_cards(lm, sae, text_chunks(lm, {TOUR_TOKENS}).tolist(), "
             f"[{TOUR_FEATURE}]).describe({TOUR_FEATURE})); print(steering_frequency(lm, sae, "
             f"{TOUR_FEATURE}, neutral_prompts()[:{TOUR_PROMPTS}]).summary())",
-            seconds=40,
+            seconds=45,
             quick=True,
             first_run="a few seconds more to expand the shipped SAE into the cache",
         ),

@@ -340,7 +340,7 @@ def tour_steps() -> list[TourStep]:
             "SteerEvalConfig, evaluate_steer; from lmsci_mi.data.steering_texts import "
             'steering_texts; evaluate_steer(lm, train_steer(lm, steering_texts("sentiment"))[0], '
             f"SteerEvalConfig(values={TOUR_STEER_VALUES}, n_prompts=20))",
-            seconds=40,
+            seconds=45,
             quick=True,
         ),
     ]
