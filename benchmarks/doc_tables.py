@@ -803,3 +803,15 @@ def tour_steps(data: dict) -> str:
         for step in data["steps"]
     ]
     return markdown(["step", "quick", "estimate", "warm", "fresh caches", "what it shows"], rows)
+
+
+@table("test_suite")
+def test_suite(data: dict) -> str:
+    """benchmarks/test_suite.py: the README's test command, fast part and whole suite."""
+    rows = []
+    for run in data["runs"].values():
+        counts = ", ".join(f"{n:,} {kind}" for kind, n in run["counts"].items())
+        minutes = f" ({run['pytest_s'] / 60:.1f} min)" if run["pytest_s"] >= 600 else ""
+        rows.append([run["run"], counts, f"{run['pytest_s']:.0f} s{minutes}", f"{run['wall_s']:.0f} s",
+                     run["date"]])
+    return markdown(["command", "tests", "pytest's time", "wall", "measured"], rows)
