@@ -807,7 +807,7 @@ def tour_steps(data: dict) -> str:
 
 @table("test_suite")
 def test_suite(data: dict) -> str:
-    """benchmarks/test_suite.py: the README's test command, fast part and whole suite."""
+    """benchmarks/suite_time.py: the README's test command, fast part and whole suite."""
     rows = []
     for run in data["runs"].values():
         counts = ", ".join(f"{n:,} {kind}" for kind, n in run["counts"].items())

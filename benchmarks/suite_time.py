@@ -3,8 +3,8 @@
 Run quiet, alone on the machine (the timings are the budget's measure: fast part ≤ 2 min, whole
 suite ≤ 20 min on the project's 2-core CPU)::
 
-    python benchmarks/test_suite.py                 # both, docs/data/test_suite.json
-    python benchmarks/test_suite.py --runs fast     # the fast part only
+    python benchmarks/suite_time.py                 # both, docs/data/test_suite.json
+    python benchmarks/suite_time.py --runs fast     # the fast part only
 
 Each run is ``scripts/test.sh`` as the README gives it (``-m "not slow"`` for the fast part), with
 ``-p no:cacheprovider`` so that no earlier run's order or cache changes it. The wall time is taken
