@@ -70,10 +70,13 @@ class Stale:
 
 
 def _renderers() -> dict:
-    """benchmarks/doc_tables.py's renderers, loaded by path: benchmarks/ is no installed package."""
+    """benchmarks/doc_tables/'s renderers, loaded by path: benchmarks/ is no installed package."""
     name = "lmsci_mi_doc_tables"
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / "doc_tables.py")
+        folder = ROOT / "benchmarks" / "doc_tables"
+        spec = importlib.util.spec_from_file_location(
+            name, folder / "__init__.py", submodule_search_locations=[str(folder)]
+        )
         assert spec is not None and spec.loader is not None
         module: ModuleType = importlib.util.module_from_spec(spec)
         sys.modules[name] = module

@@ -1,0 +1,196 @@
+"""Renderers of docs/editing.md: the editing table, margins, ROME and AlphaEdit layers, sequential editing, cost."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import METHOD_NAMES, MODEL_NAMES, bold, ci, markdown, num, pm, table
+
+
+@table("alphaedit_layers")
+def alphaedit_layers(data: dict) -> str:
+    """benchmarks/alphaedit.py: the null space, C's median eigenvalue and the keys kept, per layer."""
+    layers = [str(layer) for layer in data["layers"]]
+
+    def per_layer(values: dict, fmt: Callable[[Any], str]) -> str:
+        return ", ".join(f"L{layer} {fmt(values[layer])}" for layer in layers)
+
+    return markdown(
+        ["", "per layer"],
+        [
+            [f"null-space dimension (of {data['d_mlp']})", per_layer(data["null_space_dims"], str)],
+            [
+                "median eigenvalue of C",
+                per_layer({k: v["median"] for k, v in data["eigenvalues"].items()},
+                          lambda x: num(x, 4)),
+            ],
+            ["share of the edit's keys kept by P",
+             per_layer(data["key_share_kept"], lambda x: num(x, 2))],
+        ],
+    )
+
+
+@table("alphaedit_tokens")
+def alphaedit_tokens(data: dict) -> str:
+    """benchmarks/alphaedit.py --token-sweep: the null-space dimension against the token count.
+
+    The sweep's largest count is the default budget (the script runs it last, from the cache)."""
+    rows = data["null_space_dims_by_tokens"]
+    layers = list(next(iter(rows.values())))
+    default = max(rows, key=int)
+    return markdown(
+        ["tokens", *(f"L{layer}" for layer in layers)],
+        [
+            [f"{int(tokens):,}" + (" (default)" if tokens == default else ""),
+             *(dims[layer] for layer in layers)]
+            for tokens, dims in rows.items()
+        ],
+    )
+
+
+SEQUENTIAL_ORDER = ("rome", "memit", "alphaedit")
+SEQUENTIAL_METRICS = ("ES", "PS", "NS", "specificity")
+
+
+@table("sequential_editing")
+def sequential_editing(data: dict) -> str:
+    """benchmarks/sequential_editing.py: every method's every evaluated step, ± one binomial s.e.
+
+    Methods come in the page's order (ROME, MEMIT, AlphaEdit, then any other in the file's order),
+    so a run that adds steps or methods changes only the data file."""
+    methods = data["methods"]
+    names = [m for m in SEQUENTIAL_ORDER if m in methods] + [
+        m for m in methods if m not in SEQUENTIAL_ORDER
+    ]
+    rows = []
+    for name in names:
+        curve = methods[name]
+        for step, edits in enumerate(curve["n_edited"]):
+            cells = []
+            for metric in SEQUENTIAL_METRICS:
+                value = curve["metrics"][metric][step]
+                # A step without a standard error (a file written before they were kept, or
+                # no prompt counted) shows the value alone.
+                errors = curve.get("se", {}).get(metric)
+                se = errors[step] if errors else math.nan
+                cells.append(num(value, 1) if math.isnan(se) else pm(value, se, 1))
+            rows.append([
+                f"{name} (b={curve['batch_size']})", edits, *cells,
+                num(curve["metrics"]["GE"][step], 1), num(curve["seconds"][step], 0),
+            ])
+    return markdown(
+        ["method", "edits", *SEQUENTIAL_METRICS, "GE", "seconds of edits"], rows
+    )
+
+
+# The page's words for the rows benchmarks/editing.py --speed writes; a row it does not know
+# keeps the script's own words.
+COST_LABELS = {
+    "one ROME edit, layer 4 (mean of 5 facts)": "one ROME edit at layer 4 (mean of 5 facts)",
+    "MEMIT, 50 facts in one batch, fit from the subject on": "MEMIT, 50 facts in one batch",
+    "MEMIT, 10 facts in one batch, fit from the subject on":
+        "MEMIT, 10 facts, fit from the subject on (same run)",
+    "MEMIT, 10 facts in one batch, fit over every position (before)":
+        "MEMIT, 10 facts, fit over every position (same run: the code before)",
+    "evaluation of one fact, GE 50 tokens, baseline computed (ROME edit included)":
+        "one fact's evaluation with 50-token GE, unedited baseline computed (edit included)",
+    "… the same, the edit excluded": "… the same without the edit",
+    "evaluation of one fact, unedited baseline cached (the edit excluded)":
+        "one fact's evaluation with 50-token GE, unedited baseline from the cache (edit excluded)",
+}
+# Which row each of issue 21's "before" figures belongs to (the start of the row's `what`), and
+# the word the issue put in front of it.
+COST_BEFORE = {
+    "one ROME edit": ("rome_edit_s", ""),
+    "MEMIT, 50 facts in one batch, fit from the subject on": ("memit_50_facts_s", ""),
+    "evaluation of one fact, GE": ("evaluation_one_fact_s", "about "),
+}
+
+
+def _cost_rank(row: dict) -> int:
+    """ROME first, then MEMIT, then the evaluation (the page's order); ties keep the file's."""
+    what = row["what"]
+    return 0 if what.startswith("one ROME edit") else 1 if what.startswith("MEMIT") else 2
+
+
+@table("editing_cost")
+def editing_cost(data: dict) -> str:
+    """benchmarks/editing.py --speed: wall and CPU seconds against issue 21's figures and targets."""
+    before = data["before_issue_21"]
+    rows = []
+    for row in sorted(data["rows"], key=_cost_rank):
+        what = COST_LABELS.get(row["what"], row["what"])
+        each = row.get("wall_s_each")
+        if each and what.endswith(")"):
+            what = f"{what[:-1]}; {min(each):.1f}–{max(each):.1f})"
+        old = ""
+        for start, (key, word) in COST_BEFORE.items():
+            if row["what"].startswith(start) and key in before:
+                old = f"{word}{str(before[key]).replace('-', '–')} s"
+        target, met = "", False
+        if row["target_s"] is not None:
+            met = row["wall_s"] <= row["target_s"]
+            target = f"≤ {row['target_s']} s: {'met' if met else 'not met'}"
+        cpu = "" if row["cpu_s"] is None else num(row["cpu_s"], 1)
+        rows.append([what, old, bold(num(row["wall_s"], 1), met), cpu, target, row["date"]])
+    return markdown(
+        ["what", "before (issue 21)", "now, wall s", "CPU s", "target", "measured"], rows
+    )
+
+
+def _edit_label(row: dict, n_facts: int) -> str:
+    if row["model"] == "unedited":
+        label = f"{MODEL_NAMES['smollm2-135m']} unedited"
+    else:
+        how = ("one batch" if row["n_edits"] == 1
+               else "one fact at a time" if row["n_edits"] == row["n_facts"]
+               else f"{row['n_edits']} edits")
+        label = f"+ {METHOD_NAMES.get(row['model'], row['model'])}, {how}"
+    return label if row["n_facts"] == n_facts else f"{label} ({row['n_facts']} facts)"
+
+
+def _metric_cells(row: dict, metrics: Sequence[str]) -> list[str]:
+    return [ci(row["metrics"][m], *row["ci95"][m], 1) for m in metrics]
+
+
+@table("editing_table")
+def editing_table(data: dict) -> str:
+    """benchmarks/editing.py --table: S, ES, PS, NS and GE with 95 % bootstrap intervals."""
+    metrics = ("S", "ES", "PS", "NS", "GE")
+    return markdown(
+        [f"model + method ({data['n_facts']} facts)", *metrics],
+        [[_edit_label(row, data["n_facts"]), *_metric_cells(row, metrics)] for row in data["rows"]],
+    )
+
+
+@table("editing_margins")
+def editing_margins(data: dict) -> str:
+    """benchmarks/editing.py --table: the probability margins EM, PM and NM in points."""
+    metrics = ("EM", "PM", "NM")
+    return markdown(
+        ["model + method", *metrics],
+        [[row["model"], *_metric_cells(row, metrics)] for row in data["rows"]],
+    )
+
+
+@table("rome_layers")
+def rome_layers(data: dict) -> str:
+    """benchmarks/rome_layers.py: ROME at each swept layer; the layer of the best S in bold.
+
+    An interval that is a single point (ES 100 on every fact) is left out."""
+    layers = data["layers"]
+    best = str(data["best_layer_by_S"])
+    unedited = next(iter(layers.values()))["unedited"]["GE"]
+    metrics = ("S", "ES", "PS", "NS", "GE")
+    rows = []
+    for layer, row in layers.items():
+        cells = []
+        for m in metrics:
+            low, high = row[f"{m}_ci"]
+            same = num(low, 1) == num(high, 1) == num(row[m], 1)
+            cells.append(num(row[m], 1) if same else ci(row[m], low, high, 1))
+        cells[0] = bold(cells[0], layer == best)
+        rows.append([bold(layer, layer == best), *cells])
+    return markdown(["layer", *metrics[:-1], f"GE (unedited {num(unedited, 1)})"], rows)

@@ -1,0 +1,106 @@
+"""Renderers of docs/knowledge.md: key-value memories, knowledge neurons and lenses."""
+
+from __future__ import annotations
+
+from . import MODEL_SHORT, Renderer, markdown, minus, num, pm, table
+
+
+def _agreement(model: str) -> Renderer:
+    def render(data: dict) -> str:
+        rows = data["models"][model]["agreement"]
+        return markdown(
+            ["layer", "agreement", "shuffled"],
+            [[r["layer"], pm(r["agreement"], r["agreement_se"], 3),
+              pm(r["shuffled"], r["shuffled_se"], 3)] for r in rows],
+        )
+
+    render.__doc__ = f"benchmarks/kv_memories.py: {model}'s key-value agreement per layer, ± s.e."
+    return render
+
+
+table("kv_agreement_smollm2")(_agreement("smollm2-135m"))
+table("kv_agreement_gemma3")(_agreement("gemma3-270m"))
+
+
+def _share(x: float) -> str:
+    """A share in per cent: one decimal below 100 %, whole per cent above."""
+    return f"{100 * x:.1f} %" if x < 1 else f"{100 * x:.0f} %"
+
+
+@table("kv_eiffel")
+def kv_eiffel(data: dict) -> str:
+    """benchmarks/kv_memories.py --part eiffel: the Eiffel fact's sub-updates, one column a model."""
+    models = [m for m, entry in data["models"].items() if "eiffel_subupdates" in entry]
+    runs = [data["models"][m]["eiffel_subupdates"] for m in models]
+    first = runs[0]
+
+    def neurons(run: dict, key: str) -> str:
+        return ", ".join(minus(f"{name} {effect:+.2f}") for name, effect, _ in run[key][:3])
+
+    rows = [
+        [f'logit of "{first["target"]}"', *(num(r["logit"], 2) for r in runs)],
+        ["MLPs' net direct contribution", *(minus(f"{r['mlp_total']:+.2f}") for r in runs)],
+        [f"{first['top_k']} most raising neurons, share of that net",
+         *(_share(r["top_share"]) for r in runs)],
+        [f"{first['top_k']} largest either way, share of all sub-updates' absolute size",
+         *(_share(r["mass_share"]) for r in runs)],
+        ["neurons that raise it most", *(neurons(r, "raise") for r in runs)],
+        ["neurons that lower it most", *(neurons(r, "lower") for r in runs)],
+    ]
+    return markdown(["", *(MODEL_SHORT.get(m, m) for m in models)], rows)
+
+
+@table("kn_speed")
+def kn_speed(data: dict) -> str:
+    """benchmarks/knowledge_neurons.py --speed: integrated gradients against the package's scheme."""
+    speed = data["speed"]
+    ours = speed["ours_s"]
+    runs = ", ".join(num(s, 2) for s in ours)
+    return markdown(
+        ["scheme", "wall s"],
+        [[f"`integrated_gradients` (best of {len(ours)})", f"{num(min(ours), 2)} (runs: {runs})"],
+         ["package scheme", num(speed["package_scheme_s"], 1)]],
+    )
+
+
+def _relative(x: float) -> str:
+    return minus(f"{100 * x:+.1f}")
+
+
+@table("kn_table")
+def kn_table(data: dict) -> str:
+    """benchmarks/knowledge_neurons.py --table: mean relative change of p(answer), 95 % intervals."""
+    t = data["table"]
+    own = f"the fact's {t['prompts_per_fact']} prompts"
+    labels = {
+        "knowledge": ("knowledge neurons", own),
+        "random": ("random neurons, same layers and number", own),
+        "other_facts": ("knowledge neurons", f"{t['other_facts_per_fact']} facts of other relations"),
+    }
+    rows = []
+    for key, cell in t["cells"].items():
+        rows.append([*labels[key], *(
+            f"{_relative(cell[op]['mean'])} % [{_relative(cell[op]['ci95'][0])}, "
+            f"{_relative(cell[op]['ci95'][1])}]"
+            for op in ("suppress", "enhance")
+        )])
+    return markdown(["neurons scaled", "prompts measured", "suppress (×0)", "enhance (×2)"], rows)
+
+
+
+
+@table("tuned_lens_kl")
+def tuned_lens_kl(data: dict) -> str:
+    """benchmarks/tuned_lens.py: KL(final ‖ lens) per layer, logit and tuned lens, per held-out set."""
+    sets = data["sets"]
+    rows = []
+    for layer in range(len(sets[0]["logit_kl"])):
+        cells = []
+        for s in sets:
+            cells += [pm(s["logit_kl"][layer], s["logit_se"][layer], 3),
+                      pm(s["tuned_kl"][layer], s["tuned_se"][layer], 3)]
+        rows.append([layer, *cells])
+    header = ["layer"]
+    for s in sets:
+        header += [f"{s['set']}: logit", "tuned"]
+    return markdown(header, rows)

@@ -1,0 +1,69 @@
+"""Renderers of README.md and docs/report.md: parity, the tour's timings and the test suite's."""
+
+from __future__ import annotations
+
+from . import MODEL_SHORT, markdown, table
+
+
+@table("parity")
+def parity(data: dict) -> str:
+    """benchmarks/parity.py: lmsci-mi against Hugging Face per model and precision."""
+    rows = []
+    for doc in data.values():
+        for name, r in doc["comparisons"].items():
+            rows.append([
+                MODEL_SHORT.get(doc["model"], doc["model"]), name, f"{r['max_abs_logprob_diff']:.1e}",
+                f"{r['mean_abs_logprob_diff']:.1e}", f"{100 * r['top1_agreement']:.1f} %",
+                # float32's KL is float noise either side of 0 (-5e-9 on SmolLM2).
+                "< 1e-7" if abs(r["mean_kl"]) < 1e-7 else f"{r['mean_kl']:.1e}",
+                f"{doc['n_prompts']} / {r['positions']}",
+            ])
+    return markdown(
+        ["model", "comparison", "largest abs Δ log p", "mean abs Δ log p", "top-1 agrees",
+         "mean KL", "prompts / positions"],
+        rows,
+    )
+
+
+@table("tour")
+def tour(data: dict) -> str:
+    """benchmarks/tour.py: the tour's wall time, warm, --quick and from a fresh clone."""
+    rows = []
+    for run in data["runs"].values():
+        rows.append([
+            run["run"], f"{run['wall_s']:.0f} s", f"{run['steps_s']:.0f} s ({run['n_steps']} steps)",
+            f"{run['before_steps_s']:.0f} s", f"{run['report_bytes'] / 1e6:.1f} MB", run["date"],
+        ])
+    return markdown(
+        ["run (one each)", "wall", "of which steps", "before the first step", "report", "measured"],
+        rows,
+    )
+
+
+@table("tour_steps")
+def tour_steps(data: dict) -> str:
+    """benchmarks/tour.py: each step of the tour, its estimate and its measured seconds."""
+    runs = data["runs"]
+
+    def seconds(run: str, title: str) -> str:
+        value = runs.get(run, {}).get("step_seconds", {}).get(title)
+        return "not measured" if value is None else f"{value:.1f} s"
+
+    rows = [
+        [step["name"], "yes" if step["quick"] else "", f"{step['estimate_s']} s",
+         seconds("warm", step["title"]), seconds("fresh", step["title"]), step["title"]]
+        for step in data["steps"]
+    ]
+    return markdown(["step", "quick", "estimate", "warm", "fresh caches", "what it shows"], rows)
+
+
+@table("test_suite")
+def test_suite(data: dict) -> str:
+    """benchmarks/suite_time.py: the README's test command, fast part and whole suite."""
+    rows = []
+    for run in data["runs"].values():
+        counts = ", ".join(f"{n:,} {kind}" for kind, n in run["counts"].items())
+        minutes = f" ({run['pytest_s'] / 60:.1f} min)" if run["pytest_s"] >= 600 else ""
+        rows.append([run["run"], counts, f"{run['pytest_s']:.0f} s{minutes}", f"{run['wall_s']:.0f} s",
+                     run["date"]])
+    return markdown(["command", "tests", "pytest's time", "wall", "measured"], rows)
