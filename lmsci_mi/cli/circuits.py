@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from lmsci_mi.cli.common import (
+    add_cluster_args,
     add_config_args,
     add_model_args,
     add_output_args,
+    cluster_from_args,
     config_from_args,
     load_from_args,
     write_outputs,
@@ -50,6 +52,7 @@ def register(commands: Any) -> None:
     )
     add_config_args(trace, TraceConfig)
     add_config_args(trace, AIEConfig)
+    add_cluster_args(trace)
     add_output_args(trace)
     trace.set_defaults(run=_run_trace)
 
@@ -76,15 +79,23 @@ def _run_trace(args: argparse.Namespace) -> int:
     from lmsci_mi.circuits.tracing import TraceConfig, causal_trace
 
     config = config_from_args(TraceConfig, args)
+    cluster = cluster_from_args(args)
     prompt, subject, facts = args.prompt, args.subject, args.facts
     if (facts is None) == (prompt is None and subject is None) or (
         facts is None and not (prompt and subject)
     ):
         raise ValueError("give either --prompt and --subject (one fact) or --facts FILE|shipped")
+    if cluster is not None and facts is None:
+        raise ValueError("--ray shards a fact set over a cluster: give --facts FILE|shipped")
     if facts is not None:
         aie_config = config_from_args(AIEConfig, args, trace=config)
         fact_set = load_fact_set(facts)  # checked before the model loads
-        result: Any = average_indirect_effect(load_from_args(args), fact_set, aie_config)
+        if cluster is not None:
+            from lmsci_mi.cluster import run_sharded
+
+            result: Any = run_sharded("aie", load_from_args(args), fact_set, aie_config, cluster=cluster)
+        else:
+            result = average_indirect_effect(load_from_args(args), fact_set, aie_config)
     else:
         assert prompt is not None and subject is not None
         result = causal_trace(load_from_args(args), prompt, subject, config)

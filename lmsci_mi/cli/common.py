@@ -283,3 +283,57 @@ def load_from_args(args: argparse.Namespace, model: str | None = None) -> LensMo
     """The model of ``--model``/``--device``/``--sink`` (``model`` replaces ``--model``)."""
     name = model or args.model
     return load_model(name, device=args.device, sink=getattr(args, "sink", DEFAULT_SINK))
+
+
+# ------------------------------------------------------------------------------ Ray
+
+
+def add_cluster_args(parser: argparse.ArgumentParser) -> None:
+    """``--ray`` and ``--shards`` (and the workers' resources): run the analysis in shards on a
+    Ray cluster (:mod:`lmsci_mi.cluster`) instead of in this process."""
+    group = parser.add_argument_group("sharding over a Ray cluster (pip install 'lmsci-mi[ray]')")
+    group.add_argument(
+        "--ray",
+        default=None,
+        metavar="auto|local|ADDRESS",
+        help="run in shards on Ray: auto (the cluster RAY_ADDRESS or a running head names, else "
+        "a local one), local (start one here), or HOST:PORT of a `ray start --head` cluster",
+    )
+    group.add_argument("--shards", type=int, default=None, help="shards (default 4 per worker)")
+    group.add_argument(
+        "--workers", type=int, default=None, help="Ray actors (default: what the cluster holds)"
+    )
+    group.add_argument(
+        "--cpus-per-worker", type=int, default=1, help="CPUs (torch threads) per actor (default 1)"
+    )
+    group.add_argument(
+        "--gpus-per-worker",
+        type=float,
+        default=None,
+        help="GPUs per actor (default 1 when the cluster has GPUs, else 0)",
+    )
+
+
+def cluster_from_args(args: argparse.Namespace) -> Any:
+    """The :class:`~lmsci_mi.cluster.ClusterConfig` of ``--ray`` (None without it), checked,
+    with Ray's presence, before any model loads."""
+    if args.ray is None:
+        if args.shards is not None or args.workers is not None:
+            raise ValueError("--shards and --workers shard the work over Ray: give --ray too")
+        return None
+    from lmsci_mi.cluster.runner import ClusterConfig
+
+    cluster = ClusterConfig(
+        address=args.ray,
+        shards=args.shards,
+        workers=args.workers,
+        cpus_per_worker=args.cpus_per_worker,
+        gpus_per_worker=args.gpus_per_worker,
+    )
+    try:
+        import ray  # noqa: F401
+    except ModuleNotFoundError:
+        raise ValueError(
+            "--ray needs Ray: pip install 'lmsci-mi[ray]' (or pip install ray), or leave out --ray"
+        ) from None
+    return cluster

@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from lmsci_mi.cli.common import (
+    add_cluster_args,
     add_config_args,
     add_model_args,
     add_output_args,
+    cluster_from_args,
     config_from_args,
     load_from_args,
     output_path,
@@ -85,6 +87,7 @@ def register(commands: Any) -> None:
     eap = sub.add_parser("eap", help="score every edge by EAP or EAP-IG (Hanna et al. 2024)")
     _common(eap)
     eap.add_argument("--top", type=int, default=20, help="edges to print (default 20)")
+    add_cluster_args(eap)
     add_output_args(eap)
     eap.set_defaults(run=_run_eap)
 
@@ -164,8 +167,9 @@ def _setup(args: argparse.Namespace) -> tuple[LensModel, Any, TextPairs]:
 
 
 def _run_eap(args: argparse.Namespace) -> int:
+    cluster = cluster_from_args(args)  # checked before the model loads
     lm, graph, pairs = _setup(args)
-    scores = score_edges(lm, graph, pairs, args.method, args.ig_steps)
+    scores = score_edges(lm, graph, pairs, args.method, args.ig_steps, cluster=cluster)
     print(scores.summary(rows=args.top))
     write_outputs(scores, args)
     return 0
@@ -231,14 +235,22 @@ def _run_curve(args: argparse.Namespace) -> int:
     return 0
 
 
-def score_edges(lm: LensModel, graph: Any, pairs: TextPairs, method: str, steps: int) -> Any:
-    """EAP or EAP-IG scores (:func:`~lmsci_mi.circuits.eap.edge_attribution`) on ``pairs``."""
+def score_edges(
+    lm: LensModel, graph: Any, pairs: TextPairs, method: str, steps: int, *, cluster: Any = None
+) -> Any:
+    """EAP or EAP-IG scores (:func:`~lmsci_mi.circuits.eap.edge_attribution`) on ``pairs``; in
+    shards over a Ray cluster with ``cluster`` (a :class:`~lmsci_mi.cluster.ClusterConfig`)."""
     from lmsci_mi.circuits.eap import EAPConfig, edge_attribution
 
     config = EAPConfig(
         method="EAP" if method == "eap" else "EAP-IG", steps=steps, grouped=graph.grouped
     )
-    return edge_attribution(lm, list(pairs.clean), list(pairs.corrupted), pairs.metric(), config)
+    clean, corrupted = list(pairs.clean), list(pairs.corrupted)
+    if cluster is not None:
+        from lmsci_mi.cluster import run_sharded
+
+        return run_sharded("edges", lm, clean, corrupted, pairs.metric(), config, cluster=cluster)
+    return edge_attribution(lm, clean, corrupted, pairs.metric(), config)
 
 
 def tour_steps() -> list[TourStep]:

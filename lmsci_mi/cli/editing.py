@@ -12,12 +12,16 @@ from typing import Any
 import torch
 
 from lmsci_mi.cli.common import (
+    add_cluster_args,
     add_config_args,
     add_generation_args,
     add_model_args,
+    add_output_args,
+    cluster_from_args,
     generate_from_args,
     load_from_args,
     output_path,
+    write_outputs,
 )
 from lmsci_mi.cli.tour import StepOutput, TourStep
 from lmsci_mi.model import LensModel
@@ -79,13 +83,21 @@ def register(commands: Any) -> None:
         help="save the session (every edit's delta, resumable) in this folder",
     )
     p.add_argument(
+        "--evaluate",
+        action="store_true",
+        help="measure the edit of --requests with CounterFact's metrics against the unedited "
+        "model (ROME one fact per edit, the others one batch); --ray shards it by fact",
+    )
+    p.add_argument(
         "--ge-tokens",
         type=int,
         default=None,
         metavar="N",
-        help="tokens of each generation behind a session's GE (default "
+        help="tokens of each generation behind an evaluation's GE (default "
         f"{EvaluationConfig().generation_tokens}; 0 skips GE, the slowest part of an evaluation)",
     )
+    add_cluster_args(p)
+    add_output_args(p)
     p.add_argument(
         "--stats",
         type=Path,
@@ -143,8 +155,18 @@ def run_edit(args: argparse.Namespace) -> int:
         raise ValueError("--session-batch and --session-out apply --requests as a session: give --requests")
     if args.ge_tokens is not None and args.ge_tokens < 0:
         raise ValueError(f"--ge-tokens must be 0 or more, not {args.ge_tokens}")
-    if args.ge_tokens is not None and args.session_batch is None and args.session_out is None:
-        raise ValueError("--ge-tokens sets a session's evaluation: give --session-batch or --session-out")
+    session = args.session_batch is not None or args.session_out is not None
+    if args.ge_tokens is not None and not session and not args.evaluate:
+        raise ValueError(
+            "--ge-tokens sets an evaluation's GE: give --evaluate, --session-batch or --session-out"
+        )
+    if args.evaluate and (not many or session):
+        raise ValueError("--evaluate measures the edit of --requests in one run: give --requests, no session")
+    cluster = cluster_from_args(args)
+    if cluster is not None and not args.evaluate:
+        raise ValueError("--ray shards an evaluation over a fact set: give --evaluate --requests")
+    if any(getattr(args, flag) is not None for flag in ("out", "plot", "export", "html")) and not args.evaluate:
+        raise ValueError("--out, --plot, --export and --html write an evaluation: give --evaluate")
     if args.session_batch is not None and args.session_batch < 1:
         raise ValueError(f"--session-batch must be at least 1, not {args.session_batch}")
     if args.session_out is not None and args.session_out.exists() and not args.session_out.is_dir():
@@ -175,6 +197,8 @@ def run_edit(args: argparse.Namespace) -> int:
         requests = [EditRequest(args.prompt, args.subject, args.target_new)]
     if args.session_batch is not None or args.session_out is not None:
         return _run_session(lm, requests, config, args, stats)
+    if args.evaluate:
+        return _run_evaluation(lm, requests, config, args, stats, cluster)
     prompts = [r.rewrite_prompt for r in requests]
     before = [_complete(lm, prompt, args) for prompt in prompts]
     start = time.perf_counter()
@@ -187,6 +211,25 @@ def run_edit(args: argparse.Namespace) -> int:
             print(f"prompt: {prompt}\n  before: {old!r}\n  after:  {new!r}")
         if args.delta_out is not None:
             print(f"saved delta to {handle.save(args.delta_out)}")
+    return 0
+
+
+def _run_evaluation(
+    lm: LensModel, requests: list[Any], config: Any, args: argparse.Namespace, stats: Any, cluster: Any
+) -> int:
+    from lmsci_mi.editing import EvaluationConfig, evaluate_edits
+
+    evaluation = EvaluationConfig() if args.ge_tokens is None else EvaluationConfig(generation_tokens=args.ge_tokens)
+    if cluster is not None:
+        from lmsci_mi.cluster import run_sharded
+
+        result = run_sharded(
+            "edit-eval", lm, requests, config, stats=stats, evaluation=evaluation, cluster=cluster
+        )
+    else:
+        result = evaluate_edits(lm, requests, config, stats=stats, evaluation=evaluation)
+    print(result.summary())
+    write_outputs(result, args)
     return 0
 
 

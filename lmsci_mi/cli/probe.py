@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from lmsci_mi.cli.common import (
+    add_cluster_args,
     add_config_args,
     add_model_args,
     add_output_args,
+    cluster_from_args,
     config_from_args,
     load_from_args,
     write_outputs,
@@ -37,6 +39,7 @@ def register(commands: Any) -> None:
     probe.add_argument("--list-tasks", action="store_true", help="list the tasks and exit")
     add_config_args(probe, ProbeSweepConfig)
     add_config_args(probe, ProbeTaskConfig)
+    add_cluster_args(probe)
     probe.set_defaults(run=_run_probe)
     synthetic = probe.add_subparsers(dest="probe_command", required=False, metavar="cfg")
     add_cfg_arguments(
@@ -60,8 +63,9 @@ def _run_probe(args: argparse.Namespace) -> int:
     config = config_from_args(ProbeSweepConfig, args)
     task_config = config_from_args(ProbeTaskConfig, args)
     task_dataset(args.task, task_config)  # an unknown task fails before the model loads
+    cluster = cluster_from_args(args)
     lm = load_from_args(args)
-    result = probe_task(lm, args.task, config, task_config)
+    result = probe_task(lm, args.task, config, task_config, cluster=cluster)
     print(result.summary())
     write_outputs(result, args)
     return 0

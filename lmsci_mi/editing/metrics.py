@@ -15,7 +15,7 @@ import re
 import statistics
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import field
 from typing import TYPE_CHECKING
 
@@ -27,7 +27,8 @@ from tqdm.auto import tqdm
 from lmsci_mi.cache import cache_key, cache_root, weights_fingerprint
 from lmsci_mi.config import Config, config
 from lmsci_mi.editing.fit import check_requests
-from lmsci_mi.editing.methods import method_for
+from lmsci_mi.editing.handle import EditHandle
+from lmsci_mi.editing.methods import EDITING_METHODS, method_for
 from lmsci_mi.editing.requests import EditRequest
 from lmsci_mi.editing.stats import KeyStatistics
 from lmsci_mi.generation import GenerationConfig, generate
@@ -44,12 +45,18 @@ __all__ = [
     "METRICS",
     "PER_FACT",
     "EditEvaluation",
+    "EditedScores",
     "EvaluationConfig",
+    "EvaluationPlan",
+    "assemble_evaluation",
+    "edited_scores",
     "evaluate_edits",
     "fact_fluency",
     "generation_entropy",
     "next_token_top1",
+    "plan_evaluation",
     "target_nll",
+    "unedited_scores",
 ]
 
 PER_FACT = ("ES", "PS", "NS", "EM", "PM", "NM", "GE", "NEG", "REV", "2HOP", "ORL")
@@ -403,6 +410,166 @@ def _unedited_scores(
     return torch.stack([torch.load(path) for path in paths])
 
 
+@dataclasses.dataclass(frozen=True)
+class EvaluationPlan:
+    """What an editing evaluation does, decided (and checked) before any weight changes; what
+    :func:`evaluate_edits` and a sharded run (:mod:`lmsci_mi.cluster`) both start from.
+
+    Attributes:
+        method: the registered editing method's name; config: its config.
+        evaluation: the evaluation settings.
+        requests: the facts, in order.
+        batches: the facts' indices per edit (one fact per edit for ROME, all in one for MEMIT).
+        neighbours: per fact, its neighbourhood prompts that name no other subject of its edit.
+        excluded: neighbourhood prompts left out for naming another subject of the same edit.
+    """
+
+    method: str
+    config: Config
+    evaluation: EvaluationConfig
+    requests: tuple[EditRequest, ...]
+    batches: tuple[tuple[int, ...], ...]
+    neighbours: tuple[tuple[str, ...], ...]
+    excluded: int
+
+
+@dataclasses.dataclass(frozen=True)
+class EditedScores:
+    """The edited model's per-fact scores of some facts, and what their edits were."""
+
+    indices: tuple[int, ...]
+    scores: Tensor
+    layers: tuple[tuple[int, ...], ...]
+    seconds: tuple[float, ...]
+    """Seconds of each edit computed here (none when the edit's deltas were given)."""
+
+
+def plan_evaluation(
+    lm: LensModel,
+    requests: Sequence[EditRequest],
+    config: Config | str = "rome",
+    evaluation: EvaluationConfig | None = None,
+) -> EvaluationPlan:
+    """Check every request and split the facts into edits. Reads nothing but the tokenizer.
+
+    Raises:
+        ValueError: a bad request (no target_true, a subject the prompt lacks, a duplicate).
+    """
+    method, config = method_for(config)
+    requests = tuple(requests)
+    n = len(requests)
+    batches = (
+        tuple((i,) for i in range(n))
+        if getattr(config, "one_fact_per_edit", False)
+        else (tuple(range(n)),)
+    )
+    for batch in batches:  # all of them before the first edit
+        _check_evaluation_requests(lm, [requests[i] for i in batch])
+    kept = [_kept_neighbours([requests[i] for i in b], [requests[i] for i in b]) for b in batches]
+    return EvaluationPlan(
+        method=method.name,
+        config=config,
+        evaluation=evaluation or EvaluationConfig(),
+        requests=requests,
+        batches=batches,
+        neighbours=tuple(near for batch_kept, _ in kept for near in batch_kept),
+        excluded=sum(left_out for _, left_out in kept),
+    )
+
+
+def unedited_scores(
+    lm: LensModel, plan: EvaluationPlan, indices: Sequence[int], *, use_cache: bool = True
+) -> Tensor:
+    """The unedited model's :data:`PER_FACT` rows of the plan's facts ``indices``."""
+    return _unedited_scores(
+        lm,
+        [plan.requests[i] for i in indices],
+        [plan.neighbours[i] for i in indices],
+        plan.evaluation,
+        use_cache,
+    )
+
+
+def edited_scores(
+    lm: LensModel,
+    plan: EvaluationPlan,
+    batches: Sequence[Sequence[int]],
+    *,
+    stats: KeyStatistics | None = None,
+    deltas: Mapping[str, Tensor] | None = None,
+) -> EditedScores:
+    """Edit, score the edited facts, restore: for each of ``batches`` (facts' indices), the
+    plan's method computes the edit; with ``deltas`` (one edit computed elsewhere, which installs
+    every fact of the plan) the deltas are applied once and ``batches`` only say which facts to
+    score. The weights are as they were afterwards, also on error."""
+    scores, layers, seconds, indices = [], [], [], []
+    if deltas is not None:
+        with EditHandle(lm, deltas, method=plan.method).apply() as handle:
+            for batch in batches:
+                scores.append(_scores_of(lm, plan, batch))
+                layers += [handle.layers] * len(batch)
+                indices += batch
+        return EditedScores(tuple(indices), torch.cat(scores), tuple(layers), ())
+    function = EDITING_METHODS.get(plan.method).function
+    for batch in tqdm(batches, desc=f"{plan.method} evaluation", unit="edit", disable=len(batches) < 2):
+        start = time.perf_counter()
+        with function(lm, [plan.requests[i] for i in batch], plan.config, stats=stats) as handle:
+            seconds.append(time.perf_counter() - start)
+            layers += [handle.layers] * len(batch)
+            scores.append(_scores_of(lm, plan, batch))
+        indices += batch
+    return EditedScores(tuple(indices), torch.cat(scores), tuple(layers), tuple(seconds))
+
+
+def _scores_of(lm: LensModel, plan: EvaluationPlan, batch: Sequence[int]) -> Tensor:
+    return _fact_scores(
+        lm, [plan.requests[i] for i in batch], [plan.neighbours[i] for i in batch], plan.evaluation
+    )
+
+
+def assemble_evaluation(
+    lm: LensModel,
+    plan: EvaluationPlan,
+    before: Tensor,
+    after: EditedScores,
+    *,
+    seconds: Sequence[float],
+    stats: KeyStatistics | None = None,
+) -> EditEvaluation:
+    """The :class:`EditEvaluation` of a plan from its per-fact rows (``before`` in the plan's
+    order; ``after`` in any order, every fact once) and the seconds of each edit."""
+    if sorted(after.indices) != list(range(len(plan.requests))):
+        raise ValueError("edited scores must cover every fact of the plan exactly once")
+    order = torch.tensor(after.indices).argsort()
+    layers = [after.layers[i] for i in order.tolist()]
+    per_fact = torch.stack([before, after.scores[order]])
+    config, evaluation = plan.config, plan.evaluation
+    return EditEvaluation(
+        values=torch.stack([_summary(per_fact[0]), _summary(per_fact[1])]),
+        axes=("model", "metric"),
+        labels=(("unedited", plan.method), METRICS),
+        meta=lm.meta(
+            [r.rewrite_prompt for r in plan.requests],
+            seed=evaluation.seed,
+            data_source="edit requests" if stats is None else f"edit requests; C from {stats.source}",
+            params={
+                "method": plan.method,
+                "n_facts": len(plan.requests),
+                **{f"edit.{k}": v for k, v in config.params().items()},
+                **{f"evaluation.{k}": v for k, v in evaluation.params().items()},
+            },
+        ),
+        per_fact=per_fact,
+        subjects=tuple(r.subject for r in plan.requests),
+        method=plan.method,
+        fact_layers=tuple(layers),
+        n_edits=len(plan.batches),
+        seconds_per_edit=statistics.fmean(seconds),
+        stats_tokens=stats.n_tokens if stats is not None else int(getattr(config, "stats_tokens", 0)),
+        excluded_neighbours=plan.excluded,
+    )
+
+
 def evaluate_edits(
     lm: LensModel,
     requests: Sequence[EditRequest],
@@ -434,49 +601,11 @@ def evaluate_edits(
     Returns:
         :class:`EditEvaluation`.
     """
-    method, config = method_for(config)
-    evaluation = evaluation or EvaluationConfig()
-    requests = list(requests)
-    batches = [[r] for r in requests] if getattr(config, "one_fact_per_edit", False) else [requests]
-    for batch in batches:  # all of them before the first edit
-        _check_evaluation_requests(lm, batch)
-    kept = [_kept_neighbours(batch, batch) for batch in batches]
-    neighbours = [near for batch_kept, _ in kept for near in batch_kept]
-    excluded = sum(left_out for _, left_out in kept)
-    before = _unedited_scores(lm, requests, neighbours, evaluation, use_cache)
-    after, layers, seconds, done = [], [], [], 0
-    for batch in tqdm(batches, desc=f"{method.name} evaluation", unit="edit", disable=len(batches) < 2):
-        start = time.perf_counter()
-        with method.function(lm, batch, config, stats=stats) as handle:
-            seconds.append(time.perf_counter() - start)
-            layers += [handle.layers] * len(batch)
-            after.append(_fact_scores(lm, batch, neighbours[done : done + len(batch)], evaluation))
-        done += len(batch)
-    per_fact = torch.stack([before, torch.cat(after)])
-    return EditEvaluation(
-        values=torch.stack([_summary(per_fact[0]), _summary(per_fact[1])]),
-        axes=("model", "metric"),
-        labels=(("unedited", method.name), METRICS),
-        meta=lm.meta(
-            [r.rewrite_prompt for r in requests],
-            seed=evaluation.seed,
-            data_source="edit requests" if stats is None else f"edit requests; C from {stats.source}",
-            params={
-                "method": method.name,
-                "n_facts": len(requests),
-                **{f"edit.{k}": v for k, v in config.params().items()},
-                **{f"evaluation.{k}": v for k, v in evaluation.params().items()},
-            },
-        ),
-        per_fact=per_fact,
-        subjects=tuple(r.subject for r in requests),
-        method=method.name,
-        fact_layers=tuple(layers),
-        n_edits=len(batches),
-        seconds_per_edit=statistics.fmean(seconds),
-        stats_tokens=stats.n_tokens if stats is not None else int(getattr(config, "stats_tokens", 0)),
-        excluded_neighbours=excluded,
-    )
+    plan = plan_evaluation(lm, requests, config, evaluation)
+    everything = range(len(plan.requests))
+    before = unedited_scores(lm, plan, everything, use_cache=use_cache)
+    after = edited_scores(lm, plan, plan.batches, stats=stats)
+    return assemble_evaluation(lm, plan, before, after, seconds=after.seconds, stats=stats)
 
 
 def _check_evaluation_requests(lm: LensModel, requests: Sequence[EditRequest]) -> None:

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
+    from lmsci_mi.cluster import ClusterConfig
+
 __all__ = ["METRICS", "ProbePeak", "ProbeSweep", "ProbeSweepConfig", "probe_sweep"]
 
 METRICS = (
@@ -194,6 +196,7 @@ def probe_sweep(
     config: ProbeSweepConfig = _DEFAULT,
     task: str = "probe",
     data_source: str = "",
+    cluster: ClusterConfig | None = None,
 ) -> ProbeSweep:
     """Probe ``config.site`` at every layer (or ``config.layers``) for ``labels``.
 
@@ -212,6 +215,8 @@ def probe_sweep(
             a text are probed, the text is the group by default.
         config: site, layers and the probe's settings.
         task, data_source: recorded in the result.
+        cluster: collect the activations in shards on a Ray cluster
+            (:func:`lmsci_mi.cluster.run_sharded`; the same rows as in one process).
 
     Returns:
         A :class:`ProbeSweep`, one row per layer.
@@ -230,13 +235,15 @@ def probe_sweep(
     """
     hooks, layer_labels = layer_hooks(config.site, config.layers, lm.cfg.n_layers, lm.name)
     _check_labels(texts, labels, positions, config)
-    acts = collect_activations(
-        lm,
-        texts,
-        hooks,
-        positions=positions,
-        config=CollectConfig(token_budget=config.token_budget, autocast=config.autocast),
-    )
+    collect_config = CollectConfig(token_budget=config.token_budget, autocast=config.autocast)
+    if cluster is not None:
+        from lmsci_mi.cluster import run_sharded
+
+        acts = run_sharded(
+            "collect", lm, texts, hooks, positions=positions, config=collect_config, cluster=cluster
+        )
+    else:
+        acts = collect_activations(lm, texts, hooks, positions=positions, config=collect_config)
     if len(labels) != len(acts):
         raise ValueError(
             f"{len(labels)} labels for {len(acts)} probed positions of {len(texts)} texts; "

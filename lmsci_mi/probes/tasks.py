@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import field
+from typing import TYPE_CHECKING
 
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.probing import (
@@ -16,6 +17,9 @@ from lmsci_mi.data.probing import (
 from lmsci_mi.model import LensModel
 from lmsci_mi.probes.sweep import ProbeSweep, ProbeSweepConfig, probe_sweep
 from lmsci_mi.registry import MethodRegistry
+
+if TYPE_CHECKING:
+    from lmsci_mi.cluster import ClusterConfig
 
 __all__ = ["PROBE_TASKS", "ProbeTaskConfig", "probe_task", "task_dataset"]
 
@@ -78,9 +82,12 @@ def probe_task(
     name: str,
     config: ProbeSweepConfig = ProbeSweepConfig(),  # noqa: B008
     task_config: ProbeTaskConfig = ProbeTaskConfig(),  # noqa: B008
+    *,
+    cluster: ClusterConfig | None = None,
 ) -> ProbeSweep:
     """Run the probe sweep of a registered task on ``lm``: each text read at its probed word's last
-    token (or its last token), split by the task's groups. Reads the model only."""
+    token (or its last token), split by the task's groups. Reads the model only. ``cluster``
+    collects the activations in shards on Ray (see :func:`~lmsci_mi.probes.sweep.probe_sweep`)."""
     data = task_dataset(name, task_config)
     positions = (
         "last"
@@ -96,6 +103,7 @@ def probe_task(
         config=config,
         task=name,
         data_source=data.source,
+        cluster=cluster,
     )
 
 

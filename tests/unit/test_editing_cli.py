@@ -68,7 +68,7 @@ FAST = ["--model", "toy-2l", "--n-contexts", "2", "--steps", "2", "--stats-token
         ([PARIS, {**PARIS, "subject": "Berlin"}], ["--method", "rome"], "ROME edits one fact at a time"),
         ([{"subject": "Paris"}], ["--method", "memit"], "each request needs prompt, subject, target_new"),
         ([], ["--method", "memit"], "non-empty JSON list"),
-        ([PARIS], ["--method", "memit", "--ge-tokens", "4"], "--ge-tokens sets a session's evaluation"),
+        ([PARIS], ["--method", "memit", "--ge-tokens", "4"], "--ge-tokens sets an evaluation's GE"),
         ([PARIS], ["--method", "memit", "--session-batch", "1", "--ge-tokens", "-1"], "must be 0 or more"),
     ],
 )

@@ -1,0 +1,24 @@
+"""Dataset-scale analyses sharded over a Ray cluster (or in this process, for checks).
+
+- :mod:`~lmsci_mi.cluster.shardable`: what a shardable analysis declares (prepare, run, merge)
+  and the registry :data:`SHARDABLE`.
+- :mod:`~lmsci_mi.cluster.analyses`: the shardable analyses, one file each: the AIE over a fact
+  set, EAP/EAP-IG edge scores over a prompt set, activation collection over a text set, the
+  editing evaluation over a fact set.
+- :mod:`~lmsci_mi.cluster.runner`: :func:`run_sharded` and :class:`ClusterConfig`.
+- :mod:`~lmsci_mi.cluster.ray_backend`: the Ray actors; the only module that imports Ray.
+
+>>> from lmsci_mi.cluster import SHARDABLE
+>>> SHARDABLE.names()
+('aie', 'collect', 'edges', 'edit-eval')
+"""
+
+from lmsci_mi.cluster import analyses as analyses  # registers the shardable analyses
+from lmsci_mi.cluster.runner import ClusterConfig as ClusterConfig
+from lmsci_mi.cluster.runner import ModelSpec as ModelSpec
+from lmsci_mi.cluster.runner import ShardError as ShardError
+from lmsci_mi.cluster.runner import run_sharded as run_sharded
+from lmsci_mi.cluster.shardable import SHARDABLE as SHARDABLE
+from lmsci_mi.cluster.shardable import Job as Job
+from lmsci_mi.cluster.shardable import Shardable as Shardable
+from lmsci_mi.cluster.shardable import split as split
