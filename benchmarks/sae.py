@@ -5,12 +5,18 @@ it on held-out tokens, browse its features, and test steering with a feature cho
     python benchmarks/sae.py --html out.html  # also write the feature browser
 
 The SAE, its statistics, the feature cards and the steering tables are cached under the cache
-folder ($LMSCI_MI_CACHE), keyed by the settings. Run it alone on the machine: it times training.
+folder ($LMSCI_MI_CACHE), keyed by the settings. With the default settings the SAE is the shipped
+one (expanded from lmsci_mi/data/artefacts/ on first use), so nothing is trained; a retrain
+(scripts/build_artefacts.py sae --retrain) takes some 25 minutes. Run it alone on the machine.
+Writes the steering frequency table to docs/data/sae_steering.json (shares with standard errors
+over prompts).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import logging
 import os
 import time
@@ -18,6 +24,8 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+
+import torch
 
 from lmsci_mi import load_model
 from lmsci_mi.data.steering_texts import neutral_prompts, topic_lexicon
@@ -48,6 +56,32 @@ WORD_LISTS = {
     "code": ["def", "return", "import", "class", "self", "None", "True", "False"],
     "feeling": ["happy", "sad", "love", "great", "good", "bad", "wonderful", "terrible"],
 }
+OUT = Path(__file__).resolve().parent.parent / "docs" / "data" / "sae_steering.json"
+
+
+def _se(x: torch.Tensor) -> float:
+    """Standard error of the mean of ``x`` (one value per prompt)."""
+    return float(x.double().std() / len(x) ** 0.5)
+
+
+def frequency_json(table: SteeringFrequency) -> dict:
+    """One coefficient's table: per condition the mean share over prompts with its standard error,
+    the share of prompts with a hit, and the steered-minus-unsteered difference with its paired
+    standard error (every condition samples the same prompts with the same seed)."""
+    shares = table.values.double()
+    rows = {}
+    conditions = zip(("unsteered", "feature", "control"), table.axis_labels(0), shares, table.samples, strict=True)
+    for key, label, row, samples in conditions:
+        rows[key] = {
+            "label": label,
+            "share": float(row.mean()),
+            "se": _se(row),
+            "prompts_hit": float((row > 0).double().mean()),
+            "minus_unsteered": float((row - shares[0]).mean()),
+            "minus_unsteered_se": _se(row - shares[0]) if key != "unsteered" else 0.0,
+            "sample": samples[0],
+        }
+    return {"coefficient": table.coefficient, "conditions": rows}
 
 
 def main() -> None:
@@ -96,6 +130,7 @@ def main() -> None:
     best = int((cards.promoted_logits[:, 0] * alive).argmax())
     feature = chosen.get("food", best)
     prompts = list(neutral_prompts())[:N_PROMPTS]
+    tables = []
     for coefficient in COEFFICIENTS:
         config = FrequencyConfig(coefficient=coefficient)
         path = folder / f"frequency-{feature}-{coefficient:g}.json"
@@ -114,6 +149,49 @@ def main() -> None:
         for label, samples in zip(table.axis_labels(0), table.samples, strict=True):
             print(f"  {label}: {prompts[0]!r} -> {samples[0]!r}")
         print()
+        tables.append((table, config))
+
+    food = set(WORD_LISTS["food"])
+    row = cards.features.index(feature)
+    first = tables[0][0]
+    OUT.write_text(json.dumps({
+        "model": lm.name,
+        "command": "PYTHONPATH=. .venv/bin/python benchmarks/sae.py",
+        "date": datetime.date.today().isoformat(),
+        "sae": {"folder": folder.name, "hook": sae.hook, "d_sae": sae.d_sae,
+                "shipped": sae.info.get("shipped", {}).get("dtype") is not None,
+                "live_features": sae.info.get("shipped", {}).get("live_features")},
+        "cards": {"rows": CARD_ROWS, "n_tokens": cards.n_tokens, "features_firing": int(alive.sum()),
+                  "features": len(alive)},
+        "feature": {
+            "index": feature,
+            "rule": "find_features(cards, the bundled food lexicon, contexts=False)[0]: the live feature "
+                    "with the most food words among its 10 promoted tokens (ties: lowest index)"
+                    if "food" in chosen else "the live feature whose top promoted token has the largest logit",
+            "matched_words": sorted(t.strip() for t in cards.promoted[row] if t.strip().lower() in food),
+            "density": float(cards.density[row]),
+            "typical_max": float(cards.scale[row]),
+            "token_set": list(first.token_set),
+        },
+        "features_by_word_list": {
+            name: {"index": f, "words": WORD_LISTS[name] if name != "food" else "the bundled food lexicon",
+                   "density": float(cards.density[cards.features.index(f)]),
+                   "typical_max": float(cards.scale[cards.features.index(f)]),
+                   "promoted": list(cards.promoted[cards.features.index(f)]),
+                   "contexts": cards.context_texts(f)[:5]}
+            for name, f in chosen.items()
+        },
+        "control": {"index": first.control, "drawn_among": int(alive.sum()),
+                    "rule": "random.Random(seed).choice over the features that fire on the card tokens, the steered one left out"},
+        "prompts": {"n": len(prompts), "source": "the first bundled neutral prompts"},
+        "sampling": {"new_tokens": tables[0][1].new_tokens, "temperature": tables[0][1].temperature,
+                     "top_p": tables[0][1].top_p, "seed": tables[0][1].seed, "samples_per_prompt": 1,
+                     "sampler": "lmsci_mi.generation.generate (one seeded stream per prompt)"},
+        "statistic": "share of generated tokens in the feature's top-20 promoted tokens, per prompt; "
+                     "mean over prompts ± standard error over prompts",
+        "coefficients": [frequency_json(t) for t, _ in tables],
+    }, indent=1) + "\n")
+    print(f"wrote {OUT}")
 
 
 if __name__ == "__main__":

@@ -1,17 +1,24 @@
 """Full LM-Steer run on SmolLM2-135M: training cost, the sentiment control curve, composition with
 the topic steer, the SVD probe, keyword highlighting, and transfer to Gemma 3 270M.
 
-    python benchmarks/steering.py                 # everything (cached: a rerun prints at once)
-    python benchmarks/steering.py --no-transfer   # skip Gemma
+    PYTHONPATH=. .venv/bin/python benchmarks/steering.py                 # everything; writes docs/data/steering.json
+    PYTHONPATH=. .venv/bin/python benchmarks/steering.py --no-transfer   # skip Gemma (writes no data file)
 
 One steer is trained jointly for sentiment and topic (plus the dummy) on the bundled texts; the
 trained steer and every evaluation are cached under the cache folder ($LMSCI_MI_CACHE), keyed by
-the settings, so a rerun only prints. Run it alone on the machine: it times training.
+the settings, so a rerun only prints. Run it alone on the machine: it times training (about 5 min
+on two cores); the training costs in the data file are the ones recorded by the run that trained
+the steer (``training.trained_this_run`` says whether that was this run).
+
+Writes docs/data/steering.json (the control curve, the composition grid and the transfer to Gemma,
+each metric with its standard error over the prompts, plus paired standard errors of the gaps
+quoted on docs/steering.md) and docs/img/steering_control_curve.png.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import hashlib
 import itertools
 import json
@@ -42,7 +49,13 @@ from lmsci_mi.steering import (
     train_steer,
     transfer_steer,
 )
+from lmsci_mi.steering.evaluate import METRICS, sentiment_scores, topic_scores
 from lmsci_mi.steering.lm_steer import LMSteer
+from lmsci_mi.steering.train import cached_steer_paths
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "docs" / "data" / "steering.json"
+FIGURE = ROOT / "docs" / "img" / "steering_control_curve.png"
 
 STEER = LMSteerConfig()
 TRAIN = SteerTrainConfig(steps=200, batch_tokens=512)
@@ -72,6 +85,50 @@ def _cached(name: str, key: object, compute: Callable[[], Result]) -> tuple[Resu
     return result, False
 
 
+def _se(x: torch.Tensor) -> float:
+    """Standard error of the mean of ``x`` (one value per prompt)."""
+    return float(x.double().std() / len(x) ** 0.5)
+
+
+def per_prompt(curve: ControlCurve) -> dict[str, torch.Tensor]:
+    """Per setting and prompt, the sentiment and topic scores of the stored continuations
+    (``[setting, prompt]``): the paired differences between settings need them."""
+    return {
+        "sentiment": torch.tensor([sentiment_scores(c) for c in curve.continuations], dtype=torch.float64),
+        "topic": torch.tensor([topic_scores(c) for c in curve.continuations], dtype=torch.float64),
+    }
+
+
+def difference(scores: dict[str, torch.Tensor], metric: str, a: int, b: int) -> dict:
+    """Row ``a`` minus row ``b`` of one metric, with the standard error of the paired per-prompt
+    differences (every setting samples the same prompts with the same seed)."""
+    d = scores[metric][a] - scores[metric][b]
+    return {"value": float(d.mean()), "se": _se(d)}
+
+
+def curve_rows(curve: ControlCurve) -> list[dict]:
+    """One dict per setting: the steer values, every metric and its standard error over prompts
+    (distinct-n is a statistic of the whole set of continuations: no standard error)."""
+    rows = []
+    for i, setting in enumerate(curve.settings):
+        row: dict = {"setting": dict(zip(curve.attributes, setting, strict=True))}
+        for j, name in enumerate(METRICS):
+            row[name] = float(curve.values[i, j])
+            if not name.startswith("distinct"):
+                row[f"{name}_se"] = float(curve.errors[i][j])
+        rows.append(row)
+    return rows
+
+
+def unsteered_row(curve: ControlCurve) -> dict:
+    row = {}
+    for j, name in enumerate(METRICS):
+        row[name] = curve.unsteered[j]
+        if not name.startswith("distinct"):
+            row[f"{name}_se"] = curve.unsteered_errors[j]
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -87,9 +144,12 @@ def main() -> None:
 
     lm = load_model("smollm2-135m")
     texts = steering_texts(["sentiment", "topic"])
+    trained_now = not cached_steer_paths(lm, texts, STEER, TRAIN)[0].is_file()
+    load_before = os.getloadavg()
     start = time.perf_counter()
     steer, run = train_steer(lm, texts, STEER, TRAIN)
     wall = time.perf_counter() - start
+    load_after = os.getloadavg()
     print(f"## Training ({lm.name}, {steer})\n")
     print(
         f"{run.n_texts} texts, {run.n_tokens} next-token targets; {TRAIN.steps} steps of "
@@ -132,6 +192,28 @@ def main() -> None:
     curve.plot(args.out_dir / "control_curve.png")
     for label, samples in zip(curve.axis_labels(0), curve.continuations, strict=True):
         print(f"  {label}: {samples[0]!r} | {samples[1]!r}")
+    scores = per_prompt(curve)
+    at = {v: i for i, v in enumerate(GRID)}
+    summary = {
+        "s": S,
+        "rule": "the largest of 2, 1, 0.5 whose perplexity at +s and -s is within 1.5x the unsteered model's",
+        "values_at": [-S, -S / 2, 0.0, S / 2, S],
+        "sentiment_at": five,
+        "monotone_at_s": monotone,
+        "monotone_whole_grid": curve.is_monotone("sentiment"),
+        "gap": difference(scores, "sentiment", at[S], at[-S]),
+        "perplexity_ratio_minus": ppl[-S] / ppl0,
+        "perplexity_ratio_plus": ppl[S] / ppl0,
+        "gap_at_1": difference(scores, "sentiment", at[1.0], at[-1.0]),
+        "perplexity_ratio_minus_1": ppl[-1.0] / ppl0,
+        "perplexity_ratio_plus_1": ppl[1.0] / ppl0,
+        "gap_at_2": difference(scores, "sentiment", at[2.0], at[-2.0]),
+        "dummy_minus_unsteered": {
+            "perplexity": [ppl0, ppl[0.0]],
+            "distinct_1": [curve.unsteered[METRICS.index("distinct_1")],
+                           float(curve.metric("distinct_1")[at[0.0]])],
+        },
+    }
 
     S, T = COMPOSITION, COMPOSITION
     grid = [
@@ -147,6 +229,15 @@ def main() -> None:
     row = {tuple(v): both.values[i] for i, v in enumerate(both.settings)}
     sentiment_effect = row[(S, T)][0] - row[(-S, T)][0]
     topic_effect = row[(S, T)][1] - row[(S, -T)][1]
+    both_scores = per_prompt(both)
+    index = {tuple(v): i for i, v in enumerate(both.settings)}
+    effects = {
+        "sentiment_at_topic_plus": difference(both_scores, "sentiment", index[(S, T)], index[(-S, T)]),
+        "topic_at_sentiment_plus": difference(both_scores, "topic", index[(S, T)], index[(S, -T)]),
+        "both_sentiment": difference(both_scores, "sentiment", index[(S, T)], index[(-S, -T)]),
+        "both_topic": difference(both_scores, "topic", index[(S, T)], index[(-S, -T)]),
+        "topic_alone_sentiment": difference(both_scores, "sentiment", index[(0, T)], index[(0, 0)]),
+    }
     print(
         f"\nwith both steers on: sentiment +{S:g} vs -{S:g} (topic at +{T:g}) moves sentiment by "
         f"{sentiment_effect:+.3f}; topic +{T:g} vs -{T:g} (sentiment at +{S:g}) moves the topic "
@@ -168,6 +259,7 @@ def main() -> None:
     probe.to_dataframe().to_csv(args.out_dir / "svd_words.csv", index=False)
 
     print("\n## Keyword highlighting (4 spans of at most 10 tokens; s = 5)\n")
+    highlights = []
     for sentence, sign in zip(SENTENCES, (1, -1), strict=True):
         config = HighlightConfig(value=5.0 * sign)
         result = highlight_keywords(lm, steer, sentence, config)
@@ -176,6 +268,7 @@ def main() -> None:
             f"{sentence}\n  evidence for the {'positive' if sign > 0 else 'negative'} pole: "
             f"{result.span_texts()}"
         )
+        highlights.append({"text": sentence, "value": config.value, "spans": result.span_texts()})
 
     if args.no_transfer:
         return
@@ -201,6 +294,62 @@ def main() -> None:
         f"{' [cached]' if hit else ''}"
     )
     LMSteer.save(moved, args.out_dir / "steer-gemma3-270m.safetensors")
+
+    moved_scores = per_prompt(moved_curve)
+    moved_gap = difference(moved_scores, "sentiment", 1, 0)
+    kept = moved_gap["value"] / summary["gap_at_1"]["value"]
+    # The two models' samples are independent: the ratio's standard error by the delta method.
+    kept_se = abs(kept) * (
+        (moved_gap["se"] / moved_gap["value"]) ** 2
+        + (summary["gap_at_1"]["se"] / summary["gap_at_1"]["value"]) ** 2
+    ) ** 0.5 if moved_gap["value"] else float("nan")
+    data = {
+        "model": lm.name,
+        "command": "PYTHONPATH=. .venv/bin/python benchmarks/steering.py",
+        "date": datetime.date.today().isoformat(),
+        "steer": {"attributes": list(steer.attributes), **STEER.params(), "file_bytes": steer_path.stat().st_size},
+        "training": {
+            "n_texts": run.n_texts, "n_tokens": run.n_tokens, "steps": TRAIN.steps,
+            "batch_tokens": TRAIN.batch_tokens, "lr": TRAIN.lr, "seed": TRAIN.seed,
+            "unsteered_loss": run.unsteered_loss, "final_loss": run.final_loss,
+            "final_loss_over": "the last tenth of the steps",
+            "collect_seconds": run.collect_seconds, "train_seconds": run.train_seconds,
+            "seconds_per_step": run.train_seconds / TRAIN.steps,
+            "trained_this_run": trained_now,
+            "cost_conditions": {
+                "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                "load_average_1min_before_after": [load_before[0], load_after[0]],
+                "note": "the training record's own timings; measured on a shared machine (not quiet)",
+            } if trained_now else "recorded by an earlier run that trained the cached steer",
+        },
+        "evaluation": {
+            "prompts": EVAL.n_prompts, "samples_per_prompt": 1, "max_new_tokens": EVAL.max_new_tokens,
+            "temperature": EVAL.temperature, "top_p": EVAL.top_p, "seed": EVAL.seed,
+            "prompts_source": "the bundled neutral prompts",
+            "standard_errors": "over prompts (one sample each, so prompt and sampling variation together); "
+                               "perplexity's by the delta method on the per-prompt mean NLL; gaps between "
+                               "settings are paired per prompt",
+        },
+        "curve": {"rows": curve_rows(curve), "unsteered": unsteered_row(curve), "summary": summary,
+                  "sample_prompts": list(curve.meta.prompts[:2]),
+                  "samples": {label: list(c[:2]) for label, c in zip(curve.axis_labels(0), curve.continuations, strict=True)}},
+        "composition": {"value": COMPOSITION, "rows": curve_rows(both), "unsteered": unsteered_row(both),
+                        "effects": effects},
+        "svd": {"singular_values": probe.values.tolist(), "raised": list(probe.top_words[0]),
+                "lowered": list(probe.bottom_words[0]), "end_valence": probe.end_valence,
+                "random_valence": probe.random_valence, "random_words": list(probe.random_words),
+                "n_end_words": len(probe.top_words[0]) + len(probe.bottom_words[0])},
+        "highlight": highlights,
+        "transfer": {
+            "to": gemma.name, "n_shared": fit.n_shared, "r2": fit.r2, "value": S,
+            "rows": curve_rows(moved_curve), "unsteered": unsteered_row(moved_curve),
+            "gap": moved_gap, "source_gap": summary["gap_at_1"], "fraction_kept": kept,
+            "fraction_kept_se": kept_se,
+        },
+    }
+    OUT.write_text(json.dumps(data, indent=1) + "\n")
+    curve.plot(FIGURE)
+    print(f"wrote {OUT} and {FIGURE}")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
-"""Renderers of docs/probes.md and docs/sae.md: probe accuracy and the SAE's held-out statistics."""
+"""Renderers of docs/probes.md and docs/sae.md: probe accuracy, the SAE's held-out statistics and its steering frequency table."""
 
 from __future__ import annotations
 
-from . import bold, markdown, minus, num, table
+from . import bold, markdown, minus, num, pm, table
 
 
 def _by_selectivity(data: dict) -> list[tuple[str, dict]]:
@@ -57,3 +57,75 @@ def sae_heldout(data: dict) -> str:
     return markdown(
         ["held-out statistic", f"value [95% CI, {b['resamples']:,} resamples of the texts]", "tokens / texts"], rows
     )
+
+
+@table("sae_heldout_other")
+def sae_heldout_other(data: dict) -> str:
+    """benchmarks/sae_massive_activations.py and benchmarks/sae.py: the SAE's other statistics,
+    measured on the cached SAE beside the training run's own record."""
+    held, cards = data["sae_heldout"], data["sae_steering"]["cards"]
+    o, r = held["other"], held["training_record"]
+    ev = o["explained_variance_bfloat16"]
+    dead_in_window = int(r["costs"]["train_dead_features"])
+    rows = [
+        ["explained variance, all tokens, on a bfloat16 harvest (the autocast's effect)",
+         f"{ev['value']:.3f} [{ev['ci95'][0]:.3f}, {ev['ci95'][1]:.3f}]", num(r["explained_variance_bfloat16"], 3)],
+        ["L0", num(o["l0"], 1), num(r["l0"], 1)],
+        ["dead fraction (never fires on the held-out tokens)",
+         f"{o['dead_fraction']:.3f} ({o['dead_features']:,} of {held['sae']['d_sae']:,})",
+         f"{r['dead_fraction']:.3f} ({dead_in_window:,} dead in the trainer's last window)"],
+        [f"features that fire on the {cards['n_tokens']:,} card tokens (`benchmarks/sae.py`)",
+         f"{cards['features_firing']:,} / {cards['features']:,}", "—"],
+    ]
+    if "loss" not in o:  # written with --no-losses: the training record alone
+        rows += [
+            ["next-token loss: clean / SAE spliced in / site zero-ablated", "not re-measured",
+             f"{r['loss']['clean']:.3f} / {r['loss']['sae']:.3f} / {r['loss']['zero']:.3f}"],
+            ["loss increase (share of the zero-ablation loss recovered)", "not re-measured",
+             f"**{r['loss']['increase']:+.3f} nats** ({100 * r['loss']['fraction_recovered']:.1f}%)"],
+        ]
+    else:
+        loss = o["loss"]
+        rows += [
+            ["next-token loss: clean / SAE spliced in / site zero-ablated",
+             f"{loss['clean']:.3f} / {loss['sae']:.3f} / {loss['zero']:.3f}",
+             f"{r['loss']['clean']:.3f} / {r['loss']['sae']:.3f} / {r['loss']['zero']:.3f}"],
+            ["loss increase (share of the zero-ablation loss recovered)",
+             f"**{loss['increase']:+.3f} nats [{loss['increase_ci95'][0]:+.3f}, {loss['increase_ci95'][1]:+.3f}]** "
+             f"({100 * loss['fraction_recovered']:.1f}% [{100 * loss['fraction_recovered_ci95'][0]:.1f}, "
+             f"{100 * loss['fraction_recovered_ci95'][1]:.1f}])",
+             f"{r['loss']['increase']:+.3f} nats ({100 * r['loss']['fraction_recovered']:.1f}%)"],
+        ]
+    b = held["bootstrap"]
+    return markdown(
+        ["other statistic",
+         f"shipped SAE, {held['other']['n_tokens']:,} held-out tokens / {held['other']['n_texts']} texts "
+         f"[95% CI, {b['resamples']:,} resamples of the texts]",
+         "training run's record (float32 SAE, `stats.json`)"],
+        rows,
+    )
+
+
+@table("sae_steering_frequency")
+def sae_steering_frequency(data: dict) -> str:
+    """benchmarks/sae.py: the share of generated tokens in the feature's promoted set, per
+    condition and coefficient, ± standard error over prompts, and the paired difference from
+    the unsteered samples."""
+    coefficients = data["coefficients"]
+    labels = {"unsteered": "unsteered",
+              "feature": f"feature {data['feature']['index']}",
+              "control": f"random live feature {data['control']['index']}, same coefficient"}
+    rows = []
+    for key, label in labels.items():
+        cells = [label]
+        for c in coefficients:
+            cond = c["conditions"][key]
+            cells.append(bold(pm(cond["share"], cond["se"], 3), key == "feature"))
+            cells.append("—" if key == "unsteered"
+                         else minus(f"{cond['minus_unsteered']:+.3f} ± {cond['minus_unsteered_se']:.3f}"))
+        rows.append(cells)
+    header = ["condition"]
+    for c in coefficients:
+        k = f"{c['coefficient']:g}"
+        header += [f"coefficient {k}: share ± s.e.", f"coefficient {k}: − unsteered ± s.e. (paired)"]
+    return markdown(header, rows)
