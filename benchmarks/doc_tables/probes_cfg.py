@@ -25,7 +25,8 @@ def _points_ci(x: float, interval: list[float]) -> str:
 
 
 def _layer(data: dict, index: int) -> str:
-    return data["probes"]["layers"][index]
+    """A layer as the tables' headers name it: embed, L0, L1, ..."""
+    return data["probes"]["layers"][index].replace("after ", "")
 
 
 def _grammar(data: dict) -> str:
@@ -93,7 +94,7 @@ def cfg_probes_layers(data: dict) -> str:
             *(f"{_pct(v)} ± {_pct(se)}" for v, se in zip(tr["per_layer"], tr["per_layer_se"], strict=True)),
             _size(c),
         ])
-    layers = [name.replace("after ", "") for name in data["probes"]["layers"]]
+    layers = [_layer(data, i) for i in range(len(data["probes"]["layers"]))]
     return markdown(["level", "target", *layers, "test tokens / strings"], rows)
 
 
@@ -112,7 +113,7 @@ def cfg_random_baselines(data: dict) -> str:
             str(c["level"]), c["target"], _size(c), _pct(c["majority"]), _pct(c["bayes"]),
             *(
                 f"{_pct_ci(d['linear_random']['best'], d['linear_random']['ci95'])} "
-                f"({run['probes']['layers'][d['linear_random']['best_layer']].replace('after ', '')})"
+                f"({_layer(run, d['linear_random']['best_layer'])})"
                 for run, d in zip(runs, cells, strict=True)
             ),
             " / ".join(_pct(d["linear_random"]["balanced"]) for d in cells),
@@ -141,7 +142,7 @@ def cfg_attention(data: dict) -> str:
                   for b in range(len(levels))),
                 " / ".join(f"{int(n):,}" for n in att["pairs"][a]),
             ])
-    return markdown(["from \\ to", *levels, "pairs"], rows)
+    return markdown(["from \\ to", *levels, "pairs, to " + " / ".join(levels)], rows)
 
 
 @table("cfg_costs")
@@ -155,7 +156,7 @@ def cfg_costs(data: dict) -> str:
     def probe(run: dict) -> str:
         s = run["seconds"]
         if run["models"] != ["trained", "random"]:
-            return "not re-run (below)"
+            return "not re-run"
         threads = f"{run['threads']} thread" + ("s" if run["threads"] > 1 else "")
         return f"{s['probe_evaluate_attention']:.0f} s ({s['probe_evaluate_attention_cpu']:.0f} CPU-s, {threads})"
 
@@ -166,7 +167,7 @@ def cfg_costs(data: dict) -> str:
             ["parse 1,000 strings (span DP)", *(f"{r['seconds']['parse_1000']:.2f} s" for r in (default, deep))],
             [f"train the GPT ({default['model']['steps']:,} steps)",
              f"{t['seconds']:.0f} s ({t['seconds'] / 60:.1f} min, {t['cpu_seconds']:.0f} CPU-s, {t['threads']} threads), "
-             f"{t['tokens'] / 1e6:.2f}M tokens", "not re-run (below)"],
+             f"{t['tokens'] / 1e6:.2f}M tokens", "not re-run"],
             ["probe both models (linear + multi-head, every level, target and layer), evaluate "
              f"({default['evaluation']['n_samples']} samples), attention", probe(default), probe(deep)],
         ],
