@@ -83,4 +83,4 @@ def bold(text: str, on: bool = True) -> str:
 
 
 # The pages' renderers register themselves on import (after the helpers they use exist).
-from . import circuits, editing, knowledge, probes, project, representations  # noqa: E402, F401
+from . import circuits, editing, knowledge, probes, project, readme, representations  # noqa: E402, F401
