@@ -277,7 +277,8 @@ def _sweep_label(key: str, layers: list[int], all_layers: list[int], n_pos: int,
     if layers == all_layers:
         return (f"resid_pre, {len(layers)} layers × {n_pos} positions" if key == "resid"
                 else f"head z, all positions, {len(layers)} × {n_heads} heads")
-    shown = f"layers {layers[0]}, {layers[1]}, …, {layers[-1]}"
+    shown = ("layers " + ", ".join(str(layer) for layer in layers) if len(layers) < 4
+             else f"layers {layers[0]}, {layers[1]}, …, {layers[-1]}")
     return f"resid_pre, {shown}" if key == "resid" else f"head z, all positions, {shown}"
 
 
