@@ -104,6 +104,7 @@ def write() -> None:
         result.plot(IMG / f"aie_{piece}.png")
         out[piece] = {
             **describe(result, timings.get(piece)),
+            "n_samples": config_of(piece).trace.n_samples,
             "complete": done.complete,
             "n_planned": len(done.facts),
         }

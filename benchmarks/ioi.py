@@ -8,7 +8,10 @@ Each seed is the docs' reproduction (``docs/ioi.md``): 24 prompts from the first
 it records the logit difference (mean and standard error over the prompts), the share of prompts
 where it is positive, the circuit's faithfulness, the share the name movers remove, and the heads of
 each class. The summary gives the mean and the standard deviation over seeds, and for each head how
-many seeds put it in its class. A seed already in the data file is not run again (``--redo``).
+many seeds put it in its class. Each seed also keeps every circuit head's evidence (DLA, attention
+from END to IO and to S, the path-patching effect, the class's own score) and the heads outside the
+circuit with the largest DLA, for the docs' head-classes table. A seed already in the data file is
+not run again (``--redo``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from lmsci_mi import load_model
+from lmsci_mi.circuits.heads import top_heads
 from lmsci_mi.circuits.ioi import IOI_ROLES, IOIConfig, find_ioi_circuit
 from lmsci_mi.data.ioi import IOI_TEMPLATES, ioi_dataset
 
@@ -33,6 +37,13 @@ ROOT = Path(__file__).resolve().parent.parent
 N_PROMPTS = 24
 N_TEMPLATES = 4
 FIGURES = ("logit_diff", "fraction_positive", "faithfulness", "name_mover_removed", "n_heads")
+OUTSIDE = 3
+"""Heads outside the circuit listed by DLA (the next candidates for a backup name mover)."""
+
+
+def _number(x: float) -> float | None:
+    """A float for JSON; NaN (path patching not measured) as null."""
+    return None if x != x else x
 
 
 def one_seed(lm, seed: int) -> dict:
@@ -43,6 +54,9 @@ def one_seed(lm, seed: int) -> dict:
     classes: dict[str, list[str]] = {}
     for h in circuit.heads:
         classes.setdefault(h.role, []).append(str(h.head))
+    in_circuit = {h.head for h in circuit.heads}
+    ranked = top_heads(circuit.values, len(in_circuit) + OUTSIDE)
+    outside = [(str(head), dla) for head, dla in ranked if head not in in_circuit][:OUTSIDE]
     return {
         "seed": seed,
         "n_prompts": int(diffs.numel()),
@@ -55,6 +69,12 @@ def one_seed(lm, seed: int) -> dict:
         "name_mover_removed": circuit.name_mover_removed,
         "n_heads": len(circuit.heads),
         "classes": classes,
+        "heads": [
+            {"head": str(h.head), "role": h.role, "dla": h.dla, "attn_end_io": h.attn_end_io,
+             "attn_end_s": h.attn_end_s, "path_patching": _number(h.path_patching), "score": h.score}
+            for h in circuit.heads
+        ],
+        "top_dla_outside_circuit": outside,
         "seconds": round(time.perf_counter() - began, 1),
     }
 

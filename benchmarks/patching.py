@@ -11,7 +11,9 @@ On SmolLM2-135M, in one run and on the same inputs:
       and its batched form (many invokes in one trace), on the same token ids.
 It prints seconds, speed-ups, the max abs difference, and the compute floor: the FLOPs the batched
 sweep must do divided by this machine's float32 matmul throughput, measured in the same run, and
-writes what it measured to docs/data/patching.json (sections not run keep their last numbers).
+writes what it measured to docs/data/patching.json (sections not run keep their last numbers):
+``transformer_lens`` (the sweeps of (a) and (b), one row each, with their floors), ``trace`` (c),
+``attribution`` (d) and ``nnsight`` (e).
 
 nnsight is no dependency of lmsci-mi; (e) runs where it is installed, i.e. in the peers venv of
 scripts/install_peers.sh, which has lmsci-mi and the same torch/transformers/TransformerLens:
@@ -258,7 +260,7 @@ def main() -> None:
             "command": "benchmarks/patching.py " + (f"--only {args.only}" if args.only else "")}
     sections = {}
     if args.only != "nnsight":
-        _tl_and_trace(lm, clean, corrupted, metric, gflops, args)
+        sections.update(_tl_and_trace(lm, clean, corrupted, metric, gflops, args))
     if args.only == "nnsight" or importlib.util.find_spec("nnsight") is not None:
         per_trace = tuple(int(x) for x in args.per_trace.split(","))
         sections["nnsight"] = nnsight_section(lm, clean, corrupted, metric, per_trace)
@@ -270,8 +272,18 @@ def main() -> None:
         _write_data(sections, meta)
 
 
-def _tl_and_trace(lm, clean, corrupted, metric, gflops: float, args) -> None:
-    """(a)-(d), printed as before."""
+def _sweep_label(key: str, layers: list[int], all_layers: list[int], n_pos: int, n_heads: int) -> str:
+    """The docs' words for one sweep of (a) or (b)."""
+    if layers == all_layers:
+        return (f"resid_pre, {len(layers)} layers × {n_pos} positions" if key == "resid"
+                else f"head z, all positions, {len(layers)} × {n_heads} heads")
+    shown = ("layers " + ", ".join(str(layer) for layer in layers) if len(layers) < 4
+             else f"layers {layers[0]}, {layers[1]}, …, {layers[-1]}")
+    return f"resid_pre, {shown}" if key == "resid" else f"head z, all positions, {shown}"
+
+
+def _tl_and_trace(lm, clean, corrupted, metric, gflops: float, args) -> dict:
+    """(a)-(d), printed as before, and returned as the data file's sections."""
     cfg, model = lm.cfg, lm.model
     n_pos = clean.shape[1]
     all_layers = list(range(cfg.n_layers))
@@ -294,9 +306,11 @@ def _tl_and_trace(lm, clean, corrupted, metric, gflops: float, args) -> None:
                 peer, t_peer = timed(peers[key])
             name = f"{'resid_pre (layer×pos)' if key == 'resid' else 'head z, all pos'}, {scope}"
             rows.append((name, ours.values, peer.cpu(), t_ours, t_peer,
-                         *_floors(cfg, ours, n_pos, layers, per_layer), ours.work))
+                         *_floors(cfg, ours, n_pos, layers, per_layer), ours.work,
+                         _sweep_label(key, layers, all_layers, n_pos, cfg.n_heads)))
 
     trace_line = "trace skipped"
+    sections: dict = {}
     if not args.no_trace:
         trace, t_trace = timed(lambda: causal_trace(
             lm, EIFFEL, "Eiffel Tower", TraceConfig(target=" Paris", n_samples=args.samples)))
@@ -305,6 +319,12 @@ def _tl_and_trace(lm, clean, corrupted, metric, gflops: float, args) -> None:
         t_naive_full = t_naive / len(timed_layers) * cfg.n_layers
         diff = float((trace.values[:, timed_layers] - naive).abs().max())
         floor = trace.work.token_layers_needed * layer_flops_per_token(cfg) / (gflops * 1e9)
+        sections["trace"] = {
+            "sweep": f"causal trace, {len(trace.kinds)} kinds × "
+                     f"{cfg.n_layers} layers × {trace.values.shape[-1]} positions, {args.samples} samples",
+            "lmsci_mi_s": t_trace, "naive_s": t_naive_full, "naive_timed_layers": len(timed_layers),
+            "speedup": t_naive_full / t_trace, "max_abs_diff": diff, "prefix_floor_s": floor,
+        }
         trace_line = (
             f"(c) causal trace, {trace.values.shape[-1]} tokens, {args.samples} samples, 3 kinds: "
             f"{t_trace:.2f} s vs naive loop {t_naive_full:.1f} s (timed on {len(timed_layers)} layers, "
@@ -321,9 +341,13 @@ def _tl_and_trace(lm, clean, corrupted, metric, gflops: float, args) -> None:
               f"{'floor s':>8s} {'floor %':>7s} {'prefix floor s':>14s} {'pf %':>5s} {'passes':>6s}")
     print(header)
     print("-" * len(header))
-    for name, ours, peer, t_ours, t_peer, resume, prefix, work in rows:
+    tl_rows = []
+    for name, ours, peer, t_ours, t_peer, resume, prefix, work, label in rows:
         diff = float((ours.float() - peer.float()).abs().max())
         floor, pfloor = resume / (gflops * 1e9), prefix / (gflops * 1e9)
+        tl_rows.append({"sweep": label, "lmsci_mi_s": t_ours, "transformer_lens_s": t_peer,
+                        "max_abs_diff": diff, "floor_s": floor, "prefix_floor_s": pfloor,
+                        "passes": work.passes})
         print(f"{name:36s} {t_ours:10.2f} {t_peer:8.2f} {t_peer / t_ours:8.1f}× {diff:10.2e} "
               f"{floor:8.2f} {100 * floor / t_ours:6.0f}% {pfloor:14.2f} {100 * pfloor / t_ours:4.0f}% "
               f"{work.passes:6d}")
@@ -332,6 +356,21 @@ def _tl_and_trace(lm, clean, corrupted, metric, gflops: float, args) -> None:
     print(trace_line)
     print(f"(d) attribution patching over all {cfg.n_layers}×{cfg.n_heads} heads: {t_attr:.2f} s = "
           f"{t_attr / t_forward:.1f} forward-pass equivalents; Spearman vs exact head patching: {rho:.3f}")
+    sections["transformer_lens"] = {"rows": tl_rows, "forward_s": t_forward,
+                                    "transformer_lens_version": _version("transformer_lens")}
+    sections["attribution"] = {"heads": cfg.n_layers * cfg.n_heads, "seconds": t_attr,
+                               "forward_s": t_forward, "forward_pass_equivalents": t_attr / t_forward,
+                               "spearman_vs_exact": float(rho)}
+    return sections
+
+
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
 
 
 if __name__ == "__main__":

@@ -4,11 +4,15 @@
    with the control task and the bootstrap on. Prints collection and fit seconds. The same
    features are also fitted layer by layer with scikit-learn's ``LogisticRegression`` (on
    ``--sklearn-layers`` layers, same strength grid and split) for the ratio and the accuracy gap.
+   Written to the ``speed`` section of ``--data`` (run it on a quiet machine).
 2. The tasks: every registered task's sweep, with its peak, selectivity and baseline; the curves
    are written as PNG and the tables as Parquet under ``--out``.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/probes.py [--out out/probes] [--sklearn-layers 3]
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/probes.py --skip-speed    # the tasks: docs/data/probes.json
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/probes.py --skip-tasks    # the speed section only
+
+Each part replaces only its own section of the data file (``tasks`` or ``speed``).
 """
 
 from __future__ import annotations
@@ -31,14 +35,14 @@ from lmsci_mi.probes import PROBE_TASKS, ProbeSweepConfig, Split, fit_probes, pr
 from lmsci_mi.sites import hook_name
 
 
-def speed(lm, n_examples: int, sklearn_layers: int) -> None:
+def speed(lm, n_examples: int, sklearn_layers: int) -> dict:
     data = subject_number_dataset(n_examples, seed=0)
     hooks = [hook_name("resid_post", layer) for layer in range(lm.cfg.n_layers)]
     n_tokens = sum(len(lm.encode(t)) for t in data.texts)
     config = ProbeSweepConfig()
     print(f"speed: {len(hooks)} layers x {n_examples} examples ({n_tokens} tokens), probe + control, "
           f"{len(config.l2_grid)} strengths, {config.bootstrap} bootstrap resamples (target: 60 s)")
-    peaks = {}
+    peaks, runs, sklearn = {}, {}, None
     for autocast in (None, "bfloat16"):
         start = time.perf_counter()
         acts = collect_activations(lm, data.texts, hooks,
@@ -51,16 +55,27 @@ def speed(lm, n_examples: int, sklearn_layers: int) -> None:
         fitted = time.perf_counter()
         scores = torch.tensor([f.score for f in fits])
         peaks[autocast] = scores
+        runs[autocast or "float32"] = {
+            "collect_s": round(collected - start, 1), "fit_s": round(fitted - collected, 1),
+            "total_s": round(fitted - start, 1), "peak_layer": int(scores.argmax()),
+            "peak_accuracy": float(scores.max()),
+        }
         print(f"  {autocast or 'float32':9s} collect {collected - start:6.1f} s ({n_tokens / (collected - start):.0f} "
               f"tok/s)   fit {fitted - collected:6.1f} s   total {fitted - start:6.1f} s   "
               f"peak layer {int(scores.argmax())}: accuracy {scores.max():.3f}")
         if autocast is None and sklearn_layers:
-            _sklearn(features, data.labels, split, config, fits, sklearn_layers)
+            sklearn = _sklearn(features, data.labels, split, config, fits, sklearn_layers)
     gap = (peaks[None] - peaks["bfloat16"]).abs().max()
     print(f"  largest per-layer accuracy difference, float32 vs bfloat16 collection: {gap * 100:.2f} points")
+    return {
+        "date": datetime.date.today().isoformat(), "threads": torch.get_num_threads(),
+        "task": "subject_number", "n_examples": n_examples, "n_tokens": n_tokens, "layers": len(hooks),
+        "strengths": len(config.l2_grid), "bootstrap": config.bootstrap, "runs": runs,
+        "bfloat16_max_layer_difference_points": round(float(gap) * 100, 2), "sklearn": sklearn,
+    }
 
 
-def _sklearn(features, labels, split, config, fits, n_layers: int) -> None:
+def _sklearn(features, labels, split, config, fits, n_layers: int) -> dict:
     """scikit-learn on the same standardised features, strength grid and split, layer by layer."""
     from sklearn.linear_model import LogisticRegression
 
@@ -86,6 +101,17 @@ def _sklearn(features, labels, split, config, fits, n_layers: int) -> None:
     print(f"  scikit-learn, task only, {n_layers} layers: {seconds:.1f} s "
           f"(~{seconds / n_layers * features.shape[0]:.0f} s for all layers, task only); "
           f"largest test-accuracy gap to lmsci-mi {max(gaps) * 100:.2f} points")
+    return {"layers": layers, "seconds": round(seconds, 1),
+            "seconds_all_layers_estimate": round(seconds / n_layers * features.shape[0], 1),
+            "max_gap_points": round(max(gaps) * 100, 2)}
+
+
+def _write(data_file: Path, section: dict) -> None:
+    """Replace the given sections of the data file, keeping the others."""
+    data = json.loads(data_file.read_text()) if data_file.exists() else {}
+    data.update(section)
+    data_file.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {data_file}")
 
 
 def tasks(lm, out: Path, data_file: Path) -> None:
@@ -116,12 +142,11 @@ def tasks(lm, out: Path, data_file: Path) -> None:
             "seconds": round(seconds, 1),
             "per_layer": result.metric("score").tolist(), "control_per_layer": result.metric("control").tolist(),
         }
-    data_file.write_text(json.dumps({
+    _write(data_file, {
         "model": "smollm2-135m", "site": "resid_post", "split": "60/20/20, seed 0",
         "date": datetime.date.today().isoformat(), "threads": torch.get_num_threads(),
         "tasks": rows,
-    }, indent=1) + "\n")
-    print(f"wrote {data_file}")
+    })
 
 
 def main() -> None:
@@ -137,7 +162,7 @@ def main() -> None:
     lm = load_model("smollm2-135m")
     lm.encode("warm up the tokenizer")
     if not args.skip_speed:
-        speed(lm, args.n_examples, args.sklearn_layers)
+        _write(args.data, {"speed": speed(lm, args.n_examples, args.sklearn_layers)})
     if not args.skip_tasks:
         tasks(lm, args.out, args.data)
 

@@ -83,4 +83,14 @@ def bold(text: str, on: bool = True) -> str:
 
 
 # The pages' renderers register themselves on import (after the helpers they use exist).
-from . import circuits, editing, knowledge, probes, probes_cfg, project, representations, steering  # noqa: E402, F401
+from . import (  # noqa: E402, F401
+    circuits,
+    editing,
+    knowledge,
+    probes,
+    probes_cfg,
+    project,
+    readme,
+    representations,
+    steering,
+)

@@ -211,3 +211,138 @@ def induction(data: dict) -> str:
     return markdown(
         ["figure", f"seed 0 ({seqs['n']} sequences)", f"mean ± s.d. over {n} draws of {seqs['n']}"], rows
     )
+
+
+# GPT-2 small's IOI circuit, Wang et al. 2022 ("Interpretability in the Wild"), Fig. 2 and §3;
+# the same 26 heads as ACDC's `acdc/ioi/utils.py::IOI_CIRCUIT` lists them.
+GPT2_IOI_HEADS = {
+    "name_mover": "L9.H9, L10.H0, L9.H6",
+    "backup_name_mover": "L10.H10, L10.H6, L10.H2, L10.H1, L11.H2, L9.H7, L9.H0, L11.H9",
+    "negative_name_mover": "L10.H7, L11.H10",
+    "s_inhibition": "L7.H3, L7.H9, L8.H6, L8.H10",
+    "induction": "L5.H5, L5.H8, L5.H9, L6.H9",
+    "duplicate_token": "L0.H1, L0.H10, L3.H0",
+    "previous_token": "L2.H2, L4.H11",
+}
+IOI_CLASS_ROWS = (
+    ("name_mover", "name movers"), ("backup_name_mover", "backup name movers"),
+    ("negative_name_mover", "negative name movers"), ("s_inhibition", "S-inhibition"),
+    ("induction", "induction"), ("duplicate_token", "duplicate token"),
+    ("previous_token", "previous token"),
+)
+IOI_ATTENTION_EVIDENCE = {
+    "induction": "attention S2→S1+1", "duplicate_token": "attention S2→S1",
+    "previous_token": "attention S1+1→S1",
+}
+IOI_ATTENTION_THRESHOLD = 0.15
+"""``IOIConfig.attention_threshold``'s default: END→IO attention above it is listed as evidence."""
+
+
+def _signed(x: float, digits: int = 2) -> str:
+    return f"{x:+.{digits}f}".replace("-", "−")
+
+
+@table("ioi_classes")
+def ioi_classes(data: dict) -> str:
+    """benchmarks/ioi.py: seed 0's circuit, each head with its class's score and the evidence,
+    beside GPT-2 small's heads (Wang et al. 2022)."""
+    run = data["runs"][0]
+    by_role: dict[str, list[dict]] = {}
+    for h in run["heads"]:
+        by_role.setdefault(h["role"], []).append(h)
+    rows = []
+    for role, label in IOI_CLASS_ROWS:
+        heads = by_role.get(role, [])
+        if role in ("name_mover", "negative_name_mover"):
+            shown = ", ".join(
+                f"{h['head']} ({'DLA ' if i == 0 and role == 'name_mover' else ''}{_signed(h['dla'])})"
+                for i, h in enumerate(heads))
+            if role == "name_mover":
+                seen = [h for h in heads if h["attn_end_io"] > IOI_ATTENTION_THRESHOLD]
+                seen.sort(key=lambda h: -h["attn_end_io"])
+                evidence = "END→IO attention: " + ", ".join(
+                    f"{h['head']} {num(h['attn_end_io'], 2)}" for h in seen)
+            else:
+                top = max(heads, key=lambda h: h["attn_end_io"])
+                evidence = f"{top['head']} attends END→IO {num(top['attn_end_io'], 2)}"
+        elif role == "backup_name_mover":
+            shown = "not separated (the finder has no backup step)"
+            head, dla = run["top_dla_outside_circuit"][0]
+            evidence = f"{head} ({_signed(dla)}) is next in DLA"
+        elif role == "s_inhibition":
+            shown = ", ".join(f"{h['head']} ({_signed(100 * h['path_patching'], 0)}%)" for h in heads)
+            values = [num(h["attn_end_s"], 2) for h in heads]
+            evidence = "END→S attention " + (
+                " and ".join(values) if len(values) <= 2 else ", ".join(values))
+        else:
+            shown = ", ".join(f"{h['head']} ({num(h['score'], 2)})" for h in heads)
+            evidence = IOI_ATTENTION_EVIDENCE[role]
+        rows.append([label, shown or "none", evidence, GPT2_IOI_HEADS[role]])
+    return markdown(
+        ["class", f"SmolLM2-135M heads (score), seed {run['seed']}", "evidence",
+         "GPT-2 small (Wang et al. 2022, Fig. 2, §3)"],
+        rows,
+    )
+
+
+AIE_MODELS = {"smollm2-135m": "SmolLM2-135M", "gemma3-270m": "Gemma 3 270M"}
+AIE_SAMPLES = {"smollm2-gaussian": 5}
+"""Noise samples of benchmarks/aie.py's Gaussian piece (``PIECES``), for a data file written
+before it recorded ``n_samples``."""
+AIE_NOISE_SD = 3
+"""ROME's σ: this many standard deviations of the subject embeddings (``TraceConfig``'s default)."""
+AIE_KINDS = {"resid": "resid", "mlp": "MLP", "attn": "attention", "sever_mlp": "MLP severed",
+             "sever_attn": "attention severed"}
+
+
+@table("aie_runs")
+def aie_runs(data: dict) -> str:
+    """benchmarks/aie.py --write: each run's model, corruption, facts traced and cost per fact."""
+    rows, windows = [], set()
+    for name, run in data.items():
+        if not isinstance(run, dict) or "corruption" not in run:
+            continue
+        windows.add(run["window"])
+        metric = "logit diff" if run["metric"] == "logit_diff" else "p(target)"
+        if run["corruption"] == "gaussian":
+            samples = run.get("n_samples", AIE_SAMPLES.get(name))
+            how = (f"GN {AIE_NOISE_SD}σ (σ = {num(run['noise_scale'], 3)}), {samples} samples, {metric}")
+        else:
+            how = f"STR, {metric}"
+        kinds = ", ".join(AIE_KINDS.get(k, k) for k in run["kinds"])
+        if run["n_facts"] < run["n_known"] - run["n_unpaired"]:
+            traced = f"{run['n_facts']} (the first {run['n_facts']} known"
+            traced += " and paired)" if run["corruption"] == "str" else ")"
+        else:
+            traced = f"{run['n_facts']} ({run['n_known']} of {run['n_candidates']} known top-1"
+            traced += f", {run['n_unpaired']} without an STR partner)" if run["n_unpaired"] else ")"
+        if not run.get("complete", True):
+            traced += f", PARTIAL of {run['n_planned']}"
+        cost = "" if run.get("seconds_per_fact") is None else num(run["seconds_per_fact"], 1)
+        rows.append([name, AIE_MODELS.get(run["model"], run["model"]), how, kinds, traced, cost])
+    return markdown(
+        ["run", "model", "corruption, metric",
+         f"restored (window {', '.join(str(w) for w in sorted(windows))})", "facts traced",
+         "s per fact (wall, setup included)"],
+        rows,
+    )
+
+
+@table("patching_transformer_lens")
+def patching_transformer_lens(data: dict) -> str:
+    """benchmarks/patching.py: the sweeps against TransformerLens's patchers, with compute floors."""
+    run = data["sections"]["transformer_lens"]
+    rows = []
+    for r in run["rows"]:
+        rows.append([
+            r["sweep"], num(r["lmsci_mi_s"], 2), num(r["transformer_lens_s"], 2),
+            bold(f"{r['transformer_lens_s'] / r['lmsci_mi_s']:.1f}×"), sci(r["max_abs_diff"]),
+            f"{num(r['floor_s'], 2)} ({100 * r['floor_s'] / r['lmsci_mi_s']:.0f} %)",
+            f"{num(r['prefix_floor_s'], 2)} ({100 * r['prefix_floor_s'] / r['lmsci_mi_s']:.0f} %)",
+            str(r["passes"]),
+        ])
+    return markdown(
+        ["sweep", "lmsci-mi s", "TransformerLens s", "speed-up", "max abs diff", "floor s (%)",
+         "prefix floor s (%)", "passes"],
+        rows,
+    )
