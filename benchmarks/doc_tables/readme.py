@@ -392,6 +392,60 @@ def _sae(docs: dict) -> str:
             "Training set-up, loss and dead features: in the table below")
 
 
+def _steer_curve(docs: dict) -> str:
+    data = docs["steering"]
+    s, rows = data["curve"]["summary"], data["curve"]["rows"]
+    ends = [r["sentiment"] for r in rows if r["setting"]["topic"] == 0.0]
+    values = [r["setting"]["sentiment"] for r in rows if r["setting"]["topic"] == 0.0]
+    ev = data["evaluation"]
+    shape = "rising" if s["monotone_whole_grid"] else "not strictly rising"
+    un = data["curve"]["unsteered"]
+    def signed(x: float) -> str:
+        return minus(f"{x:+.3f}")
+
+    return (
+        f"VADER compound of {ev['max_new_tokens']}-token continuations of {ev['prompts']} neutral prompts "
+        f"(one sample each): {signed(ends[0])} … {signed(ends[-1])} over s ∈ [{minus(f'{values[0]:g}')}, "
+        f"{values[-1]:g}], {shape}; gap between s = ±{s['s']:g}: {signed(s['gap']['value'])} ± "
+        f"{num(s['gap']['se'], 3)} (unsteered {signed(un['sentiment'])} ± {num(un['sentiment_se'], 3)}; ± s.e. "
+        f"over prompts), perplexity {s['perplexity_ratio_minus']:.2f}× / {s['perplexity_ratio_plus']:.2f}× the "
+        f"unsteered model's at −/+{s['s']:g}"
+    )
+
+
+def _steer_transfer(docs: dict) -> str:
+    tr = docs["steering"]["transfer"]
+    return (
+        f"SmolLM2 → Gemma 3 270M, sentiment, {tr['n_shared']:,} shared tokens (map R² {num(tr['r2'], 3)}): "
+        f"the ±{tr['value']:g} gap is {pm(tr['gap']['value'], tr['gap']['se'], 3)} on Gemma against "
+        f"{pm(tr['source_gap']['value'], tr['source_gap']['se'], 3)} on SmolLM2, so "
+        f"{pm(tr['fraction_kept'], tr['fraction_kept_se'], 2)} of the control is kept (s.e. over "
+        f"{docs['steering']['evaluation']['prompts']} prompts)"
+    )
+
+
+def _cfg(docs: dict) -> str:
+    data = docs["cfg_probes"]
+    m, g = data["model"], data["grammar"]
+    cells = {(c["level"], c["target"]): c for c in data["probes"]["cells"]}
+
+    def pct(x: float) -> str:
+        return f"{100 * x:.1f}%"
+
+    def cell(level: int, target: str) -> str:
+        c = cells[(level, target)]
+        tr = c["linear_trained"]
+        return (f"{pct(tr['best'])} [{pct(tr['ci95'][0])}, {pct(tr['ci95'][1])}] (random weights "
+                f"{pct(c['linear_random']['best'])})")
+
+    n = next(iter(cells.values()))["n_test_strings"]
+    return (f"Project GPT ({m['n_layers']} layers, d_model {m['d_model']}, {m['steps']} steps) on a "
+            f"grammar of a root and {len(g['nts_per_level']) - 1} NT levels, best-layer linear probe, {n} held-out strings "
+            f"(95% bootstrap CI over strings): NT boundary level 1 {cell(1, 'boundary')}, level 2 "
+            f"{cell(2, 'boundary')}; NT ancestor level 1 {cell(1, 'ancestor')}, level 2 {cell(2, 'ancestor')} "
+            f"against a {pct(cells[(2, 'ancestor')]['bayes'])} ceiling for a causal reader")
+
+
 # (method and metric, published, measured, page): published is quoted text, measured a function of
 # the data files (and the method a function of them where the data decide which methods ran), in
 # the README's order.
@@ -432,6 +486,15 @@ PUBLISHED: tuple[tuple[str | Callable[[dict], str], str, Callable[[dict], str], 
     ("LM-Steer sentiment control: the shipped steer on held-out prompts",
      "no published figure (the paper's sentiment table, SST-2 classifier at steer values ±5, is not in "
      "our notes)", _steer, "[representations](docs/representations.md)"),
+    ("LM-Steer sentiment control: the control curve of a freshly trained sentiment+topic steer",
+     "no published figure (the paper's sentiment table, SST-2 classifier at steer values ±5, is not in "
+     "our notes)", _steer_curve, "[steering](docs/steering.md)"),
+    ("LM-Steer transfer to another model",
+     "no published figure (our notes have the transfer result only from the authors' poster, without a "
+     "table)", _steer_transfer, "[steering](docs/steering.md)"),
+    ("CFG probes: NT boundary and NT ancestor accuracy, best layer",
+     "no published figure (Allen-Zhu & Li 2023 probe the same kind of grammar; their accuracies are not "
+     "in our notes with a table number)", _cfg, "[probes_cfg](docs/probes_cfg.md)"),
     ("Linear probes with control tasks: accuracy and selectivity at the peak layer",
      "no published figure (other tasks and models; Hewitt & Liang 2019 find linear probes selective and "
      "MLP probes not)", _probes, "[probes](docs/probes.md)"),

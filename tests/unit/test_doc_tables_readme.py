@@ -8,17 +8,20 @@ import copy
 import functools
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "docs" / "data"
-PUBLISHED_FILES = (
-    "rome_layers", "editing_table", "sequential_editing", "edges", "aie", "knowledge_neurons", "ioi",
-    "induction", "steering_compare", "probes", "concepts_smollm2-135m", "concepts_gemma3-270m",
-    "reading_smollm2-135m", "sae_heldout",
-)
+
+
+def _published_files() -> list[str]:
+    """The data files the README's published-vs-measured block names, in its order."""
+    found = re.search(r"<!-- table: published_vs_measured from (.*?) \(written by", (ROOT / "README.md").read_text())
+    assert found, "README.md has no published_vs_measured block"
+    return [Path(name.strip()).stem for name in found.group(1).split(",")]
 
 
 @functools.cache
@@ -32,7 +35,7 @@ def _renderers() -> dict:
 
 
 def _docs() -> dict:
-    return {name: json.loads((DATA / f"{name}.json").read_text()) for name in PUBLISHED_FILES}
+    return {name: json.loads((DATA / f"{name}.json").read_text()) for name in _published_files()}
 
 
 def _row(table: str, start: str) -> str:
