@@ -141,10 +141,12 @@ def test_the_registry_names_the_four_analyses() -> None:
         run_sharded("nope", load_model("toy-2l"), cluster=_process(1))
 
 
+@pytest.mark.slow
 def test_aie_sharded_in_process_equals_one_process(lm: LensModel) -> None:
     _check_aie(lm, _process(3))
 
 
+@pytest.mark.slow
 def test_edges_sharded_in_process_equal_one_process(lm: LensModel) -> None:
     _check_edges(lm, _process(2))
 
@@ -153,6 +155,7 @@ def test_collection_sharded_in_process_equals_one_process(lm: LensModel) -> None
     _check_collect(lm, _process(3))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["memit", "rome"])
 def test_edit_evaluation_sharded_in_process_equals_one_process(lm: LensModel, stats, method: str) -> None:
     _check_edit_eval(lm, stats, FAST_MEMIT if method == "memit" else FAST_ROME, _process(2))
@@ -188,6 +191,7 @@ def test_nothing_imports_ray_and_asking_for_it_says_how_to_install() -> None:
     assert "pip install 'lmsci-mi[ray]'" in child.stdout
 
 
+@pytest.mark.slow
 def test_cli_shards_a_fact_set_and_an_edit_evaluation(
     lm: LensModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
