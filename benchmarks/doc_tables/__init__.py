@@ -85,6 +85,7 @@ def bold(text: str, on: bool = True) -> str:
 # The pages' renderers register themselves on import (after the helpers they use exist).
 from . import (  # noqa: E402, F401
     circuits,
+    cluster,
     editing,
     knowledge,
     probes,

@@ -19,7 +19,7 @@ from lmsci_mi.cluster.shardable import SHARDABLE, Job, split
 if TYPE_CHECKING:
     from lmsci_mi.model import LensModel
 
-__all__ = ["ShardWorker", "connect", "import_ray", "run_on_ray"]
+__all__ = ["ShardWorker", "connect", "import_ray", "ray_workers", "run_on_ray"]
 
 SHARDS_PER_WORKER = 4
 """Default shards per actor: a slow shard then holds back a quarter of one actor's work."""
@@ -88,8 +88,9 @@ _POOL: dict[tuple[Any, ...], list[Any]] = {}
 second analysis on the same model reuses them instead of loading the model again."""
 
 
-def _actors(ray: Any, spec: ModelSpec, cluster: ClusterConfig, n: int, gpus_each: float) -> list[Any]:
-    """``n`` actors holding ``spec``'s model: the pool's, plus new ones if it has fewer."""
+def ray_workers(ray: Any, spec: ModelSpec, cluster: ClusterConfig, n: int, gpus_each: float) -> list[Any]:
+    """``n`` actors holding ``spec``'s model: the pool's, plus new ones if it has fewer. With Ray
+    initialised by the caller (a notebook, a benchmark), they stay up for the next analysis."""
     key = (spec, cluster.cpus_per_worker, gpus_each, cluster.max_retries)
     pool = _POOL.setdefault(key, [])
     worker = ray.remote(
@@ -135,7 +136,7 @@ def run_on_ray(
         n_shards = cluster.shards or SHARDS_PER_WORKER * (cluster.workers or room)
         shards = split(job.items, n_shards)
         n_workers = min(cluster.workers or room, len(shards))
-        actors = _actors(ray, spec, cluster, n_workers, gpus_each)
+        actors = ray_workers(ray, spec, cluster, n_workers, gpus_each)
         context = ray.put(job.context)  # sent once, shared by every shard
         parts = _dispatch(ray, analysis, actors, context, shards, cluster, faults)
         shape = {
