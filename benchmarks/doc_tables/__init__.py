@@ -69,6 +69,8 @@ def minus(text: str) -> str:
 
 def sci(x: float) -> str:
     """Two significant digits in e-notation without the exponent's padding: 2.7e-5."""
+    if x == 0:
+        return "0"
     mantissa, exponent = f"{x:.1e}".split("e")
     return f"{mantissa}e{int(exponent)}"
 

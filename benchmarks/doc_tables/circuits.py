@@ -346,3 +346,22 @@ def patching_transformer_lens(data: dict) -> str:
          "prefix floor s (%)", "passes"],
         rows,
     )
+
+
+@table("patching_trace_attribution")
+def patching_trace_attribution(data: dict) -> str:
+    """benchmarks/patching.py (c) and (d): the batched causal trace against a naive loop, and
+    attribution patching over all heads against exact head patching."""
+    tr, at = data["sections"]["trace"], data["sections"]["attribution"]
+    return markdown(
+        ["measurement", "lmsci-mi", "against", "ratio", "agreement"],
+        [
+            [f"(c) {tr['sweep']}", f"{num(tr['lmsci_mi_s'], 1)} s (prefix floor {num(tr['prefix_floor_s'], 1)} s)",
+             f"naive loop, one forward pass per restoration: {num(tr['naive_s'], 1)} s (timed on "
+             f"{tr['naive_timed_layers']} layers, extrapolated)", bold(f"{tr['speedup']:.1f}×"),
+             f"max abs diff {sci(tr['max_abs_diff'])}"],
+            [f"(d) attribution patching over all {at['heads']} heads", f"{num(at['seconds'], 2)} s",
+             f"one forward pass: {num(at['forward_s'], 3)} s", bold(f"{at['forward_pass_equivalents']:.1f} forward passes"),
+             f"Spearman vs exact head patching {num(at['spearman_vs_exact'], 3)}"],
+        ],
+    )

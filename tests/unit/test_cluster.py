@@ -238,6 +238,14 @@ def test_cli_refuses_bad_cluster_flags_before_loading(
     assert message in capsys.readouterr().err
 
 
+def test_cli_ray_without_ray_installed_says_how_to_install(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if it were not installed
+    assert main(["trace", "--facts", "shipped", "--ray", "local"]) == 2
+    assert "pip install 'lmsci-mi[ray]'" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------------- on a local Ray instance
 
 
