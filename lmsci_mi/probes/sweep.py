@@ -64,7 +64,7 @@ class ProbeSweepConfig(ProbeConfig):
         default=None,
         metadata={
             "help": "collect under autocast to this dtype (bfloat16: ~3.5x faster on CPUs with "
-            "AMX; default: exact float32)",
+            "AMX, ~6x slower on CPUs without; default: exact float32)",
             "choices": ("bfloat16", "float16"),
         },
     )
