@@ -120,3 +120,22 @@ def clean_smollm2(
         if value != _smollm2_fingerprint[name]
     ]
     assert not changed, f"a test left SmolLM2's weights changed: {changed[:5]}"
+
+
+FACT_TEMPLATE = "{} is a city in the country of"
+FACT_SUBJECTS = ["Paris", "Berlin", "Rome", "Madrid", "Tokyo", "Lyon", "Vienna", "Oslo", "Cairo", "Lima"]
+
+
+def toy_known_facts(lm: LensModel) -> list:
+    """Facts a random toy 'knows': each prompt's answer is its own top-1 token (for the tests of
+    analyses that trace only known facts)."""
+    from lmsci_mi.circuits.aie import Fact
+
+    facts = []
+    for subject in FACT_SUBJECTS:
+        prompt = FACT_TEMPLATE.format(subject)
+        top = int(lm(lm.to_tokens(prompt))[0, -1].argmax())
+        text = lm.tokenizer.decode([top])
+        if text.strip() and lm.continuation_ids(text)[:1] == [top]:
+            facts.append(Fact(prompt, subject, text))
+    return facts

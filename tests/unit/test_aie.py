@@ -25,21 +25,12 @@ from lmsci_mi.circuits.aie import (
 from lmsci_mi.circuits.tracing import TraceConfig, causal_trace, subject_embedding_std
 from lmsci_mi.cli import main
 from lmsci_mi.sites import hook_name
-
-TEMPLATE = "{} is a city in the country of"
-SUBJECTS = ["Paris", "Berlin", "Rome", "Madrid", "Tokyo", "Lyon", "Vienna", "Oslo", "Cairo", "Lima"]
+from tests.conftest import FACT_TEMPLATE as TEMPLATE
+from tests.conftest import toy_known_facts
 
 
 def _known(lm: LensModel) -> list[Fact]:
-    """Facts the random model 'knows': each prompt's answer is its own top-1 token."""
-    facts = []
-    for subject in SUBJECTS:
-        prompt = TEMPLATE.format(subject)
-        top = int(lm(lm.to_tokens(prompt))[0, -1].argmax())
-        text = lm.tokenizer.decode([top])
-        if text.strip() and lm.continuation_ids(text)[:1] == [top]:
-            facts.append(Fact(prompt, subject, text))
-    return facts
+    return toy_known_facts(lm)
 
 
 def _small(corruption: str = "str", **changes: object) -> AIEConfig:

@@ -32,9 +32,9 @@ from lmsci_mi.editing.stats import StatsConfig, key_statistics
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result
 from lmsci_mi.sites import hook_name
+from tests.conftest import FACT_TEMPLATE as TEMPLATE
+from tests.conftest import toy_known_facts
 
-TEMPLATE = "{} is a city in the country of"
-SUBJECTS = ["Paris", "Berlin", "Rome", "Madrid", "Tokyo", "Lyon", "Vienna", "Oslo", "Cairo", "Lima"]
 TEXTS = ["The cat sat on the mat", "A dog ran far away", "Birds fly", "One two three four", "Hello"]
 CLEAN = ["Mary and John: John gave it to", "Anna and Tom: Tom gave it to", "Kim and Lee: Lee said hi to"]
 CORRUPTED = ["Mary and John: Mary gave it to", "Anna and Tom: Anna gave it to", "Kim and Lee: Kim said hi to"]
@@ -48,15 +48,7 @@ FAST_MEMIT = MEMITHyperParams(layers=(0, 1), n_contexts=2, steps=4)
 
 
 def _known(lm: LensModel) -> list[Fact]:
-    """Facts the random model 'knows': each prompt's answer is its own top-1 token."""
-    facts = []
-    for subject in SUBJECTS:
-        prompt = TEMPLATE.format(subject)
-        top = int(lm(lm.to_tokens(prompt))[0, -1].argmax())
-        text = lm.tokenizer.decode([top])
-        if text.strip() and lm.continuation_ids(text)[:1] == [top]:
-            facts.append(Fact(prompt, subject, text))
-    return facts
+    return toy_known_facts(lm)
 
 
 def _aie_config() -> AIEConfig:
