@@ -35,7 +35,7 @@ from lmsci_mi.circuits.aie import (
 from lmsci_mi.circuits.tracing import TraceConfig
 from lmsci_mi.cluster import ClusterConfig, run_sharded
 from lmsci_mi.cluster.ray_backend import import_ray, ray_workers
-from lmsci_mi.cluster.runner import ModelSpec
+from lmsci_mi.cluster.spec import ModelSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "data" / "cluster.json"

@@ -321,7 +321,7 @@ def cluster_from_args(args: argparse.Namespace) -> Any:
         if args.shards is not None or args.workers is not None:
             raise ValueError("--shards and --workers shard the work over Ray: give --ray too")
         return None
-    from lmsci_mi.cluster.runner import ClusterConfig
+    from lmsci_mi.cluster.spec import ClusterConfig
 
     cluster = ClusterConfig(
         address=args.ray,

@@ -5,7 +5,9 @@
 - :mod:`~lmsci_mi.cluster.analyses`: the shardable analyses, one file each: the AIE over a fact
   set, EAP/EAP-IG edge scores over a prompt set, activation collection over a text set, the
   editing evaluation over a fact set.
-- :mod:`~lmsci_mi.cluster.runner`: :func:`run_sharded` and :class:`ClusterConfig`.
+- :mod:`~lmsci_mi.cluster.spec`: :class:`ClusterConfig` (where the shards run) and :class:`ModelSpec`
+  (what each worker loads).
+- :mod:`~lmsci_mi.cluster.runner`: :func:`run_sharded`, the one entry point.
 - :mod:`~lmsci_mi.cluster.ray_backend`: the Ray actors; the only module that imports Ray.
 
 >>> from lmsci_mi.cluster import SHARDABLE
@@ -14,11 +16,11 @@
 """
 
 from lmsci_mi.cluster import analyses as analyses  # registers the shardable analyses
-from lmsci_mi.cluster.runner import ClusterConfig as ClusterConfig
-from lmsci_mi.cluster.runner import ModelSpec as ModelSpec
-from lmsci_mi.cluster.runner import ShardError as ShardError
 from lmsci_mi.cluster.runner import run_sharded as run_sharded
 from lmsci_mi.cluster.shardable import SHARDABLE as SHARDABLE
 from lmsci_mi.cluster.shardable import Job as Job
 from lmsci_mi.cluster.shardable import Shardable as Shardable
 from lmsci_mi.cluster.shardable import split as split
+from lmsci_mi.cluster.spec import ClusterConfig as ClusterConfig
+from lmsci_mi.cluster.spec import ModelSpec as ModelSpec
+from lmsci_mi.cluster.spec import ShardError as ShardError

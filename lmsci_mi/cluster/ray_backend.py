@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
-from lmsci_mi.cluster.runner import ClusterConfig, FaultInjection, ModelSpec, ShardError
 from lmsci_mi.cluster.shardable import SHARDABLE, Job, split
+from lmsci_mi.cluster.spec import ClusterConfig, FaultInjection, ModelSpec, ShardError
 
 if TYPE_CHECKING:
     from lmsci_mi.model import LensModel

@@ -19,7 +19,7 @@ from lmsci_mi.circuits.metrics import LogitDiff
 from lmsci_mi.circuits.tracing import TraceConfig
 from lmsci_mi.cli import main
 from lmsci_mi.cluster import SHARDABLE, ClusterConfig, ShardError, run_sharded, split
-from lmsci_mi.cluster.runner import FaultInjection
+from lmsci_mi.cluster.spec import FaultInjection
 from lmsci_mi.collect import CollectConfig, collect_activations
 from lmsci_mi.editing import (
     EditRequest,
