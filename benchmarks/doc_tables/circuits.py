@@ -365,3 +365,39 @@ def patching_trace_attribution(data: dict) -> str:
              f"Spearman vs exact head patching {num(at['spearman_vs_exact'], 3)}"],
         ],
     )
+
+
+@table("causal_trace_eiffel")
+def causal_trace_eiffel(data: dict) -> str:
+    """benchmarks/causal_trace.py: the one-prompt trace's clean and corrupted p(target) and the
+    largest restoration per site, ± one standard error over the noise samples."""
+    s, n, w = data["summary"], data["noise_samples"], data["window"]
+
+    def code(token: str) -> str:
+        return f"`{token}`"
+
+    def row(what: str, cell: dict, layer: str = "after layer") -> list[str]:
+        return [what, code(cell["token"]), f"{layer} {cell['layer']}", pm(cell["value"], cell["se"], 3)]
+
+    target = data["target"]
+    # The last token's residual: where it first holds half the clean probability (its best layer
+    # is trivially the last, which is the clean run itself).
+    half, resid, final = s["resid_last_token_half_from"], data["kinds"].index("resid"), len(data["tokens"]) - 1
+    last_resid = [layer[final] for layer in data["values"][resid]]
+    last_se = [layer[final] for layer in data["se"][resid]]
+    return markdown(
+        ["state restored", "token", "best layer", f'p("{target}") ± s.e. ({n} noise samples)'],
+        [
+            ["none: the clean run", "", "", num(data["clean_prob"], 3)],
+            ["none: the subject noised", "", "", pm(data["corrupted_prob"], data["corrupted_se"], 3)],
+            row("residual stream, first subject token", s["resid_first_subject"]),
+            row("residual stream, middle subject token", s["resid_middle_subject"]),
+            row("residual stream, last subject token", s["resid_last_subject"]),
+            ["residual stream, last token", code(s["resid_last_token_top"]["token"]),
+             f"after layer {half} (the first with half the clean p or more; below it at most "
+             f"{num(max(last_resid[:half]), 3)})", pm(last_resid[half], last_se[half], 3)],
+            row(f"attention ({w}-layer window)", s["attn_last_token"], "window centred on"),
+            row(f"MLP ({w}-layer window), middle subject token", s["mlp_middle_subject"], "window centred on"),
+            row(f"MLP ({w}-layer window), last subject token", s["mlp_last_subject"], "window centred on"),
+        ],
+    )

@@ -201,6 +201,21 @@ def _eap(docs: dict) -> str:
     )
 
 
+def _trace(docs: dict) -> str:
+    data = docs["causal_trace_eiffel"]
+    s, t = data["summary"], data["target"]
+    mid, last, mlp = s["resid_middle_subject"], s["resid_last_subject"], s["mlp_last_subject"]
+    return (
+        f"SmolLM2, one prompt, {data['noise_samples']} noise samples (± s.e. over them): "
+        f'p("{t}") clean {num(data["clean_prob"], 3)}, noised {pm(data["corrupted_prob"], data["corrupted_se"], 3)}; '
+        f"restoring the residual at the subject's middle token (`{mid['token']}`) gives back up to "
+        f"{pm(mid['value'], mid['se'], 2)} (after layer {mid['layer']}); the last subject token "
+        f"(`{last['token']}`) at most {pm(last['value'], last['se'], 3)}; no mid-layer MLP peak at the last "
+        f"subject token (at most {pm(mlp['value'], mlp['se'], 3)}). One prompt: the same question over a fact "
+        "set, with standard errors, is the AIE row below"
+    )
+
+
 def _aie(docs: dict) -> str:
     data = docs["aie"]
     s, g = data["smollm2-str"], data["smollm2-gaussian"]
@@ -465,6 +480,10 @@ PUBLISHED: tuple[tuple[str | Callable[[dict], str], str, Callable[[dict], str], 
      "about 0 below 300 edges (Hanna et al. 2024: the data of the paper's faithfulness plots, released in "
      "`hannamw/eap-ig-faithfulness` as `results/pareto/gpt2/csv/ioi.csv` and "
      "`results/real/gpt2/csv/ioi.csv`; no table)", _eap, "[edges](docs/edges.md)"),
+    ("Causal tracing, where the fact sits",
+     "no published figure with a table or figure number in our notes (Meng et al. 2022 locate the effect "
+     "at the last subject token in GPT-2 XL's middle-layer MLPs; our notes have their averages from the "
+     "paper's text only)", _trace, "[circuits](docs/circuits.md)"),
     ("Causal tracing over a fact set (AIE), MLP at the last subject token",
      "no published figure quoted (GPT-2 XL: the MLP effect peaks in the middle layers under Gaussian "
      "noise, Meng et al. 2022, and is much weaker under STR, Zhang & Nanda 2024, their Fig. 2)",
