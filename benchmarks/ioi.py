@@ -48,8 +48,13 @@ def _number(x: float) -> float | None:
 
 def one_seed(lm, seed: int) -> dict:
     data = ioi_dataset(lm, N_PROMPTS, templates=IOI_TEMPLATES[:N_TEMPLATES], seed=seed)
+    return {"seed": seed, **one_draw(lm, data, IOIConfig(n_sender_candidates=6))}
+
+
+def one_draw(lm, data, config: IOIConfig) -> dict:
+    """The circuit found on one prompt draw, with every figure and head the docs quote."""
     began = time.perf_counter()
-    circuit = find_ioi_circuit(lm, data, IOIConfig(n_sender_candidates=6))
+    circuit = find_ioi_circuit(lm, data, config)
     diffs = circuit.logit_diffs.float()
     classes: dict[str, list[str]] = {}
     for h in circuit.heads:
@@ -58,7 +63,6 @@ def one_seed(lm, seed: int) -> dict:
     ranked = top_heads(circuit.values, len(in_circuit) + OUTSIDE)
     outside = [(str(head), dla) for head, dla in ranked if head not in in_circuit][:OUTSIDE]
     return {
-        "seed": seed,
         "n_prompts": int(diffs.numel()),
         "logit_diff": circuit.logit_diff,
         "logit_diff_se": float(diffs.std(unbiased=True) / diffs.numel() ** 0.5),
@@ -104,12 +108,23 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "data" / "ioi.json")
     parser.add_argument("--redo", action="store_true", help="run seeds already in the file again")
+    parser.add_argument("--tour", action="store_true",
+                        help="also (re)measure the tour's own draw (8 prompts, one template) as 'tour'")
     args = parser.parse_args()
     data = json.loads(args.out.read_text()) if args.out.exists() else {}
     if data.get("model") not in (None, args.model):
         raise SystemExit(f"{args.out} holds {data['model']}; give another --out for {args.model}")
     runs = {r["seed"]: r for r in data.get("runs", [])}
     lm = load_model(args.model)
+    if args.tour:
+        from lmsci_mi.cli.heads import tour_ioi_inputs  # the very draw `lmsci-mi tour` makes
+
+        data["tour"] = {"config": "IOIConfig(n_sender_candidates=3)", "templates": 1,
+                        **one_draw(lm, *tour_ioi_inputs(lm))}
+        t = data["tour"]
+        print(f"tour's draw: logit diff {t['logit_diff']:.2f} ± {t['logit_diff_se']:.2f}, faithfulness "
+              f"{t['faithfulness']:.2f}, name movers remove {t['name_mover_removed']:.2f}", flush=True)
+        write(args.out, data)
     for seed in args.seeds:
         if seed in runs and not args.redo:
             print(f"seed {seed}: in {args.out}, skipped")
@@ -124,6 +139,7 @@ def main() -> None:
         )
         ordered = [runs[s] for s in sorted(runs)]
         data = {
+            **({"tour": data["tour"]} if "tour" in data else {}),
             "model": args.model,
             "n_prompts": N_PROMPTS,
             "templates": N_TEMPLATES,
@@ -135,9 +151,13 @@ def main() -> None:
             "runs": ordered,
             "summary": summarise(ordered),
         }
-        tmp = args.out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1) + "\n")
-        tmp.replace(args.out)
+        write(args.out, data)
+
+
+def write(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.replace(path)  # never a half-written data file
 
 
 if __name__ == "__main__":

@@ -401,3 +401,34 @@ def causal_trace_eiffel(data: dict) -> str:
             row(f"MLP ({w}-layer window), last subject token", s["mlp_last_subject"], "window centred on"),
         ],
     )
+
+
+@table("ioi_tour")
+def ioi_tour(data: dict) -> str:
+    """benchmarks/ioi.py --tour: the tour's draw beside the seeded draws' mean ± s.d., and how
+    many seeded draws put each of its heads in the same class."""
+    t, summary = data["tour"], data["summary"]
+    seeds, by_class = summary["n_seeds"], summary["heads_by_class"]
+
+    def spread(key: str, digits: int, percent: bool = False) -> str:
+        f = summary[key]
+        scale = 100 if percent else 1
+        return f"{num(f['mean'] * scale, digits)} ± {num(f['sd'] * scale, digits)}"
+
+    heads = "; ".join(
+        f"{role.replace('_', ' ')}: " + ", ".join(f"{h} ({by_class.get(role, {}).get(h, 0)}/{seeds})" for h in hs)
+        for role, hs in t["classes"].items()
+    )
+    missed = [f"{h} ({role.replace('_', ' ')})" for role, counts in by_class.items()
+              for h, n in counts.items() if n == seeds and h not in t["classes"].get(role, [])]
+    return markdown(
+        ["draw", "logit diff", "faithfulness", "name movers remove", "heads (seeded draws that class them so)",
+         f"in all {seeds} seeded draws, not in this one"],
+        [
+            [f"the tour's ({t['n_prompts']} prompts)", pm(t["logit_diff"], t["logit_diff_se"], 2),
+             f"{100 * t['faithfulness']:.1f} %", f"{100 * t['name_mover_removed']:.1f} %", heads,
+             ", ".join(missed) or "none"],
+            [f"{seeds} seeded draws of {data['n_prompts']} (mean ± s.d.)", spread("logit_diff", 2),
+             spread("faithfulness", 1, True) + " %", spread("name_mover_removed", 1, True) + " %", "", ""],
+        ],
+    )

@@ -175,6 +175,27 @@ def editing_margins(data: dict) -> str:
     )
 
 
+@table("editing_messy")
+def editing_messy(data: dict) -> str:
+    """benchmarks/editing.py --table: the four messy-knowledge rates, each over the facts that
+    carry its probe (the count in the header; a row on fewer facts says so)."""
+    probes = ("NEG", "REV", "2HOP", "ORL")
+    first = data["rows"][0]
+
+    def head(m: str) -> str:
+        n = first["probe_facts"][m]
+        facts = f"{n} fact" + ("" if n == 1 else "s")
+        if m == "ORL":
+            facts += f", {first['other_relation_prompts']} prompts"
+        return f"{m} ({facts})"
+
+    rows = []
+    for row in data["rows"]:
+        label = row["model"] if row["n_facts"] == first["n_facts"] else f"{row['model']} ({row['n_facts']} facts)"
+        rows.append([label, *_metric_cells(row, probes)])
+    return markdown(["model + method", *(head(m) for m in probes)], rows)
+
+
 @table("rome_layers")
 def rome_layers(data: dict) -> str:
     """benchmarks/rome_layers.py: ROME at each swept layer; the layer of the best S in bold.

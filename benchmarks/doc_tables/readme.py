@@ -279,6 +279,25 @@ GPT2_ORDER = (("previous_token", "duplicate_token"), ("induction",), ("s_inhibit
               ("name_mover",), ("negative_name_mover",))
 
 
+def _ioi_tour(docs: dict) -> str:
+    data = docs["ioi"]
+    t, seeds = data["tour"], data["summary"]["n_seeds"]
+    by_class = data["summary"]["heads_by_class"]
+    unsure = [f"{h} ({by_class.get(role, {}).get(h, 0)})" for role, heads in t["classes"].items()
+              for h in heads if by_class.get(role, {}).get(h, 0) < seeds]
+    missed = [f"{h} ({role.replace('_', ' ')})" for role, counts in by_class.items()
+              for h, n in counts.items() if n == seeds and h not in t["classes"].get(role, [])]
+    text = (f"The tour's own draw ({t['n_prompts']} prompts, one template, {t['config']}): logit difference "
+            f"{pm(t['logit_diff'], t['logit_diff_se'], 2)} (s.e. over prompts), name movers remove "
+            f"{t['name_mover_removed']:.0%}, faithfulness {t['faithfulness']:.0%}; each of its "
+            f"{t['n_heads']} heads is in the same class in the {seeds} seeded draws of the docs")
+    if unsure:
+        text += f" except {', '.join(unsure)} of {seeds}"
+    if missed:
+        text += f"; it misses {', '.join(missed)}, which every seeded draw has"
+    return text
+
+
 def _layer(head: str) -> int:
     return int(head.split(".")[0][1:])
 
@@ -499,6 +518,9 @@ PUBLISHED: tuple[tuple[str | Callable[[dict], str], str, Callable[[dict], str], 
      "induction, 3 duplicate-token, 2 previous-token), Wang et al. 2022's circuit as ACDC's and "
      "auto-circuit's code list it (`acdc/ioi/utils.py::IOI_CIRCUIT`, `ioi_official.py`); faithfulness: "
      "no published figure (our notes have it only second-hand)", _ioi_circuit, "[ioi](docs/ioi.md)"),
+    ("IOI circuit: a second draw, the tour's",
+     "GPT-2 small: 26 heads in 7 classes (see the row above); faithfulness: no published figure",
+     _ioi_tour, "[ioi](docs/ioi.md)"),
     ("Induction heads",
      "no published figure (the GPT-2 small heads usually listed come from the ARENA course and the "
      "TransformerLens demo, not a paper)", _induction, "[ioi](docs/ioi.md)"),

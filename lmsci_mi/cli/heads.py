@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lmsci_mi.circuits.heads import HEAD_SCORES, HeadScoreConfig
 from lmsci_mi.circuits.ioi import IOIConfig
@@ -21,6 +21,9 @@ from lmsci_mi.cli.common import (
 from lmsci_mi.cli.tour import StepOutput, TourStep
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import Head
+
+if TYPE_CHECKING:
+    from lmsci_mi.data.ioi import IOIDataset
 
 
 def register(commands: Any) -> None:
@@ -155,12 +158,18 @@ def _step_induction(lm: LensModel, out_dir: Path) -> StepOutput:
     return StepOutput(summary, {"induction_scores": scores, "induction_ablation": check}, text=text)
 
 
+def tour_ioi_inputs(lm: LensModel) -> tuple[IOIDataset, IOIConfig]:
+    """The tour's IOI draw (8 prompts of the first template) and settings; benchmarks/ioi.py
+    --tour measures the same draw for the docs."""
+    from lmsci_mi.data.ioi import IOI_TEMPLATES, ioi_dataset
+
+    return ioi_dataset(lm, 8, templates=IOI_TEMPLATES[:1]), IOIConfig(n_sender_candidates=3)
+
+
 def _step_ioi(lm: LensModel, out_dir: Path) -> StepOutput:
     """The IOI circuit on a small prompt set (name movers, S-inhibition, ...)."""
     from lmsci_mi.circuits.ioi import find_ioi_circuit
-    from lmsci_mi.data.ioi import IOI_TEMPLATES, ioi_dataset
 
-    data = ioi_dataset(lm, 8, templates=IOI_TEMPLATES[:1])
-    circuit = find_ioi_circuit(lm, data, IOIConfig(n_sender_candidates=3))
+    circuit = find_ioi_circuit(lm, *tour_ioi_inputs(lm))
     text = circuit.summary()
     return StepOutput(text.strip().splitlines()[0], {"ioi_circuit": circuit}, text=text)
