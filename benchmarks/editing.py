@@ -13,8 +13,8 @@ docs/data/editing_speed.json.
 
 --table evaluates ROME (one fact at a time, restored between facts), MEMIT and AlphaEdit (all
 facts in one batch) on every fact of the shipped editing fact set, with GE, against the unedited
-model. ROME's facts are cached in chunks of 10 and each batch method's evaluation once, in
---cache, so an interrupted run continues; the unedited baseline is cached per fact and shared.
+model. ROME's facts are cached in chunks of 10; a batch method's edit is cached once and its edited
+scores in chunks of 25 facts (``batch_evaluation``), in --cache, so an interrupted run continues; the unedited baseline is cached per fact and shared.
 When every method is done it writes docs/data/editing_table.json (every metric with a 95%
 percentile-bootstrap interval over facts) and prints the markdown table.
 """
@@ -37,6 +37,7 @@ from lmsci_mi.editing import (
     METRICS,
     AlphaEditHyperParams,
     EditEvaluation,
+    EditHandle,
     EvaluationConfig,
     MEMITHyperParams,
     ROMEHyperParams,
@@ -49,7 +50,17 @@ from lmsci_mi.editing import (
     memit_edit,
     rome_edit,
 )
+from lmsci_mi.editing.methods import EDITING_METHODS
+from lmsci_mi.editing.metrics import (
+    PER_FACT,
+    EditedScores,
+    assemble_evaluation,
+    edited_scores,
+    plan_evaluation,
+    unedited_scores,
+)
 from lmsci_mi.editing.stats import StatsConfig
+from lmsci_mi.weights import read_deltas
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEED = ROOT / "docs" / "data" / "editing_speed.json"
@@ -61,6 +72,8 @@ CONFIGS = {
     "alphaedit": AlphaEditHyperParams(cache_fits=True),
 }
 ROME_CHUNK = 10
+SCORE_CHUNK = 25
+PROBES = ("NEG", "REV", "2HOP", "ORL")
 
 
 def timed(fn):
@@ -170,23 +183,67 @@ def table(args: argparse.Namespace) -> None:
                 parts.append(EditEvaluation.load(path))
             if sum(len(p.subjects) for p in parts) == len(rome_facts):
                 results[name] = EditEvaluation.combine(parts)
+            elif parts and args.partial:  # ROME on the first facts done so far, labelled so
+                results[name] = EditEvaluation.combine(parts)
+                print(f"rome: {len(results[name].subjects)} of {len(rome_facts)} facts so far")
         else:
             path = cache / f"{name}_{len(facts)}.json"
-            if not path.exists() and time.perf_counter() - start <= args.max_seconds:
-                ev = evaluate_edits(lm, facts, config, stats=stats, evaluation=evaluation)
-                ev.save(path)
-                print(f"{name}: S {ev.metric('S'):.1f}, one edit of {len(facts)} facts in {ev.seconds_per_edit:.0f} s",
-                      flush=True)
+            if not path.exists():
+                ev = batch_evaluation(lm, name, facts, stats, evaluation, cache, deadline=start + args.max_seconds)
+                if ev is not None:
+                    ev.save(path)
+                    print(f"{name}: S {ev.metric('S'):.1f}, one edit of {len(facts)} facts in "
+                          f"{ev.seconds_per_edit:.0f} s", flush=True)
             if path.exists():
                 results[name] = EditEvaluation.load(path)
-    if set(results) != set(args.methods):
+    if set(results) != set(args.methods) and not (args.partial and results):
         print(f"done so far: {sorted(results)}; run again to resume")
         return
-    write_table(results, len(facts), stats.n_tokens, stats.source)
+    write_table(results, facts, stats.n_tokens, stats.source)
     print("done")
 
 
-def write_table(results: dict[str, EditEvaluation], n_facts: int, stats_tokens: int, source: str) -> None:
+def batch_evaluation(lm, name, facts, stats, evaluation, cache: Path, *, deadline: float) -> EditEvaluation | None:
+    """A batch method's evaluation (MEMIT, AlphaEdit), resumable: the one edit of every fact is
+    computed once and its deltas kept in ``cache``; the edited model is then scored SCORE_CHUNK
+    facts at a time, each chunk's rows kept, so an interrupted run loses at most one chunk.
+    The rows equal one ``evaluate_edits`` call's (a fact's scores do not depend on the others
+    scored with it). None when ``deadline`` passes first."""
+    plan = plan_evaluation(lm, facts, CONFIGS[name], evaluation)
+    n = len(plan.requests)
+    stem = f"{name}_{n}"
+    edit_path = cache / f"{stem}.edit.safetensors"
+    if not edit_path.exists():
+        function = EDITING_METHODS.get(plan.method).function
+        begin = time.perf_counter()
+        with function(lm, list(plan.requests), plan.config, stats=stats) as handle:
+            seconds = time.perf_counter() - begin
+            partial = edit_path.with_name(edit_path.name + ".partial.safetensors")
+            handle.save(partial, {"seconds": repr(seconds)})
+            os.replace(partial, edit_path)  # never a half-written edit
+        print(f"{name}: one edit of {n} facts in {seconds:.0f} s", flush=True)
+    deltas, metadata = read_deltas(edit_path)
+    before = unedited_scores(lm, plan, range(n))
+    rows = []
+    for first in range(0, n, SCORE_CHUNK):
+        path = cache / f"{stem}.scores_{first:04d}.pt"
+        if not path.exists():
+            if time.perf_counter() > deadline:
+                return None
+            chunk = list(range(first, min(n, first + SCORE_CHUNK)))
+            scores = edited_scores(lm, plan, [chunk], deltas=deltas).scores
+            partial = path.with_suffix(".partial")
+            torch.save(scores, partial)
+            os.replace(partial, path)
+            print(f"{name} facts {first}..{chunk[-1]} scored", flush=True)
+        rows.append(torch.load(path))
+    layers = EditHandle(lm, deltas, method=plan.method).layers
+    after = EditedScores(tuple(range(n)), torch.cat(rows), (layers,) * n, ())
+    return assemble_evaluation(lm, plan, before, after, seconds=[float(metadata["seconds"])], stats=stats)
+
+
+def write_table(results: dict[str, EditEvaluation], facts: list, stats_tokens: int, source: str) -> None:
+    n_facts = len(facts)
     rows = []
     # One unedited row per fact count (ROME may run on the first N facts of the same order only).
     named = []
@@ -195,9 +252,13 @@ def write_table(results: dict[str, EditEvaluation], n_facts: int, stats_tokens: 
             named.append(("unedited", ev, False))
         named.append((name, ev, True))
     for label, ev, edited in named:
+        probed = facts[: len(ev.subjects)]  # every row's facts are the first of the same order
         rows.append({
             "model": label,
             "n_facts": len(ev.subjects),
+            # The facts that carry each messy-knowledge probe (its rate's sample size).
+            "probe_facts": {m: int((~ev.per_fact[0, :, PER_FACT.index(m)].isnan()).sum()) for m in PROBES},
+            "other_relation_prompts": sum(len(f.other_relation_prompts) for f in probed),
             "n_edits": ev.n_edits if edited else 0,
             "seconds_per_edit": ev.seconds_per_edit if edited else None,
             "metrics": {m: ev.metric(m, edited=edited) for m in METRICS},
@@ -236,6 +297,8 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=["memit", "alphaedit", "rome"], choices=sorted(CONFIGS))
     parser.add_argument("--facts", type=int, default=None,
                         help="--table: the first N facts in a seeded random order (default all)")
+    parser.add_argument("--partial", action="store_true",
+                        help="--table: write the table from the methods done so far (ROME on its first facts)")
     parser.add_argument("--rome-facts", type=int, default=None,
                         help="--table: ROME on the first N of those facts only (default all)")
     parser.add_argument("--cache", default="out/editing_table", help="--table: per-chunk results")
