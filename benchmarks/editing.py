@@ -1,6 +1,7 @@
 """Speed and the editing table of lmsci_mi.editing on SmolLM2-135M (issue 21).
 
     PYTHONPATH=. .venv/bin/python benchmarks/editing.py --speed    # quiet machine: the timings
+    PYTHONPATH=. .venv/bin/python benchmarks/editing.py --floor    # alone: FLOPs per edit, matmul rate
     PYTHONPATH=. .venv/bin/python benchmarks/editing.py --table    # resumable: run until "done"
     PYTHONPATH=. .venv/bin/python benchmarks/editing.py --table --methods memit alphaedit
 
@@ -10,6 +11,11 @@ default layer (5 facts), MEMIT on 50 facts in one batch (and, with --memit-befor
 fit's prefix reuse on and off: off is how it was done before), and the full evaluation of one fact with 50-token generation entropy
 (unedited baseline uncached, the edit, the edited scores). Wall-clock and CPU seconds; writes
 docs/data/editing_speed.json.
+
+--floor counts the floating-point operations of one ROME edit (the same 5 facts) and of MEMIT per
+fact (8 facts, every δ fitted) and probes this CPU's float32 matmul rate at 1 and 2 threads: the
+FLOPs over the rate is the least time the method can take here, however it is coded. Run it
+alone (the rate probe needs the cores); it adds ``arithmetic_floor`` to editing_speed.json.
 
 --table evaluates ROME (one fact at a time, restored between facts), MEMIT and AlphaEdit (all
 facts in one batch) on every fact of the shipped editing fact set, with GE, against the unedited
@@ -149,6 +155,68 @@ def speed(args: argparse.Namespace) -> None:
         cpu = "" if row["cpu_s"] is None else f"{row['cpu_s']:.1f}"
         target = "" if row["target_s"] is None else f"≤ {row['target_s']}"
         print(f"| {row['what']} | {row['wall_s']:.1f} | {cpu} | {target} | {row.get('date', '2026-11-26')} |")
+
+
+def matmul_rate(threads: int, size: int = 2048, seconds: float = 5.0) -> float:
+    """GFLOP/s of float32 square matmuls at ``threads`` threads: the most this CPU gives the fits,
+    whose time is mostly in such matmuls (the profile in docs/editing.md)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        a, b = torch.randn(size, size), torch.randn(size, size)
+        a @ b  # warm-up
+        n, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            a @ b
+            n += 1
+        return 2 * size**3 * n / (time.perf_counter() - start) / 1e9
+    finally:
+        torch.set_num_threads(before)
+
+
+def floor(args: argparse.Namespace) -> None:
+    """The arithmetic floor of the speed targets: FLOPs of one ROME edit and of MEMIT per fact,
+    counted by torch's FlopCounterMode on the --speed facts, over the machine's matmul rate.
+    Run it alone (the rate is probed first, for 5 s per thread count)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    rates = {str(t): matmul_rate(t) for t in (1, 2)}
+    print(f"float32 matmul: {rates['1']:.1f} GFLOP/s at 1 thread, {rates['2']:.1f} at 2", flush=True)
+    lm = load_model("smollm2-135m")
+    facts = load_facts()
+    layer, layers = default_rome_layer(lm), default_memit_layers(lm)
+    stats = key_statistics(lm, sorted({layer, *layers}), StatsConfig(n_tokens=ROMEHyperParams().stats_tokens))
+    context_templates(lm, 5, (5, 10))  # sampled once per model: not part of an edit's count
+    context_templates(lm, 5, (10,))
+    rome = []
+    for fact in facts[: args.n_rome]:
+        with FlopCounterMode(display=False) as counter:
+            handle = rome_edit(lm, fact, ROMEHyperParams(layer=layer), stats=stats)
+        handle.restore()
+        rome.append(counter.get_total_flops() / 1e9)
+        print(f"ROME {fact.subject}: {rome[-1]:.0f} GFLOP", flush=True)
+    hp = MEMITHyperParams()  # no cached fits: every fact's δ is fitted, as in the timed run
+    n = args.floor_memit
+    with FlopCounterMode(display=False) as counter:
+        handle = memit_edit(lm, facts[:n], hp, stats=stats)
+    handle.restore()
+    memit = counter.get_total_flops() / 1e9 / n
+    print(f"MEMIT: {memit:.0f} GFLOP per fact ({n} facts)", flush=True)
+    rome_mean = sum(rome) / len(rome)
+    data = json.loads(SPEED.read_text()) if SPEED.exists() else {}
+    data["arithmetic_floor"] = {
+        "date": time.strftime("%Y-%m-%d"),
+        "matmul_gflops": rates,
+        "rome_gflop_per_edit": rome, "rome_gflop_mean": rome_mean, "rome_layer": layer,
+        "memit_gflop_per_fact": memit, "memit_facts_counted": n,
+        "rome_floor_s": rome_mean / rates["2"], "rome_target_s": 5,
+        "memit_50_floor_s": 50 * memit / rates["2"], "memit_target_s": 120,
+        "how": "FLOPs counted by torch.utils.flop_counter.FlopCounterMode (matmuls and convolutions "
+               "only); floor = FLOPs / the 2-thread float32 matmul rate",
+    }
+    SPEED.write_text(json.dumps(data, indent=1))
+    f = data["arithmetic_floor"]
+    print(f"floor: ROME {f['rome_floor_s']:.1f} s (target 5), MEMIT 50 facts {f['memit_50_floor_s']:.0f} s (target 120)")
 
 
 def table(args: argparse.Namespace) -> None:
@@ -303,13 +371,18 @@ def main() -> None:
                         help="--table: ROME on the first N of those facts only (default all)")
     parser.add_argument("--cache", default="out/editing_table", help="--table: per-chunk results")
     parser.add_argument("--max-seconds", type=float, default=float("inf"), help="--table: stop starting work after")
+    parser.add_argument("--floor", action="store_true",
+                        help="FLOPs per edit and the matmul rate: the targets' arithmetic floor (alone)")
+    parser.add_argument("--floor-memit", type=int, default=8, help="--floor: facts whose MEMIT FLOPs are counted")
     args = parser.parse_args()
+    if args.floor:
+        floor(args)
     if args.speed:
         speed(args)
     if args.table:
         table(args)
-    if not (args.speed or args.table):
-        parser.error("give --speed or --table")
+    if not (args.speed or args.table or args.floor):
+        parser.error("give --speed, --floor or --table")
 
 
 if __name__ == "__main__":

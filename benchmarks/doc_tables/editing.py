@@ -175,6 +175,31 @@ def editing_margins(data: dict) -> str:
     )
 
 
+@table("editing_floor")
+def editing_floor(data: dict) -> str:
+    """benchmarks/editing.py --floor: FLOPs per edit over the CPU's matmul rate, beside the
+    measured time and the target."""
+    f = data["arithmetic_floor"]
+    rate = f["matmul_gflops"]["2"]
+    measured = {row["what"]: row["wall_s"] for row in data["rows"]}
+    rome_s = next(v for k, v in measured.items() if k.startswith("one ROME edit"))
+    memit_s = next(v for k, v in measured.items() if k.startswith("MEMIT, 50 facts"))
+    n = len(f["rome_gflop_per_edit"])
+    return markdown(
+        ["edit", "floating-point operations (counted)", f"floor at {num(rate, 1)} GFLOP/s",
+         "measured (table above)", "target"],
+        [
+            [f"one ROME edit at layer {f['rome_layer']} (mean of {n} facts)",
+             f"{f['rome_gflop_mean']:,.0f} GFLOP ({min(f['rome_gflop_per_edit']):,.0f}–"
+             f"{max(f['rome_gflop_per_edit']):,.0f})", f"{num(f['rome_floor_s'], 1)} s",
+             f"{num(rome_s, 1)} s", f"≤ {f['rome_target_s']} s"],
+            [f"MEMIT, 50 facts (counted on {f['memit_facts_counted']}, every δ fitted)",
+             f"50 × {f['memit_gflop_per_fact']:,.0f} GFLOP", f"{f['memit_50_floor_s']:.0f} s",
+             f"{memit_s:.0f} s", f"≤ {f['memit_target_s']} s"],
+        ],
+    )
+
+
 @table("editing_messy")
 def editing_messy(data: dict) -> str:
     """benchmarks/editing.py --table: the four messy-knowledge rates, each over the facts that
