@@ -236,9 +236,11 @@ def table(args: argparse.Namespace) -> None:
     for name in args.methods:
         config = CONFIGS[name]
         if name == "rome":
-            parts = []
             rome_facts = facts[: args.rome_facts or len(facts)]
-            for first in range(0, len(rome_facts), ROME_CHUNK):
+            firsts = list(range(0, len(rome_facts), ROME_CHUNK))
+            # --backward: a second process can take the chunks from the end while the first
+            # goes forward; each skips a chunk the other has written.
+            for first in reversed(firsts) if args.backward else firsts:
                 path = cache / f"rome_{first:04d}.json"
                 if not path.exists():
                     if time.perf_counter() - start > args.max_seconds:
@@ -248,6 +250,11 @@ def table(args: argparse.Namespace) -> None:
                     ev.save(path)
                     print(f"rome facts {first}..{first + len(ev.subjects) - 1}: S {ev.metric('S'):.1f}, "
                           f"{ev.seconds_per_edit:.1f} s/edit", flush=True)
+            parts = []
+            for first in firsts:  # in the facts' order, as far as they are done
+                path = cache / f"rome_{first:04d}.json"
+                if not path.exists():
+                    break
                 parts.append(EditEvaluation.load(path))
             if sum(len(p.subjects) for p in parts) == len(rome_facts):
                 results[name] = EditEvaluation.combine(parts)
@@ -365,6 +372,8 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=["memit", "alphaedit", "rome"], choices=sorted(CONFIGS))
     parser.add_argument("--facts", type=int, default=None,
                         help="--table: the first N facts in a seeded random order (default all)")
+    parser.add_argument("--backward", action="store_true",
+                        help="--table: take ROME's chunks from the last (a second process beside a forward one)")
     parser.add_argument("--partial", action="store_true",
                         help="--table: write the table from the methods done so far (ROME on its first facts)")
     parser.add_argument("--rome-facts", type=int, default=None,

@@ -116,6 +116,9 @@ def main() -> None:
         raise SystemExit(f"{args.out} holds {data['model']}; give another --out for {args.model}")
     runs = {r["seed"]: r for r in data.get("runs", [])}
     lm = load_model(args.model)
+    if data.get("n_layers") != lm.cfg.n_layers:  # for relative depths (docs/ioi.md)
+        data["n_layers"] = lm.cfg.n_layers
+        write(args.out, data)
     if args.tour:
         from lmsci_mi.cli.heads import tour_ioi_inputs  # the very draw `lmsci-mi tour` makes
 
@@ -141,6 +144,7 @@ def main() -> None:
         data = {
             **({"tour": data["tour"]} if "tour" in data else {}),
             "model": args.model,
+            "n_layers": lm.cfg.n_layers,
             "n_prompts": N_PROMPTS,
             "templates": N_TEMPLATES,
             "config": "IOIConfig(n_sender_candidates=6)",

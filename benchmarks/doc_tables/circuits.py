@@ -432,3 +432,32 @@ def ioi_tour(data: dict) -> str:
              spread("faithfulness", 1, True) + " %", spread("name_mover_removed", 1, True) + " %", "", ""],
         ],
     )
+
+
+# GPT-2 small's IOI heads per class (Wang et al. 2022, the circuit as ACDC's and auto-circuit's
+# code list it: acdc/ioi/utils.py::IOI_CIRCUIT), as relative depth layer / 12: quoted, not measured.
+GPT2_DEPTH = {
+    "name_mover": "0.75–0.83",
+    "s_inhibition": "0.58–0.67",
+    "induction": "0.42–0.50",
+    "negative_name_mover": "0.83–0.92",
+}
+DEPTH_CLASSES = {"name_mover": "name movers", "s_inhibition": "S-inhibition", "induction": "induction",
+                 "negative_name_mover": "negative movers"}
+
+
+@table("ioi_depth")
+def ioi_depth(data: dict) -> str:
+    """benchmarks/ioi.py: the relative depth (layer ÷ layers) of every head of seed 0's classes,
+    grouped by layer, beside GPT-2 small's quoted range."""
+    n, classes = data["n_layers"], data["runs"][0]["classes"]
+    rows = []
+    for role, label in DEPTH_CLASSES.items():
+        by_layer: dict[int, list[str]] = {}
+        for head in classes.get(role, []):
+            layer, index = head[1:].split(".H")
+            by_layer.setdefault(int(layer), []).append(f"H{index}")
+        cells = [f"{num(layer / n, 2)} (L{layer}: {', '.join(sorted(heads, key=lambda h: int(h[1:])))})"
+                 for layer, heads in sorted(by_layer.items())]
+        rows.append([label, GPT2_DEPTH[role], "; ".join(cells)])
+    return markdown(["class", "GPT-2 small (quoted)", "SmolLM2, seed 0 (layer ÷ 30: heads)".replace("30", str(n))], rows)

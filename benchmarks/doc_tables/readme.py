@@ -426,6 +426,24 @@ def _sae(docs: dict) -> str:
             "Training set-up, loss and dead features: in the table below")
 
 
+def _sae_loss(docs: dict) -> str:
+    data = docs["sae_heldout"]
+    o, sae = data["other"], data["sae"]
+    loss = o["loss"]
+    layer = data["hook"].split(".")[1]
+
+    def signed(x: float) -> str:
+        return minus(f"{x:+.3f}")
+
+    low, high = loss["increase_ci95"]
+    return (f"the shipped layer-{layer} SAE (d_sae {sae['d_sae']:,}, L0 {o['l0']:g}), {o['n_texts']} held-out texts "
+            f"(95% bootstrap CI over them): next-token loss {bold(signed(loss['increase']) + ' nats')} "
+            f"[{signed(low)}, {signed(high)}] with the SAE spliced in ({num(loss['clean'], 3)} → "
+            f"{num(loss['sae'], 3)}; {100 * loss['fraction_recovered']:.1f}% of the zero-ablation loss "
+            f"recovered); dead fraction {num(o['dead_fraction'], 3)} ({o['dead_features']:,} of "
+            f"{sae['d_sae']:,} features never fire on the {o['n_tokens']:,} held-out tokens)")
+
+
 def _steer_curve(docs: dict) -> str:
     data = docs["steering"]
     s, rows = data["curve"]["summary"], data["curve"]["rows"]
