@@ -160,6 +160,25 @@ def sae_heldout_other(data: dict) -> str:
     )
 
 
+@table("sae_training_cost")
+def sae_training_cost(data: dict) -> str:
+    """benchmarks/sae_massive_activations.py: the training run's own cost record (``costs`` in the
+    shipped stats.json, copied into the data file), and the statistics run's own seconds."""
+    c = data["training_record"]["costs"]
+    both = c["harvest_seconds"] + c["train_seconds"]
+    rows = [
+        ["text (tokenising the corpus, 64 cached generations)", f"{c['text_seconds']:,.0f}"],
+        [f"harvest of {c['n_train_tokens'] / 1e3:,.0f}k activations (16 blocks, bfloat16 autocast)",
+         f"{c['harvest_seconds']:,.0f}"],
+        ["training (sae-lens `SAETrainer`)", f"{c['train_seconds']:,.0f}"],
+        ["harvest + training", f"{both:,.0f} ({both / 60:.0f} min)"],
+    ]
+    if "loss" in data["other"]:
+        rows.append(["held-out statistics (`benchmarks/sae_massive_activations.py`: 2 harvests, 3 loss "
+                     f"passes, model load; {data['date']})", f"{data['seconds']:,.0f}"])
+    return markdown(["step", "seconds"], rows)
+
+
 @table("sae_steering_frequency")
 def sae_steering_frequency(data: dict) -> str:
     """benchmarks/sae.py: the share of generated tokens in the feature's promoted set, per
