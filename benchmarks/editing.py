@@ -19,9 +19,11 @@ alone (the rate probe needs the cores); it adds ``arithmetic_floor`` to editing_
 
 --table evaluates ROME (one fact at a time, restored between facts), MEMIT and AlphaEdit (all
 facts in one batch) on every fact of the shipped editing fact set, with GE, against the unedited
-model. ROME's facts are cached in chunks of 10; a batch method's edit is cached once and its edited
-scores in chunks of 25 facts (``batch_evaluation``), in --cache, so an interrupted run continues; the unedited baseline is cached per fact and shared.
-When every method is done it writes docs/data/editing_table.json (every metric with a 95%
+model. ROME's facts are cached in chunks of 10; a batch method's edit is cached once and its
+edited scores in chunks of 25 facts (``batch_evaluation``), in --cache, so an interrupted run
+continues (--backward: a second process takes ROME's chunks from the end); the unedited baseline
+is cached per fact and shared. --partial writes the table from what is done (ROME on its first
+facts). When every method is done it writes docs/data/editing_table.json (every metric with a 95%
 percentile-bootstrap interval over facts) and prints the markdown table.
 """
 
