@@ -5,7 +5,9 @@
 Runs ``causal_trace`` with its defaults (Gaussian noise 3 × the embedding std, 10 seeded samples,
 window 10) on "The Eiffel Tower is located in the city of" → " Paris", and writes
 docs/data/causal_trace_eiffel.json (every restored value with its standard error over the noise
-samples, and the summaries the docs quote) and docs/img/causal_trace_eiffel.png. About a minute.
+samples, and the summaries the docs quote) and docs/img/causal_trace_eiffel.png; then the MLP-only
+trace that ``ROMEHyperParams(trace_layer=True)`` runs, over 4 noise seeds (its peak, effect and
+standard error). About four minutes at one thread.
 
 One prompt and 10 noise samples are a case study: the standard errors say how much of each value
 is the noise draw, not how the fact set behaves (that is benchmarks/aie.py).
@@ -29,6 +31,8 @@ from lmsci_mi.circuits import TraceConfig, causal_trace
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "data" / "causal_trace_eiffel.json"
 FIGURE = ROOT / "docs" / "img" / "causal_trace_eiffel.png"
+MLP_SEEDS = 4
+EDIT_SUBJECT = "The Eiffel Tower"  # the subject of the editing fact (tests/integration/test_editing_smollm2.py)
 PROMPT, SUBJECT, TARGET = "The Eiffel Tower is located in the city of", "Eiffel Tower", " Paris"
 
 
@@ -95,6 +99,17 @@ def main() -> None:
         "seconds": seconds,
         "torch_threads": torch.get_num_threads(),
     }
+    # The MLP-only trace `traced_layer` runs (ROMEHyperParams(trace_layer=True)) for the editing
+    # fact, whose subject is "The Eiffel Tower" (so "The" is noised too), over noise seeds: its
+    # peak at the last subject token and whether it clears two standard errors.
+    data["mlp_only_subject"] = EDIT_SUBJECT
+    data["mlp_only"] = []
+    for seed in range(MLP_SEEDS):
+        mlp = causal_trace(lm, PROMPT, EDIT_SUBJECT, TraceConfig(kinds=("mlp",), seed=seed))
+        layer, effect, error = mlp.peak_effect(kind="mlp")
+        data["mlp_only"].append({"seed": seed, "layer": layer, "effect": effect, "se": error,
+                                 "gap": mlp.clean_prob - mlp.corrupted_prob})
+        print(f"MLP-only trace, seed {seed}: peak layer {layer}, effect {effect:.4f} ± {error:.4f}", flush=True)
     DATA.write_text(json.dumps(data, indent=1))
     trace.plot(FIGURE, title=f'Causal trace: "{PROMPT}" → "{TARGET.strip()}" (SmolLM2-135M)')
     s = data["summary"]

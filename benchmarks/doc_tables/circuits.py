@@ -461,3 +461,17 @@ def ioi_depth(data: dict) -> str:
                  for layer, heads in sorted(by_layer.items())]
         rows.append([label, GPT2_DEPTH[role], "; ".join(cells)])
     return markdown(["class", "GPT-2 small (quoted)", "SmolLM2, seed 0 (layer ÷ 30: heads)".replace("30", str(n))], rows)
+
+
+@table("causal_trace_mlp_seeds")
+def causal_trace_mlp_seeds(data: dict) -> str:
+    """benchmarks/causal_trace.py: the MLP-only trace ``traced_layer`` runs, per noise seed: its
+    peak at the last subject token, the effect over the corrupted run ± the paired standard error,
+    and whether ``traced_layer`` accepts it (effect above two standard errors)."""
+    rows = []
+    for r in data["mlp_only"]:
+        ratio = r["effect"] / r["se"]
+        rows.append([r["seed"], r["layer"], pm(r["effect"], r["se"], 4), num(ratio, 1),
+                     f"{100 * r['effect'] / r['gap']:.1f} %", "yes" if ratio > 2 else "no (refused)"])
+    return markdown(["noise seed", "peak layer", "effect ± s.e.", "effect / s.e.",
+                     "share of the clean − corrupted gap", "accepted by `traced_layer`"], rows)
