@@ -423,7 +423,7 @@ def _sae(docs: dict) -> str:
             f"texts) on the held-out tokens without the {m['n_tokens']} massive-activation tokens ({share:.2f}% "
             f"of {a['n_tokens']:,}); {num(a['explained_variance'], 3)} with them, because those "
             f"{m['n_tokens']} tokens hold {100 * m['variance_share']:.1f}% of the variance; L0 {w['l0']:g}. "
-            "Training set-up, loss and dead features: in the table below")
+            "Loss and dead features: the next row")
 
 
 def _sae_loss(docs: dict) -> str:
@@ -566,6 +566,8 @@ PUBLISHED: tuple[tuple[str | Callable[[dict], str], str, Callable[[dict], str], 
      "[representations](docs/representations.md)"),
     ("SAE on the residual stream: explained variance, L0",
      "no published figure (no published SAE for SmolLM2)", _sae, "[sae](docs/sae.md)"),
+    ("SAE on the residual stream: next-token loss, dead features",
+     "no published figure (no published SAE for SmolLM2)", _sae_loss, "[sae](docs/sae.md)"),
 )
 
 
