@@ -160,6 +160,19 @@ def sae_heldout_other(data: dict) -> str:
     )
 
 
+@table("sae_shipped")
+def sae_shipped(data: dict) -> str:
+    """benchmarks/sae_shipped.py: the shipped (expanded) SAE against the float32 original."""
+    rows = []
+    for r in data["rows"]:
+        original = r["sae"].startswith("original")
+        rows.append([f"{r['tokens']} ({r['n_tokens']:,})", r["sae"], f"{r['explained_variance']:.4f}",
+                     num(r["l0"], 1), "—" if original else f"{100 * r['active_set_differs']:.2f}%",
+                     "—" if original else f"{r['reconstruction_gap']:.3f}"])
+    return markdown(["tokens", "SAE", "explained variance", "L0", "tokens whose active features differ",
+                     "‖x̂ − x̂₀‖ / ‖x̂₀ − x‖"], rows)
+
+
 @table("sae_training_cost")
 def sae_training_cost(data: dict) -> str:
     """benchmarks/sae_massive_activations.py: the training run's own cost record (``costs`` in the
