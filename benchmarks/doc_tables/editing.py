@@ -171,8 +171,13 @@ def editing_margins(data: dict) -> str:
     metrics = ("EM", "PM", "NM")
     return markdown(
         ["model + method", *metrics],
-        [[row["model"], *_metric_cells(row, metrics)] for row in data["rows"]],
+        [[_short_label(row, data["n_facts"]), *_metric_cells(row, metrics)] for row in data["rows"]],
     )
+
+
+def _short_label(row: dict, n_facts: int) -> str:
+    """The row's model or method, with its fact count when it is not the table's."""
+    return row["model"] if row["n_facts"] == n_facts else f"{row['model']} ({row['n_facts']} facts)"
 
 
 @table("editing_floor")
@@ -214,10 +219,7 @@ def editing_messy(data: dict) -> str:
             facts += f", {first['other_relation_prompts']} prompts"
         return f"{m} ({facts})"
 
-    rows = []
-    for row in data["rows"]:
-        label = row["model"] if row["n_facts"] == first["n_facts"] else f"{row['model']} ({row['n_facts']} facts)"
-        rows.append([label, *_metric_cells(row, probes)])
+    rows = [[_short_label(row, first["n_facts"]), *_metric_cells(row, probes)] for row in data["rows"]]
     return markdown(["model + method", *(head(m) for m in probes)], rows)
 
 
