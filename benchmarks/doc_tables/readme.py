@@ -498,6 +498,29 @@ def _cfg(docs: dict) -> str:
             f"against a {pct(cells[(2, 'ancestor')]['bayes'])} ceiling for a causal reader")
 
 
+def _cfg_deep(docs: dict) -> str:
+    data = docs["cfg_probes_deep_1700steps"]
+    m, g = data["model"], data["grammar"]
+    cells = {(c["level"], c["target"]): c for c in data["probes"]["cells"]}
+    deepest = len(g["nts_per_level"]) - 1
+
+    def pct(x: float) -> str:
+        return f"{100 * x:.1f}%"
+
+    def ancestor(level: int) -> str:
+        c = cells[(level, "ancestor")]
+        tr = c["linear_trained"]
+        return (f"level-{level} ancestor {pct(tr['best'])} [{pct(tr['ci95'][0])}, {pct(tr['ci95'][1])}] "
+                f"against a {pct(c['bayes'])} ceiling (random weights {pct(c['linear_random']['best'])})")
+
+    bounds = [cells[(level, "boundary")]["linear_trained"]["best"] for level in range(1, deepest + 1)]
+    n = next(iter(cells.values()))["n_test_strings"]
+    return (f"Project GPT ({m['n_layers']} layers, d_model {m['d_model']}, {m['steps']:,} steps) on a grammar of a "
+            f"root and {deepest} NT levels, best-layer linear probe, {n} held-out strings (95% bootstrap CI over "
+            f"strings): NT boundaries {pct(min(bounds))}–{pct(max(bounds))} at levels 1–{deepest}; "
+            f"{ancestor(deepest)}; {ancestor(deepest - 1)}")
+
+
 # (method and metric, published, measured, page): published is quoted text, measured a function of
 # the data files (and the method a function of them where the data decide which methods ran), in
 # the README's order.
@@ -554,6 +577,8 @@ PUBLISHED: tuple[tuple[str | Callable[[dict], str], str, Callable[[dict], str], 
     ("CFG probes: NT boundary and NT ancestor accuracy, best layer",
      "no published figure (Allen-Zhu & Li 2023 probe the same kind of grammar; their accuracies are not "
      "in our notes with a table number)", _cfg, "[probes_cfg](docs/probes_cfg.md)"),
+    ("CFG probes on a deeper grammar (a root and three NT levels), best layer",
+     "no published figure", _cfg_deep, "[probes_cfg](docs/probes_cfg.md)"),
     ("Linear probes with control tasks: accuracy and selectivity at the peak layer",
      "no published figure (other tasks and models; Hewitt & Liang 2019 find linear probes selective and "
      "MLP probes not)", _probes, "[probes](docs/probes.md)"),
