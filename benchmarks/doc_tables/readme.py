@@ -476,13 +476,15 @@ def _steer_transfer(docs: dict) -> str:
     )
 
 
+def pct(x: float) -> str:
+    """An accuracy in percent, one decimal."""
+    return f"{100 * x:.1f}%"
+
+
 def _cfg(docs: dict) -> str:
     data = docs["cfg_probes"]
     m, g = data["model"], data["grammar"]
     cells = {(c["level"], c["target"]): c for c in data["probes"]["cells"]}
-
-    def pct(x: float) -> str:
-        return f"{100 * x:.1f}%"
 
     def cell(level: int, target: str) -> str:
         c = cells[(level, target)]
@@ -503,9 +505,6 @@ def _cfg_deep(docs: dict) -> str:
     m, g = data["model"], data["grammar"]
     cells = {(c["level"], c["target"]): c for c in data["probes"]["cells"]}
     deepest = len(g["nts_per_level"]) - 1
-
-    def pct(x: float) -> str:
-        return f"{100 * x:.1f}%"
 
     def ancestor(level: int) -> str:
         c = cells[(level, "ancestor")]
