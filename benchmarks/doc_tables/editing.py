@@ -242,3 +242,52 @@ def rome_layers(data: dict) -> str:
         cells[0] = bold(cells[0], layer == best)
         rows.append([bold(layer, layer == best), *cells])
     return markdown(["layer", *metrics[:-1], f"GE (unedited {num(unedited, 1)})"], rows)
+
+
+@table("edit_fact_relations")
+def edit_fact_relations(data: dict) -> str:
+    """benchmarks/fact_sets.py: the editing fact set's facts per relation, in the file's order."""
+    rows = [[f"`{r['relation']}`", r["words"], r["facts"]] for r in data["edit_facts"]["relations"]]
+    return markdown(["relation", "subject → answer", "facts"], rows)
+
+
+@table("edit_fact_probes")
+def edit_fact_probes(data: dict) -> str:
+    """benchmarks/fact_sets.py: how many facts carry each messy-knowledge probe, with the file's
+    first example of each."""
+    edit = data["edit_facts"]
+    messy, ex = edit["messy"], edit["examples"]
+    reverse, two_hop = ex["reverse"], ex["two_hop"]
+    rows = [
+        ["negated", messy["negated"], f"\"{ex['negated']['prompt']}\""],
+        ["reverse", messy["reverse"],
+         f"\"{reverse['prompt']}\" → \"{reverse['unedited']}\" unedited, "
+         f"\"{reverse['reversed']}\" if reversible"],
+        ["two-hop", messy["two_hop"],
+         f"\"{two_hop['prompt']}\" → \"{two_hop['unedited']}\" unedited, "
+         f"\"{two_hop['edited']}\" after \"→{two_hop['edit']}\""],
+        ["other relation", f"{messy['other_relation']} ({messy['other_relation_prompts']} prompts)",
+         f"\"{ex['other_relation']['prompt']}\" on the `{ex['other_relation']['relation']}` fact"],
+    ]
+    return markdown(["probe", "facts", "example"], rows)
+
+
+@table("fact_set_rebuild")
+def fact_set_rebuild(data: dict) -> str:
+    """benchmarks/fact_sets.py --rebuild: both sets selected again on SmolLM2, timed."""
+    rebuild = data["rebuild"]
+    rows = []
+    for key, label in (("known_facts", "`facts.json`"), ("edit_facts", "`edit_facts.json`")):
+        shipped, run = data[key], rebuild[key.removeprefix("known_")]
+        relations = shipped["relations"]
+        rows.append([
+            label, len(relations), f"{shipped['n_candidates']:,}", f"{run['n_facts']:,}",
+            f"{run['prompts']:,}", f"{run['seconds']:.0f} s ({run['cpu_seconds']:.0f} CPU-s)",
+            "yes" if run["equal_to_shipped"] else "**no**",
+        ])
+    return markdown(
+        ["fact set", "relations", "candidates", "kept", "prompts through the model",
+         f"rebuild ({rebuild['threads']} thread{'s' if rebuild['threads'] > 1 else ''})",
+         "equal to the shipped file"],
+        rows,
+    )

@@ -1,0 +1,172 @@
+"""The composition of the two shipped fact sets, for docs/editing.md's fact-set tables.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/fact_sets.py             # counts from the shipped files
+    HF_HUB_OFFLINE=1 PYTHONPATH=. .venv/bin/python benchmarks/fact_sets.py --rebuild   # and rebuild both
+
+Reads ``lmsci_mi/data/facts.json`` (the causal-tracing and ROME/MEMIT fact set) and
+``lmsci_mi/data/edit_facts.json`` (the editing fact set of issue 21) and writes
+docs/data/fact_sets.json: candidates and kept facts, facts per relation, the messy-knowledge
+probes with one example of each, drawn from the file itself. ``--rebuild`` also selects both sets
+again on SmolLM2-135M into a temporary folder, times each selection (one torch thread unless
+``--threads``), counts the prompts that went through the model, and records whether the rebuilt
+facts equal the shipped ones; without it the last rebuild's record is kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "docs" / "data" / "fact_sets.json"
+SHIPPED = ROOT / "lmsci_mi" / "data"
+
+# What each relation asks, in the table's words; the relation's own neighbours unless said.
+RELATION_WORDS = {
+    "country_capital": "country → capital (neighbours: landmarks in that capital)",
+    "country_language": "country → official language",
+    "country_continent": "country → continent",
+    "city_country": "city → country",
+    "us_city_state": "US city → state",
+    "landmark_city": "landmark → city",
+    "company_country": "company → home country",
+    "product_company": "product → maker",
+    "club_country": "football club → country",
+    "athlete_sport": "athlete → sport",
+    "person_occupation": "person → occupation",
+    "person_language": "person → mother tongue",
+    "book_author": "book → author",
+}
+
+
+def _relations(facts: list[dict[str, Any]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for fact in facts:
+        counts[fact["relation"]] = counts.get(fact["relation"], 0) + 1
+    return counts
+
+
+def _examples(facts: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """The first fact of the file that carries each probe, with what the probe reads."""
+    def first(key: str) -> dict[str, Any]:
+        return next(f for f in facts if f[key])
+
+    negated, reverse, two_hop, other = (
+        first("negated_prompt"), first("reverse_prompt"), first("two_hop_prompt"),
+        first("other_relation_prompts"),
+    )
+    return {
+        "negated": {"prompt": negated["negated_prompt"]},
+        "reverse": {
+            "prompt": reverse["reverse_prompt"],
+            "unedited": reverse["reverse_target_true"],
+            "reversed": reverse["reverse_target_new"],
+        },
+        "two_hop": {
+            "prompt": two_hop["two_hop_prompt"],
+            "unedited": two_hop["two_hop_target_true"],
+            "edited": two_hop["two_hop_target_new"],
+            "edit": two_hop["target_new"],
+        },
+        "other_relation": {
+            "prompt": other["other_relation_prompts"][0],
+            "relation": other["relation"],
+        },
+    }
+
+
+def summarise() -> dict[str, Any]:
+    edit = json.loads((SHIPPED / "edit_facts.json").read_text(encoding="utf-8"))
+    known = json.loads((SHIPPED / "facts.json").read_text(encoding="utf-8"))
+    facts = edit["facts"]
+    relations = _relations(facts)
+    if relations != edit["relations"]:
+        raise SystemExit("edit_facts.json's header counts disagree with its facts; rebuild it")
+    return {
+        "known_facts": {
+            "file": "lmsci_mi/data/facts.json",
+            "model": known["model"],
+            "rule": known["rule"],
+            "n_candidates": known["n_candidates"],
+            "n_facts": len(known["facts"]),
+            "relations": _relations(known["facts"]),
+        },
+        "edit_facts": {
+            "file": "lmsci_mi/data/edit_facts.json",
+            "model": edit["model"],
+            "rule": edit["rule"],
+            "n_candidates": edit["n_candidates"],
+            "n_facts": len(facts),
+            "relations": [
+                {"relation": name, "words": RELATION_WORDS.get(name, name), "facts": count}
+                for name, count in relations.items()
+            ],
+            "messy": edit["messy"],
+            "examples": _examples(facts),
+        },
+    }
+
+
+def rebuild(threads: int) -> dict[str, Any]:
+    """Select both sets again into a temporary folder, timed, with the prompts counted."""
+    import torch
+
+    from lmsci_mi import load_model
+    from lmsci_mi.data.edit_facts import build_edit_fact_set
+    from lmsci_mi.data.facts import build_fact_set
+
+    torch.set_num_threads(threads)
+    lm = load_model("smollm2-135m")
+    prompts = 0
+    forward = lm.model.forward
+
+    def counting(tokens, *args, **kwargs):  # every selection batches its prompts through forward
+        nonlocal prompts
+        prompts += int(tokens.shape[0]) if hasattr(tokens, "shape") else len(tokens)
+        return forward(tokens, *args, **kwargs)
+
+    record: dict[str, Any] = {"threads": threads, "date": time.strftime("%Y-%m-%d")}
+    lm.model.forward = counting
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            for name, build in (("facts", build_fact_set), ("edit_facts", build_edit_fact_set)):
+                prompts = 0
+                start, cpu = time.perf_counter(), time.process_time()
+                build(lm, Path(folder) / f"{name}.json")
+                seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
+                rebuilt = json.loads((Path(folder) / f"{name}.json").read_text(encoding="utf-8"))
+                shipped = json.loads((SHIPPED / f"{name}.json").read_text(encoding="utf-8"))
+                record[name] = {
+                    "seconds": round(seconds, 1),
+                    "cpu_seconds": round(cpu_seconds, 1),
+                    "prompts": prompts,
+                    "n_facts": len(rebuilt["facts"]),
+                    "equal_to_shipped": rebuilt["facts"] == shipped["facts"],
+                }
+                print(f"{name}: {record[name]}")
+    finally:
+        del lm.model.forward  # back to the class's method
+    return record
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rebuild", action="store_true", help="select both sets again, timed")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for --rebuild")
+    args = parser.parse_args()
+    document = summarise()
+    previous = json.loads(DATA.read_text(encoding="utf-8")) if DATA.is_file() else {}
+    document["rebuild"] = rebuild(args.threads) if args.rebuild else previous.get("rebuild")
+    DATA.write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"wrote {DATA.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
