@@ -147,11 +147,11 @@ def cfg_attention(data: dict) -> str:
 
 @table("cfg_costs")
 def cfg_costs(data: dict) -> str:
-    """benchmarks/cfg_probes.py (default grammar, full run) and --random-only (deeper grammar):
-    what each step cost, wall seconds on the shared machine."""
+    """benchmarks/cfg_probes.py on the default grammar and on the deeper one (a full run, or
+    --random-only, which trains nothing): what each step cost, wall seconds."""
     runs = list(data.values())
     default, deep = runs[0], runs[1]
-    t = default["training"]
+    steps = {r["model"]["steps"] for r in (default, deep) if r.get("training")}
 
     def probe(run: dict) -> str:
         s = run["seconds"]
@@ -160,14 +160,19 @@ def cfg_costs(data: dict) -> str:
         threads = f"{run['threads']} thread" + ("s" if run["threads"] > 1 else "")
         return f"{s['probe_evaluate_attention']:.0f} s ({s['probe_evaluate_attention_cpu']:.0f} CPU-s, {threads})"
 
+    def train(run: dict) -> str:
+        if not run.get("training"):
+            return "not re-run"
+        t = run["training"]
+        return (f"{t['seconds']:.0f} s ({t['seconds'] / 60:.1f} min, {t['cpu_seconds']:.0f} CPU-s, "
+                f"{t['threads']} threads), {t['tokens'] / 1e6:.2f}M tokens")
+
     return markdown(
         ["step", f"default {_grammar(default)}", f"deeper {_grammar(deep)}"],
         [
             ["sample 10,000 strings with labels", *(f"{r['seconds']['sample_10000']:.2f} s" for r in (default, deep))],
             ["parse 1,000 strings (span DP)", *(f"{r['seconds']['parse_1000']:.2f} s" for r in (default, deep))],
-            [f"train the GPT ({default['model']['steps']:,} steps)",
-             f"{t['seconds']:.0f} s ({t['seconds'] / 60:.1f} min, {t['cpu_seconds']:.0f} CPU-s, {t['threads']} threads), "
-             f"{t['tokens'] / 1e6:.2f}M tokens", "not re-run"],
+            [f"train the GPT ({' / '.join(f'{s:,}' for s in sorted(steps))} steps)", train(default), train(deep)],
             ["probe both models (linear + multi-head, every level, target and layer), evaluate "
              f"({default['evaluation']['n_samples']} samples), attention", probe(default), probe(deep)],
         ],
