@@ -114,8 +114,34 @@ def summarise() -> dict[str, Any]:
     }
 
 
-def rebuild(threads: int) -> dict[str, Any]:
-    """Select both sets again into a temporary folder, timed, with the prompts counted."""
+def _compare(shipped: list[dict[str, Any]], rebuilt: list[dict[str, Any]]) -> dict[str, Any]:
+    """How the rebuilt facts differ from the shipped ones: facts only in one of them, and among the
+    facts in both, which fields differ (``p_true`` apart: it is a rounded probability, so the
+    largest difference is given instead)."""
+    def key(fact: dict[str, Any]) -> tuple[str, str]:
+        return fact["relation"], fact["subject"]
+
+    old, new = {key(f): f for f in shipped}, {key(f): f for f in rebuilt}
+    both = [k for k in old if k in new]
+    fields: dict[str, int] = {}
+    for k in both:
+        for name in sorted(set(old[k]) | set(new[k])):
+            if name != "p_true" and old[k].get(name) != new[k].get(name):
+                fields[name] = fields.get(name, 0) + 1
+    return {
+        "equal_to_shipped": shipped == rebuilt,
+        "only_shipped": sorted(" / ".join(k) for k in old if k not in new),
+        "only_rebuilt": sorted(" / ".join(k) for k in new if k not in old),
+        "fields_differing": fields,
+        "max_p_true_difference": max(
+            (abs(old[k]["p_true"] - new[k]["p_true"]) for k in both), default=0.0
+        ),
+    }
+
+
+def rebuild(threads: int, keep: Path | None = None) -> dict[str, Any]:
+    """Select both sets again into a temporary folder, timed, with the prompts counted, and
+    compare them with the shipped files (the rebuilt files are kept in ``keep`` if given)."""
     import torch
 
     from lmsci_mi import load_model
@@ -143,12 +169,14 @@ def rebuild(threads: int) -> dict[str, Any]:
                 seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
                 rebuilt = json.loads((Path(folder) / f"{name}.json").read_text(encoding="utf-8"))
                 shipped = json.loads((SHIPPED / f"{name}.json").read_text(encoding="utf-8"))
+                if keep is not None:
+                    (keep / f"{name}.json").write_text(json.dumps(rebuilt, indent=1, ensure_ascii=False))
                 record[name] = {
                     "seconds": round(seconds, 1),
                     "cpu_seconds": round(cpu_seconds, 1),
                     "prompts": prompts,
                     "n_facts": len(rebuilt["facts"]),
-                    "equal_to_shipped": rebuilt["facts"] == shipped["facts"],
+                    **_compare(shipped["facts"], rebuilt["facts"]),
                 }
                 print(f"{name}: {record[name]}")
     finally:
@@ -160,10 +188,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rebuild", action="store_true", help="select both sets again, timed")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for --rebuild")
+    parser.add_argument("--keep", type=Path, default=None, help="write the rebuilt files here")
     args = parser.parse_args()
     document = summarise()
     previous = json.loads(DATA.read_text(encoding="utf-8")) if DATA.is_file() else {}
-    document["rebuild"] = rebuild(args.threads) if args.rebuild else previous.get("rebuild")
+    document["rebuild"] = rebuild(args.threads, args.keep) if args.rebuild else previous.get("rebuild")
     DATA.write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"wrote {DATA.relative_to(ROOT)}")
 

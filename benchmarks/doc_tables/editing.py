@@ -6,7 +6,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import METHOD_NAMES, MODEL_NAMES, bold, ci, markdown, num, pm, table
+from . import METHOD_NAMES, MODEL_NAMES, bold, ci, markdown, num, pm, sci, table
 
 
 @table("alphaedit_layers")
@@ -272,6 +272,17 @@ def edit_fact_probes(data: dict) -> str:
     return markdown(["probe", "facts", "example"], rows)
 
 
+def _agreement(run: dict) -> str:
+    """Whether a rebuilt fact set equals the shipped one, and how it differs if not."""
+    if run["equal_to_shipped"]:
+        return "yes, exactly"
+    if not (run["only_shipped"] or run["only_rebuilt"] or run["fields_differing"]):
+        return f"the same facts and fields; `p_true` (rounded to 4 places) within {sci(run['max_p_true_difference'])}"
+    fields = ", ".join(f"{name} ({n})" for name, n in run["fields_differing"].items())
+    return (f"**no**: {len(run['only_shipped'])} facts only shipped, {len(run['only_rebuilt'])} only "
+            f"rebuilt" + (f"; fields differing: {fields}" if fields else ""))
+
+
 @table("fact_set_rebuild")
 def fact_set_rebuild(data: dict) -> str:
     """benchmarks/fact_sets.py --rebuild: both sets selected again on SmolLM2, timed."""
@@ -283,7 +294,7 @@ def fact_set_rebuild(data: dict) -> str:
         rows.append([
             label, len(relations), f"{shipped['n_candidates']:,}", f"{run['n_facts']:,}",
             f"{run['prompts']:,}", f"{run['seconds']:.0f} s ({run['cpu_seconds']:.0f} CPU-s)",
-            "yes" if run["equal_to_shipped"] else "**no**",
+            _agreement(run),
         ])
     return markdown(
         ["fact set", "relations", "candidates", "kept", "prompts through the model",
