@@ -215,3 +215,48 @@ def sae_steering_frequency(data: dict) -> str:
         k = f"{c['coefficient']:g}"
         header += [f"coefficient {k}: share ± s.e.", f"coefficient {k}: − unsteered ± s.e. (paired)"]
     return markdown(header, rows)
+
+
+@table("sae_artefact")
+def sae_artefact(data: dict) -> str:
+    """scripts/build_artefacts.py sae: the shipped SAE's files and the small seeded rebuild's
+    figures, as the artefact manifest records them (the slow test reruns the rebuild against them)."""
+    sae = data["sae"]
+    weights = next(f for f in sae["files"] if f["path"].endswith(".safetensors") and "live" in f["path"])
+    total = sum(f["bytes"] for f in sae["files"])
+    small = sae["small"]["figures"]
+    live = sae["params"]["figures"]["live_features"]
+    d_sae = sae["params"]["train.d_sae"]
+    rows = [
+        ["live features shipped", f"{live:,.0f} of {d_sae:,}"],
+        ["shipped files (weights)", f"{total / 1e6:.2f} MB ({weights['bytes'] / 1e6:.2f} MB)"],
+        ["small rebuild: explained variance", f"{small['explained_variance']:.4f}"],
+        ["small rebuild: L0", num(small["l0"], 1)],
+        ["small rebuild: live fraction", f"{small['live_fraction']:.4f}"],
+        ["small rebuild: weight checksum (sum of absolute weights)", f"{small['weight_abs_sum']:,.2f}"],
+    ]
+    return markdown(["recorded in the manifest", "value"], rows)
+
+
+@table("sae_tour")
+def sae_tour(data: dict) -> str:
+    """benchmarks/sae_tour.py: the tour's SAE step (feature card and steering frequency), shares
+    with standard errors over its prompts, differences paired prompt by prompt."""
+    card, steer = data["card"], data["steering"]
+    c, feature = steer["coefficient"], data["feature"]
+    shares, diffs = steer["share"], steer["minus_unsteered"]
+
+    def steered(k: int) -> str:
+        d = minus(f"{diffs[k - 1]['mean']:+.3f}")
+        return f"{pm(shares[k]['mean'], shares[k]['se'], 3)} ({d} ± {diffs[k - 1]['se']:.3f} paired)"
+
+    rows = [
+        [f"feature {feature}'s card", f"fires on {100 * card['density']:.1f}% of {card['n_tokens']:,} prose tokens"],
+        [f"promoted-set share, unsteered ({steer['prompts']} prompts × {steer['new_tokens']} tokens)",
+         pm(shares[0]["mean"], shares[0]["se"], 3)],
+        [f"… steered ×{c:g} with feature {feature}", steered(1)],
+        [f"… steered ×{c:g} with random live feature {steer['control']} (drawn among the "
+         f"{steer['control_pool']:,} alive in `stats.json`)", steered(2)],
+        [f"the step's time ({data['torch_threads']} threads, SAE already expanded)", f"{data['step_seconds']:.1f} s"],
+    ]
+    return markdown(["tour step `sae`", "value ± s.e."], rows)
