@@ -104,3 +104,43 @@ def tuned_lens_kl(data: dict) -> str:
     for s in sets:
         header += [f"{s['set']}: logit", "tuned"]
     return markdown(header, rows)
+
+
+def _words(tokens: list[str]) -> str:
+    """The distinct alphabetic words of a token list, first spelling kept, case folded."""
+    seen: dict[str, str] = {}
+    for token in tokens:
+        word = token.strip()
+        if word.isalpha() and word.lower() not in seen:
+            seen[word.lower()] = word
+    return ", ".join(seen.values())
+
+
+def _code(text: str) -> str:
+    """Inline code that may itself hold backticks."""
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
+def _trigger(trigger: dict) -> str:
+    """A trigger as ``the last words[ key token]`` -> next token (coefficient)."""
+    text = trigger["context"].lstrip("…")
+    key = text.rfind("[")
+    context = " ".join(text[:key].split()[-2:]) + text[key:]
+    context = context.replace("|", "\\|")  # a pipe would end the table cell
+    coefficient = minus(f"{trigger['coefficient']:+.2f}")
+    return f"{_code(context)} -> {trigger['next'].strip()} ({coefficient})"
+
+
+@table("kv_value_table")
+def kv_value_table(data: dict) -> str:
+    """benchmarks/kv_memories.py: per model, the most coherent value vectors (three layers), the
+    alphabetic words of their normed projection's side, and their two strongest triggers."""
+    rows = []
+    for model, run in data["models"].items():
+        for v in run["value_table"]:
+            rows.append([
+                MODEL_SHORT[model], v["neuron"], v["side"], num(v["coherence"], 2),
+                _words(v[f"normed_{v['side']}"]), "; ".join(_trigger(t) for t in v["triggers"][:2]),
+            ])
+    return markdown(["model", "neuron", "side", "coherence", "words among the 10 tokens (normed projection)",
+                     "two strongest triggers (coefficient)"], rows)
