@@ -471,7 +471,8 @@ def faithfulness_curve(
     >>> from lmsci_mi.circuits.graph import edge_graph
     >>> from lmsci_mi.circuits.metrics import LogitDiff
     >>> lm = load_model("toy-2l"); g = edge_graph(lm)
-    >>> curve = faithfulness_curve(lm, g, torch.randn(g.real.shape), "Mary and John: John gave it to",
+    >>> scores = torch.randn(g.real.shape, generator=torch.Generator().manual_seed(0))
+    >>> curve = faithfulness_curve(lm, g, scores, "Mary and John: John gave it to",
     ...                            "Mary and John: Mary gave it to", LogitDiff(5, 6),
     ...                            CurveConfig(fractions=(50.0, 100.0), n_bootstrap=0))
     >>> round(curve.at(100.0), 4)

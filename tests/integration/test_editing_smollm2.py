@@ -84,11 +84,10 @@ def test_the_traced_layer_of_the_eiffel_fact(
     peak layer 15 / 15 / 17 / 15, above 2 s.e. at seeds 0, 1, 3 (refused at seed 2). The effect's
     bounds are seed 0's value ± 3 s.d.
 
-    The docs disagree: docs/editing.md ("on SmolLM2 the MLP peak is within noise"; "trace_layer=True
-    refuses such a peak") and docs/circuits.md ("trace.peak_layer("mlp") ... returns 10 here, but
-    its value (0.022) is indistinguishable from the corrupted baseline (0.015)"). On this prompt,
-    with the 2-s.e. rule, the peak is layer 15 and is not refused; it restores under 2% of the
-    clean-corrupted gap (0.753 - 0.018), so it is still no guide to where the fact lives."""
+    benchmarks/causal_trace.py records the same four seeds (docs/data/causal_trace_eiffel.json,
+    ``mlp_only``; docs/editing.md and docs/circuits.md quote it). With the 2-s.e. rule the peak is
+    layer 15 and is not refused; it restores under 2% of the clean-corrupted gap (0.753 - 0.018),
+    so it is still no guide to where the fact lives."""
     from lmsci_mi.circuits import TraceConfig, causal_trace
     from lmsci_mi.editing.rome import traced_layer
 
