@@ -162,11 +162,15 @@ def sae_heldout_other(data: dict) -> str:
 
 @table("sae_shipped")
 def sae_shipped(data: dict) -> str:
-    """benchmarks/sae_shipped.py: the shipped (expanded) SAE against the float32 original."""
+    """benchmarks/sae_shipped.py: an SAE's compact form, expanded, against its float32 original."""
     rows = []
     for r in data["rows"]:
         original = r["sae"].startswith("original")
-        rows.append([f"{r['tokens']} ({r['n_tokens']:,})", r["sae"], f"{r['explained_variance']:.4f}",
+        tokens = r["tokens"].replace("..", "–")
+        if tokens.startswith("training rows"):
+            tokens += ", not used to pick the live set"
+        label = "original float32" if original else "compact form, expanded"
+        rows.append([f"{tokens} ({r['n_tokens']:,})", label, f"{r['explained_variance']:.4f}",
                      num(r["l0"], 1), "—" if original else f"{100 * r['active_set_differs']:.2f}%",
                      "—" if original else f"{r['reconstruction_gap']:.3f}"])
     return markdown(["tokens", "SAE", "explained variance", "L0", "tokens whose active features differ",
