@@ -67,3 +67,23 @@ def test_suite(data: dict) -> str:
         rows.append([run["run"], counts, f"{run['pytest_s']:.0f} s{minutes}", f"{run['wall_s']:.0f} s",
                      run["date"]])
     return markdown(["command", "tests", "pytest's time", "wall", "measured"], rows)
+
+
+@table("loading")
+def loading(data: dict) -> str:
+    """benchmarks/loading.py --write: load_model's first load into an empty cache and its cached
+    load, each in a fresh process, fastest and slowest of the repeats."""
+    def spread(values: list[float]) -> str:
+        low, high = min(values), max(values)
+        return f"{low:.2f} s" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}–{high:.2f} s"
+
+    names = {"smollm2-135m": "SmolLM2-135M", "gemma3-270m": "Gemma 3 270M"}
+    rows = [
+        [f"`{model}` ({names.get(model, model)})", spread(run["cold_s"]), spread(run["cached_s"]),
+         f"{min(run['cold_s']) / min(run['cached_s']):.0f}×"]
+        for model, run in data["models"].items()
+    ]
+    return markdown(
+        ["model", f"first load, empty cache ({data['repeats']} runs)", "cached load", "best over best"],
+        rows,
+    )
