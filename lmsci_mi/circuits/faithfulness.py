@@ -468,8 +468,7 @@ def faithfulness_curve(
         ValueError: scores of another layout, a budget outside (0, 100], bad prompts.
 
     >>> from lmsci_mi import load_model
-    >>> from lmsci_mi.circuits.graph import edge_graph
-    >>> from lmsci_mi.circuits.metrics import LogitDiff
+    >>> from lmsci_mi.circuits.graph import edge_graph; from lmsci_mi.circuits.metrics import LogitDiff
     >>> lm = load_model("toy-2l"); g = edge_graph(lm)
     >>> scores = torch.randn(g.real.shape, generator=torch.Generator().manual_seed(0))
     >>> curve = faithfulness_curve(lm, g, scores, "Mary and John: John gave it to",
