@@ -6,8 +6,9 @@ A generated table sits between two HTML comments, which GitHub does not show:
     | ... the table ... |
     <!-- /table -->
 
-NAME is a renderer in benchmarks/doc_tables.py, FILE the JSON file it reads (several files are
-separated by commas) and COMMAND the benchmark or example run that writes that file. The
+NAME is a renderer in benchmarks/doc_tables/, FILE the JSON file it reads (several files are
+separated by commas; usually under docs/data/, or a shipped file such as the artefact manifest)
+and COMMAND the benchmark, example or build script that writes that file. The
 comments may be indented (a table inside a list item); the table takes the opening comment's
 indentation. Comments inside fenced code blocks are text, not blocks.
 
