@@ -6,16 +6,18 @@ LM-Steer trains on cached final-norm states; SAEs train on a harvest of residual
 them collect here. Texts are sorted by length and packed into batches under a token budget; the
 forward pass stops after the deepest block any hook needs and never unembeds. Each hook writes only
 the selected rows, straight into a preallocated buffer (host memory, or a ``.npy`` memmap on disk).
+A collection over many texts shards by text over a cluster (``cluster=``; :class:`CollectShards`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 import torch
@@ -26,14 +28,19 @@ from tqdm.auto import tqdm
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 from transformer_lens.hook_points import HookPoint
 
+from lmsci_mi.cluster.shardable import SHARDABLE, Job, Shardable
 from lmsci_mi.config import Config, config, validate_choice
 from lmsci_mi.hooks import HookFn
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import SITES, layer_of, layout_of, parse_hook_name
 
+if TYPE_CHECKING:
+    from lmsci_mi.cluster import ClusterConfig
+
 __all__ = [
     "Activations",
     "CollectConfig",
+    "CollectShards",
     "PositionChoice",
     "collect_activations",
     "positions_to_collect",
@@ -263,6 +270,7 @@ def collect_activations(
     positions: PositionChoice = "last",
     config: CollectConfig = _DEFAULT,
     out_dir: str | Path | None = None,
+    cluster: ClusterConfig | None = None,
 ) -> Activations:
     """Run ``texts`` through ``lm`` and keep the activations at ``hooks`` and ``positions``.
 
@@ -277,13 +285,17 @@ def collect_activations(
         config: batching, storage dtype and subsampling.
         out_dir: if given, each hook's rows stream into ``out_dir/<hook>.npy`` (a memmap), so a
             collection larger than memory never sits in RAM.
+        cluster: collect in shards of texts on a Ray cluster (or in this process with
+            ``address="process"``), :func:`lmsci_mi.cluster.run_sharded`; the same rows, equal
+            up to float summation order. Not with ``out_dir``.
 
     Returns:
         :class:`Activations`, rows ordered by text then position.
 
     Raises:
         ValueError: no texts, no hooks, an unknown hook (the message lists close names), a site
-            with no per-position vector (attention patterns), or a bad position.
+            with no per-position vector (attention patterns), a bad position, or ``out_dir``
+            with ``cluster``.
 
     >>> from lmsci_mi import load_model
     >>> from lmsci_mi.sites import hook_name
@@ -293,6 +305,15 @@ def collect_activations(
     >>> tuple(acts.acts["blocks.1.hook_resid_post"].shape), acts.position.tolist()
     ((2, 64), [3, 2])
     """
+    if cluster is not None:
+        if out_dir is not None:
+            raise ValueError(
+                "a sharded collection comes back in memory: give out_dir or cluster, not both"
+            )
+        from lmsci_mi.cluster import run_sharded
+
+        return run_sharded("collect", lm, texts, hooks, positions=positions, config=config,
+                           cluster=cluster)
     names = _checked_hooks(lm, texts, hooks)
     sequences = _sequences(lm, texts)
     chosen = positions_to_collect(lm, texts, positions, config, sequences=sequences)
@@ -522,3 +543,69 @@ def _subsample(chosen: list[list[int]], config: CollectConfig) -> list[list[int]
         out.append([p for p, k in zip(c, flags, strict=True) if k])
         start += len(c)
     return out
+
+
+# ---------------------------------------------------------------------- sharded over a cluster
+
+
+@dataclass(frozen=True)
+class _Text:
+    index: int
+    text: str | tuple[int, ...]
+    positions: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class _ShardContext:
+    hooks: tuple[str, ...]
+    config: CollectConfig
+
+
+@SHARDABLE.register("collect", CollectConfig, "activation collection over a text set, by text")
+class CollectShards(Shardable[tuple[Activations, tuple[int, ...]]]):
+    """Activation collection over a text set, sharded by text. The driver picks every text's
+    positions once (``max_items``'s subsample is over all texts, as in one process); workers
+    collect their texts' rows; the merge stacks them in text order. Equal to the single-process
+    collection up to float summation order (batches differ)."""
+
+    name = "collect"
+    function = staticmethod(collect_activations)
+
+    def prepare(self, lm: LensModel, arguments: Mapping[str, Any]) -> Job:
+        texts, config = arguments["texts"], arguments["config"]
+        names = tuple(_checked_hooks(lm, texts, arguments["hooks"]))
+        chosen = positions_to_collect(lm, texts, arguments["positions"], config)
+        if not any(chosen):
+            raise ValueError("no position selected: every position list is empty")
+        items = tuple(
+            _Text(i, t if isinstance(t, str) else tuple(int(x) for x in t), tuple(c))
+            for i, (t, c) in enumerate(zip(texts, chosen, strict=True))
+            if c  # a text the subsample left empty is not sent anywhere
+        )
+        worker_config = config.replace(max_items=None, progress=False)
+        return Job(items=items, context=_ShardContext(names, worker_config))
+
+    def run(
+        self, lm: LensModel, context: _ShardContext, items: Sequence[_Text]
+    ) -> tuple[Activations, tuple[int, ...]]:
+        acts = collect_activations(
+            lm,
+            [list(t.text) if isinstance(t.text, tuple) else t.text for t in items],  # type: ignore[misc]
+            context.hooks,
+            positions=[list(t.positions) for t in items],
+            config=context.config,
+        )
+        return acts, tuple(t.index for t in items)
+
+    def merge(
+        self, lm: LensModel, job: Job, parts: Sequence[tuple[Activations, tuple[int, ...]]]
+    ) -> Activations:
+        hooks = parts[0][0].hooks
+        examples = [torch.tensor(index)[acts.example] for acts, index in parts]
+        return dataclasses.replace(
+            parts[0][0],
+            acts={h: torch.cat([acts.acts[h] for acts, _ in parts]) for h in hooks},
+            example=torch.cat(examples),
+            position=torch.cat([acts.position for acts, _ in parts]),
+            token=torch.cat([acts.token for acts, _ in parts]),
+        )

@@ -14,6 +14,7 @@ from lmsci_mi.circuits.attribution import attribution_patch as attribution_patch
 from lmsci_mi.circuits.eap import EAPConfig as EAPConfig
 from lmsci_mi.circuits.eap import EdgeScores as EdgeScores
 from lmsci_mi.circuits.eap import edge_attribution as edge_attribution
+from lmsci_mi.circuits.eap import score_edges as score_edges
 from lmsci_mi.circuits.edge_patching import CircuitValues as CircuitValues
 from lmsci_mi.circuits.edge_patching import evaluate_circuit as evaluate_circuit
 from lmsci_mi.circuits.edge_patching import evaluate_circuits as evaluate_circuits
@@ -113,4 +114,5 @@ __all__ = [
     "path_patch_to_queries",
     "prefix_matching_scores",
     "previous_token_scores",
+    "score_edges",
 ]

@@ -35,6 +35,7 @@ from lmsci_mi.results import Result, result_type
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from lmsci_mi.cluster import ClusterConfig
     from lmsci_mi.model import LensModel
 
 __all__ = [
@@ -640,7 +641,11 @@ def aggregate_traces(
 
 
 def average_indirect_effect(
-    lm: LensModel, facts: Sequence[Fact] | str | Path = "shipped", config: AIEConfig | None = None
+    lm: LensModel,
+    facts: Sequence[Fact] | str | Path = "shipped",
+    config: AIEConfig | None = None,
+    *,
+    cluster: ClusterConfig | None = None,
 ) -> AverageIndirectEffect:
     """ROME's Figure 2 over a fact set: the AIE by token category, layer and restored kind.
 
@@ -653,6 +658,9 @@ def average_indirect_effect(
         config: ``n_facts``, ``cache`` and the per-fact ``trace`` settings (``corruption``
             ``"gaussian"`` (p(target), ``n_samples`` noise draws, 3 × the subject embeddings'
             std) or ``"str"`` (logit difference), ``kinds``, ``window``, ``seed``).
+        cluster: trace the facts in shards on a Ray cluster (or in this process with
+            ``address="process"``), :func:`lmsci_mi.cluster.run_sharded`; the same numbers as
+            one process. None: here, one fact after another.
 
     Returns:
         An :class:`AverageIndirectEffect` ``[kind, category, layer]`` with bands and n.
@@ -668,6 +676,10 @@ def average_indirect_effect(
     ValueError: toy-2l knows none of the 1 facts (top-1): nothing to trace
     """
     fact_list = load_fact_set(facts) if isinstance(facts, (str, Path)) else list(facts)
+    if cluster is not None:
+        from lmsci_mi.cluster import run_sharded
+
+        return run_sharded("aie", lm, fact_list, config, cluster=cluster)
     done = trace_facts(lm, fact_list, config)
     return aggregate_traces(
         done.traces,

@@ -32,7 +32,7 @@ from lmsci_mi.circuits.edge_patching import (
     shared_prefix,
 )
 from lmsci_mi.circuits.graph import EdgeGraph, edge_graph
-from lmsci_mi.circuits.metrics import Metric
+from lmsci_mi.circuits.metrics import LogitDiff, Metric
 from lmsci_mi.config import Config, config
 from lmsci_mi.hooks import HookFn
 from lmsci_mi.results import Result, result_type
@@ -42,9 +42,11 @@ from lmsci_mi.sweep import BaseRun, resume
 if TYPE_CHECKING:
     from transformer_lens.hook_points import HookPoint
 
+    from lmsci_mi.cluster import ClusterConfig
+    from lmsci_mi.data.ioi import TextPairs
     from lmsci_mi.model import LensModel
 
-__all__ = ["EAPConfig", "EdgeScores", "edge_attribution"]
+__all__ = ["EAPConfig", "EdgeScores", "edge_attribution", "score_edges"]
 
 
 @config
@@ -249,6 +251,7 @@ def edge_attribution(
     config: EAPConfig | None = None,
     *,
     answer_positions: int | Sequence[int] | Tensor | None = None,
+    cluster: ClusterConfig | None = None,
 ) -> EdgeScores:
     """Score every edge of the model's graph by EAP or EAP-IG over a prompt set.
 
@@ -266,6 +269,9 @@ def edge_attribution(
             (:mod:`lmsci_mi.circuits.metrics`), or ``"kl"`` (KL to the clean run).
         config: method, steps, batch size and GQA layout (:class:`EAPConfig`).
         answer_positions: the position each pair's metric reads (default its last real token).
+        cluster: score the pairs in shards on a Ray cluster (or in this process with
+            ``address="process"``), :func:`lmsci_mi.cluster.run_sharded`; prompts must then be
+            lists of strings. Equal to one process up to float summation order.
 
     Returns:
         :class:`EdgeScores`.
@@ -281,6 +287,13 @@ def edge_attribution(
     >>> res.method, tuple(res.values.shape), len(res.top(3))
     ('EAP-IG', (11, 27), 3)
     """
+    if cluster is not None:
+        from lmsci_mi.cluster import run_sharded
+
+        return run_sharded(
+            "edges", lm, clean, corrupted, metric, config,
+            answer_positions=answer_positions, cluster=cluster,
+        )
     cfg = config or EAPConfig()
     check_metric(metric)
     graph = edge_graph(lm, grouped=cfg.grouped)
@@ -312,4 +325,44 @@ def edge_attribution(
         clean_value=float(clean_pp.mean()),
         corrupted_value=float(corrupted_pp.mean()),
         metric=repr(metric),
+    )
+
+
+def score_edges(
+    lm: LensModel,
+    pairs: TextPairs,
+    config: EAPConfig | None = None,
+    *,
+    cluster: ClusterConfig | None = None,
+) -> EdgeScores:
+    """EAP or EAP-IG scores of every edge on a set of prompt pairs, each pair scored by the logit
+    difference of its own answer over its own wrong token (:meth:`LogitDiff.of_pairs`).
+
+    :func:`edge_attribution` on :class:`~lmsci_mi.data.ioi.TextPairs` (IOI with STR corruption
+    from :func:`~lmsci_mi.data.ioi.ioi_str_pairs`, or prompt files): what ``lmsci-mi circuit
+    eap|curve`` and the tour score. Reads the model only.
+
+    Args:
+        lm: the model.
+        pairs: clean and corrupted prompts with one answer and one wrong token id per pair.
+        config: method (EAP-IG or EAP), steps, batch size and GQA layout (:class:`EAPConfig`).
+        cluster: score the pairs in shards on a Ray cluster (see :func:`edge_attribution`).
+
+    Returns:
+        :class:`EdgeScores`.
+
+    >>> from lmsci_mi import load_model
+    >>> from lmsci_mi.data.ioi import ioi_str_pairs
+    >>> lm = load_model("toy-2l")
+    >>> scores = score_edges(lm, ioi_str_pairs(lm, 2), EAPConfig(method="EAP"))
+    >>> scores.method, scores.meta.prompts == ioi_str_pairs(lm, 2).clean
+    ('EAP', True)
+    """
+    return edge_attribution(
+        lm,
+        list(pairs.clean),
+        list(pairs.corrupted),
+        LogitDiff.of_pairs(pairs),
+        config,
+        cluster=cluster,
     )

@@ -9,11 +9,14 @@ can have its own answer tokens. Normalised metrics put the corrupted run at 0 an
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from lmsci_mi.data.ioi import TextPairs
 
 __all__ = [
     "KLToClean",
@@ -70,6 +73,17 @@ class LogitDiff:
     def __init__(self, answer: int | Sequence[int] | Tensor, wrong: int | Sequence[int] | Tensor):
         self.answer = as_ids(answer)
         self.wrong = as_ids(wrong)
+
+    @classmethod
+    def of_pairs(cls, pairs: TextPairs) -> LogitDiff:
+        """Each pair's answer over its own wrong token, for prompt pairs that carry both
+        (:class:`~lmsci_mi.data.ioi.TextPairs`: IOI with STR corruption, the CLI's prompt files).
+
+        >>> from lmsci_mi.data.ioi import TextPairs
+        >>> LogitDiff.of_pairs(TextPairs(("a", "b"), ("c", "d"), (5, 7), (6, 8), "demo"))
+        LogitDiff(answer=[5, 7], wrong=[6, 8])
+        """
+        return cls(list(pairs.answers), list(pairs.wrongs))
 
     def __call__(
         self, logits: Float[Tensor, "*config pair vocab"]

@@ -90,12 +90,9 @@ def _run_trace(args: argparse.Namespace) -> int:
     if facts is not None:
         aie_config = config_from_args(AIEConfig, args, trace=config)
         fact_set = load_fact_set(facts)  # checked before the model loads
-        if cluster is not None:
-            from lmsci_mi.cluster import run_sharded
-
-            result: Any = run_sharded("aie", load_from_args(args), fact_set, aie_config, cluster=cluster)
-        else:
-            result = average_indirect_effect(load_from_args(args), fact_set, aie_config)
+        result: Any = average_indirect_effect(
+            load_from_args(args), fact_set, aie_config, cluster=cluster
+        )
     else:
         assert prompt is not None and subject is not None
         result = causal_trace(load_from_args(args), prompt, subject, config)

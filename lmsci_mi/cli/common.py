@@ -13,13 +13,16 @@ import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from lmsci_mi.config import Config
 from lmsci_mi.generation import GenerationConfig, Generations, generate
 from lmsci_mi.loading import DEFAULT_MODEL, load_model
 from lmsci_mi.model import DEFAULT_SINK, LensModel, SinkChoice
 from lmsci_mi.results import Result
+
+if TYPE_CHECKING:
+    from lmsci_mi.cluster import ClusterConfig
 
 __all__ = [
     "EXPORT_SUFFIXES",
@@ -289,51 +292,49 @@ def load_from_args(args: argparse.Namespace, model: str | None = None) -> LensMo
 
 
 def add_cluster_args(parser: argparse.ArgumentParser) -> None:
-    """``--ray`` and ``--shards`` (and the workers' resources): run the analysis in shards on a
-    Ray cluster (:mod:`lmsci_mi.cluster`) instead of in this process."""
+    """``--ray ADDRESS`` and :class:`~lmsci_mi.cluster.ClusterConfig`'s flags (``--shards``,
+    ``--workers``, ``--cpus-per-worker``, ...): run the analysis in shards on a Ray cluster
+    (:mod:`lmsci_mi.cluster`) instead of in this process. ``--ray`` is the config's ``address``
+    and the switch: without it the analysis runs here."""
+    from lmsci_mi.cluster import ClusterConfig  # no Ray import: that waits for a run
+
     group = parser.add_argument_group("sharding over a Ray cluster (pip install 'lmsci-mi[ray]')")
+    address = next(f for f in dataclasses.fields(ClusterConfig) if f.name == "address")
     group.add_argument(
         "--ray",
         default=None,
-        metavar="auto|local|ADDRESS",
-        help="run in shards on Ray: auto (the cluster RAY_ADDRESS or a running head names, else "
-        "a local one), local (start one here), or HOST:PORT of a `ray start --head` cluster",
+        metavar="ADDRESS",
+        help=f"run in shards: {address.metadata['help']} (default: no sharding, in this process)",
     )
-    group.add_argument("--shards", type=int, default=None, help="shards (default 4 per worker)")
-    group.add_argument(
-        "--workers", type=int, default=None, help="Ray actors (default: what the cluster holds)"
-    )
-    group.add_argument(
-        "--cpus-per-worker", type=int, default=1, help="CPUs (torch threads) per actor (default 1)"
-    )
-    group.add_argument(
-        "--gpus-per-worker",
-        type=float,
-        default=None,
-        help="GPUs per actor (default 1 when the cluster has GPUs, else 0)",
-    )
+    add_config_args(group, ClusterConfig, skip=("address",))
 
 
-def cluster_from_args(args: argparse.Namespace) -> Any:
-    """The :class:`~lmsci_mi.cluster.ClusterConfig` of ``--ray`` (None without it), checked,
-    with Ray's presence, before any model loads."""
+def cluster_from_args(args: argparse.Namespace) -> ClusterConfig | None:
+    """The :class:`~lmsci_mi.cluster.ClusterConfig` of ``--ray`` and its flags (None without
+    ``--ray``), checked, with Ray's presence, before any model loads.
+
+    Raises:
+        ValueError: a cluster flag without ``--ray``, a bad value, or ``--ray`` with a Ray
+            address and Ray not installed (the message says how to install it).
+    """
+    from lmsci_mi.cluster import ClusterConfig
+
     if args.ray is None:
-        if args.shards is not None or args.workers is not None:
-            raise ValueError("--shards and --workers shard the work over Ray: give --ray too")
+        given = [
+            "--" + f.name.replace("_", "-")
+            for f in dataclasses.fields(ClusterConfig)
+            if hasattr(args, f.name) and getattr(args, f.name) != f.default
+        ]
+        if given:
+            raise ValueError(f"{', '.join(given)} shard the work over Ray: give --ray too")
         return None
-    from lmsci_mi.cluster.spec import ClusterConfig
-
-    cluster = ClusterConfig(
-        address=args.ray,
-        shards=args.shards,
-        workers=args.workers,
-        cpus_per_worker=args.cpus_per_worker,
-        gpus_per_worker=args.gpus_per_worker,
-    )
-    try:
-        import ray  # noqa: F401
-    except ModuleNotFoundError:
-        raise ValueError(
-            "--ray needs Ray: pip install 'lmsci-mi[ray]' (or pip install ray), or leave out --ray"
-        ) from None
+    cluster = config_from_args(ClusterConfig, args, address=args.ray)
+    if cluster.address != "process":  # the one address that runs without Ray
+        try:
+            import ray  # noqa: F401
+        except ModuleNotFoundError:
+            raise ValueError(
+                "--ray needs Ray: pip install 'lmsci-mi[ray]' (or pip install ray), or leave out "
+                "--ray"
+            ) from None
     return cluster

@@ -9,8 +9,9 @@ default, or a user's clean/corrupted prompt files.
 from __future__ import annotations
 
 import argparse
+import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lmsci_mi.cli.common import (
     add_cluster_args,
@@ -27,6 +28,10 @@ from lmsci_mi.cli.paths import add_path_command
 from lmsci_mi.cli.tour import StepOutput, TourStep
 from lmsci_mi.data.ioi import TextPairs, ioi_str_pairs
 from lmsci_mi.model import LensModel
+
+if TYPE_CHECKING:
+    from lmsci_mi.circuits.eap import EAPConfig, EdgeScores
+    from lmsci_mi.cluster import ClusterConfig
 
 __all__ = ["register"]
 
@@ -166,10 +171,21 @@ def _setup(args: argparse.Namespace) -> tuple[LensModel, Any, TextPairs]:
     return lm, edge_graph(lm, grouped=args.grouped), prompt_pairs_from_args(lm, args)
 
 
+def _eap_config(args: argparse.Namespace) -> EAPConfig:
+    """The :class:`~lmsci_mi.circuits.eap.EAPConfig` of ``--method``, ``--ig-steps`` and
+    ``--grouped``."""
+    from lmsci_mi.circuits.eap import EAPConfig
+
+    method = "EAP" if args.method == "eap" else "EAP-IG"
+    return EAPConfig(method=method, steps=args.ig_steps, grouped=args.grouped)
+
+
 def _run_eap(args: argparse.Namespace) -> int:
+    from lmsci_mi.circuits.eap import score_edges
+
     cluster = cluster_from_args(args)  # checked before the model loads
-    lm, graph, pairs = _setup(args)
-    scores = score_edges(lm, graph, pairs, args.method, args.ig_steps, cluster=cluster)
+    lm, _, pairs = _setup(args)
+    scores = score_edges(lm, pairs, _eap_config(args), cluster=cluster)
     print(scores.summary(rows=args.top))
     write_outputs(scores, args)
     return 0
@@ -177,6 +193,7 @@ def _run_eap(args: argparse.Namespace) -> int:
 
 def _run_evaluate(args: argparse.Namespace) -> int:
     from lmsci_mi.circuits.edge_patching import evaluate_circuit
+    from lmsci_mi.circuits.metrics import LogitDiff
 
     lm, graph, pairs = _setup(args)
     text = args.edges
@@ -191,7 +208,7 @@ def _run_evaluate(args: argparse.Namespace) -> int:
 
     with torch.no_grad():
         result = evaluate_circuit(
-            lm, graph, mask, list(pairs.clean), list(pairs.corrupted), pairs.metric()
+            lm, graph, mask, list(pairs.clean), list(pairs.corrupted), LogitDiff.of_pairs(pairs)
         )
     faithfulness = float(result.normalised()[0])
     print(
@@ -203,7 +220,9 @@ def _run_evaluate(args: argparse.Namespace) -> int:
 
 
 def _run_curve(args: argparse.Namespace) -> int:
+    from lmsci_mi.circuits.eap import score_edges
     from lmsci_mi.circuits.faithfulness import CurveConfig, faithfulness_curve
+    from lmsci_mi.circuits.metrics import LogitDiff
 
     config = config_from_args(CurveConfig, args)
     if args.circuit_plot is not None and not any(
@@ -211,7 +230,7 @@ def _run_curve(args: argparse.Namespace) -> int:
     ):
         raise ValueError(f"--view {args.view} is not one of --fractions {list(config.fractions)}")
     lm, graph, pairs = _setup(args)
-    scores = score_edges(lm, graph, pairs, args.method, args.ig_steps)
+    scores = score_edges(lm, pairs, _eap_config(args))
     label = "EAP" if args.method == "eap" else f"EAP-IG (m={args.ig_steps})"
     curve = faithfulness_curve(
         lm,
@@ -219,7 +238,7 @@ def _run_curve(args: argparse.Namespace) -> int:
         scores,
         list(pairs.clean),
         list(pairs.corrupted),
-        pairs.metric(),
+        LogitDiff.of_pairs(pairs),
         config,
         label=label,
     )
@@ -236,21 +255,29 @@ def _run_curve(args: argparse.Namespace) -> int:
 
 
 def score_edges(
-    lm: LensModel, graph: Any, pairs: TextPairs, method: str, steps: int, *, cluster: Any = None
-) -> Any:
-    """EAP or EAP-IG scores (:func:`~lmsci_mi.circuits.eap.edge_attribution`) on ``pairs``; in
-    shards over a Ray cluster with ``cluster`` (a :class:`~lmsci_mi.cluster.ClusterConfig`)."""
-    from lmsci_mi.circuits.eap import EAPConfig, edge_attribution
+    lm: LensModel,
+    graph: Any,
+    pairs: TextPairs,
+    method: str,
+    steps: int,
+    *,
+    cluster: ClusterConfig | None = None,
+) -> EdgeScores:
+    """Deprecated: :func:`lmsci_mi.circuits.eap.score_edges` (``EAPConfig(method=..., steps=...,
+    grouped=graph.grouped)``), the library function this command now calls."""
+    from lmsci_mi.circuits.eap import EAPConfig
+    from lmsci_mi.circuits.eap import score_edges as library_score_edges
 
+    warnings.warn(
+        "lmsci_mi.cli.edges.score_edges is deprecated: use lmsci_mi.circuits.eap.score_edges("
+        "lm, pairs, EAPConfig(method=..., steps=..., grouped=...))",
+        DeprecationWarning,
+        stacklevel=2,
+    )
     config = EAPConfig(
         method="EAP" if method == "eap" else "EAP-IG", steps=steps, grouped=graph.grouped
     )
-    clean, corrupted = list(pairs.clean), list(pairs.corrupted)
-    if cluster is not None:
-        from lmsci_mi.cluster import run_sharded
-
-        return run_sharded("edges", lm, clean, corrupted, pairs.metric(), config, cluster=cluster)
-    return edge_attribution(lm, clean, corrupted, pairs.metric(), config)
+    return library_score_edges(lm, pairs, config, cluster=cluster)
 
 
 def tour_steps() -> list[TourStep]:
@@ -260,12 +287,13 @@ def tour_steps() -> list[TourStep]:
             "edge_circuit",
             "Edge-level IOI circuit: EAP-IG scores, the faithfulness curve and the 0.1 % circuit",
             _step_edge_circuit,
-            "from lmsci_mi.circuits.faithfulness import faithfulness_curve; from "
-            "lmsci_mi.circuits.graph import edge_graph; from lmsci_mi.cli.edges import "
-            "score_edges; from lmsci_mi.data.ioi import ioi_str_pairs; graph = edge_graph(lm); "
+            "from lmsci_mi.circuits.eap import EAPConfig, score_edges; from "
+            "lmsci_mi.circuits.faithfulness import faithfulness_curve; from "
+            "lmsci_mi.circuits.graph import edge_graph; from lmsci_mi.circuits.metrics import "
+            "LogitDiff; from lmsci_mi.data.ioi import ioi_str_pairs; graph = edge_graph(lm); "
             "pairs = ioi_str_pairs(lm, 16); "
-            "faithfulness_curve(lm, graph, score_edges(lm, graph, pairs, 'eap-ig', 5), "
-            "list(pairs.clean), list(pairs.corrupted), pairs.metric())",
+            "faithfulness_curve(lm, graph, score_edges(lm, pairs, EAPConfig(steps=5)), "
+            "list(pairs.clean), list(pairs.corrupted), LogitDiff.of_pairs(pairs))",
             seconds=45,
         ),
     ]
@@ -273,19 +301,21 @@ def tour_steps() -> list[TourStep]:
 
 def _step_edge_circuit(lm: LensModel, out_dir: Path) -> StepOutput:
     """EAP-IG on 16 IOI prompt pairs (STR), the faithfulness curve at MIB's budgets, the 5 % circuit."""
+    from lmsci_mi.circuits.eap import EAPConfig, score_edges
     from lmsci_mi.circuits.faithfulness import CurveConfig, faithfulness_curve
     from lmsci_mi.circuits.graph import edge_graph
+    from lmsci_mi.circuits.metrics import LogitDiff
 
     graph = edge_graph(lm)
     pairs = ioi_str_pairs(lm, 16)
-    scores = score_edges(lm, graph, pairs, "eap-ig", 5)
+    scores = score_edges(lm, pairs, EAPConfig(method="EAP-IG", steps=5))
     curve = faithfulness_curve(
         lm,
         graph,
         scores,
         list(pairs.clean),
         list(pairs.corrupted),
-        pairs.metric(),
+        LogitDiff.of_pairs(pairs),
         CurveConfig(n_bootstrap=200),
         label="EAP-IG (m=5)",
     )

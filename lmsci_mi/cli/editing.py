@@ -220,14 +220,9 @@ def _run_evaluation(
     from lmsci_mi.editing import EvaluationConfig, evaluate_edits
 
     evaluation = EvaluationConfig() if args.ge_tokens is None else EvaluationConfig(generation_tokens=args.ge_tokens)
-    if cluster is not None:
-        from lmsci_mi.cluster import run_sharded
-
-        result = run_sharded(
-            "edit-eval", lm, requests, config, stats=stats, evaluation=evaluation, cluster=cluster
-        )
-    else:
-        result = evaluate_edits(lm, requests, config, stats=stats, evaluation=evaluation)
+    result = evaluate_edits(
+        lm, requests, config, stats=stats, evaluation=evaluation, cluster=cluster
+    )
     print(result.summary())
     write_outputs(result, args)
     return 0

@@ -1,10 +1,13 @@
 """Dataset-scale analyses sharded over a Ray cluster (or in this process, for checks).
 
+Infrastructure: nothing here imports a feature package. Each shardable analysis lives beside the
+feature it shards (``lmsci_mi.circuits.shards``: the AIE over a fact set and EAP/EAP-IG edge scores
+over a prompt set; ``lmsci_mi.editing.shards``: the editing evaluation over a fact set;
+``lmsci_mi.collect``: activation collection over a text set), and the dataset-scale functions take
+``cluster=ClusterConfig(...)`` themselves.
+
 - :mod:`~lmsci_mi.cluster.shardable`: what a shardable analysis declares (prepare, run, merge)
-  and the registry :data:`SHARDABLE`.
-- :mod:`~lmsci_mi.cluster.analyses`: the shardable analyses, one file each: the AIE over a fact
-  set, EAP/EAP-IG edge scores over a prompt set, activation collection over a text set, the
-  editing evaluation over a fact set.
+  and the registry :data:`SHARDABLE`, which finds the built-in analyses by name.
 - :mod:`~lmsci_mi.cluster.spec`: :class:`ClusterConfig` (where the shards run) and :class:`ModelSpec`
   (what each worker loads).
 - :mod:`~lmsci_mi.cluster.runner`: :func:`run_sharded`, the one entry point.
@@ -15,7 +18,6 @@
 ('aie', 'collect', 'edges', 'edit-eval')
 """
 
-from lmsci_mi.cluster import analyses as analyses  # registers the shardable analyses
 from lmsci_mi.cluster.runner import run_sharded as run_sharded
 from lmsci_mi.cluster.shardable import SHARDABLE as SHARDABLE
 from lmsci_mi.cluster.shardable import Job as Job
@@ -24,3 +26,14 @@ from lmsci_mi.cluster.shardable import split as split
 from lmsci_mi.cluster.spec import ClusterConfig as ClusterConfig
 from lmsci_mi.cluster.spec import ModelSpec as ModelSpec
 from lmsci_mi.cluster.spec import ShardError as ShardError
+
+__all__ = [
+    "SHARDABLE",
+    "ClusterConfig",
+    "Job",
+    "ModelSpec",
+    "ShardError",
+    "Shardable",
+    "run_sharded",
+    "split",
+]

@@ -38,11 +38,13 @@ def run_sharded(
     :func:`~lmsci_mi.circuits.average_indirect_effect`'s, for ``"edges"``
     :func:`~lmsci_mi.circuits.edge_attribution`'s, for ``"collect"``
     :func:`~lmsci_mi.collect.collect_activations`'s, for ``"edit-eval"``
-    :func:`~lmsci_mi.editing.evaluate_edits`'s. The driver uses ``lm`` to check the inputs and
+    :func:`~lmsci_mi.editing.evaluate_edits`'s. Those functions call this when given
+    ``cluster=``, which is the usual way in. The driver uses ``lm`` to check the inputs and
     plan; each worker loads the same model (:class:`ModelSpec`) once.
 
     Raises:
         KeyError: an unknown analysis (the message lists them).
+        TypeError: arguments the single-process function would not take.
         ValueError: bad inputs (raised on the driver, before any worker starts), a bad cluster
             config, or a worker whose model differs from ``lm``.
         ShardError: a shard failed on a worker (its message says which and why).
@@ -59,7 +61,7 @@ def run_sharded(
     """
     cluster = cluster or ClusterConfig()
     shardable = SHARDABLE.get(analysis).function()
-    job = shardable.prepare(lm, *args, **kwargs)
+    job = shardable.prepare(lm, shardable.arguments(lm, *args, **kwargs))
     if cluster.address == "process":
         shards = split(job.items, cluster.shards or 1)
         parts = _run_here(shardable, lm, job, shards, cluster)

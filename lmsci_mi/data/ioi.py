@@ -9,6 +9,7 @@ model at hand, so every prompt of one template has the same length and its posit
 from __future__ import annotations
 
 import random
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -233,10 +234,18 @@ class TextPairs:
     source: str
 
     def metric(self) -> Any:
-        """Logit difference of each pair's answer over its wrong token."""
+        """Deprecated: ``LogitDiff.of_pairs(pairs)`` (:mod:`lmsci_mi.circuits.metrics`). The
+        data holds the answer and wrong tokens; the metric is built where the metrics live."""
+        warnings.warn(
+            "TextPairs.metric() is deprecated: use "
+            "lmsci_mi.circuits.metrics.LogitDiff.of_pairs(pairs)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        # A deprecated alias (tests/unit/test_import_layers.py lists it); it goes with it.
         from lmsci_mi.circuits.metrics import LogitDiff
 
-        return LogitDiff(list(self.answers), list(self.wrongs))
+        return LogitDiff.of_pairs(self)
 
 
 def ioi_str_pairs(lm: LensModel, n_prompts: int = 32, *, seed: int = 0) -> TextPairs:

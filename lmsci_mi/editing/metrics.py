@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 
     from matplotlib.figure import Figure
 
+    from lmsci_mi.cluster import ClusterConfig
+
 __all__ = [
     "GENERATION_TOKENS",
     "METRICS",
@@ -578,6 +580,7 @@ def evaluate_edits(
     stats: KeyStatistics | None = None,
     evaluation: EvaluationConfig | None = None,
     use_cache: bool = True,
+    cluster: ClusterConfig | None = None,
 ) -> EditEvaluation:
     """Edit the facts and measure CounterFact metrics, with the unedited model as baseline.
 
@@ -597,10 +600,20 @@ def evaluate_edits(
         evaluation: :class:`EvaluationConfig` (generation length for GE, seed).
         use_cache: read the unedited model's scores from the on-disk cache (and write them
             there): they depend only on the weights, the facts and ``evaluation``.
+        cluster: evaluate the facts in shards on a Ray cluster (or in this process with
+            ``address="process"``), :func:`lmsci_mi.cluster.run_sharded`; a batch edit is made
+            once here and its deltas shipped. Equal to one process up to float summation order.
 
     Returns:
         :class:`EditEvaluation`.
     """
+    if cluster is not None:
+        from lmsci_mi.cluster import run_sharded
+
+        return run_sharded(
+            "edit-eval", lm, requests, config,
+            stats=stats, evaluation=evaluation, use_cache=use_cache, cluster=cluster,
+        )
     plan = plan_evaluation(lm, requests, config, evaluation)
     everything = range(len(plan.requests))
     before = unedited_scores(lm, plan, everything, use_cache=use_cache)

@@ -216,7 +216,8 @@ def probe_sweep(
         config: site, layers and the probe's settings.
         task, data_source: recorded in the result.
         cluster: collect the activations in shards on a Ray cluster
-            (:func:`lmsci_mi.cluster.run_sharded`; the same rows as in one process).
+            (:func:`~lmsci_mi.collect.collect_activations`'s ``cluster``; the same rows as in
+            one process).
 
     Returns:
         A :class:`ProbeSweep`, one row per layer.
@@ -236,14 +237,9 @@ def probe_sweep(
     hooks, layer_labels = layer_hooks(config.site, config.layers, lm.cfg.n_layers, lm.name)
     _check_labels(texts, labels, positions, config)
     collect_config = CollectConfig(token_budget=config.token_budget, autocast=config.autocast)
-    if cluster is not None:
-        from lmsci_mi.cluster import run_sharded
-
-        acts = run_sharded(
-            "collect", lm, texts, hooks, positions=positions, config=collect_config, cluster=cluster
-        )
-    else:
-        acts = collect_activations(lm, texts, hooks, positions=positions, config=collect_config)
+    acts = collect_activations(
+        lm, texts, hooks, positions=positions, config=collect_config, cluster=cluster
+    )
     if len(labels) != len(acts):
         raise ValueError(
             f"{len(labels)} labels for {len(acts)} probed positions of {len(texts)} texts; "

@@ -78,17 +78,21 @@ def _check_aie(lm: LensModel, cluster: ClusterConfig, **kw: object) -> None:
     facts = _known(lm)
     assert len(facts) >= 3
     single = average_indirect_effect(lm, facts, _aie_config())
-    sharded = run_sharded("aie", lm, facts, _aie_config(), cluster=cluster, **kw)
+    sharded = (
+        run_sharded("aie", lm, facts, _aie_config(), cluster=cluster, **kw)
+        if kw
+        else average_indirect_effect(lm, facts, _aie_config(), cluster=cluster)
+    )
     # Traces are per fact and seeded per fact: exactly the same numbers.
     assert torch.equal(sharded.values, single.values) and torch.equal(sharded.band, single.band)
     assert sharded.n_facts == single.n_facts and sharded.n == single.n
     assert sharded.meta.params["cluster.shards"] == min(3, len(facts))
 
 
-def _check_edges(lm: LensModel, cluster: ClusterConfig, **kw: object) -> None:
+def _check_edges(lm: LensModel, cluster: ClusterConfig) -> None:
     config = EAPConfig(method="EAP-IG", steps=2, batch_size=2)
     single = edge_attribution(lm, CLEAN, CORRUPTED, LogitDiff(5, 6), config)
-    sharded = run_sharded("edges", lm, CLEAN, CORRUPTED, LogitDiff(5, 6), config, cluster=cluster, **kw)
+    sharded = edge_attribution(lm, CLEAN, CORRUPTED, LogitDiff(5, 6), config, cluster=cluster)
     # A mean over pairs, summed in another order.
     torch.testing.assert_close(sharded.values, single.values, rtol=1e-5, atol=1e-6)
     assert sharded.clean_value == pytest.approx(single.clean_value, rel=1e-5)
@@ -100,7 +104,11 @@ def _check_collect(lm: LensModel, cluster: ClusterConfig, **kw: object) -> None:
     hooks = [hook_name("resid_post", 1), hook_name("mlp_out", 0)]
     config = CollectConfig(max_items=9, seed=3, progress=False)
     single = collect_activations(lm, TEXTS, hooks, positions="all", config=config)
-    sharded = run_sharded("collect", lm, TEXTS, hooks, positions="all", config=config, cluster=cluster, **kw)
+    sharded = (
+        run_sharded("collect", lm, TEXTS, hooks, positions="all", config=config, cluster=cluster, **kw)
+        if kw
+        else collect_activations(lm, TEXTS, hooks, positions="all", config=config, cluster=cluster)
+    )
     # One subsample over all texts, as in one process; the rows in the same order.
     for name in ("example", "position", "token"):
         assert torch.equal(getattr(sharded, name), getattr(single, name)), name
@@ -108,11 +116,10 @@ def _check_collect(lm: LensModel, cluster: ClusterConfig, **kw: object) -> None:
         torch.testing.assert_close(sharded.acts[hook], single.acts[hook], rtol=1e-5, atol=1e-6)
 
 
-def _check_edit_eval(lm: LensModel, stats, config, cluster: ClusterConfig, **kw: object) -> None:
+def _check_edit_eval(lm: LensModel, stats, config, cluster: ClusterConfig) -> None:
     before = {k: v.clone() for k, v in lm.model.state_dict().items()}
     single = evaluate_edits(lm, [EIFFEL, LOUVRE], config, stats=stats, evaluation=QUIET)
-    sharded = run_sharded("edit-eval", lm, [EIFFEL, LOUVRE], config, stats=stats, evaluation=QUIET,
-                          cluster=cluster, **kw)
+    sharded = evaluate_edits(lm, [EIFFEL, LOUVRE], config, stats=stats, evaluation=QUIET, cluster=cluster)
     torch.testing.assert_close(sharded.per_fact, single.per_fact, rtol=1e-4, atol=1e-5, equal_nan=True)
     assert sharded.fact_layers == single.fact_layers and sharded.n_edits == single.n_edits
     assert sharded.excluded_neighbours == single.excluded_neighbours
@@ -160,6 +167,12 @@ def test_bad_input_is_refused_on_the_driver(lm: LensModel) -> None:
         run_sharded("aie", lm, [Fact("The cat sat on the", "cat", " zebra")], cluster=_process(2))
     with pytest.raises(ValueError, match="address"):
         ClusterConfig(address="somewhere")
+    with pytest.raises(ValueError, match="not both"):
+        collect_activations(lm, TEXTS, [hook_name("resid_post", 0)], out_dir="unused",
+                            cluster=_process(2))
+    # The shardable binds its function's signature: what the function refuses, it refuses.
+    with pytest.raises(TypeError, match="windw"):
+        run_sharded("aie", lm, _known(lm), windw=1, cluster=_process(2))
     assert lm.hooks.attached_count() == 0
 
 
@@ -167,7 +180,13 @@ def test_bad_input_is_refused_on_the_driver(lm: LensModel) -> None:
 def test_nothing_imports_ray_and_asking_for_it_says_how_to_install() -> None:
     code = (
         "import sys\n"
-        "import lmsci_mi, lmsci_mi.cluster, lmsci_mi.cli, lmsci_mi.circuits, lmsci_mi.editing\n"
+        # The cluster imports no feature; it finds the built-in analyses by name when asked.
+        "import lmsci_mi.cluster\n"
+        "features = ('circuits', 'editing', 'probes', 'lenses', 'knowledge', 'steering', 'sae')\n"
+        "loaded = [m for m in sys.modules if m.split('.')[1:2] and m.split('.')[1] in features]\n"
+        "assert not loaded, loaded\n"
+        "assert lmsci_mi.cluster.SHARDABLE.names() == ('aie', 'collect', 'edges', 'edit-eval')\n"
+        "import lmsci_mi, lmsci_mi.cli, lmsci_mi.circuits, lmsci_mi.editing\n"
         "assert 'ray' not in sys.modules, 'ray imported'\n"
         "sys.modules['ray'] = None  # as if it were not installed\n"
         "from lmsci_mi.cluster import run_sharded, ClusterConfig\n"
@@ -211,6 +230,7 @@ def test_cli_shards_a_fact_set_and_an_edit_evaluation(
     [
         (["trace", "--facts", "shipped", "--ray", "nowhere"], "address"),
         (["trace", "--facts", "shipped", "--shards", "2"], "give --ray too"),
+        (["circuit", "eap", "--max-retries", "1"], "--max-retries shard the work over Ray"),
         (["trace", "--prompt", "The Eiffel Tower is in", "--subject", "The Eiffel Tower", "--ray", "local"],
          "give --facts"),
         (["edit", "--prompt", "{} is in", "--subject", "Paris", "--target-new", " Rome", "--evaluate"],

@@ -1,16 +1,20 @@
-"""The editing evaluation over a fact set, sharded by fact. For a batch method (MEMIT, AlphaEdit)
-the driver computes the one edit and ships its deltas; each worker scores its facts on the
-unedited model, applies the deltas, scores them edited and restores. For ROME (one fact per edit)
-each worker edits and scores its own facts. Per-fact scores do not depend on their batch-mates
-(GE samples each fact from its own stream), so the merge equals one process's evaluation up to
-float summation order."""
+"""The editing evaluation over a fact set, sharded by fact over a cluster (:mod:`lmsci_mi.cluster`).
+
+For a batch method (MEMIT, AlphaEdit) the driver computes the one edit and ships its deltas; each
+worker scores its facts on the unedited model, applies the deltas, scores them edited and
+restores. For ROME (one fact per edit) each worker edits and scores its own facts. Per-fact scores
+do not depend on their batch-mates (GE samples each fact from its own stream), so the merge equals
+one process's evaluation up to float summation order. :func:`~lmsci_mi.editing.evaluate_edits`
+runs this when given ``cluster=``; importing this module registers it in
+:data:`~lmsci_mi.cluster.SHARDABLE`.
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -24,15 +28,16 @@ from lmsci_mi.editing.metrics import (
     EvaluationPlan,
     assemble_evaluation,
     edited_scores,
+    evaluate_edits,
     plan_evaluation,
     unedited_scores,
 )
 
 if TYPE_CHECKING:
-    from lmsci_mi.config import Config
-    from lmsci_mi.editing.requests import EditRequest
     from lmsci_mi.editing.stats import KeyStatistics
     from lmsci_mi.model import LensModel
+
+__all__ = ["EditEvalShards"]
 
 
 @dataclass(frozen=True)
@@ -47,19 +52,14 @@ class _Context:
 
 @SHARDABLE.register("edit-eval", EvaluationConfig, "the editing evaluation over a fact set, by fact")
 class EditEvalShards(Shardable[tuple[Tensor, EditedScores]]):
-    name = "edit-eval"
+    """See the module docstring."""
 
-    def prepare(
-        self,
-        lm: LensModel,
-        requests: Sequence[EditRequest],
-        config: Config | str = "rome",
-        *,
-        stats: KeyStatistics | None = None,
-        evaluation: EvaluationConfig | None = None,
-        use_cache: bool = True,
-    ) -> Job:
-        plan = plan_evaluation(lm, requests, config, evaluation)
+    name = "edit-eval"
+    function = staticmethod(evaluate_edits)
+
+    def prepare(self, lm: LensModel, arguments: Mapping[str, Any]) -> Job:
+        stats = arguments["stats"]
+        plan = plan_evaluation(lm, arguments["requests"], arguments["config"], arguments["evaluation"])
         deltas, seconds = None, ()
         if not getattr(plan.config, "one_fact_per_edit", False):
             # One batch edit for every fact: computed once here, shipped to the workers.
@@ -70,7 +70,7 @@ class EditEvalShards(Shardable[tuple[Tensor, EditedScores]]):
                 deltas = {name: d.detach().cpu().clone() for name, d in handle.deltas.items()}
         return Job(
             items=tuple(range(len(plan.requests))),
-            context=_Context(plan, deltas, seconds, stats, use_cache),
+            context=_Context(plan, deltas, seconds, stats, arguments["use_cache"]),
         )
 
     def run(self, lm: LensModel, context: _Context, items: Sequence[int]) -> tuple[Tensor, EditedScores]:

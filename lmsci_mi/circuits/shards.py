@@ -1,0 +1,135 @@
+"""The circuit analyses that shard over a cluster (:mod:`lmsci_mi.cluster`): the average indirect
+effect over a fact set, by fact, and EAP/EAP-IG edge scores over a prompt set, by prompt pair.
+
+:func:`~lmsci_mi.circuits.aie.average_indirect_effect` and
+:func:`~lmsci_mi.circuits.eap.edge_attribution` run these when given ``cluster=``; importing this
+module registers them in :data:`~lmsci_mi.cluster.SHARDABLE` (the registry imports it the first
+time either name is asked for).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lmsci_mi.circuits.aie import (
+    AIEConfig,
+    AverageIndirectEffect,
+    FactPlan,
+    aggregate_traces,
+    average_indirect_effect,
+    load_fact_set,
+    plan_fact_traces,
+    trace_fact,
+)
+from lmsci_mi.circuits.eap import EAPConfig, EdgeScores, edge_attribution
+from lmsci_mi.circuits.edge_patching import prepare_edge_prompts
+from lmsci_mi.circuits.tracing import CausalTrace
+from lmsci_mi.cluster.shardable import SHARDABLE, Job, Shardable
+
+if TYPE_CHECKING:
+    from lmsci_mi.model import LensModel
+
+__all__ = ["AIEShards", "EdgeShards"]
+
+
+@SHARDABLE.register("aie", AIEConfig, "causal tracing's AIE over a fact set, by fact")
+class AIEShards(Shardable[list[CausalTrace]]):
+    """The driver chooses the facts and each one's trace settings
+    (:func:`~lmsci_mi.circuits.aie.plan_fact_traces`), workers trace their facts, the driver
+    averages the traces (:func:`~lmsci_mi.circuits.aie.aggregate_traces`). Traces are per fact
+    and seeded per fact, so the sharded AIE equals the single-process one exactly."""
+
+    name = "aie"
+    function = staticmethod(average_indirect_effect)
+
+    def prepare(self, lm: LensModel, arguments: Mapping[str, Any]) -> Job:
+        facts = arguments["facts"]
+        fact_list = load_fact_set(facts) if isinstance(facts, (str, Path)) else list(facts)
+        plan = plan_fact_traces(lm, fact_list, arguments["config"])
+        return Job(items=tuple(range(len(plan.facts))), context=plan)
+
+    def run(self, lm: LensModel, context: FactPlan, items: Sequence[int]) -> list[CausalTrace]:
+        return [trace_fact(lm, context, index) for index in items]
+
+    def merge(
+        self, lm: LensModel, job: Job, parts: Sequence[list[CausalTrace]]
+    ) -> AverageIndirectEffect:
+        plan: FactPlan = job.context
+        return aggregate_traces(
+            [trace for part in parts for trace in part],
+            n_candidates=plan.n_candidates,
+            n_known=plan.n_known,
+            n_unpaired=plan.n_unpaired,
+        )
+
+
+@dataclass(frozen=True)
+class _Pair:
+    clean: str
+    corrupted: str
+    answer_position: int | None
+
+
+@dataclass(frozen=True)
+class _EdgeContext:
+    metric: Any
+    config: EAPConfig
+
+
+@SHARDABLE.register("edges", EAPConfig, "EAP / EAP-IG edge scores over a prompt set, by pair")
+class EdgeShards(Shardable[tuple[EdgeScores, int]]):
+    """A score is the mean over pairs, so the merge weighs each shard's mean by its number of
+    pairs; equal to the single-process scores up to float summation order (batches differ)."""
+
+    name = "edges"
+    function = staticmethod(edge_attribution)
+
+    def prepare(self, lm: LensModel, arguments: Mapping[str, Any]) -> Job:
+        clean, corrupted = arguments["clean"], arguments["corrupted"]
+        answer_positions = arguments["answer_positions"]
+        if isinstance(clean, str) or isinstance(corrupted, str) or not all(
+            isinstance(p, str) for p in [*clean, *corrupted]
+        ):
+            raise ValueError(
+                "a sharded edge score takes lists of prompt strings (not one string, token ids "
+                "or a padded batch): each pair is sent to a worker as text"
+            )
+        prepare_edge_prompts(lm, list(clean), list(corrupted), answer_positions)  # checks all pairs
+        positions: Sequence[int | None]
+        if answer_positions is None or isinstance(answer_positions, int):
+            positions = [answer_positions] * len(clean)
+        else:
+            positions = [int(p) for p in answer_positions]
+        items = tuple(_Pair(c, k, p) for c, k, p in zip(clean, corrupted, positions, strict=True))
+        config = arguments["config"] or EAPConfig()
+        return Job(items=items, context=_EdgeContext(arguments["metric"], config))
+
+    def run(
+        self, lm: LensModel, context: _EdgeContext, items: Sequence[_Pair]
+    ) -> tuple[EdgeScores, int]:
+        positions = [p.answer_position for p in items]
+        scores = edge_attribution(
+            lm,
+            [p.clean for p in items],
+            [p.corrupted for p in items],
+            context.metric,
+            context.config,
+            answer_positions=None if all(p is None for p in positions) else positions,  # type: ignore[arg-type]
+        )
+        return scores, len(items)
+
+    def merge(self, lm: LensModel, job: Job, parts: Sequence[tuple[EdgeScores, int]]) -> EdgeScores:
+        total = sum(n for _, n in parts)
+        first = parts[0][0]
+        values = sum((scores.values * (n / total) for scores, n in parts), start=first.values * 0)
+        return dataclasses.replace(
+            first,
+            values=values,
+            meta=dataclasses.replace(first.meta, prompts=tuple(p.clean for p in job.items)),
+            clean_value=sum(s.clean_value * n for s, n in parts) / total,
+            corrupted_value=sum(s.corrupted_value * n for s, n in parts) / total,
+        )
