@@ -84,7 +84,7 @@ CIRCUITS = [
     code("""
     from lmsci_mi.circuits import (AttributionConfig, LogitDiff, PatchingConfig, PatchingResult,
                                    attribution_patch, patch_activations)
-    from lmsci_mi.viz import save_attention_html
+    from lmsci_mi.circuits.attention import save_attention_html
 
     clean = 'When Mary and John went to the store, John gave a drink to'
     corrupted = 'When Mary and John went to the store, Mary gave a drink to'
@@ -282,7 +282,7 @@ HEADS = [
     from lmsci_mi.circuits.toy_induction import load_toy_induction, training_record
     from lmsci_mi.data.repeated_tokens import repeated_random_tokens
     from lmsci_mi.sites import Head
-    from lmsci_mi.viz import save_attention_html
+    from lmsci_mi.circuits.attention import save_attention_html
 
     n_sequences = 4 if QUICK else 8
     """),

@@ -21,9 +21,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from lmsci_mi import load_model
 from lmsci_mi.circuits import HeadScoreConfig, induction_scores, previous_token_scores
+from lmsci_mi.circuits.attention import save_attention_html
 from lmsci_mi.config import quick_mode
 from lmsci_mi.data.repeated_tokens import repeated_random_tokens
-from lmsci_mi.viz import save_attention_html
 
 SENTENCE = "When Mary and John went to the store, John gave a drink to"
 

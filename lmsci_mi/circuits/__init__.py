@@ -7,7 +7,10 @@ from lmsci_mi.circuits.aie import AIEConfig as AIEConfig
 from lmsci_mi.circuits.aie import AverageIndirectEffect as AverageIndirectEffect
 from lmsci_mi.circuits.aie import average_indirect_effect as average_indirect_effect
 from lmsci_mi.circuits.attention import AttentionSummary as AttentionSummary
+from lmsci_mi.circuits.attention import attention_html as attention_html
 from lmsci_mi.circuits.attention import attention_summary as attention_summary
+from lmsci_mi.circuits.attention import head_patterns as head_patterns
+from lmsci_mi.circuits.attention import save_attention_html as save_attention_html
 from lmsci_mi.circuits.attribution import AttributionConfig as AttributionConfig
 from lmsci_mi.circuits.attribution import AttributionResult as AttributionResult
 from lmsci_mi.circuits.attribution import attribution_patch as attribution_patch
@@ -89,6 +92,7 @@ __all__ = [
     "PathPatchingResult",
     "TargetProb",
     "TraceConfig",
+    "attention_html",
     "attention_summary",
     "attribution_patch",
     "average_indirect_effect",
@@ -101,6 +105,7 @@ __all__ = [
     "evaluate_circuit",
     "evaluate_circuits",
     "find_ioi_circuit",
+    "head_patterns",
     "head_scores",
     "induction_ablation",
     "induction_scores",
@@ -114,5 +119,6 @@ __all__ = [
     "path_patch_to_queries",
     "prefix_matching_scores",
     "previous_token_scores",
+    "save_attention_html",
     "score_edges",
 ]

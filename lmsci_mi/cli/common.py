@@ -208,7 +208,7 @@ def _write_plot(result: Result, path: Path) -> None:
 def _write_html(result: Result, path: Path) -> Path:
     """The result's own page when it has one (a token view: highlights, feature cards), else the
     report's section of it: plot, table and meta."""
-    from lmsci_mi.viz.report import Section, write_report
+    from lmsci_mi.cli.report import Section, write_report
 
     own = getattr(result, "html", None)
     if callable(own):

@@ -17,12 +17,12 @@ import torch
 
 from lmsci_mi.circuits.attention import attention_summary
 from lmsci_mi.cli.common import add_config_args, add_model_args, config_from_args, load_from_args
+from lmsci_mi.cli.report import CircuitsView
 from lmsci_mi.cli.tour import StepOutput, TourStep
 from lmsci_mi.config import Config, config
 from lmsci_mi.loading import list_models
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import Head
-from lmsci_mi.viz.report import CircuitsView
 
 EIFFEL = "The Eiffel Tower is located in the city of"
 PROMPTS = (
@@ -154,7 +154,7 @@ def _step_predictions(lm: LensModel, out_dir: Path) -> StepOutput:
 
 def _step_attention_summary(lm: LensModel, out_dir: Path) -> StepOutput:
     """A summary of the attention heads on the Eiffel prompt, and a view of the clearest ones."""
-    from lmsci_mi.viz.attention import attention_html
+    from lmsci_mi.circuits.attention import attention_html
 
     summary = attention_summary(lm, EIFFEL)
     sink, previous, _ = summary.values

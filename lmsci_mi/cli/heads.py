@@ -94,7 +94,7 @@ def _run_ioi(args: argparse.Namespace) -> int:
 
 
 def _run_attention(args: argparse.Namespace) -> int:
-    from lmsci_mi.viz.attention import save_attention_html
+    from lmsci_mi.circuits.attention import save_attention_html
 
     lm = load_from_args(args)
     path = save_attention_html(lm, args.prompt, [(h.layer, h.head) for h in args.heads], args.html)

@@ -324,6 +324,7 @@ def tour_steps() -> list[TourStep]:
 def _step_sae(lm: LensModel, out_dir: Path) -> StepOutput:
     """The shipped (or cached) SAE's feature 212: its top contexts in a prose sample, and the share
     of its promoted tokens in generations steered with it (never trains an SAE)."""
+    from lmsci_mi.cli.report import CircuitsView
     from lmsci_mi.data.steering_texts import neutral_prompts
     from lmsci_mi.data.text_corpus import text_chunks
     from lmsci_mi.sae import (
@@ -334,7 +335,6 @@ def _step_sae(lm: LensModel, out_dir: Path) -> StepOutput:
         load_trained_sae,
         steering_frequency,
     )
-    from lmsci_mi.viz.report import CircuitsView
     from lmsci_mi.viz.tokens import colored_tokens_html
 
     sae = load_trained_sae(lm)

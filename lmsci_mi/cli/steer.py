@@ -349,11 +349,11 @@ def tour_steps() -> list[TourStep]:
 def _step_steer(lm: LensModel, out_dir: Path) -> StepOutput:
     """Load the default sentiment steer (shipped with lmsci-mi, copied into the cache on first use),
     draw a small control curve, highlight a text."""
+    from lmsci_mi.cli.report import CircuitsView
     from lmsci_mi.data.steering_texts import steering_texts
     from lmsci_mi.steering import train_steer
     from lmsci_mi.steering.evaluate import SteerEvalConfig, evaluate_steer
     from lmsci_mi.steering.highlight import highlight_keywords
-    from lmsci_mi.viz.report import CircuitsView
 
     steer, training = train_steer(lm, steering_texts("sentiment"))
     config = SteerEvalConfig(values=TOUR_STEER_VALUES, n_prompts=20, progress=False)

@@ -22,9 +22,9 @@ from types import ModuleType
 from tqdm.auto import tqdm
 
 from lmsci_mi.artefacts import shipped_artefacts
+from lmsci_mi.cli.report import CircuitsView, Section, write_report
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result
-from lmsci_mi.viz.report import CircuitsView, Section, write_report
 
 __all__ = [
     "FAIL_ENV",

@@ -1,127 +1,75 @@
-"""Attention patterns of chosen heads as circuitsvis views, saved as self-contained offline HTML.
+"""Attention patterns drawn as circuitsvis views, as self-contained offline HTML.
 
 circuitsvis's ``str()`` of a view loads its JavaScript from a CDN, which a saved page would need
 at viewing time; only ``RenderedHTML.local_src`` inlines the script. Everything here uses
-``local_src``, so a saved page opens on a machine with no network.
+``local_src``, so a saved page opens on a machine with no network. This module draws patterns it
+is given; running the model to get them is :func:`lmsci_mi.circuits.attention.head_patterns`
+(and :func:`~lmsci_mi.circuits.attention.attention_html` does both).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
-from pathlib import Path
+from typing import Any
 
-import torch
-from jaxtyping import Float, Int
+from jaxtyping import Float
 from torch import Tensor
 
-from lmsci_mi.model import LensModel
-from lmsci_mi.sites import Head, hook_name
-
-__all__ = ["attention_html", "head_patterns", "parse_heads", "save_attention_html"]
+__all__ = ["attention_patterns_html"]
 
 
-def parse_heads(spec: str) -> list[Head]:
-    """Parse a comma-separated list of heads: ``"L5.H1,L6.H9"``, and also ``"5.1"``, ``"L5H1"`` or
-    ``"5:1"``, the spellings users type.
-
-    Raises:
-        ValueError: a part that is not a head, or no head at all.
-
-    >>> parse_heads("L5.H1, 6.9")
-    [Head('L5.H1'), Head('L6.H9')]
-    """
-    heads = []
-    for part in spec.split(","):
-        part = part.strip().upper().replace("L", "").replace("H", ".").replace(":", ".")
-        if not part:
-            continue
-        pieces = [p for p in part.split(".") if p]
-        if len(pieces) != 2 or not all(p.isascii() and p.isdigit() for p in pieces):
-            raise ValueError(
-                f"cannot read head {part!r}: write heads as L<layer>.H<head> or LAYER.HEAD, e.g. "
-                "L5.H1 or 5.1"
-            )
-        heads.append(Head(int(pieces[0]), int(pieces[1])))
-    if not heads:
-        raise ValueError("no heads given")
-    return heads
-
-
-@torch.no_grad()
-def head_patterns(
-    lm: LensModel,
-    tokens: Int[Tensor, " pos"] | Int[Tensor, "1 pos"],
-    heads: Sequence[Head | tuple[int, int]],
-) -> Float[Tensor, "head q k"]:
-    """Attention patterns of ``heads`` on one sequence, from one forward pass. Reads the model.
-
-    Raises:
-        ValueError: a layer or head index out of range.
-    """
-    cfg = lm.cfg
-    heads = [Head.parse(h) for h in heads]
-    if not heads:
-        raise ValueError("no heads given")
-    for layer, head in heads:
-        if not (0 <= layer < cfg.n_layers and 0 <= head < cfg.n_heads):
-            raise ValueError(
-                f"head {Head(layer, head)} does not exist: {lm.name} has {cfg.n_layers} layers of "
-                f"{cfg.n_heads} heads"
-            )
-    tokens = tokens.reshape(1, -1).to(lm.device)
-    sites = sorted({hook_name("pattern", layer) for layer, _ in heads})
-    with lm.hooks.capture(sites) as cap:
-        lm.model(tokens, stop_at_layer=max(layer for layer, _ in heads) + 1)
-    return torch.stack(
-        [cap[hook_name("pattern", layer)][0, head] for layer, head in heads]
-    ).float().cpu()
-
-
-def attention_html(
-    lm: LensModel,
-    prompt: str | Int[Tensor, " pos"],
-    heads: Sequence[Head | tuple[int, int]],
-    *,
-    token_labels: Sequence[str] | None = None,
+def attention_patterns_html(
+    patterns: Float[Tensor, "head q k"],
+    tokens: Sequence[str],
+    head_names: Sequence[str],
 ) -> str:
-    """A self-contained HTML page (script inlined) showing ``heads``' attention on ``prompt``.
+    """A self-contained HTML page (script inlined) of attention patterns, one tab per head.
 
     Args:
-        lm: the model.
-        prompt: text (tokenised with the sink) or token ids.
-        heads: :class:`~lmsci_mi.sites.Head` values or ``(layer, head)`` pairs.
-        token_labels: names shown for the tokens (default: the decoded tokens, or the ids for a
-            model without tokenizer).
+        patterns: one ``[query, key]`` pattern per head.
+        tokens: the sequence's token labels (``len(tokens)`` queries and keys).
+        head_names: one label per pattern, e.g. ``"L5.H1"``.
 
     Returns:
         The HTML source (circuitsvis ``attention_heads`` view, ``local_src``).
+
+    Raises:
+        ValueError: as many names or tokens as the patterns do not have.
+
+    >>> import torch
+    >>> page = attention_patterns_html(torch.eye(3)[None], ["a", "b", "c"], ["L0.H0"])
+    >>> "L0.H0" in page and "cdn" not in page.lower()
+    True
     """
     from circuitsvis.attention import attention_heads
 
-    tokens = lm.to_tokens(prompt)[0] if isinstance(prompt, str) else prompt.reshape(-1)
-    patterns = head_patterns(lm, tokens, heads)
-    if token_labels is None:
-        if lm.tokenizer is not None:
-            token_labels = lm.to_str_tokens(tokens)
-        else:
-            token_labels = [str(int(t)) for t in tokens]
+    if patterns.ndim != 3 or len(head_names) != patterns.shape[0]:
+        raise ValueError(
+            f"{len(head_names)} head names for patterns of shape {tuple(patterns.shape)}: give "
+            "[head, query, key] patterns and one name per head"
+        )
+    if not (patterns.shape[1] == patterns.shape[2] == len(tokens)):
+        raise ValueError(f"{len(tokens)} tokens for patterns over {patterns.shape[-1]} positions")
     rendered = attention_heads(
-        attention=patterns,
-        tokens=list(token_labels),
-        attention_head_names=[Head.parse(h).label for h in heads],
+        attention=patterns.float().cpu(), tokens=list(tokens), attention_head_names=list(head_names)
     )
     return rendered.local_src
 
 
-def save_attention_html(
-    lm: LensModel,
-    prompt: str | Int[Tensor, " pos"],
-    heads: Sequence[Head | tuple[int, int]],
-    path: str | Path,
-    **kwargs: Sequence[str] | None,
-) -> Path:
-    """Write :func:`attention_html` to ``path`` and return it (it opens with no network)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(attention_html(lm, prompt, heads, **kwargs), encoding="utf-8")  # type: ignore[arg-type]
-    return path
+_MOVED = ("attention_html", "head_patterns", "parse_heads", "save_attention_html")
+
+
+def __getattr__(name: str) -> Any:
+    """Deprecated names: running the model moved to :mod:`lmsci_mi.circuits.attention`."""
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"lmsci_mi.viz.attention.{name} is deprecated: use lmsci_mi.circuits.attention.{name}",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    # A deprecated alias (tests/unit/test_import_layers.py lists it); it goes with it.
+    from lmsci_mi.circuits import attention
+
+    return getattr(attention, name)

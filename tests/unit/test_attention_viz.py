@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from lmsci_mi import LensModel
+from lmsci_mi.circuits.attention import head_patterns, parse_heads, save_attention_html
 from lmsci_mi.sites import Head
-from lmsci_mi.viz.attention import head_patterns, parse_heads, save_attention_html
 
 PROMPT = "When Mary and John went to the store, John gave a drink to"
 

@@ -1,4 +1,4 @@
-"""The HTML report (lmsci_mi.viz.report), `lmsci-mi report` and the tour's report and failures."""
+"""The HTML report (lmsci_mi.cli.report), `lmsci-mi report` and the tour's report and failures."""
 
 from __future__ import annotations
 
@@ -12,12 +12,11 @@ import pytest
 from tour_args import FAST_TOUR
 
 from lmsci_mi import LensModel, load_model
-from lmsci_mi.circuits.attention import attention_summary
+from lmsci_mi.circuits.attention import attention_html, attention_summary
 from lmsci_mi.cli import main
+from lmsci_mi.cli.report import CircuitsView, Section, build_report, write_report
 from lmsci_mi.cli.tour import FAIL_ENV
 from lmsci_mi.results import Result
-from lmsci_mi.viz.attention import attention_html
-from lmsci_mi.viz.report import CircuitsView, Section, build_report, write_report
 
 BUNDLE_START = "var CircuitsVis="
 PROMPT = "The Eiffel Tower is located in the city of"
