@@ -17,7 +17,7 @@ from types import ModuleType
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-
+SHA = re.compile(r"^[0-9a-f]{40}(\+dirty)?$")
 
 
 @functools.cache
@@ -159,6 +159,16 @@ def test_backfill_reads_git_the_docs_and_the_file(tmp_path: Path) -> None:
     assert b["command"] == "python benchmarks/b.py" and b["date"] == "2026-01-02"
     assert h.backfill_provenance(data / "b.json", tmp_path) is None  # already has one
     assert h.documented_command(data / "b.json", tmp_path) == "python b.py"
+
+
+def test_every_data_file_has_provenance() -> None:
+    missing = []
+    for path in sorted((ROOT / "docs" / "data").glob("*.json")):
+        p = json.loads(path.read_text()).get("provenance", {})
+        if not (p.get("command") and re.match(r"^\d{4}-\d{2}-\d{2}$", p.get("date") or "")
+                and SHA.match(p.get("commit") or "")):
+            missing.append(path.name)
+    assert not missing, f"data files without a provenance record (command, date, commit): {missing}"
 
 
 def _forbidden_imports(path: Path) -> list[str]:
