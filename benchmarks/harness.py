@@ -45,6 +45,11 @@ COMMAND_ENV = ("HF_HUB_OFFLINE", "PYTHONPATH")
 log = logging.getLogger("benchmarks")
 T = TypeVar("T")
 
+_ENV = {k: os.environ[k] for k in COMMAND_ENV if k in os.environ}
+"""The recorded environment, as the user set it (before the default below)."""
+# Benchmarks run offline (the machine has no hub); import the harness before lmsci_mi.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
 
 # --- writing -----------------------------------------------------------------------------------
 
@@ -157,10 +162,11 @@ class Run:
     def quick(self) -> bool:
         return self.args.quick
 
-    def settings(self) -> dict[str, Any]:
-        """The script's own flags (and ``quick``): what a cached item depends on."""
+    def settings(self, exclude: Sequence[str] = ()) -> dict[str, Any]:
+        """The script's own flags and ``quick``, less ``exclude``: what a cached item depends on.
+        Exclude the flag that lists the items (``--seeds``), so that adding items keeps the rest."""
         return {k: str(v) if isinstance(v, Path) else v for k, v in sorted(vars(self.args).items())
-                if k not in HARNESS_FLAGS or k == "quick"}
+                if (k not in HARNESS_FLAGS or k == "quick") and k not in exclude}
 
     @contextlib.contextmanager
     def timed(self, step: str) -> Iterator[Timer]:
@@ -174,12 +180,12 @@ class Run:
             self.timings[step] = self.timings.get(step, 0.0) + timer.seconds
             log.info("%s: %.1f s", step, timer.seconds)
 
-    def cache(self, settings: Mapping[str, Any] | None = None) -> ItemCache:
-        """The per-item cache of this benchmark and ``settings`` (default: ``self.settings()``),
+    def cache(self, settings: Mapping[str, Any] | None = None, *, exclude: Sequence[str] = ()) -> ItemCache:
+        """The per-item cache of this benchmark and ``settings`` (default: ``self.settings(exclude)``),
         under the lmsci-mi cache root; ``--fresh`` empties it first."""
         from lmsci_mi.cache import cache_key, cache_root
 
-        settings = self.settings() if settings is None else dict(settings)
+        settings = self.settings(exclude) if settings is None else dict(settings)
         folder = cache_root() / "benchmarks" / self.name / cache_key(settings)
         if self.args.fresh and folder.exists():
             shutil.rmtree(folder)
@@ -223,7 +229,7 @@ def _shown(path: Path) -> str:
 def command_line(script: Path, argv: Sequence[str]) -> str:
     """The command as run: the environment that matters, the interpreter (relative when it is the
     repository's own venv), the script relative to the repository, and its arguments."""
-    env = [f"{k}={shlex.quote(os.environ[k])}" for k in COMMAND_ENV if k in os.environ]
+    env = [f"{k}={shlex.quote(v)}" for k, v in _ENV.items()]
     python = Path(sys.executable)
     shown = _shown(python) if python.resolve().is_relative_to(ROOT) else "python"
     return " ".join([*env, shlex.join([shown, _shown(script), *argv])])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from . import bold, ci, markdown, num, pm, sci, table
+from .schemas.circuits import Induction
 
 # The page's words for the forms benchmarks/patching.py --only nnsight writes.
 NNSIGHT_LABELS = {
@@ -190,7 +191,7 @@ def _by_selectivity(data: dict) -> list[tuple[str, dict]]:
 
 
 @table("induction")
-def induction(data: dict) -> str:
+def induction(data: Induction) -> str:
     """benchmarks/induction.py: induction scores and the ablation test, seed 0 and over draws."""
     s, first = data["summary"], data["runs"][0]
     n = len(data["runs"])
