@@ -20,7 +20,7 @@ import time
 
 import harness
 from doc_tables.schemas import MeanSD
-from doc_tables.schemas.circuits import Induction, InductionRun, InductionSummary
+from doc_tables.schemas.circuits import InductionData, InductionRun, InductionSummary
 
 from lmsci_mi import LensModel, load_model
 from lmsci_mi.circuits.heads import (
@@ -91,7 +91,7 @@ def main() -> None:
         print(f"seed {seed}: {len(r['heads_above'])} heads above {args.threshold}; loss "
               f"{r['loss_clean']:.2f} → {r['loss_ablated']:.2f} (random {r['loss_random']:.2f}); "
               f"top {list(r['scores'].items())[:TOP]}", flush=True)
-    run.write(Induction(
+    run.write(InductionData(
         model=args.model,
         threshold=args.threshold,
         sequences={"n": n_sequences, "half_length": HeadScoreConfig().half_length},

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from . import bold, ci, markdown, num, pm, sci, table
-from .schemas.circuits import Induction
+from .schemas.circuits import InductionData
 
 # The page's words for the forms benchmarks/patching.py --only nnsight writes.
 NNSIGHT_LABELS = {
@@ -191,7 +191,7 @@ def _by_selectivity(data: dict) -> list[tuple[str, dict]]:
 
 
 @table("induction")
-def induction(data: Induction) -> str:
+def induction(data: InductionData) -> str:
     """benchmarks/induction.py: induction scores and the ablation test, seed 0 and over draws."""
     s, first = data["summary"], data["runs"][0]
     n = len(data["runs"])

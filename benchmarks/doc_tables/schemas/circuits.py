@@ -38,10 +38,113 @@ class InductionSequences(TypedDict):
     half_length: int
 
 
-class Induction(TypedDict):
+class InductionData(TypedDict):
     model: str
     threshold: float
     sequences: InductionSequences
     random_draws: int
     runs: list[InductionRun]
     summary: InductionSummary
+
+
+# --- benchmarks/sink.py -> docs/data/sink.json ---------------------------------------------------
+
+
+class SinkPair(TypedDict):
+    """One hand-picked IOI prompt: logit(IO) − logit(S) at the last token, and the top token."""
+
+    prompt: str
+    io: str
+    s: str
+    logit_diff: float
+    top_token: str
+
+
+class SinkPrompts(TypedDict):
+    """The logit difference over the IOI prompts: mean, standard error, prompts above zero."""
+
+    n: int
+    mean: float
+    se: float
+    n_positive: int
+
+
+class SinkRun(TypedDict):
+    sink: str | None
+    hand_written: SinkPair
+    tour: SinkPair
+    p_paris: float
+    ioi_prompts: SinkPrompts
+
+
+class SinkDraw(TypedDict):
+    n: int
+    templates: int
+    seed: int
+
+
+class SinkData(TypedDict):
+    model: str
+    ioi_prompts: SinkDraw
+    runs: dict[str, SinkRun]
+    """By sink label: "default", "none", "<|im_start|>"."""
+
+
+# --- benchmarks/causal_trace.py -> docs/data/causal_trace_eiffel.json ----------------------------
+
+
+class TracePeak(TypedDict):
+    """The largest restoration of one per-layer curve: its layer, value and standard error."""
+
+    token: str
+    layer: int
+    value: float
+    se: float
+
+
+class TraceSummary(TypedDict):
+    resid_middle_subject: TracePeak
+    resid_last_subject: TracePeak
+    resid_first_subject: TracePeak
+    resid_last_token_half_from: int | None
+    """The first layer whose restored last-token residual gives back half the clean p."""
+    resid_last_token_top: TracePeak
+    attn_last_token: TracePeak
+    mlp_last_subject: TracePeak
+    mlp_middle_subject: TracePeak
+
+
+class MLPOnlyTrace(TypedDict):
+    """The MLP-only trace ``traced_layer`` runs, for one noise seed: its peak at the last subject
+    token, the effect over the corrupted run ± the paired standard error, and the clean − corrupted
+    gap."""
+
+    seed: int
+    layer: int
+    effect: float
+    se: float
+    gap: float
+
+
+class CausalTraceData(TypedDict):
+    model: str
+    prompt: str
+    subject: str
+    target: str
+    tokens: list[str]
+    subject_positions: list[int]
+    noise_scale: float
+    noise_samples: int
+    window: int
+    kinds: list[str]
+    clean_prob: float
+    corrupted_prob: float
+    corrupted_se: float
+    values: list[list[list[float]]]
+    """Restored p(target) by [kind, layer, position]."""
+    se: list[list[list[float]]]
+    """Its standard error over the noise samples, by [kind, layer, position]."""
+    summary: TraceSummary
+    seconds: float
+    mlp_only_subject: str
+    mlp_only: list[MLPOnlyTrace]
