@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from . import bold, ci, markdown, num, pm, sci, table
-from .schemas.circuits import InductionData
+from .schemas.circuits import InductionData, IOIData
 
 # The page's words for the forms benchmarks/patching.py --only nnsight writes.
 NNSIGHT_LABELS = {
@@ -146,7 +146,7 @@ def edges_auto_circuit(data: dict) -> str:
 
 
 @table("ioi_seeds")
-def ioi_seeds(data: dict) -> str:
+def ioi_seeds(data: IOIData) -> str:
     """benchmarks/ioi.py: the IOI circuit's figures per prompt draw, and their spread over draws."""
     rows = []
     for r in data["runs"]:
@@ -175,7 +175,7 @@ def ioi_seeds(data: dict) -> str:
 
 
 @table("ioi_heads")
-def ioi_heads(data: dict) -> str:
+def ioi_heads(data: IOIData) -> str:
     """benchmarks/ioi.py: for each class, the heads and in how many draws each was put there."""
     n = data["summary"]["n_seeds"]
     rows = []
@@ -244,7 +244,7 @@ def _signed(x: float, digits: int = 2) -> str:
 
 
 @table("ioi_classes")
-def ioi_classes(data: dict) -> str:
+def ioi_classes(data: IOIData) -> str:
     """benchmarks/ioi.py: seed 0's circuit, each head with its class's score and the evidence,
     beside GPT-2 small's heads (Wang et al. 2022)."""
     run = data["runs"][0]
@@ -405,7 +405,7 @@ def causal_trace_eiffel(data: dict) -> str:
 
 
 @table("ioi_tour")
-def ioi_tour(data: dict) -> str:
+def ioi_tour(data: IOIData) -> str:
     """benchmarks/ioi.py --tour: the tour's draw beside the seeded draws' mean ± s.d., and how
     many seeded draws put each of its heads in the same class."""
     t, summary = data["tour"], data["summary"]
@@ -448,7 +448,7 @@ DEPTH_CLASSES = {"name_mover": "name movers", "s_inhibition": "S-inhibition", "i
 
 
 @table("ioi_depth")
-def ioi_depth(data: dict) -> str:
+def ioi_depth(data: IOIData) -> str:
     """benchmarks/ioi.py: the relative depth (layer ÷ layers) of every head of seed 0's classes,
     grouped by layer, beside GPT-2 small's quoted range."""
     n, classes = data["n_layers"], data["runs"][0]["classes"]

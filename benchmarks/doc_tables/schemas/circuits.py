@@ -148,3 +148,82 @@ class CausalTraceData(TypedDict):
     seconds: float
     mlp_only_subject: str
     mlp_only: list[MLPOnlyTrace]
+
+
+# --- benchmarks/ioi.py -> docs/data/ioi.json -----------------------------------------------------
+
+
+class IOIHead(TypedDict):
+    """One circuit head and its evidence (``CircuitHead``); ``path_patching`` null when not measured."""
+
+    head: str
+    role: str
+    dla: float
+    attn_end_io: float
+    attn_end_s: float
+    path_patching: float | None
+    score: float
+
+
+class IOIDraw(TypedDict):
+    """The circuit found on one prompt draw, with every figure and head the docs quote."""
+
+    n_prompts: int
+    logit_diff: float
+    logit_diff_se: float
+    fraction_positive: float
+    logit_diff_circuit: float
+    faithfulness: float
+    logit_diff_without_name_movers: float
+    name_mover_removed: float
+    n_heads: int
+    classes: dict[str, list[str]]
+    heads: list[IOIHead]
+    top_dla_outside_circuit: list[tuple[str, float]]
+    """Heads outside the circuit with the largest DLA, as [head, DLA] (the next backup candidates)."""
+    seconds: float
+
+
+class IOIRun(IOIDraw):
+    seed: int
+
+
+class IOITour(IOIDraw):
+    """The draw `lmsci-mi tour` makes (8 prompts of the first template)."""
+
+    config: str
+    templates: int
+
+
+class IOISpread(TypedDict):
+    """A figure over seeds: mean, sample standard deviation (null below two), min and max."""
+
+    mean: float
+    sd: float | None
+    min: float
+    max: float
+
+
+class IOISummary(TypedDict):
+    n_seeds: int
+    logit_diff: IOISpread
+    fraction_positive: IOISpread
+    faithfulness: IOISpread
+    name_mover_removed: IOISpread
+    n_heads: IOISpread
+    heads_by_class: dict[str, dict[str, int]]
+    """For each class, each head and in how many seeds it was put there."""
+
+
+class _IOIData(TypedDict):
+    model: str
+    n_layers: int
+    n_prompts: int
+    templates: int
+    config: str
+    runs: list[IOIRun]
+    summary: IOISummary
+
+
+class IOIData(_IOIData, total=False):
+    tour: IOITour
