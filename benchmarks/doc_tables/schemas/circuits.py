@@ -227,3 +227,25 @@ class _IOIData(TypedDict):
 
 class IOIData(_IOIData, total=False):
     tour: IOITour
+
+
+# --- benchmarks/heads.py -> docs/data/heads.json (no page renders it yet) ------------------------
+
+
+class HeadsRow(TypedDict):
+    """One way to score every head: its best time, forward passes, and largest difference from
+    the batched scores."""
+
+    method: str
+    seconds: float
+    ratio_to_batched: float
+    passes: int
+    max_abs_diff: float
+
+
+class HeadsData(TypedDict):
+    model: str
+    n_sequences: int
+    tokens: int
+    repeats: int
+    rows: list[HeadsRow]
