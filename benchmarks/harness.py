@@ -123,6 +123,13 @@ class ItemCache:
     def __contains__(self, item: str) -> bool:
         return self.path(item).is_file()
 
+    def load(self, item: str, default: Any = None) -> Any:
+        """The item's stored value, or ``default`` (a record a script updates run after run)."""
+        return read_json(self.path(item), default)
+
+    def save(self, item: str, value: Any) -> None:
+        write_json(self.path(item), value)
+
     def get(self, item: str, compute: Callable[[], T]) -> T:
         """The item's cached result, else ``compute()``'s, written as soon as it returns."""
         path = self.path(item)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from . import bold, ci, markdown, num, pm, sci, table
-from .schemas.circuits import InductionData, IOIData
+from .schemas.circuits import AIEData, InductionData, IOIData
 
 # The page's words for the forms benchmarks/patching.py --only nnsight writes.
 NNSIGHT_LABELS = {
@@ -297,7 +297,7 @@ AIE_KINDS = {"resid": "resid", "mlp": "MLP", "attn": "attention", "sever_mlp": "
 
 
 @table("aie_runs")
-def aie_runs(data: dict) -> str:
+def aie_runs(data: AIEData) -> str:
     """benchmarks/aie.py --write: each run's model, corruption, facts traced and cost per fact."""
     rows, windows = [], set()
     for name, run in data.items():

@@ -249,3 +249,63 @@ class HeadsData(TypedDict):
     tokens: int
     repeats: int
     rows: list[HeadsRow]
+
+
+# --- benchmarks/aie.py -> docs/data/aie.json -----------------------------------------------------
+
+
+class AIEPeak(TypedDict):
+    """The peak of one kind's curve for one token category: layer, AIE, 95 % half-band, facts."""
+
+    layer: int
+    aie: float
+    band95: float
+    n: int
+
+
+class AIEMLPCheck(TypedDict, total=False):
+    """Where the MLP's last-subject-token curve peaks (empty when the run restores no MLP)."""
+
+    mlp_last_subject_peak_layer: int
+    n_layers: int
+    window_holds_layer_0: bool
+    mid_layer: bool
+    peak_over_last_token_mlp_at_that_layer: float
+
+
+class AIERun(TypedDict):
+    """One piece (a model and a corruption) over the shipped fact set."""
+
+    model: str
+    corruption: str
+    metric: str
+    n_facts: int
+    n_known: int
+    n_candidates: int
+    n_unpaired: int
+    n_per_category: dict[str, int]
+    clean_mean: float
+    corrupted_mean: float
+    noise_scale: float
+    window: int
+    kinds: list[str]
+    peaks: dict[str, AIEPeak]
+    """By "kind/category"."""
+    mlp_check: AIEMLPCheck
+    curves: dict[str, dict[str, list[float]]]
+    """AIE per layer, by kind then category."""
+    band95: dict[str, dict[str, list[float]]]
+    seconds_per_fact: float | None
+    n_samples: int
+    complete: bool
+    n_planned: int
+
+
+AIEData = TypedDict("AIEData", {
+    "categories": list[str],
+    "smollm2-str": AIERun,
+    "gemma3-str": AIERun,
+    "smollm2-gaussian": AIERun,
+    "smollm2-sever": AIERun,
+}, total=False)
+"""The token categories, and each piece written so far by its name (``PIECES`` of the script)."""
