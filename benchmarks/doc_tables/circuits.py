@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from . import bold, ci, markdown, num, pm, sci, table
-from .schemas.circuits import AIEData, InductionData, IOIData
+from .schemas.circuits import AIEData, EdgesData, EdgesPeersData, InductionData, IOIData
 
 # The page's words for the forms benchmarks/patching.py --only nnsight writes.
 NNSIGHT_LABELS = {
@@ -37,13 +37,13 @@ EDGES_TARGET_FRACTION = 5.0
 """The edge budget (%) of the 0.75 faithfulness target."""
 
 
-def _curves(data: dict) -> dict[str, dict]:
+def _curves(data: EdgesData) -> dict[str, dict]:
     return {key.removeprefix("curve_"): curve for key, curve in data.items()
             if key.startswith("curve_")}
 
 
 @table("edges_timing")
-def edges_timing(data: dict) -> str:
+def edges_timing(data: EdgesData) -> str:
     """benchmarks/edges.py: scoring, curve and exact-patching times against their targets."""
     curve_s = [curve["seconds"] for curve in _curves(data).values()]
     exact = data["exact_200"]
@@ -66,7 +66,7 @@ def edges_timing(data: dict) -> str:
 
 
 @table("edges_faithfulness")
-def edges_faithfulness(data: dict) -> str:
+def edges_faithfulness(data: EdgesData) -> str:
     """benchmarks/edges.py: normalised faithfulness at MIB's budgets, CPR and CMD, per scoring
     method and pruning; the EAP-IG greedy curve with its interval, bold at the target budget."""
     fractions = data["fractions"]
@@ -90,7 +90,7 @@ def edges_faithfulness(data: dict) -> str:
 
 
 @table("edges_ig_steps")
-def edges_ig_steps(data: dict) -> str:
+def edges_ig_steps(data: EdgesData) -> str:
     """benchmarks/edges.py --stage steps: EAP-IG greedy circuits by integration steps m; the best
     faithfulness at the target budget in bold."""
     main = data["curve_EAP-IG_greedy"]
@@ -128,7 +128,7 @@ AUTO_CIRCUIT = "auto-circuit 1.0.1"
 
 
 @table("edges_auto_circuit")
-def edges_auto_circuit(data: dict) -> str:
+def edges_auto_circuit(data: EdgesPeersData) -> str:
     """benchmarks/peers_auto_circuit.py: EAP and exact patching against auto-circuit."""
     t = data["timing"]
     model = t["model"].split(" (")[0]

@@ -16,7 +16,7 @@ from lmsci_mi import LensModel
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
-ON_THE_HARNESS = ("induction", "sink", "causal_trace", "ioi", "heads", "cluster", "aie")
+ON_THE_HARNESS = ("induction", "sink", "causal_trace", "ioi", "heads", "cluster", "aie", "edges")
 
 
 def _script(name: str) -> ModuleType:

@@ -309,3 +309,114 @@ AIEData = TypedDict("AIEData", {
     "smollm2-sever": AIERun,
 }, total=False)
 """The token categories, and each piece written so far by its name (``PIECES`` of the script)."""
+
+
+# --- benchmarks/edges.py -> docs/data/edges.json; peers_auto_circuit.py -> edges_peers.json -------
+
+
+class EdgeCurve(TypedDict):
+    """One scoring method's faithfulness curve under one pruning, at the data's ``fractions``."""
+
+    faithfulness: list[float]
+    kept: list[int]
+    ci95: list[list[float]] | None
+    """The 95 % bootstrap interval over prompts at each budget, as [low, high]."""
+    cpr: float
+    cmd: float
+    seconds: float
+    clean: float
+    corrupted: float
+
+
+class EdgeCircuit(TypedDict, total=False):
+    """The EAP-IG greedy circuit at 5 % of edges (``has_name_movers`` once the movers are found)."""
+
+    faithfulness: float
+    edges: int
+    nodes: int
+    heads: list[str]
+    has_name_movers: bool
+
+
+class EdgeView(TypedDict):
+    fraction: float
+    edges: int
+    nodes: int
+
+
+class EdgeExact(TypedDict):
+    """Single-edge circuits scored exactly: the batched evaluator against one pass per edge."""
+
+    edges: int
+    batched_s: float
+    per_edge_pass_s: float
+    """Timed on ``per_edge_measured_edges`` edges and scaled to ``edges``."""
+    per_edge_measured_edges: int
+    speedup: float
+    max_abs_diff: float
+
+
+class EdgeSteps(TypedDict):
+    """EAP-IG with more integration steps: the greedy circuits at a few budgets."""
+
+    seconds: float
+    fractions: list[float]
+    faithfulness: list[float]
+    ci95: list[list[float]] | None
+    has_name_movers_5pct: bool
+
+
+class PeerScores(TypedDict):
+    edges: int
+    max_abs_diff: float
+    max_abs_score: float
+
+
+class PeerSeconds(TypedDict):
+    lmsci_mi: float
+    auto_circuit: float
+    ratio: float
+
+
+class PeerTiming(TypedDict):
+    model: str
+    edges: int
+    prompts: int
+    tokens: int
+    eap_s: PeerSeconds
+    patch_10_circuits_s: PeerSeconds
+
+
+class _EdgesPeersData(TypedDict):
+    scores: PeerScores
+    """Our EAP against auto-circuit's on toy-gpt2-2l (tests/data/auto_circuit_eap.json)."""
+
+
+class EdgesPeersData(_EdgesPeersData, total=False):
+    timing: PeerTiming
+    """On a GPT-2-small-sized random model (absent with --skip-timing)."""
+
+
+EdgesData = TypedDict("EdgesData", {
+    "model": str,
+    "prompts": int,
+    "corruption": str,
+    "graph": str,
+    "edges": int,
+    "fractions": list[float],
+    "metric": str,
+    "cpr_cmd_axis": str,
+    "seconds_EAP-IG": float,
+    "seconds_EAP": float,
+    "curve_EAP-IG_greedy": EdgeCurve,
+    "curve_EAP-IG_topn": EdgeCurve,
+    "curve_EAP_greedy": EdgeCurve,
+    "curve_EAP_topn": EdgeCurve,
+    "eap_ig_5pct": EdgeCircuit,
+    "circuit_view": EdgeView,
+    "name_movers_dla": list[tuple[str, float]],
+    "exact_200": EdgeExact,
+    "eap_ig_steps": dict[str, EdgeSteps],
+    "peers": EdgesPeersData,
+}, total=False)
+"""Each stage of benchmarks/edges.py adds its keys ("seconds_METHOD", "curve_METHOD_PRUNE", ...)."""
