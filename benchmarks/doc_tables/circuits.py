@@ -5,7 +5,15 @@ from __future__ import annotations
 import re
 
 from . import bold, ci, markdown, num, pm, sci, table
-from .schemas.circuits import AIEData, EdgesData, EdgesPeersData, InductionData, IOIData
+from .schemas.circuits import (
+    AIEData,
+    CausalTraceData,
+    EdgesData,
+    EdgesPeersData,
+    InductionData,
+    IOIData,
+    PatchingData,
+)
 
 # The page's words for the forms benchmarks/patching.py --only nnsight writes.
 NNSIGHT_LABELS = {
@@ -15,7 +23,7 @@ NNSIGHT_LABELS = {
 
 
 @table("patching_nnsight")
-def patching_nnsight(data: dict) -> str:
+def patching_nnsight(data: PatchingData) -> str:
     """benchmarks/patching.py --only nnsight: the head sweep in nnsight's forms against lmsci-mi."""
     run = data["sections"]["nnsight"]
     best = re.search(r"best of \d+", run["lmsci_mi_timing"])
@@ -330,7 +338,7 @@ def aie_runs(data: AIEData) -> str:
 
 
 @table("patching_transformer_lens")
-def patching_transformer_lens(data: dict) -> str:
+def patching_transformer_lens(data: PatchingData) -> str:
     """benchmarks/patching.py: the sweeps against TransformerLens's patchers, with compute floors."""
     run = data["sections"]["transformer_lens"]
     rows = []
@@ -350,7 +358,7 @@ def patching_transformer_lens(data: dict) -> str:
 
 
 @table("patching_trace_attribution")
-def patching_trace_attribution(data: dict) -> str:
+def patching_trace_attribution(data: PatchingData) -> str:
     """benchmarks/patching.py (c) and (d): the batched causal trace against a naive loop, and
     attribution patching over all heads against exact head patching."""
     tr, at = data["sections"]["trace"], data["sections"]["attribution"]
@@ -369,7 +377,7 @@ def patching_trace_attribution(data: dict) -> str:
 
 
 @table("causal_trace_eiffel")
-def causal_trace_eiffel(data: dict) -> str:
+def causal_trace_eiffel(data: CausalTraceData) -> str:
     """benchmarks/causal_trace.py: the one-prompt trace's clean and corrupted p(target) and the
     largest restoration per site, ± one standard error over the noise samples."""
     s, n, w = data["summary"], data["noise_samples"], data["window"]
@@ -465,7 +473,7 @@ def ioi_depth(data: IOIData) -> str:
 
 
 @table("causal_trace_mlp_seeds")
-def causal_trace_mlp_seeds(data: dict) -> str:
+def causal_trace_mlp_seeds(data: CausalTraceData) -> str:
     """benchmarks/causal_trace.py: the MLP-only trace ``traced_layer`` runs, per noise seed: its
     peak at the last subject token, the effect over the corrupted run ± the paired standard error,
     and whether ``traced_layer`` accepts it (effect above two standard errors)."""

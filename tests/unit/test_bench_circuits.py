@@ -16,7 +16,7 @@ from lmsci_mi import LensModel
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
-ON_THE_HARNESS = ("induction", "sink", "causal_trace", "ioi", "heads", "cluster", "aie", "edges")
+ON_THE_HARNESS = ("induction", "sink", "causal_trace", "ioi", "heads", "cluster", "aie", "edges", "patching", "peers_auto_circuit")
 
 
 def _script(name: str) -> ModuleType:

@@ -420,3 +420,82 @@ EdgesData = TypedDict("EdgesData", {
     "peers": EdgesPeersData,
 }, total=False)
 """Each stage of benchmarks/edges.py adds its keys ("seconds_METHOD", "curve_METHOD_PRUNE", ...)."""
+
+
+# --- benchmarks/patching.py -> docs/data/patching.json -------------------------------------------
+
+
+class SectionMeta(TypedDict):
+    """Each section's own run (sections are measured by separate runs, nnsight's in another venv)."""
+
+    date: str
+    threads: int
+    matmul_gflops: float
+    n_tokens: int
+    command: str
+
+
+class TLRow(TypedDict):
+    """One sweep against TransformerLens's patcher, with its compute floors."""
+
+    sweep: str
+    lmsci_mi_s: float
+    transformer_lens_s: float
+    max_abs_diff: float
+    floor_s: float
+    """FLOPs of resuming each row at its layer over the measured matmul rate."""
+    prefix_floor_s: float
+    """FLOPs of the positions from each row's first change on (what prefix reuse allows)."""
+    passes: int
+
+
+class TLSection(SectionMeta):
+    rows: list[TLRow]
+    forward_s: float
+    transformer_lens_version: str | None
+
+
+class TraceSection(SectionMeta):
+    sweep: str
+    lmsci_mi_s: float
+    naive_s: float
+    naive_timed_layers: int
+    speedup: float
+    max_abs_diff: float
+    prefix_floor_s: float
+
+
+class AttributionSection(SectionMeta):
+    heads: int
+    seconds: float
+    forward_s: float
+    forward_pass_equivalents: float
+    spearman_vs_exact: float
+
+
+class NNsightRow(TypedDict):
+    form: str
+    seconds: float
+    max_abs_diff: float
+    ratio_vs_lmsci_mi: float
+
+
+class NNsightSection(SectionMeta):
+    sweep: str
+    lmsci_mi_seconds: float
+    lmsci_mi_timing: str
+    nnsight_version: str
+    peers: list[NNsightRow]
+    model: str
+
+
+class PatchingSections(TypedDict, total=False):
+    transformer_lens: TLSection
+    trace: TraceSection
+    attribution: AttributionSection
+    nnsight: NNsightSection
+
+
+class PatchingData(TypedDict):
+    sections: PatchingSections
+    """A run writes the sections it measured; the others keep their numbers."""
