@@ -15,24 +15,21 @@ declared chat BOS ``<|im_start|>``), on the same weights:
 Writes docs/data/sink.json (a few seconds of compute after the model loads):
 
     HF_HUB_OFFLINE=1 PYTHONPATH=. python benchmarks/sink.py
+    PYTHONPATH=. python benchmarks/sink.py --quick --model toy-2l     # a check (8 IOI prompts)
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import os
-from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
+import harness
 import torch
+from doc_tables.schemas.circuits import SinkData, SinkPair, SinkPrompts, SinkRun
 
 from lmsci_mi import LensModel, load_model
-from lmsci_mi.data.ioi import IOI_TEMPLATES, ioi_dataset
+from lmsci_mi.data.ioi import IOI_TEMPLATES, IOIDataset, ioi_dataset
+from lmsci_mi.stats import mean_se
 
-ROOT = Path(__file__).resolve().parent.parent
 HAND = ("While Sarah and Peter were cooking dinner, Peter passed the salt to", " Sarah", " Peter")
 TOUR = ("When Mary and John went to the store, John gave a drink to", " Mary", " John")
 EIFFEL = ("The Eiffel Tower is located in the city of", " Paris")
@@ -40,61 +37,59 @@ SINKS = (("default", "default"), ("none", None), ("<|im_start|>", "<|im_start|>"
 N_PROMPTS, N_TEMPLATES, SEED = 24, 4, 0
 
 
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="smollm2-135m")
+
+
 @torch.no_grad()
-def _last_logits(lm: LensModel, prompts: str | list[str]) -> torch.Tensor:
+def last_logits(lm: LensModel, prompts: str | list[str]) -> torch.Tensor:
     return lm(lm.to_tokens(prompts))[:, -1].float().cpu()
 
 
-def _pair(lm: LensModel, prompt: tuple[str, str, str]) -> dict:
+def one_prompt(lm: LensModel, prompt: tuple[str, str, str]) -> SinkPair:
     text, io, s = prompt
-    logits = _last_logits(lm, text)[0]
-    top = int(logits.argmax())
-    return {"prompt": text, "io": io, "s": s,
-            "logit_diff": float(logits[lm.token_id(io)] - logits[lm.token_id(s)]),
-            "top_token": lm.tokenizer.decode([top])}
+    logits = last_logits(lm, text)[0]
+    return SinkPair(prompt=text, io=io, s=s,
+                    logit_diff=float(logits[lm.token_id(io)] - logits[lm.token_id(s)]),
+                    top_token=lm.tokenizer.decode([int(logits.argmax())]))
 
 
-def _dataset(lm: LensModel, data) -> dict:
+def over_prompts(lm: LensModel, data: IOIDataset) -> SinkPrompts:
+    """logit(IO) − logit(S) on every prompt of the draw: mean ± s.e., and how many are positive."""
     diffs = []
     for batch in data.batches:
-        logits = _last_logits(lm, list(batch.prompts))
+        logits = last_logits(lm, list(batch.prompts))
         rows = torch.arange(len(batch.prompts))
         diffs.append(logits[rows, batch.io_token.cpu()] - logits[rows, batch.s_token.cpu()])
     d = torch.cat(diffs)
-    return {"n": int(d.numel()), "mean": float(d.mean()), "se": float(d.std(unbiased=True) / d.numel() ** 0.5),
-            "n_positive": int((d > 0).sum())}
+    m = mean_se(d)
+    return SinkPrompts(n=m.n, mean=m.mean, se=m.se, n_positive=int((d > 0).sum()))
+
+
+def one_sink(lm: LensModel, data: IOIDataset) -> SinkRun:
+    eiffel = last_logits(lm, EIFFEL[0])[0].softmax(-1)
+    return SinkRun(sink=lm.sink, hand_written=one_prompt(lm, HAND), tour=one_prompt(lm, TOUR),
+                   p_paris=float(eiffel[lm.token_id(EIFFEL[1])]), ioi_prompts=over_prompts(lm, data))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "data" / "sink.json")
-    args = parser.parse_args()
-    base = load_model("smollm2-135m")
+    run = harness.start(__doc__, __file__, threads=2, flags=add_flags)
+    n_prompts = 8 if run.quick else N_PROMPTS
+    with run.timed("load"):
+        base = load_model(run.args.model)
     # The prompts are drawn once, with the default sink's tokenizer checks; every sink reads the
     # same texts and answer tokens.
-    data = ioi_dataset(base, N_PROMPTS, templates=IOI_TEMPLATES[:N_TEMPLATES], seed=SEED)
+    data = ioi_dataset(base, n_prompts, templates=IOI_TEMPLATES[:N_TEMPLATES], seed=SEED)
     runs = {}
     for label, sink in SINKS:
-        lm = base if sink == "default" else LensModel.wrap(base.model, "smollm2-135m", sink=sink)
-        eiffel = _last_logits(lm, EIFFEL[0])[0].softmax(-1)
-        runs[label] = {
-            "sink": lm.sink,
-            "hand_written": _pair(lm, HAND),
-            "tour": _pair(lm, TOUR),
-            "p_paris": float(eiffel[lm.token_id(EIFFEL[1])]),
-            "ioi_prompts": _dataset(lm, data),
-        }
-        r = runs[label]
+        lm = base if sink == "default" else LensModel.wrap(base.model, run.args.model, sink=sink)
+        r = runs[label] = one_sink(lm, data)
         print(f"sink {label!r:16} hand-written {r['hand_written']['logit_diff']:+.2f} "
               f"(top {r['hand_written']['top_token']!r}), tour {r['tour']['logit_diff']:+.2f}, "
-              f"p(Paris) {r['p_paris']:.3f}, {N_PROMPTS} IOI prompts {r['ioi_prompts']['mean']:+.2f} "
+              f"p(Paris) {r['p_paris']:.3f}, {n_prompts} IOI prompts {r['ioi_prompts']['mean']:+.2f} "
               f"± {r['ioi_prompts']['se']:.2f} ({r['ioi_prompts']['n_positive']} positive)")
-    args.out.write_text(json.dumps({
-        "model": "smollm2-135m", "date": datetime.date.today().isoformat(),
-        "ioi_prompts": {"n": N_PROMPTS, "templates": N_TEMPLATES, "seed": SEED},
-        "runs": runs,
-    }, indent=1) + "\n")
-    print(f"wrote {args.out}")
+    run.write(SinkData(model=run.args.model, ioi_prompts={"n": n_prompts, "templates": N_TEMPLATES, "seed": SEED},
+                   runs=runs))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from . import METHOD_NAMES, bold, ci, markdown, minus, num, pm, table
 from .circuits import EAP_IG_STEPS
+from .schemas.circuits import SinkData
 
 # ------------------------------------------------------------------------------ attention sink
 
@@ -30,7 +31,7 @@ def _quoted(text: str) -> str:
 
 
 @table("sink")
-def sink(data: dict) -> str:
+def sink(data: SinkData) -> str:
     """benchmarks/sink.py: two IOI prompts, the Eiffel prompt and the 24 IOI prompts per sink."""
     runs = data["runs"]
     first = next(iter(runs.values()))
