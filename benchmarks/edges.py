@@ -45,6 +45,7 @@ from lmsci_mi.circuits.faithfulness import (
 )
 from lmsci_mi.circuits.graph import edge_graph
 from lmsci_mi.circuits.ioi import name_movers_by_dla
+from lmsci_mi.circuits.metrics import LogitDiff
 from lmsci_mi.data.ioi import TextPairs, ioi_str_pairs
 from lmsci_mi.results import Result
 from lmsci_mi.viz.plots import save_figure
@@ -93,14 +94,14 @@ def timed_result(cache: harness.ItemCache, item: str, compute: Callable[[], R]) 
 def scores(s: Setup, method: str) -> tuple[EdgeScores, float]:
     p = s.pairs
     return timed_result(s.cache, f"scores_{method}", lambda: edge_attribution(
-        s.lm, list(p.clean), list(p.corrupted), p.metric(), METHODS[method]))
+        s.lm, list(p.clean), list(p.corrupted), LogitDiff.of_pairs(p), METHODS[method]))
 
 
 def curve(s: Setup, scored: EdgeScores, method: str, prune: str) -> tuple[FaithfulnessCurve, float]:
     p = s.pairs
     label = "EAP-IG (m=5)" if method == "EAP-IG" else "EAP"
     return timed_result(s.cache, f"curve_{method}_{prune}", lambda: faithfulness_curve(
-        s.lm, scored.graph, scored, list(p.clean), list(p.corrupted), p.metric(),
+        s.lm, scored.graph, scored, list(p.clean), list(p.corrupted), LogitDiff.of_pairs(p),
         CurveConfig(prune=prune), label=label))  # type: ignore[arg-type]
 
 
@@ -147,7 +148,7 @@ def exact_edge_scoring(s: Setup, scored: EdgeScores) -> EdgeExact:
     for i, index in enumerate(flat[:n].tolist()):
         masks[i, index // width, index % width] = False
     p = s.pairs
-    inputs = (s.lm, graph, masks, list(p.clean), list(p.corrupted), p.metric())
+    inputs = (s.lm, graph, masks, list(p.clean), list(p.corrupted), LogitDiff.of_pairs(p))
     torch.set_grad_enabled(False)  # exact patching needs no gradients
     start = time.perf_counter()
     batched = evaluate_circuits(*inputs, batch_size=len(p.clean), circuits_per_pass=16)
@@ -166,10 +167,10 @@ def more_steps(s: Setup, steps: int) -> EdgeSteps:
     and 10 % of edges with their 95 % bootstrap intervals (does m = 5 limit the 5 % circuit?)."""
     p = s.pairs
     start = time.perf_counter()
-    scored = edge_attribution(s.lm, list(p.clean), list(p.corrupted), p.metric(),
+    scored = edge_attribution(s.lm, list(p.clean), list(p.corrupted), LogitDiff.of_pairs(p),
                               EAPConfig(method="EAP-IG", steps=steps))
     seconds = time.perf_counter() - start
-    c = faithfulness_curve(s.lm, scored.graph, scored, list(p.clean), list(p.corrupted), p.metric(),
+    c = faithfulness_curve(s.lm, scored.graph, scored, list(p.clean), list(p.corrupted), LogitDiff.of_pairs(p),
                            CurveConfig(fractions=(1.0, 5.0, 10.0)), label=f"EAP-IG (m={steps})")
     heads = {str(h) for h in c.circuit(5.0).heads()}
     return EdgeSteps(seconds=seconds, fractions=[1.0, 5.0, 10.0], faithfulness=c.values.tolist(),
