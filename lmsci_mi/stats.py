@@ -176,10 +176,17 @@ def _mean(x: Any, axis: int = -1) -> Any:
     return x.mean(axis)
 
 
-def _as_data(values: ArrayLike) -> Tensor | np.ndarray:
+def _as_data(values: Any) -> Tensor | np.ndarray:
     if isinstance(values, Tensor | np.ndarray):
         return values
     return torch.as_tensor(values, dtype=torch.float64)
+
+
+def _arrays(data: ArrayLike | tuple[ArrayLike, ...]) -> tuple[Tensor | np.ndarray, ...]:
+    """One array, or several resampled together: a tuple of numbers is one sample."""
+    if isinstance(data, tuple) and data and not isinstance(data[0], int | float):
+        return tuple(_as_data(d) for d in data)
+    return (_as_data(data),)
 
 
 def bootstrap_replicates(
@@ -205,7 +212,7 @@ def bootstrap_replicates(
     tensor([[1.0000, 3.0000, 1.7500],
             [1.0000, 1.0000, 1.0000]])
     """
-    arrays = tuple(_as_data(d) for d in (data if isinstance(data, tuple) else (data,)))
+    arrays = _arrays(data)
     n = arrays[0].shape[-1]
     statistic = statistic or _mean
     device = arrays[0].device if isinstance(arrays[0], Tensor) else None
@@ -310,7 +317,7 @@ def bootstrap_interval(
     '0.625 [0.25, 0.875]'
     """
     statistic = statistic or _mean
-    arrays = tuple(_as_data(d) for d in (values if isinstance(values, tuple) else (values,)))
+    arrays = _arrays(values)
     replicates = bootstrap_replicates(
         arrays, statistic, n_resamples=n_resamples, seed=seed, generator=generator
     )
