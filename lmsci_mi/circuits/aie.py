@@ -430,8 +430,8 @@ class AverageIndirectEffect(Result):
 
     ``values`` is ``[kind, category, layer]``: the mean over facts (middle subject and further
     tokens pooled over their tokens, as ROME) of the metric with that state restored minus the
-    fact's corrupted metric. ``band`` is the 95% half-width z·sd/√n (sample sd, z = 1.95996...),
-    ``n`` the number of samples per category (facts, or pooled tokens).
+    fact's corrupted metric. ``band`` is the 95% half-width z·sd/√n (sample sd, z the normal
+    97.5th percentile), ``n`` the number of samples per category (facts, or pooled tokens).
 
     Attributes:
         band: ``[kind, category, layer]``.
