@@ -287,7 +287,8 @@ def percentile_bounds(
         np.asarray(replicates) if not isinstance(replicates, Tensor) else replicates
     )
     values = values.detach().double().movedim(axis, -1)
-    tail = (1 - level) / 2
+    # Rounded so that level 0.95 gives exactly the quantiles 0.025 and 0.975 (1 - 0.95 is not).
+    tail = round((1 - level) / 2, 12)
     q = torch.tensor([tail, 1 - tail], dtype=torch.float64, device=values.device)
     if values.shape[-1] == 0:
         return torch.full((*values.shape[:-1], 2), math.nan, dtype=torch.float64)
