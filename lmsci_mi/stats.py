@@ -12,7 +12,7 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, overload
 
 import numpy as np
 import torch
@@ -30,6 +30,7 @@ __all__ = [
     "normal_interval",
     "paired_bootstrap_interval",
     "percentile_bounds",
+    "ratio_standard_error",
     "resample_counts",
     "resample_indices",
     "standard_error",
@@ -176,10 +177,17 @@ def _mean(x: Any, axis: int = -1) -> Any:
     return x.mean(axis)
 
 
-def _as_data(values: ArrayLike) -> Tensor | np.ndarray:
+def _as_data(values: Any) -> Tensor | np.ndarray:
     if isinstance(values, Tensor | np.ndarray):
         return values
     return torch.as_tensor(values, dtype=torch.float64)
+
+
+def _arrays(data: ArrayLike | tuple[ArrayLike, ...]) -> tuple[Tensor | np.ndarray, ...]:
+    """One array, or several resampled together: a tuple of numbers is one sample."""
+    if isinstance(data, tuple) and data and not isinstance(data[0], int | float):
+        return tuple(_as_data(d) for d in data)
+    return (_as_data(data),)
 
 
 def bootstrap_replicates(
@@ -205,7 +213,7 @@ def bootstrap_replicates(
     tensor([[1.0000, 3.0000, 1.7500],
             [1.0000, 1.0000, 1.0000]])
     """
-    arrays = tuple(_as_data(d) for d in (data if isinstance(data, tuple) else (data,)))
+    arrays = _arrays(data)
     n = arrays[0].shape[-1]
     statistic = statistic or _mean
     device = arrays[0].device if isinstance(arrays[0], Tensor) else None
@@ -251,7 +259,11 @@ def bootstrap_each(
 
 
 def percentile_bounds(
-    replicates: ArrayLike, level: float = 0.95, *, axis: int = -1, nan_policy: NanPolicy = "propagate"
+    replicates: ArrayLike,
+    level: float = 0.95,
+    *,
+    axis: int = -1,
+    nan_policy: NanPolicy = "propagate",
 ) -> Tensor:
     """Percentile interval bounds of bootstrap replicates: their ``(1 - level) / 2`` and
     ``(1 + level) / 2`` quantiles (linear interpolation, as NumPy's default), in float64.
@@ -271,9 +283,12 @@ def percentile_bounds(
     """
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1), not {level}")
-    values = torch.as_tensor(np.asarray(replicates) if not isinstance(replicates, Tensor) else replicates)
+    values = torch.as_tensor(
+        np.asarray(replicates) if not isinstance(replicates, Tensor) else replicates
+    )
     values = values.detach().double().movedim(axis, -1)
-    tail = (1 - level) / 2
+    # Rounded so that level 0.95 gives exactly the quantiles 0.025 and 0.975 (1 - 0.95 is not).
+    tail = round((1 - level) / 2, 12)
     q = torch.tensor([tail, 1 - tail], dtype=torch.float64, device=values.device)
     if values.shape[-1] == 0:
         return torch.full((*values.shape[:-1], 2), math.nan, dtype=torch.float64)
@@ -310,7 +325,7 @@ def bootstrap_interval(
     '0.625 [0.25, 0.875]'
     """
     statistic = statistic or _mean
-    arrays = tuple(_as_data(d) for d in (values if isinstance(values, tuple) else (values,)))
+    arrays = _arrays(values)
     replicates = bootstrap_replicates(
         arrays, statistic, n_resamples=n_resamples, seed=seed, generator=generator
     )
@@ -361,6 +376,10 @@ def paired_bootstrap_interval(
 # --- standard errors and normal intervals ---------------------------------------------------------
 
 
+@overload
+def standard_error(values: np.ndarray, *, axis: int = -1) -> np.ndarray: ...
+@overload
+def standard_error(values: Tensor | Sequence[float], *, axis: int = -1) -> Tensor: ...
 def standard_error(values: ArrayLike, *, axis: int = -1) -> Tensor | np.ndarray:
     """The standard error of the mean along ``axis``: sample s.d. (n − 1) over √n; NaN where
     fewer than two values.
@@ -405,6 +424,12 @@ def z_score(level: float = 0.95) -> float:
     return statistics.NormalDist().inv_cdf((1 + level) / 2)
 
 
+@overload
+def normal_half_width(values: np.ndarray, level: float = ..., *, axis: int = ...) -> np.ndarray: ...
+@overload
+def normal_half_width(
+    values: Tensor | Sequence[float], level: float = ..., *, axis: int = ...
+) -> Tensor: ...
 def normal_half_width(
     values: ArrayLike, level: float = 0.95, *, axis: int = -1
 ) -> Tensor | np.ndarray:
@@ -421,13 +446,37 @@ def normal_interval(values: ArrayLike, level: float = 0.95) -> Interval:
     """
     summary = mean_se(values)
     half = z_score(level) * summary.se
-    return Interval(summary.mean, summary.mean - half, summary.mean + half, level, summary.n,
-                    "normal")
+    return Interval(
+        summary.mean, summary.mean - half, summary.mean + half, level, summary.n, "normal"
+    )
+
+
+def ratio_standard_error(
+    numerator: float, numerator_se: float, denominator: float, denominator_se: float
+) -> float:
+    """The delta-method standard error of ``numerator / denominator`` for two independent
+    estimates: ``|r| · sqrt((se_a / a)² + (se_b / b)²)``; NaN when the numerator is 0.
+
+    >>> round(ratio_standard_error(2.0, 0.2, 4.0, 0.2), 4)
+    0.0559
+    """
+    if not numerator or not denominator:
+        return math.nan
+    ratio = numerator / denominator
+    return (
+        abs(ratio) * ((numerator_se / numerator) ** 2 + (denominator_se / denominator) ** 2) ** 0.5
+    )
 
 
 # --- proportions ------------------------------------------------------------------------------------
 
 
+@overload
+def binomial_standard_error(
+    p: Tensor, n: int | float | Tensor, *, scale: float = ...
+) -> Tensor: ...
+@overload
+def binomial_standard_error(p: float, n: int | float, *, scale: float = ...) -> float: ...
 def binomial_standard_error(
     p: float | Tensor, n: int | float | Tensor, *, scale: float = 1.0
 ) -> float | Tensor:
@@ -460,4 +509,3 @@ def wilson_interval(successes: int, n: int, level: float = 0.95) -> Interval:
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return Interval(p, max(centre - half, 0.0), min(centre + half, 1.0), level, n, "wilson")
-

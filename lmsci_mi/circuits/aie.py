@@ -31,6 +31,7 @@ from lmsci_mi.circuits.tracing import (
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.facts import load_fact_records
 from lmsci_mi.results import Result, result_type
+from lmsci_mi.stats import normal_half_width
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -430,8 +431,8 @@ class AverageIndirectEffect(Result):
 
     ``values`` is ``[kind, category, layer]``: the mean over facts (middle subject and further
     tokens pooled over their tokens, as ROME) of the metric with that state restored minus the
-    fact's corrupted metric. ``band`` is the 95% half-width 1.96·sd/√n (sample sd), ``n`` the
-    number of samples per category (facts, or pooled tokens).
+    fact's corrupted metric. ``band`` is the 95% half-width z·sd/√n (sample sd, z the normal
+    97.5th percentile), ``n`` the number of samples per category (facts, or pooled tokens).
 
     Attributes:
         band: ``[kind, category, layer]``.
@@ -610,7 +611,7 @@ def aggregate_traces(
             stack = torch.stack(samples[category])
             values[:, c] = stack.mean(0)
             if len(stack) > 1:
-                band[:, c] = 1.96 * stack.std(0) / len(stack) ** 0.5
+                band[:, c] = normal_half_width(stack, axis=0)
     params = dict(first.meta.params)
     for key in ("target", "replacement", "wrong", "subject", "corrupted_prompt"):
         params.pop(key, None)

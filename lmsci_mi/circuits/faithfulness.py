@@ -33,6 +33,7 @@ from lmsci_mi.circuits.pruning import (
 from lmsci_mi.config import Config, config
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import Head
+from lmsci_mi.stats import bootstrap_replicates, percentile_bounds
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -109,15 +110,18 @@ def bootstrap_faithfulness(
     Returns:
         ``[point, 2]``: lower and upper bounds.
     """
-    generator = torch.Generator().manual_seed(seed)
-    n = per_prompt.shape[-1]
-    index = torch.randint(n, (n_resamples, n), generator=generator)
-    circuit = per_prompt.double()[:, index].mean(-1)  # [point, resample]
-    low, high = clean.double()[index].mean(-1), corrupted.double()[index].mean(-1)
-    values = (circuit - high) / (low - high)
-    return torch.quantile(
-        values, torch.tensor([0.025, 0.975], dtype=values.dtype), dim=-1
-    ).T.float()
+
+    def normalised(circuit: Tensor, clean: Tensor, corrupted: Tensor, axis: int = -1) -> Tensor:
+        low, high = clean.mean(axis), corrupted.mean(axis)
+        return (circuit.mean(axis) - high) / (low - high)  # [point, resample]
+
+    values = bootstrap_replicates(
+        (per_prompt.double(), clean.double(), corrupted.double()),
+        normalised,
+        n_resamples=n_resamples,
+        seed=seed,
+    )
+    return percentile_bounds(values).float()
 
 
 @config

@@ -35,6 +35,7 @@ from lmsci_mi.lenses.dla import direct_logit_attribution, dla_hook_names, logit_
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import Head, hook_name
+from lmsci_mi.stats import standard_error
 from lmsci_mi.sweep import BaseRun, SweepConfig
 
 if TYPE_CHECKING:
@@ -180,7 +181,7 @@ class IOICircuit(Result):
     def summary(self, rows: int = 10) -> str:
         """A few lines: heads by class (at most ``rows`` each), logit difference, ablations."""
         n = len(self.logit_diffs)
-        se = float(self.logit_diffs.float().std() / n**0.5) if n > 1 else float("nan")
+        se = float(standard_error(self.logit_diffs.float()))
         lines = [
             f"logit diff {self.logit_diff:.2f} ± {se:.2f} (s.e. over prompts; positive for "
             f"{100 * self.fraction_positive:.0f}% of {n} prompts)"

@@ -32,6 +32,7 @@ from lmsci_mi.circuits.corruption import CORRUPTIONS, METRIC_PROB, CleanRun, Cor
 from lmsci_mi.config import Config, config
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name
+from lmsci_mi.stats import standard_error
 from lmsci_mi.sweep import BaseRun, Intervention, Row, SweepConfig, SweepStats, run_rows
 
 if TYPE_CHECKING:
@@ -170,8 +171,7 @@ class CausalTrace(Result):
             return layer, effect, float("nan")
         restored = self.sample_values[self.kinds.index(kind), layer, pos]
         difference = (restored - self.corrupted_samples).double()
-        n = difference.numel()
-        return layer, effect, float(difference.std() / n**0.5) if n > 1 else float("nan")
+        return layer, effect, float(standard_error(difference.flatten()))
 
     def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
         """Heatmaps in the style of Meng et al. (Figure 1): tokens down, layers across.

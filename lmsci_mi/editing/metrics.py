@@ -34,6 +34,7 @@ from lmsci_mi.editing.stats import KeyStatistics
 from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
+from lmsci_mi.stats import bootstrap_each, percentile_bounds
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -154,16 +155,13 @@ class EditEvaluation(Result):
         replacement; S recomputed from each resample's ES, PS and NS)."""
         if name not in METRICS:
             raise ValueError(f"unknown metric {name!r}: choose from {METRICS}")
-        rows = self.per_fact[1 if edited else 0]
-        generator = torch.Generator().manual_seed(seed)
-        draws = torch.randint(len(rows), (samples, len(rows)), generator=generator)
-        values = torch.tensor([float(_summary(rows[d])[METRICS.index(name)]) for d in draws])
-        values = values[~values.isnan()]
-        if not len(values):
-            return (float("nan"), float("nan"))
-        tail = (1 - level) / 2
-        low, high = torch.quantile(values.double(), torch.tensor([tail, 1 - tail], dtype=torch.float64))
-        return float(low), float(high)
+        rows, column = self.per_fact[1 if edited else 0], METRICS.index(name)
+        # A resample whose facts all lack the metric (NaN) is left out; all NaN gives NaN bounds.
+        values = bootstrap_each(
+            lambda d: float(_summary(rows[d])[column]), len(rows), n_resamples=samples, seed=seed
+        )
+        low, high = percentile_bounds(values, level, nan_policy="omit").tolist()
+        return low, high
 
     def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
         """Bars before and after editing: the success rates (S, ES, PS, NS, in %) on the left,

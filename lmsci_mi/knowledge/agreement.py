@@ -27,6 +27,7 @@ from lmsci_mi.knowledge.triggers import (
 )
 from lmsci_mi.knowledge.values import value_directions, vocab_projection
 from lmsci_mi.results import Result, result_type
+from lmsci_mi.stats import binomial_standard_error
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -206,7 +207,7 @@ def _layer_rates(
         nan = torch.full((2,), torch.nan)
         return nan, nan, 0, own
     rates = torch.stack([own.nanmean(), torch.stack(shuffled).nanmean()]).float()
-    errors = (rates * (1 - rates) / n).clamp(min=0).sqrt()
+    errors = binomial_standard_error(rates, n)
     return rates, errors, n, own
 
 

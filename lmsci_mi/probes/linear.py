@@ -15,13 +15,13 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import numpy as np
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
 from lmsci_mi.config import Config, config
 from lmsci_mi.registry import MethodRegistry
+from lmsci_mi.stats import bootstrap_each, percentile_bounds
 
 __all__ = [
     "PROBE_KINDS",
@@ -533,10 +533,12 @@ def _bootstrap(kind: ProbeKind, out: Tensor, targets: Tensor, config: ProbeConfi
     n_sets, n_layers, n_test = out.shape[:3]
     if config.bootstrap == 0:
         return torch.full((n_sets, n_layers, 2), math.nan)
-    generator = torch.Generator().manual_seed(config.seed)
-    draws = torch.randint(n_test, (config.bootstrap, n_test), generator=generator).to(out.device)
-    scores = torch.stack(
-        [kind.score(out[:, :, d], targets[:, None, d]) for d in draws]
+    # One resample at a time: all of them at once would hold B copies of the test outputs.
+    scores = bootstrap_each(
+        lambda d: kind.score(out[:, :, d], targets[:, None, d]),
+        n_test,
+        n_resamples=config.bootstrap,
+        seed=config.seed,
+        device=out.device,
     )  # [B, K, L]
-    low, high = np.nanpercentile(scores.cpu().numpy(), [2.5, 97.5], axis=0)
-    return torch.stack([torch.as_tensor(low), torch.as_tensor(high)], -1).float()
+    return percentile_bounds(scores, axis=0, nan_policy="omit").float().cpu()

@@ -27,6 +27,7 @@ from lmsci_mi.data.concepts import ConceptPairs, concept_pairs_source
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name
+from lmsci_mi.stats import standard_error
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -698,7 +699,7 @@ def concept_projections(
         baseline = random @ f.g_bar
         p95 = torch.quantile(baseline, 0.95)
         n = len(projected)
-        se = projected.std() / n**0.5 if n > 1 else torch.tensor(float("nan"))
+        se = standard_error(projected)
         rows.append(torch.stack([
             projected.mean(), se.to(projected), baseline.mean(), baseline.std(),
             (projected.mean() - baseline.mean()) / baseline.std(),
@@ -1041,7 +1042,9 @@ def concept_intervention(
     changes = torch.stack(per_pair).cpu()  # [steered, pair]
     pair_concept = torch.cat([torch.full((len(f.heldout),), i) for i, f in enumerate(fitted)])
     means = torch.stack([changes[:, pair_concept == i].mean(1) for i in range(len(fitted))], 1)
-    ses = torch.stack([_se(changes[:, pair_concept == i]) for i in range(len(fitted))], 1)
+    ses = torch.stack(
+        [standard_error(changes[:, pair_concept == i]) for i in range(len(fitted))], 1
+    )
     names = tuple(f.name for f in fitted)
     return ConceptIntervention(
         values=means,
@@ -1058,11 +1061,3 @@ def concept_intervention(
         site_norm=site_norm,
         dropped=_dropped(fitted),
     )
-
-
-def _se(values: Float[Tensor, "row n"]) -> Float[Tensor, " row"]:
-    """Standard error of each row's mean (NaN for a single value)."""
-    n = values.shape[1]
-    if n < 2:
-        return torch.full((values.shape[0],), float("nan"), dtype=values.dtype)
-    return values.std(1) / n**0.5

@@ -16,7 +16,6 @@ from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-import numpy as np
 import torch
 from jaxtyping import Float
 from torch import Tensor
@@ -29,6 +28,7 @@ from lmsci_mi.probes import ProbeConfig, Split, fit_probes
 from lmsci_mi.results import Meta, Result, result_type
 from lmsci_mi.sites import layer_hooks
 from lmsci_mi.sites import site as site_row
+from lmsci_mi.stats import bootstrap_replicates, percentile_bounds
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -636,12 +636,8 @@ def _bootstrap(correct: Tensor, config: ReadingConfig) -> Tensor:
     """95% percentile intervals of the mean over pairs, resampling the test pairs."""
     if config.bootstrap == 0:
         return torch.full((*correct.shape[:3], 2), math.nan)
-    generator = torch.Generator().manual_seed(config.seed + 2)
-    n = correct.shape[-1]
-    draws = torch.randint(n, (config.bootstrap, n), generator=generator).to(correct.device)
-    means = correct[..., draws].mean(-1)  # [method, score, layer, draw]
-    low, high = np.percentile(means.cpu().numpy(), [2.5, 97.5], axis=-1)
-    return torch.stack([torch.as_tensor(low), torch.as_tensor(high)], -1).float()
+    means = bootstrap_replicates(correct, n_resamples=config.bootstrap, seed=config.seed + 2)
+    return percentile_bounds(means).float().cpu()  # means: [method, score, layer, draw]
 
 
 def _choose_layers(dev: Float[Tensor, "method score layer"]) -> tuple[int, ...]:

@@ -24,6 +24,7 @@ from lmsci_mi.results import Result, result_type
 from lmsci_mi.sae.core import LensSAE
 from lmsci_mi.sae.features import promoted_tokens
 from lmsci_mi.sae.intervene import steer_with_sae_feature
+from lmsci_mi.stats import standard_error
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -71,7 +72,7 @@ class SteeringFrequency(Result):
         n = self.values.shape[1]
         lines = [f"{'condition':<36} {'share of tokens':>16} {'± s.e.':>8} {'prompts hit':>12}"]
         for label, row in zip(self.axis_labels(0), self.values.float(), strict=True):
-            se = float(row.std() / n**0.5) if n > 1 else 0.0
+            se = float(standard_error(row)) if n > 1 else 0.0
             lines.append(
                 f"{label:<36} {float(row.mean()):>16.4f} {se:>8.4f} "
                 f"{float((row > 0).float().mean()):>12.2f}"
@@ -84,9 +85,8 @@ class SteeringFrequency(Result):
 
         from lmsci_mi.viz.plots import save_figure
 
-        n = self.values.shape[1]
         means = self.mean().tolist()
-        errors = (self.values.float().std(1) / max(n, 1) ** 0.5).tolist()
+        errors = standard_error(self.values.float()).tolist()
         fig, ax = plt.subplots(figsize=(6, 3.5))
         ax.bar(self.axis_labels(0), means, yerr=errors, color=["grey", "tab:blue", "tab:orange"])
         ax.set_ylabel("share of generated tokens in the set")

@@ -28,6 +28,7 @@ from lmsci_mi.data.steering_texts import neutral_prompts, neutral_prompts_source
 from lmsci_mi.generation import GenerationConfig, Generations, generate
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
+from lmsci_mi.stats import standard_error
 from lmsci_mi.steering.lm_steer import LMSteer
 
 if TYPE_CHECKING:
@@ -299,11 +300,6 @@ def continuation_nll(
     return nll, count
 
 
-def _standard_error(values: Sequence[float] | Tensor) -> float:
-    x = torch.as_tensor(values, dtype=torch.float64)
-    return float(x.std() / len(x) ** 0.5) if len(x) > 1 else float("nan")
-
-
 def _metrics(
     lm: LensModel, prompts: Sequence[str], ids: Sequence[Sequence[int]]
 ) -> tuple[list[float], list[float], list[str]]:
@@ -326,9 +322,9 @@ def _metrics(
         distinct_n(texts, 3),
     ]
     errors = [
-        _standard_error(sentiment),
-        _standard_error(topic),
-        row[2] * _standard_error(per_prompt),
+        float(standard_error(sentiment)),
+        float(standard_error(topic)),
+        row[2] * float(standard_error(per_prompt.double())),
         nan,
         nan,
         nan,

@@ -4,6 +4,8 @@ deviation and percentiles, and Wilson intervals computed by hand."""
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +23,7 @@ from lmsci_mi.stats import (
     normal_interval,
     paired_bootstrap_interval,
     percentile_bounds,
+    ratio_standard_error,
     resample_counts,
     resample_indices,
     standard_error,
@@ -36,7 +39,10 @@ def test_bootstrap_interval_matches_scipy_percentile(seed: int, statistic) -> No
     # bounds of a skewed sample of 60 differ by at most 2 % of the width over ten seeds; 6 % here.
     x = np.random.default_rng(seed).exponential(size=60)
     reference = scipy.stats.bootstrap(
-        (x,), statistic or np.mean, n_resamples=20_000, method="percentile",
+        (x,),
+        statistic or np.mean,
+        n_resamples=20_000,
+        method="percentile",
         rng=np.random.default_rng(100 + seed),
     ).confidence_interval
     ours = bootstrap_interval(x, statistic, n_resamples=20_000, seed=seed)
@@ -65,7 +71,9 @@ def test_draws_are_seeded_and_never_global() -> None:
     first = resample_indices(10, 5, seed=3)
     torch.manual_seed(456)
     assert torch.equal(first, resample_indices(10, 5, seed=3))
-    assert torch.equal(first, torch.randint(10, (5, 10), generator=torch.Generator().manual_seed(3)))
+    assert torch.equal(
+        first, torch.randint(10, (5, 10), generator=torch.Generator().manual_seed(3))
+    )
     assert not torch.equal(first, resample_indices(10, 5, seed=4))
     with pytest.raises(ValueError, match="seed or a generator"):
         resample_indices(10, 5, seed=None)
@@ -85,7 +93,9 @@ def test_numpy_generator_draws_one_resample_per_call() -> None:
 def test_resample_counts_and_bootstrap_each_use_the_same_draws() -> None:
     index = resample_indices(6, 50, seed=2)
     counts = resample_counts(6, 50, seed=2)
-    assert torch.equal(counts, torch.stack([torch.bincount(i, minlength=6) for i in index]).double())
+    assert torch.equal(
+        counts, torch.stack([torch.bincount(i, minlength=6) for i in index]).double()
+    )
     x = torch.arange(6.0) ** 2
     weighted = (counts @ x.double()) / 6
     looped = bootstrap_each(lambda i: x[i].mean(), 6, n_resamples=50, seed=2)
@@ -185,8 +195,127 @@ def test_binomial_standard_error() -> None:
 def test_interval_record() -> None:
     interval = Interval(1.0, 0.5, 2.0, 0.95, 10, "normal")
     assert interval.as_dict() == {
-        "estimate": 1.0, "low": 0.5, "high": 2.0, "level": 0.95, "n": 10, "method": "normal"
+        "estimate": 1.0,
+        "low": 0.5,
+        "high": 2.0,
+        "level": 0.95,
+        "n": 10,
+        "method": "normal",
     }
     assert interval.half_width == 0.75
     with pytest.raises(AttributeError):
         interval.low = 0.0  # type: ignore[misc]
+
+
+def test_ratio_standard_error_by_the_delta_method() -> None:
+    # Var(a/b) ≈ (a/b)² (Var a / a² + Var b / b²) for independent a, b: checked by simulation.
+    generator = torch.Generator().manual_seed(0)
+    a = 2.0 + 0.2 * torch.randn(200_000, generator=generator, dtype=torch.float64)
+    b = 4.0 + 0.2 * torch.randn(200_000, generator=generator, dtype=torch.float64)
+    assert ratio_standard_error(2.0, 0.2, 4.0, 0.2) == pytest.approx(float((a / b).std()), rel=0.02)
+    assert math.isnan(ratio_standard_error(0.0, 0.1, 4.0, 0.2))
+
+
+# --- interval code lives in lmsci_mi/stats.py only ------------------------------------------------
+
+_INTERVAL_CODE = {
+    # torch.randint(n, (B, n)) / torch.randint(0, n, (B, n)): B resamples of n items.
+    "bootstrap resample draw": (
+        r"randint\(\s*(?:0\s*,\s*)?(?P<n>[^,()\s]+(?:\([^()]*\))?)\s*,"
+        r"\s*\(\s*[^,()]+\s*,\s*(?P=n)\s*\)"
+    ),
+    # rng.integers(0, n, n), rng.choice(..., replace=True): one NumPy resample.
+    "numpy resample draw": (
+        r"\.integers\(\s*0\s*,\s*(?P<m>[\w.]+)\s*,\s*(?P=m)\s*\)|\.choice\([^()]*replace\s*=\s*True"
+    ),
+    # Percentile bounds of replicates; descriptive percentiles are allow-listed below.
+    "quantile": r"\b(?:nan)?(?:quantile|percentile)\(",
+    "wilson": r"1\s*\+\s*z\s*(?:\*\*\s*2|\*\s*z)\s*/|def\s+\w*wilson",
+    # std / sqrt(n) in its spellings: .std(...) / anything, / sqrt(n), / n ** 0.5.
+    "standard error": (
+        r"\.std\([^()]*\)\s*/|/\s*(?:math\.|np\.|torch\.)?sqrt\(\s*(?:n\w*|len\()"
+        r"|/\s*\(?(?:len\([^()]*\)|n\w*|\w+\.numel\(\))\)?\s*\*\*\s*0?\.5"
+    ),
+    "binomial standard error": r"\*\s*\(\s*(?:1|100)\s*-\s*\w+\s*\)\s*/",
+    "normal quantile constant": r"\b1\.96\b|\b1\.959",
+}
+
+# (file, the matched line's code, why it is not interval code)
+_NOT_INTERVALS = {
+    (
+        "lmsci_mi/representations/concepts.py",
+        "low, high = self.random.quantile(0.05, dim=1), self.random.quantile(0.95, dim=1)",
+    ): "the plot's 5-95% range of the random-pair null distribution, not an estimate's interval",
+    (
+        "lmsci_mi/representations/concepts.py",
+        "p95 = torch.quantile(baseline, 0.95)",
+    ): "the random baseline's 95th percentile, a threshold (the share of held-out pairs above it)",
+}
+
+
+def _interval_code(path: Path, text: str) -> list[tuple[str, str]]:
+    """(pattern name, line) for each match of interval code in a file's text."""
+    lines = text.splitlines()
+    found = []
+    for name, pattern in _INTERVAL_CODE.items():
+        for match in re.finditer(pattern, text):
+            found.append((name, lines[text.count("\n", 0, match.start())].strip()))
+    return found
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "draws = torch.randint(n, (config.bootstrap, n), generator=generator).to(x.device)",
+        "draws = torch.randint(len(rows), (samples, len(rows)), generator=generator)",
+        "draws = torch.randint(0, k, (BOOTSTRAP, k), generator=generator)",
+        "draws = [np.mean(values[rng.integers(0, n, n)]) for _ in range(n_boot)]",
+        "low, high = np.nanpercentile(scores.cpu().numpy(), [2.5, 97.5], axis=0)",
+        "return [float(means.quantile(0.025)), float(means.quantile(0.975))]",
+        "centre = (p + z * z / (2 * n)) / (1 + z * z / n)",
+        "se = float(row.std() / n**0.5) if n > 1 else 0.0",
+        "errors = (self.values.float().std(1) / max(n, 1) ** 0.5).tolist()",
+        '"se": float(d.std(unbiased=True) / d.numel() ** 0.5)',
+        "return (values.std(1) / math.sqrt(n)).tolist()",
+        "errors = (rates * (1 - rates) / n).clamp(min=0).sqrt()",
+        "[(p * (100 - p) / k) ** 0.5 for p, k in pairs]",
+        "band = 1.96 * stack.std(0) / len(stack) ** 0.5",
+    ],
+)
+def test_the_interval_code_patterns_catch_each_spelling(snippet: str) -> None:
+    assert _interval_code(Path("x.py"), snippet)
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "x = x / (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()",
+        "return differ / len(acts), (gap / max(norm, 1e-12)) ** 0.5",
+        "scale = 1 / (d_model**0.5 * config.heads)",
+        "pick = torch.randint(len(kept), (config.batch_tokens,), generator=generator)",
+        "tokens = torch.randint(1, config.d_vocab, (config.batch_size, n), generator=generator)",
+        "z = (x - mean) / std",
+    ],
+)
+def test_the_interval_code_patterns_pass_other_code(snippet: str) -> None:
+    assert not _interval_code(Path("x.py"), snippet)
+
+
+def test_interval_code_lives_only_in_stats() -> None:
+    root = Path(__file__).resolve().parents[2]
+    found, allowed = [], set()
+    for path in sorted((root / "lmsci_mi").rglob("*.py")):
+        relative = path.relative_to(root).as_posix()
+        if relative == "lmsci_mi/stats.py":
+            continue
+        for name, line in _interval_code(path, path.read_text(encoding="utf-8")):
+            if (relative, line) in _NOT_INTERVALS:
+                allowed.add((relative, line))
+            else:
+                found.append(f"{relative}: {name}: {line}")
+    assert not found, (
+        "interval code outside lmsci_mi/stats.py (call lmsci_mi.stats):\n" + "\n".join(found)
+    )
+    assert allowed == set(_NOT_INTERVALS), "stale allow-list entries: " + str(
+        set(_NOT_INTERVALS) - allowed
+    )
