@@ -1,11 +1,9 @@
-"""Residual-space vectors to logits: the final norm, the unembedding and the logit soft cap.
+"""Residual-space vectors to logits, in one place: the final norm, ``W_U`` and ``b_U``, the soft cap.
 
-Every readout names the space of what it reads: ``"resid"`` (the raw residual stream, which the
-final norm still has to normalise) or ``"normalized"`` (the final norm's output at
-``ln_final.hook_normalized``, which ``W_U`` reads after the norm's gain and bias where ``fold_ln``
-left them outside ``W_U``). The final norm runs live (its hooks fire), recomputed (no hooks) or with
-its divisor frozen at a captured ``ln_final.hook_scale`` (linear, as direct logit attribution
-needs). After nostalgebraist 2020 (the logit lens) and Elhage et al. 2021 (direct logit attribution).
+Every readout names its space: ``"resid"`` (the raw stream) or ``"normalized"`` (what
+``ln_final.hook_normalized`` holds); the final norm runs live, recomputed or with its divisor
+frozen. Every function reads the model only. After nostalgebraist 2020 (the logit lens) and
+Elhage et al. 2021 (direct logit attribution).
 """
 
 from __future__ import annotations
@@ -270,7 +268,8 @@ def normalized(
             final(resid)
         return captured[hook_name("ln_final")]
     x = _at_least_float32(resid)
-    divisor = final_norm_scale(lm, x) if norm == "recompute" else scale
+    # _check has made sure a scale is given exactly when the norm is frozen.
+    divisor = final_norm_scale(lm, x) if scale is None else scale
     return _centred(final, x) / divisor
 
 
