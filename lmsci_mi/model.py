@@ -22,8 +22,8 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
-from transformer_lens.utilities.activation_functions import apply_softcap
 
+from lmsci_mi import readout
 from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.hooks import HookRegistry, registry_for
 from lmsci_mi.results import Meta, Result, result_type
@@ -421,14 +421,11 @@ class LensModel:
     def unembed(self, resid: Float[Tensor, "... d_model"]) -> Float[Tensor, "... vocab"]:
         """Logits from final residual-stream vectors: final norm, unembedding, logit soft cap.
 
-        Callers pass only the positions they read: unembedding every position costs a quarter
-        of SmolLM2's forward FLOPs.
+        The model's own modules run (:func:`lmsci_mi.readout.logits` with ``space="resid",
+        norm="live"``), so hooks on the final norm fire. Callers pass only the positions they
+        read: unembedding every position costs a quarter of SmolLM2's forward FLOPs.
         """
-        model = self.model
-        if model.cfg.normalization_type is not None:
-            resid = model.ln_final(resid)
-        logits = model.unembed(resid)
-        return apply_softcap(logits, model.cfg.output_logits_soft_cap)
+        return readout.logits(self, resid, space="resid", norm="live")
 
     # ------------------------------------------------------------------ predictions
 

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 import torch
 from jaxtyping import Float
 from torch import Tensor
-from transformer_lens.utilities.activation_functions import apply_softcap
 
+from lmsci_mi import readout
 from lmsci_mi.circuits.corruption import CORRUPTIONS, METRIC_PROB, CleanRun, Corrupted
 from lmsci_mi.config import Config, config
 from lmsci_mi.results import Result, result_type
@@ -464,11 +464,8 @@ class _LogitDiff:
 
     def from_final(self, lm: LensModel, resid: Float[Tensor, "... d_model"]) -> Tensor:
         """The same from the last block's output: final norm, two unembedding columns, soft cap."""
-        model = lm.model
-        normed = model.ln_final(resid) if model.cfg.normalization_type is not None else resid
-        ids = torch.tensor([self.target_id, self.wrong_id], device=resid.device)
-        logits = normed @ model.W_U[:, ids] + model.b_U[ids]
-        logits = apply_softcap(logits, model.cfg.output_logits_soft_cap)
+        ids = [self.target_id, self.wrong_id]
+        logits = readout.logits(lm, resid, space="resid", norm="live", token_ids=ids)
         return (logits[..., 0] - logits[..., 1]).float()
 
 

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from jaxtyping import Float
 from torch import Tensor
 
+from lmsci_mi import readout
 from lmsci_mi.config import Config, config
-from lmsci_mi.knowledge.values import final_norm_gain, neuron_label, post_mlp_gain
+from lmsci_mi.knowledge.values import neuron_label
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name
 
@@ -148,17 +148,6 @@ class SubUpdates(Result):
         return fig
 
 
-def _readout(lm: LensModel, target_id: int, final_scale: Tensor) -> Float[Tensor, " d_model"]:
-    """``u``: the target's unembedding column read through the final norm, its scale frozen."""
-    u = lm.model.W_U.detach()[:, target_id].float()
-    gain = final_norm_gain(lm)
-    if gain is not None:
-        u = u * gain.float()
-    if lm.cfg.normalization_type in ("LN", "LNPre"):
-        u = u - u.mean()  # (x - mean x) . u == x . (u - mean u)
-    return u / final_scale.float() if lm.cfg.normalization_type else u
-
-
 def _check(lm: LensModel, prompt: str, position: int) -> tuple[Tensor, int]:
     if not prompt.strip():
         raise ValueError("empty prompt; give the text whose prediction to decompose")
@@ -187,9 +176,9 @@ def _captured(lm: LensModel) -> list[str]:
     it freezes (Gemma's post-MLP norm, the final norm)."""
     n_layers = lm.cfg.n_layers
     names = [hook_name(s, layer) for layer in range(n_layers) for s in ("mlp_post", "mlp_out")]
-    if getattr(lm.cfg, "use_normalization_before_and_after", False):
+    if readout.post_mlp_norm(lm, 0) is not None:
         names += [hook_name("ln2_post_scale", layer) for layer in range(n_layers)]
-    return names + ([hook_name("ln_final_scale")] if lm.cfg.normalization_type else [])
+    return names + ([hook_name("ln_final_scale")] if readout.has_final_norm(lm) else [])
 
 
 @torch.no_grad()
@@ -221,21 +210,24 @@ def sub_updates(lm: LensModel, prompt: str, config: SubUpdateConfig | None = Non
     with lm.hooks.capture(_captured(lm)) as cap:
         logits = lm(tokens)[0, pos]
     target_id = int(logits.argmax()) if target_id is None else target_id
-    final = cap[hook_name("ln_final_scale")][0, pos] if lm.cfg.normalization_type else torch.ones(1)
-    u = _readout(lm, target_id, final)
+    final = cap[hook_name("ln_final_scale")][0, pos] if readout.has_final_norm(lm) else None
+    # u: the target's unembedding read through the final norm, its divisor frozen at this run.
+    u = readout.logit_directions(lm, [target_id], space="resid", scale=final).vectors[0]
     contrib, totals, biases, coefs = [], [], [], []
     for layer in range(n_layers):
         mlp = lm.model.blocks[layer].mlp
-        u_l, gain = u, post_mlp_gain(lm, layer)
-        if gain is not None:  # ln2_post: x / scale * gain, with the scale of this run
-            u_l = u * gain.float() / cap[hook_name("ln2_post_scale", layer)][0, pos].float()
         coef = cap[hook_name("mlp_post", layer)][0, pos].float()
         w_out, b_out = (
             torch.as_tensor(getattr(mlp, n)).detach().float() for n in ("W_out", "b_out")
         )
+        post = readout.post_mlp_norm(lm, layer)
+        if post is not None:  # ln2_post, its divisor frozen at this run: linear, so row by row
+            scale = cap[hook_name("ln2_post_scale", layer)][0, pos].float()
+            w_out = readout.frozen_norm(post, w_out, scale)
+            b_out = readout.frozen_norm(post, b_out, scale, bias=True)
         coefs.append(coef)
-        contrib.append(coef * (w_out @ u_l))
-        biases.append(b_out @ u_l)
+        contrib.append(coef * (w_out @ u))
+        biases.append(b_out @ u)
         # The post norm's gain and scale act before hook_mlp_out, so its total reads u itself.
         totals.append(cap[hook_name("mlp_out", layer)][0, pos].float() @ u)
     return SubUpdates(

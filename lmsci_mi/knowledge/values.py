@@ -17,7 +17,9 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from lmsci_mi import readout
 from lmsci_mi.config import Config, config
+from lmsci_mi.readout import final_norm_gain, gains_folded, post_mlp_gain
 from lmsci_mi.results import Result, result_type
 
 if TYPE_CHECKING:
@@ -80,26 +82,6 @@ def checked_neurons(lm: LensModel, layer: int, neurons: int | Sequence[int]) -> 
     return chosen
 
 
-def final_norm_gain(lm: LensModel) -> Float[Tensor, " d_model"] | None:
-    """The final norm's gain, or None when ``load_model(fold_ln=True)`` has folded it into ``W_U``
-    (TransformerLens then keeps a weightless ``RMSNormPre``/``LayerNormPre``)."""
-    weight = getattr(lm.model.ln_final, "w", None) if lm.cfg.normalization_type else None
-    return weight.detach() if isinstance(weight, Tensor) else None
-
-
-def post_mlp_gain(lm: LensModel, layer: int) -> Tensor | None:
-    """The post-MLP norm's gain (Gemma 2/3 ``ln2_post``), which ``fold_ln`` never folds."""
-    if not getattr(lm.cfg, "use_normalization_before_and_after", False):
-        return None
-    weight = getattr(lm.model.blocks[layer].ln2_post, "w", None)
-    return weight.detach() if isinstance(weight, Tensor) else None
-
-
-def _centred(lm: LensModel) -> bool:
-    """LayerNorm subtracts each vector's mean, a linear map we apply to directions too."""
-    return lm.cfg.normalization_type in ("LN", "LNPre")
-
-
 def value_directions(
     lm: LensModel, layer: int, neurons: Sequence[int], *, gains: bool = True
 ) -> Float[Tensor, "neuron d_model"]:
@@ -112,32 +94,20 @@ def value_directions(
 def vocab_projection(
     lm: LensModel, directions: Float[Tensor, "n d_model"], kind: str = "normed"
 ) -> Float[Tensor, "n vocab"]:
-    """Residual-stream directions projected to the vocabulary.
+    """Residual-stream directions projected to the vocabulary (:func:`lmsci_mi.readout.vocab_projection`
+    in the ``"resid"`` space).
 
     ``normed`` centres them (LayerNorm models), multiplies by the final norm's gain (already in
     ``W_U`` when folded) and unembeds; ``raw`` unembeds with ``W_U`` alone, so it needs the gain
     outside ``W_U``: a folded model cannot give it.
 
     Raises:
-        ValueError: ``raw`` on a model whose final-norm gain is folded into ``W_U``.
+        ValueError: ``raw`` on a model whose final-norm gain is folded into ``W_U``; an unknown
+            ``kind``.
     """
-    unembed = lm.model.W_U.detach().float()
-    gain = final_norm_gain(lm)
-    if kind == "raw":
-        if lm.cfg.normalization_type and gain is None:
-            raise ValueError(
-                f"{lm.name} was loaded with fold_ln=True: its final norm's gain is inside W_U, so "
-                "the raw projection cannot be separated; load_model(..., fold_ln=False) gives both"
-            )
-        return directions.float() @ unembed
-    if kind != "normed":
+    if kind not in PROJECTIONS:
         raise ValueError(f"projection must be one of {list(PROJECTIONS)}, not {kind!r}")
-    d = directions.float()
-    if _centred(lm):
-        d = d - d.mean(-1, keepdim=True)
-    if gain is not None:
-        d = d * gain.float()
-    return d @ unembed
+    return readout.vocab_projection(lm, directions.float(), space="resid", gain=kind == "normed")
 
 
 @config
@@ -289,8 +259,7 @@ def value_vectors(
     """
     cfg = config or ValueVectorConfig()
     chosen = checked_neurons(lm, layer, neurons)
-    gain = final_norm_gain(lm)
-    folded = bool(lm.cfg.normalization_type) and gain is None
+    folded = gains_folded(lm)
     projections = ("normed",) if folded else PROJECTIONS
     k = min(cfg.top_k, lm.cfg.d_vocab)
     scores = torch.empty(len(chosen), len(projections), 2, k)

@@ -19,6 +19,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from lmsci_mi import readout
 from lmsci_mi.config import Config, config
 from lmsci_mi.hooks import Capture
 from lmsci_mi.lenses.logit_lens import check_prompts
@@ -88,30 +89,9 @@ def dla_hook_names(lm: LensModel) -> list[str]:
             names.append(hook_name("mlp_out", layer))
         if cfg.use_normalization_before_and_after:
             names.append(hook_name("ln1_post_scale", layer))
-    if cfg.normalization_type is not None:
+    if readout.has_final_norm(lm):
         names.append(hook_name("ln_final_scale"))
     return names
-
-
-def _centred(norm: torch.nn.Module, x: Tensor) -> Tensor:
-    """LayerNorm subtracts each vector's mean before dividing; RMSNorm does not. Centring is
-    linear, so applying it to each part keeps the parts summing to the whole."""
-    if type(norm).__name__.startswith("LayerNorm"):
-        return x - x.mean(-1, keepdim=True)
-    return x
-
-
-def _through_norm(norm: torch.nn.Module, x: Tensor, scale: Tensor) -> Tensor:
-    """``x`` through ``norm`` with its divisor frozen at ``scale`` (broadcast), weight applied,
-    bias left out (it is a part of its own)."""
-    out = _centred(norm, x) / scale
-    weight = getattr(norm, "w", None)
-    return out * weight if weight is not None else out
-
-
-def _norm_bias(norm: torch.nn.Module, like: Tensor) -> Tensor:
-    bias = getattr(norm, "b", None)
-    return bias.expand_as(like) if bias is not None else torch.zeros_like(like)
 
 
 @torch.no_grad()
@@ -146,23 +126,19 @@ def logit_contributions(
     device = lm.device
     rows = torch.arange(len(positions), device=device)
     pos = positions.to(device)
-    direction = model.W_U[:, answers.to(device)].T.float()  # [n, d_model]
-    bias = model.b_U[answers.to(device)].float()
-    if wrongs is not None:
-        direction = direction - model.W_U[:, wrongs.to(device)].T.float()
-        bias = bias - model.b_U[wrongs.to(device)].float()
-    final = model.ln_final if cfg.normalization_type is not None else None
-    if final is not None:
-        scale = acts[hook_name("ln_final_scale")][rows, pos].float()  # [n, 1]
-        final_bias = getattr(final, "b", None)
-        if final_bias is not None:
-            bias = bias + direction @ final_bias.float()
+    scale = (
+        acts[hook_name("ln_final_scale")][rows, pos] if readout.has_final_norm(lm) else None
+    )
+    # Through the final norm frozen at the clean run: bias holds b_U and the norm's own bias.
+    directions = readout.logit_directions(
+        lm, answers.to(device), None if wrongs is None else wrongs.to(device),
+        space="resid", scale=scale,
+    )
+    bias = directions.bias
 
     def project(x: Tensor) -> Tensor:
-        """``[n, ..., d_model]`` -> ``[n, ...]``: through the frozen final norm, onto the direction."""
-        if final is not None:
-            x = _through_norm(final, x, scale.view(-1, *([1] * (x.ndim - 1))))
-        return torch.einsum("n...m,nm->n...", x.float(), direction)
+        """``[n, ..., d_model]`` -> ``[n, ...]``: onto each prompt's direction."""
+        return torch.einsum("n...m,nm->n...", x.float(), directions.vectors)
 
     embed = acts[hook_name("embed")][rows, pos]
     if hook_name("pos_embed") in acts:
@@ -177,10 +153,8 @@ def logit_contributions(
             # Gemma 3 normalises the attention output before it enters the stream: each head's
             # share passes the post-norm with its divisor frozen at the clean run.
             post_scale = acts[hook_name("ln1_post_scale", layer)][rows, pos].float()  # [n, 1]
-            out = _through_norm(block.ln1_post, out, post_scale[:, None])
-            attn_bias = _through_norm(block.ln1_post, attn_bias, post_scale) + _norm_bias(
-                block.ln1_post, attn_bias
-            )
+            out = readout.frozen_norm(block.ln1_post, out, post_scale[:, None])
+            attn_bias = readout.frozen_norm(block.ln1_post, attn_bias, post_scale, bias=True)
         heads.append(project(out))
         bias = bias + project(attn_bias)
         if not cfg.attn_only:
@@ -346,7 +320,7 @@ def direct_logit_attribution(
         ans = torch.tensor(answer_ids[chunk], device=lm.device)
         wr = None if wrong_ids is None else torch.tensor(wrong_ids[chunk], device=lm.device)
         with lm.hooks.capture(names) as cap:
-            out = _before_soft_cap(lm, lm(padded.tokens).float())
+            out = readout.undo_soft_cap(lm, lm(padded.tokens).float())
         part = logit_contributions(lm, cap, pos, ans, wr)
         rows = torch.arange(len(pos), device=lm.device)
         logit = out[rows, pos, ans].float()
@@ -354,14 +328,6 @@ def direct_logit_attribution(
         parts.append(part)
         positions.append(pos)
     return _attribution_result(lm, batch, answer_ids, wrong_ids, parts, logits, positions, config)
-
-
-def _before_soft_cap(lm: LensModel, logits: Tensor) -> Tensor:
-    """The logits before the model's soft cap (``cap * tanh(x / cap)``), which the parts sum to."""
-    cap = lm.cfg.output_logits_soft_cap
-    if cap is None or cap <= 0:
-        return logits
-    return cap * torch.atanh((logits / cap).clamp(-1 + 1e-7, 1 - 1e-7))
 
 
 def _attribution_result(

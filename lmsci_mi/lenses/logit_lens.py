@@ -2,13 +2,14 @@
 
 The final norm is applied to every layer's stream as the model applies it to the last one, with
 its statistics recomputed on that stream (TransformerLens ``apply_ln_to_stack(recompute_ln=True)``),
-then the unembedding. Activations are read through hooks, so a lens applied inside an intervention
+then the unembedding and any soft cap (:func:`lmsci_mi.readout.logits`). Activations are read through hooks, so a lens applied inside an intervention
 shows the intervened stream. After nostalgebraist 2020 ("interpreting GPT: the logit lens").
 """
 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,8 +17,8 @@ from typing import TYPE_CHECKING
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
-from transformer_lens.utilities.activation_functions import apply_softcap
 
+from lmsci_mi import readout
 from lmsci_mi.config import Config, config
 from lmsci_mi.model import LensModel, PaddedBatch
 from lmsci_mi.results import Result, result_type
@@ -63,32 +64,15 @@ _DEFAULT_CONFIG = LogitLensConfig()
 
 
 def final_norm(lm: LensModel, resid: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_model"]:
-    """The model's final norm on ``resid``, its statistics recomputed on ``resid`` itself.
-
-    Computed here rather than by calling ``ln_final``, so no hook on the final norm (a capture,
-    a steer) fires for a lens readout.
-    """
-    model, cfg = lm.model, lm.cfg
-    if cfg.normalization_type is None:
-        return resid
-    x = resid.float()
-    norm = model.ln_final
-    eps = float(getattr(norm, "eps", cfg.eps))
-    if cfg.normalization_type in ("LN", "LNPre"):
-        x = x - x.mean(-1, keepdim=True)
-    x = x / (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()
-    weight, bias = getattr(norm, "w", None), getattr(norm, "b", None)
-    # Detached: a translator trained through this norm must never give the model a gradient.
-    if weight is not None:
-        x = x * weight.detach().float()
-    if bias is not None:
-        x = x + bias.detach().float()
-    return x
-
-
-def _unembed(lm: LensModel, normed: Tensor) -> Tensor:
-    logits = normed @ lm.model.W_U.float() + lm.model.b_U.float()
-    return apply_softcap(logits, lm.cfg.output_logits_soft_cap)
+    """Deprecated: :func:`lmsci_mi.readout.unembed_input` with ``space="resid"`` (what ``W_U``
+    reads for ``resid``, the final norm recomputed on it, no hook firing)."""
+    warnings.warn(
+        "lmsci_mi.lenses.final_norm is deprecated; use lmsci_mi.readout.unembed_input(lm, resid, "
+        'space="resid")',
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return readout.unembed_input(lm, resid.float(), space="resid")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +113,8 @@ def lens_readout(
     prob, rank, kl, top = [], [], [], []
     for i, stream in enumerate(streams):
         x = stream.float() if translate is None else translate(i, stream.float())
-        logp = _unembed(lm, final_norm(lm, x)).log_softmax(-1)
+        # Recomputed, not live: no hook on the final norm (a capture, a steer) fires for a lens.
+        logp = readout.logits(lm, x, space="resid", norm="recompute").log_softmax(-1)
         answer_logp = logp.gather(-1, index)
         prob.append(answer_logp.exp()[..., 0])
         rank.append((logp > answer_logp).sum(-1))
@@ -298,8 +283,8 @@ def run_lens(
         answers = _answer_ids(
             lm, None if answer is None else _slice(answer, start, config.batch_size), padded, final
         )
-        readout = lens_readout(lm, [cap[n] for n in names], final, answers, translate)
-        parts.append((readout, answers, padded))
+        stats = lens_readout(lm, [cap[n] for n in names], final, answers, translate)
+        parts.append((stats, answers, padded))
     return _lens_result(lm, batch, layers, parts, answer, config, lens)
 
 
@@ -324,12 +309,12 @@ def _lens_result(
 ) -> LogitLens:
     width = max(p.tokens.shape[1] for _, _, p in parts)
     prob, rank, kl, top, ans = [], [], [], [], []
-    for readout, answers, padded in parts:
+    for stats, answers, padded in parts:
         pad = ~padded.mask.cpu()[:, None, :]
-        prob.append(_pad(readout.prob.cpu().masked_fill(pad, float("nan")), width, float("nan")))
-        kl.append(_pad(readout.kl.cpu().masked_fill(pad, float("nan")), width, float("nan")))
-        rank.append(_pad(readout.rank.cpu().masked_fill(pad, -1), width, -1))
-        top.append(_pad(readout.top.cpu(), width, 0))
+        prob.append(_pad(stats.prob.cpu().masked_fill(pad, float("nan")), width, float("nan")))
+        kl.append(_pad(stats.kl.cpu().masked_fill(pad, float("nan")), width, float("nan")))
+        rank.append(_pad(stats.rank.cpu().masked_fill(pad, -1), width, -1))
+        top.append(_pad(stats.top.cpu(), width, 0))
         ans.append(_pad(answers.cpu(), width, 0))
     tokens = tuple(tuple(lm.to_str_tokens(p)) for p in prompts)
     top_ids = torch.cat(top)

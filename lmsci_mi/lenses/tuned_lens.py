@@ -3,8 +3,9 @@
 One affine translator per layer maps that layer's residual stream (``resid_post``) towards the
 final one before the final norm and unembedding. Translators start from a ridge least-squares fit
 to the final stream (tokens weighted by the final norm's scale, so each counts as it does after
-the norm), then a short Adam fine-tune on KL(final ‖ lens). Trained on the bundled stdlib text on
-CPU and cached by the model's weights fingerprint and the config.
+the norm), then a short Adam fine-tune on KL(final ‖ lens), read out as the logit lens reads
+(:func:`lmsci_mi.readout.logits`, soft cap included). Trained on the bundled stdlib text on CPU and
+cached by the model's weights fingerprint and the config.
 """
 
 from __future__ import annotations
@@ -25,16 +26,11 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
+from lmsci_mi import readout
 from lmsci_mi.cache import cache_key, cache_root, weights_fingerprint
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.text_corpus import stdlib_documents, text_chunks
-from lmsci_mi.lenses.logit_lens import (
-    LogitLens,
-    LogitLensConfig,
-    final_norm,
-    resolve_layers,
-    run_lens,
-)
+from lmsci_mi.lenses.logit_lens import LogitLens, LogitLensConfig, resolve_layers, run_lens
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import hook_name
 
@@ -209,7 +205,7 @@ def _normal_equations(
         # The sink (position 0) is a resting place for attention, not a prediction: left out.
         streams = torch.stack([cap[n][:, 1:].reshape(-1, d).float() for n in names], 1).cpu()
         final = streams[:, -1]
-        weight = 1 / (final.pow(2).mean(-1, keepdim=True) + lm.cfg.eps).sqrt()
+        weight = 1 / readout.final_norm_scale(lm, final)
         ones = torch.ones(len(final), 1)
         target = final * weight
         for layer in range(n_layers):
@@ -236,10 +232,16 @@ def _solve(xtx: Tensor, xty: Tensor, ridge: float) -> tuple[Tensor, Tensor]:
     return torch.stack(weights), torch.stack(biases)
 
 
+def _lens_logits(lm: LensModel, stream: Tensor) -> Tensor:
+    """The lens's readout of a (translated) stream: the logit lens's own, soft cap included, so
+    the translators are trained against the distribution they are later read with. The readout's
+    weights are detached: the gradient reaches the translators only, never the model."""
+    return readout.logits(lm, stream, space="resid", norm="recompute")
+
+
 def _kl_to_final(lm: LensModel, stream: Tensor, final_logp: Tensor) -> Tensor:
-    # Detached weights: the gradient reaches the translators only, never the model.
-    logits = final_norm(lm, stream) @ lm.model.W_U.detach().float() + lm.model.b_U.detach().float()
-    return (final_logp.exp() * (final_logp - logits.log_softmax(-1))).sum(-1).mean()
+    logp = _lens_logits(lm, stream).log_softmax(-1)
+    return (final_logp.exp() * (final_logp - logp)).sum(-1).mean()
 
 
 def _fine_tune(
@@ -256,8 +258,7 @@ def _fine_tune(
         pick = torch.randint(len(kept), (config.batch_tokens,), generator=generator)
         batch = kept[pick].to(device).float()
         with torch.no_grad():
-            final = final_norm(lm, batch[:, -1]) @ lm.model.W_U.float() + lm.model.b_U.float()
-            final_logp = final.log_softmax(-1)
+            final_logp = _lens_logits(lm, batch[:, -1]).log_softmax(-1)
         optimiser.zero_grad()
         # One backward per layer keeps one layer's vocabulary-sized logits in memory at a time.
         for layer in range(n):

@@ -22,6 +22,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from lmsci_mi import readout
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.concepts import ConceptPairs, concept_pairs_source
 from lmsci_mi.model import LensModel
@@ -83,7 +84,7 @@ _DEFAULT_INNER_PRODUCT = CausalInnerProductConfig()
 def unembedding_site(lm: LensModel) -> str:
     """The hook whose activation multiplies the unembedding: the final norm's output
     (``ln_final.hook_normalized``), or the last block's ``resid_post`` for a model without one."""
-    if lm.cfg.normalization_type is None:
+    if not readout.has_final_norm(lm):
         return hook_name("resid_post", lm.cfg.n_layers - 1)
     return hook_name("ln_final")
 
@@ -95,8 +96,10 @@ def unembedding_vectors(
 
     γ(y) is the vector whose inner product with the activation at :func:`unembedding_site` gives
     the logit of y: ``W_U[:, y]`` times the final norm's weight where the norm keeps one (a model
-    loaded with ``fold_ln=True`` has it folded into ``W_U`` already). The final norm's bias and
-    ``b_U`` add a constant per token that no change of the activation moves, so they are left out.
+    loaded with ``fold_ln=True`` has it folded into ``W_U`` already), i.e.
+    :func:`lmsci_mi.readout.unembedding_vectors` in the ``"normalized"`` space. The final norm's
+    bias and ``b_U`` add a constant per token that no change of the activation moves, so they are
+    left out.
 
     Args:
         lm: the model.
@@ -109,11 +112,7 @@ def unembedding_vectors(
     >>> unembedding_vectors(load_model("toy-2l"), [5, 7]).shape
     torch.Size([2, 64])
     """
-    w_u = lm.model.W_U
-    ids = None if token_ids is None else torch.as_tensor(token_ids, device=w_u.device).long()
-    gamma = (w_u if ids is None else w_u[:, ids]).detach().T.double()
-    weight = getattr(getattr(lm.model, "ln_final", None), "w", None)
-    return gamma if weight is None else gamma * weight.detach().double()
+    return readout.unembedding_vectors(lm, token_ids, space="normalized", dtype=torch.float64)
 
 
 def _vocabulary_ids(lm: LensModel, choice: str) -> Int[Tensor, " vocab"]:
@@ -1035,7 +1034,7 @@ def concept_intervention(
     per_pair = []
     for f in fitted:
         embedding = f.g_bar @ ip.whitening  # λ̄ = A ḡ = Cov(γ)⁻¹ γ̄
-        vector = (scale * embedding / embedding.norm()).to(lm.model.W_U.dtype)
+        vector = (scale * embedding / embedding.norm()).to(lm.cfg.dtype)
         steered, _ = _last_token_logits(lm, prompts, config, site, vector)
         gap = steered[:, target] - steered[:, base]
         per_pair.append((gap - clean_gap).mean(0))

@@ -18,6 +18,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from lmsci_mi import readout
 from lmsci_mi.collect import CollectConfig, collect_activations
 from lmsci_mi.config import Config, config
 from lmsci_mi.model import LensModel
@@ -210,19 +211,20 @@ def promoted_tokens(
 ) -> tuple[list[list[int]], Float[Tensor, "feature k"]]:
     """The ``k`` tokens each feature's decoder direction raises most through ``W_U``.
 
-    The direction is ``decode(e_i) − decode(0)`` (what steering adds); the final norm's gain is
-    folded into ``W_U``, so the product is the direct logit effect up to the norm's scale.
+    The direction is ``decode(e_i) − decode(0)`` (what steering adds), a residual-stream direction
+    read out through the final norm's linear part (:func:`lmsci_mi.readout.vocab_projection`:
+    centred for a LayerNorm, times the gain when it is not folded into ``W_U``), so the product
+    is the direct logit effect up to the norm's divisor.
     """
     ids: list[list[int]] = []
     logits: list[Tensor] = []
-    w_u = lm.model.W_U.detach()
     for start in range(0, len(features), chunk):
         part = list(features[start : start + chunk])
         basis = torch.zeros(len(part) + 1, sae.d_sae, device=sae.sae.device, dtype=sae.sae.dtype)
         basis[torch.arange(len(part)), torch.tensor(part)] = 1.0
         decoded = sae.sae.decode(basis).float()
-        directions = (decoded[:-1] - decoded[-1]).to(w_u.device, w_u.dtype)
-        top = (directions @ w_u).topk(k, dim=-1)
+        directions = (decoded[:-1] - decoded[-1]).to(lm.cfg.dtype)
+        top = readout.vocab_projection(lm, directions, space="resid").topk(k, dim=-1)
         ids += top.indices.tolist()
         logits.append(top.values.float().cpu())
     return ids, torch.cat(logits) if logits else torch.zeros(0, k)

@@ -18,11 +18,11 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from lmsci_mi import readout
 from lmsci_mi.config import Config, config
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
-from lmsci_mi.sites import hook_name
-from lmsci_mi.steering.lm_steer import LMSteer, logits_from_normalized
+from lmsci_mi.steering.lm_steer import LMSteer
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -180,14 +180,14 @@ def token_evidence(
 ) -> Float[Tensor, " pos"]:
     """log p₊(token) − log p₋(token) for each token of ``text`` (0 at the sink)."""
     tokens = torch.tensor([lm.encode(text)], device=lm.device)
-    with lm.hooks.capture([hook_name("ln_final")]) as captured:
-        # Stop before the unembedding: the steered logits are computed from h below.
-        lm.model.ln_final(lm.model(tokens, stop_at_layer=lm.cfg.n_layers))
-    h = captured[hook_name("ln_final")][0]
+    # Stop before the unembedding: the steered logits are computed from h below.
+    resid = lm.model(tokens, stop_at_layer=lm.cfg.n_layers)
+    h = readout.normalized(lm, resid, norm="live")[0]
     targets = tokens[0, 1:]
     scores = []
     for sign in (1.0, -1.0):
-        logits = logits_from_normalized(lm, steer.steered(h[:-1], {index: sign * value}))
+        steered = steer.steered(h[:-1], {index: sign * value})
+        logits = readout.logits(lm, steered, space="normalized")
         scores.append(logits.float().log_softmax(-1).gather(-1, targets[:, None])[:, 0])
     return torch.cat([torch.zeros(1, device=lm.device), scores[0] - scores[1]]).cpu()
 

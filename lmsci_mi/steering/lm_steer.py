@@ -10,6 +10,7 @@ during cached generation; a "dummy" steer held at 1 absorbs what the whole train
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import field
@@ -21,8 +22,8 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
-from transformer_lens.utilities.activation_functions import apply_softcap
 
+from lmsci_mi import readout
 from lmsci_mi.config import Config, config
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import hook_name
@@ -70,19 +71,15 @@ _DEFAULT_STEER_CONFIG = LMSteerConfig()
 
 
 def normalized_to_unembed_input(lm: LensModel, h: Float[Tensor, "... d_model"]) -> Tensor:
-    """What the final norm does after ``ln_final.hook_normalized``: its gain and bias, if any.
-
-    With ``fold_ln`` (the default) the gain is folded into ``W_U`` and this is the identity; an
-    unfolded LayerNorm or RMSNorm multiplies by its weight (and adds its bias) here.
-    """
-    norm = lm.model.ln_final
-    weight = getattr(norm, "w", None)
-    bias = getattr(norm, "b", None)
-    if isinstance(weight, Tensor):
-        h = h * weight
-    if isinstance(bias, Tensor):
-        h = h + bias
-    return h
+    """Deprecated: :func:`lmsci_mi.readout.unembed_input` with ``space="normalized"`` (the final
+    norm's gain and bias after ``ln_final.hook_normalized``, where ``fold_ln`` left them)."""
+    warnings.warn(
+        "normalized_to_unembed_input is deprecated; use lmsci_mi.readout.unembed_input(lm, h, "
+        'space="normalized")',
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return readout.unembed_input(lm, h, space="normalized")
 
 
 def logits_from_normalized(
@@ -91,10 +88,10 @@ def logits_from_normalized(
     """Logits from final normalised states (the output of ``hook_name("ln_final")``).
 
     The rest of the final norm, the unembedding and the logit soft cap: exactly what the model
-    computes after the hook. Reads the model only.
+    computes after the hook (:func:`lmsci_mi.readout.logits`, ``space="normalized"``). Reads the
+    model only.
     """
-    logits = lm.model.unembed(normalized_to_unembed_input(lm, h))
-    return apply_softcap(logits, lm.cfg.output_logits_soft_cap)
+    return readout.logits(lm, h, space="normalized")
 
 
 class LMSteer(nn.Module):

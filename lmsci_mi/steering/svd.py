@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from lmsci_mi import readout
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.steering_texts import neutral_prompts
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
-from lmsci_mi.sites import hook_name
 from lmsci_mi.steering.evaluate import vader_valence
 from lmsci_mi.steering.lm_steer import LMSteer
 
@@ -159,11 +159,8 @@ def steer_svd(lm: LensModel, steer: LMSteer, config: SVDConfig = _DEFAULT_S_V_D_
     u, s, vh = torch.linalg.svd(w)
     n = min(config.n_directions, int(s.shape[0]))
     ids, words = word_vocabulary(lm)
-    unembed = lm.model.unembed.W_U.detach().float()
-    gain = getattr(lm.model.ln_final, "w", None)
-    if isinstance(gain, Tensor):
-        unembed = unembed * gain.detach().float()[:, None]
-    scores = vh[:n] @ unembed[:, ids].to(vh.device)  # [direction, word]
+    # W lives in the normalized space (it acts on ln_final.hook_normalized): read out from there.
+    scores = readout.vocab_projection(lm, vh[:n], space="normalized", token_ids=ids).to(vh.device)
     # Orient each direction: +s raises the words whose score has the sign of mean(h·Uⱼ).
     states = _neutral_states(lm).to(u.device)
     signs = torch.sign((states @ u[:, :n]).mean(0))
@@ -197,7 +194,7 @@ def steer_svd(lm: LensModel, steer: LMSteer, config: SVDConfig = _DEFAULT_S_V_D_
 def _neutral_states(lm: LensModel) -> Tensor:
     """Final normalised states at the last token of the bundled neutral prompts."""
     batch = lm.encode_batch(list(neutral_prompts()))
-    with lm.hooks.capture([hook_name("ln_final")]) as captured:
-        lm.model.ln_final(lm.model(batch.tokens, stop_at_layer=lm.cfg.n_layers))
-    h = captured[hook_name("ln_final")]
+    # Stop before the unembedding: only the states are read.
+    resid = lm.model(batch.tokens, stop_at_layer=lm.cfg.n_layers)
+    h = readout.normalized(lm, resid, norm="live")
     return h[torch.arange(len(batch.lengths)), batch.lengths - 1].float()

@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
-from transformer_lens.utilities.activation_functions import apply_softcap
 
+from lmsci_mi import readout
 from lmsci_mi.artefacts import restore_shipped
 from lmsci_mi.cache import cache_key, cache_root, weights_fingerprint
 from lmsci_mi.collect import CollectConfig, collect_activations
@@ -30,12 +30,7 @@ from lmsci_mi.data.steering_texts import SteeringTexts
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name
-from lmsci_mi.steering.lm_steer import (
-    LMSteer,
-    LMSteerConfig,
-    logits_from_normalized,
-    normalized_to_unembed_input,
-)
+from lmsci_mi.steering.lm_steer import LMSteer, LMSteerConfig
 
 _DEFAULT_STEER_CONFIG = LMSteerConfig()
 
@@ -114,19 +109,16 @@ def steered_logits(
     (tested).
     """
     n, d, r = steer.p1.shape
-    unembed = lm.model.unembed
-    w_u = unembed.W_U.detach()
     with torch.no_grad():
-        base = torch.addmm(unembed.b_U.detach(), normalized_to_unembed_input(lm, h), w_u)
-    gain = getattr(lm.model.ln_final, "w", None)
+        base = readout.logits(lm, h, space="normalized", cap=False)
     p2 = steer.p2.transpose(1, 2).reshape(n * r, d)  # [steer*rank, d]: row (i, k) is P2ᵢ[:, k]
-    if isinstance(gain, Tensor):
-        p2 = p2 * gain.detach()
+    # P2ᵀ diag(g) W_U: each factor column read out like any normalized-space direction.
+    p2_vocab = readout.vocab_projection(lm, p2, space="normalized")
     p1 = steer.p1.permute(1, 0, 2).reshape(d, n * r)
     projected = (h @ p1) * values.repeat_interleave(r, dim=1)
     # addmm writes the sum into one new [batch, vocab] tensor: a step allocates few of them
-    logits = torch.addmm(base, projected, p2 @ w_u, alpha=steer.config.epsilon)
-    return apply_softcap(logits, lm.cfg.output_logits_soft_cap)
+    logits = torch.addmm(base, projected, p2_vocab, alpha=steer.config.epsilon)
+    return readout.soft_cap(lm, logits)
 
 
 @torch.no_grad()
@@ -137,7 +129,7 @@ def unsteered_loss(
     total = 0.0
     for start in range(0, len(targets), batch_tokens):
         h = states[start : start + batch_tokens].to(lm.device, lm.cfg.dtype)
-        logits = logits_from_normalized(lm, h).float()
+        logits = readout.logits(lm, h, space="normalized").float()
         y = targets[start : start + batch_tokens].to(lm.device)
         total += float(F.cross_entropy(logits, y, reduction="sum"))
     return total / max(len(targets), 1)

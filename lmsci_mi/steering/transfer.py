@@ -15,6 +15,7 @@ from dataclasses import field
 import torch
 from torch import Tensor
 
+from lmsci_mi import readout
 from lmsci_mi.config import Config, config
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
@@ -77,10 +78,9 @@ def shared_tokens(source: LensModel, target: LensModel) -> tuple[list[int], list
 
 
 def _unembedding(lm: LensModel) -> Tensor:
-    """Output embeddings as the final normalised state sees them (the norm's gain applied)."""
-    w_u = lm.model.unembed.W_U.detach().float()
-    gain = getattr(lm.model.ln_final, "w", None)
-    return w_u * gain.detach().float()[:, None] if isinstance(gain, Tensor) else w_u
+    """Output embeddings as the final normalised state sees them (the norm's gain applied),
+    ``[d_model, vocab]``: a steer acts in the normalized space."""
+    return readout.unembedding_vectors(lm, space="normalized").T
 
 
 def _ridge(x: Tensor, y: Tensor, ridge: float) -> Tensor:
