@@ -131,11 +131,22 @@ def _targets(node: ast.AST, module: str, is_package: bool) -> list[str]:
     if not isinstance(node, ast.ImportFrom):
         return []
     if node.level == 0:
-        return [node.module or ""]
-    base = module.split(".")
-    base = base if is_package else base[:-1]
-    base = base[: len(base) - (node.level - 1)]
-    return [".".join([*base, *([node.module] if node.module else [])])]
+        source = node.module or ""
+    else:
+        base = module.split(".")
+        base = base if is_package else base[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        source = ".".join([*base, *([node.module] if node.module else [])])
+    # ``from lmsci_mi import readout`` imports the submodule lmsci_mi.readout, not the package's
+    # curated API; any other name comes from the module itself.
+    submodules = [f"{source}.{alias.name}" for alias in node.names if _is_module(f"{source}.{alias.name}")]
+    return submodules + ([source] if len(submodules) < len(node.names) else [])
+
+
+def _is_module(name: str) -> bool:
+    """Whether ``name`` (dotted, under lmsci_mi) is a module or package of the source tree."""
+    path = ROOT.parent.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 @functools.cache
