@@ -195,7 +195,9 @@ def rebuild(run: harness.Run) -> Rebuild:
         for name, build in (("facts", build_fact_set), ("edit_facts", build_edit_fact_set)):
             with run.timed(name):
                 sets[name] = rebuilt_set(lm, name, build, Path(folder), run.args.keep)
-            print(f"{name}: {sets[name]}")
+            r = sets[name]
+            print(f"{name}: {r['n_facts']} facts, {r['prompts']} prompts in {r['seconds']} s; "
+                  f"equal to the shipped file: {r['equal_to_shipped']}")
     return Rebuild(threads=torch.get_num_threads(), date=time.strftime("%Y-%m-%d"), **sets)
 
 
