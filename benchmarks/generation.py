@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import harness
 import torch
@@ -51,6 +52,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens", type=int, default=20, help="new tokens per prompt")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--json", type=Path, default=None, help="the old name of --out (README.md quotes it)")
 
 
 def old_path(lm: LensModel, prompts: list[str], new_tokens: int) -> None:
@@ -123,6 +125,8 @@ def print_table(data: GenerationData, batches: list[int]) -> None:
 def main() -> None:
     run = harness.start(__doc__, __file__, threads=2, flags=add_flags)
     args = run.args
+    if args.json is not None:
+        args.out = args.json
     tokens, repeats, batches = (3, 1, [1, 2]) if run.quick else (args.tokens, args.repeats, args.batches)
     with run.timed("load"):
         lm = load_model(args.model)
