@@ -4,13 +4,14 @@
     PYTHONPATH=. .venv/bin/python benchmarks/editing.py --floor    # alone: FLOPs per edit, matmul rate
     PYTHONPATH=. .venv/bin/python benchmarks/editing.py --table    # resumable: run until "done"
     PYTHONPATH=. .venv/bin/python benchmarks/editing.py --table --methods memit alphaedit
+    PYTHONPATH=. python benchmarks/editing.py --quick --model toy-2l --speed --floor --table   # a check
 
 --speed times, with cached key statistics and context prefixes, on the first facts of the small
 shipped set (``load_facts``, where issue 21's "before" figures come from): one ROME edit at its
 default layer (5 facts), MEMIT on 50 facts in one batch (and, with --memit-before N, on N facts with the
 fit's prefix reuse on and off: off is how it was done before), and the full evaluation of one fact with 50-token generation entropy
 (unedited baseline uncached, the edit, the edited scores). Wall-clock and CPU seconds; writes
-docs/data/editing_speed.json.
+editing_speed.json beside --out (docs/data/), keeping the rows it did not measure and the floor.
 
 --floor counts the floating-point operations of one ROME edit (the same 5 facts) and of MEMIT per
 fact (8 facts, every δ fitted) and probes this CPU's float32 matmul rate at 1 and 2 threads: the
@@ -20,61 +21,77 @@ alone (the rate probe needs the cores); it adds ``arithmetic_floor`` to editing_
 --table evaluates ROME (one fact at a time, restored between facts), MEMIT and AlphaEdit (all
 facts in one batch) on every fact of the shipped editing fact set, with GE, against the unedited
 model. ROME's facts are cached in chunks of 10; a batch method's edit is cached once and its
-edited scores in chunks of 25 facts (``batch_evaluation``), in --cache, so an interrupted run
-continues (--backward: a second process takes ROME's chunks from the end); the unedited baseline
-is cached per fact and shared. --partial writes the table from what is done (ROME on its first
-facts). When every method is done it writes docs/data/editing_table.json (every metric with a 95%
-percentile-bootstrap interval over facts) and prints the markdown table.
+edited scores in chunks of 25 facts (``batch_evaluation``), in the harness's per-item cache, so an
+interrupted run continues (--backward: a second process takes ROME's chunks from the end); the
+unedited baseline is cached per fact and shared. --partial writes the table from what is done
+(ROME on its first facts). When every method is done it writes --out, docs/data/editing_table.json
+(every metric with a 95% percentile-bootstrap interval over facts), and prints the markdown table.
+
+--quick: 4 fit steps, 2,048 statistics tokens, 5 tokens of GE; --speed times 1 ROME edit and MEMIT
+on 2 facts, --floor probes the rate for 0.5 s and counts 1 ROME edit and MEMIT on 2 facts, --table
+runs 4 facts in chunks of 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
+import harness
 import torch
+from doc_tables.editing import editing_cost, editing_table
+from doc_tables.schemas.editing import (
+    ArithmeticFloor,
+    CostBefore,
+    CostRow,
+    EditingSpeedData,
+    EditingTableData,
+    EditRow,
+)
 
-from lmsci_mi import load_model
+from lmsci_mi import LensModel, load_model
+from lmsci_mi.config import Config
 from lmsci_mi.editing import (
+    EDITING_METHODS,
     METRICS,
+    PER_FACT,
     AlphaEditHyperParams,
     EditEvaluation,
     EditHandle,
+    EditRequest,
     EvaluationConfig,
+    KeyStatistics,
     MEMITHyperParams,
     ROMEHyperParams,
+    StatsConfig,
     context_templates,
     default_memit_layers,
     default_rome_layer,
     evaluate_edits,
     key_statistics,
+    load_edit_facts,
     load_facts,
     memit_edit,
     rome_edit,
 )
-from lmsci_mi.editing.methods import EDITING_METHODS
 from lmsci_mi.editing.metrics import (
-    PER_FACT,
     EditedScores,
     assemble_evaluation,
     edited_scores,
     plan_evaluation,
     unedited_scores,
 )
-from lmsci_mi.editing.stats import StatsConfig
 from lmsci_mi.weights import read_deltas
 
-ROOT = Path(__file__).resolve().parent.parent
-SPEED = ROOT / "docs" / "data" / "editing_speed.json"
-TABLE = ROOT / "docs" / "data" / "editing_table.json"
+T = TypeVar("T")
 # MEMIT and AlphaEdit fit the same δ on the unedited model: cached, each is fitted once.
-CONFIGS = {
+CONFIGS: dict[str, Config] = {
     "rome": ROMEHyperParams(),
     "memit": MEMITHyperParams(cache_fits=True),
     "alphaedit": AlphaEditHyperParams(cache_fits=True),
@@ -82,81 +99,167 @@ CONFIGS = {
 ROME_CHUNK = 10
 SCORE_CHUNK = 25
 PROBES = ("NEG", "REV", "2HOP", "ORL")
+BEFORE_ISSUE_21 = CostBefore(source="issue 21 (measured by an earlier session on this CPU)",
+                             rome_edit_s="5-16", memit_50_facts_s=434, evaluation_one_fact_s=70)
+QUICK_FIT = {"steps": 4, "n_contexts": 2}
+"""--quick's fit: a check of the script, not of the method."""
+QUICK = {"stats_tokens": 2_048, "ge_tokens": 5, "n_rome": 1, "n_memit": 2, "rate_seconds": 0.5,
+         "facts": 4, "chunk": 2}
 
 
-def timed(fn):
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--speed", action="store_true", help="the timings (quiet machine)")
+    parser.add_argument("--table", action="store_true", help="the editing table (resumable)")
+    parser.add_argument("--floor", action="store_true",
+                        help="FLOPs per edit and the matmul rate: the targets' arithmetic floor (alone)")
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--n-rome", type=int, default=5, help="--speed and --floor: ROME edits timed or counted")
+    parser.add_argument("--n-memit", type=int, default=50, help="--speed: facts in the MEMIT batch")
+    parser.add_argument("--memit-before", type=int, default=0, metavar="N",
+                        help="--speed: also time MEMIT on N facts with and without the prefix reuse")
+    parser.add_argument("--floor-memit", type=int, default=8, help="--floor: facts whose MEMIT FLOPs are counted")
+    parser.add_argument("--methods", nargs="+", default=["memit", "alphaedit", "rome"], choices=sorted(CONFIGS))
+    parser.add_argument("--facts", type=int, default=None,
+                        help="--table: the first N facts in a seeded random order (default all)")
+    parser.add_argument("--rome-facts", type=int, default=None,
+                        help="--table: ROME on the first N of those facts only (default all)")
+    parser.add_argument("--backward", action="store_true",
+                        help="--table: take ROME's chunks from the last (a second process beside a forward one)")
+    parser.add_argument("--partial", action="store_true",
+                        help="--table: write the table from the methods done so far (ROME on its first facts)")
+    parser.add_argument("--max-seconds", type=float, default=float("inf"),
+                        help="--table: start no chunk after this many seconds (run again to resume)")
+
+
+# --- what every part shares ----------------------------------------------------------------------
+
+
+@dataclass
+class Setup:
+    """The model with its key statistics and the methods' configs, as every part uses them."""
+
+    lm: LensModel
+    stats: KeyStatistics
+    configs: dict[str, Config]
+    evaluation: EvaluationConfig
+    rome_layer: int
+    memit_layers: list[int]
+
+
+def prepare(run: harness.Run) -> Setup:
+    """Load the model, gather the key statistics of ROME's and MEMIT's default layers (cached)
+    and sample the context prefixes once (they are per model, not part of an edit's time)."""
+    quick = run.quick
+    configs = {name: c.replace(**QUICK_FIT) if quick else c for name, c in CONFIGS.items()}
+    with run.timed("load"):
+        lm = load_model(run.args.model)
+    layer, layers = default_rome_layer(lm), list(default_memit_layers(lm))
+    n_tokens = QUICK["stats_tokens"] if quick else ROMEHyperParams().stats_tokens
+    with run.timed("statistics"):
+        stats = key_statistics(lm, sorted({layer, *layers}), StatsConfig(n_tokens=n_tokens))
+        for name in ("rome", "memit"):
+            c = configs[name]
+            context_templates(lm, c.n_contexts, c.context_lengths, seed=c.seed)
+    evaluation = EvaluationConfig(**({"generation_tokens": QUICK["ge_tokens"]} if quick else {}))
+    return Setup(lm, stats, configs, evaluation, layer, layers)
+
+
+def clocked(fn: Callable[[], T]) -> tuple[T, float, float]:
+    """``fn()``'s value with its wall-clock and CPU seconds."""
     wall, cpu = time.perf_counter(), time.process_time()
     out = fn()
     return out, time.perf_counter() - wall, time.process_time() - cpu
 
 
-def speed(args: argparse.Namespace) -> None:
-    lm = load_model("smollm2-135m")
-    facts = load_facts()  # the set the "before" figures of issue 21 were measured on
-    layer, layers = default_rome_layer(lm), default_memit_layers(lm)
-    stats = key_statistics(lm, sorted({layer, *layers}), StatsConfig(n_tokens=ROMEHyperParams().stats_tokens))
-    context_templates(lm, 5, (5, 10))
-    context_templates(lm, 5, (10,))
-    rows = []
-    rome = []
-    for fact in facts[: args.n_rome]:
-        handle, wall, cpu = timed(lambda f=fact: rome_edit(lm, f, ROMEHyperParams(layer=layer), stats=stats))
+def speed_file(run: harness.Run) -> Path:
+    return run.out.with_name("editing_speed.json")
+
+
+# --- --speed --------------------------------------------------------------------------------------
+
+
+def time_rome(s: Setup, facts: list[EditRequest]) -> list[CostRow]:
+    """One ROME edit at the default layer per fact, restored after each: the mean."""
+    hp = s.configs["rome"].replace(layer=s.rome_layer)
+    times = []
+    for fact in facts:
+        handle, wall, cpu = clocked(lambda f=fact: rome_edit(s.lm, f, hp, stats=s.stats))
         handle.restore()
-        rome.append((wall, cpu))
+        times.append((wall, cpu))
         print(f"ROME edit {fact.subject} -> {fact.target_new}: {wall:.1f} s", flush=True)
-    if rome:
-        rows.append({
-            "what": f"one ROME edit, layer {layer} (mean of {len(rome)} facts)",
-            "wall_s": sum(w for w, _ in rome) / len(rome), "cpu_s": sum(c for _, c in rome) / len(rome),
-            "wall_s_each": [w for w, _ in rome], "target_s": 5,
-        })
-    runs = [(args.n_memit, True)] if args.n_memit else []
-    if args.memit_before:  # the same run, the same facts, with and without the prefix reuse
-        runs += [(args.memit_before, True), (args.memit_before, False)]
-    for n, reuse in runs:
-        hp = MEMITHyperParams(reuse_prefix=reuse)
-        handle, wall, cpu = timed(lambda hp=hp, n=n: memit_edit(lm, facts[:n], hp, stats=stats))
+    if not times:
+        return []
+    return [CostRow(what=f"one ROME edit, layer {s.rome_layer} (mean of {len(times)} facts)",
+                    wall_s=sum(w for w, _ in times) / len(times), cpu_s=sum(c for _, c in times) / len(times),
+                    wall_s_each=[w for w, _ in times], target_s=5, date="")]
+
+
+def time_memit(s: Setup, facts: list[EditRequest], n: int, before: int) -> list[CostRow]:
+    """MEMIT on ``n`` facts in one batch; with ``before``, also on that many facts with the fit's
+    prefix reuse on and off (off is how it was done before)."""
+    runs = [(n, True)] if n else []
+    if before:
+        runs += [(before, True), (before, False)]
+    rows = []
+    for count, reuse in runs:
+        hp = s.configs["memit"].replace(reuse_prefix=reuse, cache_fits=False)
+        handle, wall, cpu = clocked(lambda hp=hp, count=count: memit_edit(s.lm, facts[:count], hp, stats=s.stats))
         handle.restore()
         label = "fit from the subject on" if reuse else "fit over every position (before)"
-        rows.append({"what": f"MEMIT, {n} facts in one batch, {label}", "wall_s": wall, "cpu_s": cpu,
-                     "target_s": 120 if n == 50 and reuse else None})
-        print(rows[-1], flush=True)
-    config = EvaluationConfig()
-    one = facts[:1]
-    ev, wall, cpu = timed(
-        lambda: evaluate_edits(lm, one, ROMEHyperParams(layer=layer), stats=stats, evaluation=config, use_cache=False)
-    )
-    rows.append({"what": f"evaluation of one fact, GE {config.generation_tokens} tokens, baseline computed "
-                         "(ROME edit included)", "wall_s": wall, "cpu_s": cpu, "target_s": None})
-    rows.append({"what": "… the same, the edit excluded", "wall_s": wall - ev.seconds_per_edit,
-                 "cpu_s": None, "target_s": None})
-    evaluate_edits(lm, one, ROMEHyperParams(layer=layer), stats=stats, evaluation=config)  # fills the cache
-    ev, wall, cpu = timed(
-        lambda: evaluate_edits(lm, one, ROMEHyperParams(layer=layer), stats=stats, evaluation=config)
-    )
-    rows.append({"what": "evaluation of one fact, unedited baseline cached (the edit excluded)",
-                 "wall_s": wall - ev.seconds_per_edit, "cpu_s": None, "target_s": 10})
+        rows.append(CostRow(what=f"MEMIT, {count} facts in one batch, {label}", wall_s=wall, cpu_s=cpu,
+                            target_s=120 if count == 50 and reuse else None, date=""))
+        print(f"{rows[-1]['what']}: {wall:.1f} s", flush=True)
+    return rows
+
+
+def time_evaluation(s: Setup, fact: EditRequest) -> list[CostRow]:
+    """The evaluation of one fact with GE: the unedited baseline computed, then from its cache."""
+    hp = s.configs["rome"].replace(layer=s.rome_layer)
+
+    def evaluate(use_cache: bool) -> EditEvaluation:
+        return evaluate_edits(s.lm, [fact], hp, stats=s.stats, evaluation=s.evaluation, use_cache=use_cache)
+
+    ev, wall, cpu = clocked(lambda: evaluate(False))
+    rows = [
+        CostRow(what=f"evaluation of one fact, GE {s.evaluation.generation_tokens} tokens, baseline computed "
+                     "(ROME edit included)", wall_s=wall, cpu_s=cpu, target_s=None, date=""),
+        CostRow(what="… the same, the edit excluded", wall_s=wall - ev.seconds_per_edit, cpu_s=None,
+                target_s=None, date=""),
+    ]
+    evaluate(True)  # fills the cache
+    ev, wall, _ = clocked(lambda: evaluate(True))
+    rows.append(CostRow(what="evaluation of one fact, unedited baseline cached (the edit excluded)",
+                        wall_s=wall - ev.seconds_per_edit, cpu_s=None, target_s=10, date=""))
+    return rows
+
+
+def kept_rows(previous: EditingSpeedData | None, rows: list[CostRow]) -> list[CostRow]:
+    """A partial run (say --n-memit 0) keeps the rows it did not measure (not the evaluation's)."""
+    measured = {r["what"] for r in rows}
+    return [r for r in (previous or {}).get("rows", [])
+            if r["what"] not in measured and "evaluation" not in r["what"] and not r["what"].startswith("…")]
+
+
+def speed(run: harness.Run, s: Setup) -> None:
+    args, quick = run.args, run.quick
+    facts = load_facts()  # the set the "before" figures of issue 21 were measured on
+    with run.timed("speed"):
+        rows = [*time_rome(s, facts[: QUICK["n_rome"] if quick else args.n_rome]),
+                *time_memit(s, facts, QUICK["n_memit"] if quick else args.n_memit, 0 if quick else args.memit_before),
+                *time_evaluation(s, facts[0])]
     today = time.strftime("%Y-%m-%d")
-    rows = [{**row, "date": today} for row in rows]
-    if SPEED.exists():  # a partial run (say --n-memit 0) keeps the rows it did not measure
-        kept = [row for row in json.loads(SPEED.read_text())["rows"]
-                if row["what"] not in {r["what"] for r in rows}
-                and "evaluation" not in row["what"] and not row["what"].startswith("…")]
-        rows = kept + rows
-    data = {
-        "model": lm.name, "torch_threads": torch.get_num_threads(), "stats_tokens": stats.n_tokens,
-        "rome_layer": layer, "memit_layers": list(layers), "rows": rows,
-        "before_issue_21": {
-            "source": "issue 21 (measured by an earlier session on this CPU)",
-            "rome_edit_s": "5-16", "memit_50_facts_s": 434, "evaluation_one_fact_s": 70,
-        },
-    }
-    SPEED.write_text(json.dumps(data, indent=1))
-    print("| what | wall s | CPU s | target | measured |\n|---|---|---|---|---|")
-    for row in rows:
-        cpu = "" if row["cpu_s"] is None else f"{row['cpu_s']:.1f}"
-        target = "" if row["target_s"] is None else f"≤ {row['target_s']}"
-        print(f"| {row['what']} | {row['wall_s']:.1f} | {cpu} | {target} | {row.get('date', '2026-11-26')} |")
+    rows = [CostRow(**{**row, "date": today}) for row in rows]
+    previous = harness.read_json(speed_file(run))
+    data = EditingSpeedData(model=s.lm.name, stats_tokens=s.stats.n_tokens, rome_layer=s.rome_layer,
+                            memit_layers=s.memit_layers, rows=kept_rows(previous, rows) + rows,
+                            before_issue_21=BEFORE_ISSUE_21)
+    if previous and "arithmetic_floor" in previous:
+        data["arithmetic_floor"] = previous["arithmetic_floor"]
+    run.write(data, speed_file(run))
+    print(editing_cost(data))
+
+
+# --- --floor --------------------------------------------------------------------------------------
 
 
 def matmul_rate(threads: int, size: int = 2048, seconds: float = 5.0) -> float:
@@ -176,224 +279,219 @@ def matmul_rate(threads: int, size: int = 2048, seconds: float = 5.0) -> float:
         torch.set_num_threads(before)
 
 
-def floor(args: argparse.Namespace) -> None:
-    """The arithmetic floor of the speed targets: FLOPs of one ROME edit and of MEMIT per fact,
-    counted by torch's FlopCounterMode on the --speed facts, over the machine's matmul rate.
-    Run it alone (the rate is probed first, for 5 s per thread count)."""
+def gflop(fn: Callable[[], EditHandle]) -> float:
+    """GFLOPs of one edit, counted by torch's FlopCounterMode (matmuls and convolutions); the
+    edit is restored."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    rates = {str(t): matmul_rate(t) for t in (1, 2)}
-    print(f"float32 matmul: {rates['1']:.1f} GFLOP/s at 1 thread, {rates['2']:.1f} at 2", flush=True)
-    lm = load_model("smollm2-135m")
-    facts = load_facts()
-    layer, layers = default_rome_layer(lm), default_memit_layers(lm)
-    stats = key_statistics(lm, sorted({layer, *layers}), StatsConfig(n_tokens=ROMEHyperParams().stats_tokens))
-    context_templates(lm, 5, (5, 10))  # sampled once per model: not part of an edit's count
-    context_templates(lm, 5, (10,))
-    rome = []
-    for fact in facts[: args.n_rome]:
-        with FlopCounterMode(display=False) as counter:
-            handle = rome_edit(lm, fact, ROMEHyperParams(layer=layer), stats=stats)
-        handle.restore()
-        rome.append(counter.get_total_flops() / 1e9)
-        print(f"ROME {fact.subject}: {rome[-1]:.0f} GFLOP", flush=True)
-    hp = MEMITHyperParams()  # no cached fits: every fact's δ is fitted, as in the timed run
-    n = args.floor_memit
     with FlopCounterMode(display=False) as counter:
-        handle = memit_edit(lm, facts[:n], hp, stats=stats)
+        handle = fn()
     handle.restore()
-    memit = counter.get_total_flops() / 1e9 / n
+    return counter.get_total_flops() / 1e9
+
+
+def floor(run: harness.Run, s: Setup, rates: dict[str, float]) -> None:
+    """The arithmetic floor of the speed targets: FLOPs of one ROME edit and of MEMIT per fact
+    on the --speed facts, over the machine's matmul rate (probed before the model loaded)."""
+    args, quick = run.args, run.quick
+    facts = load_facts()
+    rome_hp = s.configs["rome"].replace(layer=s.rome_layer)
+    rome = []
+    for fact in facts[: QUICK["n_rome"] if quick else args.n_rome]:
+        rome.append(gflop(lambda f=fact: rome_edit(s.lm, f, rome_hp, stats=s.stats)))
+        print(f"ROME {fact.subject}: {rome[-1]:.0f} GFLOP", flush=True)
+    n = QUICK["n_memit"] if quick else args.floor_memit
+    # No cached fits: every fact's δ is fitted, as in the timed run.
+    memit_hp = s.configs["memit"].replace(cache_fits=False)
+    memit = gflop(lambda: memit_edit(s.lm, facts[:n], memit_hp, stats=s.stats)) / n
     print(f"MEMIT: {memit:.0f} GFLOP per fact ({n} facts)", flush=True)
-    rome_mean = sum(rome) / len(rome)
-    data = json.loads(SPEED.read_text()) if SPEED.exists() else {}
-    data["arithmetic_floor"] = {
-        "date": time.strftime("%Y-%m-%d"),
-        "matmul_gflops": rates,
-        "rome_gflop_per_edit": rome, "rome_gflop_mean": rome_mean, "rome_layer": layer,
-        "memit_gflop_per_fact": memit, "memit_facts_counted": n,
-        "rome_floor_s": rome_mean / rates["2"], "rome_target_s": 5,
-        "memit_50_floor_s": 50 * memit / rates["2"], "memit_target_s": 120,
-        "how": "FLOPs counted by torch.utils.flop_counter.FlopCounterMode (matmuls and convolutions "
-               "only); floor = FLOPs / the 2-thread float32 matmul rate",
-    }
-    SPEED.write_text(json.dumps(data, indent=1))
+    mean = sum(rome) / len(rome)
+    data = harness.read_json(speed_file(run), {})
+    data["arithmetic_floor"] = ArithmeticFloor(
+        date=time.strftime("%Y-%m-%d"), matmul_gflops=rates, rome_gflop_per_edit=rome, rome_gflop_mean=mean,
+        rome_layer=s.rome_layer, memit_gflop_per_fact=memit, memit_facts_counted=n,
+        rome_floor_s=mean / rates["2"], rome_target_s=5, memit_50_floor_s=50 * memit / rates["2"],
+        memit_target_s=120,
+        how="FLOPs counted by torch.utils.flop_counter.FlopCounterMode (matmuls and convolutions only); "
+            "floor = FLOPs / the 2-thread float32 matmul rate",
+    )
+    data.pop("timings", None)  # this run's own timings replace the last run's
+    run.write(data, speed_file(run))
     f = data["arithmetic_floor"]
-    print(f"floor: ROME {f['rome_floor_s']:.1f} s (target 5), MEMIT 50 facts {f['memit_50_floor_s']:.0f} s (target 120)")
+    print(f"floor: ROME {f['rome_floor_s']:.1f} s (target 5), MEMIT 50 facts {f['memit_50_floor_s']:.0f} s "
+          "(target 120)")
 
 
-def table(args: argparse.Namespace) -> None:
-    from lmsci_mi.editing import load_edit_facts
+# --- --table ---------------------------------------------------------------------------------------
 
-    cache = Path(args.cache)
-    cache.mkdir(parents=True, exist_ok=True)
-    lm = load_model("smollm2-135m")
+
+def ordered_edit_facts(n: int | None) -> list[EditRequest]:
+    """The editing fact set in a seeded order that puts every relation in any prefix
+    (sequential_editing.py: the same order), the first ``n``."""
     facts = load_edit_facts()
-    random.Random(0).shuffle(facts)  # every relation in any prefix (sequential_editing.py: the same order)
-    facts = facts[: args.facts]
-    layers = sorted({default_rome_layer(lm), *default_memit_layers(lm)})
-    stats = key_statistics(lm, layers, StatsConfig(n_tokens=ROMEHyperParams().stats_tokens))
-    evaluation = EvaluationConfig()
-    start = time.perf_counter()
-    results: dict[str, EditEvaluation] = {}
-    for name in args.methods:
-        config = CONFIGS[name]
-        if name == "rome":
-            rome_facts = facts[: args.rome_facts or len(facts)]
-            firsts = list(range(0, len(rome_facts), ROME_CHUNK))
-            # --backward: a second process can take the chunks from the end while the first
-            # goes forward; each skips a chunk the other has written.
-            for first in reversed(firsts) if args.backward else firsts:
-                path = cache / f"rome_{first:04d}.json"
-                if not path.exists():
-                    if time.perf_counter() - start > args.max_seconds:
-                        break
-                    chunk = rome_facts[first : first + ROME_CHUNK]
-                    ev = evaluate_edits(lm, chunk, config, stats=stats, evaluation=evaluation)
-                    ev.save(path)
-                    print(f"rome facts {first}..{first + len(ev.subjects) - 1}: S {ev.metric('S'):.1f}, "
-                          f"{ev.seconds_per_edit:.1f} s/edit", flush=True)
-            parts = []
-            for first in firsts:  # in the facts' order, as far as they are done
-                path = cache / f"rome_{first:04d}.json"
-                if not path.exists():
-                    break
-                parts.append(EditEvaluation.load(path))
-            if sum(len(p.subjects) for p in parts) == len(rome_facts):
-                results[name] = EditEvaluation.combine(parts)
-            elif parts and args.partial:  # ROME on the first facts done so far, labelled so
-                results[name] = EditEvaluation.combine(parts)
-                print(f"rome: {len(results[name].subjects)} of {len(rome_facts)} facts so far")
-        else:
-            path = cache / f"{name}_{len(facts)}.json"
-            if not path.exists():
-                ev = batch_evaluation(lm, name, facts, stats, evaluation, cache, deadline=start + args.max_seconds)
-                if ev is not None:
-                    ev.save(path)
-                    print(f"{name}: S {ev.metric('S'):.1f}, one edit of {len(facts)} facts in "
-                          f"{ev.seconds_per_edit:.0f} s", flush=True)
-            if path.exists():
-                results[name] = EditEvaluation.load(path)
-    if set(results) != set(args.methods) and not (args.partial and results):
-        print(f"done so far: {sorted(results)}; run again to resume")
-        return
-    write_table(results, facts, stats.n_tokens, stats.source)
-    print("done")
+    random.Random(0).shuffle(facts)
+    return facts[:n]
 
 
-def batch_evaluation(lm, name, facts, stats, evaluation, cache: Path, *, deadline: float) -> EditEvaluation | None:
+def rome_evaluation(run: harness.Run, cache: harness.ItemCache, s: Setup, facts: list[EditRequest],
+                    chunk: int, deadline: float) -> EditEvaluation | None:
+    """ROME one fact at a time, cached a chunk of facts at a time, combined in the facts' order
+    as far as the chunks are done (None when none is, or when not all are and not --partial)."""
+    firsts = list(range(0, len(facts), chunk))
+
+    def item(first: int) -> str:
+        return f"rome-{first:04d}-{min(first + chunk, len(facts)) - 1:04d}"
+
+    # --backward: a second process can take the chunks from the end while the first goes
+    # forward; each skips a chunk the other has written.
+    for first in reversed(firsts) if run.args.backward else firsts:
+        path = cache.path(item(first))
+        if path.is_file() or time.perf_counter() > deadline:
+            continue
+        ev = evaluate_edits(s.lm, facts[first : first + chunk], s.configs["rome"], stats=s.stats,
+                            evaluation=s.evaluation)
+        ev.save(path)
+        print(f"rome facts {first}..{first + len(ev.subjects) - 1}: S {ev.metric('S'):.1f}, "
+              f"{ev.seconds_per_edit:.1f} s/edit", flush=True)
+    parts = []
+    for first in firsts:
+        if not cache.path(item(first)).is_file():
+            break
+        parts.append(EditEvaluation.load(cache.path(item(first))))
+    done = sum(len(p.subjects) for p in parts)
+    if not parts or (done < len(facts) and not run.args.partial):
+        return None
+    if done < len(facts):
+        print(f"rome: {done} of {len(facts)} facts so far")
+    return EditEvaluation.combine(parts)
+
+
+def saved_atomically(save: Callable[[Path], object], path: Path) -> None:
+    """Write through ``save`` beside ``path`` and rename: never a half-written cache item."""
+    partial = path.with_name(path.name + ".partial" + path.suffix)
+    save(partial)
+    os.replace(partial, path)
+
+
+def batch_evaluation(cache: harness.ItemCache, s: Setup, name: str, facts: list[EditRequest], chunk: int,
+                     deadline: float) -> EditEvaluation | None:
     """A batch method's evaluation (MEMIT, AlphaEdit), resumable: the one edit of every fact is
-    computed once and its deltas kept in ``cache``; the edited model is then scored SCORE_CHUNK
-    facts at a time, each chunk's rows kept, so an interrupted run loses at most one chunk.
-    The rows equal one ``evaluate_edits`` call's (a fact's scores do not depend on the others
-    scored with it). None when ``deadline`` passes first."""
-    plan = plan_evaluation(lm, facts, CONFIGS[name], evaluation)
+    computed once and its deltas cached; the edited model is then scored ``chunk`` facts at a
+    time, each chunk's rows cached, so an interrupted run loses at most one chunk. The rows equal
+    one ``evaluate_edits`` call's (a fact's scores do not depend on the others scored with it).
+    None when ``deadline`` passes first."""
+    plan = plan_evaluation(s.lm, facts, s.configs[name], s.evaluation)
     n = len(plan.requests)
-    stem = f"{name}_{n}"
-    edit_path = cache / f"{stem}.edit.safetensors"
-    if not edit_path.exists():
+    edit_path = cache.path(f"{name}-{n}.edit", ".safetensors")
+    if not edit_path.is_file():
         function = EDITING_METHODS.get(plan.method).function
         begin = time.perf_counter()
-        with function(lm, list(plan.requests), plan.config, stats=stats) as handle:
+        with function(s.lm, list(plan.requests), plan.config, stats=s.stats) as handle:
             seconds = time.perf_counter() - begin
-            partial = edit_path.with_name(edit_path.name + ".partial.safetensors")
-            handle.save(partial, {"seconds": repr(seconds)})
-            os.replace(partial, edit_path)  # never a half-written edit
+            saved_atomically(lambda p: handle.save(p, {"seconds": repr(seconds)}), edit_path)
         print(f"{name}: one edit of {n} facts in {seconds:.0f} s", flush=True)
     deltas, metadata = read_deltas(edit_path)
-    before = unedited_scores(lm, plan, range(n))
+    before = unedited_scores(s.lm, plan, range(n))
     rows = []
-    for first in range(0, n, SCORE_CHUNK):
-        path = cache / f"{stem}.scores_{first:04d}.pt"
-        if not path.exists():
+    for first in range(0, n, chunk):
+        path = cache.path(f"{name}-{n}.scores-{first:04d}", ".pt")
+        if not path.is_file():
             if time.perf_counter() > deadline:
                 return None
-            chunk = list(range(first, min(n, first + SCORE_CHUNK)))
-            scores = edited_scores(lm, plan, [chunk], deltas=deltas).scores
-            partial = path.with_suffix(".partial")
-            torch.save(scores, partial)
-            os.replace(partial, path)
-            print(f"{name} facts {first}..{chunk[-1]} scored", flush=True)
+            indices = list(range(first, min(n, first + chunk)))
+            scores = edited_scores(s.lm, plan, [indices], deltas=deltas).scores
+            saved_atomically(lambda p, scores=scores: torch.save(scores, p), path)
+            print(f"{name} facts {first}..{indices[-1]} scored", flush=True)
         rows.append(torch.load(path))
-    layers = EditHandle(lm, deltas, method=plan.method).layers
+    layers = EditHandle(s.lm, deltas, method=plan.method).layers
     after = EditedScores(tuple(range(n)), torch.cat(rows), (layers,) * n, ())
-    return assemble_evaluation(lm, plan, before, after, seconds=[float(metadata["seconds"])], stats=stats)
+    return assemble_evaluation(s.lm, plan, before, after, seconds=[float(metadata["seconds"])], stats=s.stats)
 
 
-def write_table(results: dict[str, EditEvaluation], facts: list, stats_tokens: int, source: str) -> None:
-    n_facts = len(facts)
-    rows = []
-    # One unedited row per fact count (ROME may run on the first N facts of the same order only).
-    named = []
+def cached_batch_evaluation(cache: harness.ItemCache, s: Setup, name: str, facts: list[EditRequest],
+                            chunk: int, deadline: float) -> EditEvaluation | None:
+    """:func:`batch_evaluation`, kept whole once it is done."""
+    path = cache.path(f"{name}-{len(facts)}")
+    if path.is_file():
+        return EditEvaluation.load(path)
+    ev = batch_evaluation(cache, s, name, facts, chunk, deadline)
+    if ev is not None:
+        ev.save(path)
+        print(f"{name}: S {ev.metric('S'):.1f}, one edit of {len(facts)} facts in {ev.seconds_per_edit:.0f} s",
+              flush=True)
+    return ev
+
+
+def table_rows(results: dict[str, EditEvaluation], facts: list[EditRequest]) -> list[EditRow]:
+    """One row per method, and one unedited row per fact count (ROME may run on the first N
+    facts of the same order only)."""
+    named: list[tuple[str, EditEvaluation, bool]] = []
     for name, ev in sorted(results.items(), key=lambda item: -len(item[1].subjects)):
         if all(len(other.subjects) != len(ev.subjects) for _, other, _ in named):
             named.append(("unedited", ev, False))
         named.append((name, ev, True))
+    rows = []
     for label, ev, edited in named:
         probed = facts[: len(ev.subjects)]  # every row's facts are the first of the same order
-        rows.append({
-            "model": label,
-            "n_facts": len(ev.subjects),
+        rows.append(EditRow(
+            model=label, n_facts=len(ev.subjects),
             # The facts that carry each messy-knowledge probe (its rate's sample size).
-            "probe_facts": {m: int((~ev.per_fact[0, :, PER_FACT.index(m)].isnan()).sum()) for m in PROBES},
-            "other_relation_prompts": sum(len(f.other_relation_prompts) for f in probed),
-            "n_edits": ev.n_edits if edited else 0,
-            "seconds_per_edit": ev.seconds_per_edit if edited else None,
-            "metrics": {m: ev.metric(m, edited=edited) for m in METRICS},
-            "ci95": {m: ev.interval(m, edited=edited) for m in METRICS},
-        })
-    data = {
-        "model": "smollm2-135m",
-        "facts": "lmsci_mi/data/edit_facts.json",
-        "n_facts": n_facts,
-        "stats_tokens": stats_tokens,
-        "stats_source": source,
-        "generation_tokens": EvaluationConfig().generation_tokens,
-        "interval": "percentile bootstrap over facts, 2000 resamples, 95%",
-        "configs": {name: CONFIGS[name].params() for name in results},
-        "rows": rows,
-    }
-    TABLE.write_text(json.dumps(data, indent=1))
-    print("| model + method | facts | " + " | ".join(METRICS) + " |")
-    print("|---|---|" + "---|" * len(METRICS))
-    for row in rows:
-        cells = []
-        for m in METRICS:
-            value, (low, high) = row["metrics"][m], row["ci95"][m]
-            cells.append("–" if value != value else f"{value:.1f} [{low:.1f}, {high:.1f}]")
-        print(f"| {row['model']} | {row['n_facts']} | " + " | ".join(cells) + " |")
+            probe_facts={m: int((~ev.per_fact[0, :, PER_FACT.index(m)].isnan()).sum()) for m in PROBES},
+            other_relation_prompts=sum(len(f.other_relation_prompts) for f in probed),
+            n_edits=ev.n_edits if edited else 0, seconds_per_edit=ev.seconds_per_edit if edited else None,
+            metrics={m: ev.metric(m, edited=edited) for m in METRICS},
+            ci95={m: list(ev.interval(m, edited=edited)) for m in METRICS},
+        ))
+    return rows
+
+
+def table(run: harness.Run, s: Setup) -> None:
+    args, quick = run.args, run.quick
+    facts = ordered_edit_facts(QUICK["facts"] if quick else args.facts)
+    rome_chunk, score_chunk = (QUICK["chunk"],) * 2 if quick else (ROME_CHUNK, SCORE_CHUNK)
+    cache = run.cache({"model": args.model, "quick": quick})  # every item names its method and facts
+    deadline = time.perf_counter() + args.max_seconds
+    results: dict[str, EditEvaluation] = {}
+    for name in args.methods:
+        with run.timed(name):
+            if name == "rome":
+                ev = rome_evaluation(run, cache, s, facts[: args.rome_facts], rome_chunk, deadline)
+            else:
+                ev = cached_batch_evaluation(cache, s, name, facts, score_chunk, deadline)
+        if ev is not None:
+            results[name] = ev
+    if set(results) != set(args.methods) and not (args.partial and results):
+        print(f"done so far: {sorted(results)}; run again to resume")
+        return
+    data = EditingTableData(
+        model=args.model, facts="lmsci_mi/data/edit_facts.json", n_facts=len(facts),
+        stats_tokens=s.stats.n_tokens, stats_source=s.stats.source,
+        generation_tokens=s.evaluation.generation_tokens,
+        interval="percentile bootstrap over facts, 2000 resamples, 95%",
+        configs={name: s.configs[name].params() for name in results}, rows=table_rows(results, facts),
+    )
+    run.write(data)
+    print(editing_table(data))
+    print("done")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--speed", action="store_true", help="the timings (quiet machine)")
-    parser.add_argument("--table", action="store_true", help="the editing table (resumable)")
-    parser.add_argument("--n-rome", type=int, default=5, help="--speed: ROME edits timed")
-    parser.add_argument("--n-memit", type=int, default=50, help="--speed: facts in the MEMIT batch")
-    parser.add_argument("--memit-before", type=int, default=0, metavar="N",
-                        help="--speed: also time MEMIT on N facts with and without the prefix reuse")
-    parser.add_argument("--methods", nargs="+", default=["memit", "alphaedit", "rome"], choices=sorted(CONFIGS))
-    parser.add_argument("--facts", type=int, default=None,
-                        help="--table: the first N facts in a seeded random order (default all)")
-    parser.add_argument("--backward", action="store_true",
-                        help="--table: take ROME's chunks from the last (a second process beside a forward one)")
-    parser.add_argument("--partial", action="store_true",
-                        help="--table: write the table from the methods done so far (ROME on its first facts)")
-    parser.add_argument("--rome-facts", type=int, default=None,
-                        help="--table: ROME on the first N of those facts only (default all)")
-    parser.add_argument("--cache", default="out/editing_table", help="--table: per-chunk results")
-    parser.add_argument("--max-seconds", type=float, default=float("inf"), help="--table: stop starting work after")
-    parser.add_argument("--floor", action="store_true",
-                        help="FLOPs per edit and the matmul rate: the targets' arithmetic floor (alone)")
-    parser.add_argument("--floor-memit", type=int, default=8, help="--floor: facts whose MEMIT FLOPs are counted")
-    args = parser.parse_args()
-    if args.floor:
-        floor(args)
-    if args.speed:
-        speed(args)
-    if args.table:
-        table(args)
+    run = harness.start(__doc__, __file__, threads=2, flags=add_flags, out=harness.DATA / "editing_table.json")
+    args = run.args
     if not (args.speed or args.table or args.floor):
-        parser.error("give --speed, --floor or --table")
+        raise SystemExit("give --speed, --floor or --table")
+    rates = {}
+    if args.floor:  # first, while nothing else runs
+        seconds = QUICK["rate_seconds"] if run.quick else 5.0
+        rates = {str(t): matmul_rate(t, seconds=seconds) for t in (1, 2)}
+        print(f"float32 matmul: {rates['1']:.1f} GFLOP/s at 1 thread, {rates['2']:.1f} at 2", flush=True)
+    s = prepare(run)
+    if args.floor:
+        floor(run, s, rates)
+    if args.speed:
+        speed(run, s)
+    if args.table:
+        table(run, s)
 
 
 if __name__ == "__main__":

@@ -2,31 +2,45 @@
 
     PYTHONPATH=. .venv/bin/python benchmarks/fact_sets.py             # counts from the shipped files
     HF_HUB_OFFLINE=1 PYTHONPATH=. .venv/bin/python benchmarks/fact_sets.py --rebuild   # and rebuild both
+    PYTHONPATH=. python benchmarks/fact_sets.py --quick                # a check (counts only)
 
 Reads ``lmsci_mi/data/facts.json`` (the causal-tracing and ROME/MEMIT fact set) and
 ``lmsci_mi/data/edit_facts.json`` (the editing fact set of issue 21) and writes
 docs/data/fact_sets.json: candidates and kept facts, facts per relation, the messy-knowledge
 probes with one example of each, drawn from the file itself. ``--rebuild`` also selects both sets
-again on SmolLM2-135M into a temporary folder, times each selection (one torch thread unless
-``--threads``), counts the prompts that went through the model, and records whether the rebuilt
-facts equal the shipped ones; without it the last rebuild's record is kept.
+again on SmolLM2-135M (``--model``) into a temporary folder, times each selection (one torch
+thread unless ``--threads``), counts the prompts that went through the model, and records whether
+the rebuilt facts equal the shipped ones; without it the last rebuild's record in --out is kept.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import os
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import harness
+import torch
+from doc_tables.schemas.editing import (
+    EditFacts,
+    FactSetsData,
+    KnownFacts,
+    ProbeExamples,
+    Rebuild,
+    RebuiltSet,
+    RelationCount,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "docs" / "data" / "fact_sets.json"
-SHIPPED = ROOT / "lmsci_mi" / "data"
+from lmsci_mi import LensModel, load_model
+from lmsci_mi.data.edit_facts import build_edit_fact_set
+from lmsci_mi.data.facts import build_fact_set
+
+SHIPPED = harness.ROOT / "lmsci_mi" / "data"
 
 # What each relation asks, in the table's words; the relation's own neighbours unless said.
 RELATION_WORDS = {
@@ -46,14 +60,20 @@ RELATION_WORDS = {
 }
 
 
-def _relations(facts: list[dict[str, Any]]) -> dict[str, int]:
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rebuild", action="store_true", help="select both sets again, timed")
+    parser.add_argument("--keep", type=Path, default=None, help="write the rebuilt files here")
+    parser.add_argument("--model", default="smollm2-135m", help="--rebuild: the model that selects")
+
+
+def relations(facts: list[dict[str, Any]]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for fact in facts:
         counts[fact["relation"]] = counts.get(fact["relation"], 0) + 1
     return counts
 
 
-def _examples(facts: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+def examples(facts: list[dict[str, Any]]) -> ProbeExamples:
     """The first fact of the file that carries each probe, with what the probe reads."""
     def first(key: str) -> dict[str, Any]:
         return next(f for f in facts if f[key])
@@ -62,59 +82,53 @@ def _examples(facts: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
         first("negated_prompt"), first("reverse_prompt"), first("two_hop_prompt"),
         first("other_relation_prompts"),
     )
-    return {
-        "negated": {"prompt": negated["negated_prompt"]},
-        "reverse": {
+    return ProbeExamples(
+        negated={"prompt": negated["negated_prompt"]},
+        reverse={
             "prompt": reverse["reverse_prompt"],
             "unedited": reverse["reverse_target_true"],
             "reversed": reverse["reverse_target_new"],
         },
-        "two_hop": {
+        two_hop={
             "prompt": two_hop["two_hop_prompt"],
             "unedited": two_hop["two_hop_target_true"],
             "edited": two_hop["two_hop_target_new"],
             "edit": two_hop["target_new"],
         },
-        "other_relation": {
+        other_relation={
             "prompt": other["other_relation_prompts"][0],
             "relation": other["relation"],
         },
-    }
+    )
 
 
-def summarise() -> dict[str, Any]:
-    edit = json.loads((SHIPPED / "edit_facts.json").read_text(encoding="utf-8"))
-    known = json.loads((SHIPPED / "facts.json").read_text(encoding="utf-8"))
+def shipped(name: str) -> dict[str, Any]:
+    return json.loads((SHIPPED / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def known_facts() -> KnownFacts:
+    known = shipped("facts")
+    return KnownFacts(file="lmsci_mi/data/facts.json", model=known["model"], rule=known["rule"],
+                      n_candidates=known["n_candidates"], n_facts=len(known["facts"]),
+                      relations=relations(known["facts"]))
+
+
+def edit_facts() -> EditFacts:
+    edit = shipped("edit_facts")
     facts = edit["facts"]
-    relations = _relations(facts)
-    if relations != edit["relations"]:
+    counts = relations(facts)
+    if counts != edit["relations"]:
         raise SystemExit("edit_facts.json's header counts disagree with its facts; rebuild it")
-    return {
-        "known_facts": {
-            "file": "lmsci_mi/data/facts.json",
-            "model": known["model"],
-            "rule": known["rule"],
-            "n_candidates": known["n_candidates"],
-            "n_facts": len(known["facts"]),
-            "relations": _relations(known["facts"]),
-        },
-        "edit_facts": {
-            "file": "lmsci_mi/data/edit_facts.json",
-            "model": edit["model"],
-            "rule": edit["rule"],
-            "n_candidates": edit["n_candidates"],
-            "n_facts": len(facts),
-            "relations": [
-                {"relation": name, "words": RELATION_WORDS.get(name, name), "facts": count}
-                for name, count in relations.items()
-            ],
-            "messy": edit["messy"],
-            "examples": _examples(facts),
-        },
-    }
+    return EditFacts(
+        file="lmsci_mi/data/edit_facts.json", model=edit["model"], rule=edit["rule"],
+        n_candidates=edit["n_candidates"], n_facts=len(facts),
+        relations=[RelationCount(relation=name, words=RELATION_WORDS.get(name, name), facts=count)
+                   for name, count in counts.items()],
+        messy=edit["messy"], examples=examples(facts),
+    )
 
 
-def _compare(shipped: list[dict[str, Any]], rebuilt: list[dict[str, Any]]) -> dict[str, Any]:
+def compare(shipped: list[dict[str, Any]], rebuilt: list[dict[str, Any]]) -> dict[str, Any]:
     """How the rebuilt facts differ from the shipped ones: facts only in one of them, and among the
     facts in both, which fields differ (``p_true`` apart: it is a rounded probability, so the
     largest difference is given instead)."""
@@ -139,62 +153,60 @@ def _compare(shipped: list[dict[str, Any]], rebuilt: list[dict[str, Any]]) -> di
     }
 
 
-def rebuild(threads: int, keep: Path | None = None) -> dict[str, Any]:
-    """Select both sets again into a temporary folder, timed, with the prompts counted, and
-    compare them with the shipped files (the rebuilt files are kept in ``keep`` if given)."""
-    import torch
-
-    from lmsci_mi import load_model
-    from lmsci_mi.data.edit_facts import build_edit_fact_set
-    from lmsci_mi.data.facts import build_fact_set
-
-    torch.set_num_threads(threads)
-    lm = load_model("smollm2-135m")
-    prompts = 0
+@contextlib.contextmanager
+def counted_prompts(lm: LensModel) -> Iterator[list[int]]:
+    """Count the prompts that go through the model's forward while the block runs (every
+    selection batches its prompts through it): the yielded list's one item."""
+    count = [0]
     forward = lm.model.forward
 
-    def counting(tokens, *args, **kwargs):  # every selection batches its prompts through forward
-        nonlocal prompts
-        prompts += int(tokens.shape[0]) if hasattr(tokens, "shape") else len(tokens)
+    def counting(tokens: Any, *args: Any, **kwargs: Any) -> Any:
+        count[0] += int(tokens.shape[0]) if hasattr(tokens, "shape") else len(tokens)
         return forward(tokens, *args, **kwargs)
 
-    record: dict[str, Any] = {"threads": threads, "date": time.strftime("%Y-%m-%d")}
     lm.model.forward = counting
     try:
-        with tempfile.TemporaryDirectory() as folder:
-            for name, build in (("facts", build_fact_set), ("edit_facts", build_edit_fact_set)):
-                prompts = 0
-                start, cpu = time.perf_counter(), time.process_time()
-                build(lm, Path(folder) / f"{name}.json")
-                seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
-                rebuilt = json.loads((Path(folder) / f"{name}.json").read_text(encoding="utf-8"))
-                shipped = json.loads((SHIPPED / f"{name}.json").read_text(encoding="utf-8"))
-                if keep is not None:
-                    (keep / f"{name}.json").write_text(json.dumps(rebuilt, indent=1, ensure_ascii=False))
-                record[name] = {
-                    "seconds": round(seconds, 1),
-                    "cpu_seconds": round(cpu_seconds, 1),
-                    "prompts": prompts,
-                    "n_facts": len(rebuilt["facts"]),
-                    **_compare(shipped["facts"], rebuilt["facts"]),
-                }
-                print(f"{name}: {record[name]}")
+        yield count
     finally:
         del lm.model.forward  # back to the class's method
-    return record
+
+
+def rebuilt_set(lm: LensModel, name: str, build: Callable[[LensModel, Path], object], folder: Path,
+                keep: Path | None) -> RebuiltSet:
+    """Select one set again into ``folder``, timed, and compare it with the shipped file."""
+    with counted_prompts(lm) as prompts:
+        start, cpu = time.perf_counter(), time.process_time()
+        build(lm, folder / f"{name}.json")
+        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
+    rebuilt = json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))
+    if keep is not None:
+        (keep / f"{name}.json").write_text(json.dumps(rebuilt, indent=1, ensure_ascii=False))
+    return RebuiltSet(seconds=round(seconds, 1), cpu_seconds=round(cpu_seconds, 1), prompts=prompts[0],
+                      n_facts=len(rebuilt["facts"]), **compare(shipped(name)["facts"], rebuilt["facts"]))
+
+
+def rebuild(run: harness.Run) -> Rebuild:
+    """Both sets selected again on ``--model`` into a temporary folder (kept in ``--keep`` if
+    given), each timed at the harness's ``--threads``."""
+    with run.timed("load"):
+        lm = load_model(run.args.model)
+    sets = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for name, build in (("facts", build_fact_set), ("edit_facts", build_edit_fact_set)):
+            with run.timed(name):
+                sets[name] = rebuilt_set(lm, name, build, Path(folder), run.args.keep)
+            r = sets[name]
+            print(f"{name}: {r['n_facts']} facts, {r['prompts']} prompts in {r['seconds']} s; "
+                  f"equal to the shipped file: {r['equal_to_shipped']}")
+    return Rebuild(threads=torch.get_num_threads(), date=time.strftime("%Y-%m-%d"), **sets)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rebuild", action="store_true", help="select both sets again, timed")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads for --rebuild")
-    parser.add_argument("--keep", type=Path, default=None, help="write the rebuilt files here")
-    args = parser.parse_args()
-    document = summarise()
-    previous = json.loads(DATA.read_text(encoding="utf-8")) if DATA.is_file() else {}
-    document["rebuild"] = rebuild(args.threads, args.keep) if args.rebuild else previous.get("rebuild")
-    DATA.write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(f"wrote {DATA.relative_to(ROOT)}")
+    run = harness.start(__doc__, __file__, threads=1, flags=add_flags)
+    previous = harness.read_json(run.out, {})
+    run.write(FactSetsData(known_facts=known_facts(), edit_facts=edit_facts(),
+                           rebuild=rebuild(run) if run.args.rebuild else previous.get("rebuild")),
+              ensure_ascii=False)
 
 
 if __name__ == "__main__":

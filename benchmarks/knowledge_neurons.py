@@ -4,6 +4,7 @@ scheme, and the paper's suppress/enhance table with random-neuron and other-fact
     python benchmarks/knowledge_neurons.py --speed          # (a) one prompt, 30 layers x 1536, m=20
     python benchmarks/knowledge_neurons.py --table          # (b) resumable: run until it says done
     python benchmarks/knowledge_neurons.py --table --max-seconds 240   # one piece of a few minutes
+    python benchmarks/knowledge_neurons.py --quick --model toy-2l --speed --table   # a check
 
 (a) times ``integrated_gradients`` and, in the same run on the same inputs, the scheme of the
 ``knowledge-neurons`` package written here on our model: per layer, one forward for the baseline
@@ -11,39 +12,58 @@ activations, then the IG steps in batches of 10, each batch recomputing the whol
 unembedding every position, with a backward pass to that layer. Both use our Riemann rule
 (alpha = k/m), so their scores are compared too.
 
-(b) caches each fact's neurons and effects in ``--cache`` and resumes; when every fact is done it
-writes ``docs/data/knowledge_neurons.json``.
+(b) finds each fact's knowledge neurons and runs ``lmsci_mi.knowledge.suppression_test`` on them
+(the fact's 4 prompts; random neurons of the same layers; 5 facts of other relations), caching each
+fact in the harness's per-item cache, so a stopped run resumes; every piece rewrites the table of
+the facts done so far ("complete" says whether all are). Each part keeps the other's section of
+docs/data/knowledge_neurons.json. --quick: 1 timed run, 2 facts.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
+import math
 import random
 import statistics
 import time
-from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
+import harness
 import torch
+from doc_tables.knowledge import kn_speed, kn_table
+from doc_tables.schemas.knowledge import (
+    KnowledgeNeuronsData,
+    MeanCI,
+    NeuronsCells,
+    NeuronsFact,
+    NeuronsSpeed,
+    NeuronsTable,
+    ScalingCell,
+)
 
-from lmsci_mi import load_model
+from lmsci_mi import LensModel, load_model
 from lmsci_mi.data.facts import load_fact_records
-from lmsci_mi.knowledge.neurons import (
+from lmsci_mi.knowledge import (
     KnowledgeNeuronsConfig,
-    enhance_neurons,
     integrated_gradients,
     knowledge_neurons,
-    suppress_neurons,
+    suppression_test,
 )
-from lmsci_mi.model import LensModel
 from lmsci_mi.sites import hook_name
+from lmsci_mi.stats import bootstrap_interval
 
 EIFFEL = ("The Eiffel Tower is located in the city of", " Paris")
-OUT = Path("docs/data/knowledge_neurons.json")
 N_OTHER = 5  # unrelated facts (other relations) each fact's neurons are tested on
+QUICK_FACTS = 2
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--speed", action="store_true", help="(a) the timing against the package scheme")
+    parser.add_argument("--table", action="store_true", help="(b) the suppress/enhance table")
+    parser.add_argument("--repeats", type=int, default=3, help="(a) timed runs of ours (the best is shown)")
+    parser.add_argument("--facts", type=int, default=30, help="(b) facts spread over the shipped set")
+    parser.add_argument("--max-seconds", type=float, default=float("inf"),
+                        help="(b) start no fact after this many seconds (run again to resume)")
+    parser.add_argument("--model", default="smollm2-135m")
 
 
 # ----------------------------------------------------------------------------- (a) speed
@@ -81,7 +101,9 @@ def package_scheme(
     return torch.stack(rows)
 
 
-def speed(lm: LensModel, repeats: int) -> dict[str, object]:
+def speed(lm: LensModel, repeats: int) -> NeuronsSpeed:
+    """``integrated_gradients`` (best of ``repeats``, after a warm-up) against the package's
+    scheme on the same prompt, in the same run, and how far their scores differ."""
     prompt, target = EIFFEL
     integrated_gradients(lm, prompt, target)  # warm-up: first-call allocations
     ours = []
@@ -93,69 +115,19 @@ def speed(lm: LensModel, repeats: int) -> dict[str, object]:
     theirs = package_scheme(lm, prompt, target)
     package = time.perf_counter() - start
     diff = float((theirs - res.values).abs().max() / res.values.abs().max())
-    ratio = package / min(ours)
-    print("| scheme | passes | wall s |\n|---|---|---|")
-    print(
-        f"| lmsci-mi integrated_gradients (best of {repeats}) | 1 forward + 1 backward | {min(ours):.2f} |"
+    print(f"speed-up {package / min(ours):.1f}x; max score difference {diff:.1e} of the largest score")
+    return NeuronsSpeed(
+        prompt=prompt, target=target, layers=lm.cfg.n_layers, neurons=int(lm.cfg.d_mlp or 0), steps=20,
+        ours_s=ours, package_scheme_s=package, speedup=package / min(ours), max_relative_score_difference=diff,
+        torch_threads=torch.get_num_threads(), top_neurons=[str(n) for n in res.top(10)],
     )
-    print(
-        f"| knowledge-neurons package scheme | {lm.cfg.n_layers} x (1 + 2 fwd/bwd) | {package:.2f} |"
-    )
-    print(f"speed-up {ratio:.1f}x; max score difference {diff:.1e} of the largest score")
-    return {
-        "prompt": prompt,
-        "target": target,
-        "layers": lm.cfg.n_layers,
-        "neurons": int(lm.cfg.d_mlp or 0),
-        "steps": 20,
-        "ours_s": ours,
-        "package_scheme_s": package,
-        "speedup": ratio,
-        "max_relative_score_difference": diff,
-        "torch_threads": torch.get_num_threads(),
-        "top_neurons": [str(n) for n in res.top(10)],
-    }
 
 
 # ----------------------------------------------------------------------------- (b) the table
 
 
-@torch.no_grad()
-def answer_prob(lm: LensModel, prompt: str, target: str) -> float:
-    """p(first token of ``target``) after ``prompt`` under whatever hooks are active."""
-    logits = lm(lm.to_tokens(prompt))[0, -1].float()
-    return float(logits.softmax(-1)[lm.continuation_ids(target)[0]])
-
-
-def relative_changes(
-    lm: LensModel, neurons: list[tuple[int, int]], cases: list[tuple[str, str]]
-) -> dict[str, float]:
-    """Mean relative change of p(answer) over ``cases`` when ``neurons`` are suppressed/enhanced."""
-    if not neurons:
-        return {"suppress": 0.0, "enhance": 0.0}
-    base = [answer_prob(lm, p, t) for p, t in cases]
-    out = {}
-    for kind, manager in (("suppress", suppress_neurons), ("enhance", enhance_neurons)):
-        with manager(lm, neurons):
-            after = [answer_prob(lm, p, t) for p, t in cases]
-        out[kind] = statistics.fmean((a - b) / b for a, b in zip(after, base, strict=True))
-    return out
-
-
-def random_like(neurons: list[tuple[int, int]], d_mlp: int, seed: int) -> list[tuple[int, int]]:
-    """As many random neurons, each from the layer of one knowledge neuron, none of them."""
-    rng = random.Random(seed)
-    taken = set(neurons)
-    picked: list[tuple[int, int]] = []
-    for layer, _ in neurons:
-        while (cell := (layer, rng.randrange(d_mlp))) in taken:
-            pass
-        taken.add(cell)
-        picked.append(cell)
-    return picked
-
-
 def fact_cases(fact: dict) -> list[tuple[str, str]]:
+    """The fact's prompt and paraphrases, each with its answer."""
     prompts = [fact["prompt"].format(fact["subject"]), *fact["paraphrase_prompts"]]
     return [(p, fact["target_true"]) for p in prompts]
 
@@ -177,137 +149,94 @@ def others_of(facts: list[dict], index: int, n: int) -> list[int]:
     return random.Random(index).sample(pool, n)
 
 
-def one_fact(lm: LensModel, facts: list[dict], index: int, cfg: KnowledgeNeuronsConfig) -> dict:
+def one_fact(lm: LensModel, facts: list[dict], index: int, cfg: KnowledgeNeuronsConfig) -> NeuronsFact:
+    """The fact's knowledge neurons, and the suppression test with both controls (the random
+    neurons drawn with the fact's index as seed)."""
     fact = facts[index]
     cases = fact_cases(fact)
     start = time.perf_counter()
     kn = knowledge_neurons(lm, [p for p, _ in cases], fact["target_true"], cfg)
     ig_s = time.perf_counter() - start
-    neurons = [(int(layer), int(neuron)) for layer, neuron in kn.neurons]
-    control = random_like(neurons, int(lm.cfg.d_mlp or 0), seed=index)
     other = [fact_cases(facts[j])[0] for j in others_of(facts, index, N_OTHER)]
-    return {
-        "index": index,
-        "subject": fact["subject"],
-        "relation": fact["relation"],
-        "target": fact["target_true"],
-        "neurons": [list(n) for n in neurons],
-        "ig_seconds": ig_s,
-        "knowledge": relative_changes(lm, neurons, cases),
-        "random": relative_changes(lm, control, cases),
-        "other_facts": relative_changes(lm, neurons, other),
-    }
+    test = suppression_test(lm, kn.neurons, cases, other, seed=index)
+    return NeuronsFact(
+        index=index, subject=fact["subject"], relation=fact["relation"], target=fact["target_true"],
+        neurons=[list(n) for n in test.neurons], ig_seconds=ig_s, knowledge=test.knowledge.as_dict(),
+        random=test.random.as_dict(), other_facts=test.other_facts.as_dict(),
+    )
 
 
-def bootstrap(values: list[float], seed: int = 0, draws: int = 10_000) -> list[float]:
-    """95% percentile interval of the mean, resampling facts."""
-    data = torch.tensor(values, dtype=torch.float64)
-    gen = torch.Generator().manual_seed(seed)
-    means = data[torch.randint(len(values), (draws, len(values)), generator=gen)].mean(1)
-    return [float(means.quantile(0.025)), float(means.quantile(0.975))]
+def mean_ci(values: list[float]) -> MeanCI:
+    """The mean over facts with its 95% percentile-bootstrap interval (10,000 resamples of the
+    facts, seed 0); NaN with no facts."""
+    if not values:
+        return MeanCI(mean=math.nan, ci95=[math.nan, math.nan])
+    interval = bootstrap_interval(values, n_resamples=10_000, seed=0)
+    return MeanCI(mean=interval.estimate, ci95=interval.as_list())
 
 
-def table(lm: LensModel, args: argparse.Namespace) -> bool:
+def cells(rows: list[NeuronsFact]) -> NeuronsCells:
+    """Each group's mean relative changes over the facts that have knowledge neurons."""
+    with_neurons = [r for r in rows if r["neurons"]]
+    return NeuronsCells(**{
+        group: ScalingCell(suppress=mean_ci([r[group]["suppress"] for r in with_neurons]),
+                           enhance=mean_ci([r[group]["enhance"] for r in with_neurons]))
+        for group in ("knowledge", "random", "other_facts")
+    })
+
+
+def summarise(model: str, rows: list[NeuronsFact], cfg: KnowledgeNeuronsConfig, *, complete: bool) -> NeuronsTable:
+    layers = [n[0] for r in rows for n in r["neurons"]]
+    return NeuronsTable(
+        model=model, complete=complete, n_facts=len(rows),
+        n_facts_with_neurons=sum(1 for r in rows if r["neurons"]), prompts_per_fact=4,
+        other_facts_per_fact=N_OTHER, config=cfg.params(), neurons_per_fact=[len(r["neurons"]) for r in rows],
+        layer_histogram={str(layer): layers.count(layer) for layer in sorted(set(layers))},
+        cells=cells(rows), ig_seconds_per_fact=statistics.fmean(r["ig_seconds"] for r in rows), facts=rows,
+    )
+
+
+def table(run: harness.Run, lm: LensModel) -> NeuronsTable | None:
+    """Every chosen fact, each cached as it finishes; the summary of the facts done so far
+    ("complete" says whether all are), or None when none is."""
     facts = single_token_facts(lm)
     cfg = KnowledgeNeuronsConfig()
-    cache = Path(args.cache)
-    cache.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    wanted = chosen_facts(len(facts), args.facts)
+    wanted = chosen_facts(len(facts), QUICK_FACTS if run.quick else run.args.facts)
+    cache = run.cache({"model": run.args.model, "quick": run.quick})  # each item names its fact
+    deadline = time.perf_counter() + run.args.max_seconds
+    rows = []
     for index in wanted:
-        path = cache / f"fact{index:03d}.json"
-        if path.exists():
-            continue
-        if time.perf_counter() - start > args.max_seconds:
-            print(f"stopped after {args.max_seconds} s: run again to resume")
-            break
-        row = one_fact(lm, facts, index, cfg)
-        path.write_text(json.dumps(row))
-        print(
-            f"fact {index} ({row['subject']}): {len(row['neurons'])} neurons, "
-            f"suppress {row['knowledge']['suppress']:+.1%}, enhance {row['knowledge']['enhance']:+.1%}"
-        )
-    # Every piece rewrites the summary from the facts done so far; "complete" says if all are.
-    done = [cache / f"fact{i:03d}.json" for i in wanted if (cache / f"fact{i:03d}.json").exists()]
-    if done:
-        rows = [json.loads(path.read_text()) for path in done]
-        summarise(rows, cfg, complete=len(done) == len(wanted))
-    return len(done) == len(wanted)
-
-
-def summarise(rows: list[dict], cfg: KnowledgeNeuronsConfig, *, complete: bool) -> None:
-    with_neurons = [r for r in rows if r["neurons"]]
-    cells = {}
-    print(
-        f"\n{len(rows)} facts, {len(with_neurons)} with knowledge neurons "
-        f"(mean {statistics.fmean(len(r['neurons']) for r in rows):.1f} per fact)"
-    )
-    print(
-        "| neurons | prompts | suppress: mean rel. change [95% CI] | enhance |\n|---|---|---|---|"
-    )
-    for group, label in (
-        ("knowledge", "knowledge neurons"),
-        ("random", "random, same layers"),
-        ("other_facts", "knowledge neurons"),
-    ):
-        entry = {}
-        for kind in ("suppress", "enhance"):
-            values = [r[group][kind] for r in with_neurons]
-            entry[kind] = {"mean": statistics.fmean(values), "ci95": bootstrap(values)}
-        cells[group] = entry
-        prompts = "other facts" if group == "other_facts" else "the fact's 4 prompts"
-        print(
-            f"| {label} | {prompts} | "
-            + " | ".join(
-                f"{entry[k]['mean']:+.1%} [{entry[k]['ci95'][0]:+.1%}, {entry[k]['ci95'][1]:+.1%}]"
-                for k in ("suppress", "enhance")
-            )
-            + " |"
-        )
-    layers = [n[0] for r in rows for n in r["neurons"]]
-    data = json.loads(OUT.read_text()) if OUT.exists() else {}
-    data["table"] = {
-        "model": "smollm2-135m",
-        "complete": complete,
-        "n_facts": len(rows),
-        "n_facts_with_neurons": len(with_neurons),
-        "prompts_per_fact": 4,
-        "other_facts_per_fact": N_OTHER,
-        "config": cfg.params(),
-        "neurons_per_fact": [len(r["neurons"]) for r in rows],
-        "layer_histogram": {str(layer): layers.count(layer) for layer in sorted(set(layers))},
-        "cells": cells,
-        "ig_seconds_per_fact": statistics.fmean(r["ig_seconds"] for r in rows),
-        "facts": rows,
-    }
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(data, indent=1))
-    print(f"wrote {OUT} (complete: {complete})")
+        item = f"fact{index:03d}"
+        if item not in cache and time.perf_counter() > deadline:
+            continue  # past --max-seconds: only the facts already cached (by any run) count
+        with run.timed("facts"):
+            row = cache.get(item, lambda index=index: one_fact(lm, facts, index, cfg))
+        rows.append(row)
+        print(f"fact {index} ({row['subject']}): {len(row['neurons'])} neurons, "
+              f"suppress {row['knowledge']['suppress']:+.1%}, enhance {row['knowledge']['enhance']:+.1%}")
+    if len(rows) < len(wanted):
+        print(f"{len(rows)} of {len(wanted)} facts done: run again to resume")
+    # Every piece rewrites the summary from the facts done so far.
+    return summarise(run.args.model, rows, cfg, complete=len(rows) == len(wanted)) if rows else None
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "knowledge neurons").splitlines()[0])
-    parser.add_argument(
-        "--speed", action="store_true", help="(a) the timing against the package scheme"
-    )
-    parser.add_argument("--table", action="store_true", help="(b) the suppress/enhance table")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--facts", type=int, default=30, help="facts spread over the shipped set")
-    parser.add_argument(
-        "--max-seconds", type=float, default=float("inf"), help="stop a piece after this"
-    )
-    parser.add_argument("--cache", default="out/knowledge_neurons", help="per-fact results")
-    args = parser.parse_args()
-    lm = load_model("smollm2-135m")
-    print(f"torch threads {torch.get_num_threads()}")
+    run = harness.start(__doc__, __file__, threads=2, flags=add_flags)
+    args = run.args
+    with run.timed("load"):
+        lm = load_model(args.model)
+    document: KnowledgeNeuronsData = harness.read_json(run.out, {})
+    document.pop("timings", None)  # this run's timings replace the last run's
     if args.speed:
-        result = speed(lm, args.repeats)
-        data = json.loads(OUT.read_text()) if OUT.exists() else {}
-        data["speed"] = result
-        OUT.parent.mkdir(parents=True, exist_ok=True)
-        OUT.write_text(json.dumps(data, indent=1))
-    if args.table:
-        table(lm, args)
+        with run.timed("speed"):
+            document["speed"] = speed(lm, 1 if run.quick else args.repeats)
+    if args.table and (summary := table(run, lm)) is not None:
+        document["table"] = summary
+    run.write(document)
+    if "speed" in document:
+        print(kn_speed(document))
+    if "table" in document:
+        print(kn_table(document))
 
 
 if __name__ == "__main__":

@@ -5,23 +5,23 @@ user's first and second `load_model` calls. The cold load uses an empty cache fo
 
     .venv/bin/python benchmarks/loading.py [--model smollm2-135m] [--repeats 2]
     .venv/bin/python benchmarks/loading.py --model smollm2-135m gemma3-270m --write
+    PYTHONPATH=. python benchmarks/loading.py --quick --model toy-2l --write     # a check (1 repeat)
 
-``--write`` records every run, per model, in docs/data/loading.json (the README's load table).
+``--write`` records every run, per model, in --out, docs/data/loading.json (the README's load table).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-DATA = Path(__file__).resolve().parent.parent / "docs" / "data" / "loading.json"
+import harness
+from doc_tables.project import loading as render
+from doc_tables.schemas.project import LoadingData, LoadTimes
 
 CHILD = """
 import time, torch
@@ -35,47 +35,51 @@ print(f"{{t1 - t0:.3f}} {{t2 - t1:.3f}} {{lm.tokenizer.decode([int(lp.argmax())]
 """
 
 
-def run(model: str, cache: str) -> tuple[float, float, str]:
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", nargs="+", default=["smollm2-135m"])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--write", action="store_true", help="record the runs in --out")
+
+
+def load_in_child(model: str, cache: str) -> tuple[float, float, str]:
+    """Import and load seconds in a fresh process with ``cache`` as the cache root, and the top
+    token after the Eiffel prompt (a check that the load works)."""
     env = {**os.environ, "LMSCI_MI_CACHE": cache, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
-    out = subprocess.run([sys.executable, "-c", CHILD.format(model=model)], env=env,
+    out = subprocess.run([sys.executable, "-c", CHILD.format(model=model)], env=env, cwd=harness.ROOT,
                          capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
     imports, load, top = out.split(" ", 2)
     return float(imports), float(load), top
 
 
+def measure(model: str, repeats: int) -> LoadTimes:
+    """``repeats`` pairs of loads: into a new empty cache folder, then again from it."""
+    cold, warm, imports, tops = [], [], [], []
+    with tempfile.TemporaryDirectory() as cache:
+        for i in range(repeats):
+            folder = os.path.join(cache, f"run{i}")
+            for times in (cold, warm):
+                seconds, load, top = load_in_child(model, folder)
+                imports.append(seconds)
+                times.append(load)
+                tops.append(top)
+    top = tops[0]
+    print(f"{model}: cold {', '.join(f'{s:.2f}' for s in cold)} s, cached {', '.join(f'{s:.2f}' for s in warm)} s, "
+          f"imports {', '.join(f'{s:.2f}' for s in imports)} s; top-1 after the Eiffel prompt {top}")
+    return LoadTimes(cold_s=cold, cached_s=warm, import_s=imports, top1=top)
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", nargs="+", default=["smollm2-135m"])
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--write", action="store_true", help=f"record the runs in {DATA.name}")
-    args = parser.parse_args()
+    run = harness.start(__doc__, __file__, threads=2, flags=add_flags)
+    repeats = 1 if run.quick else run.args.repeats
+    print(f"load_model, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs")
     models = {}
-    for model in args.model:
-        rows = []
-        with tempfile.TemporaryDirectory() as cache:
-            for i in range(args.repeats):
-                # A new empty cache folder for each cold run, the same folder for the warm run after it.
-                cold_cache = os.path.join(cache, f"run{i}")
-                rows.append(("cold (empty cache)", *run(model, cold_cache)))
-                rows.append(("cached", *run(model, cold_cache)))
-        print(f"\nload_model({model!r}), {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs")
-        print(f"{'load':<20} {'import s':>9} {'load s':>8}  top-1 after the Eiffel prompt")
-        for name, imports, load, top in rows:
-            print(f"{name:<20} {imports:>9.2f} {load:>8.2f}  {top}")
-        cold = [r[2] for r in rows if r[0].startswith("cold")]
-        warm = [r[2] for r in rows if r[0] == "cached"]
-        print(f"\nbest cold {min(cold):.2f} s, best cached {min(warm):.2f} s: "
-              f"cached load is {min(cold) / min(warm):.1f}x faster")
-        models[model] = {
-            "cold_s": cold, "cached_s": warm,
-            "import_s": [r[1] for r in rows], "top1": rows[0][3],
-        }
-    if args.write:
-        DATA.write_text(json.dumps({
-            "date": datetime.date.today().isoformat(), "cpus": os.cpu_count(),
-            "repeats": args.repeats, "models": models,
-        }, indent=1) + "\n")
-        print(f"wrote {DATA}")
+    for model in run.args.model:
+        with run.timed(model):
+            models[model] = measure(model, repeats)
+    data = LoadingData(cpus=os.cpu_count() or 0, repeats=repeats, models=models)
+    print(render(data))
+    if run.args.write:
+        run.write(data)
 
 
 if __name__ == "__main__":

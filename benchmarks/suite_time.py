@@ -5,41 +5,47 @@ suite ≤ 20 min on the project's 2-core CPU)::
 
     python benchmarks/suite_time.py                 # both, docs/data/test_suite.json
     python benchmarks/suite_time.py --runs fast     # the fast part only
+    python benchmarks/suite_time.py --quick         # a check: one small test file as the fast part
 
 Each run is ``scripts/test.sh`` as the README gives it (``-m "not slow"`` for the fast part), with
 ``-p no:cacheprovider`` so that no earlier run's order or cache changes it. The wall time is taken
 from outside; pytest's own time and the outcome counts from its last line. Each run is merged into
-the data file as it ends. A run whose suite fails is recorded with its failures, and the script
-exits 1.
+the data file as it ends (and the README's table regenerated from docs/data/test_suite.json). A run
+whose suite fails is recorded with its failures, and the script exits 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "docs" / "data" / "test_suite.json"
+import harness
+from doc_tables.schemas.project import SuiteRun, SuiteTimeData
+
 RUNS = {
     "fast": ("`scripts/test.sh -m \"not slow\"`", ["-m", "not slow"]),
     "whole": ("`scripts/test.sh` (the whole suite)", []),
 }
+QUICK_TESTS = ["tests/unit/test_stats.py"]
 SUMMARY = re.compile(r"^=* ?(?P<counts>\d+ \w+.*?) in (?P<seconds>[\d.]+)s(?: \([\d:]+\))? ?=*$", re.M)
 
 
-def run_once(name: str) -> dict:
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runs", nargs="+", choices=list(RUNS), default=list(RUNS))
+
+
+def run_once(name: str, quick: bool) -> SuiteRun:
+    """One run of scripts/test.sh, timed from outside; pytest's counts and time from its last line."""
     label, extra = RUNS[name]
     began = time.perf_counter()
     proc = subprocess.run(
-        ["scripts/test.sh", "-p", "no:cacheprovider", *extra],
-        cwd=ROOT, capture_output=True, text=True, env=dict(os.environ),
+        ["scripts/test.sh", "-p", "no:cacheprovider", *extra, *(QUICK_TESTS if quick else [])],
+        cwd=harness.ROOT, capture_output=True, text=True, env=dict(os.environ),
     )
     wall = time.perf_counter() - began
     found = SUMMARY.findall(proc.stdout)
@@ -47,38 +53,33 @@ def run_once(name: str) -> dict:
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
         raise SystemExit(f"no pytest summary line in the {name} run (exit {proc.returncode})")
     counts_text, seconds = found[-1]
-    counts = {kind: int(n) for n, kind in re.findall(r"(\d+) (\w+)", counts_text)}
-    return {
-        "run": label,
-        "counts": counts,
-        "pytest_s": float(seconds),
-        "wall_s": round(wall, 1),
-        "exit": proc.returncode,
-        "failures": re.findall(r"^(?:FAILED|ERROR) (\S+)", proc.stdout, re.M),
-    }
+    return SuiteRun(
+        run=label + (f" on {' '.join(QUICK_TESTS)} (--quick)" if quick else ""), counts={kind: int(n) for n, kind in re.findall(r"(\d+) (\w+)", counts_text)},
+        pytest_s=float(seconds), wall_s=round(wall, 1), exit=proc.returncode,
+        failures=re.findall(r"^(?:FAILED|ERROR) (\S+)", proc.stdout, re.M),
+        date=datetime.date.today().isoformat(), commit=harness.git_commit(),
+        workers=os.environ.get("LMSCI_MI_TEST_WORKERS", "2"),
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", nargs="+", choices=list(RUNS), default=list(RUNS))
-    args = parser.parse_args()
-    data = json.loads(DATA.read_text()) if DATA.exists() else {"runs": {}}
+    run = harness.start(__doc__, __file__, threads=2, flags=add_flags)
+    names = ["fast"] if run.quick else run.args.runs
+    data: SuiteTimeData = harness.read_json(run.out, {"runs": {}})
+    data.pop("timings", None)  # this run's timings replace the last run's
     failed = False
-    for name in args.runs:
+    for name in names:
         print(f"{name}: running …", flush=True)
-        row = run_once(name)
-        row.update(
-            date=datetime.date.today().isoformat(),
-            commit=subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                                  capture_output=True, text=True).stdout.strip(),
-            workers=os.environ.get("LMSCI_MI_TEST_WORKERS", "2"),
-        )
+        with run.timed(name):
+            row = run_once(name, run.quick)
         data["runs"][name] = row
         data["runs"] = {k: data["runs"][k] for k in RUNS if k in data["runs"]}
-        DATA.write_text(json.dumps(data, indent=1) + "\n")
-        # The README's test table is generated from this file: rewrite it now, or the next run's
-        # docs-vs-data test fails on the table this run just made stale.
-        subprocess.run([sys.executable, "scripts/doc_tables.py"], cwd=ROOT, check=True, capture_output=True)
+        run.write(data)
+        if run.out == harness.DATA / "test_suite.json":
+            # The README's test table is generated from this file: rewrite it now, or the next
+            # run's docs-vs-data test fails on the table this run just made stale.
+            subprocess.run([sys.executable, "scripts/doc_tables.py"], cwd=harness.ROOT, check=True,
+                           capture_output=True)
         print(f"{name}: {row['counts']} in {row['pytest_s']:.1f} s (wall {row['wall_s']:.1f} s), exit {row['exit']}",
               flush=True)
         failed |= row["exit"] != 0

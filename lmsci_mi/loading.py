@@ -33,6 +33,7 @@ __all__ = [
     "TOY_MODELS",
     "ModelInfo",
     "ModelNotAvailableError",
+    "bundled_gguf_file",
     "default_device",
     "list_models",
     "load_model",
@@ -131,6 +132,22 @@ BUNDLED_MODELS: dict[str, BundledModel] = {
         sink_token=None,  # Gemma's own <bos>
     ),
 }
+
+
+def bundled_gguf_file(name: str) -> Path:
+    """The GGUF file a bundled model is loaded from (Gemma 3's is assembled into the cache on
+    first use): the file to give ``transformers`` for a side-by-side run on the same weights.
+
+    Raises:
+        KeyError: ``name`` is not a bundled model.
+        ModelNotAvailableError: its package is not installed.
+
+    >>> bundled_gguf_file("smollm2-135m").name
+    'SmolLM2-135M-Instruct.Q4_1.gguf'
+    """
+    if name not in BUNDLED_MODELS:
+        raise KeyError(f"{name!r} is no bundled model; the bundled models are {sorted(BUNDLED_MODELS)}")
+    return BUNDLED_MODELS[name].locate()
 
 
 def _toy_config(**overrides: Any) -> dict[str, Any]:

@@ -7,10 +7,22 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import METHOD_NAMES, MODEL_NAMES, bold, ci, markdown, num, pm, sci, table
+from .schemas.editing import (
+    AlphaEditData,
+    AlphaEditTokensData,
+    CostRow,
+    EditingSpeedData,
+    EditingTableData,
+    EditRow,
+    FactSetsData,
+    RebuiltSet,
+    RomeLayersData,
+    SequentialEditingData,
+)
 
 
 @table("alphaedit_layers")
-def alphaedit_layers(data: dict) -> str:
+def alphaedit_layers(data: AlphaEditData) -> str:
     """benchmarks/alphaedit.py: the null space, C's median eigenvalue and the keys kept, per layer."""
     layers = [str(layer) for layer in data["layers"]]
 
@@ -33,7 +45,7 @@ def alphaedit_layers(data: dict) -> str:
 
 
 @table("alphaedit_tokens")
-def alphaedit_tokens(data: dict) -> str:
+def alphaedit_tokens(data: AlphaEditTokensData) -> str:
     """benchmarks/alphaedit.py --token-sweep: the null-space dimension against the token count.
 
     The sweep's largest count is the default budget (the script runs it last, from the cache)."""
@@ -55,7 +67,7 @@ SEQUENTIAL_METRICS = ("ES", "PS", "NS", "specificity")
 
 
 @table("sequential_editing")
-def sequential_editing(data: dict) -> str:
+def sequential_editing(data: SequentialEditingData) -> str:
     """benchmarks/sequential_editing.py: every method's every evaluated step, ± one binomial s.e.
 
     Methods come in the page's order (ROME, MEMIT, AlphaEdit, then any other in the file's order),
@@ -109,14 +121,14 @@ COST_BEFORE = {
 }
 
 
-def _cost_rank(row: dict) -> int:
+def _cost_rank(row: CostRow) -> int:
     """ROME first, then MEMIT, then the evaluation (the page's order); ties keep the file's."""
     what = row["what"]
     return 0 if what.startswith("one ROME edit") else 1 if what.startswith("MEMIT") else 2
 
 
 @table("editing_cost")
-def editing_cost(data: dict) -> str:
+def editing_cost(data: EditingSpeedData) -> str:
     """benchmarks/editing.py --speed: wall and CPU seconds against issue 21's figures and targets."""
     before = data["before_issue_21"]
     rows = []
@@ -140,7 +152,7 @@ def editing_cost(data: dict) -> str:
     )
 
 
-def _edit_label(row: dict, n_facts: int) -> str:
+def _edit_label(row: EditRow, n_facts: int) -> str:
     if row["model"] == "unedited":
         label = f"{MODEL_NAMES['smollm2-135m']} unedited"
     else:
@@ -151,12 +163,12 @@ def _edit_label(row: dict, n_facts: int) -> str:
     return label if row["n_facts"] == n_facts else f"{label} ({row['n_facts']} facts)"
 
 
-def _metric_cells(row: dict, metrics: Sequence[str]) -> list[str]:
+def _metric_cells(row: EditRow, metrics: Sequence[str]) -> list[str]:
     return [ci(row["metrics"][m], *row["ci95"][m], 1) for m in metrics]
 
 
 @table("editing_table")
-def editing_table(data: dict) -> str:
+def editing_table(data: EditingTableData) -> str:
     """benchmarks/editing.py --table: S, ES, PS, NS and GE with 95 % bootstrap intervals."""
     metrics = ("S", "ES", "PS", "NS", "GE")
     return markdown(
@@ -166,7 +178,7 @@ def editing_table(data: dict) -> str:
 
 
 @table("editing_margins")
-def editing_margins(data: dict) -> str:
+def editing_margins(data: EditingTableData) -> str:
     """benchmarks/editing.py --table: the probability margins EM, PM and NM in points."""
     metrics = ("EM", "PM", "NM")
     return markdown(
@@ -175,13 +187,13 @@ def editing_margins(data: dict) -> str:
     )
 
 
-def _short_label(row: dict, n_facts: int) -> str:
+def _short_label(row: EditRow, n_facts: int) -> str:
     """The row's model or method, with its fact count when it is not the table's."""
     return row["model"] if row["n_facts"] == n_facts else f"{row['model']} ({row['n_facts']} facts)"
 
 
 @table("editing_floor")
-def editing_floor(data: dict) -> str:
+def editing_floor(data: EditingSpeedData) -> str:
     """benchmarks/editing.py --floor: FLOPs per edit over the CPU's matmul rate, beside the
     measured time and the target."""
     f = data["arithmetic_floor"]
@@ -206,7 +218,7 @@ def editing_floor(data: dict) -> str:
 
 
 @table("editing_messy")
-def editing_messy(data: dict) -> str:
+def editing_messy(data: EditingTableData) -> str:
     """benchmarks/editing.py --table: the four messy-knowledge rates, each over the facts that
     carry its probe (the count in the header; a row on fewer facts says so)."""
     probes = ("NEG", "REV", "2HOP", "ORL")
@@ -224,7 +236,7 @@ def editing_messy(data: dict) -> str:
 
 
 @table("rome_layers")
-def rome_layers(data: dict) -> str:
+def rome_layers(data: RomeLayersData) -> str:
     """benchmarks/rome_layers.py: ROME at each swept layer; the layer of the best S in bold.
 
     An interval that is a single point (ES 100 on every fact) is left out."""
@@ -245,14 +257,14 @@ def rome_layers(data: dict) -> str:
 
 
 @table("edit_fact_relations")
-def edit_fact_relations(data: dict) -> str:
+def edit_fact_relations(data: FactSetsData) -> str:
     """benchmarks/fact_sets.py: the editing fact set's facts per relation, in the file's order."""
     rows = [[f"`{r['relation']}`", r["words"], r["facts"]] for r in data["edit_facts"]["relations"]]
     return markdown(["relation", "subject → answer", "facts"], rows)
 
 
 @table("edit_fact_probes")
-def edit_fact_probes(data: dict) -> str:
+def edit_fact_probes(data: FactSetsData) -> str:
     """benchmarks/fact_sets.py: how many facts carry each messy-knowledge probe, with the file's
     first example of each."""
     edit = data["edit_facts"]
@@ -272,7 +284,7 @@ def edit_fact_probes(data: dict) -> str:
     return markdown(["probe", "facts", "example"], rows)
 
 
-def _agreement(run: dict) -> str:
+def _agreement(run: RebuiltSet) -> str:
     """Whether a rebuilt fact set equals the shipped one, and how it differs if not."""
     if run["equal_to_shipped"]:
         return "yes, exactly"
@@ -284,7 +296,7 @@ def _agreement(run: dict) -> str:
 
 
 @table("fact_set_rebuild")
-def fact_set_rebuild(data: dict) -> str:
+def fact_set_rebuild(data: FactSetsData) -> str:
     """benchmarks/fact_sets.py --rebuild: both sets selected again on SmolLM2, timed."""
     rebuild = data["rebuild"]
     rows = []

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 from . import MODEL_SHORT, Renderer, markdown, minus, num, pm, table
+from .schemas.knowledge import (
+    EiffelSubUpdates,
+    KnowledgeNeuronsData,
+    KVMemoriesData,
+    Trigger,
+    TunedLensData,
+)
 
 
 def _agreement(model: str) -> Renderer:
-    def render(data: dict) -> str:
+    def render(data: KVMemoriesData) -> str:
         rows = data["models"][model]["agreement"]
         return markdown(
             ["layer", "agreement", "shuffled"],
@@ -28,13 +35,13 @@ def _share(x: float) -> str:
 
 
 @table("kv_eiffel")
-def kv_eiffel(data: dict) -> str:
+def kv_eiffel(data: KVMemoriesData) -> str:
     """benchmarks/kv_memories.py --part eiffel: the Eiffel fact's sub-updates, one column a model."""
     models = [m for m, entry in data["models"].items() if "eiffel_subupdates" in entry]
     runs = [data["models"][m]["eiffel_subupdates"] for m in models]
     first = runs[0]
 
-    def neurons(run: dict, key: str) -> str:
+    def neurons(run: EiffelSubUpdates, key: str) -> str:
         return ", ".join(minus(f"{name} {effect:+.2f}") for name, effect, _ in run[key][:3])
 
     rows = [
@@ -51,7 +58,7 @@ def kv_eiffel(data: dict) -> str:
 
 
 @table("kn_speed")
-def kn_speed(data: dict) -> str:
+def kn_speed(data: KnowledgeNeuronsData) -> str:
     """benchmarks/knowledge_neurons.py --speed: integrated gradients against the package's scheme."""
     speed = data["speed"]
     ours = speed["ours_s"]
@@ -68,7 +75,7 @@ def _relative(x: float) -> str:
 
 
 @table("kn_table")
-def kn_table(data: dict) -> str:
+def kn_table(data: KnowledgeNeuronsData) -> str:
     """benchmarks/knowledge_neurons.py --table: mean relative change of p(answer), 95 % intervals."""
     t = data["table"]
     own = f"the fact's {t['prompts_per_fact']} prompts"
@@ -88,9 +95,8 @@ def kn_table(data: dict) -> str:
 
 
 
-
 @table("tuned_lens_kl")
-def tuned_lens_kl(data: dict) -> str:
+def tuned_lens_kl(data: TunedLensData) -> str:
     """benchmarks/tuned_lens.py: KL(final ‖ lens) per layer, logit and tuned lens, per held-out set."""
     sets = data["sets"]
     rows = []
@@ -121,7 +127,7 @@ def _code(text: str) -> str:
     return f"`` {text} ``" if "`" in text else f"`{text}`"
 
 
-def _trigger(trigger: dict) -> str:
+def _trigger(trigger: Trigger) -> str:
     """A trigger as ``the last words[ key token]`` -> next token (coefficient)."""
     text = trigger["context"].lstrip("…")
     key = text.rfind("[")
@@ -132,7 +138,7 @@ def _trigger(trigger: dict) -> str:
 
 
 @table("kv_value_table")
-def kv_value_table(data: dict) -> str:
+def kv_value_table(data: KVMemoriesData) -> str:
     """benchmarks/kv_memories.py: per model, the most coherent value vectors (three layers), the
     alphabetic words of their normed projection's side, and their two strongest triggers."""
     rows = []

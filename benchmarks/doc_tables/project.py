@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from . import MODEL_SHORT, markdown, table
+from .schemas.project import LoadingData, ParityData, SuiteTimeData, TourData
 
 
 @table("parity")
-def parity(data: dict) -> str:
+def parity(data: dict[str, ParityData]) -> str:
     """benchmarks/parity.py: lmsci-mi against Hugging Face per model and precision."""
     rows = []
     for doc in data.values():
@@ -26,7 +27,7 @@ def parity(data: dict) -> str:
 
 
 @table("tour")
-def tour(data: dict) -> str:
+def tour(data: TourData) -> str:
     """benchmarks/tour.py: the tour's wall time, warm, --quick and from a fresh clone."""
     rows = []
     for run in data["runs"].values():
@@ -41,7 +42,7 @@ def tour(data: dict) -> str:
 
 
 @table("tour_steps")
-def tour_steps(data: dict) -> str:
+def tour_steps(data: TourData) -> str:
     """benchmarks/tour.py: each step of the tour, its estimate and its measured seconds."""
     runs = data["runs"]
 
@@ -58,7 +59,7 @@ def tour_steps(data: dict) -> str:
 
 
 @table("test_suite")
-def test_suite(data: dict) -> str:
+def test_suite(data: SuiteTimeData) -> str:
     """benchmarks/suite_time.py: the README's test command, fast part and whole suite."""
     rows = []
     for run in data["runs"].values():
@@ -70,7 +71,7 @@ def test_suite(data: dict) -> str:
 
 
 @table("loading")
-def loading(data: dict) -> str:
+def loading(data: LoadingData) -> str:
     """benchmarks/loading.py --write: load_model's first load into an empty cache and its cached
     load, each in a fresh process, fastest and slowest of the repeats."""
     def spread(values: list[float]) -> str:

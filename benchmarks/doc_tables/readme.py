@@ -16,6 +16,8 @@ from collections.abc import Callable
 from . import METHOD_NAMES, bold, ci, markdown, minus, num, pm, table
 from .circuits import EAP_IG_STEPS
 from .schemas.circuits import SinkData
+from .schemas.editing import EditingTableData, RomeLayersData, SequentialEditingData
+from .schemas.knowledge import KnowledgeNeuronsData
 
 # ------------------------------------------------------------------------------ attention sink
 
@@ -70,7 +72,7 @@ def _with_ci(value: float, interval: list[float], digits: int = 1) -> str:
 
 
 def _rome(docs: dict) -> str:
-    data = docs["rome_layers"]
+    data: RomeLayersData = docs["rome_layers"]
     layers = data["layers"]
     best = str(data["best_layer_by_S"])
     b = layers[best]
@@ -97,14 +99,15 @@ def _ordered(names) -> list[str]:
 
 
 def _batch_what(docs: dict) -> str:
-    names = _ordered(r["model"] for r in docs["editing_table"]["rows"] if r["model"] != "unedited")
+    data: EditingTableData = docs["editing_table"]
+    names = _ordered(r["model"] for r in data["rows"] if r["model"] != "unedited")
     methods = [METHOD_NAMES.get(m, m) for m in names]
     listed = ", ".join(methods[:-1]) + f" and {methods[-1]}" if len(methods) > 1 else methods[0]
     return f"{listed}, edits on one model: ES / PS / NS (S)"
 
 
 def _batch(docs: dict) -> str:
-    data = docs["editing_table"]
+    data: EditingTableData = docs["editing_table"]
     rows = {r["model"]: r for r in data["rows"] if r["model"] != "unedited"}
     parts, negation = [], []
     for name in _ordered(rows):
@@ -127,7 +130,8 @@ def _batch(docs: dict) -> str:
 
 
 def _sequential(docs: dict) -> str:
-    methods = docs["sequential_editing"]["methods"]
+    data: SequentialEditingData = docs["sequential_editing"]
+    methods = data["methods"]
     names = _ordered(methods)
     common = min(max(methods[m]["n_edited"]) for m in names)
 
@@ -236,7 +240,8 @@ def _aie(docs: dict) -> str:
 
 
 def _kn(docs: dict) -> str:
-    t = docs["knowledge_neurons"]["table"]
+    data: KnowledgeNeuronsData = docs["knowledge_neurons"]
+    t = data["table"]
 
     def rel(cell: dict) -> str:
         low, high = cell["ci95"]

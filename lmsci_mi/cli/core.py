@@ -8,6 +8,7 @@ order (lmsci_mi.cli.tour), each with a progress bar and a one-line summary, save
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from dataclasses import field
 from pathlib import Path
@@ -77,6 +78,12 @@ def register(commands: Any) -> None:
     tour = commands.add_parser("tour", help="run every analysis on the bundled model")
     add_model_args(tour)
     add_config_args(tour, TourConfig)
+    tour.add_argument(
+        "--list-steps",
+        action="store_true",
+        help="print the steps (name, title, quick, estimate_s, first_run) as JSON and exit; "
+        "loads no model",
+    )
     tour.set_defaults(run=_run_tour)
 
 
@@ -97,6 +104,9 @@ def _run_tour(args: argparse.Namespace) -> int:
 
     tour = config_from_args(TourConfig, args)
     steps = collect_steps(_FEATURES, quick=tour.quick, only=tour.step_names())
+    if getattr(args, "list_steps", False):
+        print(json.dumps([_step_record(step) for step in steps], indent=1, ensure_ascii=False))
+        return 0
     steps_to_fail(steps)  # a bad LMSCI_MI_TOUR_FAIL is an error before anything runs
     out_dir = Path(tour.out_dir)
     report = tour.report_path()
@@ -111,6 +121,12 @@ def _run_tour(args: argparse.Namespace) -> int:
         f"Loaded {lm!r} from {lm.source} in {time.perf_counter() - start:.1f} s (sink {lm.sink!r})"
     )
     return run_tour(lm, steps, out_dir, report=report, verbose=args.verbose)
+
+
+def _step_record(step: TourStep) -> dict[str, Any]:
+    """What ``--list-steps`` prints of a step (benchmarks/tour.py records it beside the timings)."""
+    return {"name": step.name, "title": step.title, "quick": step.quick,
+            "estimate_s": step.seconds, "first_run": step.first_run}
 
 
 def tour_steps() -> list[TourStep]:

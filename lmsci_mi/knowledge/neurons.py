@@ -4,16 +4,21 @@ A neuron is one coordinate of ``mlp_post`` (``act(gate) * up`` in a gated MLP, t
 down-projection reads) at the last prompt position. Its score is the integrated gradient of the
 target's probability from a zero baseline; neurons scoring above a share of the maximum in most
 paraphrases of a fact are its knowledge neurons, which :func:`suppress_neurons` and
-:func:`enhance_neurons` switch off or double.
+:func:`enhance_neurons` switch off or double. :func:`suppression_test` measures what that does to
+the fact's answer (Dai et al. 2022, §4.2), beside two controls: as many random neurons of the same
+layers, and the same neurons on facts of other relations.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import random
+import statistics
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -37,12 +42,18 @@ __all__ = [
     "KnowledgeNeuronsConfig",
     "NeuronAttribution",
     "NeuronScore",
+    "ScalingEffect",
+    "SuppressionTest",
+    "answer_probability",
     "enhance_neurons",
     "integrated_gradients",
     "knowledge_neurons",
+    "random_neurons_like",
     "refine_neurons",
     "scale_neurons",
+    "scaling_effect",
     "suppress_neurons",
+    "suppression_test",
 ]
 
 Neuron = tuple[int, int]
@@ -556,3 +567,162 @@ def _check_neurons(lm: LensModel, neurons: Sequence[tuple[int, int]]) -> dict[in
             )
         by_layer.setdefault(layer, []).append(neuron)
     return by_layer
+
+
+# ----------------------------------------------------------------------------- the suppression test
+
+
+@dataclass(frozen=True)
+class ScalingEffect:
+    """The mean relative change of p(answer), ``(p_scaled - p) / p`` averaged over prompts, when
+    neurons are suppressed (x0) and enhanced (x2) at the last prompt position.
+
+    Attributes:
+        suppress: under :func:`suppress_neurons`. enhance: under :func:`enhance_neurons`.
+        n_prompts: the prompts averaged over.
+    """
+
+    suppress: float
+    enhance: float
+    n_prompts: int
+
+    def as_dict(self) -> dict[str, float]:
+        """``{"suppress", "enhance"}``, the shape a data file keeps."""
+        return {"suppress": self.suppress, "enhance": self.enhance}
+
+
+@dataclass(frozen=True)
+class SuppressionTest:
+    """Dai et al. 2022's suppress/enhance test of one fact's knowledge neurons, with controls.
+
+    Attributes:
+        neurons: the knowledge neurons scaled. control: as many random neurons, each from the
+            layer of one knowledge neuron and none of them (:func:`random_neurons_like`).
+        knowledge: the knowledge neurons on the fact's own prompts.
+        random: the control neurons on the fact's own prompts.
+        other_facts: the knowledge neurons on facts of other relations (a specific neuron leaves
+            them alone).
+    """
+
+    neurons: tuple[Neuron, ...]
+    control: tuple[Neuron, ...]
+    knowledge: ScalingEffect
+    random: ScalingEffect
+    other_facts: ScalingEffect
+
+
+@torch.no_grad()
+def answer_probability(lm: LensModel, prompt: str, answer: str) -> float:
+    """p(first token of ``answer``) after ``prompt``, under whatever hooks are active.
+
+    Reads the model only. A one-token answer makes this the paper's measure.
+
+    >>> from lmsci_mi import load_model
+    >>> lm = load_model("toy-2l")
+    >>> 0 < answer_probability(lm, "The Eiffel Tower is in", " Paris") < 1
+    True
+    """
+    logits = lm(lm.to_tokens(prompt))[0, -1].float()
+    return float(logits.softmax(-1)[lm.continuation_ids(answer)[0]])
+
+
+def scaling_effect(
+    lm: LensModel, neurons: Sequence[tuple[int, int]], cases: Sequence[tuple[str, str]]
+) -> ScalingEffect:
+    """How suppressing and enhancing ``neurons`` changes p(answer) over ``(prompt, answer)``
+    cases: the mean relative change under each (0 for both when there are no neurons).
+
+    Reads the model only: the neurons are scaled by hooks that are removed on exit.
+
+    Args:
+        lm: the model.
+        neurons: ``(layer, neuron)`` pairs, e.g. ``KnowledgeNeurons.neurons``.
+        cases: ``(prompt, answer)`` pairs; the neurons are scaled at each prompt's last token.
+
+    Returns:
+        A :class:`ScalingEffect`.
+
+    >>> from lmsci_mi import load_model
+    >>> lm = load_model("toy-2l")
+    >>> effect = scaling_effect(lm, [(1, 3), (1, 7)], [("The Eiffel Tower is in", " Paris")])
+    >>> effect.n_prompts, effect.suppress != 0
+    (1, True)
+    """
+    if not neurons:
+        return ScalingEffect(0.0, 0.0, len(cases))
+    base = [answer_probability(lm, prompt, answer) for prompt, answer in cases]
+    changes = {}
+    for kind, scaled in (("suppress", suppress_neurons), ("enhance", enhance_neurons)):
+        with scaled(lm, neurons):
+            after = [answer_probability(lm, prompt, answer) for prompt, answer in cases]
+        changes[kind] = statistics.fmean((a - b) / b for a, b in zip(after, base, strict=True))
+    return ScalingEffect(changes["suppress"], changes["enhance"], len(cases))
+
+
+def random_neurons_like(
+    neurons: Sequence[tuple[int, int]], d_mlp: int, *, seed: int
+) -> list[Neuron]:
+    """As many random neurons as ``neurons``, each from the layer of one of them, none of them
+    and no two alike: the control that separates a neuron's role from its layer's.
+
+    Raises:
+        ValueError: a layer with too few other neurons to draw from.
+
+    >>> random_neurons_like([(3, 10), (3, 11), (5, 0)], 1536, seed=0)
+    [(3, 788), (3, 861), (5, 82)]
+    """
+    rng = random.Random(seed)
+    taken = {(int(layer), int(neuron)) for layer, neuron in neurons}
+    per_layer = Counter(int(layer) for layer, _ in neurons)
+    crowded = sorted(layer for layer, n in per_layer.items() if 2 * n > d_mlp)
+    if crowded:
+        raise ValueError(f"layers {crowded} have too few other neurons for a control of {d_mlp} a layer")
+    picked: list[Neuron] = []
+    for layer, _ in neurons:
+        while (cell := (int(layer), rng.randrange(d_mlp))) in taken:
+            pass
+        taken.add(cell)
+        picked.append(cell)
+    return picked
+
+
+def suppression_test(
+    lm: LensModel,
+    neurons: Sequence[tuple[int, int]],
+    cases: Sequence[tuple[str, str]],
+    other_cases: Sequence[tuple[str, str]],
+    *,
+    seed: int = 0,
+) -> SuppressionTest:
+    """Dai et al. 2022's test of a fact's knowledge neurons (§4.2), with two controls.
+
+    Suppressing (x0) and enhancing (x2) the neurons should lower and raise p(answer) on the
+    fact's own prompts, more than as many random neurons of the same layers do, and leave
+    facts of other relations about where they were. Reads the model only.
+
+    Args:
+        lm: the model.
+        neurons: the fact's knowledge neurons (``knowledge_neurons(...).neurons``).
+        cases: ``(prompt, answer)`` of the fact: the prompts the neurons were refined on.
+        other_cases: ``(prompt, answer)`` of facts of other relations.
+        seed: the draw of the random control neurons.
+
+    Returns:
+        A :class:`SuppressionTest`.
+
+    >>> from lmsci_mi import load_model
+    >>> lm = load_model("toy-2l")
+    >>> test = suppression_test(lm, [(1, 3)], [("The Eiffel Tower is in", " Paris")],
+    ...                         [("The capital of Germany is", " Berlin")])
+    >>> test.control[0][0], test.control != test.neurons
+    (1, True)
+    """
+    chosen = [(int(layer), int(neuron)) for layer, neuron in neurons]
+    control = random_neurons_like(chosen, int(lm.cfg.d_mlp or 0), seed=seed)
+    return SuppressionTest(
+        neurons=tuple(chosen),
+        control=tuple(control),
+        knowledge=scaling_effect(lm, chosen, cases),
+        random=scaling_effect(lm, control, cases),
+        other_facts=scaling_effect(lm, chosen, other_cases),
+    )

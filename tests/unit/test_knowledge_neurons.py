@@ -18,7 +18,10 @@ from lmsci_mi.knowledge.neurons import (
     enhance_neurons,
     integrated_gradients,
     knowledge_neurons,
+    random_neurons_like,
+    scaling_effect,
     suppress_neurons,
+    suppression_test,
 )
 from lmsci_mi.sites import hook_name
 from lmsci_mi.sweep import BaseRun, Intervention, Row, run_rows
@@ -186,6 +189,66 @@ def test_suppress_and_enhance_scale_only_the_chosen_neurons(tiny: LensModel) -> 
     assert tiny.hooks.attached_count() == 0
     after = _fingerprint(tiny)
     assert all(torch.equal(before[name], after[name]) for name in before)
+
+
+def _p_scaled(lm: LensModel, prompt: str, answer: str, neurons: list, factor: float) -> float:
+    """p(answer) with the neurons multiplied by ``factor`` at the last position, hooked by hand
+    on the full-sequence run (not through scale_neurons)."""
+    tokens = lm.to_tokens(prompt)
+
+    def hook_for(layer: int):
+        chosen = [n for la, n in neurons if la == layer]
+
+        def scale(activation: torch.Tensor, hook: object) -> torch.Tensor:
+            out = activation.clone()
+            out[:, -1, chosen] = activation[:, -1, chosen] * factor
+            return out
+
+        return scale
+
+    layers = sorted({layer for layer, _ in neurons})
+    with torch.no_grad(), lm.hooks.hooks(fwd=[(hook_name("mlp_post", la), hook_for(la)) for la in layers]):
+        probs = lm(tokens)[0, -1].float().softmax(-1)
+    return float(probs[lm.continuation_ids(answer)[0]])
+
+
+def test_scaling_effect_is_the_mean_relative_change_of_p_answer(tiny: LensModel) -> None:
+    cases = [(PROMPT, " Paris"), ("The capital of Germany is", " Berlin")]
+    neurons = [(0, 5), (1, 9), (1, 30)]
+    before = _fingerprint(tiny)
+    effect = scaling_effect(tiny, neurons, cases)
+    for kind, factor in (("suppress", 0.0), ("enhance", 2.0)):
+        changes = [(_p_scaled(tiny, p, a, neurons, factor) - _p_scaled(tiny, p, a, neurons, 1.0))
+                   / _p_scaled(tiny, p, a, neurons, 1.0) for p, a in cases]
+        assert getattr(effect, kind) == pytest.approx(sum(changes) / len(changes), rel=1e-4, abs=1e-7)
+    assert effect.n_prompts == 2 and effect.suppress != 0
+    assert effect.as_dict() == {"suppress": effect.suppress, "enhance": effect.enhance}
+    assert scaling_effect(tiny, [], cases).as_dict() == {"suppress": 0.0, "enhance": 0.0}
+    assert tiny.hooks.attached_count() == 0
+    after = _fingerprint(tiny)
+    assert all(torch.equal(before[name], after[name]) for name in before)
+
+
+def test_random_control_neurons_share_the_layers_and_avoid_the_neurons() -> None:
+    neurons = [(3, 10), (3, 11), (5, 0), (5, 1)]
+    control = random_neurons_like(neurons, 8, seed=1)
+    assert [layer for layer, _ in control] == [3, 3, 5, 5]
+    assert not set(control) & set(neurons) and len(set(control)) == len(control)
+    assert control == random_neurons_like(neurons, 8, seed=1) != random_neurons_like(neurons, 8, seed=2)
+    with pytest.raises(ValueError, match="too few other neurons"):
+        random_neurons_like([(0, 0), (0, 1), (0, 2)], 5, seed=0)
+
+
+def test_suppression_test_runs_both_controls(tiny: LensModel) -> None:
+    cases = [(PROMPT, " Paris"), ("Where is the Eiffel Tower? In", " Paris")]
+    others = [("The capital of Germany is", " Berlin")]
+    test = suppression_test(tiny, [(1, 3), (1, 8)], cases, others, seed=4)
+    assert test.neurons == ((1, 3), (1, 8))
+    assert list(test.control) == random_neurons_like(test.neurons, int(tiny.cfg.d_mlp or 0), seed=4)
+    assert test.knowledge == scaling_effect(tiny, test.neurons, cases)
+    assert test.random == scaling_effect(tiny, test.control, cases)
+    assert test.other_facts == scaling_effect(tiny, test.neurons, others)
+    assert test.knowledge != test.random
 
 
 def test_bad_input_names_the_fix(tiny: LensModel) -> None:

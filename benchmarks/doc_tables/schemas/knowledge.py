@@ -1,0 +1,202 @@
+"""Schemas of the knowledge and lens benchmarks' data files (docs/knowledge.md,
+docs/knowledge_neurons.md, docs/lenses.md and the README): each writer in benchmarks/ builds these,
+each renderer in doc_tables/knowledge.py (and readme.py's knowledge-neuron row) reads them."""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+# --- benchmarks/knowledge_neurons.py -> docs/data/knowledge_neurons.json ----------------------
+
+
+class NeuronsSpeed(TypedDict):
+    """--speed: ``integrated_gradients`` against the knowledge-neurons package's scheme."""
+
+    prompt: str
+    target: str
+    layers: int
+    neurons: int
+    steps: int
+    ours_s: list[float]
+    package_scheme_s: float
+    speedup: float
+    max_relative_score_difference: float
+    torch_threads: int
+    top_neurons: list[str]
+
+
+class Scaling(TypedDict):
+    """Mean relative change of p(answer) under suppression (x0) and enhancement (x2)
+    (``lmsci_mi.knowledge.ScalingEffect.as_dict()``)."""
+
+    suppress: float
+    enhance: float
+
+
+class NeuronsFact(TypedDict):
+    """One fact's knowledge neurons and ``suppression_test``."""
+
+    index: int
+    subject: str
+    relation: str
+    target: str
+    neurons: list[list[int]]
+    """``[layer, neuron]`` pairs."""
+    ig_seconds: float
+    knowledge: Scaling
+    random: Scaling
+    other_facts: Scaling
+
+
+class MeanCI(TypedDict):
+    """A mean over facts with its 95 % percentile-bootstrap interval ``[low, high]``."""
+
+    mean: float
+    ci95: list[float]
+
+
+class ScalingCell(TypedDict):
+    suppress: MeanCI
+    enhance: MeanCI
+
+
+class NeuronsCells(TypedDict):
+    knowledge: ScalingCell
+    random: ScalingCell
+    other_facts: ScalingCell
+
+
+class NeuronsTable(TypedDict):
+    """--table: the suppress/enhance table over facts with knowledge neurons."""
+
+    model: str
+    complete: bool
+    n_facts: int
+    n_facts_with_neurons: int
+    prompts_per_fact: int
+    other_facts_per_fact: int
+    config: dict[str, Any]
+    neurons_per_fact: list[int]
+    layer_histogram: dict[str, int]
+    cells: NeuronsCells
+    ig_seconds_per_fact: float
+    facts: list[NeuronsFact]
+
+
+class KnowledgeNeuronsData(TypedDict, total=False):
+    """Each part writes its own section and keeps the other's."""
+
+    speed: NeuronsSpeed
+    table: NeuronsTable
+
+
+# --- benchmarks/kv_memories.py -> docs/data/kv_memories.json ----------------------------------
+
+
+class AgreementLayer(TypedDict):
+    """Key-value agreement at one layer, and with the pairs shuffled, ± binomial s.e."""
+
+    layer: int
+    agreement: float
+    agreement_se: float
+    shuffled: float
+    shuffled_se: float
+    n_pairs: int
+    seconds: float
+    source: str
+
+
+class Trigger(TypedDict):
+    coefficient: float
+    context: str
+    """The text before the key token, the key token in brackets."""
+    next: str
+
+
+class ValueVectorRow(TypedDict):
+    """One of the most coherent value vectors: both projections' top tokens and its triggers."""
+
+    neuron: str
+    layer: int
+    index: int
+    side: str
+    coherence: float
+    normed_top: list[str]
+    normed_bottom: list[str]
+    raw_top: list[str]
+    raw_bottom: list[str]
+    triggers: list[Trigger]
+
+
+EiffelSubUpdates = TypedDict(
+    "EiffelSubUpdates",
+    {
+        "prompt": str,
+        "target": str,
+        "logit": float,
+        "mlp_total": float,
+        "top_k": int,
+        "top_share": float,
+        "mass_share": float,
+        "mlp_total_by_layer": list[float],
+        # The neurons that raise (lower) the target's logit most: [name, effect, coefficient].
+        "raise": list[list[Any]],
+        "lower": list[list[Any]],
+        "seconds": float,
+    },
+)
+"""The Eiffel fact's sub-updates (functional form: ``raise`` is a keyword)."""
+
+
+class _KVModelOptional(TypedDict, total=False):
+    value_table: list[ValueVectorRow]
+    eiffel_subupdates: EiffelSubUpdates
+
+
+class KVModel(_KVModelOptional):
+    agreement: list[AgreementLayer]
+    agreement_config: dict[str, Any]
+
+
+class KVMemoriesData(TypedDict):
+    models: dict[str, KVModel]
+
+
+# --- benchmarks/tuned_lens.py -> docs/data/tuned_lens.json ------------------------------------
+
+
+class LensSet(TypedDict):
+    """One held-out set: KL(final ‖ lens) per layer, mean and standard error over tokens."""
+
+    set: str
+    n_texts: int
+    n_tokens: int
+    logit_kl: list[float]
+    logit_se: list[float]
+    tuned_kl: list[float]
+    tuned_se: list[float]
+    seconds: float
+
+
+class LensEiffel(TypedDict):
+    """p(answer), its rank and the top token at the last position, per layer, under each lens."""
+
+    prompt: str
+    answer: str
+    logit_prob: list[float]
+    logit_rank: list[int]
+    logit_top: list[str]
+    tuned_prob: list[float]
+    tuned_rank: list[int]
+    tuned_top: list[str]
+
+
+class TunedLensData(TypedDict):
+    model: str
+    lens_config: dict[str, Any]
+    train_seconds: float
+    train_text: str
+    metric: str
+    sets: list[LensSet]
+    eiffel: LensEiffel
+    tuned_beats_logit_below_last: dict[str, bool]

@@ -1,0 +1,121 @@
+"""Schemas of the project benchmarks' data files (README.md and docs/report.md: parity with Hugging
+Face, load times, the tour's and the test suite's times, decoding speed): each writer in
+benchmarks/ builds these, each renderer in doc_tables/project.py reads them."""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+# --- benchmarks/parity.py -> docs/data/parity_<model>.json ------------------------------------
+
+
+class ParityComparison(TypedDict):
+    """Two models' log-probabilities over every position and vocabulary entry of the prompts."""
+
+    max_abs_logprob_diff: float
+    mean_abs_logprob_diff: float
+    top1_agreement: float
+    mean_kl: float
+    positions: int
+
+
+class ParityData(TypedDict):
+    model: str
+    n_prompts: int
+    prompts: list[str]
+    same_token_ids_as_hugging_face: bool
+    note: str
+    comparisons: dict[str, ParityComparison]
+    """By comparison ("float32: lmsci-mi vs Hugging Face", ...)."""
+    seconds: float
+
+
+# --- benchmarks/loading.py --write -> docs/data/loading.json ----------------------------------
+
+
+class LoadTimes(TypedDict):
+    """One model's loads, each in a fresh process: into an empty cache, then cached."""
+
+    cold_s: list[float]
+    cached_s: list[float]
+    import_s: list[float]
+    top1: str
+    """The top token after the Eiffel prompt (a check that the load works)."""
+
+
+class LoadingData(TypedDict):
+    cpus: int
+    repeats: int
+    models: dict[str, LoadTimes]
+
+
+# --- benchmarks/tour.py -> docs/data/tour.json ------------------------------------------------
+
+
+class TourRun(TypedDict):
+    """One timed run of scripts/tour.sh (warm, quick or fresh)."""
+
+    run: str
+    wall_s: float
+    tour_s: float | None
+    steps_s: float
+    before_steps_s: float | None
+    """Everything before the first step: the install where there is one, imports, the load."""
+    n_steps: int
+    failed_steps: list[str]
+    step_seconds: dict[str, float]
+    """By step title."""
+    report_bytes: int | None
+    date: str
+    commit: str | None
+    machine: str
+
+
+class TourStep(TypedDict):
+    """A step as `lmsci-mi tour --list-steps` declares it."""
+
+    name: str
+    title: str
+    quick: bool
+    estimate_s: float
+
+
+class TourData(TypedDict):
+    runs: dict[str, TourRun]
+    """By run ("fresh", "warm", "quick"), in the table's order."""
+    steps: list[TourStep]
+
+
+# --- benchmarks/suite_time.py -> docs/data/test_suite.json ------------------------------------
+
+
+class SuiteRun(TypedDict):
+    """One timed run of scripts/test.sh: pytest's outcome counts and time, the wall time."""
+
+    run: str
+    counts: dict[str, int]
+    pytest_s: float
+    wall_s: float
+    exit: int
+    failures: list[str]
+    date: str
+    commit: str | None
+    workers: str
+
+
+class SuiteTimeData(TypedDict):
+    runs: dict[str, SuiteRun]
+    """By run ("fast", "whole")."""
+
+
+# --- benchmarks/generation.py -> docs/data/generation.json (quoted by README.md, no table) ----
+
+
+class GenerationData(TypedDict):
+    model: str
+    new_tokens: int
+    repeats: int
+    statistic: str
+    seconds_per_step: dict[str, dict[str, float]]
+    """By decoding path, then by batch size ("1", "4", "16")."""
+    tokens_per_second: dict[str, dict[str, float]]
