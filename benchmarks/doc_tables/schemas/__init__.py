@@ -21,3 +21,29 @@ class MeanSD(TypedDict):
     mean: float
     sd: float | None
     n: int
+
+
+class Provenance(TypedDict, total=False):
+    """The harness's record of the run that wrote a file (benchmarks/harness.py). A renderer that
+    shows a run's date or thread count reads them here."""
+
+    command: str
+    date: str
+    commit: str | None
+    version: str | None
+    threads: int | None
+    backfilled: bool
+
+
+class ValueSE(TypedDict):
+    """A figure and its standard error."""
+
+    value: float
+    se: float
+
+
+class MeanSE(TypedDict):
+    """A mean and its standard error over items (``lmsci_mi.stats.MeanSE.as_dict()`` less ``n``)."""
+
+    mean: float
+    se: float
