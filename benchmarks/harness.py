@@ -29,10 +29,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "data"
@@ -42,8 +43,12 @@ HARNESS_FLAGS = ("threads", "quick", "out", "fresh")
 COMMAND_ENV = ("HF_HUB_OFFLINE", "PYTHONPATH")
 """Environment variables that a recorded command shows when they were set (they change what runs)."""
 
+if TYPE_CHECKING:
+    from lmsci_mi.results import Result
+
 log = logging.getLogger("benchmarks")
 T = TypeVar("T")
+R = TypeVar("R", bound="Result")
 
 _ENV = {k: os.environ[k] for k in COMMAND_ENV if k in os.environ}
 """The recorded environment, as the user set it (before the default below)."""
@@ -131,6 +136,19 @@ class ItemCache:
             return json.loads(path.read_text(encoding="utf-8"))
         value = compute()
         write_json(path, value)
+        return value
+
+    def result(self, item: str, compute: Callable[[], R]) -> R:
+        """The item's cached lmsci-mi result (``Result.save``: JSON and safetensors), else
+        ``compute()``'s, saved as soon as it returns."""
+        from lmsci_mi.results import Result
+
+        path = self.path(item)
+        if path.is_file():
+            log.info("cached: %s", item)
+            return typing.cast("R", Result.load(path))
+        value = compute()
+        value.save(path)
         return value
 
 
