@@ -259,7 +259,7 @@ def start(
     *,
     threads: int = 2,
     flags: Callable[[argparse.ArgumentParser], None] | None = None,
-    out: str | Path | None = None,
+    out: str | Path | Callable[[argparse.Namespace], Path] | None = None,
     argv: Sequence[str] | None = None,
 ) -> Run:
     """Parse the benchmark's flags, set torch's threads and logging, and note the commit.
@@ -269,7 +269,8 @@ def start(
         script: the script's ``__file__``; its stem names the data file and the cache folder.
         threads: ``--threads``' default (what the script has always been run with).
         flags: adds the script's own flags to the parser.
-        out: the data file when it is not ``docs/data/<stem>.json``.
+        out: the data file when it is not ``docs/data/<stem>.json``, or a function of the parsed
+            flags when they name it (``docs/data/reading_<model>.json``).
         argv: the arguments (default ``sys.argv[1:]``).
     """
     script = Path(script).resolve()
@@ -281,14 +282,16 @@ def start(
     common.add_argument("--quick", action="store_true",
                         help=f"a small run that checks the script end to end (writes under {_shown(QUICK)}/)")
     common.add_argument("--out", type=Path, default=None,
-                        help=f"the data file (default {_shown(Path(out) if out else DATA / f'{name}.json')})")
+                        help="the data file (default "
+                        + ("named by the flags" if callable(out) else _shown(Path(out) if out else DATA / f"{name}.json"))
+                        + ")")
     common.add_argument("--fresh", action="store_true", help="empty the per-item cache first")
     if flags is not None:
         flags(parser)
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if args.out is None:
-        default = Path(out) if out else DATA / f"{name}.json"
+        default = Path(out(args)) if callable(out) else Path(out) if out else DATA / f"{name}.json"
         args.out = QUICK / default.name if args.quick else default
 
     import torch

@@ -64,6 +64,14 @@ def test_flags_parse_with_the_scripts_own(tmp_path: Path) -> None:
     assert default.out == h.QUICK / "other.json"
     given = h.start(None, ROOT / "benchmarks" / "sink.py", argv=["--out", str(tmp_path / "x.json")])
     assert given.out == tmp_path / "x.json" and given.args.threads == 2
+    # A data file named by the flags (one per model).
+    def by_seed(args) -> Path:
+        return h.DATA / f"induction_{args.seeds[0]}.json"
+
+    named = h.start(None, ROOT / "benchmarks" / "induction.py", flags=_flags, argv=["--seeds", "7"], out=by_seed)
+    assert named.out == h.DATA / "induction_7.json"
+    assert h.start(None, ROOT / "benchmarks" / "induction.py", flags=_flags, argv=["--quick"],
+                   out=by_seed).out == h.QUICK / "induction_0.json"
 
 
 def test_write_puts_provenance_first_with_the_commit_of_head(tmp_path: Path) -> None:
