@@ -138,7 +138,9 @@ class Choice:
 def choose_on_dev(run: harness.Run, lm: LensModel, cache: harness.ItemCache, dev: list[str]) -> Choice:
     """The CAA layer and the SAE feature, each the candidate with the highest dev sentiment
     within the budget at its selection strength."""
-    layers, n_candidates = ((6, 15), 2) if run.quick else (CAA_LAYERS, N_FEATURE_CANDIDATES)
+    # --quick: two layers (6 and 15 of SmolLM2's 30) and two candidate features
+    quick = ((lm.cfg.n_layers // 5, lm.cfg.n_layers // 2), 2)
+    layers, n_candidates = quick if run.quick else (CAA_LAYERS, N_FEATURE_CANDIDATES)
     vectors = caa_vectors(lm, layers)
     dev_caa = {layer: evaluate(cache, f"dev-caa-{layer}", lm, lambda c, v=v: v.apply(lm, c), [SELECT_AT["caa"]], dev)
                for layer, v in vectors.items()}
@@ -155,7 +157,8 @@ def choose_on_dev(run: harness.Run, lm: LensModel, cache: harness.ItemCache, dev
 
 def held_out_curves(lm: LensModel, cache: harness.ItemCache, choice: Choice, test: list[str]) -> dict[str, ControlCurve]:
     """Each method's whole curve on the test prompts."""
-    steer, _ = train_steer(lm, steering_texts("sentiment"))
+    with torch.enable_grad():  # the shipped steer loads; any other model's trains
+        steer, _ = train_steer(lm, steering_texts("sentiment"))
     return {
         "caa": evaluate(cache, "caa", lm, lambda c: choice.vector.apply(lm, c), CAA_VALUES, test, "caa"),
         "lm_steer": evaluate(cache, "lm_steer", lm, lambda c: steer.apply(lm, {"sentiment": c}), LM_STEER_VALUES,
