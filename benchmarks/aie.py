@@ -7,21 +7,22 @@ Zhang & Nanda 2024), on SmolLM2-135M and Gemma 3 270M. Resumable: each fact's tr
     python benchmarks/aie.py --piece smollm2-sever --budget 420
     python benchmarks/aie.py --write      # all pieces complete: docs/data/aie.json + docs/img/aie_*.png
 
-Each piece prints its seconds per new fact (wall-clock, on the shared 2-core CPU).
+Each piece prints its seconds per new fact (wall-clock, on the shared 2-core CPU); the seconds
+and facts of every piece's runs add up in the harness's cache, and --write records them per fact.
+The traces themselves are cached by ``trace_facts`` (under the lmsci-mi cache root). --quick with
+--piece traces for 30 s at most; with --write it writes under out/quick/ (figures beside it).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import harness
+from doc_tables.schemas.circuits import AIEData, AIEMLPCheck, AIEPeak, AIERun
 
 from lmsci_mi import load_model
-from lmsci_mi.cache import cache_root
 from lmsci_mi.circuits.aie import (
     CATEGORIES,
     AIEConfig,
@@ -32,9 +33,8 @@ from lmsci_mi.circuits.aie import (
 )
 from lmsci_mi.circuits.tracing import SEVERED_KINDS, TRACE_KINDS, TraceConfig
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "docs" / "data" / "aie.json"
-IMG = ROOT / "docs" / "img"
+DATA = harness.DATA / "aie.json"
+IMG = harness.ROOT / "docs" / "img"
 
 # name: (model, corruption, noise samples, facts (None: all known and paired), kinds)
 PIECES: dict[str, tuple[str, str, int, int | None, tuple[str, ...]]] = {
@@ -43,7 +43,13 @@ PIECES: dict[str, tuple[str, str, int, int | None, tuple[str, ...]]] = {
     "smollm2-gaussian": ("smollm2-135m", "gaussian", 5, 30, TRACE_KINDS),
     "smollm2-sever": ("smollm2-135m", "str", 1, 30, ("resid", *SEVERED_KINDS)),
 }
-TIMINGS = cache_root() / "aie" / "benchmark_timings.json"
+QUICK_BUDGET = 30.0
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--piece", choices=sorted(PIECES))
+    parser.add_argument("--budget", type=float, default=420.0, help="seconds of new tracing per run")
+    parser.add_argument("--write", action="store_true")
 
 
 def config_of(piece: str) -> AIEConfig:
@@ -53,21 +59,18 @@ def config_of(piece: str) -> AIEConfig:
     )
 
 
-def run_piece(piece: str, budget: float) -> None:
+def run_piece(piece: str, budget: float, timings: harness.ItemCache) -> None:
+    """Trace the piece's facts for at most ``budget`` seconds; add the new facts and their
+    seconds to the piece's running record."""
     lm = load_model(PIECES[piece][0])
     before = time.perf_counter()
     done = trace_facts(lm, load_fact_set("shipped"), config_of(piece), budget_s=budget)
     seconds = time.perf_counter() - before
-    timings = json.loads(TIMINGS.read_text()) if TIMINGS.is_file() else {}
-    new = len(done.traces) - timings.get(piece, {}).get("done", 0)
+    record = timings.load(piece, {"done": 0, "seconds": 0.0, "new": 0})
+    new = len(done.traces) - record["done"]
     if new > 0:
-        timings[piece] = {
-            "done": len(done.traces),
-            "seconds": timings.get(piece, {}).get("seconds", 0.0) + seconds,
-            "new": timings.get(piece, {}).get("new", 0) + new,
-        }
-        TIMINGS.parent.mkdir(parents=True, exist_ok=True)
-        TIMINGS.write_text(json.dumps(timings, indent=1))
+        timings.save(piece, {"done": len(done.traces), "seconds": record["seconds"] + seconds,
+                             "new": record["new"] + new})
     per = seconds / new if new > 0 else float("nan")
     print(
         f"{piece}: {len(done.traces)}/{len(done.facts)} facts traced ({new} new, {per:.1f} s each, "
@@ -76,73 +79,74 @@ def run_piece(piece: str, budget: float) -> None:
     )
 
 
-def write() -> None:
-    out: dict[str, object] = {
-        "command": "python benchmarks/aie.py --piece NAME --budget 420 (repeat); "
-        "python benchmarks/aie.py --write",
-        "categories": list(CATEGORIES),
-    }
-    timings = json.loads(TIMINGS.read_text()) if TIMINGS.is_file() else {}
+def written_piece(piece: str, timing: dict | None, img: Path) -> tuple[AverageIndirectEffect, AIERun] | None:
+    """The piece's AIE from its cached traces (none traced: None), plotted into ``img``."""
+    done = trace_facts(load_model(PIECES[piece][0]), load_fact_set("shipped"), config_of(piece), max_new=0)
+    if not done.traces:
+        print(f"{piece}: nothing traced yet, skipped (run its pieces first)")
+        return None
+    if not done.complete:
+        # Published as partial, with its n: the deadline came before every piece finished.
+        print(f"{piece}: PARTIAL, {len(done.traces)}/{len(done.facts)} facts traced")
+    result = aggregate_traces(
+        done.traces, n_candidates=done.n_candidates, n_known=done.n_known, n_unpaired=done.n_unpaired
+    )
+    print(result.summary())
+    result.plot(img / f"aie_{piece}.png")
+    return result, AIERun(**describe(result, timing), n_samples=config_of(piece).trace.n_samples,
+                          complete=done.complete, n_planned=len(done.facts))
+
+
+def write(run: harness.Run, timings: harness.ItemCache) -> None:
+    img = IMG if run.out == DATA else run.out.parent
+    data = AIEData(categories=list(CATEGORIES))
     results = {}
-    for piece, (model, *_rest) in PIECES.items():
-        lm = load_model(model)
-        done = trace_facts(lm, load_fact_set("shipped"), config_of(piece), max_new=0)
-        if not done.traces:
-            print(f"{piece}: nothing traced yet, skipped (run its pieces first)")
-            continue
-        if not done.complete:
-            # Published as partial, with its n: the deadline came before every piece finished.
-            print(f"{piece}: PARTIAL, {len(done.traces)}/{len(done.facts)} facts traced")
-        result = aggregate_traces(
-            done.traces,
-            n_candidates=done.n_candidates,
-            n_known=done.n_known,
-            n_unpaired=done.n_unpaired,
-        )
-        results[piece] = result
-        print(result.summary())
-        result.plot(IMG / f"aie_{piece}.png")
-        out[piece] = {
-            **describe(result, timings.get(piece)),
-            "n_samples": config_of(piece).trace.n_samples,
-            "complete": done.complete,
-            "n_planned": len(done.facts),
-        }
+    for piece in PIECES:
+        written = written_piece(piece, timings.load(piece), img)
+        if written is not None:
+            results[piece], data[piece] = written  # type: ignore[literal-required]
     print(markdown_table(results))
     if "smollm2-sever" in results:
-        results["smollm2-sever"].plot_severing(IMG / "aie_smollm2-sever_fig3.png")
-    DATA.parent.mkdir(parents=True, exist_ok=True)
-    DATA.write_text(json.dumps(out, indent=1))
-    print(f"wrote {DATA}")
+        results["smollm2-sever"].plot_severing(img / "aie_smollm2-sever_fig3.png")
+    run.write(data)
 
 
-def describe(result: AverageIndirectEffect, timing: dict[str, float] | None) -> dict[str, object]:
-    """The numbers the doc page shows: peak per kind and category, the mid-layer MLP check."""
-    peaks = {}
+def peaks(result: AverageIndirectEffect) -> dict[str, AIEPeak]:
+    """Each kind's peak per token category, keyed "kind/category"."""
+    out = {}
     for kind in result.kinds:
         for c, category in enumerate(CATEGORIES):
             if result.n[c]:
                 layer, value, band = result.peak(kind, category)
-                peaks[f"{kind}/{category}"] = {
-                    "layer": layer,
-                    "aie": round(value, 4),
-                    "band95": round(band, 4),
-                    "n": result.n[c],
-                }
-    check = {}
-    if "mlp" in result.kinds:
-        subject, last = result.curve("mlp", "last subject"), result.curve("mlp", "last token")
-        layer = int(subject.argmax())
-        n_layers = subject.shape[0]
-        check = {
-            "mlp_last_subject_peak_layer": layer,
-            "n_layers": n_layers,
-            # A window that still holds layer 0 is an early-layer effect, wherever its centre.
-            "window_holds_layer_0": layer - result.window // 2 <= 0,
-            "mid_layer": n_layers // 6 <= layer <= (5 * n_layers) // 6
-            and layer - result.window // 2 > 0,
-            "peak_over_last_token_mlp_at_that_layer": round(float(subject[layer] - last[layer]), 4),
-        }
+                out[f"{kind}/{category}"] = AIEPeak(layer=layer, aie=round(value, 4),
+                                                    band95=round(band, 4), n=result.n[c])
+    return out
+
+
+def mlp_check(result: AverageIndirectEffect) -> AIEMLPCheck:
+    """Is the MLP's last-subject-token peak a mid-layer one (ROME's finding)?"""
+    if "mlp" not in result.kinds:
+        return AIEMLPCheck()
+    subject, last = result.curve("mlp", "last subject"), result.curve("mlp", "last token")
+    layer, n_layers = int(subject.argmax()), subject.shape[0]
+    return AIEMLPCheck(
+        mlp_last_subject_peak_layer=layer,
+        n_layers=n_layers,
+        # A window that still holds layer 0 is an early-layer effect, wherever its centre.
+        window_holds_layer_0=layer - result.window // 2 <= 0,
+        mid_layer=n_layers // 6 <= layer <= (5 * n_layers) // 6 and layer - result.window // 2 > 0,
+        peak_over_last_token_mlp_at_that_layer=round(float(subject[layer] - last[layer]), 4),
+    )
+
+
+def by_kind_and_category(result: AverageIndirectEffect, values) -> dict[str, dict[str, list[float]]]:
+    """``values(kind, category)``'s per-layer list, rounded, by kind then category."""
+    return {k: {c: [round(float(v), 4) for v in values(k, c)] for c in CATEGORIES} for k in result.kinds}
+
+
+def describe(result: AverageIndirectEffect, timing: dict | None) -> dict:
+    """The numbers the doc page shows: peak per kind and category, the mid-layer MLP check."""
+    band = lambda k, c: result.band[result.kinds.index(k), CATEGORIES.index(c)]  # noqa: E731
     return {
         "model": result.meta.model,
         "corruption": result.corruption,
@@ -157,60 +161,33 @@ def describe(result: AverageIndirectEffect, timing: dict[str, float] | None) -> 
         "noise_scale": round(result.noise_scale, 5),
         "window": result.window,
         "kinds": list(result.kinds),
-        "peaks": peaks,
-        "mlp_check": check,
-        "curves": {
-            k: {c: [round(float(v), 4) for v in result.curve(k, c)] for c in CATEGORIES}
-            for k in result.kinds
-        },
-        "band95": {
-            k: {
-                c: [
-                    round(float(v), 4)
-                    for v in result.band[result.kinds.index(k), CATEGORIES.index(c)]
-                ]
-                for c in CATEGORIES
-            }
-            for k in result.kinds
-        },
-        "seconds_per_fact": round(timing["seconds"] / timing["new"], 2)
-        if timing and timing.get("new")
-        else None,
+        "peaks": peaks(result),
+        "mlp_check": mlp_check(result),
+        "curves": by_kind_and_category(result, result.curve),
+        "band95": by_kind_and_category(result, band),
+        "seconds_per_fact": round(timing["seconds"] / timing["new"], 2) if timing and timing.get("new") else None,
     }
 
 
 def markdown_table(results: dict[str, AverageIndirectEffect]) -> str:
     """Peak AIE per run, kind and category: the table docs/aie.md shows."""
-    lines = [
-        "| run | kind | category | n | peak layer | peak AIE ± 95% |",
-        "|---|---|---|---|---|---|",
-    ]
+    lines = ["| run | kind | category | n | peak layer | peak AIE ± 95% |", "|---|---|---|---|---|---|"]
     for piece, result in results.items():
-        for kind in result.kinds:
-            for c, category in enumerate(CATEGORIES):
-                if result.n[c]:
-                    layer, value, band = result.peak(kind, category)
-                    lines.append(
-                        f"| {piece} | {kind} | {category} | {result.n[c]} | {layer} | "
-                        f"{value:.3f} ± {band:.3f} |"
-                    )
+        for key, p in peaks(result).items():
+            kind, category = key.split("/")
+            lines.append(f"| {piece} | {kind} | {category} | {p['n']} | {p['layer']} | "
+                         f"{p['aie']:.3f} ± {p['band95']:.3f} |")
     return "\n".join(lines)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--piece", choices=sorted(PIECES))
-    parser.add_argument(
-        "--budget", type=float, default=420.0, help="seconds of new tracing per run"
-    )
-    parser.add_argument("--write", action="store_true")
-    args = parser.parse_args()
-    if args.piece:
-        run_piece(args.piece, args.budget)
-    if args.write:
-        write()
+    run = harness.start(__doc__, __file__, threads=2, flags=add_flags, out=DATA)
+    # One record per piece of its facts and seconds so far, whatever the run's flags.
+    timings = run.cache({"record": "seconds per piece"})
+    if run.args.piece:
+        run_piece(run.args.piece, QUICK_BUDGET if run.quick else run.args.budget, timings)
+    if run.args.write:
+        write(run, timings)
 
 
 if __name__ == "__main__":

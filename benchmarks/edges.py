@@ -6,30 +6,34 @@ the ungrouped graph (123,211 edges, EAP-IG's and MIB's GQA layout), in one run:
   (b) faithfulness curves at MIB's 10 edge budgets for EAP and EAP-IG, greedy and top-n pruning:
       seconds per curve (target <= 60 s), the curves, CPR and CMD (linear fraction axis, MIB);
   (c) the EAP-IG greedy circuit at 5 % of edges: faithfulness (target >= 0.75) and whether it holds
-      the two strongest name movers by direct logit attribution;
+      the two strongest name movers by direct logit attribution (``name_movers_by_dla``);
   (d) exact scoring of 200 edges (each patched alone): the batched evaluator vs one batched forward
       pass per edge (target >= 5x);
   (e) EAP-IG with m = 10 and 20 steps: faithfulness of the greedy circuits at 1, 5 and 10 %.
-Each stage is cached under out/bench_edges/ and skipped when its file exists (``--fresh`` redoes
-all), so the run resumes where it stopped. Writes docs/data/edges.json and docs/img/edges_*.png.
+Each stage's output is kept in the harness's per-item cache and skipped when there (``--fresh``
+redoes all), so the run resumes where it stopped. Writes docs/data/edges.json (each stage adds its
+keys to the file) and docs/img/edges_*.png (beside --out when it is another file).
 
     PYTHONPATH=. .venv/bin/python benchmarks/edges.py            # all stages
     PYTHONPATH=. .venv/bin/python benchmarks/edges.py --stage scores
+    PYTHONPATH=. python benchmarks/edges.py --quick --model toy-2l   # a check: 4 prompts, m = 2, 3
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
+import harness
 import torch
+from doc_tables import MODEL_NAMES
+from doc_tables.schemas.circuits import EdgeCurve, EdgeExact, EdgesData, EdgeSteps
 
-from lmsci_mi import load_model
+from lmsci_mi import LensModel, load_model
 from lmsci_mi.circuits.eap import EAPConfig, EdgeScores, edge_attribution
 from lmsci_mi.circuits.edge_patching import evaluate_circuits
 from lmsci_mi.circuits.faithfulness import (
@@ -40,262 +44,198 @@ from lmsci_mi.circuits.faithfulness import (
     plot_faithfulness_curves,
 )
 from lmsci_mi.circuits.graph import edge_graph
+from lmsci_mi.circuits.ioi import name_movers_by_dla
 from lmsci_mi.data.ioi import TextPairs, ioi_str_pairs
-from lmsci_mi.lenses import direct_logit_attribution
-from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result
 from lmsci_mi.viz.plots import save_figure
 
-ROOT = Path(__file__).resolve().parent.parent
-CACHE = ROOT / "out" / "bench_edges"
-DATA = ROOT / "docs" / "data" / "edges.json"
-IMG = ROOT / "docs" / "img"
+DATA = harness.DATA / "edges.json"
+IMG = harness.ROOT / "docs" / "img"
 N_PROMPTS = 32
 METHODS = {"EAP-IG": EAPConfig(method="EAP-IG", steps=5), "EAP": EAPConfig(method="EAP")}
+PRUNING = ("greedy", "topn")
+STAGES = ("scores", "curves", "movers", "exact", "steps", "all")
+R = TypeVar("R", bound=Result)
 
 
-def _cached(name: str, make):
-    """A stage's JSON-able output, computed once and kept under out/bench_edges/."""
-    path = CACHE / f"{name}.json"
-    if path.exists():
-        return json.loads(path.read_text())
-    value = make()
-    CACHE.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(value, indent=1))
-    return value
+@dataclass(frozen=True)
+class Setup:
+    """What every stage reads: the model, the prompt pairs, the cache and the run's sizes."""
+
+    lm: LensModel
+    pairs: TextPairs
+    cache: harness.ItemCache
+    exact_edges: int
+    exact_looped: int
+    """Single-edge circuits timed one pass each (scaled to ``exact_edges``)."""
+    more_steps: tuple[int, ...]
 
 
-def _scores(lm: LensModel, pairs: TextPairs, method: str) -> tuple[EdgeScores, float]:
-    path = CACHE / f"scores_{method}.json"
-    if path.exists():
-        meta = json.loads((CACHE / f"scores_{method}_time.json").read_text())
-        return Result.load(path), meta["seconds"]  # type: ignore[return-value]
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--stage", choices=STAGES, default="all")
+    parser.add_argument("--model", default="smollm2-135m")
+
+
+def timed_result(cache: harness.ItemCache, item: str, compute: Callable[[], R]) -> tuple[R, float]:
+    """A result and the seconds it took, computed once: the result is saved with
+    :meth:`Result.save` and its seconds last, which marks the item done."""
+    path, seconds = cache.path(item), cache.load(f"{item}_seconds")
+    if seconds is not None:
+        return Result.load(path), seconds  # type: ignore[return-value]
     start = time.perf_counter()
-    scores = edge_attribution(
-        lm, list(pairs.clean), list(pairs.corrupted), pairs.metric(), METHODS[method]
-    )
+    result = compute()
     seconds = time.perf_counter() - start
-    CACHE.mkdir(parents=True, exist_ok=True)
-    scores.save(path)
-    (CACHE / f"scores_{method}_time.json").write_text(json.dumps({"seconds": seconds}))
-    return scores, seconds
+    result.save(path)
+    cache.save(f"{item}_seconds", seconds)
+    return result, seconds
 
 
-def _curve(
-    lm: LensModel, pairs: TextPairs, scores: EdgeScores, method: str, prune: str
-) -> tuple[FaithfulnessCurve, float]:
-    path = CACHE / f"curve_{method}_{prune}.json"
-    if path.exists():
-        meta = json.loads((CACHE / f"curve_{method}_{prune}_time.json").read_text())
-        return Result.load(path), meta["seconds"]  # type: ignore[return-value]
-    config = CurveConfig(prune=prune)  # type: ignore[arg-type]
+def scores(s: Setup, method: str) -> tuple[EdgeScores, float]:
+    p = s.pairs
+    return timed_result(s.cache, f"scores_{method}", lambda: edge_attribution(
+        s.lm, list(p.clean), list(p.corrupted), p.metric(), METHODS[method]))
+
+
+def curve(s: Setup, scored: EdgeScores, method: str, prune: str) -> tuple[FaithfulnessCurve, float]:
+    p = s.pairs
     label = "EAP-IG (m=5)" if method == "EAP-IG" else "EAP"
-    start = time.perf_counter()
-    curve = faithfulness_curve(
-        lm,
-        scores.graph,
-        scores,
-        list(pairs.clean),
-        list(pairs.corrupted),
-        pairs.metric(),
-        config,
-        label=label,
+    return timed_result(s.cache, f"curve_{method}_{prune}", lambda: faithfulness_curve(
+        s.lm, scored.graph, scored, list(p.clean), list(p.corrupted), p.metric(),
+        CurveConfig(prune=prune), label=label))  # type: ignore[arg-type]
+
+
+def movers(s: Setup) -> list[tuple[str, float]]:
+    return s.cache.get("movers", lambda: [(str(h), v) for h, v in name_movers_by_dla(s.lm, s.pairs)])
+
+
+def curve_record(c: FaithfulnessCurve, seconds: float) -> EdgeCurve:
+    return EdgeCurve(
+        faithfulness=c.values.tolist(), kept=list(c.kept),
+        ci95=c.interval.tolist() if c.interval is not None else None, cpr=c.cpr, cmd=c.cmd,
+        seconds=seconds, clean=c.clean_value, corrupted=c.corrupted_value,
     )
-    seconds = time.perf_counter() - start
-    curve.save(path)
-    (CACHE / f"curve_{method}_{prune}_time.json").write_text(json.dumps({"seconds": seconds}))
-    return curve, seconds
 
 
-def name_movers_by_dla(lm: LensModel, pairs: TextPairs, k: int = 2) -> list[tuple[str, float]]:
-    """The ``k`` heads with the largest mean direct logit attribution to IO − S at the last token
-    (:func:`lmsci_mi.lenses.direct_logit_attribution`, norm scales frozen per prompt)."""
-    tokens = [lm.tokenizer.decode([i]) for i in (*pairs.answers, *pairs.wrongs)]
-    n = len(pairs.clean)
-    dla = direct_logit_attribution(lm, list(pairs.clean), tokens[:n], tokens[n:])
-    return [(str(head), value) for head, value in dla.top(k)]
+def stage_curves(s: Setup, scored: dict[str, EdgeScores], out: EdgesData, img: Path) -> None:
+    """(b) and (c): every curve, their figure, the 5 % circuit and the 0.2 % view."""
+    curves = {}
+    for method in METHODS:
+        for prune in PRUNING:
+            curves[method, prune], seconds = curve(s, scored[method], method, prune)
+            out[f"curve_{method}_{prune}"] = curve_record(curves[method, prune], seconds)  # type: ignore[literal-required]
+    img.mkdir(parents=True, exist_ok=True)
+    title = f"{MODEL_NAMES.get(s.lm.name, s.lm.name)} IOI (STR), {len(s.pairs.clean)} prompts"
+    save_figure(plot_faithfulness_curves(list(curves.values()), title=title), img / "edges_curves.png")
+    c5 = curves["EAP-IG", "greedy"].circuit(5.0)
+    out["eap_ig_5pct"] = {"faithfulness": c5.faithfulness, "edges": c5.n_edges,
+                          "nodes": len(c5.node_names()), "heads": sorted({str(h) for h in c5.heads()})}
+    view = curves["EAP-IG", "greedy"].circuit(0.2)
+    save_figure(view.plot(), img / "edges_circuit.png")
+    (img / "edges_circuit.svg").write_text(view.to_svg())
+    out["circuit_view"] = {"fraction": 0.2, "edges": view.n_edges, "nodes": len(view.node_names())}
 
 
-def exact_edge_scoring(
-    lm: LensModel, pairs: TextPairs, scores: EdgeScores, n_edges: int = 200
-) -> dict[str, float]:
-    """Each of the top ``n_edges`` EAP-IG edges cut alone (all other edges kept): the batched
-    evaluator (16 circuits a pass, each pass from the clean run's prefix and the first cut layer)
-    against one batched forward pass per edge over the whole model and prompt (``reuse=False``,
-    one circuit a pass; 20 edges timed and scaled to ``n_edges``)."""
-    graph = scores.graph
-    flat = scores.values.abs().masked_fill(~graph.real, -1).flatten().argsort(descending=True)
+def exact_edge_scoring(s: Setup, scored: EdgeScores) -> EdgeExact:
+    """Each of the top EAP-IG edges cut alone (all other edges kept): the batched evaluator (16
+    circuits a pass, each pass from the clean run's prefix and the first cut layer) against one
+    batched forward pass per edge over the whole model and prompt (``reuse=False``, one circuit a
+    pass; ``exact_looped`` edges timed and scaled)."""
+    graph, n = scored.graph, s.exact_edges
+    flat = scored.values.abs().masked_fill(~graph.real, -1).flatten().argsort(descending=True)
     width = graph.n_receivers
-    masks = graph.full_mask().repeat(n_edges, 1, 1)
-    for i, index in enumerate(flat[:n_edges].tolist()):
+    masks = graph.full_mask().repeat(n, 1, 1)
+    for i, index in enumerate(flat[:n].tolist()):
         masks[i, index // width, index % width] = False
-    args = (lm, graph, masks, list(pairs.clean), list(pairs.corrupted), pairs.metric())
+    p = s.pairs
+    inputs = (s.lm, graph, masks, list(p.clean), list(p.corrupted), p.metric())
     torch.set_grad_enabled(False)  # exact patching needs no gradients
     start = time.perf_counter()
-    batched = evaluate_circuits(*args, batch_size=N_PROMPTS, circuits_per_pass=16)
+    batched = evaluate_circuits(*inputs, batch_size=len(p.clean), circuits_per_pass=16)
     t_batched = time.perf_counter() - start
-    n_loop = 20  # one pass per edge is slow: time 20 edges and scale to 200
     start = time.perf_counter()
-    looped = evaluate_circuits(
-        lm,
-        graph,
-        masks[:n_loop],
-        list(pairs.clean),
-        list(pairs.corrupted),
-        pairs.metric(),
-        batch_size=N_PROMPTS,
-        circuits_per_pass=1,
-        reuse=False,
-    )
-    t_loop = (time.perf_counter() - start) * n_edges / n_loop
-    return {
-        "edges": n_edges,
-        "batched_s": t_batched,
-        "per_edge_pass_s": t_loop,
-        "per_edge_measured_edges": n_loop,
-        "speedup": t_loop / t_batched,
-        "max_abs_diff": float((batched.values[:n_loop] - looped.values).abs().max()),
-    }
+    looped = evaluate_circuits(s.lm, graph, masks[: s.exact_looped], *inputs[3:],
+                               batch_size=len(p.clean), circuits_per_pass=1, reuse=False)
+    t_loop = (time.perf_counter() - start) * n / s.exact_looped
+    return EdgeExact(edges=n, batched_s=t_batched, per_edge_pass_s=t_loop,
+                     per_edge_measured_edges=s.exact_looped, speedup=t_loop / t_batched,
+                     max_abs_diff=float((batched.values[: s.exact_looped] - looped.values).abs().max()))
 
 
-def more_steps(lm: LensModel, pairs: TextPairs, steps: int) -> dict:
+def more_steps(s: Setup, steps: int) -> EdgeSteps:
     """EAP-IG with more integration steps: seconds, and the greedy circuits' faithfulness at 1, 5
     and 10 % of edges with their 95 % bootstrap intervals (does m = 5 limit the 5 % circuit?)."""
+    p = s.pairs
     start = time.perf_counter()
-    scores = edge_attribution(
-        lm, list(pairs.clean), list(pairs.corrupted), pairs.metric(),
-        EAPConfig(method="EAP-IG", steps=steps),
-    )  # fmt: skip
+    scored = edge_attribution(s.lm, list(p.clean), list(p.corrupted), p.metric(),
+                              EAPConfig(method="EAP-IG", steps=steps))
     seconds = time.perf_counter() - start
-    curve = faithfulness_curve(
-        lm, scores.graph, scores, list(pairs.clean), list(pairs.corrupted), pairs.metric(),
-        CurveConfig(fractions=(1.0, 5.0, 10.0)), label=f"EAP-IG (m={steps})",
-    )  # fmt: skip
-    interval = curve.interval.tolist() if curve.interval is not None else None
-    movers = _cached("movers", lambda: name_movers_by_dla(lm, pairs))
-    heads = {str(h) for h in curve.circuit(5.0).heads()}
-    return {"seconds": seconds, "fractions": [1.0, 5.0, 10.0], "faithfulness": curve.values.tolist(),
-            "ci95": interval, "has_name_movers_5pct": all(m in heads for m, _ in movers)}  # fmt: skip
+    c = faithfulness_curve(s.lm, scored.graph, scored, list(p.clean), list(p.corrupted), p.metric(),
+                           CurveConfig(fractions=(1.0, 5.0, 10.0)), label=f"EAP-IG (m={steps})")
+    heads = {str(h) for h in c.circuit(5.0).heads()}
+    return EdgeSteps(seconds=seconds, fractions=[1.0, 5.0, 10.0], faithfulness=c.values.tolist(),
+                     ci95=c.interval.tolist() if c.interval is not None else None,
+                     has_name_movers_5pct=all(m in heads for m, _ in movers(s)))
+
+
+def setup(run: harness.Run) -> Setup:
+    torch.set_grad_enabled(True)
+    lm = load_model(run.args.model)
+    pairs = ioi_str_pairs(lm, 4 if run.quick else N_PROMPTS, seed=0)
+    return Setup(lm=lm, pairs=pairs, cache=run.cache(exclude=["stage"]),
+                 exact_edges=20 if run.quick else 200, exact_looped=4 if run.quick else 20,
+                 more_steps=(2, 3) if run.quick else (10, 20))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--stage", choices=("scores", "curves", "movers", "exact", "steps", "all"), default="all"
-    )
-    parser.add_argument("--fresh", action="store_true", help="drop the cached stages first")
-    args = parser.parse_args()
-    if args.fresh and CACHE.exists():
-        for path in CACHE.iterdir():
-            path.unlink()
-    torch.set_grad_enabled(True)
-    lm = load_model("smollm2-135m")
-    pairs = ioi_str_pairs(lm, N_PROMPTS, seed=0)
-    graph = edge_graph(lm)
-    # each stage adds its keys to the data file, so stages run as separate (locked) pieces
-    out: dict = json.loads(DATA.read_text()) if DATA.exists() else {}
-    out |= {
-        "model": lm.name,
-        "prompts": N_PROMPTS,
-        "corruption": pairs.source,
-        "graph": graph.describe(),
-        "edges": graph.n_edges,
-        "fractions": list(MIB_FRACTIONS),
-        "metric": "logit difference IO - S at the last token",
-        "cpr_cmd_axis": "fraction of edges as a proportion (0.001 .. 1), linear, trapezoid (MIB)",
-    }
-    scores = {}
+    run = harness.start(__doc__, __file__, threads=2, flags=add_flags, out=DATA)
+    stage = run.args.stage
+    s = setup(run)
+    graph = edge_graph(s.lm)
+    out: EdgesData = harness.read_json(run.out, default={})
+    out |= {"model": s.lm.name, "prompts": len(s.pairs.clean), "corruption": s.pairs.source,
+            "graph": graph.describe(), "edges": graph.n_edges, "fractions": list(MIB_FRACTIONS),
+            "metric": "logit difference IO - S at the last token",
+            "cpr_cmd_axis": "fraction of edges as a proportion (0.001 .. 1), linear, trapezoid (MIB)"}
+    scored = {}
     for method in METHODS:
-        scores[method], seconds = _scores(lm, pairs, method)
-        out[f"seconds_{method}"] = seconds
-    if args.stage == "scores":
-        return
-    curves = {}
-    if args.stage in ("curves", "all"):
-        for method in METHODS:
-            for prune in ("greedy", "topn"):
-                curve, seconds = _curve(lm, pairs, scores[method], method, prune)
-                curves[(method, prune)] = curve
-                out[f"curve_{method}_{prune}"] = {
-                    "faithfulness": curve.values.tolist(),
-                    "kept": list(curve.kept),
-                    "ci95": curve.interval.tolist() if curve.interval is not None else None,
-                    "cpr": curve.cpr,
-                    "cmd": curve.cmd,
-                    "seconds": seconds,
-                    "clean": curve.clean_value,
-                    "corrupted": curve.corrupted_value,
-                }
-        IMG.mkdir(parents=True, exist_ok=True)
-        save_figure(
-            plot_faithfulness_curves(
-                list(curves.values()), title=f"SmolLM2-135M IOI (STR), {N_PROMPTS} prompts"
-            ),
-            IMG / "edges_curves.png",
-        )
-        c5 = curves[("EAP-IG", "greedy")].circuit(5.0)
-        heads = {str(h) for h in c5.heads()}
-        out["eap_ig_5pct"] = {
-            "faithfulness": c5.faithfulness,
-            "edges": c5.n_edges,
-            "nodes": len(c5.node_names()),
-            "heads": sorted(heads),
-        }
-        view = curves[("EAP-IG", "greedy")].circuit(0.2)
-        save_figure(view.plot(), IMG / "edges_circuit.png")
-        (IMG / "edges_circuit.svg").write_text(view.to_svg())
-        out["circuit_view"] = {
-            "fraction": 0.2,
-            "edges": view.n_edges,
-            "nodes": len(view.node_names()),
-        }
-    if args.stage in ("movers", "all"):
-        movers = _cached("movers", lambda: name_movers_by_dla(lm, pairs))
-        out["name_movers_dla"] = movers
+        scored[method], out[f"seconds_{method}"] = scores(s, method)  # type: ignore[literal-required]
+    if stage in ("curves", "all"):
+        stage_curves(s, scored, out, IMG if run.out == DATA else run.out.parent)
+    if stage in ("movers", "all"):
+        out["name_movers_dla"] = found = movers(s)
         if "eap_ig_5pct" in out:
-            out["eap_ig_5pct"]["has_name_movers"] = all(
-                m in out["eap_ig_5pct"]["heads"] for m, _ in movers
-            )
-    if args.stage in ("exact", "all"):
-        out["exact_200"] = _cached("exact", lambda: exact_edge_scoring(lm, pairs, scores["EAP-IG"]))
-    if args.stage in ("steps", "all"):
-        out["eap_ig_steps"] = {str(m): _cached(f"steps_{m}", lambda m=m: more_steps(lm, pairs, m))
-                               for m in (10, 20)}  # fmt: skip
-    peers = ROOT / "docs" / "data" / "edges_peers.json"
-    if peers.exists():
-        out["peers"] = json.loads(peers.read_text())
-    DATA.parent.mkdir(parents=True, exist_ok=True)
-    DATA.write_text(json.dumps(out, indent=1))
-    _print_table(out)
+            out["eap_ig_5pct"]["has_name_movers"] = all(m in out["eap_ig_5pct"]["heads"] for m, _ in found)
+    if stage in ("exact", "all"):
+        out["exact_200"] = s.cache.get("exact", lambda: exact_edge_scoring(s, scored["EAP-IG"]))
+    if stage in ("steps", "all"):
+        out["eap_ig_steps"] = {str(m): s.cache.get(f"steps_{m}", lambda m=m: more_steps(s, m)) for m in s.more_steps}
+    if (peers := harness.DATA / "edges_peers.json").exists():
+        out["peers"] = harness.read_json(peers)
+    run.write(out)
+    print_table(out)
 
 
-def _print_table(out: dict) -> None:
+def print_table(out: EdgesData) -> None:
     print(f"{out['graph']}; {out['prompts']} prompts; {out['corruption']}")
     for method in METHODS:
-        print(
-            f"{method:>7} scores: {out[f'seconds_{method}']:.1f} s (target <= 60 s for EAP-IG: "
-            f"ratio {out[f'seconds_{method}'] / 60:.2f})"
-        )
+        seconds = out[f"seconds_{method}"]  # type: ignore[literal-required]
+        print(f"{method:>7} scores: {seconds:.1f} s (target <= 60 s for EAP-IG: ratio {seconds / 60:.2f})")
     for key, value in out.items():
         if key.startswith("curve_"):
             f = " ".join(f"{x:.2f}" for x in value["faithfulness"])
-            print(
-                f"{key[6:]:>15}: {value['seconds']:.1f} s (ratio to 60 s {value['seconds'] / 60:.2f}); "
-                f"CPR {value['cpr']:.3f} CMD {value['cmd']:.3f}; f = {f}"
-            )
+            print(f"{key[6:]:>15}: {value['seconds']:.1f} s (ratio to 60 s {value['seconds'] / 60:.2f}); "
+                  f"CPR {value['cpr']:.3f} CMD {value['cmd']:.3f}; f = {f}")
     if "eap_ig_5pct" in out:
         print(f"EAP-IG greedy 5 %: {out['eap_ig_5pct']}")
     if "name_movers_dla" in out:
         print(f"name movers by DLA: {out['name_movers_dla']}")
     for m, row in out.get("eap_ig_steps", {}).items():
         print(f"EAP-IG m={m}: {row['seconds']:.1f} s; greedy f at 1/5/10 % = "
-              + " ".join(f"{x:.3f}" for x in row["faithfulness"]))  # fmt: skip
+              + " ".join(f"{x:.3f}" for x in row["faithfulness"]))
     if "exact_200" in out:
         e = out["exact_200"]
-        print(
-            f"200 edges exact: batched {e['batched_s']:.1f} s, one pass per edge {e['per_edge_pass_s']:.1f} s "
-            f"-> {e['speedup']:.1f}x (max |diff| {e['max_abs_diff']:.2g})"
-        )
+        print(f"{e['edges']} edges exact: batched {e['batched_s']:.1f} s, one pass per edge "
+              f"{e['per_edge_pass_s']:.1f} s -> {e['speedup']:.1f}x (max |diff| {e['max_abs_diff']:.2g})")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,23 @@
 """The benchmark harness: every benchmark's flags, timing, per-item cache and data file.
 
-    run = harness.start(__doc__, __file__, threads=2, flags=add_flags)   # parse, set threads
-    with run.timed("load"):                                              # seconds per step
+A benchmark (see benchmarks/induction.py) reads like this:
+
+    import harness                                    # first: it sets HF_HUB_OFFLINE=1
+    from doc_tables.schemas.circuits import InductionData   # the data file's schema, declared once
+
+    run = harness.start(__doc__, __file__, threads=2, flags=add_flags)   # parse; set torch threads
+    with run.timed("load"):                           # seconds per step -> the file's "timings"
         lm = load_model(run.args.model)
-    cache = run.cache()                                                  # resumable items
-    rows = [cache.get(f"seed-{s}", lambda s=s: measure(lm, s)) for s in run.args.seeds]
-    run.write({"runs": rows})                                            # atomic, with provenance
+    cache = run.cache(exclude=["seeds"])              # resumable: keyed by the other flags
+    runs = [cache.get(f"seed-{s}", lambda s=s: measure(lm, s)) for s in run.args.seeds]
+    run.write(InductionData(...))                     # atomic, "provenance" first
+
+Every script gets --threads (default: what it was always run with), --quick (a small run that
+checks it end to end; written under out/quick/ unless --out says otherwise), --out (default
+docs/data/<script>.json, or ``start(out=...)``) and --fresh (empty its cache first), and its
+``--help`` is its docstring. ``cache.get`` keeps JSON items, ``cache.result`` lmsci-mi results
+(``Result.save``/``load``); ``cache.path(item)`` names a file for anything else, and
+``cache.load``/``cache.save`` keep a record updated run after run. ``read_json(run.out, {})`` reads the file a script adds sections to.
 
 Every data file under docs/data/ carries a ``provenance`` record (command, date, commit, version,
 threads) so that a number in the docs can be traced to the run that made it. Files written before
@@ -33,7 +45,7 @@ import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "data"
@@ -54,6 +66,19 @@ _ENV = {k: os.environ[k] for k in COMMAND_ENV if k in os.environ}
 """The recorded environment, as the user set it (before the default below)."""
 # Benchmarks run offline (the machine has no hub); import the harness before lmsci_mi.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+class Provenance(TypedDict, total=False):
+    """The record that opens every data file (``backfilled`` only on reconstructed ones)."""
+
+    command: str
+    date: str
+    """ISO date the run finished."""
+    commit: str | None
+    """HEAD when the run started, ``+dirty`` when the tree had changes."""
+    version: str | None
+    threads: int | None
+    backfilled: bool
 
 
 # --- writing -----------------------------------------------------------------------------------
@@ -128,15 +153,23 @@ class ItemCache:
     def __contains__(self, item: str) -> bool:
         return self.path(item).is_file()
 
+    def load(self, item: str, default: Any = None) -> Any:
+        """The item's stored value, or ``default`` (a record a script updates run after run)."""
+        return read_json(self.path(item), default)
+
+    def save(self, item: str, value: Any) -> None:
+        write_json(self.path(item), value)
+
     def get(self, item: str, compute: Callable[[], T]) -> T:
-        """The item's cached result, else ``compute()``'s, written as soon as it returns."""
+        """The item's cached result, else ``compute()``'s, written as soon as it returns. Either
+        way the value is what the JSON file holds (tuples come back as lists), so a resumed run
+        sees the same values as the run that computed them."""
         path = self.path(item)
         if path.is_file():
             log.info("cached: %s", item)
-            return json.loads(path.read_text(encoding="utf-8"))
-        value = compute()
-        write_json(path, value)
-        return value
+        else:
+            write_json(path, compute())
+        return json.loads(path.read_text(encoding="utf-8"))
 
     def result(self, item: str, compute: Callable[[], R]) -> R:
         """The item's cached lmsci-mi result (``Result.save``: JSON and safetensors), else
@@ -211,19 +244,14 @@ class Run:
         write_json(folder / "settings.json", settings)
         return cache
 
-    def provenance(self) -> dict[str, Any]:
+    def provenance(self) -> Provenance:
         """The record every data file carries (see module docstring); the date is today's."""
         import torch
 
         import lmsci_mi
 
-        return {
-            "command": self.command,
-            "date": datetime.date.today().isoformat(),
-            "commit": self.commit,
-            "version": lmsci_mi.__version__,
-            "threads": torch.get_num_threads(),
-        }
+        return Provenance(command=self.command, date=datetime.date.today().isoformat(),
+                          commit=self.commit, version=lmsci_mi.__version__, threads=torch.get_num_threads())
 
     def write(self, data: Mapping[str, Any], path: Path | None = None, *, ensure_ascii: bool = True) -> Path:
         """Write the data file (default ``--out``) atomically: ``provenance`` first, then ``data``,
@@ -355,7 +383,7 @@ def _recorded_date(data: Mapping[str, Any]) -> str | None:
     return max(found, default=None)
 
 
-def backfilled_provenance(path: Path, root: Path = ROOT) -> dict[str, Any]:
+def backfilled_provenance(path: Path, root: Path = ROOT) -> Provenance:
     """A reconstructed record for a data file that was not re-run: the commit that last wrote it,
     its command from its own keys or else from the docs, its date from itself or the commit."""
     data = json.loads(path.read_text(encoding="utf-8"))
@@ -367,14 +395,9 @@ def backfilled_provenance(path: Path, root: Path = ROOT) -> dict[str, Any]:
     command = own or documented_command(path, root)
     date = _recorded_date(data) or (_git(root, "log", "-1", "--format=%cs", "--", relative) or None)
     threads = next((data[k] for k in ("threads", "torch_threads") if isinstance(data.get(k), int)), None)
-    return {
-        "command": command,
-        "date": date,
-        "commit": commit,
-        "version": data.get("version") if isinstance(data.get("version"), str) else None,
-        "threads": threads,
-        "backfilled": True,
-    }
+    version = data.get("version") if isinstance(data.get("version"), str) else None
+    return Provenance(command=command, date=date, commit=commit, version=version, threads=threads,
+                      backfilled=True)
 
 
 def _format(text: str, data: Any) -> dict[str, Any] | None:
@@ -387,7 +410,7 @@ def _format(text: str, data: Any) -> dict[str, Any] | None:
     return None
 
 
-def backfill_provenance(path: Path, root: Path = ROOT) -> dict[str, Any] | None:
+def backfill_provenance(path: Path, root: Path = ROOT) -> Provenance | None:
     """Give ``path`` a backfilled ``provenance`` record, first in the file, keeping every other
     key and the file's formatting; returns the record, or None when it already has one."""
     text = path.read_text(encoding="utf-8")

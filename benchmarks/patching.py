@@ -21,6 +21,7 @@ scripts/install_peers.sh, which has lmsci-mi and the same torch/transformers/Tra
     .venv/bin/python benchmarks/patching.py              # (a)-(d); the naive trace on 6 layers
     .venv/bin/python benchmarks/patching.py --no-trace   # the patching sweeps alone
     .venv-peers/bin/python benchmarks/patching.py --only nnsight   # (e)
+    PYTHONPATH=. python benchmarks/patching.py --quick --model toy-2l   # a check of (a)-(d)
 """
 
 from __future__ import annotations
@@ -28,22 +29,31 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib.util
-import json
-import os
 import time
 import warnings
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
+import harness
 import pandas as pd
 import torch
+from doc_tables.schemas.circuits import (
+    AttributionSection,
+    NNsightRow,
+    NNsightSection,
+    PatchingData,
+    SectionMeta,
+    TLRow,
+    TLSection,
+    TraceSection,
+)
 from transformer_lens import patching as tl_patching
 
-from lmsci_mi import load_model
+from lmsci_mi import LensModel, load_model
 from lmsci_mi.circuits import (
     LogitDiff,
     PatchingConfig,
+    PatchingResult,
     TraceConfig,
     attribution_patch,
     causal_trace,
@@ -55,10 +65,10 @@ from lmsci_mi.circuits.tracing import naive_causal_trace
 IOI_CLEAN = "When Mary and John went to the store, John gave a drink to"
 IOI_CORRUPTED = "When Mary and John went to the store, Mary gave a drink to"
 EIFFEL = "The Eiffel Tower is located in the city of"
-DATA = Path(__file__).resolve().parent.parent / "docs" / "data" / "patching.json"
 
 
 def matmul_gflops(size: int = 2048, repeats: int = 10) -> float:
+    """This machine's float32 matmul rate, measured now (the compute floors divide by it)."""
     a, b = torch.randn(size, size), torch.randn(size, size)
     a @ b
     start = time.perf_counter()
@@ -179,7 +189,7 @@ def nnsight_batched(nn, clean, corrupted, metric, n_layers: int, n_heads: int, d
     return torch.stack([metric(o).mean() for o in outs]).reshape(n_layers, n_heads)
 
 
-def nnsight_section(lm, clean, corrupted, metric, per_trace: tuple[int, ...]) -> dict:
+def nnsight_section(lm, clean, corrupted, metric, per_trace: tuple[int, ...], meta: SectionMeta) -> NNsightSection:
     """(e): our head sweep against nnsight's loop and batched form, same token ids."""
     from nnsight import TransformersModel, __version__  # pyright: ignore[reportMissingImports]
 
@@ -196,24 +206,24 @@ def nnsight_section(lm, clean, corrupted, metric, per_trace: tuple[int, ...]) ->
                  for _ in range(3))
     ours = patch_activations(lm, clean, corrupted, metric, config).values
     nnsight_batched(nn, clean, corrupted, metric, 1, cfg.n_heads, cfg.d_head, cfg.n_heads)  # warm-up
-    rows = []
-    loop, t_loop = timed(lambda: nnsight_loop(nn, clean, corrupted, metric, cfg.n_layers,
-                                              cfg.n_heads, cfg.d_head))
-    rows.append({"form": "nnsight, one trace per patch (loop)", "seconds": t_loop,
-                 "max_abs_diff": float((loop - ours).abs().max())})
+    forms = {"nnsight, one trace per patch (loop)": lambda: nnsight_loop(
+        nn, clean, corrupted, metric, cfg.n_layers, cfg.n_heads, cfg.d_head)}
     for size in per_trace:
-        batched, t_batched = timed(lambda size=size: nnsight_batched(
-            nn, clean, corrupted, metric, cfg.n_layers, cfg.n_heads, cfg.d_head, size))
         traces = -(-cfg.n_layers * cfg.n_heads // size)
-        rows.append({"form": f"nnsight batched, {size} invokes per trace ({traces} traces)",
-                     "seconds": t_batched, "max_abs_diff": float((batched - ours).abs().max())})
-    for row in rows:
-        row["ratio_vs_lmsci_mi"] = row["seconds"] / t_ours
-    return {"sweep": f"head z, all positions, {cfg.n_layers} x {cfg.n_heads} heads, IOI pair",
-            "lmsci_mi_seconds": t_ours, "lmsci_mi_timing": "best of 3 after a warm-up",
-            "nnsight_version": __version__, "peers": rows,
-            "model": "nnsight: transformers LlamaForCausalLM dequantised from the bundled GGUF; "
-                     "lmsci-mi: the same weights converted to TransformerLens"}
+        forms[f"nnsight batched, {size} invokes per trace ({traces} traces)"] = (
+            lambda size=size: nnsight_batched(nn, clean, corrupted, metric, cfg.n_layers, cfg.n_heads,
+                                              cfg.d_head, size))
+    rows = []
+    for form, fn in forms.items():
+        values, seconds = timed(fn)
+        rows.append(NNsightRow(form=form, seconds=seconds, max_abs_diff=float((values - ours).abs().max()),
+                               ratio_vs_lmsci_mi=seconds / t_ours))
+    return NNsightSection(
+        **meta, sweep=f"head z, all positions, {cfg.n_layers} x {cfg.n_heads} heads, IOI pair",
+        lmsci_mi_seconds=t_ours, lmsci_mi_timing="best of 3 after a warm-up",
+        nnsight_version=__version__, peers=rows,
+        model="nnsight: transformers LlamaForCausalLM dequantised from the bundled GGUF; "
+              "lmsci-mi: the same weights converted to TransformerLens")
 
 
 def _print_nnsight(section: dict) -> None:
@@ -226,50 +236,16 @@ def _print_nnsight(section: dict) -> None:
               f"{row['max_abs_diff']:10.1e}")
 
 
-def _write_data(sections: dict, meta: dict) -> None:
-    """Merge this run's sections into docs/data/patching.json (others keep their numbers)."""
-    data = json.loads(DATA.read_text()) if DATA.exists() else {"sections": {}}
-    for name, section in sections.items():
-        data["sections"][name] = {**section, **meta}
-    DATA.parent.mkdir(parents=True, exist_ok=True)
-    DATA.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"\nwrote {DATA}")
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--samples", type=int, default=10, help="noise samples for the trace")
     parser.add_argument("--trace-layers", type=int, default=6,
                         help="layers the naive trace loop is timed on (extrapolated; default 6)")
-    parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--no-trace", action="store_true", help="skip (c), whose naive loop is slow")
     parser.add_argument("--only", choices=("nnsight",), default=None,
                         help="run only (e), the nnsight comparison (in the peers venv)")
     parser.add_argument("--per-trace", default="27,270",
                         help="nnsight batched form: invokes per trace (comma-separated)")
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-
-    lm = load_model("smollm2-135m", device="cpu")
-    metric = LogitDiff(lm.token_id(" Mary"), lm.token_id(" John"))
-    clean, corrupted = lm.to_tokens(IOI_CLEAN), lm.to_tokens(IOI_CORRUPTED)
-    gflops = matmul_gflops()
-    meta = {"date": datetime.date.today().isoformat(), "threads": torch.get_num_threads(),
-            "matmul_gflops": round(gflops, 1), "n_tokens": int(clean.shape[1]),
-            "command": "benchmarks/patching.py " + (f"--only {args.only}" if args.only else "")}
-    sections = {}
-    if args.only != "nnsight":
-        sections.update(_tl_and_trace(lm, clean, corrupted, metric, gflops, args))
-    if args.only == "nnsight" or importlib.util.find_spec("nnsight") is not None:
-        per_trace = tuple(int(x) for x in args.per_trace.split(","))
-        sections["nnsight"] = nnsight_section(lm, clean, corrupted, metric, per_trace)
-        _print_nnsight(sections["nnsight"])
-    else:
-        print("\n(e) skipped: nnsight is not installed here; run `.venv-peers/bin/python "
-              "benchmarks/patching.py --only nnsight` (scripts/install_peers.sh makes that venv)")
-    if sections:
-        _write_data(sections, meta)
+    parser.add_argument("--model", default="smollm2-135m")
 
 
 def _sweep_label(key: str, layers: list[int], all_layers: list[int], n_pos: int, n_heads: int) -> str:
@@ -282,20 +258,17 @@ def _sweep_label(key: str, layers: list[int], all_layers: list[int], n_pos: int,
     return f"resid_pre, {shown}" if key == "resid" else f"head z, all positions, {shown}"
 
 
-def _tl_and_trace(lm, clean, corrupted, metric, gflops: float, args) -> dict:
-    """(a)-(d), printed as before, and returned as the data file's sections."""
+def tl_rows(lm: LensModel, clean, corrupted, metric, gflops: float) -> tuple[list[TLRow], PatchingResult]:
+    """(a) and (b): each sweep, ours and TransformerLens's, on all layers and on every fifth;
+    also returns our head sweep over all layers (attribution patching is ranked against it)."""
     cfg, model = lm.cfg, lm.model
     n_pos = clean.shape[1]
     all_layers = list(range(cfg.n_layers))
-    subset = all_layers[::5]
     with torch.no_grad():
-        model(clean)  # warm-up
         _, cache = model.run_with_cache(clean)
-        _, t_forward = timed(lambda: model(corrupted))
     tl_metric = lambda logits: metric(logits[:, -1]).mean()  # noqa: E731
-
-    rows = []
-    for scope, layers in (("all layers", all_layers), ("layers 0,5,..,25", subset)):
+    rows, heads_all = [], None
+    for layers in (all_layers, all_layers[::5]):
         peers = _tl_sweeps(model, corrupted, cache, tl_metric, layers, n_pos, cfg.n_heads, all_layers)
         for key, config, per_layer in (
             ("resid", PatchingConfig(site="resid_pre", layers=tuple(layers)), n_pos),
@@ -304,73 +277,107 @@ def _tl_and_trace(lm, clean, corrupted, metric, gflops: float, args) -> dict:
             ours, t_ours = timed(lambda config=config: patch_activations(lm, clean, corrupted, metric, config))
             with torch.no_grad():
                 peer, t_peer = timed(peers[key])
-            name = f"{'resid_pre (layer×pos)' if key == 'resid' else 'head z, all pos'}, {scope}"
-            rows.append((name, ours.values, peer.cpu(), t_ours, t_peer,
-                         *_floors(cfg, ours, n_pos, layers, per_layer), ours.work,
-                         _sweep_label(key, layers, all_layers, n_pos, cfg.n_heads)))
+            resume, prefix = _floors(cfg, ours, n_pos, layers, per_layer)
+            rows.append(TLRow(
+                sweep=_sweep_label(key, layers, all_layers, n_pos, cfg.n_heads), lmsci_mi_s=t_ours,
+                transformer_lens_s=t_peer, max_abs_diff=float((ours.values.float() - peer.cpu().float()).abs().max()),
+                floor_s=resume / (gflops * 1e9), prefix_floor_s=prefix / (gflops * 1e9), passes=ours.work.passes))
+            if key == "heads" and layers == all_layers:
+                heads_all = ours
+    assert heads_all is not None
+    return rows, heads_all
 
-    trace_line = "trace skipped"
-    sections: dict = {}
-    if not args.no_trace:
-        trace, t_trace = timed(lambda: causal_trace(
-            lm, EIFFEL, "Eiffel Tower", TraceConfig(target=" Paris", n_samples=args.samples)))
-        timed_layers = all_layers[:: max(1, cfg.n_layers // args.trace_layers)][: args.trace_layers]
-        naive, t_naive = timed(lambda: naive_causal_trace(lm, trace, layers=timed_layers))
-        t_naive_full = t_naive / len(timed_layers) * cfg.n_layers
-        diff = float((trace.values[:, timed_layers] - naive).abs().max())
-        floor = trace.work.token_layers_needed * layer_flops_per_token(cfg) / (gflops * 1e9)
-        sections["trace"] = {
-            "sweep": f"causal trace, {len(trace.kinds)} kinds × "
-                     f"{cfg.n_layers} layers × {trace.values.shape[-1]} positions, {args.samples} samples",
-            "lmsci_mi_s": t_trace, "naive_s": t_naive_full, "naive_timed_layers": len(timed_layers),
-            "speedup": t_naive_full / t_trace, "max_abs_diff": diff, "prefix_floor_s": floor,
-        }
-        trace_line = (
-            f"(c) causal trace, {trace.values.shape[-1]} tokens, {args.samples} samples, 3 kinds: "
-            f"{t_trace:.2f} s vs naive loop {t_naive_full:.1f} s (timed on {len(timed_layers)} layers, "
-            f"extrapolated) = {t_naive_full / t_trace:.1f}×; max |diff| {diff:.1e}; prefix floor "
-            f"{floor:.2f} s ({100 * floor / t_trace:.0f}%)")
 
-    attr, t_attr = timed(lambda: attribution_patch(lm, clean, corrupted, metric))
-    heads_all = next(r for r in rows if r[0].startswith("head z") and "all layers" in r[0])
-    rho = spearman(attr.values, heads_all[1])
+def trace_section(lm: LensModel, gflops: float, samples: int, trace_layers: int, meta: SectionMeta) -> TraceSection:
+    """(c): the batched causal trace against a naive loop of one forward pass per restoration,
+    timed on ``trace_layers`` layers and extrapolated (same noise)."""
+    cfg = lm.cfg
+    trace, t_trace = timed(lambda: causal_trace(
+        lm, EIFFEL, "Eiffel Tower", TraceConfig(target=" Paris", n_samples=samples)))
+    timed_layers = list(range(cfg.n_layers))[:: max(1, cfg.n_layers // trace_layers)][:trace_layers]
+    naive, t_naive = timed(lambda: naive_causal_trace(lm, trace, layers=timed_layers))
+    t_naive_full = t_naive / len(timed_layers) * cfg.n_layers
+    return TraceSection(
+        **meta, sweep=f"causal trace, {len(trace.kinds)} kinds × {cfg.n_layers} layers × "
+                      f"{trace.values.shape[-1]} positions, {samples} samples",
+        lmsci_mi_s=t_trace, naive_s=t_naive_full, naive_timed_layers=len(timed_layers),
+        speedup=t_naive_full / t_trace, max_abs_diff=float((trace.values[:, timed_layers] - naive).abs().max()),
+        prefix_floor_s=trace.work.token_layers_needed * layer_flops_per_token(cfg) / (gflops * 1e9))
 
-    print(f"\nSmolLM2-135M on CPU ({torch.get_num_threads()} threads); IOI pair of {n_pos} tokens.")
-    print(f"float32 2048² matmul: {gflops:.0f} GFLOP/s; one forward pass: {t_forward * 1000:.0f} ms.\n")
-    header = (f"{'sweep':36s} {'lmsci-mi s':>10s} {'TL s':>8s} {'speed-up':>9s} {'max |diff|':>10s} "
-              f"{'floor s':>8s} {'floor %':>7s} {'prefix floor s':>14s} {'pf %':>5s} {'passes':>6s}")
-    print(header)
-    print("-" * len(header))
-    tl_rows = []
-    for name, ours, peer, t_ours, t_peer, resume, prefix, work, label in rows:
-        diff = float((ours.float() - peer.float()).abs().max())
-        floor, pfloor = resume / (gflops * 1e9), prefix / (gflops * 1e9)
-        tl_rows.append({"sweep": label, "lmsci_mi_s": t_ours, "transformer_lens_s": t_peer,
-                        "max_abs_diff": diff, "floor_s": floor, "prefix_floor_s": pfloor,
-                        "passes": work.passes})
-        print(f"{name:36s} {t_ours:10.2f} {t_peer:8.2f} {t_peer / t_ours:8.1f}× {diff:10.2e} "
-              f"{floor:8.2f} {100 * floor / t_ours:6.0f}% {pfloor:14.2f} {100 * pfloor / t_ours:4.0f}% "
-              f"{work.passes:6d}")
+
+def print_sections(lm: LensModel, n_pos: int, gflops: float, sections: dict) -> None:
+    tl, at = sections["transformer_lens"], sections["attribution"]
+    print(f"\n{lm.name} on CPU ({torch.get_num_threads()} threads); IOI pair of {n_pos} tokens.")
+    print(f"float32 matmul: {gflops:.0f} GFLOP/s; one forward pass: {tl['forward_s'] * 1000:.0f} ms.\n")
+    print(f"{'sweep':44s} {'lmsci-mi s':>10s} {'TL s':>8s} {'speed-up':>9s} {'max |diff|':>10s} "
+          f"{'floor s':>8s} {'prefix floor s':>14s} {'passes':>6s}")
+    for r in tl["rows"]:
+        print(f"{r['sweep']:44s} {r['lmsci_mi_s']:10.2f} {r['transformer_lens_s']:8.2f} "
+              f"{r['transformer_lens_s'] / r['lmsci_mi_s']:8.1f}× {r['max_abs_diff']:10.2e} "
+              f"{r['floor_s']:8.2f} {r['prefix_floor_s']:14.2f} {r['passes']:6d}")
     print("\nfloor: FLOPs of resuming each row at its layer / matmul throughput; prefix floor: FLOPs "
           "of the positions from each row's first change on (what prefix reuse allows).")
-    print(trace_line)
-    print(f"(d) attribution patching over all {cfg.n_layers}×{cfg.n_heads} heads: {t_attr:.2f} s = "
-          f"{t_attr / t_forward:.1f} forward-pass equivalents; Spearman vs exact head patching: {rho:.3f}")
-    sections["transformer_lens"] = {"rows": tl_rows, "forward_s": t_forward,
-                                    "transformer_lens_version": _version("transformer_lens")}
-    sections["attribution"] = {"heads": cfg.n_layers * cfg.n_heads, "seconds": t_attr,
-                               "forward_s": t_forward, "forward_pass_equivalents": t_attr / t_forward,
-                               "spearman_vs_exact": float(rho)}
+    if "trace" in sections:
+        tr = sections["trace"]
+        print(f"(c) {tr['sweep']}: {tr['lmsci_mi_s']:.2f} s vs naive loop {tr['naive_s']:.1f} s (timed on "
+              f"{tr['naive_timed_layers']} layers, extrapolated) = {tr['speedup']:.1f}×; max |diff| "
+              f"{tr['max_abs_diff']:.1e}; prefix floor {tr['prefix_floor_s']:.2f} s")
+    print(f"(d) attribution patching over all {at['heads']} heads: {at['seconds']:.2f} s = "
+          f"{at['forward_pass_equivalents']:.1f} forward-pass equivalents; Spearman vs exact head "
+          f"patching: {at['spearman_vs_exact']:.3f}")
+
+
+def tl_and_trace(lm: LensModel, clean, corrupted, metric, gflops: float, args, meta: SectionMeta) -> dict:
+    """(a)-(d), printed, and returned as the data file's sections."""
+    with torch.no_grad():
+        lm.model(clean)  # warm-up
+        _, t_forward = timed(lambda: lm.model(corrupted))
+    rows, heads_all = tl_rows(lm, clean, corrupted, metric, gflops)
+    sections: dict = {"transformer_lens": TLSection(**meta, rows=rows, forward_s=t_forward,
+                                                    transformer_lens_version=_version("transformer_lens"))}
+    if not args.no_trace:
+        sections["trace"] = trace_section(lm, gflops, args.samples, args.trace_layers, meta)
+    attr, t_attr = timed(lambda: attribution_patch(lm, clean, corrupted, metric))
+    sections["attribution"] = AttributionSection(
+        **meta, heads=lm.cfg.n_layers * lm.cfg.n_heads, seconds=t_attr, forward_s=t_forward,
+        forward_pass_equivalents=t_attr / t_forward,
+        spearman_vs_exact=float(spearman(attr.values, heads_all.values)))
+    print_sections(lm, clean.shape[1], gflops, sections)
     return sections
 
 
 def _version(package: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version(package)
     except PackageNotFoundError:
         return None
+
+
+def main() -> None:
+    run = harness.start(__doc__, __file__, threads=2, flags=add_flags)
+    args = run.args
+    lm = load_model(args.model, device="cpu")
+    metric = LogitDiff(lm.token_id(" Mary"), lm.token_id(" John"))
+    clean, corrupted = lm.to_tokens(IOI_CLEAN), lm.to_tokens(IOI_CORRUPTED)
+    gflops = matmul_gflops(512 if run.quick else 2048)
+    meta = SectionMeta(date=datetime.date.today().isoformat(), threads=torch.get_num_threads(),
+                       matmul_gflops=round(gflops, 1), n_tokens=int(clean.shape[1]), command=run.command)
+    if run.quick:
+        args.samples, args.trace_layers = 2, 1
+    sections = {}
+    if args.only != "nnsight":
+        sections.update(tl_and_trace(lm, clean, corrupted, metric, gflops, args, meta))
+    if args.only == "nnsight" or importlib.util.find_spec("nnsight") is not None:
+        per_trace = tuple(int(x) for x in args.per_trace.split(","))
+        sections["nnsight"] = nnsight_section(lm, clean, corrupted, metric, per_trace, meta)
+        _print_nnsight(sections["nnsight"])
+    else:
+        print("\n(e) skipped: nnsight is not installed here; run `.venv-peers/bin/python "
+              "benchmarks/patching.py --only nnsight` (scripts/install_peers.sh makes that venv)")
+    # Merge this run's sections into the file: the others keep their numbers.
+    data: PatchingData = harness.read_json(run.out, default={"sections": {}})
+    data["sections"].update(sections)  # type: ignore[typeddict-item]
+    run.write(data)
 
 
 if __name__ == "__main__":

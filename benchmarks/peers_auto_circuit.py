@@ -3,7 +3,8 @@
 Run in the peers virtualenv (auto-circuit is never a dependency of lmsci-mi), with this checkout first
 on the path:
 
-    PYTHONPATH=. /work/main/.venv-peers/bin/python benchmarks/peers_auto_circuit.py
+    PYTHONPATH=. .venv-peers/bin/python benchmarks/peers_auto_circuit.py
+    PYTHONPATH=. .venv-peers/bin/python benchmarks/peers_auto_circuit.py --quick   # a check (4 x 8 tokens)
 
 auto-circuit 1.0.1 needs two fixes to import beside our pins (TransformerLens 3.9): it imports
 ``HookedTransformerKeyValueCache`` from ``transformer_lens`` and ``transformer_lens.past_key_value_caching``,
@@ -23,13 +24,15 @@ here before the import; only its KV-cache prefix feature uses it, which we leave
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 import types
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+import harness
+from doc_tables.schemas.circuits import EdgesPeersData, PeerScores, PeerTiming
+
+FIXTURE = harness.ROOT / "tests" / "data" / "auto_circuit_eap.json"
 
 
 def _import_auto_circuit(extra: str | None) -> None:
@@ -121,8 +124,9 @@ def _ours(lm, clean, corrupt, answers, wrongs, method: str = "EAP"):
     return scores, time.perf_counter() - start
 
 
-def score_file(extra: str | None) -> dict:
-    """(a): our EAP vs auto-circuit's on toy-gpt2-2l; writes tests/data/auto_circuit_eap.json."""
+def score_file(out: Path) -> PeerScores:
+    """(a): our EAP vs auto-circuit's on toy-gpt2-2l; writes ``out`` (tests/data/auto_circuit_eap.json,
+    which tests/unit/test_faithfulness.py checks ours against)."""
     from lmsci_mi import load_model
 
     ours_lm = load_model("toy-gpt2-2l", device="cpu")
@@ -147,93 +151,76 @@ def score_file(extra: str | None) -> dict:
         "max_abs_diff_vs_ours": worst,
         "max_abs_score": scale,
     }
-    out = ROOT / "tests" / "data" / "auto_circuit_eap.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=1))
-    print(
-        f"(a) {len(peer)} edges: max |ours - (-auto-circuit)| = {worst:.3g} (largest |score| "
-        f"{scale:.3g}); wrote {out.relative_to(ROOT)}"
-    )
-    return {"edges": len(peer), "max_abs_diff": worst, "max_abs_score": scale}
+    harness.write_json(out, record)
+    print(f"(a) {len(peer)} edges: max |ours - (-auto-circuit)| = {worst:.3g} (largest |score| "
+          f"{scale:.3g}); wrote {out}")
+    return PeerScores(edges=len(peer), max_abs_diff=worst, max_abs_score=scale)
 
 
-def timing(n_prompts: int, width: int) -> dict:
-    """(b): EAP and 10-circuit exact patching on a GPT-2-small-sized random model."""
-    import torch
-    from auto_circuit.prune import run_circuits
-    from auto_circuit.types import PatchType
+GPT2_SMALL = dict(n_layers=12, d_model=768, n_heads=12, d_head=64, d_mlp=3072, n_ctx=128,
+                  d_vocab=50257, act_fn="gelu_new", normalization_type="LN", seed=0)
+BUDGETS = (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100)
+"""MIB's edge budgets (% of edges): the 10 circuits both sides evaluate."""
+
+
+def gpt2_small_pair():
+    """A GPT-2-small-sized random model for us, and the same weights in a second copy that
+    auto-circuit may rewire in place."""
     from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    from lmsci_mi.model import LensModel
+
+    config = HookedTransformerConfig(**GPT2_SMALL)  # type: ignore[arg-type]
+    lm = LensModel(HookedTransformer(config).eval(), name="gpt2-small-random", source="random",
+                   tokenizer=None, sink_token_id=None)
+    peer = HookedTransformer(config).eval()
+    peer.load_state_dict(lm.model.state_dict())
+    return lm, peer
+
+
+def seconds_of(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def our_circuits(lm, scores, counts: list[int], clean, corrupt, answers, wrongs) -> None:
+    """The same circuits as auto-circuit's ``run_circuits``: top-n by |score|, not pruned."""
+    import torch
 
     from lmsci_mi.circuits.edge_patching import evaluate_circuits
     from lmsci_mi.circuits.metrics import LogitDiff
     from lmsci_mi.circuits.pruning import prune_topn
-    from lmsci_mi.model import LensModel
 
-    cfg = dict(
-        n_layers=12,
-        d_model=768,
-        n_heads=12,
-        d_head=64,
-        d_mlp=3072,
-        n_ctx=128,
-        d_vocab=50257,
-        act_fn="gelu_new",
-        normalization_type="LN",
-        seed=0,
-    )
+    graph = scores.graph
+    masks = torch.stack([prune_topn(graph, scores.values, n, prune=False) for n in counts])
+    evaluate_circuits(lm, graph, masks, clean, corrupt, LogitDiff(answers, wrongs),
+                      batch_size=len(clean), circuits_per_pass=5)
 
-    def build() -> HookedTransformer:
-        model = HookedTransformer(HookedTransformerConfig(**cfg))  # type: ignore[arg-type]
-        return model.eval()
 
-    lm = LensModel(
-        build(), name="gpt2-small-random", source="random", tokenizer=None, sink_token_id=None
-    )
-    peer_model = build()
-    peer_model.load_state_dict(lm.model.state_dict())
-    clean, corrupt, answers, wrongs = _prompts(n_prompts, width, 50257, seed=1)
+def timing(n_prompts: int, width: int) -> PeerTiming:
+    """(b): EAP and 10-circuit exact patching on a GPT-2-small-sized random model."""
+    from auto_circuit.prune import run_circuits
+    from auto_circuit.types import PatchType
+
+    lm, peer_model = gpt2_small_pair()
+    clean, corrupt, answers, wrongs = _prompts(n_prompts, width, GPT2_SMALL["d_vocab"], seed=1)
     patchable, loader = _auto_circuit(peer_model, clean, corrupt, answers, wrongs)
     _, t_peer_eap, peer_scores = _ac_eap(patchable, loader)
     scores, t_ours_eap = _ours(lm, clean, corrupt, answers, wrongs)
-    graph = scores.graph
-    counts = [
-        max(1, int(f / 100 * graph.n_edges)) for f in (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100)
-    ]
-    start = time.perf_counter()
-    run_circuits(patchable, loader, counts, peer_scores, patch_type=PatchType.TREE_PATCH)
-    t_peer_patch = time.perf_counter() - start
-    # the same circuits: top-n by |score| without pruning, as run_circuits takes them
-    masks = torch.stack([prune_topn(graph, scores.values, n, prune=False) for n in counts])
-    start = time.perf_counter()
-    evaluate_circuits(
-        lm,
-        graph,
-        masks,
-        clean,
-        corrupt,
-        LogitDiff(answers, wrongs),
-        batch_size=n_prompts,
-        circuits_per_pass=5,
+    counts = [max(1, int(f / 100 * scores.graph.n_edges)) for f in BUDGETS]
+    t_peer_patch = seconds_of(lambda: run_circuits(patchable, loader, counts, peer_scores,
+                                                   patch_type=PatchType.TREE_PATCH))
+    t_ours_patch = seconds_of(lambda: our_circuits(lm, scores, counts, clean, corrupt, answers, wrongs))
+    row = PeerTiming(
+        model="GPT-2-small-sized, random weights (12 x 12 heads, d_model 768)",
+        edges=scores.graph.n_edges, prompts=n_prompts, tokens=width,
+        eap_s={"lmsci_mi": t_ours_eap, "auto_circuit": t_peer_eap, "ratio": t_peer_eap / t_ours_eap},
+        patch_10_circuits_s={"lmsci_mi": t_ours_patch, "auto_circuit": t_peer_patch,
+                             "ratio": t_peer_patch / t_ours_patch},
     )
-    t_ours_patch = time.perf_counter() - start
-    row = {
-        "model": "GPT-2-small-sized, random weights (12 x 12 heads, d_model 768)",
-        "edges": graph.n_edges,
-        "prompts": n_prompts,
-        "tokens": width,
-        "eap_s": {
-            "lmsci_mi": t_ours_eap,
-            "auto_circuit": t_peer_eap,
-            "ratio": t_peer_eap / t_ours_eap,
-        },
-        "patch_10_circuits_s": {
-            "lmsci_mi": t_ours_patch,
-            "auto_circuit": t_peer_patch,
-            "ratio": t_peer_patch / t_ours_patch,
-        },
-    }
     print(
-        f"(b) {graph.n_edges} edges, {n_prompts} prompts x {width} tokens: EAP ours "
+        f"(b) {row['edges']} edges, {n_prompts} prompts x {width} tokens: EAP ours "
         f"{t_ours_eap:.2f} s vs auto-circuit {t_peer_eap:.2f} s ({t_peer_eap / t_ours_eap:.2f}x); "
         f"10 circuits exact: ours {t_ours_patch:.2f} s vs auto-circuit {t_peer_patch:.2f} s "
         f"({t_peer_patch / t_ours_patch:.2f}x)"
@@ -241,26 +228,25 @@ def timing(n_prompts: int, width: int) -> dict:
     return row
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--extra-path", default=None, help="a folder holding attrs, if the venv lacks it"
-    )
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--extra-path", default=None, help="a folder holding attrs, if the venv lacks it")
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--skip-timing", action="store_true")
-    args = parser.parse_args()
+
+
+def main() -> None:
+    run = harness.start(__doc__, __file__, threads=2, flags=add_flags, out=harness.DATA / "edges_peers.json")
+    args = run.args
     _import_auto_circuit(args.extra_path)
     import torch
 
     torch.set_grad_enabled(True)
-    record = {"scores": score_file(args.extra_path)}
+    record = EdgesPeersData(scores=score_file(FIXTURE if run.out.parent == harness.DATA else
+                                              run.out.with_name("auto_circuit_eap.json")))
     if not args.skip_timing:
-        record["timing"] = timing(args.prompts, args.tokens)
-    out = ROOT / "docs" / "data" / "edges_peers.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=1))
-    print(f"wrote {out.relative_to(ROOT)}")
+        record["timing"] = timing(4 if run.quick else args.prompts, 8 if run.quick else args.tokens)
+    run.write(record)
 
 
 if __name__ == "__main__":

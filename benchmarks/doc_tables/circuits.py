@@ -5,7 +5,15 @@ from __future__ import annotations
 import re
 
 from . import bold, ci, markdown, num, pm, sci, table
-from .schemas.circuits import InductionData
+from .schemas.circuits import (
+    AIEData,
+    CausalTraceData,
+    EdgesData,
+    EdgesPeersData,
+    InductionData,
+    IOIData,
+    PatchingData,
+)
 
 # The page's words for the forms benchmarks/patching.py --only nnsight writes.
 NNSIGHT_LABELS = {
@@ -15,7 +23,7 @@ NNSIGHT_LABELS = {
 
 
 @table("patching_nnsight")
-def patching_nnsight(data: dict) -> str:
+def patching_nnsight(data: PatchingData) -> str:
     """benchmarks/patching.py --only nnsight: the head sweep in nnsight's forms against lmsci-mi."""
     run = data["sections"]["nnsight"]
     best = re.search(r"best of \d+", run["lmsci_mi_timing"])
@@ -37,13 +45,13 @@ EDGES_TARGET_FRACTION = 5.0
 """The edge budget (%) of the 0.75 faithfulness target."""
 
 
-def _curves(data: dict) -> dict[str, dict]:
+def _curves(data: EdgesData) -> dict[str, dict]:
     return {key.removeprefix("curve_"): curve for key, curve in data.items()
             if key.startswith("curve_")}
 
 
 @table("edges_timing")
-def edges_timing(data: dict) -> str:
+def edges_timing(data: EdgesData) -> str:
     """benchmarks/edges.py: scoring, curve and exact-patching times against their targets."""
     curve_s = [curve["seconds"] for curve in _curves(data).values()]
     exact = data["exact_200"]
@@ -66,7 +74,7 @@ def edges_timing(data: dict) -> str:
 
 
 @table("edges_faithfulness")
-def edges_faithfulness(data: dict) -> str:
+def edges_faithfulness(data: EdgesData) -> str:
     """benchmarks/edges.py: normalised faithfulness at MIB's budgets, CPR and CMD, per scoring
     method and pruning; the EAP-IG greedy curve with its interval, bold at the target budget."""
     fractions = data["fractions"]
@@ -90,7 +98,7 @@ def edges_faithfulness(data: dict) -> str:
 
 
 @table("edges_ig_steps")
-def edges_ig_steps(data: dict) -> str:
+def edges_ig_steps(data: EdgesData) -> str:
     """benchmarks/edges.py --stage steps: EAP-IG greedy circuits by integration steps m; the best
     faithfulness at the target budget in bold."""
     main = data["curve_EAP-IG_greedy"]
@@ -128,7 +136,7 @@ AUTO_CIRCUIT = "auto-circuit 1.0.1"
 
 
 @table("edges_auto_circuit")
-def edges_auto_circuit(data: dict) -> str:
+def edges_auto_circuit(data: EdgesPeersData) -> str:
     """benchmarks/peers_auto_circuit.py: EAP and exact patching against auto-circuit."""
     t = data["timing"]
     model = t["model"].split(" (")[0]
@@ -146,7 +154,7 @@ def edges_auto_circuit(data: dict) -> str:
 
 
 @table("ioi_seeds")
-def ioi_seeds(data: dict) -> str:
+def ioi_seeds(data: IOIData) -> str:
     """benchmarks/ioi.py: the IOI circuit's figures per prompt draw, and their spread over draws."""
     rows = []
     for r in data["runs"]:
@@ -175,7 +183,7 @@ def ioi_seeds(data: dict) -> str:
 
 
 @table("ioi_heads")
-def ioi_heads(data: dict) -> str:
+def ioi_heads(data: IOIData) -> str:
     """benchmarks/ioi.py: for each class, the heads and in how many draws each was put there."""
     n = data["summary"]["n_seeds"]
     rows = []
@@ -244,7 +252,7 @@ def _signed(x: float, digits: int = 2) -> str:
 
 
 @table("ioi_classes")
-def ioi_classes(data: dict) -> str:
+def ioi_classes(data: IOIData) -> str:
     """benchmarks/ioi.py: seed 0's circuit, each head with its class's score and the evidence,
     beside GPT-2 small's heads (Wang et al. 2022)."""
     run = data["runs"][0]
@@ -297,7 +305,7 @@ AIE_KINDS = {"resid": "resid", "mlp": "MLP", "attn": "attention", "sever_mlp": "
 
 
 @table("aie_runs")
-def aie_runs(data: dict) -> str:
+def aie_runs(data: AIEData) -> str:
     """benchmarks/aie.py --write: each run's model, corruption, facts traced and cost per fact."""
     rows, windows = [], set()
     for name, run in data.items():
@@ -330,7 +338,7 @@ def aie_runs(data: dict) -> str:
 
 
 @table("patching_transformer_lens")
-def patching_transformer_lens(data: dict) -> str:
+def patching_transformer_lens(data: PatchingData) -> str:
     """benchmarks/patching.py: the sweeps against TransformerLens's patchers, with compute floors."""
     run = data["sections"]["transformer_lens"]
     rows = []
@@ -350,7 +358,7 @@ def patching_transformer_lens(data: dict) -> str:
 
 
 @table("patching_trace_attribution")
-def patching_trace_attribution(data: dict) -> str:
+def patching_trace_attribution(data: PatchingData) -> str:
     """benchmarks/patching.py (c) and (d): the batched causal trace against a naive loop, and
     attribution patching over all heads against exact head patching."""
     tr, at = data["sections"]["trace"], data["sections"]["attribution"]
@@ -369,7 +377,7 @@ def patching_trace_attribution(data: dict) -> str:
 
 
 @table("causal_trace_eiffel")
-def causal_trace_eiffel(data: dict) -> str:
+def causal_trace_eiffel(data: CausalTraceData) -> str:
     """benchmarks/causal_trace.py: the one-prompt trace's clean and corrupted p(target) and the
     largest restoration per site, ± one standard error over the noise samples."""
     s, n, w = data["summary"], data["noise_samples"], data["window"]
@@ -405,7 +413,7 @@ def causal_trace_eiffel(data: dict) -> str:
 
 
 @table("ioi_tour")
-def ioi_tour(data: dict) -> str:
+def ioi_tour(data: IOIData) -> str:
     """benchmarks/ioi.py --tour: the tour's draw beside the seeded draws' mean ± s.d., and how
     many seeded draws put each of its heads in the same class."""
     t, summary = data["tour"], data["summary"]
@@ -448,7 +456,7 @@ DEPTH_CLASSES = {"name_mover": "name movers", "s_inhibition": "S-inhibition", "i
 
 
 @table("ioi_depth")
-def ioi_depth(data: dict) -> str:
+def ioi_depth(data: IOIData) -> str:
     """benchmarks/ioi.py: the relative depth (layer ÷ layers) of every head of seed 0's classes,
     grouped by layer, beside GPT-2 small's quoted range."""
     n, classes = data["n_layers"], data["runs"][0]["classes"]
@@ -465,7 +473,7 @@ def ioi_depth(data: dict) -> str:
 
 
 @table("causal_trace_mlp_seeds")
-def causal_trace_mlp_seeds(data: dict) -> str:
+def causal_trace_mlp_seeds(data: CausalTraceData) -> str:
     """benchmarks/causal_trace.py: the MLP-only trace ``traced_layer`` runs, per noise seed: its
     peak at the last subject token, the effect over the corrupted run ± the paired standard error,
     and whether ``traced_layer`` accepts it (effect above two standard errors)."""

@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 
 from . import markdown, num, table
+from .schemas.cluster import ClusterData
 
 PLAN_WORKERS = (1, 8, 64, 512)
 PLAN_ITEMS = 10_000
 
 
 @table("cluster_run")
-def cluster_run(data: dict) -> str:
+def cluster_run(data: ClusterData) -> str:
     """benchmarks/cluster.py: one process against the Ray actors, and where the time goes."""
     s, w = data["seconds"], data["workers"]
     return markdown(

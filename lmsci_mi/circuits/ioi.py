@@ -30,8 +30,8 @@ from lmsci_mi.circuits.path_patching import (
     plan_paths,
 )
 from lmsci_mi.config import Config, config
-from lmsci_mi.data.ioi import IOIBatch, IOIDataset, ioi_dataset
-from lmsci_mi.lenses.dla import dla_hook_names, logit_contributions
+from lmsci_mi.data.ioi import IOIBatch, IOIDataset, TextPairs, ioi_dataset
+from lmsci_mi.lenses.dla import direct_logit_attribution, dla_hook_names, logit_contributions
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import Head, hook_name
@@ -48,6 +48,7 @@ __all__ = [
     "find_ioi_circuit",
     "ioi_logit_diff",
     "mean_ablated_logit_diff",
+    "name_movers_by_dla",
     "path_patch_senders",
     "path_patch_to_queries",
 ]
@@ -265,6 +266,37 @@ def mean_ablated_logit_diff(
 
 
 @torch.no_grad()
+def name_movers_by_dla(lm: LensModel, pairs: TextPairs, k: int = 2) -> tuple[tuple[Head, float], ...]:
+    """The ``k`` heads with the largest mean direct logit attribution to IO − S at the last token
+    of the clean prompts: the name movers' signature (Wang et al. 2022, §3.1), found without the
+    rest of :func:`find_ioi_circuit`, e.g. to check that an edge-level circuit holds them.
+
+    The DLA is :func:`lmsci_mi.lenses.direct_logit_attribution` (norm scales frozen at each
+    prompt's clean run) of each pair's answer (IO) over its wrong token (S). Reads the model only.
+
+    Args:
+        lm: the model.
+        pairs: IOI prompt pairs (:func:`lmsci_mi.data.ioi.ioi_str_pairs`); only the clean prompts,
+            answers and wrong tokens are read.
+        k: how many heads.
+
+    Returns:
+        ``((head, mean DLA), ...)``, largest first.
+
+    >>> from lmsci_mi import load_model
+    >>> from lmsci_mi.data.ioi import ioi_str_pairs
+    >>> lm = load_model("toy-2l")
+    >>> movers = name_movers_by_dla(lm, ioi_str_pairs(lm, 2), k=2)
+    >>> len(movers), movers[0][1] >= movers[1][1]
+    (2, True)
+    """
+    decode = lm.tokenizer.decode
+    dla = direct_logit_attribution(
+        lm, list(pairs.clean), [decode([i]) for i in pairs.answers], [decode([i]) for i in pairs.wrongs]
+    )
+    return dla.top(k)
+
+
 def path_patch_senders(
     lm: LensModel,
     batch: IOIBatch,

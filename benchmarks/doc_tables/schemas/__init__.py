@@ -24,8 +24,10 @@ class MeanSD(TypedDict):
 
 
 class Provenance(TypedDict, total=False):
-    """The harness's record of the run that wrote a file (benchmarks/harness.py). A renderer that
-    shows a run's date or thread count reads them here."""
+    """The record of the run that wrote a file, as the renderers read it (a renderer that shows a
+    run's date or thread count reads them here). The writer's declaration is
+    ``benchmarks/harness.py``'s ``Provenance``, which the renderers cannot import (they load without
+    benchmarks/ on the path); a test keeps the two alike."""
 
     command: str
     date: str

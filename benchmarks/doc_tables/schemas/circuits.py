@@ -148,3 +148,354 @@ class CausalTraceData(TypedDict):
     seconds: float
     mlp_only_subject: str
     mlp_only: list[MLPOnlyTrace]
+
+
+# --- benchmarks/ioi.py -> docs/data/ioi.json -----------------------------------------------------
+
+
+class IOIHead(TypedDict):
+    """One circuit head and its evidence (``CircuitHead``); ``path_patching`` null when not measured."""
+
+    head: str
+    role: str
+    dla: float
+    attn_end_io: float
+    attn_end_s: float
+    path_patching: float | None
+    score: float
+
+
+class IOIDraw(TypedDict):
+    """The circuit found on one prompt draw, with every figure and head the docs quote."""
+
+    n_prompts: int
+    logit_diff: float
+    logit_diff_se: float
+    fraction_positive: float
+    logit_diff_circuit: float
+    faithfulness: float
+    logit_diff_without_name_movers: float
+    name_mover_removed: float
+    n_heads: int
+    classes: dict[str, list[str]]
+    heads: list[IOIHead]
+    top_dla_outside_circuit: list[tuple[str, float]]
+    """Heads outside the circuit with the largest DLA, as [head, DLA] (the next backup candidates)."""
+    seconds: float
+
+
+class IOIRun(IOIDraw):
+    seed: int
+
+
+class IOITour(IOIDraw):
+    """The draw `lmsci-mi tour` makes (8 prompts of the first template)."""
+
+    config: str
+    templates: int
+
+
+class IOISpread(TypedDict):
+    """A figure over seeds: mean, sample standard deviation (null below two), min and max."""
+
+    mean: float
+    sd: float | None
+    min: float
+    max: float
+
+
+class IOISummary(TypedDict):
+    n_seeds: int
+    logit_diff: IOISpread
+    fraction_positive: IOISpread
+    faithfulness: IOISpread
+    name_mover_removed: IOISpread
+    n_heads: IOISpread
+    heads_by_class: dict[str, dict[str, int]]
+    """For each class, each head and in how many seeds it was put there."""
+
+
+class _IOIData(TypedDict):
+    model: str
+    n_layers: int
+    n_prompts: int
+    templates: int
+    config: str
+    runs: list[IOIRun]
+    summary: IOISummary
+
+
+class IOIData(_IOIData, total=False):
+    tour: IOITour
+
+
+# --- benchmarks/heads.py -> docs/data/heads.json (no page renders it yet) ------------------------
+
+
+class HeadsRow(TypedDict):
+    """One way to score every head: its best time, forward passes, and largest difference from
+    the batched scores."""
+
+    method: str
+    seconds: float
+    ratio_to_batched: float
+    passes: int
+    max_abs_diff: float
+
+
+class HeadsData(TypedDict):
+    model: str
+    n_sequences: int
+    tokens: int
+    repeats: int
+    rows: list[HeadsRow]
+
+
+# --- benchmarks/aie.py -> docs/data/aie.json -----------------------------------------------------
+
+
+class AIEPeak(TypedDict):
+    """The peak of one kind's curve for one token category: layer, AIE, 95 % half-band, facts."""
+
+    layer: int
+    aie: float
+    band95: float
+    n: int
+
+
+class AIEMLPCheck(TypedDict, total=False):
+    """Where the MLP's last-subject-token curve peaks (empty when the run restores no MLP)."""
+
+    mlp_last_subject_peak_layer: int
+    n_layers: int
+    window_holds_layer_0: bool
+    mid_layer: bool
+    peak_over_last_token_mlp_at_that_layer: float
+
+
+class AIERun(TypedDict):
+    """One piece (a model and a corruption) over the shipped fact set."""
+
+    model: str
+    corruption: str
+    metric: str
+    n_facts: int
+    n_known: int
+    n_candidates: int
+    n_unpaired: int
+    n_per_category: dict[str, int]
+    clean_mean: float
+    corrupted_mean: float
+    noise_scale: float
+    window: int
+    kinds: list[str]
+    peaks: dict[str, AIEPeak]
+    """By "kind/category"."""
+    mlp_check: AIEMLPCheck
+    curves: dict[str, dict[str, list[float]]]
+    """AIE per layer, by kind then category."""
+    band95: dict[str, dict[str, list[float]]]
+    seconds_per_fact: float | None
+    n_samples: int
+    complete: bool
+    n_planned: int
+
+
+AIEData = TypedDict("AIEData", {
+    "categories": list[str],
+    "smollm2-str": AIERun,
+    "gemma3-str": AIERun,
+    "smollm2-gaussian": AIERun,
+    "smollm2-sever": AIERun,
+}, total=False)
+"""The token categories, and each piece written so far by its name (``PIECES`` of the script)."""
+
+
+# --- benchmarks/edges.py -> docs/data/edges.json; peers_auto_circuit.py -> edges_peers.json -------
+
+
+class EdgeCurve(TypedDict):
+    """One scoring method's faithfulness curve under one pruning, at the data's ``fractions``."""
+
+    faithfulness: list[float]
+    kept: list[int]
+    ci95: list[list[float]] | None
+    """The 95 % bootstrap interval over prompts at each budget, as [low, high]."""
+    cpr: float
+    cmd: float
+    seconds: float
+    clean: float
+    corrupted: float
+
+
+class EdgeCircuit(TypedDict, total=False):
+    """The EAP-IG greedy circuit at 5 % of edges (``has_name_movers`` once the movers are found)."""
+
+    faithfulness: float
+    edges: int
+    nodes: int
+    heads: list[str]
+    has_name_movers: bool
+
+
+class EdgeView(TypedDict):
+    fraction: float
+    edges: int
+    nodes: int
+
+
+class EdgeExact(TypedDict):
+    """Single-edge circuits scored exactly: the batched evaluator against one pass per edge."""
+
+    edges: int
+    batched_s: float
+    per_edge_pass_s: float
+    """Timed on ``per_edge_measured_edges`` edges and scaled to ``edges``."""
+    per_edge_measured_edges: int
+    speedup: float
+    max_abs_diff: float
+
+
+class EdgeSteps(TypedDict):
+    """EAP-IG with more integration steps: the greedy circuits at a few budgets."""
+
+    seconds: float
+    fractions: list[float]
+    faithfulness: list[float]
+    ci95: list[list[float]] | None
+    has_name_movers_5pct: bool
+
+
+class PeerScores(TypedDict):
+    edges: int
+    max_abs_diff: float
+    max_abs_score: float
+
+
+class PeerSeconds(TypedDict):
+    lmsci_mi: float
+    auto_circuit: float
+    ratio: float
+
+
+class PeerTiming(TypedDict):
+    model: str
+    edges: int
+    prompts: int
+    tokens: int
+    eap_s: PeerSeconds
+    patch_10_circuits_s: PeerSeconds
+
+
+class _EdgesPeersData(TypedDict):
+    scores: PeerScores
+    """Our EAP against auto-circuit's on toy-gpt2-2l (tests/data/auto_circuit_eap.json)."""
+
+
+class EdgesPeersData(_EdgesPeersData, total=False):
+    timing: PeerTiming
+    """On a GPT-2-small-sized random model (absent with --skip-timing)."""
+
+
+EdgesData = TypedDict("EdgesData", {
+    "model": str,
+    "prompts": int,
+    "corruption": str,
+    "graph": str,
+    "edges": int,
+    "fractions": list[float],
+    "metric": str,
+    "cpr_cmd_axis": str,
+    "seconds_EAP-IG": float,
+    "seconds_EAP": float,
+    "curve_EAP-IG_greedy": EdgeCurve,
+    "curve_EAP-IG_topn": EdgeCurve,
+    "curve_EAP_greedy": EdgeCurve,
+    "curve_EAP_topn": EdgeCurve,
+    "eap_ig_5pct": EdgeCircuit,
+    "circuit_view": EdgeView,
+    "name_movers_dla": list[tuple[str, float]],
+    "exact_200": EdgeExact,
+    "eap_ig_steps": dict[str, EdgeSteps],
+    "peers": EdgesPeersData,
+}, total=False)
+"""Each stage of benchmarks/edges.py adds its keys ("seconds_METHOD", "curve_METHOD_PRUNE", ...)."""
+
+
+# --- benchmarks/patching.py -> docs/data/patching.json -------------------------------------------
+
+
+class SectionMeta(TypedDict):
+    """Each section's own run (sections are measured by separate runs, nnsight's in another venv)."""
+
+    date: str
+    threads: int
+    matmul_gflops: float
+    n_tokens: int
+    command: str
+
+
+class TLRow(TypedDict):
+    """One sweep against TransformerLens's patcher, with its compute floors."""
+
+    sweep: str
+    lmsci_mi_s: float
+    transformer_lens_s: float
+    max_abs_diff: float
+    floor_s: float
+    """FLOPs of resuming each row at its layer over the measured matmul rate."""
+    prefix_floor_s: float
+    """FLOPs of the positions from each row's first change on (what prefix reuse allows)."""
+    passes: int
+
+
+class TLSection(SectionMeta):
+    rows: list[TLRow]
+    forward_s: float
+    transformer_lens_version: str | None
+
+
+class TraceSection(SectionMeta):
+    sweep: str
+    lmsci_mi_s: float
+    naive_s: float
+    naive_timed_layers: int
+    speedup: float
+    max_abs_diff: float
+    prefix_floor_s: float
+
+
+class AttributionSection(SectionMeta):
+    heads: int
+    seconds: float
+    forward_s: float
+    forward_pass_equivalents: float
+    spearman_vs_exact: float
+
+
+class NNsightRow(TypedDict):
+    form: str
+    seconds: float
+    max_abs_diff: float
+    ratio_vs_lmsci_mi: float
+
+
+class NNsightSection(SectionMeta):
+    sweep: str
+    lmsci_mi_seconds: float
+    lmsci_mi_timing: str
+    nnsight_version: str
+    peers: list[NNsightRow]
+    model: str
+
+
+class PatchingSections(TypedDict, total=False):
+    transformer_lens: TLSection
+    trace: TraceSection
+    attribution: AttributionSection
+    nnsight: NNsightSection
+
+
+class PatchingData(TypedDict):
+    sections: PatchingSections
+    """A run writes the sections it measured; the others keep their numbers."""
