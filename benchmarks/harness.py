@@ -15,9 +15,9 @@ A benchmark (see benchmarks/induction.py) reads like this:
 Every script gets --threads (default: what it was always run with), --quick (a small run that
 checks it end to end; written under out/quick/ unless --out says otherwise), --out (default
 docs/data/<script>.json, or ``start(out=...)``) and --fresh (empty its cache first), and its
-``--help`` is its docstring. ``cache.get`` keeps JSON items; ``cache.path(item)`` names a file for
-anything else (a saved ``Result``) and ``cache.load``/``cache.save`` keep a record updated run
-after run. ``read_json(run.out, {})`` reads the file a script adds sections to.
+``--help`` is its docstring. ``cache.get`` keeps JSON items, ``cache.result`` lmsci-mi results
+(``Result.save``/``load``); ``cache.path(item)`` names a file for anything else, and
+``cache.load``/``cache.save`` keep a record updated run after run. ``read_json(run.out, {})`` reads the file a script adds sections to.
 
 Every data file under docs/data/ carries a ``provenance`` record (command, date, commit, version,
 threads) so that a number in the docs can be traced to the run that made it. Files written before
@@ -41,10 +41,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "data"
@@ -54,8 +55,12 @@ HARNESS_FLAGS = ("threads", "quick", "out", "fresh")
 COMMAND_ENV = ("HF_HUB_OFFLINE", "PYTHONPATH")
 """Environment variables that a recorded command shows when they were set (they change what runs)."""
 
+if TYPE_CHECKING:
+    from lmsci_mi.results import Result
+
 log = logging.getLogger("benchmarks")
 T = TypeVar("T")
+R = TypeVar("R", bound="Result")
 
 _ENV = {k: os.environ[k] for k in COMMAND_ENV if k in os.environ}
 """The recorded environment, as the user set it (before the default below)."""
@@ -166,6 +171,19 @@ class ItemCache:
             write_json(path, compute())
         return json.loads(path.read_text(encoding="utf-8"))
 
+    def result(self, item: str, compute: Callable[[], R]) -> R:
+        """The item's cached lmsci-mi result (``Result.save``: JSON and safetensors), else
+        ``compute()``'s, saved as soon as it returns."""
+        from lmsci_mi.results import Result
+
+        path = self.path(item)
+        if path.is_file():
+            log.info("cached: %s", item)
+            return typing.cast("R", Result.load(path))
+        value = compute()
+        value.save(path)
+        return value
+
 
 @dataclass
 class Timer:
@@ -269,7 +287,7 @@ def start(
     *,
     threads: int = 2,
     flags: Callable[[argparse.ArgumentParser], None] | None = None,
-    out: str | Path | None = None,
+    out: str | Path | Callable[[argparse.Namespace], Path] | None = None,
     argv: Sequence[str] | None = None,
 ) -> Run:
     """Parse the benchmark's flags, set torch's threads and logging, and note the commit.
@@ -279,7 +297,8 @@ def start(
         script: the script's ``__file__``; its stem names the data file and the cache folder.
         threads: ``--threads``' default (what the script has always been run with).
         flags: adds the script's own flags to the parser.
-        out: the data file when it is not ``docs/data/<stem>.json``.
+        out: the data file when it is not ``docs/data/<stem>.json``, or a function of the parsed
+            flags when they name it (``docs/data/reading_<model>.json``).
         argv: the arguments (default ``sys.argv[1:]``).
     """
     script = Path(script).resolve()
@@ -291,14 +310,16 @@ def start(
     common.add_argument("--quick", action="store_true",
                         help=f"a small run that checks the script end to end (writes under {_shown(QUICK)}/)")
     common.add_argument("--out", type=Path, default=None,
-                        help=f"the data file (default {_shown(Path(out) if out else DATA / f'{name}.json')})")
+                        help="the data file (default "
+                        + ("named by the flags" if callable(out) else _shown(Path(out) if out else DATA / f"{name}.json"))
+                        + ")")
     common.add_argument("--fresh", action="store_true", help="empty the per-item cache first")
     if flags is not None:
         flags(parser)
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if args.out is None:
-        default = Path(out) if out else DATA / f"{name}.json"
+        default = Path(out(args)) if callable(out) else Path(out) if out else DATA / f"{name}.json"
         args.out = QUICK / default.name if args.quick else default
 
     import torch

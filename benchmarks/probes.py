@@ -1,81 +1,80 @@
 """Probe sweeps on SmolLM2: the speed target and the real tasks' curves.
 
 1. Speed: a sweep over all 30 layers with 5,000 examples (subject_number), collection included,
-   with the control task and the bootstrap on. Prints collection and fit seconds. The same
-   features are also fitted layer by layer with scikit-learn's ``LogisticRegression`` (on
+   with the control task and the bootstrap on, collected in float32 and under bfloat16 autocast.
+   The same features are also fitted layer by layer with scikit-learn's ``LogisticRegression`` (on
    ``--sklearn-layers`` layers, same strength grid and split) for the ratio and the accuracy gap.
-   Written to the ``speed`` section of ``--data`` (run it on a quiet machine).
-2. The tasks: every registered task's sweep, with its peak, selectivity and baseline; the curves
-   are written as PNG and the tables as Parquet under ``--out``.
+   Written to the ``speed`` section of the data file (run it on a quiet machine).
+2. The tasks: every registered task's sweep, with its peak, selectivity and baseline (its 95%
+   bootstrap interval is the sweep's own); the curves are written as PNG and the tables as Parquet
+   under ``--results``. Each task is cached as it finishes, so a stopped run resumes.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/probes.py [--out out/probes] [--sklearn-layers 3]
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/probes.py --skip-speed    # the tasks: docs/data/probes.json
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/probes.py --skip-tasks    # the speed section only
+    HF_HUB_OFFLINE=1 python benchmarks/probes.py                    # both parts
+    HF_HUB_OFFLINE=1 python benchmarks/probes.py --skip-speed       # the tasks: docs/data/probes.json
+    HF_HUB_OFFLINE=1 python benchmarks/probes.py --skip-tasks       # the speed section only
+    PYTHONPATH=. python benchmarks/probes.py --quick --model toy-2l  # a check (out/quick/)
 
-Each part replaces only its own section of the data file (``tasks`` or ``speed``).
+Each part replaces only its own section of the data file (``tasks`` or ``speed``), which keeps its
+own date and thread count; the file's provenance record is the last part's run.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import json
-import os
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
+import harness
 import torch
+from doc_tables.schemas.probes import ProbesData, ProbeSpeed, ProbeTask, SklearnSpeed, SpeedRun
 
-from lmsci_mi import load_model
+from lmsci_mi import LensModel, load_model
 from lmsci_mi.collect import CollectConfig, collect_activations
 from lmsci_mi.data.probing import subject_number_dataset
-from lmsci_mi.probes import PROBE_TASKS, ProbeSweepConfig, Split, fit_probes, probe_task
+from lmsci_mi.probes import (
+    PROBE_TASKS,
+    ProbeSweepConfig,
+    ProbeTaskConfig,
+    Split,
+    fit_probes,
+    probe_task,
+)
 from lmsci_mi.sites import hook_name
 
 
-def speed(lm, n_examples: int, sklearn_layers: int) -> dict:
-    data = subject_number_dataset(n_examples, seed=0)
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--results", type=Path, default=Path("out/probes"),
+                        help="each task's result, Parquet table and curve")
+    parser.add_argument("--n-examples", type=int, default=5000, help="the speed part's examples")
+    parser.add_argument("--sklearn-layers", type=int, default=3)
+    parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--skip-tasks", action="store_true")
+
+
+# --- 1. speed ----------------------------------------------------------------------------------
+
+
+def timed_sweep(lm: LensModel, texts: list[str], labels: list, autocast: str | None, config: ProbeSweepConfig):
+    """Collect every layer's ``resid_post`` and fit the probes (and the control's), timed."""
     hooks = [hook_name("resid_post", layer) for layer in range(lm.cfg.n_layers)]
-    n_tokens = sum(len(lm.encode(t)) for t in data.texts)
-    config = ProbeSweepConfig()
-    print(f"speed: {len(hooks)} layers x {n_examples} examples ({n_tokens} tokens), probe + control, "
-          f"{len(config.l2_grid)} strengths, {config.bootstrap} bootstrap resamples (target: 60 s)")
-    peaks, runs, sklearn = {}, {}, None
-    for autocast in (None, "bfloat16"):
-        start = time.perf_counter()
-        acts = collect_activations(lm, data.texts, hooks,
-                                   config=CollectConfig(progress=False, autocast=autocast))
-        collected = time.perf_counter()
-        split = Split.random(len(acts), seed=0)
-        features = acts.stack(hooks).to(lm.device)
-        fits, _control = fit_probes(features, list(data.labels), split, config,
-                                   word_types=acts.token.tolist())
-        fitted = time.perf_counter()
-        scores = torch.tensor([f.score for f in fits])
-        peaks[autocast] = scores
-        runs[autocast or "float32"] = {
-            "collect_s": round(collected - start, 1), "fit_s": round(fitted - collected, 1),
-            "total_s": round(fitted - start, 1), "peak_layer": int(scores.argmax()),
-            "peak_accuracy": float(scores.max()),
-        }
-        print(f"  {autocast or 'float32':9s} collect {collected - start:6.1f} s ({n_tokens / (collected - start):.0f} "
-              f"tok/s)   fit {fitted - collected:6.1f} s   total {fitted - start:6.1f} s   "
-              f"peak layer {int(scores.argmax())}: accuracy {scores.max():.3f}")
-        if autocast is None and sklearn_layers:
-            sklearn = _sklearn(features, data.labels, split, config, fits, sklearn_layers)
-    gap = (peaks[None] - peaks["bfloat16"]).abs().max()
-    print(f"  largest per-layer accuracy difference, float32 vs bfloat16 collection: {gap * 100:.2f} points")
-    return {
-        "date": datetime.date.today().isoformat(), "threads": torch.get_num_threads(),
-        "task": "subject_number", "n_examples": n_examples, "n_tokens": n_tokens, "layers": len(hooks),
-        "strengths": len(config.l2_grid), "bootstrap": config.bootstrap, "runs": runs,
-        "bfloat16_max_layer_difference_points": round(float(gap) * 100, 2), "sklearn": sklearn,
-    }
+    start = time.perf_counter()
+    acts = collect_activations(lm, texts, hooks, config=CollectConfig(progress=False, autocast=autocast))
+    collected = time.perf_counter()
+    split = Split.random(len(acts), seed=0)
+    features = acts.stack(hooks).to(lm.device)
+    fits, _ = fit_probes(features, labels, split, config, word_types=acts.token.tolist())
+    fitted = time.perf_counter()
+    scores = torch.tensor([f.score for f in fits])
+    run = SpeedRun(collect_s=round(collected - start, 1), fit_s=round(fitted - collected, 1),
+                   total_s=round(fitted - start, 1), peak_layer=int(scores.argmax()), peak_accuracy=float(scores.max()))
+    print(f"  {autocast or 'float32':9s} collect {run['collect_s']:6.1f} s   fit {run['fit_s']:6.1f} s   total "
+          f"{run['total_s']:6.1f} s   peak layer {run['peak_layer']}: accuracy {run['peak_accuracy']:.3f}")
+    return run, scores, features, split, fits
 
 
-def _sklearn(features, labels, split, config, fits, n_layers: int) -> dict:
+def sklearn_speed(features, labels, split, config, fits, n_layers: int) -> SklearnSpeed:
     """scikit-learn on the same standardised features, strength grid and split, layer by layer."""
     from sklearn.linear_model import LogisticRegression
 
@@ -95,76 +94,85 @@ def _sklearn(features, labels, split, config, fits, n_layers: int) -> dict:
             val = model.score(z[split.val], y[split.val].numpy())
             if val > best[0]:
                 best = (val, model)
-        test = best[1].score(z[split.test], y[split.test].numpy())
-        gaps.append(abs(test - fits[layer].score))
+        gaps.append(abs(best[1].score(z[split.test], y[split.test].numpy()) - fits[layer].score))
     seconds = time.perf_counter() - start
-    print(f"  scikit-learn, task only, {n_layers} layers: {seconds:.1f} s "
-          f"(~{seconds / n_layers * features.shape[0]:.0f} s for all layers, task only); "
-          f"largest test-accuracy gap to lmsci-mi {max(gaps) * 100:.2f} points")
-    return {"layers": layers, "seconds": round(seconds, 1),
-            "seconds_all_layers_estimate": round(seconds / n_layers * features.shape[0], 1),
-            "max_gap_points": round(max(gaps) * 100, 2)}
+    print(f"  scikit-learn, task only, {n_layers} layers: {seconds:.1f} s; largest test-accuracy gap to lmsci-mi "
+          f"{max(gaps) * 100:.2f} points")
+    return SklearnSpeed(layers=layers, seconds=round(seconds, 1),
+                        seconds_all_layers_estimate=round(seconds / n_layers * features.shape[0], 1),
+                        max_gap_points=round(max(gaps) * 100, 2))
 
 
-def _write(data_file: Path, section: dict) -> None:
-    """Replace the given sections of the data file, keeping the others."""
-    data = json.loads(data_file.read_text()) if data_file.exists() else {}
-    data.update(section)
-    data_file.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"wrote {data_file}")
+def speed(lm: LensModel, n_examples: int, sklearn_layers: int) -> ProbeSpeed:
+    data = subject_number_dataset(n_examples, seed=0)
+    n_tokens = sum(len(lm.encode(t)) for t in data.texts)
+    config = ProbeSweepConfig()
+    print(f"speed: {lm.cfg.n_layers} layers x {n_examples} examples ({n_tokens} tokens), probe + control, "
+          f"{len(config.l2_grid)} strengths, {config.bootstrap} bootstrap resamples (target: 60 s)")
+    runs, peaks, sklearn = {}, {}, None
+    for autocast in (None, "bfloat16"):
+        run, peaks[autocast], features, split, fits = timed_sweep(lm, data.texts, list(data.labels), autocast, config)
+        runs[autocast or "float32"] = run
+        if autocast is None and sklearn_layers:
+            sklearn = sklearn_speed(features, data.labels, split, config, fits, sklearn_layers)
+    gap = (peaks[None] - peaks["bfloat16"]).abs().max()
+    return ProbeSpeed(date=datetime.date.today().isoformat(), threads=torch.get_num_threads(), task="subject_number",
+                      n_examples=n_examples, n_tokens=n_tokens, layers=lm.cfg.n_layers, strengths=len(config.l2_grid),
+                      bootstrap=config.bootstrap, runs=runs,
+                      bfloat16_max_layer_difference_points=round(float(gap) * 100, 2), sklearn=sklearn)
 
 
-def tasks(lm, out: Path, data_file: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    rows = {}
-    print(f"{'task':15s} {'peak layer':>10s} {'accuracy':>9s} {'95% CI':>13s} {'control':>8s} "
-          f"{'selectivity':>11s} {'majority':>8s} {'n (train/val/test)':>19s} {'seconds':>8s}")
-    for name in PROBE_TASKS.names():
-        start = time.perf_counter()
-        result = probe_task(lm, name)
-        seconds = time.perf_counter() - start
-        result.save(out / f"{name}.json")
-        result.export(out / f"{name}.parquet")
-        result.plot(out / f"{name}.png")
-        peak = result.peak()
-        row = result.values[int(peak.layer)]
-        interval = f"[{row[4]:.3f},{row[5]:.3f}]"
-        sizes = f"{result.n_train}/{result.n_val}/{result.n_test}"
-        print(f"{name:15s} {peak.layer:>10s} {peak.score:9.3f} {interval:>13s} {peak.control:8.3f} "
-              f"{peak.selectivity:+11.3f} {peak.baseline:8.3f} {sizes:>19s} {seconds:8.1f}")
-        print("   per layer: " + " ".join(f"{v:.2f}" for v in result.metric("score").tolist()))
-        print("   control:   " + " ".join(f"{v:.2f}" for v in result.metric("control").tolist()))
-        rows[name] = {
-            "peak_layer": int(peak.layer), "accuracy": float(peak.score),
-            "ci95": [float(row[4]), float(row[5])], "control": float(peak.control),
-            "selectivity": float(peak.selectivity), "majority": float(peak.baseline),
-            "n_train": result.n_train, "n_val": result.n_val, "n_test": result.n_test,
-            "seconds": round(seconds, 1),
-            "per_layer": result.metric("score").tolist(), "control_per_layer": result.metric("control").tolist(),
-        }
-    _write(data_file, {
-        "model": "smollm2-135m", "site": "resid_post", "split": "60/20/20, seed 0",
-        "date": datetime.date.today().isoformat(), "threads": torch.get_num_threads(),
-        "tasks": rows,
-    })
+# --- 2. the tasks ------------------------------------------------------------------------------
+
+
+def one_task(lm: LensModel, name: str, results: Path, task_config: ProbeTaskConfig) -> ProbeTask:
+    """One task's sweep: its peak layer, interval, control, selectivity and curves."""
+    start = time.perf_counter()
+    result = probe_task(lm, name, task_config=task_config)
+    seconds = time.perf_counter() - start
+    result.save(results / f"{name}.json")
+    result.export(results / f"{name}.parquet")
+    result.plot(results / f"{name}.png")
+    peak = result.peak()
+    layer = int(peak.layer)
+    task = ProbeTask(
+        peak_layer=layer, accuracy=float(peak.score),
+        ci95=[float(result.metric("ci_low")[layer]), float(result.metric("ci_high")[layer])],
+        control=float(peak.control), selectivity=float(peak.selectivity), majority=float(peak.baseline),
+        n_train=result.n_train, n_val=result.n_val, n_test=result.n_test, seconds=round(seconds, 1),
+        per_layer=result.metric("score").tolist(), control_per_layer=result.metric("control").tolist(),
+    )
+    print(f"{name:15s} peak layer {layer}: {task['accuracy']:.3f} [{task['ci95'][0]:.3f}, {task['ci95'][1]:.3f}], "
+          f"control {task['control']:.3f}, selectivity {task['selectivity']:+.3f}, majority {task['majority']:.3f}, "
+          f"{task['n_train']}/{task['n_val']}/{task['n_test']}, {seconds:.1f} s")
+    return task
+
+
+def tasks(run: harness.Run, lm: LensModel) -> dict[str, ProbeTask]:
+    results = harness.QUICK / "probes" if run.quick else run.args.results
+    results.mkdir(parents=True, exist_ok=True)
+    # --quick draws 60 examples per task (the toy model's check); the tasks' own sizes otherwise
+    task_config = ProbeTaskConfig(n_examples=60 if run.quick else None)
+    cache = run.cache(exclude=["results", "n_examples", "sklearn_layers", "skip_speed", "skip_tasks"])
+    return {name: cache.get(name, lambda name=name: one_task(lm, name, results, task_config))
+            for name in PROBE_TASKS.names()}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path, default=Path("out/probes"))
-    parser.add_argument("--n-examples", type=int, default=5000)
-    parser.add_argument("--sklearn-layers", type=int, default=3)
-    parser.add_argument("--skip-speed", action="store_true")
-    parser.add_argument("--skip-tasks", action="store_true")
-    parser.add_argument("--data", type=Path, default=Path("docs/data/probes.json"),
-                        help="the tasks' figures for the docs' tables")
-    args = parser.parse_args()
-    lm = load_model("smollm2-135m")
+    run = harness.start(__doc__, __file__, threads=2, flags=add_flags)
+    args = run.args
+    lm = load_model(args.model)
     lm.encode("warm up the tokenizer")
+    data: ProbesData = harness.read_json(run.out, {})
     if not args.skip_speed:
-        _write(args.data, {"speed": speed(lm, args.n_examples, args.sklearn_layers)})
+        with run.timed("speed"):
+            data["speed"] = speed(lm, 200 if run.quick else args.n_examples, args.sklearn_layers)
     if not args.skip_tasks:
-        tasks(lm, args.out, args.data)
+        with run.timed("tasks"):
+            data.update(model=lm.name, site="resid_post", split="60/20/20, seed 0",
+                        date=datetime.date.today().isoformat(), threads=torch.get_num_threads(), tasks=tasks(run, lm))
+    data.pop("timings", None)  # the harness writes this run's
+    run.write(data)
 
 
 if __name__ == "__main__":

@@ -1,86 +1,82 @@
 """The tour's SAE step, measured: the figures docs/sae.md quotes for ``lmsci-mi tour``'s step ``sae``.
 
-    HF_HUB_OFFLINE=1 PYTHONPATH=. .venv/bin/python benchmarks/sae_tour.py
+    HF_HUB_OFFLINE=1 PYTHONPATH=. python benchmarks/sae_tour.py        # docs/data/sae_tour.json
 
-Runs the very step the tour runs (``lmsci_mi.cli.sae.tour_steps()``: feature 212's card on the
-standard library's prose, and its steering frequency on 6 neutral prompts) and writes
-docs/data/sae_tour.json: the card's token count and the feature's density there, its top contexts,
-the share of promoted tokens per condition with its standard error over the prompts and the
-paired difference from the unsteered run, the random control feature and the pool it is drawn
-from (the features alive in the SAE's ``stats.json``), and the step's seconds. About a minute.
+Runs what the tour's step runs (``lmsci_mi.sae.feature_overview`` of the shipped SAE's feature
+``TOUR_FEATURE`` = 212: its card on the standard library's prose, and its steering frequency on 6
+neutral prompts) and writes docs/data/sae_tour.json: the card's token count and the feature's
+density there, its top contexts, the share of promoted tokens per condition with its standard
+error over the prompts and the paired difference from the unsteered run, the random control
+feature and the pool it is drawn from (the features alive in the SAE's ``stats.json``), and the
+step's seconds. About a minute.
 
 Six prompts × 30 tokens are the tour's quick look; ``benchmarks/sae.py`` measures the same
-feature on 30 prompts at two coefficients.
+feature on 30 prompts at two coefficients. The shipped SAE belongs to SmolLM2: there is no toy
+run (``--quick`` runs the step on 2 prompts and 1,000 tokens).
 """
 
 from __future__ import annotations
 
-import datetime
-import json
-import os
-import tempfile
-import time
-from pathlib import Path
+import argparse
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
+import harness
 import torch
+from doc_tables.schemas import MeanSE
+from doc_tables.schemas.sae import SAETourData, TourCard, TourSteering
 
 from lmsci_mi import load_model
-from lmsci_mi.cli.sae import TOUR_FEATURE, TOUR_PROMPTS, TOUR_TOKENS, tour_steps
-from lmsci_mi.sae import FrequencyConfig, SAEStats, load_trained_sae
+from lmsci_mi.sae import (
+    FeatureOverview,
+    FeatureOverviewConfig,
+    FrequencyConfig,
+    feature_overview,
+    load_trained_sae,
+)
+from lmsci_mi.sae.overview import TOUR_FEATURE
+from lmsci_mi.stats import mean_se
 
-DATA = Path(__file__).resolve().parent.parent / "docs" / "data" / "sae_tour.json"
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="smollm2-135m", help="a model with a shipped or cached SAE")
+
+
+def share(values: torch.Tensor) -> MeanSE:
+    """Mean ± standard error over prompts."""
+    m = mean_se(values)
+    return MeanSE(mean=m.mean, se=m.se)
+
+
+def card(look: FeatureOverview, config: FeatureOverviewConfig) -> TourCard:
+    cards = look.cards
+    return TourCard(tokens_asked=config.n_tokens, n_tokens=int(cards.n_tokens),
+                    density=float(cards.density[0]), contexts=list(cards.context_texts(look.feature)))
+
+
+def steering(look: FeatureOverview, config: FeatureOverviewConfig) -> TourSteering:
+    """Each condition's share of promoted tokens, and feature and control minus unsteered, paired
+    prompt by prompt."""
+    table = look.frequency
+    values = table.values.double()  # [condition, prompt]
+    return TourSteering(
+        prompts=config.n_prompts, new_tokens=FrequencyConfig().new_tokens,  # the step's defaults
+        coefficient=table.coefficient, conditions=list(table.axis_labels(0)),
+        share=[share(row) for row in values], minus_unsteered=[share(row - values[0]) for row in values[1:]],
+        control=table.control, control_pool=look.control_pool, token_set=list(table.token_set),
+    )
 
 
 def main() -> None:
-    lm = load_model("smollm2-135m")
-    start = time.perf_counter()
-    sae = load_trained_sae(lm)
-    load_seconds = time.perf_counter() - start
-    (step,) = [s for s in tour_steps() if s.name == "sae"]
-    with tempfile.TemporaryDirectory() as folder:
-        start = time.perf_counter()
-        output = step.run(lm, Path(folder))
-        seconds = time.perf_counter() - start
-    print(output.summary)
-    cards = output.results["sae_feature_card"]
-    frequency = output.results["sae_steering_frequency"]
-    values = frequency.values.float()  # [condition, prompt]
-    n = values.shape[1]
-
-    def share(row: torch.Tensor) -> dict:
-        return {"mean": float(row.mean()), "se": float(row.std() / n**0.5)}
-
-    conditions = list(frequency.axis_labels(0))
-    alive = SAEStats.load(Path(sae.source) / "stats.json").values > 0
-    data = {
-        "model": lm.name,
-        "date": datetime.date.today().isoformat(),
-        "torch_threads": torch.get_num_threads(),
-        "feature": TOUR_FEATURE,
-        "card": {
-            "tokens_asked": TOUR_TOKENS,
-            "n_tokens": int(cards.n_tokens),
-            "density": float(cards.density[0]),
-            "contexts": list(cards.context_texts(TOUR_FEATURE)),
-        },
-        "steering": {
-            "prompts": TOUR_PROMPTS,
-            "new_tokens": FrequencyConfig().new_tokens,  # the step uses the defaults
-            "coefficient": frequency.coefficient,
-            "conditions": conditions,
-            "share": [share(row) for row in values],
-            "minus_unsteered": [share(row - values[0]) for row in values[1:]],
-            "control": frequency.control,
-            "control_pool": int(alive.sum()),
-            "token_set": list(frequency.token_set),
-        },
-        "load_seconds": load_seconds,
-        "step_seconds": seconds,
-    }
-    DATA.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(f"wrote {DATA}")
+    run = harness.start(__doc__, __file__, threads=2, flags=add_flags)
+    config = FeatureOverviewConfig(n_tokens=1000, n_prompts=2) if run.quick else FeatureOverviewConfig()
+    lm = load_model(run.args.model)
+    with run.timed("load") as load:
+        sae = load_trained_sae(lm)
+    with run.timed("step") as step:
+        look = feature_overview(lm, sae, TOUR_FEATURE, config)
+    print(look.cards.describe(look.feature, contexts=3), "\n", look.frequency.summary(), sep="")
+    run.write(SAETourData(model=lm.name, feature=look.feature, card=card(look, config),
+                          steering=steering(look, config), load_seconds=load.seconds,
+                          step_seconds=step.seconds), ensure_ascii=False)
 
 
 if __name__ == "__main__":

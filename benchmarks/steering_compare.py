@@ -2,49 +2,58 @@
 difference-of-means vector (CAA/ActAdd) at its best layer, the shipped LM-Steer, and the best
 feature of the shipped SAE, on the same prompts and seeds.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/steering_compare.py
+    PYTHONPATH=. python benchmarks/steering_compare.py              # docs/data/steering_compare.json
+    PYTHONPATH=. python benchmarks/steering_compare.py --plot-only  # redraw the figure from the data
+    PYTHONPATH=. python benchmarks/steering_compare.py --quick      # 2 layers, 2 features, 8 prompts
 
 The 60 bundled neutral prompts are split: 20 (dev) choose the CAA layer and the SAE feature,
 40 (test) give the curves. Every curve is the existing steering evaluation (one 20-token sample
 per prompt, T = 1, top-p 0.9, seed 0; VADER sentiment, perplexity under the unsteered model,
 distinct-n; standard errors over prompts). The comparison reads each curve at its largest
-strength whose perplexity stays within 1.5x the unsteered model's (the "budget").
-Writes docs/data/steering_compare.json and docs/img/steering_compare.png.
+strength whose perplexity stays within 1.5x the unsteered model's (the "budget":
+``lmsci_mi.steering.at_fluency_budget``; the dev choice is ``choose_within_budget``). Each curve
+is cached as it finishes, so a stopped run resumes. Also draws docs/img/steering_compare.png.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
+import harness
 import torch
+from doc_tables.schemas.steering import AtBudget, CompareCurve, DevPoint, SteeringCompareData
 
-from lmsci_mi import load_model
+from lmsci_mi import LensModel, load_model
 from lmsci_mi.data.contrasts import contrast_pairs
 from lmsci_mi.data.steering_texts import neutral_prompts, steering_texts
-from lmsci_mi.sae import SAEDataConfig, SAETrainConfig, steer_with_sae_feature, train_sae
+from lmsci_mi.sae import (
+    LensSAE,
+    SAEDataConfig,
+    SAETrainConfig,
+    promoted_tokens,
+    steer_with_sae_feature,
+    train_sae,
+)
 from lmsci_mi.sae.compact import dropped_features
-from lmsci_mi.sae.features import promoted_tokens
 from lmsci_mi.steering import (
     ControlCurve,
     MeanDifferenceConfig,
     SteerEvalConfig,
+    SteeringVector,
+    at_fluency_budget,
+    choose_within_budget,
     evaluate_intervention,
     mean_difference_vector,
     train_steer,
 )
+from lmsci_mi.steering.budget import FLUENCY_BUDGET
 from lmsci_mi.steering.evaluate import vader_valence
 
-ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "docs" / "data" / "steering_compare.json"
-FIGURE = ROOT / "docs" / "img" / "steering_compare.png"
-BUDGET = 1.5
-"""A strength is within budget when its perplexity is at most this multiple of the unsteered."""
+FIGURE = harness.ROOT / "docs" / "img" / "steering_compare.png"
 CAA_LAYERS = (3, 6, 9, 12, 15, 18, 21, 24)
 CAA_VALUES = (0.0, 1.0, 2.0, 4.0, 8.0)
 """Multiples of the raw mean difference (CAA's multiplier)."""
@@ -54,140 +63,133 @@ SAE_VALUES = (0.0, 1.0, 2.0, 4.0, 8.0)
 SELECT_AT = {"caa": 4.0, "sae": 4.0}
 """The strength at which dev prompts choose the CAA layer and the SAE feature."""
 N_FEATURE_CANDIDATES = 8
+EVAL = SteerEvalConfig(progress=False)
+"""The existing steering evaluation's sampling and metrics, for every curve."""
 
 
-def at_budget(curve: ControlCurve) -> dict:
-    """The curve's point at its largest strength within the perplexity budget."""
-    limit = BUDGET * curve.unsteered[2]
-    ppl = curve.metric("perplexity").tolist()
-    within = [i for i, p in enumerate(ppl) if p <= limit] or [0]
-    i = max(within)
-    return {
-        "strength": curve.settings[i][0],
-        "sentiment": float(curve.metric("sentiment")[i]),
-        "sentiment_se": float(curve.error("sentiment")[i]),
-        "perplexity": ppl[i],
-        "perplexity_se": float(curve.error("perplexity")[i]),
-        "distinct_2": float(curve.metric("distinct_2")[i]),
-        "gain": float(curve.metric("sentiment")[i]) - curve.unsteered[0],
-        "budget_perplexity": limit,
-    }
-
-
-def choose(curves: dict, unsteered_ppl: float) -> str:
-    """The dev candidate with the highest sentiment within budget (else the lowest perplexity)."""
-    ok = {k: c for k, c in curves.items() if c.metric("perplexity")[-1] <= BUDGET * unsteered_ppl}
-    if ok:
-        return max(ok, key=lambda k: float(ok[k].metric("sentiment")[-1]))
-    return min(curves, key=lambda k: float(curves[k].metric("perplexity")[-1]))
-
-
-def curve_json(curve: ControlCurve) -> dict:
-    return {
-        "strengths": [s[0] for s in curve.settings],
-        "sentiment": curve.metric("sentiment").tolist(),
-        "sentiment_se": curve.error("sentiment").tolist(),
-        "perplexity": curve.metric("perplexity").tolist(),
-        "perplexity_se": curve.error("perplexity").tolist(),
-        "distinct_2": curve.metric("distinct_2").tolist(),
-        "unsteered": list(curve.unsteered),
-        "unsteered_se": list(curve.unsteered_errors),
-        "examples": list(curve.continuations[-1][:3]),
-    }
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--quick", action="store_true", help="2 layers, 2 features, 8 prompts (smoke test)")
     parser.add_argument("--plot-only", action="store_true", help="redraw the figure from the data file")
-    args = parser.parse_args()
-    if args.plot_only:
-        plot(json.loads(OUT.read_text()))
-        return
-    start = time.perf_counter()
-    lm = load_model(args.model)
-    prompts = neutral_prompts()
-    dev, test = list(prompts[40:]), list(prompts[:40])
-    layers, n_candidates = CAA_LAYERS, N_FEATURE_CANDIDATES
-    if args.quick:
-        dev, test, layers, n_candidates = dev[:4], test[:8], (6, 15), 2
-    config = SteerEvalConfig(progress=False)
 
-    # CAA: 100 positive and 100 negative first-person remarks (the LM-Steer training texts' set),
-    # read as the mean over each remark's tokens, added at every position but the sink.
-    pairs = contrast_pairs("sentiment", template=False)
-    vectors = {
-        layer: mean_difference_vector(lm, pairs.positive, pairs.negative, MeanDifferenceConfig(layer=layer, read="mean"))
-        for layer in layers
-    }
-    dev_caa = {
-        layer: evaluate_intervention(lm, lambda c, v=v: v.apply(lm, c), [SELECT_AT["caa"]], config, prompts=dev)
-        for layer, v in vectors.items()
-    }
-    unsteered_dev = next(iter(dev_caa.values())).unsteered[2]
-    layer = choose(dev_caa, unsteered_dev)
-    vector = vectors[layer]
 
-    # SAE: the shipped SAE's features whose promoted tokens are most positive (VADER valence of
-    # the top 10), then the best on dev.
-    sae, _ = train_sae(lm, SAEDataConfig(), SAETrainConfig())
+def at_budget(curve: ControlCurve) -> AtBudget:
+    """The curve's point at its largest strength within the perplexity budget."""
+    p = at_fluency_budget(curve, FLUENCY_BUDGET)
+    return AtBudget(strength=p.strength, sentiment=p.value, sentiment_se=p.value_se, perplexity=p.perplexity,
+                    perplexity_se=p.perplexity_se, distinct_2=float(curve.metric("distinct_2")[p.index]),
+                    gain=p.gain, budget_perplexity=p.budget_perplexity)
+
+
+def curve_json(curve: ControlCurve) -> CompareCurve:
+    return CompareCurve(
+        strengths=[s[0] for s in curve.settings], sentiment=curve.metric("sentiment").tolist(),
+        sentiment_se=curve.error("sentiment").tolist(), perplexity=curve.metric("perplexity").tolist(),
+        perplexity_se=curve.error("perplexity").tolist(), distinct_2=curve.metric("distinct_2").tolist(),
+        unsteered=list(curve.unsteered), unsteered_se=list(curve.unsteered_errors),
+        examples=list(curve.continuations[-1][:3]),
+    )
+
+
+def dev_points(curves: dict) -> dict[str, DevPoint]:
+    return {str(k): DevPoint(sentiment=float(c.metric("sentiment")[0]), perplexity=float(c.metric("perplexity")[0]))
+            for k, c in curves.items()}
+
+
+def positive_features(lm: LensModel, sae: LensSAE, n: int) -> dict[int, float]:
+    """The live features whose 10 promoted tokens have the highest mean VADER valence."""
     dropped = dropped_features(sae) if "shipped" in sae.info else torch.zeros(sae.d_sae, dtype=torch.bool)
     live = [i for i in range(sae.d_sae) if not bool(dropped[i]) and float(sae.feature_scale[i]) > 0]
     ids, _ = promoted_tokens(lm, sae, live)
-    valence = [
-        sum(vader_valence(lm.tokenizer.decode([t]).strip()) for t in top) / len(top) for top in ids
-    ]
-    ranked = sorted(range(len(live)), key=lambda j: -valence[j])[:n_candidates]
-    candidates = {live[j]: valence[j] for j in ranked}
-    dev_sae = {
-        f: evaluate_intervention(
-            lm, lambda c, f=f: steer_with_sae_feature(lm, sae, f, c), [SELECT_AT["sae"]], config, prompts=dev
-        )
-        for f in candidates
-    }
-    feature = choose(dev_sae, unsteered_dev)
-
-    steer, _ = train_steer(lm, steering_texts("sentiment"))
-    curves = {
-        "caa": evaluate_intervention(lm, lambda c: vector.apply(lm, c), CAA_VALUES, config, name="caa", prompts=test),
-        "lm_steer": evaluate_intervention(
-            lm, lambda c: steer.apply(lm, {"sentiment": c}), LM_STEER_VALUES, config, name="lm_steer", prompts=test
-        ),
-        "sae": evaluate_intervention(
-            lm, lambda c: steer_with_sae_feature(lm, sae, feature, c), SAE_VALUES, config, name="sae", prompts=test
-        ),
-    }
-    data = {
-        "model": lm.name,
-        "command": "PYTHONPATH=. .venv/bin/python benchmarks/steering_compare.py",
-        "prompts": {"dev": len(dev), "test": len(test), "source": "bundled neutral prompts (dev: 41-60, test: 1-40)"},
-        "sampling": {"max_new_tokens": config.max_new_tokens, "temperature": config.temperature,
-                     "top_p": config.top_p, "seed": config.seed, "samples_per_prompt": 1},
-        "budget": f"perplexity <= {BUDGET} x unsteered",
-        "caa": {"layer": layer, "site": vector.hook, "read": "mean", "scope": "all positions but the sink",
-                "vector_norm": vector.norm, "n_pairs": len(pairs.positive),
-                "dev": {str(k): {"sentiment": float(c.metric("sentiment")[0]), "perplexity": float(c.metric("perplexity")[0])}
-                        for k, c in dev_caa.items()}},
-        "sae": {"feature": feature, "hook": sae.hook, "candidates": candidates,
-                "dev": {str(k): {"sentiment": float(c.metric("sentiment")[0]), "perplexity": float(c.metric("perplexity")[0])}
-                        for k, c in dev_sae.items()}},
-        "lm_steer": {"texts": "sentiment", "steer": "the shipped LM-Steer (seed 0)"},
-        "curves": {k: curve_json(c) for k, c in curves.items()},
-        "at_budget": {k: at_budget(c) for k, c in curves.items()},
-        "seconds": time.perf_counter() - start,
-    }
-    if args.quick:
-        print(json.dumps(data["at_budget"], indent=1))
-        return
-    OUT.write_text(json.dumps(data, indent=1) + "\n")
-    plot(data)
-    for k, row in data["at_budget"].items():
-        print(f"{k}: strength {row['strength']:g}, sentiment {row['sentiment']:.3f} ± {row['sentiment_se']:.3f} "
-              f"(gain {row['gain']:+.3f}), perplexity {row['perplexity']:.1f}")
+    valence = [sum(vader_valence(lm.tokenizer.decode([t]).strip()) for t in top) / len(top) for top in ids]
+    ranked = sorted(range(len(live)), key=lambda j: -valence[j])[:n]
+    return {live[j]: valence[j] for j in ranked}
 
 
-def plot(data: dict) -> None:
+def evaluate(cache: harness.ItemCache, item: str, lm: LensModel, intervention: Callable, values: Sequence[float],
+             prompts: list[str], name: str = "coefficient") -> ControlCurve:
+    """The intervention's control curve on ``prompts``, cached as ``item``."""
+    return cache.result(item, lambda: evaluate_intervention(lm, intervention, values, EVAL, name=name,
+                                                            prompts=prompts))
+
+
+def caa_vectors(lm: LensModel, layers: Sequence[int]) -> dict[int, SteeringVector]:
+    """Difference-of-means vectors from 100 positive and 100 negative first-person remarks (the
+    LM-Steer training texts' set), read as the mean over each remark's tokens, added at every
+    position but the sink."""
+    pairs = contrast_pairs("sentiment", template=False)
+    return {layer: mean_difference_vector(lm, pairs.positive, pairs.negative,
+                                          MeanDifferenceConfig(layer=layer, read="mean"))
+            for layer in layers}
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What the dev prompts chose, and the dev curves behind it."""
+
+    vector: SteeringVector
+    layer: int
+    dev_caa: dict[int, ControlCurve]
+    sae: LensSAE
+    feature: int
+    candidates: dict[int, float]
+    dev_sae: dict[int, ControlCurve]
+
+
+def choose_on_dev(run: harness.Run, lm: LensModel, cache: harness.ItemCache, dev: list[str]) -> Choice:
+    """The CAA layer and the SAE feature, each the candidate with the highest dev sentiment
+    within the budget at its selection strength."""
+    # --quick: two layers (6 and 15 of SmolLM2's 30) and two candidate features
+    quick = ((lm.cfg.n_layers // 5, lm.cfg.n_layers // 2), 2)
+    layers, n_candidates = quick if run.quick else (CAA_LAYERS, N_FEATURE_CANDIDATES)
+    vectors = caa_vectors(lm, layers)
+    dev_caa = {layer: evaluate(cache, f"dev-caa-{layer}", lm, lambda c, v=v: v.apply(lm, c), [SELECT_AT["caa"]], dev)
+               for layer, v in vectors.items()}
+    unsteered = next(iter(dev_caa.values())).unsteered[2]
+    sae, _ = train_sae(lm, SAEDataConfig(), SAETrainConfig())
+    candidates = positive_features(lm, sae, n_candidates)
+    dev_sae = {f: evaluate(cache, f"dev-sae-{f}", lm, lambda c, f=f: steer_with_sae_feature(lm, sae, f, c),
+                           [SELECT_AT["sae"]], dev)
+               for f in candidates}
+    layer = choose_within_budget(dev_caa, unsteered, FLUENCY_BUDGET)
+    feature = choose_within_budget(dev_sae, unsteered, FLUENCY_BUDGET)
+    return Choice(vectors[layer], layer, dev_caa, sae, feature, candidates, dev_sae)
+
+
+def held_out_curves(lm: LensModel, cache: harness.ItemCache, choice: Choice, test: list[str]) -> dict[str, ControlCurve]:
+    """Each method's whole curve on the test prompts."""
+    with torch.enable_grad():  # the shipped steer loads; any other model's trains
+        steer, _ = train_steer(lm, steering_texts("sentiment"))
+    return {
+        "caa": evaluate(cache, "caa", lm, lambda c: choice.vector.apply(lm, c), CAA_VALUES, test, "caa"),
+        "lm_steer": evaluate(cache, "lm_steer", lm, lambda c: steer.apply(lm, {"sentiment": c}), LM_STEER_VALUES,
+                             test, "lm_steer"),
+        "sae": evaluate(cache, "sae", lm, lambda c: steer_with_sae_feature(lm, choice.sae, choice.feature, c),
+                        SAE_VALUES, test, "sae"),
+    }
+
+
+def document(lm: LensModel, choice: Choice, curves: dict[str, ControlCurve], dev: list[str],
+             test: list[str]) -> SteeringCompareData:
+    v = choice.vector
+    return SteeringCompareData(
+        model=lm.name,
+        prompts={"dev": len(dev), "test": len(test), "source": "bundled neutral prompts (dev: 41-60, test: 1-40)"},
+        sampling={"max_new_tokens": EVAL.max_new_tokens, "temperature": EVAL.temperature, "top_p": EVAL.top_p,
+                  "seed": EVAL.seed, "samples_per_prompt": 1},
+        budget=f"perplexity <= {FLUENCY_BUDGET} x unsteered",
+        caa={"layer": choice.layer, "site": v.hook, "read": "mean", "scope": "all positions but the sink",
+             "vector_norm": v.norm, "n_pairs": len(contrast_pairs("sentiment", template=False).positive),
+             "dev": dev_points(choice.dev_caa)},
+        sae={"feature": choice.feature, "hook": choice.sae.hook,
+             "candidates": {str(k): x for k, x in choice.candidates.items()}, "dev": dev_points(choice.dev_sae)},
+        lm_steer={"texts": "sentiment", "steer": "the shipped LM-Steer (seed 0)"},
+        curves={k: curve_json(c) for k, c in curves.items()},
+        at_budget={k: at_budget(c) for k, c in curves.items()},
+        seconds=0.0,
+    )
+
+
+def plot(data: SteeringCompareData, path: Path = FIGURE) -> None:
     """Sentiment against perplexity per method, each point labelled with its strength."""
     from matplotlib.figure import Figure
 
@@ -204,7 +206,7 @@ def plot(data: dict) -> None:
                         fontsize=7, color=line[0].get_color())
     base = next(iter(data["curves"].values()))["unsteered"]
     ax.plot([base[2]], [base[0]], "k*", ms=10, label="unsteered")
-    ax.axvline(BUDGET * base[2], ls=":", color="grey", label=f"{BUDGET}x unsteered perplexity")
+    ax.axvline(FLUENCY_BUDGET * base[2], ls=":", color="grey", label=f"{FLUENCY_BUDGET}x unsteered perplexity")
     ax.set_xscale("log")
     ax.set_xlabel("perplexity of the continuations under the unsteered model (log)")
     ax.set_ylabel("mean VADER sentiment (± s.e. over prompts)")
@@ -212,10 +214,36 @@ def plot(data: dict) -> None:
                  "one sample each", fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    FIGURE.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(FIGURE, dpi=120)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    torch.set_grad_enabled(False)
+    run = harness.start(__doc__, __file__, threads=2, flags=add_flags)
+    figure = harness.QUICK / FIGURE.name if run.quick else FIGURE
+    if run.args.plot_only:
+        plot(harness.read_json(run.out), figure)
+        return
+    began = time.perf_counter()
+    lm = load_model(run.args.model)
+    prompts = neutral_prompts()
+    dev, test = (list(prompts[40:44]), list(prompts[:8])) if run.quick else (list(prompts[40:]), list(prompts[:40]))
+    # Every curve depends on these constants too: a changed grid must not read an old curve.
+    cache = run.cache({**run.settings(exclude=["plot_only"]), "eval": EVAL.params(), "select_at": SELECT_AT,
+                       "values": [CAA_VALUES, LM_STEER_VALUES, SAE_VALUES]})
+    with run.timed("dev"):
+        choice = choose_on_dev(run, lm, cache, dev)
+    with run.timed("test"):
+        curves = held_out_curves(lm, cache, choice, test)
+    data = document(lm, choice, curves, dev, test)
+    data["seconds"] = time.perf_counter() - began
+    run.write(data)
+    plot(data, figure)
+    for k, row in data["at_budget"].items():
+        print(f"{k}: strength {row['strength']:g}, sentiment {row['sentiment']:.3f} ± {row['sentiment_se']:.3f} "
+              f"(gain {row['gain']:+.3f}), perplexity {row['perplexity']:.1f}")
 
 
 if __name__ == "__main__":
-    torch.set_grad_enabled(False)
     main()

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from . import bold, markdown, minus, num, pm, table
+from .schemas.probes import ProbesData, ProbeTask
+from .schemas.sae import SAEHeldoutData, SAEShippedData, SAESteeringData, SAETourData
 
 
-def _by_selectivity(data: dict) -> list[tuple[str, dict]]:
+def _by_selectivity(data: ProbesData) -> list[tuple[str, ProbeTask]]:
     """The probing tasks, most selective first (the order the page discusses them in)."""
     return sorted(data["tasks"].items(), key=lambda kv: -kv[1]["selectivity"])
 
 
 @table("probes")
-def probes(data: dict) -> str:
+def probes(data: ProbesData) -> str:
     """benchmarks/probes.py --skip-speed: each probing task's peak layer, accuracy and selectivity."""
     rows = []
     for name, t in _by_selectivity(data):
@@ -30,7 +32,7 @@ def probes(data: dict) -> str:
 
 
 @table("probes_layers")
-def probes_layers(data: dict) -> str:
+def probes_layers(data: ProbesData) -> str:
     """benchmarks/probes.py --skip-speed: accuracy per layer and the control task's, as text."""
     lines = ["```"]
     for name, t in _by_selectivity(data):
@@ -67,7 +69,7 @@ PROBE_TASK_WORDS = {
 
 
 @table("probes_tasks")
-def probes_tasks(data: dict) -> str:
+def probes_tasks(data: ProbesData) -> str:
     """benchmarks/probes.py --skip-speed: each task's definition and its examples per split."""
     rows = []
     tasks = data["tasks"]
@@ -82,7 +84,7 @@ def probes_tasks(data: dict) -> str:
 
 
 @table("probes_speed")
-def probes_speed(data: dict) -> str:
+def probes_speed(data: ProbesData) -> str:
     """benchmarks/probes.py --skip-tasks: collection and fit seconds, float32 and bfloat16."""
     runs = data["speed"]["runs"]
     labels = {"float32": "float32 (default)", "bfloat16": '`autocast="bfloat16"` (`--autocast bfloat16`)'}
@@ -95,7 +97,7 @@ def probes_speed(data: dict) -> str:
 
 
 @table("sae_heldout")
-def sae_heldout(data: dict) -> str:
+def sae_heldout(data: SAEHeldoutData) -> str:
     """benchmarks/sae_massive_activations.py: the SAE's explained variance on held-out tokens."""
     m = data["massive"]
     rows = []
@@ -114,10 +116,12 @@ def sae_heldout(data: dict) -> str:
 
 
 @table("sae_heldout_other")
-def sae_heldout_other(data: dict) -> str:
+def sae_heldout_other(data: dict[str, SAEHeldoutData | SAESteeringData]) -> str:
     """benchmarks/sae_massive_activations.py and benchmarks/sae.py: the SAE's other statistics,
     measured on the cached SAE beside the training run's own record."""
-    held, cards = data["sae_heldout"], data["sae_steering"]["cards"]
+    held: SAEHeldoutData = data["sae_heldout"]  # type: ignore[assignment]
+    steering: SAESteeringData = data["sae_steering"]  # type: ignore[assignment]
+    cards = steering["cards"]
     o, r = held["other"], held["training_record"]
     ev = o["explained_variance_bfloat16"]
     dead_in_window = int(r["costs"]["train_dead_features"])
@@ -161,7 +165,7 @@ def sae_heldout_other(data: dict) -> str:
 
 
 @table("sae_shipped")
-def sae_shipped(data: dict) -> str:
+def sae_shipped(data: SAEShippedData) -> str:
     """benchmarks/sae_shipped.py: an SAE's compact form, expanded, against its float32 original."""
     rows = []
     for r in data["rows"]:
@@ -178,7 +182,7 @@ def sae_shipped(data: dict) -> str:
 
 
 @table("sae_training_cost")
-def sae_training_cost(data: dict) -> str:
+def sae_training_cost(data: SAEHeldoutData) -> str:
     """benchmarks/sae_massive_activations.py: the training run's own cost record (``costs`` in the
     shipped stats.json, copied into the data file), and the statistics run's own seconds."""
     c = data["training_record"]["costs"]
@@ -192,12 +196,12 @@ def sae_training_cost(data: dict) -> str:
     ]
     if "loss" in data["other"]:
         rows.append(["held-out statistics (`benchmarks/sae_massive_activations.py`: 2 harvests, 3 loss "
-                     f"passes, model load; {data['date']})", f"{data['seconds']:,.0f}"])
+                     f"passes, model load; {data['provenance']['date']})", f"{data['seconds']:,.0f}"])
     return markdown(["step", "seconds"], rows)
 
 
 @table("sae_steering_frequency")
-def sae_steering_frequency(data: dict) -> str:
+def sae_steering_frequency(data: SAESteeringData) -> str:
     """benchmarks/sae.py: the share of generated tokens in the feature's promoted set, per
     condition and coefficient, ± standard error over prompts, and the paired difference from
     the unsteered samples."""
@@ -243,7 +247,7 @@ def sae_artefact(data: dict) -> str:
 
 
 @table("sae_tour")
-def sae_tour(data: dict) -> str:
+def sae_tour(data: SAETourData) -> str:
     """benchmarks/sae_tour.py: the tour's SAE step (feature card and steering frequency), shares
     with standard errors over its prompts, differences paired prompt by prompt."""
     card, steer = data["card"], data["steering"]
@@ -261,6 +265,6 @@ def sae_tour(data: dict) -> str:
         [f"… steered ×{c:g} with feature {feature}", steered(1)],
         [f"… steered ×{c:g} with random live feature {steer['control']} (drawn among the "
          f"{steer['control_pool']:,} alive in `stats.json`)", steered(2)],
-        [f"the step's time ({data['torch_threads']} threads, SAE already expanded)", f"{data['step_seconds']:.1f} s"],
+        [f"the step's time ({data['provenance']['threads']} threads, SAE already expanded)", f"{data['step_seconds']:.1f} s"],
     ]
     return markdown(["tour step `sae`", "value ± s.e."], rows)

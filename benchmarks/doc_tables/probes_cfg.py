@@ -5,6 +5,7 @@ the deeper grammar, the attention transitions and the costs. Data: benchmarks/cf
 from __future__ import annotations
 
 from . import bold, markdown, minus, table
+from .schemas.probes import CFGCell, CFGProbesData
 
 
 def _pct(x: float) -> str:
@@ -24,21 +25,21 @@ def _points_ci(x: float, interval: list[float]) -> str:
     return minus(f"{100 * x:+.1f} [{100 * interval[0]:+.1f}, {100 * interval[1]:+.1f}]")
 
 
-def _layer(data: dict, index: int) -> str:
+def _layer(data: CFGProbesData, index: int) -> str:
     """A layer as the tables' headers name it: embed, L0, L1, ..."""
     return data["probes"]["layers"][index].replace("after ", "")
 
 
-def _grammar(data: dict) -> str:
+def _grammar(data: CFGProbesData) -> str:
     return "`(" + ", ".join(str(n) for n in data["grammar"]["nts_per_level"]) + ")`"
 
 
-def _size(cell: dict) -> str:
+def _size(cell: CFGCell) -> str:
     return f"{cell['n_test_tokens']:,} / {cell['n_test_strings']}"
 
 
 @table("cfg_training")
-def cfg_training(data: dict) -> str:
+def cfg_training(data: CFGProbesData) -> str:
     """benchmarks/cfg_probes.py: the trained GPT's run and how well it learned the grammar."""
     t, ev, g = data["training"], data["evaluation"], data["grammar"]
     minutes = t["seconds"] / 60
@@ -58,7 +59,7 @@ def cfg_training(data: dict) -> str:
 
 
 @table("cfg_probes_best")
-def cfg_probes_best(data: dict) -> str:
+def cfg_probes_best(data: CFGProbesData) -> str:
     """benchmarks/cfg_probes.py: best-layer test accuracy per (level, target), trained and random
     weights, with 95% intervals over the held-out strings; gaps ≥ 20 points in bold."""
     rows = []
@@ -83,7 +84,7 @@ def cfg_probes_best(data: dict) -> str:
 
 
 @table("cfg_probes_layers")
-def cfg_probes_layers(data: dict) -> str:
+def cfg_probes_layers(data: CFGProbesData) -> str:
     """benchmarks/cfg_probes.py: the linear probe on the trained model at every layer, ± the
     bootstrap standard error over held-out strings."""
     rows = []
@@ -99,7 +100,7 @@ def cfg_probes_layers(data: dict) -> str:
 
 
 @table("cfg_random_baselines")
-def cfg_random_baselines(data: dict) -> str:
+def cfg_random_baselines(data: dict[str, CFGProbesData]) -> str:
     """benchmarks/cfg_probes.py --random-only: the random-weights baselines of two depths on one
     grammar, side by side (the data files in the block's order, fewest layers first)."""
     runs = list(data.values())
@@ -128,7 +129,7 @@ def cfg_random_baselines(data: dict) -> str:
 
 
 @table("cfg_attention")
-def cfg_attention(data: dict) -> str:
+def cfg_attention(data: CFGProbesData) -> str:
     """benchmarks/cfg_probes.py: bias-removed attention from NT ends to the last earlier NT end,
     mean over heads [best head], and the pairs averaged per cell."""
     att = data["attention"]
@@ -146,21 +147,22 @@ def cfg_attention(data: dict) -> str:
 
 
 @table("cfg_costs")
-def cfg_costs(data: dict) -> str:
+def cfg_costs(data: dict[str, CFGProbesData]) -> str:
     """benchmarks/cfg_probes.py on the default grammar and on the deeper one (a full run, or
     --random-only, which trains nothing): what each step cost, wall seconds."""
     runs = list(data.values())
     default, deep = runs[0], runs[1]
     steps = {r["model"]["steps"] for r in (default, deep) if r.get("training")}
 
-    def probe(run: dict) -> str:
+    def probe(run: CFGProbesData) -> str:
         s = run["seconds"]
         if run["models"] != ["trained", "random"]:
             return "not re-run"
-        threads = f"{run['threads']} thread" + ("s" if run["threads"] > 1 else "")
+        n = run["provenance"]["threads"]
+        threads = f"{n} thread" + ("s" if n > 1 else "")
         return f"{s['probe_evaluate_attention']:.0f} s ({s['probe_evaluate_attention_cpu']:.0f} CPU-s, {threads})"
 
-    def train(run: dict) -> str:
+    def train(run: CFGProbesData) -> str:
         if not run.get("training"):
             return "not re-run"
         t = run["training"]

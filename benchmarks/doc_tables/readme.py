@@ -18,6 +18,10 @@ from .circuits import EAP_IG_STEPS
 from .schemas.circuits import SinkData
 from .schemas.editing import EditingTableData, RomeLayersData, SequentialEditingData
 from .schemas.knowledge import KnowledgeNeuronsData
+from .schemas.probes import CFGProbesData, ProbesData
+from .schemas.representations import ConceptsData, ReadingData
+from .schemas.sae import SAEHeldoutData
+from .schemas.steering import SteeringCompareData, SteeringData
 
 # ------------------------------------------------------------------------------ attention sink
 
@@ -368,7 +372,7 @@ def _induction(docs: dict) -> str:
 
 
 def _steer(docs: dict) -> str:
-    data = docs["steering_compare"]
+    data: SteeringCompareData = docs["steering_compare"]
     b = data["at_budget"]["lm_steer"]
     curve = data["curves"]["lm_steer"]
     shift = minus(f"{b['sentiment']:+.2f}")
@@ -387,7 +391,8 @@ PROBE_NOTES = {"bracket_depth": " (24 identifier types make the control trivial)
 
 
 def _probes(docs: dict) -> str:
-    tasks = sorted(docs["probes"]["tasks"].items(), key=lambda kv: -kv[1]["selectivity"])
+    probes: ProbesData = docs["probes"]
+    tasks = sorted(probes["tasks"].items(), key=lambda kv: -kv[1]["selectivity"])
     parts = []
     for i, (name, t) in enumerate(tasks):
         label, unit = PROBE_WORDS.get(name, (name, ""))
@@ -399,7 +404,8 @@ def _probes(docs: dict) -> str:
 
 
 def _concepts(docs: dict) -> str:
-    small, gemma = docs["concepts_smollm2-135m"], docs["concepts_gemma3-270m"]
+    small: ConceptsData = docs["concepts_smollm2-135m"]
+    gemma: ConceptsData = docs["concepts_gemma3-270m"]
     c = small["inner_products"]["mean_abs_cosine_between_concepts"]
     g = gemma["inner_products"]["mean_abs_cosine_between_concepts"]
     sizes = [r["effect_size"] for r in small["concepts"]]
@@ -410,7 +416,8 @@ def _concepts(docs: dict) -> str:
 
 
 def _reading(docs: dict) -> str:
-    t = docs["reading_smollm2-135m"]["contrasts"]["truth"]
+    reading: ReadingData = docs["reading_smollm2-135m"]
+    t = reading["contrasts"]["truth"]
     m = t["methods"]
     pca = m["pca"]
     return (f"SmolLM2, {t['n_pairs']} pairs of a true and a counterfactual statement of the editing facts, "
@@ -420,7 +427,7 @@ def _reading(docs: dict) -> str:
 
 
 def _sae(docs: dict) -> str:
-    data = docs["sae_heldout"]
+    data: SAEHeldoutData = docs["sae_heldout"]
     w, a, m = data["without_massive"], data["all"], data["massive"]
     layer = data["hook"].split(".")[1]
     share = 100 * m["n_tokens"] / a["n_tokens"]
@@ -433,7 +440,7 @@ def _sae(docs: dict) -> str:
 
 
 def _sae_loss(docs: dict) -> str:
-    data = docs["sae_heldout"]
+    data: SAEHeldoutData = docs["sae_heldout"]
     o, sae = data["other"], data["sae"]
     loss = o["loss"]
     layer = data["hook"].split(".")[1]
@@ -451,7 +458,7 @@ def _sae_loss(docs: dict) -> str:
 
 
 def _steer_curve(docs: dict) -> str:
-    data = docs["steering"]
+    data: SteeringData = docs["steering"]
     s, rows = data["curve"]["summary"], data["curve"]["rows"]
     ends = [r["sentiment"] for r in rows if r["setting"]["topic"] == 0.0]
     values = [r["setting"]["sentiment"] for r in rows if r["setting"]["topic"] == 0.0]
@@ -472,13 +479,14 @@ def _steer_curve(docs: dict) -> str:
 
 
 def _steer_transfer(docs: dict) -> str:
-    tr = docs["steering"]["transfer"]
+    steering: SteeringData = docs["steering"]
+    tr = steering["transfer"]
     return (
         f"SmolLM2 → Gemma 3 270M, sentiment, {tr['n_shared']:,} shared tokens (map R² {num(tr['r2'], 3)}): "
         f"the ±{tr['value']:g} gap is {pm(tr['gap']['value'], tr['gap']['se'], 3)} on Gemma against "
         f"{pm(tr['source_gap']['value'], tr['source_gap']['se'], 3)} on SmolLM2, so "
         f"{pm(tr['fraction_kept'], tr['fraction_kept_se'], 2)} of the control is kept (s.e. over "
-        f"{docs['steering']['evaluation']['prompts']} prompts)"
+        f"{steering['evaluation']['prompts']} prompts)"
     )
 
 
@@ -488,7 +496,7 @@ def pct(x: float) -> str:
 
 
 def _cfg(docs: dict) -> str:
-    data = docs["cfg_probes"]
+    data: CFGProbesData = docs["cfg_probes"]
     m, g = data["model"], data["grammar"]
     cells = {(c["level"], c["target"]): c for c in data["probes"]["cells"]}
 
@@ -507,7 +515,7 @@ def _cfg(docs: dict) -> str:
 
 
 def _cfg_deep(docs: dict) -> str:
-    data = docs["cfg_probes_deep_1700steps"]
+    data: CFGProbesData = docs["cfg_probes_deep_1700steps"]
     m, g = data["model"], data["grammar"]
     cells = {(c["level"], c["target"]): c for c in data["probes"]["cells"]}
     deepest = len(g["nts_per_level"]) - 1

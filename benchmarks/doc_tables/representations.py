@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from . import MODEL_NAMES, ci, markdown, num, pm, strength, table
+from .schemas.representations import ConceptsData, ReadingData
+from .schemas.steering import SteeringCompareData
 
 
 @table("concepts_cosines")
-def concepts_cosines(data: dict) -> str:
+def concepts_cosines(data: dict[str, ConceptsData]) -> str:
     """benchmarks/concepts.py: the mean |cosine| between concepts, one row a model's file."""
     rows = []
     for doc in data.values():
@@ -24,7 +26,7 @@ def concepts_cosines(data: dict) -> str:
 
 
 @table("concepts_table")
-def concepts_table(data: dict) -> str:
+def concepts_table(data: dict[str, ConceptsData]) -> str:
     """benchmarks/concepts.py: per concept, one row a model: held-out projections, intervention."""
     docs = list(data.values())
     rows = []
@@ -51,7 +53,7 @@ def concepts_table(data: dict) -> str:
 
 
 @table("reading")
-def reading(data: dict) -> str:
+def reading(data: ReadingData) -> str:
     """benchmarks/reading.py: each method's layer chosen on dev and its test accuracies."""
     rows = []
     for contrast, c in data["contrasts"].items():
@@ -72,7 +74,7 @@ def reading(data: dict) -> str:
 STEERING_ORDER = ("lm_steer", "caa", "sae")
 
 
-def _steering_label(data: dict, method: str) -> str:
+def _steering_label(data: SteeringCompareData, method: str) -> str:
     if method == "lm_steer":
         return "LM-Steer (the shipped steer)"
     if method == "caa":
@@ -83,7 +85,7 @@ def _steering_label(data: dict, method: str) -> str:
 
 
 @table("steering_compare")
-def steering_compare(data: dict) -> str:
+def steering_compare(data: SteeringCompareData) -> str:
     """benchmarks/steering_compare.py: each method at its largest strength within the budget."""
     base = next(iter(data["curves"].values()))
     # ControlCurve's columns: sentiment, topic, perplexity, distinct-1, -2, -3.
@@ -105,7 +107,7 @@ def steering_compare(data: dict) -> str:
 
 
 @table("steering_compare_curves")
-def steering_compare_curves(data: dict) -> str:
+def steering_compare_curves(data: SteeringCompareData) -> str:
     """benchmarks/steering_compare.py: each method's whole curve, sentiment (perplexity)."""
     rows = []
     for method in STEERING_ORDER:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from . import MODEL_NAMES, markdown, minus, num, pm, table
+from .schemas.steering import CurveRow, SteeringData
 
 COLUMNS = ["sentiment ± s.e.", "topic ± s.e.", "perplexity ± s.e.", "distinct-1", "distinct-2", "distinct-3"]
 
 
-def _cells(row: dict) -> list[str]:
+def _cells(row: CurveRow) -> list[str]:
     """A row's metrics: the means with their standard errors over prompts, distinct-n without."""
     return [
         minus(pm(row["sentiment"], row["sentiment_se"], 3)),
@@ -22,7 +23,7 @@ def _value(x: float) -> str:
 
 
 @table("steering_curve")
-def steering_curve(data: dict) -> str:
+def steering_curve(data: SteeringData) -> str:
     """benchmarks/steering.py: the sentiment steer's control curve (topic at 0, dummy at 1)."""
     c = data["curve"]
     rows = [["unsteered", *_cells(c["unsteered"])]]
@@ -34,7 +35,7 @@ def steering_curve(data: dict) -> str:
 
 
 @table("steering_composition")
-def steering_composition(data: dict) -> str:
+def steering_composition(data: SteeringData) -> str:
     """benchmarks/steering.py: both steers at once."""
     c = data["composition"]
     rows = [["unsteered", *_cells(c["unsteered"])]]
@@ -45,7 +46,7 @@ def steering_composition(data: dict) -> str:
 
 
 @table("steering_transfer")
-def steering_transfer(data: dict) -> str:
+def steering_transfer(data: SteeringData) -> str:
     """benchmarks/steering.py: the steer transferred to Gemma 3 270M, at ±s."""
     t = data["transfer"]
     rows = [["unsteered", *_cells(t["unsteered"])]]

@@ -292,28 +292,19 @@ def _run_clamp(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------------ tour
 
-TOUR_FEATURE = 212
-"""The feature of the tour: the one of docs/sae.md's steering table (it fires on the suffix after
-*instant-* and promotes ``ate``, ``ating``, `` your``, ...)."""
-TOUR_TOKENS = 10_000
-"""Tokens of the standard library's prose scanned for the feature's top contexts."""
-TOUR_PROMPTS = 6
-"""Neutral prompts continued unsteered, steered ×4 with the feature, and with a random one."""
-
 
 def tour_steps() -> list[TourStep]:
     """Steps this feature adds to `lmsci-mi tour` (see lmsci_mi.cli.tour)."""
+    from lmsci_mi.sae.overview import TOUR_FEATURE
+
     return [
         TourStep(
             "sae",
             "A sparse-autoencoder feature: its top contexts and a steered generation",
             _step_sae,
-            "from lmsci_mi.sae import load_trained_sae, feature_cards, "
-            "steering_frequency; from lmsci_mi.data.text_corpus import text_chunks; "
-            "from lmsci_mi.data.steering_texts import neutral_prompts; sae = load_trained_sae(lm); "
-            f"print(feature_cards(lm, sae, text_chunks(lm, {TOUR_TOKENS}).tolist(), "
-            f"[{TOUR_FEATURE}]).describe({TOUR_FEATURE})); print(steering_frequency(lm, sae, "
-            f"{TOUR_FEATURE}, neutral_prompts()[:{TOUR_PROMPTS}]).summary())",
+            "from lmsci_mi.sae import load_trained_sae, feature_overview; "
+            f"look = feature_overview(lm, load_trained_sae(lm), {TOUR_FEATURE}); "
+            f"print(look.cards.describe({TOUR_FEATURE})); print(look.frequency.summary())",
             seconds=45,
             quick=True,
             first_run="a few seconds more to expand the shipped SAE into the cache",
@@ -322,30 +313,18 @@ def tour_steps() -> list[TourStep]:
 
 
 def _step_sae(lm: LensModel, out_dir: Path) -> StepOutput:
-    """The shipped (or cached) SAE's feature 212: its top contexts in a prose sample, and the share
-    of its promoted tokens in generations steered with it (never trains an SAE)."""
+    """The shipped (or cached) SAE's feature 212 (lmsci_mi.sae.overview): its top contexts in a
+    prose sample, and the share of its promoted tokens in generations steered with it (never
+    trains an SAE)."""
     from lmsci_mi.cli.report import CircuitsView
     from lmsci_mi.data.steering_texts import neutral_prompts
-    from lmsci_mi.data.text_corpus import text_chunks
-    from lmsci_mi.sae import (
-        FeatureConfig,
-        FrequencyConfig,
-        SAEStats,
-        feature_cards,
-        load_trained_sae,
-        steering_frequency,
-    )
+    from lmsci_mi.sae import feature_overview, load_trained_sae
+    from lmsci_mi.sae.overview import TOUR_FEATURE
     from lmsci_mi.viz.tokens import colored_tokens_html
 
     sae = load_trained_sae(lm)
-    feature = sae.feature(TOUR_FEATURE)
-    stats_file = Path(sae.source) / "stats.json"
-    alive = SAEStats.load(stats_file).values > 0 if stats_file.is_file() else None
-    rows = text_chunks(lm, TOUR_TOKENS).tolist()
-    cards = feature_cards(lm, sae, rows, [feature], FeatureConfig(contexts=5, progress=False))
-    frequency = steering_frequency(
-        lm, sae, feature, neutral_prompts()[:TOUR_PROMPTS], FrequencyConfig(), alive=alive
-    )
+    look = feature_overview(lm, sae, TOUR_FEATURE)
+    feature, cards, frequency = look.feature, look.cards, look.frequency
     share = frequency.mean().tolist()
     contexts = cards.context_texts(feature)
     scale = float(cards.scale[0]) or 1.0

@@ -3,7 +3,8 @@ browse its features, and steer or clamp them during (cached) generation through 
 
 Train with :func:`train_sae` (cached), measure with :func:`sae_stats`, browse with
 :func:`feature_cards` / :func:`find_features`, intervene with :func:`steer_with_sae_feature` and
-:func:`clamp_sae_feature`, test a steer with :func:`steering_frequency`, and load sae-lens's
+:func:`clamp_sae_feature`, test a steer with :func:`steering_frequency` (a card and a steer at
+once: :func:`feature_overview`), and load sae-lens's
 pretrained SAEs (online only) with :func:`load_sae`. The default SAE of the bundled SmolLM2 ships
 in a compact form (:mod:`~lmsci_mi.sae.compact`, restored by :mod:`~lmsci_mi.sae.shipped`, built
 by :mod:`~lmsci_mi.sae.build`). The package uses the core only (generation through
@@ -25,6 +26,9 @@ from lmsci_mi.sae.frequency import SteeringFrequency as SteeringFrequency
 from lmsci_mi.sae.frequency import steering_frequency as steering_frequency
 from lmsci_mi.sae.intervene import clamp_sae_feature as clamp_sae_feature
 from lmsci_mi.sae.intervene import steer_with_sae_feature as steer_with_sae_feature
+from lmsci_mi.sae.overview import FeatureOverview as FeatureOverview
+from lmsci_mi.sae.overview import FeatureOverviewConfig as FeatureOverviewConfig
+from lmsci_mi.sae.overview import feature_overview as feature_overview
 from lmsci_mi.sae.pretrained import PretrainedSAEUnavailable as PretrainedSAEUnavailable
 from lmsci_mi.sae.pretrained import list_trained_saes as list_trained_saes
 from lmsci_mi.sae.pretrained import load_sae as load_sae
@@ -38,6 +42,8 @@ from lmsci_mi.sae.train import train_sae as train_sae
 __all__ = [
     "FeatureCards",
     "FeatureConfig",
+    "FeatureOverview",
+    "FeatureOverviewConfig",
     "FrequencyConfig",
     "LensSAE",
     "PretrainedSAEUnavailable",
@@ -50,6 +56,7 @@ __all__ = [
     "cached_sae_path",
     "clamp_sae_feature",
     "feature_cards",
+    "feature_overview",
     "find_features",
     "list_trained_saes",
     "load_sae",

@@ -3,10 +3,17 @@ HookedTransformer, through the hook registry.
 
 Train steers on cached final-norm states (:func:`train_steer`), steer continuously and in
 combination (:meth:`LMSteer.apply`), evaluate a control curve (:func:`evaluate_steer`), probe W
-with the SVD (:func:`steer_svd`), highlight keywords (:func:`highlight_keywords`) and transfer a
-steer to another model (:func:`transfer_steer`).
+with the SVD (:func:`steer_svd`), highlight keywords (:func:`highlight_keywords`), transfer a
+steer to another model (:func:`transfer_steer`), and compare steers at a fluency budget
+(:func:`at_fluency_budget`).
 """
 
+from lmsci_mi.steering.budget import BudgetPoint as BudgetPoint
+from lmsci_mi.steering.budget import at_fluency_budget as at_fluency_budget
+from lmsci_mi.steering.budget import choose_within_budget as choose_within_budget
+from lmsci_mi.steering.budget import (
+    symmetric_strength_within_budget as symmetric_strength_within_budget,
+)
 from lmsci_mi.steering.evaluate import ControlCurve as ControlCurve
 from lmsci_mi.steering.evaluate import SteerEvalConfig as SteerEvalConfig
 from lmsci_mi.steering.evaluate import evaluate_intervention as evaluate_intervention
@@ -36,6 +43,7 @@ from lmsci_mi.steering.vectors import mean_difference_vector as mean_difference_
 from lmsci_mi.steering.vectors import steering_vector as steering_vector
 
 __all__ = [
+    "BudgetPoint",
     "ControlCurve",
     "Highlight",
     "HighlightConfig",
@@ -50,6 +58,8 @@ __all__ = [
     "SteerTransfer",
     "SteeringVector",
     "TransferConfig",
+    "at_fluency_budget",
+    "choose_within_budget",
     "evaluate_intervention",
     "evaluate_settings",
     "evaluate_steer",
@@ -61,6 +71,7 @@ __all__ = [
     "steer_svd",
     "steered_logits",
     "steering_vector",
+    "symmetric_strength_within_budget",
     "train_steer",
     "transfer_steer",
 ]

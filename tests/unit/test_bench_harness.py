@@ -64,6 +64,14 @@ def test_flags_parse_with_the_scripts_own(tmp_path: Path) -> None:
     assert default.out == h.QUICK / "other.json"
     given = h.start(None, ROOT / "benchmarks" / "sink.py", argv=["--out", str(tmp_path / "x.json")])
     assert given.out == tmp_path / "x.json" and given.args.threads == 2
+    # A data file named by the flags (one per model).
+    def by_seed(args) -> Path:
+        return h.DATA / f"induction_{args.seeds[0]}.json"
+
+    named = h.start(None, ROOT / "benchmarks" / "induction.py", flags=_flags, argv=["--seeds", "7"], out=by_seed)
+    assert named.out == h.DATA / "induction_7.json"
+    assert h.start(None, ROOT / "benchmarks" / "induction.py", flags=_flags, argv=["--quick"],
+                   out=by_seed).out == h.QUICK / "induction_0.json"
 
 
 def test_write_puts_provenance_first_with_the_commit_of_head(tmp_path: Path) -> None:
@@ -117,6 +125,44 @@ def test_the_cache_resumes_each_item_computed_once(tmp_path: Path, cache_root: P
     go(["--seeds", "0", "1"], settings={"n": 20})
     go(["--seeds", "0", "1", "3"], settings={"n": 20})
     assert calls == [0, 1, 2, 0, 0, 0, 1, 3]
+
+
+def test_the_cache_keeps_lmsci_mi_results(tmp_path: Path) -> None:
+    import torch
+
+    from lmsci_mi.results import Meta
+    from lmsci_mi.steering import ControlCurve
+    from lmsci_mi.steering.evaluate import METRICS
+
+    cache = _harness().ItemCache(tmp_path / "items")
+    curve = ControlCurve(
+        values=torch.arange(6.0).reshape(1, 6), axes=("setting", "metric"), labels=(("c=+1",), METRICS),
+        meta=Meta(model="demo", sink=None), attributes=("c",), settings=((1.0,),),
+        unsteered=(0.0,) * 6, continuations=(("a text",),))
+    calls: list[int] = []
+
+    def compute() -> ControlCurve:
+        calls.append(1)
+        return curve
+
+    assert cache.result("curve", compute) is curve and "curve" in cache
+    again = cache.result("curve", compute)  # read back from its JSON and safetensors
+    assert calls == [1] and isinstance(again, ControlCurve) and again == curve
+
+
+def test_the_renderers_provenance_is_the_harness_record() -> None:
+    spec = importlib.util.spec_from_file_location(
+        "bench_schemas", ROOT / "benchmarks" / "doc_tables" / "schemas" / "__init__.py")
+    assert spec is not None and spec.loader is not None
+    schemas = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(schemas)
+    written, read = _harness().Provenance, schemas.Provenance
+
+    def fields(typed: type) -> dict[str, str]:  # the annotations' text (both modules defer them)
+        return {k: getattr(v, "__forward_arg__", v) for k, v in typed.__annotations__.items()}
+
+    assert fields(written) == fields(read) and "threads" in fields(read)
+    assert written.__total__ == read.__total__
 
 
 def test_an_exception_mid_write_leaves_the_old_file(tmp_path: Path) -> None:
@@ -189,18 +235,10 @@ def _forbidden_imports(path: Path) -> list[str]:
     return found
 
 
-# TODO(lead): empty once every benchmark group is migrated onto the harness; each migration
-# removes its scripts here (the test fails while a listed script is already clean).
-PRIVATE_IMPORTS_LEFT = {"cfg_probes.py", "sae_tour.py"}
-
-
 def test_benchmarks_import_public_names_only() -> None:
     found = {p.name: _forbidden_imports(p) for p in sorted((ROOT / "benchmarks").glob("*.py"))}
     offenders = {name: names for name, names in found.items() if names}
-    new = {name: names for name, names in offenders.items() if name not in PRIVATE_IMPORTS_LEFT}
-    assert not new, f"benchmarks importing private lmsci_mi names or lmsci_mi.cli: {new}"
-    cleaned = PRIVATE_IMPORTS_LEFT - set(offenders)
-    assert not cleaned, f"clean now, take them off PRIVATE_IMPORTS_LEFT: {sorted(cleaned)}"
+    assert not offenders, f"benchmarks importing private lmsci_mi names or lmsci_mi.cli: {offenders}"
 
 
 def test_the_import_scan_finds_private_and_cli_names(tmp_path: Path) -> None:

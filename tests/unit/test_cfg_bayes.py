@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from lmsci_mi.data.cfg import CFGConfig, Grammar, build_grammar
-from lmsci_mi.probes.cfg.bayes import _filter, bayes_accuracy, grammar_chain
+from lmsci_mi.probes.cfg import bayes
+from lmsci_mi.probes.cfg.bayes import bayes_accuracy, bayes_hits, grammar_chain, path_posterior
 
 
 def _derivations(grammar: Grammar, level: int = 0, symbol: int = 0):
@@ -41,7 +42,7 @@ def test_chain_posterior_matches_enumeration(small: Grammar) -> None:
     chain = grammar_chain(small)
     level = small.n_levels - 1  # the terminals' parents: the most ambiguous ancestors
     for p_string, tokens, _ in derivations[:12]:
-        posterior = _filter(
+        posterior = path_posterior(
             chain, torch.tensor([tokens]), torch.ones(1, len(tokens), dtype=torch.bool)
         )
         for i in range(len(tokens)):
@@ -71,3 +72,23 @@ def test_without_prefix_freedom_boundaries_become_uncertain() -> None:
     grammar = build_grammar(CFGConfig(nts_per_level=(1, 3, 3), prefix_free=False, seed=2))
     scores = bayes_accuracy(grammar, grammar.sample(200, seed=0))
     assert scores["boundary"][1:].min() < 0.99
+
+
+def test_bayes_hits_are_the_accuracy_per_token(small: Grammar) -> None:
+    sample = small.sample(40, seed=1)
+    rows = torch.tensor([3, 0, 7, 12, 5])
+    hits = bayes_hits(small, sample, rows)
+    scores = bayes_accuracy(small, sample, rows)
+    _, _, boundaries, mask = sample.padded(bos=None)
+    n_tokens, n_ends = int(mask[rows].sum()), boundaries[rows][mask[rows]].sum(0)
+    for level in range(small.n_levels):
+        assert len(hits["ancestor"][level]) == len(hits["boundary"][level]) == n_tokens
+        assert len(hits["ancestor at NT end"][level]) == int(n_ends[level])
+        for target in hits:
+            assert float(hits[target][level].double().mean()) == pytest.approx(float(scores[target][level]))
+    # the root's ancestor is always known; the leaves' parents are not (a span's first token)
+    assert bool(hits["ancestor"][0].all()) and not bool(hits["ancestor"][-1].all())
+
+
+def test_the_old_private_name_still_works() -> None:
+    assert bayes._filter is path_posterior

@@ -21,3 +21,31 @@ class MeanSD(TypedDict):
     mean: float
     sd: float | None
     n: int
+
+
+class Provenance(TypedDict, total=False):
+    """The record of the run that wrote a file, as the renderers read it (a renderer that shows a
+    run's date or thread count reads them here). The writer's declaration is
+    ``benchmarks/harness.py``'s ``Provenance``, which the renderers cannot import (they load without
+    benchmarks/ on the path); a test keeps the two alike."""
+
+    command: str
+    date: str
+    commit: str | None
+    version: str | None
+    threads: int | None
+    backfilled: bool
+
+
+class ValueSE(TypedDict):
+    """A figure and its standard error."""
+
+    value: float
+    se: float
+
+
+class MeanSE(TypedDict):
+    """A mean and its standard error over items (``lmsci_mi.stats.MeanSE.as_dict()`` less ``n``)."""
+
+    mean: float
+    se: float

@@ -22,7 +22,14 @@ from torch import Tensor
 
 from lmsci_mi.data.cfg import CFGSample, Grammar
 
-__all__ = ["GrammarChain", "bayes_accuracy", "grammar_chain"]
+__all__ = [
+    "BAYES_TARGETS",
+    "GrammarChain",
+    "bayes_accuracy",
+    "bayes_hits",
+    "grammar_chain",
+    "path_posterior",
+]
 
 
 @dataclass(frozen=True)
@@ -112,8 +119,27 @@ def grammar_chain(grammar: Grammar) -> GrammarChain:
     )
 
 
-def _filter(chain: GrammarChain, tokens: Tensor, mask: Tensor) -> Tensor:
-    """``[n, pos, path]`` posterior over the path at each token given the tokens up to it."""
+def path_posterior(
+    chain: GrammarChain, tokens: Int[Tensor, "n pos"], mask: Bool[Tensor, "n pos"]
+) -> Float[Tensor, "n pos path"]:
+    """The forward filter of the path chain: the posterior over the path at each token given the
+    tokens up to it (zero where ``mask`` is False).
+
+    Args:
+        chain: the grammar's chain (:func:`grammar_chain`).
+        tokens: ``[n, pos]`` terminal ids, any value where ``mask`` is False.
+        mask: ``[n, pos]`` the real tokens.
+
+    Returns:
+        ``[n, pos, path]`` float64 posteriors; each real token's row sums to 1.
+
+    >>> from lmsci_mi.data.cfg import CFGConfig, build_grammar
+    >>> grammar = build_grammar(CFGConfig())
+    >>> tokens, _, _, mask = grammar.sample(2, seed=0).padded(bos=None)
+    >>> posterior = path_posterior(grammar_chain(grammar), tokens, mask)
+    >>> bool(torch.allclose(posterior[mask].sum(-1), torch.ones(int(mask.sum()), dtype=torch.float64)))
+    True
+    """
     n, width = tokens.shape
     emits = chain.emission[None, :] == tokens.clamp(min=0)[..., None]  # [n, pos, path]
     posterior = torch.zeros(n, width, len(chain.start), dtype=torch.float64)
@@ -126,6 +152,51 @@ def _filter(chain: GrammarChain, tokens: Tensor, mask: Tensor) -> Tensor:
         posterior[:, pos] = torch.where(total > 0, belief / total.clamp(min=1e-300), 0.0)
         posterior[:, pos] *= mask[:, pos, None]
     return posterior
+
+
+_filter = path_posterior
+"""Deprecated alias of :func:`path_posterior` (its name before it was public)."""
+
+
+BAYES_TARGETS = ("ancestor", "ancestor at NT end", "boundary")
+"""The probes' three targets, the keys of :func:`bayes_hits` and :func:`bayes_accuracy`."""
+
+
+def bayes_hits(
+    grammar: Grammar, sample: CFGSample, rows: Tensor | None = None
+) -> dict[str, list[Bool[Tensor, " token"]]]:
+    """Per level (the root's level 0 included) and target, whether the posterior's argmax is
+    right at each token of ``sample`` (or its sequences ``rows``): the per-token form of
+    :func:`bayes_accuracy`, for intervals paired with a probe's own hits on the same tokens.
+
+    Tokens come in the probes' order (sequences as given, positions ascending). ``"ancestor at
+    NT end"`` has one entry per token that ends its level's NT, the others one per token.
+
+    >>> from lmsci_mi.data.cfg import CFGConfig, build_grammar
+    >>> grammar = build_grammar(CFGConfig())
+    >>> hits = bayes_hits(grammar, grammar.sample(50, seed=0))
+    >>> bool(all(h.all() for h in hits["boundary"]))  # a prefix-free grammar's ends are certain
+    True
+    """
+    chain = grammar_chain(grammar)
+    tokens, ancestors, boundaries, mask = sample.padded(bos=None)
+    if rows is not None:
+        tokens, ancestors, boundaries, mask = (x[rows] for x in (tokens, ancestors, boundaries, mask))
+    posterior = path_posterior(chain, tokens, mask)[mask]  # [token, path]
+    ancestors, boundaries = ancestors[mask], boundaries[mask]
+    hits: dict[str, list[Tensor]] = {target: [] for target in BAYES_TARGETS}
+    for level in range(grammar.n_levels):
+        n_nts = int(chain.ancestors[:, level].max()) + 1
+        by_nt = torch.nn.functional.one_hot(chain.ancestors[:, level], n_nts).double()
+        truth, at_end = ancestors[:, level], boundaries[:, level]
+        hits["ancestor"].append((posterior @ by_nt).argmax(-1) == truth)
+        # At an NT end the posterior is also told that the token ends its NT, as the probe's
+        # row selection tells the probe.
+        end_posterior = (posterior * chain.ends[:, level]) @ by_nt
+        hits["ancestor at NT end"].append(end_posterior[at_end].argmax(-1) == truth[at_end])
+        guess = posterior @ chain.ends[:, level].double() > 0.5
+        hits["boundary"].append(guess == at_end)
+    return hits
 
 
 def bayes_accuracy(
@@ -144,29 +215,8 @@ def bayes_accuracy(
     >>> bool((scores["boundary"] > 0.99).all())
     True
     """
-    chain = grammar_chain(grammar)
-    tokens, ancestors, boundaries, mask = sample.padded(bos=None)
-    if rows is not None:
-        tokens, ancestors, boundaries, mask = (
-            tokens[rows],
-            ancestors[rows],
-            boundaries[rows],
-            mask[rows],
-        )
-    posterior = _filter(chain, tokens, mask)[mask]  # [token, path]
-    ancestors, boundaries = ancestors[mask], boundaries[mask]
-    scores: dict[str, list[float]] = {"ancestor": [], "ancestor at NT end": [], "boundary": []}
-    for level in range(grammar.n_levels):
-        n_nts = int(chain.ancestors[:, level].max()) + 1
-        by_nt = torch.nn.functional.one_hot(chain.ancestors[:, level], n_nts).double()
-        nt_posterior = posterior @ by_nt  # [token, nt]
-        truth = ancestors[:, level]
-        scores["ancestor"].append((nt_posterior.argmax(-1) == truth).double().mean().item())
-        at_end = boundaries[:, level]
-        end_posterior = (posterior * chain.ends[:, level]) @ by_nt
-        hit = end_posterior[at_end].argmax(-1) == truth[at_end]
-        scores["ancestor at NT end"].append(hit.double().mean().item())
-        end_probability = posterior @ chain.ends[:, level].double()
-        guess = end_probability > 0.5
-        scores["boundary"].append((guess == at_end).double().mean().item())
-    return {key: torch.tensor(value) for key, value in scores.items()}
+    hits = bayes_hits(grammar, sample, rows)
+    return {
+        target: torch.tensor([h.double().mean().item() for h in per_level])
+        for target, per_level in hits.items()
+    }
