@@ -54,7 +54,12 @@ from lmsci_mi.probes.cfg.probing import (
     cfg_probe_table,
 )
 from lmsci_mi.probes.linear import ProbeConfig, Split, fit_probes
-from lmsci_mi.stats import percentile_bounds, resample_counts, wilson_interval
+from lmsci_mi.stats import (
+    bootstrap_standard_error,
+    percentile_bounds,
+    resample_counts,
+    wilson_interval,
+)
 
 NEAR_LEAVES = 2  # the acceptance looks at the two levels nearest the leaves
 
@@ -291,8 +296,7 @@ def linear_cell(table: CFGProbeTable, cell: Cell, m: int, hits: list[torch.Tenso
     boot = (per_layer[best][0], per_layer[best_balanced][1])
     return LinearProbeCell(
         per_layer=accuracy.tolist(),
-        # the bootstrap standard error: the replicates' standard deviation
-        per_layer_se=[float(acc.std()) for acc, _ in per_layer],
+        per_layer_se=[float(bootstrap_standard_error(acc)) for acc, _ in per_layer],
         balanced_per_layer=balanced.tolist(), best_layer=best, best=float(accuracy[best]), ci95=interval(boot[0]),
         balanced_best_layer=best_balanced, balanced=float(balanced[best_balanced]), balanced_ci95=interval(boot[1]),
     ), boot

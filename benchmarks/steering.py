@@ -46,7 +46,7 @@ from doc_tables.schemas.steering import (
 
 from lmsci_mi import LensModel, load_model
 from lmsci_mi.data.steering_texts import steering_texts
-from lmsci_mi.stats import mean_se
+from lmsci_mi.stats import mean_se, ratio_standard_error
 from lmsci_mi.steering import (
     ControlCurve,
     HighlightConfig,
@@ -265,8 +265,7 @@ def transfer(run: harness.Run, cache: harness.ItemCache, lm: LensModel, steer: L
     LMSteer.save(moved, run.args.artefacts / f"steer-{target.name}.safetensors")
     gap = difference(per_prompt(moved_curve), "sentiment", 1, 0)
     kept = gap["value"] / source_gap["value"]
-    kept_se = abs(kept) * ((gap["se"] / gap["value"]) ** 2 + (source_gap["se"] / source_gap["value"]) ** 2) ** 0.5 \
-        if gap["value"] else float("nan")
+    kept_se = ratio_standard_error(gap["value"], gap["se"], source_gap["value"], source_gap["se"])
     print(f"gap(+{TRANSFER:g}, -{TRANSFER:g}) on {target.name}: {gap['value']:+.3f}; fraction kept {kept:.2f}")
     return Transfer(to=target.name, n_shared=fit.n_shared, r2=fit.r2, value=TRANSFER, rows=curve_rows(moved_curve),
                     unsteered=metrics_row(moved_curve.unsteered, moved_curve.unsteered_errors), gap=gap,

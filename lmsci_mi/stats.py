@@ -25,6 +25,7 @@ __all__ = [
     "bootstrap_each",
     "bootstrap_interval",
     "bootstrap_replicates",
+    "bootstrap_standard_error",
     "mean_se",
     "normal_half_width",
     "normal_interval",
@@ -449,6 +450,19 @@ def normal_interval(values: ArrayLike, level: float = 0.95) -> Interval:
     return Interval(
         summary.mean, summary.mean - half, summary.mean + half, level, summary.n, "normal"
     )
+
+
+def bootstrap_standard_error(replicates: ArrayLike, *, axis: int = 0) -> Tensor | np.ndarray:
+    """The bootstrap standard error of an estimate: the standard deviation of its bootstrap
+    replicates (``ddof=1``) along ``axis`` (the resamples' axis).
+
+    >>> float(bootstrap_standard_error(torch.tensor([1.0, 2.0, 3.0])))
+    1.0
+    """
+    data = _as_data(replicates)
+    if isinstance(data, np.ndarray):
+        return data.std(axis=axis, ddof=1)
+    return data.std(dim=axis, unbiased=True)
 
 
 def ratio_standard_error(
