@@ -4,7 +4,9 @@ The core is what every analysis uses: :func:`load_model` (bundled real models th
 hub names, local files, toys), the hook registry (``lm.hooks``: every intervention is a context
 manager that cleans up after itself), the site table (:mod:`lmsci_mi.sites`, with :class:`Head`),
 the sweep engine (:mod:`lmsci_mi.sweep`), frozen configs (:class:`Config`), method registries
-(:class:`MethodRegistry`) and :class:`Result` (typed, saveable results). Analyses live in the
+(:class:`MethodRegistry`), :class:`Result` (typed, saveable results) and the library's errors
+(:class:`UserInputError` for input the caller can fix, :class:`UnknownNameError` for a name no
+registry holds; anything else is a bug). Analyses live in the
 subpackages, imported by name: ``lmsci_mi.circuits`` (patching, tracing, heads, IOI, edges),
 ``lmsci_mi.lenses`` (logit and tuned lens, direct logit attribution), ``lmsci_mi.knowledge`` (FFN
 key-value memories, knowledge neurons), ``lmsci_mi.editing``, ``lmsci_mi.probes``,
@@ -14,6 +16,8 @@ key-value memories, knowledge neurons), ``lmsci_mi.editing``, ``lmsci_mi.probes`
 from lmsci_mi._version import __version__ as __version__
 from lmsci_mi.cache import cache_root as cache_root
 from lmsci_mi.config import Config as Config
+from lmsci_mi.errors import UnknownNameError as UnknownNameError
+from lmsci_mi.errors import UserInputError as UserInputError
 from lmsci_mi.generation import GenerationConfig as GenerationConfig
 from lmsci_mi.generation import Generations as Generations
 from lmsci_mi.generation import generate as generate
@@ -56,6 +60,8 @@ __all__ = [
     "SweepConfig",
     "TokenPredictions",
     "UnknownHookError",
+    "UnknownNameError",
+    "UserInputError",
     "WeightEdit",
     "__version__",
     "cache_root",

@@ -30,6 +30,7 @@ from transformer_lens.hook_points import HookPoint
 
 from lmsci_mi.cluster.shardable import SHARDABLE, Job, Shardable
 from lmsci_mi.config import Config, config, validate_choice
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.hooks import HookFn
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import SITES, layer_of, layout_of, parse_hook_name
@@ -150,11 +151,11 @@ def select_positions(
         chosen = []
         for i, seq in enumerate(sequences):
             if len(seq) <= skip:
-                raise ValueError(f"text {i} has no token after the sink; drop empty texts")
+                raise UserInputError(f"text {i} has no token after the sink; drop empty texts")
             chosen.append([len(seq) - 1] if positions == "last" else list(range(skip, len(seq))))
         return chosen
     if len(positions) != len(sequences):
-        raise ValueError(
+        raise UserInputError(
             f"got {len(positions)} position lists for {len(sequences)} texts; give one per text"
         )
     chosen = []
@@ -163,7 +164,7 @@ def select_positions(
         for p in wanted:
             q = int(p) + len(seq) if int(p) < 0 else int(p)
             if not 0 <= q < len(seq):
-                raise ValueError(f"position {p} is outside text {i}, which has {len(seq)} tokens")
+                raise UserInputError(f"position {p} is outside text {i}, which has {len(seq)} tokens")
             row.append(q)
         chosen.append(row)
     return chosen
@@ -307,7 +308,7 @@ def collect_activations(
     """
     if cluster is not None:
         if out_dir is not None:
-            raise ValueError(
+            raise UserInputError(
                 "a sharded collection comes back in memory: give out_dir or cluster, not both"
             )
         from lmsci_mi.cluster import run_sharded
@@ -320,7 +321,7 @@ def collect_activations(
     counts = [len(c) for c in chosen]
     offsets = np.cumsum([0, *counts])
     if offsets[-1] == 0:
-        raise ValueError("no position selected: every position list is empty")
+        raise UserInputError("no position selected: every position list is empty")
     buffers = _Buffers(int(offsets[-1]), config.dtype, out_dir)
     stop = _stop_layer(names, lm.cfg.n_layers)
     plan = _batches(
@@ -380,13 +381,13 @@ def _sequences(lm: LensModel, texts: Sequence[str] | Sequence[Sequence[int]]) ->
 def _checked_hooks(lm: LensModel, texts: Sequence[object], hooks: Sequence[str]) -> list[str]:
     """The hook names, resolved and checked before anything runs."""
     if len(texts) == 0:
-        raise ValueError("collect_activations needs at least one text")
+        raise UserInputError("collect_activations needs at least one text")
     if len(hooks) == 0:
-        raise ValueError(f"give at least one hook, e.g. {SITES['resid_post'].hook(0)!r}")
+        raise UserInputError(f"give at least one hook, e.g. {SITES['resid_post'].hook(0)!r}")
     names = list(dict.fromkeys(lm.hooks.resolve(list(hooks))))
     for name in names:
         if layout_of(name).position_axis != 1:
-            raise ValueError(
+            raise UserInputError(
                 f"{name} has no vector per position (attention patterns are [query, key]); "
                 "capture it with lm.hooks.capture instead"
             )
@@ -576,7 +577,7 @@ class CollectShards(Shardable[tuple[Activations, tuple[int, ...]]]):
         names = tuple(_checked_hooks(lm, texts, arguments["hooks"]))
         chosen = positions_to_collect(lm, texts, arguments["positions"], config)
         if not any(chosen):
-            raise ValueError("no position selected: every position list is empty")
+            raise UserInputError("no position selected: every position list is empty")
         items = tuple(
             _Text(i, t if isinstance(t, str) else tuple(int(x) for x in t), tuple(c))
             for i, (t, c) in enumerate(zip(texts, chosen, strict=True))

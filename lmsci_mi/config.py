@@ -20,6 +20,8 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 from typing_extensions import Self, dataclass_transform
 
+from lmsci_mi.errors import UserInputError
+
 __all__ = ["BOUND_KEYS", "QUICK_ENV", "Config", "config", "quick_mode", "validate_choice"]
 
 C = TypeVar("C", bound="Config")
@@ -54,9 +56,10 @@ def config(cls: type[C]) -> type[C]:
 
 
 def validate_choice(name: str, value: Any, choices: Sequence[Any]) -> None:
-    """Raise a ValueError naming the field, the value and the valid choices."""
+    """Raise a :class:`~lmsci_mi.errors.UserInputError` (a ValueError) naming the field, the
+    value and the valid choices."""
     if value not in choices:
-        raise ValueError(f"{name} must be one of {list(choices)}, not {value!r}")
+        raise UserInputError(f"{name} must be one of {list(choices)}, not {value!r}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -77,20 +80,21 @@ class Config:
     ...     batch_size: int = dataclasses.field(default=8, metadata={"help": "rows", "gt": 0})
     >>> Demo(batch_size=-1)
     Traceback (most recent call last):
-    ValueError: Demo.batch_size must be > 0, not -1
+    lmsci_mi.errors.UserInputError: Demo.batch_size must be > 0, not -1
     """
 
     def __post_init__(self) -> None:
         for rule in _rules(type(self)):
             problem = rule.problem(getattr(self, rule.name))
             if problem is not None:
-                raise ValueError(f"{type(self).__name__}.{rule.name} {problem}")
+                raise UserInputError(f"{type(self).__name__}.{rule.name} {problem}")
         self.validate()
 
     def validate(self) -> None:
         """Check rules across fields ("k <= d_sae"); a single field's range is declared instead.
 
-        Subclasses raise ValueError with the fields' names and the fix.
+        Subclasses raise :class:`~lmsci_mi.errors.UserInputError` (a ValueError) with the
+        fields' names and the fix.
         """
 
     def replace(self, **changes: Any) -> Self:

@@ -20,6 +20,7 @@ from torch import Tensor
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
 from lmsci_mi.config import Config, config
+from lmsci_mi.errors import UserInputError
 
 __all__ = [
     "DecodingStep",
@@ -183,7 +184,7 @@ def generate(
     sequences = [_prompt_ids(lm, p) for p in prompts]
     streams = range(len(sequences)) if streams is None else [int(s) for s in streams]
     if len(streams) != len(sequences):
-        raise ValueError(f"{len(streams)} streams for {len(sequences)} prompts: give one per prompt")
+        raise UserInputError(f"{len(streams)} streams for {len(sequences)} prompts: give one per prompt")
     generators = [_row_generator(config.seed, s, lm.device) for s in streams]
     tokens: list[tuple[int, ...]] = [() for _ in sequences]
     logits: list[Tensor] = [torch.empty(0) for _ in sequences]
@@ -209,7 +210,7 @@ def generate(
 def _prompt_ids(lm: _Model, prompt: Prompt) -> list[int]:
     ids = lm.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
     if not ids:
-        raise ValueError(f"prompt {prompt!r} has no tokens to continue (give at least one)")
+        raise UserInputError(f"prompt {prompt!r} has no tokens to continue (give at least one)")
     return ids
 
 

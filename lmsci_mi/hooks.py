@@ -21,6 +21,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from transformer_lens.hook_points import HookedRootModule, HookPoint
 
+from lmsci_mi.errors import UnknownNameError, UserInputError
 from lmsci_mi.generation import decoding_step
 from lmsci_mi.sites import layout_of
 from lmsci_mi.typecheck import shape_checked
@@ -75,11 +76,11 @@ class PositionScope:
 
     def __post_init__(self) -> None:
         if self.kind not in get_args(ScopeKind):
-            raise ValueError(f"unknown scope {self.kind!r}: use one of {get_args(ScopeKind)}")
+            raise UserInputError(f"unknown scope {self.kind!r}: use one of {get_args(ScopeKind)}")
         if self.kind != "prompt" and (self.start is not None or self.stop is not None):
-            raise ValueError(f"start/stop select prompt positions; scope {self.kind!r} takes none")
+            raise UserInputError(f"start/stop select prompt positions; scope {self.kind!r} takes none")
         if self.skip < 0:
-            raise ValueError(f"skip must be >= 0, got {self.skip}")
+            raise UserInputError(f"skip must be >= 0, got {self.skip}")
 
     @classmethod
     def all(cls, *, skip: int = 0) -> PositionScope:
@@ -151,8 +152,10 @@ class HookFn(Protocol):
     def __call__(self, activation: Tensor, hook: HookPoint) -> Tensor | None: ...
 
 
-class UnknownHookError(ValueError, LookupError):
-    """A hook name that the model does not have. The message lists the closest valid names."""
+class UnknownHookError(UnknownNameError):
+    """A hook name that the model does not have. The message lists the closest valid names.
+
+    An :class:`~lmsci_mi.errors.UnknownNameError`: a LookupError and a ValueError, as before."""
 
 
 @dataclass(frozen=True)
@@ -180,8 +183,8 @@ class Capture:
     def __getitem__(self, name: str) -> Tensor:
         if name not in self._values:
             if name in self.names:
-                raise KeyError(f"{name!r} was not reached: run a forward pass inside the block.")
-            raise KeyError(f"{name!r} was not captured; captured sites are {list(self.names)}")
+                raise UnknownNameError(f"{name!r} was not reached: run a forward pass inside the block.")
+            raise UnknownNameError(f"{name!r} was not captured; captured sites are {list(self.names)}")
         return self._values[name]
 
     def __contains__(self, name: object) -> bool:
@@ -379,7 +382,7 @@ class HookRegistry:
                 1,
                 activation.shape[0],
             ):
-                raise ValueError(
+                raise UserInputError(
                     f"patch source for {name!r} has shape {tuple(source.shape)} but the "
                     f"activation has {tuple(activation.shape)}; the prompts must tokenise to the "
                     "same length (or pass a source captured from a run of the same shape)."
@@ -412,7 +415,7 @@ class HookRegistry:
 
         def add(activation: Tensor, hook: HookPoint) -> Tensor:
             if vector.shape[-1] != activation.shape[-1]:
-                raise ValueError(
+                raise UserInputError(
                     f"vector has size {vector.shape[-1]} but {name!r} has size "
                     f"{activation.shape[-1]} in its last axis"
                 )
@@ -446,14 +449,14 @@ class HookRegistry:
         if isinstance(heads, Mapping):
             unknown = [name for name in heads if name not in names]
             if unknown:
-                raise ValueError(f"heads given for {unknown}, which are not among the ablated sites")
+                raise UserInputError(f"heads given for {unknown}, which are not among the ablated sites")
             names = [name for name in names if len(heads.get(name, ()))]
         if mode not in ("zero", "mean"):
-            raise ValueError(f"mode must be 'zero' or 'mean', not {mode!r}")
+            raise UserInputError(f"mode must be 'zero' or 'mean', not {mode!r}")
         if mode == "mean":
             missing = [n for n in names if means is None or n not in means]
             if missing:
-                raise ValueError(
+                raise UserInputError(
                     f"mean ablation needs means for {missing}; compute them with "
                     "registry.mean_activations(sites, reference_tokens)"
                 )
@@ -466,7 +469,7 @@ class HookRegistry:
                 assert means is not None
                 fill = means[name].to(device=activation.device, dtype=activation.dtype)
                 if fill.ndim == activation.ndim and fill.shape[1] != activation.shape[1]:
-                    raise ValueError(
+                    raise UserInputError(
                         f"per-position means for {name!r} cover {fill.shape[1]} positions but the "
                         f"input has {activation.shape[1]}; average over positions instead"
                     )
@@ -520,7 +523,7 @@ def selection_mask(
     mask = pos_mask.reshape(shape)
     if heads is not None:
         if layout.head_axis is None:
-            raise ValueError(
+            raise UserInputError(
                 f"{name!r} has no head axis; select heads on hook_z, hook_q/k/v, hook_result or "
                 "hook_pattern"
             )
@@ -530,7 +533,7 @@ def selection_mask(
         if bad:
             # Grouped-query attention: k/v hooks have fewer heads than q, so the bound comes
             # from the tensor, not from cfg.n_heads.
-            raise ValueError(f"head index {bad} out of range for {name!r}, which has {n_heads}")
+            raise UserInputError(f"head index {bad} out of range for {name!r}, which has {n_heads}")
         head_mask = torch.zeros(n_heads, dtype=torch.bool, device=device)
         head_mask[head_list] = True
         head_shape = [1] * activation.ndim
@@ -546,7 +549,7 @@ def _position_mask(positions: Positions, batch: int, n_pos: int, device: torch.d
         return torch.ones(batch, n_pos, dtype=torch.bool, device=device)
     if isinstance(positions, Tensor) and positions.dtype == torch.bool:
         if tuple(positions.shape) != (batch, n_pos):
-            raise ValueError(
+            raise UserInputError(
                 f"position mask has shape {tuple(positions.shape)}, expected {(batch, n_pos)}"
             )
         return positions.to(device)
@@ -554,13 +557,13 @@ def _position_mask(positions: Positions, batch: int, n_pos: int, device: torch.d
     if isinstance(positions, Tensor) and positions.ndim == 1 and positions.numel() == batch:
         per_example = positions.to(device=device, dtype=torch.long)
         if (per_example >= n_pos).any() or (per_example < -n_pos).any():
-            raise ValueError(f"positions {per_example.tolist()} out of range for length {n_pos}")
+            raise UserInputError(f"positions {per_example.tolist()} out of range for length {n_pos}")
         mask[torch.arange(batch, device=device), per_example % n_pos] = True
         return mask
     pos_list = [int(positions)] if isinstance(positions, int) else [int(p) for p in positions]
     bad = [p for p in pos_list if not -n_pos <= p < n_pos]
     if bad:
-        raise ValueError(f"positions {bad} out of range for sequences of length {n_pos}")
+        raise UserInputError(f"positions {bad} out of range for sequences of length {n_pos}")
     mask[:, [p % n_pos for p in pos_list]] = True
     return mask
 

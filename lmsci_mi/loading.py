@@ -26,6 +26,7 @@ from safetensors.torch import load_file, save_file
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from lmsci_mi.cache import cache_key, cache_root
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import DEFAULT_SINK, LensModel, SinkChoice, default_sink_token, resolve_sink
 
 __all__ = [
@@ -296,16 +297,16 @@ def _checked_device(device: str | torch.device | None) -> torch.device:
     try:
         device = torch.device(device)
     except (RuntimeError, TypeError) as error:
-        raise ValueError(f"{device!r} is not a torch device (e.g. 'cpu', 'cuda', 'cuda:1'): {error}") from None
+        raise UserInputError(f"{device!r} is not a torch device (e.g. 'cpu', 'cuda', 'cuda:1'): {error}") from None
     available = {
         "cpu": True,
         "cuda": torch.cuda.is_available(),
         "mps": torch.backends.mps.is_available(),
     }
     if not available.get(device.type, False):
-        raise ValueError(f"device {str(device)!r} is not available here; use 'cpu'")
+        raise UserInputError(f"device {str(device)!r} is not available here; use 'cpu'")
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise ValueError(f"device {str(device)!r} does not exist: {torch.cuda.device_count()} GPU(s)")
+        raise UserInputError(f"device {str(device)!r} does not exist: {torch.cuda.device_count()} GPU(s)")
     return device
 
 

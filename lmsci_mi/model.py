@@ -24,6 +24,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 
 from lmsci_mi import readout
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.hooks import HookRegistry, registry_for
 from lmsci_mi.results import Meta, Result, result_type
@@ -101,20 +102,20 @@ def resolve_sink(tokenizer: Any, sink: SinkChoice, default: int | None, d_vocab:
     if sink is None:
         return None
     if isinstance(sink, bool) or not isinstance(sink, int | str):
-        raise ValueError(f"a sink is a token's text, a token id or None, not {sink!r}")
+        raise UserInputError(f"a sink is a token's text, a token id or None, not {sink!r}")
     if isinstance(sink, int):
         if not 0 <= sink < d_vocab:
-            raise ValueError(f"sink token id {sink} is outside the vocabulary (0..{d_vocab - 1})")
+            raise UserInputError(f"sink token id {sink} is outside the vocabulary (0..{d_vocab - 1})")
         return sink
     if tokenizer is None:
-        raise ValueError(f"this model has no tokenizer: give the sink {sink!r} as a token id")
+        raise UserInputError(f"this model has no tokenizer: give the sink {sink!r} as a token id")
     vocab_id = tokenizer.convert_tokens_to_ids(sink)
     if vocab_id is not None and tokenizer.convert_ids_to_tokens(vocab_id) == sink:
         return int(vocab_id)
     ids = tokenizer(sink, add_special_tokens=False)["input_ids"]
     if len(ids) != 1:
         pieces = [tokenizer.decode([i]) for i in ids]
-        raise ValueError(f"sink {sink!r} is {len(ids)} tokens {pieces}, but the sink is one token")
+        raise UserInputError(f"sink {sink!r} is {len(ids)} tokens {pieces}, but the sink is one token")
     return int(ids[0])
 
 
@@ -241,13 +242,13 @@ class LensModel:
         >>> load_model("toy-2l").check_tokens(torch.tensor([[0, 10**6]]))  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: token ids must lie in 0..49151 (this model's vocabulary), got 0..1000000; ...
+        lmsci_mi.errors.UserInputError: token ids must lie in 0..49151 (this model's vocabulary), got 0..1000000; ...
         """
         if tokens.numel() == 0:
             return
         low, high = (int(v) for v in torch.aminmax(tokens))
         if low < 0 or high >= self.cfg.d_vocab:
-            raise ValueError(
+            raise UserInputError(
                 f"token ids must lie in 0..{self.cfg.d_vocab - 1} (this model's vocabulary), got "
                 f"{low}..{high}; tokenise with this model's tokenizer (lm.to_tokens, lm.encode)"
             )
@@ -269,7 +270,7 @@ class LensModel:
 
     def _require_tokenizer(self) -> Any:
         if self.tokenizer is None:
-            raise ValueError(f"{self.name} has no tokenizer: pass token ids instead of text")
+            raise UserInputError(f"{self.name} has no tokenizer: pass token ids instead of text")
         return self.tokenizer
 
     def encode(self, text: str) -> list[int]:
@@ -299,12 +300,12 @@ class LensModel:
         """
         batch = [prompts] if isinstance(prompts, str) else list(prompts)
         if not batch:
-            raise ValueError("no prompts given")
+            raise UserInputError("no prompts given")
         ids = [self.encode(p) for p in batch]
         lengths = {len(i) for i in ids}
         if len(lengths) > 1:
             listing = "; ".join(f"{len(i)} tokens: {p!r}" for p, i in zip(batch, ids, strict=True))
-            raise ValueError(
+            raise UserInputError(
                 "prompts tokenise to different lengths, so their positions do not line up "
                 f"({listing}). Use prompts of equal token length (e.g. single-token names), "
                 "or align them by named positions."
@@ -325,12 +326,12 @@ class LensModel:
         """
         tokenizer = self._require_tokenizer()
         if not text:
-            raise ValueError("empty answer: give the token's text, e.g. ' Paris'")
+            raise UserInputError("empty answer: give the token's text, e.g. ' Paris'")
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         if len(ids) != 1:
             pieces = [tokenizer.decode([i]) for i in ids]
             hint = "" if text.startswith(" ") else " (answers after a word usually start with a space)"
-            raise ValueError(
+            raise UserInputError(
                 f"{text!r} is {len(ids)} tokens {pieces} for {self.name}, but one token is "
                 f"needed{hint}"
             )
@@ -353,16 +354,16 @@ class LensModel:
         """
         self._require_tokenizer()
         if not subject.strip():
-            raise ValueError("empty subject")
+            raise UserInputError("empty subject")
         start = prompt.find(subject)
         if start < 0:
             hint = ""
             if prompt.lower().find(subject.lower()) >= 0:
                 hint = " (it matches ignoring case: the match is case-sensitive)"
-            raise ValueError(f"subject {subject!r} is not in the prompt {prompt!r}{hint}")
+            raise UserInputError(f"subject {subject!r} is not in the prompt {prompt!r}{hint}")
         span = self.token_span(prompt, start, start + len(subject))
         if span is None:
-            raise ValueError(f"subject {subject!r} covers no token of {prompt!r}")
+            raise UserInputError(f"subject {subject!r} covers no token of {prompt!r}")
         return span
 
     def token_span(self, text: str, start: int, end: int) -> range | None:
@@ -384,7 +385,7 @@ class LensModel:
             ValueError: ``text`` is empty or blank.
         """
         if not text.strip():
-            raise ValueError("empty continuation: give the text, e.g. ' Paris'")
+            raise UserInputError("empty continuation: give the text, e.g. ' Paris'")
         return list(self._require_tokenizer()(text, add_special_tokens=False)["input_ids"])
 
     def pad_batch(self, sequences: Sequence[Sequence[int]]) -> PaddedBatch:
@@ -400,7 +401,7 @@ class LensModel:
         ([[1, 2, 3], [4, 4, 4]], [3, 1])
         """
         if not sequences or any(len(seq) == 0 for seq in sequences):
-            raise ValueError("pad_batch needs at least one sequence, and no empty sequence")
+            raise UserInputError("pad_batch needs at least one sequence, and no empty sequence")
         width = max(len(seq) for seq in sequences)
         rows = [list(seq) + [seq[-1]] * (width - len(seq)) for seq in sequences]
         lengths = torch.tensor([len(seq) for seq in sequences], device=self.device)

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from transformer_lens.components import LayerNorm, LayerNormPre
 from transformer_lens.utilities.activation_functions import apply_softcap, softcap_enabled
 
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.sites import hook_name
 
 if TYPE_CHECKING:
@@ -220,16 +221,16 @@ def frozen_norm(
 
 def _check(space: str, norm: str, scale: Tensor | None) -> None:
     if space not in SPACES:
-        raise ValueError(f"space must be one of {list(SPACES)}, not {space!r}")
+        raise UserInputError(f"space must be one of {list(SPACES)}, not {space!r}")
     if norm not in NORM_MODES:
-        raise ValueError(f"norm must be one of {list(NORM_MODES)}, not {norm!r}")
+        raise UserInputError(f"norm must be one of {list(NORM_MODES)}, not {norm!r}")
     if space == "normalized" and scale is not None:
-        raise ValueError("a 'normalized' vector is past the final norm's divisor: give no scale")
+        raise UserInputError("a 'normalized' vector is past the final norm's divisor: give no scale")
     if norm == "frozen" and space == "resid" and scale is None:
-        raise ValueError("norm='frozen' needs scale: the final norm's divisor "
+        raise UserInputError("norm='frozen' needs scale: the final norm's divisor "
                          "(the captured ln_final.hook_scale)")
     if norm != "frozen" and scale is not None:
-        raise ValueError(f"scale is the frozen divisor: pass norm='frozen', not {norm!r}")
+        raise UserInputError(f"scale is the frozen divisor: pass norm='frozen', not {norm!r}")
 
 
 def normalized(
@@ -453,14 +454,14 @@ def logit_directions(
         vectors = vectors * gain.float()
     if space == "resid":
         if scale is None:
-            raise ValueError("'resid' directions through the final norm need scale, its frozen "
+            raise UserInputError("'resid' directions through the final norm need scale, its frozen "
                              "divisor per row (the captured ln_final.hook_scale)")
         # (x - mean x) . v == x . (v - mean v): the centring moves onto the direction.
         vectors = _centred(final, vectors) / scale.float().reshape(-1, 1).to(vectors.device)
     elif space != "normalized":
-        raise ValueError(f"space must be one of {list(SPACES)}, not {space!r}")
+        raise UserInputError(f"space must be one of {list(SPACES)}, not {space!r}")
     elif scale is not None:
-        raise ValueError("a 'normalized' vector is past the final norm's divisor: give no scale")
+        raise UserInputError("a 'normalized' vector is past the final norm's divisor: give no scale")
     return LogitDirections(vectors, bias)
 
 
@@ -468,7 +469,7 @@ def _gained(lm: LensModel, directions: Tensor, space: str) -> Tensor:
     """Directions carried through the final norm's linear part, up to its divisor: centred
     (``"resid"``, LayerNorm) and times the gain where it is not folded into ``W_U``."""
     if space not in SPACES:
-        raise ValueError(f"space must be one of {list(SPACES)}, not {space!r}")
+        raise UserInputError(f"space must be one of {list(SPACES)}, not {space!r}")
     final = final_norm_module(lm)
     if final is None:
         return directions
@@ -513,7 +514,7 @@ def vocab_projection(
     if gain:
         d = _gained(lm, directions, space)
     elif gains_folded(lm):
-        raise ValueError(
+        raise UserInputError(
             f"{lm.name} was loaded with fold_ln=True: its final norm's gain is inside W_U, so "
             "the raw projection cannot be separated; load_model(..., fold_ln=False) gives both"
         )
@@ -550,7 +551,7 @@ def unembedding_vectors(
     torch.Size([2, 64])
     """
     if space not in SPACES:
-        raise ValueError(f"space must be one of {list(SPACES)}, not {space!r}")
+        raise UserInputError(f"space must be one of {list(SPACES)}, not {space!r}")
     w_u, _ = _unembedding(lm, token_ids)
     gamma = w_u.T.to(dtype)
     gain = final_norm_gain(lm)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from lmsci_mi.config import Config
+from lmsci_mi.errors import UnknownNameError
 
 __all__ = ["Method", "MethodRegistry"]
 
@@ -40,7 +41,11 @@ class MethodRegistry(Generic[F]):
     >>> methods.get("triple")
     Traceback (most recent call last):
     ...
-    KeyError: "unknown demo method 'triple'; registered: ['double']"
+    lmsci_mi.errors.UnknownNameError: unknown demo method 'triple'; registered: ['double']
+    >>> methods.get("doubel")
+    Traceback (most recent call last):
+    ...
+    lmsci_mi.errors.UnknownNameError: unknown demo method 'doubel' (did you mean 'double'?); registered: ['double']
     """
 
     def __init__(self, family: str) -> None:
@@ -70,10 +75,11 @@ class MethodRegistry(Generic[F]):
         """The method registered as ``name``.
 
         Raises:
-            KeyError: no such method; the message lists the registered names.
+            UnknownNameError: no such method (a KeyError); the message lists the closest and
+                the registered names.
         """
         if name not in self._methods:
-            raise KeyError(f"unknown {self.family} method {name!r}; registered: {sorted(self._methods)}")
+            raise UnknownNameError.among(f"{self.family} method", name, self._methods, listed="registered")
         return self._methods[name]
 
     def names(self) -> tuple[str, ...]:

@@ -29,6 +29,7 @@ from torch import Tensor
 from typing_extensions import dataclass_transform
 
 from lmsci_mi._version import __version__
+from lmsci_mi.errors import UserInputError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -61,7 +62,7 @@ UNRECORDED_SINK = "<unrecorded>"
 """``Meta.sink`` of a result saved before results recorded their sink (version 0.1)."""
 
 
-class ResultFileError(ValueError):
+class ResultFileError(UserInputError):
     """A file given to :meth:`Result.load` is not a readable lmsci-mi result; says why."""
 
 
@@ -189,7 +190,7 @@ class Result:
         """
         json_path = Path(path)
         if json_path.name in ("", ".", ".."):
-            raise ValueError(f"cannot save a result as {str(path)!r}: give a file name, e.g. trace.json")
+            raise UserInputError(f"cannot save a result as {str(path)!r}: give a file name, e.g. trace.json")
         if json_path.suffix != ".json":
             json_path = json_path.with_suffix(json_path.suffix + ".json")
         tensors: dict[str, Tensor] = {}
@@ -205,7 +206,7 @@ class Result:
             save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, staged)
             os.replace(staged, tensor_path)
         except (SafetensorError, OSError) as error:  # e.g. a folder of that name: I/O, not a bug
-            raise ValueError(f"cannot write {tensor_path}: {error}") from None
+            raise UserInputError(f"cannot write {tensor_path}: {error}") from None
         finally:
             staged.unlink(missing_ok=True)
         staged = json_path.with_name(f".{json_path.name}.{os.getpid()}.partial")
@@ -280,7 +281,7 @@ class Result:
         out = Path(path)
         writer = _TABLE_WRITERS.get(out.suffix.lower())
         if writer is None:
-            raise ValueError(f"cannot export to {str(path)!r}: use a file ending in one of "
+            raise UserInputError(f"cannot export to {str(path)!r}: use a file ending in one of "
                              f"{sorted(_TABLE_WRITERS)}")
         frame = self.to_dataframe()
         out.parent.mkdir(parents=True, exist_ok=True)

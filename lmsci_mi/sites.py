@@ -13,6 +13,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import total_ordering
 
+from lmsci_mi.errors import UnknownNameError, UserInputError
+
 __all__ = [
     "SITES",
     "WEIGHTS",
@@ -74,10 +76,10 @@ class Site:
         """
         if self.per_layer:
             if layer is None:
-                raise ValueError(f"site {self.name!r} exists in every block: give a layer")
+                raise UserInputError(f"site {self.name!r} exists in every block: give a layer")
             return self.template.format(layer=int(layer))
         if layer is not None:
-            raise ValueError(f"site {self.name!r} is outside the blocks: give no layer")
+            raise UserInputError(f"site {self.name!r} is outside the blocks: give no layer")
         return self.template
 
 
@@ -129,7 +131,7 @@ def site(name: str) -> Site:
         ValueError: unknown site; the message lists the valid ones.
     """
     if name not in SITES:
-        raise ValueError(f"unknown site {name!r}; choose one of {sorted(SITES)}")
+        raise UnknownNameError(f"unknown site {name!r}; choose one of {sorted(SITES)}")
     return SITES[name]
 
 
@@ -154,7 +156,7 @@ def layer_hooks(
     chosen = tuple(layers) if layers is not None else tuple(range(n_layers))
     bad = [layer for layer in chosen if not 0 <= layer < n_layers]
     if bad:
-        raise ValueError(
+        raise UserInputError(
             f"layer {bad[0]} does not exist: {model} has {n_layers} layers (0–{n_layers - 1}); "
             "give layers within them"
         )
@@ -164,7 +166,7 @@ def layer_hooks(
 def weight_name(short: str, layer: int) -> str:
     """The parameter name of weight ``short`` (a key of :data:`WEIGHTS`) in block ``layer``."""
     if short not in WEIGHTS:
-        raise ValueError(f"unknown weight {short!r}; choose one of {sorted(WEIGHTS)}")
+        raise UnknownNameError(f"unknown weight {short!r}; choose one of {sorted(WEIGHTS)}")
     return WEIGHTS[short].format(layer=int(layer))
 
 
@@ -192,7 +194,7 @@ def parse_hook_name(hook: str) -> tuple[Site, int | None]:
     for candidate in SITES.values():
         if candidate.template == generic:
             return candidate, layer
-    raise ValueError(f"{hook!r} is not a site of the site table; sites are {sorted(SITES)}")
+    raise UnknownNameError(f"{hook!r} is not a site of the site table; sites are {sorted(SITES)}")
 
 
 def layout_of(hook: str) -> SiteLayout:
@@ -275,5 +277,5 @@ class Head:
             return cls(int(layer), int(head))
         match = _HEAD_LABEL.match(text.strip())
         if not match:
-            raise ValueError(f"{text!r} is not a head label; write heads as 'L<layer>.H<head>', e.g. 'L9.H6'")
+            raise UserInputError(f"{text!r} is not a head label; write heads as 'L<layer>.H<head>', e.g. 'L9.H6'")
         return cls(int(match.group(1)), int(match.group(2)))

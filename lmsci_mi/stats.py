@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lmsci_mi.errors import UserInputError
+
 __all__ = [
     "Interval",
     "MeanSE",
@@ -119,7 +121,7 @@ def _generator(seed: int | None, generator: Generator | None) -> Generator:
     if generator is not None:
         return generator
     if seed is None:
-        raise ValueError("give a seed or a generator: bootstrap draws never use the global RNG")
+        raise UserInputError("give a seed or a generator: bootstrap draws never use the global RNG")
     return torch.Generator().manual_seed(seed)
 
 
@@ -283,7 +285,7 @@ def percentile_bounds(
     tensor([ 2.5000, 97.5000], dtype=torch.float64)
     """
     if not 0 < level < 1:
-        raise ValueError(f"level must lie in (0, 1), not {level}")
+        raise UserInputError(f"level must lie in (0, 1), not {level}")
     values = torch.as_tensor(
         np.asarray(replicates) if not isinstance(replicates, Tensor) else replicates
     )
@@ -361,7 +363,7 @@ def paired_bootstrap_interval(
     statistic = statistic or _mean
     a, b = _as_data(a), _as_data(b)
     if a.shape[-1] != b.shape[-1]:
-        raise ValueError(f"paired samples need the same items: {a.shape[-1]} and {b.shape[-1]}")
+        raise UserInputError(f"paired samples need the same items: {a.shape[-1]} and {b.shape[-1]}")
 
     def difference(x: Any, y: Any, axis: int = -1) -> Any:
         return statistic(x, axis=axis) - statistic(y, axis=axis)
@@ -421,7 +423,7 @@ def z_score(level: float = 0.95) -> float:
     1.959964
     """
     if not 0 < level < 1:
-        raise ValueError(f"level must lie in (0, 1), not {level}")
+        raise UserInputError(f"level must lie in (0, 1), not {level}")
     return statistics.NormalDist().inv_cdf((1 + level) / 2)
 
 
@@ -516,7 +518,7 @@ def wilson_interval(successes: int, n: int, level: float = 0.95) -> Interval:
     (0.4902, 0.9433)
     """
     if not 0 <= successes <= n:
-        raise ValueError(f"successes must lie in [0, n], not {successes} of {n}")
+        raise UserInputError(f"successes must lie in [0, n], not {successes} of {n}")
     if n == 0:
         return Interval(math.nan, math.nan, math.nan, level, 0, "wilson")
     z, p = z_score(level), successes / n

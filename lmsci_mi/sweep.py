@@ -31,6 +31,7 @@ from transformer_lens.cache.key_value_cache_entry import TransformerLensKeyValue
 from transformer_lens.hook_points import HookPoint
 
 from lmsci_mi.config import Config, config
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.hooks import HookFn
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import hook_name, layer_of, layout_of
@@ -203,7 +204,7 @@ def _answer_positions(positions: int | Tensor, shape: torch.Size) -> Tensor:
     else:
         answers = torch.as_tensor(positions).to(torch.long).reshape(-1).expand(batch)
     if ((answers >= n_pos) | (answers < -n_pos)).any():
-        raise ValueError(f"answer positions {answers.tolist()} out of range for {n_pos} tokens")
+        raise UserInputError(f"answer positions {answers.tolist()} out of range for {n_pos} tokens")
     return (answers % n_pos).to(torch.long)
 
 

@@ -21,6 +21,7 @@ from safetensors.torch import save_file
 from torch import Tensor
 from typing_extensions import Self
 
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import layer_of
 
@@ -87,12 +88,12 @@ class WeightEdit:
         params = dict(self.lm.model.named_parameters())
         unknown = [name for name in self.deltas if name not in params]
         if unknown:
-            raise ValueError(
+            raise UserInputError(
                 f"{self.lm.name} has no parameter {unknown}; names look like 'blocks.4.mlp.W_out'"
             )
         for name, delta in self.deltas.items():
             if params[name].shape != delta.shape:
-                raise ValueError(
+                raise UserInputError(
                     f"delta for {name} has shape {tuple(delta.shape)}, the weight "
                     f"{tuple(params[name].shape)}"
                 )
@@ -124,12 +125,12 @@ class WeightEdit:
             ValueError: no edits, edits of different models, or an edit that is not applied.
         """
         if not edits:
-            raise ValueError("nothing to combine: give at least one applied edit")
+            raise UserInputError("nothing to combine: give at least one applied edit")
         lm = edits[0].lm
         stack = _applied(lm.model)
         for edit in edits:
             if edit.lm.model is not lm.model or not edit.applied or edit not in stack:
-                raise ValueError(f"{edit!r} is not applied to {lm.name}; only applied edits of one model combine")
+                raise UserInputError(f"{edit!r} is not applied to {lm.name}; only applied edits of one model combine")
         parts = sorted(edits, key=stack.index)
         deltas: dict[str, Tensor] = {}
         originals: dict[str, Tensor] = {}
@@ -209,7 +210,7 @@ class WeightEdit:
         """Write the deltas as safetensors, with ``metadata`` (strings) in the header."""
         out = Path(path)
         if out.is_dir() or not out.name:
-            raise ValueError(f"{path} is a folder; give a file name, e.g. {out / 'edit.safetensors'}")
+            raise UserInputError(f"{path} is a folder; give a file name, e.g. {out / 'edit.safetensors'}")
         out.parent.mkdir(parents=True, exist_ok=True)
         header = {"format": EDIT_FORMAT, "model": self.lm.name, **(metadata or {})}
         save_file({k: v.detach().cpu().contiguous() for k, v in self.deltas.items()}, out, header)
@@ -229,9 +230,9 @@ def read_deltas(path: str | Path) -> tuple[dict[str, Tensor], dict[str, str]]:
             metadata = dict(handle.metadata() or {})
             deltas = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118
     except OSError as error:  # missing, a folder, a device...
-        raise ValueError(f"no edit file at {path} ({error.strerror}); {fix}") from None
+        raise UserInputError(f"no edit file at {path} ({error.strerror}); {fix}") from None
     except SafetensorError as error:
-        raise ValueError(f"{path} is not a saved edit (not safetensors: {error}); {fix}") from None
+        raise UserInputError(f"{path} is not a saved edit (not safetensors: {error}); {fix}") from None
     if metadata.get("format") != EDIT_FORMAT:
-        raise ValueError(f"{path} is not an lmsci-mi edit file (no '{EDIT_FORMAT}' header); {fix}")
+        raise UserInputError(f"{path} is not an lmsci-mi edit file (no '{EDIT_FORMAT}' header); {fix}")
     return deltas, metadata

@@ -30,6 +30,7 @@ from lmsci_mi.circuits.tracing import (
 )
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.facts import load_fact_records
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.stats import normal_half_width
 
@@ -108,14 +109,22 @@ def load_fact_set(source: str | Path | Sequence[Mapping[str, Any]] = "shipped") 
         else:
             path = Path(source)
             if not path.is_file():
-                raise ValueError(f"fact file {path} not found: give a JSON file or 'shipped'")
-            records = json.loads(path.read_text(encoding="utf-8"))
+                raise UserInputError(f"fact file {path} not found: give a JSON file or 'shipped'")
+            try:
+                records = json.loads(path.read_text(encoding="utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as error:
+                raise UserInputError(f"fact file {path} is not a JSON file ({error})") from None
             records = records.get("facts", []) if isinstance(records, dict) else records
+            if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+                raise UserInputError(
+                    f"fact file {path}: give a list of records with 'prompt', 'subject' and "
+                    "'target_true' (or {'facts': [...]})"
+                )
     else:
         records = source
     facts = [_fact(i, r) for i, r in enumerate(records)]
     if not facts:
-        raise ValueError(
+        raise UserInputError(
             f"the fact set {source if isinstance(source, (str, Path)) else ''!s} is empty"
         )
     return facts
@@ -124,13 +133,13 @@ def load_fact_set(source: str | Path | Sequence[Mapping[str, Any]] = "shipped") 
 def _fact(index: int, record: Mapping[str, Any]) -> Fact:
     target = record.get("target_true", record.get("target"))
     if "subject" not in record or "prompt" not in record or not target:
-        raise ValueError(
+        raise UserInputError(
             f"fact {index} needs 'prompt', 'subject' and 'target_true': {dict(record)}"
         )
     subject, prompt = str(record["subject"]), str(record["prompt"])
     prompt = prompt.format(subject) if "{}" in prompt else prompt
     if subject not in prompt:
-        raise ValueError(f"fact {index}: subject {subject!r} is not in the prompt {prompt!r}")
+        raise UserInputError(f"fact {index}: subject {subject!r} is not in the prompt {prompt!r}")
     return Fact(prompt, subject, str(target))
 
 
@@ -146,7 +155,7 @@ def token_categories(subject: Sequence[int], n_pos: int) -> dict[str, list[int]]
     """
     first, last = subject[0], subject[-1]
     if last + 1 >= n_pos:
-        raise ValueError(
+        raise UserInputError(
             f"the subject ends the prompt ({n_pos} tokens): there is no token after it"
         )
     return {
@@ -176,12 +185,12 @@ class AIEConfig(Config):
         super().validate()
         t = self.trace
         if t.corruption not in _FACT_CORRUPTIONS:
-            raise ValueError(
+            raise UserInputError(
                 f"a fact set is traced with corruption {_FACT_CORRUPTIONS}, not {t.corruption!r}"
             )
         given = [n for n in ("target", "replacement", "corrupted_prompt", "wrong") if getattr(t, n)]
         if given:
-            raise ValueError(f"{given} are set per fact when tracing a fact set; leave them unset")
+            raise UserInputError(f"{given} are set per fact when tracing a fact set; leave them unset")
 
 
 @dataclass(frozen=True)
@@ -292,10 +301,10 @@ def plan_fact_traces(
     """
     cfg = config or AIEConfig()
     if not facts:
-        raise ValueError("the fact set is empty: give facts (e.g. load_fact_set('shipped'))")
+        raise UserInputError("the fact set is empty: give facts (e.g. load_fact_set('shipped'))")
     known = known_facts(lm, facts)
     if not known:
-        raise ValueError(
+        raise UserInputError(
             f"{lm.name} knows none of the {len(facts)} facts (top-1): nothing to trace"
         )
     partners: list[Fact | None] = [None] * len(known)
@@ -309,7 +318,7 @@ def plan_fact_traces(
     n_unpaired = len(known) - len(chosen)
     chosen = chosen[: cfg.n_facts]
     if not chosen:
-        raise ValueError(
+        raise UserInputError(
             f"none of the {len(known)} known facts has an STR partner (same template, "
             "same subject length, another answer): add facts or use gaussian"
         )
@@ -462,7 +471,7 @@ class AverageIndirectEffect(Result):
     def curve(self, kind: str, category: str) -> Float[Tensor, " layer"]:
         """The AIE per layer of one kind and category."""
         if kind not in self.kinds or category not in CATEGORIES:
-            raise ValueError(f"choose kind in {self.kinds} and category in {CATEGORIES}")
+            raise UserInputError(f"choose kind in {self.kinds} and category in {CATEGORIES}")
         return self.values[self.kinds.index(kind), CATEGORIES.index(category)]
 
     def peak(self, kind: str, category: str) -> tuple[int, float, float]:
@@ -544,7 +553,7 @@ class AverageIndirectEffect(Result):
 
         shown = [k for k in ("resid", "sever_attn", "sever_mlp") if k in self.kinds]
         if "resid" not in shown or len(shown) < 2:
-            raise ValueError(
+            raise UserInputError(
                 f"severing needs kinds resid and sever_mlp/sever_attn; this has {self.kinds}"
             )
         names = {"resid": "ordinary", "sever_attn": "attention severed", "sever_mlp": "MLP severed"}
@@ -586,14 +595,14 @@ def aggregate_traces(
         ValueError: no traces, or traces of different kinds, corruptions or layer counts.
     """
     if not traces:
-        raise ValueError("no traces to average: trace some facts first")
+        raise UserInputError("no traces to average: trace some facts first")
     first = traces[0]
     if any(
         (t.kinds, t.corruption, t.metric, t.values.shape[1])
         != (first.kinds, first.corruption, first.metric, first.values.shape[1])
         for t in traces
     ):
-        raise ValueError(
+        raise UserInputError(
             "traces differ in kinds, corruption, metric or layers: average like with like"
         )
     samples: dict[str, list[Tensor]] = {c: [] for c in CATEGORIES}
@@ -674,7 +683,7 @@ def average_indirect_effect(
     >>> facts = [Fact("The Eiffel Tower is in", "Eiffel Tower", " the")]
     >>> average_indirect_effect(lm, facts)  # doctest: +IGNORE_EXCEPTION_DETAIL
     Traceback (most recent call last):
-    ValueError: toy-2l knows none of the 1 facts (top-1): nothing to trace
+    lmsci_mi.errors.UserInputError: toy-2l knows none of the 1 facts (top-1): nothing to trace
     """
     fact_list = load_fact_set(facts) if isinstance(facts, (str, Path)) else list(facts)
     if cluster is not None:

@@ -16,6 +16,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import Head, hook_name
@@ -54,7 +55,7 @@ def attention_summary(lm: LensModel, prompt: str) -> AttentionSummary:
     """
     tokens = lm.to_tokens(prompt)
     if tokens.shape[1] < 2:
-        raise ValueError(f"{prompt!r} is one token: the summary needs a query after position 0")
+        raise UserInputError(f"{prompt!r} is one token: the summary needs a query after position 0")
     names = [hook_name("pattern", layer) for layer in range(lm.cfg.n_layers)]
     with lm.hooks.capture(names) as cap:
         lm(tokens)
@@ -92,13 +93,13 @@ def parse_heads(spec: str) -> list[Head]:
             continue
         pieces = [p for p in part.split(".") if p]
         if len(pieces) != 2 or not all(p.isascii() and p.isdigit() for p in pieces):
-            raise ValueError(
+            raise UserInputError(
                 f"cannot read head {part!r}: write heads as L<layer>.H<head> or LAYER.HEAD, e.g. "
                 "L5.H1 or 5.1"
             )
         heads.append(Head(int(pieces[0]), int(pieces[1])))
     if not heads:
-        raise ValueError("no heads given")
+        raise UserInputError("no heads given")
     return heads
 
 
@@ -116,10 +117,10 @@ def head_patterns(
     cfg = lm.cfg
     heads = [Head.parse(h) for h in heads]
     if not heads:
-        raise ValueError("no heads given")
+        raise UserInputError("no heads given")
     for layer, head in heads:
         if not (0 <= layer < cfg.n_layers and 0 <= head < cfg.n_heads):
-            raise ValueError(
+            raise UserInputError(
                 f"head {Head(layer, head)} does not exist: {lm.name} has {cfg.n_layers} layers of "
                 f"{cfg.n_heads} heads"
             )

@@ -34,6 +34,7 @@ from lmsci_mi.circuits.patching import (
     top_cells,
 )
 from lmsci_mi.config import config
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import Head, hook_name, site
 
@@ -53,7 +54,7 @@ def spearman(a: Tensor, b: Tensor) -> float:
     0.5
     """
     if a.shape != b.shape:
-        raise ValueError(f"shapes differ: {tuple(a.shape)} vs {tuple(b.shape)}")
+        raise UserInputError(f"shapes differ: {tuple(a.shape)} vs {tuple(b.shape)}")
     ra, rb = _ranks(a.flatten().double()), _ranks(b.flatten().double())
     ra, rb = ra - ra.mean(), rb - rb.mean()
     denom = float(ra.norm() * rb.norm())
@@ -114,7 +115,7 @@ class AttributionResult(Result):
     def compare(self, exact: PatchingResult) -> float:
         """Spearman rank correlation of these estimates with exact patching results."""
         if exact.axes != self.axes or exact.values.shape != self.values.shape:
-            raise ValueError(
+            raise UserInputError(
                 f"exact result has axes {exact.axes} {tuple(exact.values.shape)}, these "
                 f"estimates {self.axes} {tuple(self.values.shape)}: patch the same site and positions"
             )

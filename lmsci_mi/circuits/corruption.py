@@ -14,6 +14,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from lmsci_mi.config import Config
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.registry import MethodRegistry
 from lmsci_mi.sites import hook_name
 from lmsci_mi.sweep import Intervention
@@ -124,14 +125,14 @@ def symmetric_token_replacement(
 ) -> Corrupted:
     """The prompt with its subject replaced by ``config.replacement`` (same number of tokens)."""
     if not config.replacement:
-        raise ValueError(
+        raise UserInputError(
             "STR corruption needs a replacement subject with as many tokens as the subject "
             "(--replacement, e.g. 'Berlin' for 'Paris'); trace a fact set to have one chosen"
         )
     corrupted = clean.prompt.replace(clean.subject, config.replacement, 1)
     tokens = _aligned(lm, clean, corrupted, "replacement subject")
     if tuple(lm.find_subject(corrupted, config.replacement)) != clean.subject_positions:
-        raise ValueError(
+        raise UserInputError(
             f"replacement {config.replacement!r} covers tokens "
             f"{list(lm.find_subject(corrupted, config.replacement))}, the subject "
             f"{list(clean.subject_positions)}: choose a subject with the same number of tokens"
@@ -145,7 +146,7 @@ def corrupted_prompt(
 ) -> Corrupted:
     """The user's ``config.corrupted_prompt``, which must align token by token with the prompt."""
     if not config.corrupted_prompt:
-        raise ValueError(
+        raise UserInputError(
             "prompt corruption needs --corrupted-prompt (same token length as --prompt)"
         )
     tokens = _aligned(lm, clean, config.corrupted_prompt, "corrupted prompt")
@@ -156,7 +157,7 @@ def _aligned(lm: LensModel, clean: CleanRun, corrupted: str, what: str) -> Tenso
     """The corrupted prompt's tokens; restoring position p copies state p, so lengths must agree."""
     tokens = lm.to_tokens(corrupted).to(clean.tokens.device)
     if tokens.shape != clean.tokens.shape:
-        raise ValueError(
+        raise UserInputError(
             f"the {what} gives {tokens.shape[1]} tokens ({corrupted!r}) and the prompt "
             f"{clean.tokens.shape[1]}: restored positions must align, so give one of equal token length"
         )

@@ -34,6 +34,7 @@ from lmsci_mi.circuits.edge_patching import (
 from lmsci_mi.circuits.graph import EdgeGraph, edge_graph
 from lmsci_mi.circuits.metrics import LogitDiff, Metric
 from lmsci_mi.config import Config, config
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.hooks import HookFn
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name
@@ -95,7 +96,7 @@ class EdgeScores(Result):
         """The ``k`` highest-scoring edges as ``(name, score)``, by ``|score|`` unless
         ``absolute=False``."""
         if k < 1:
-            raise ValueError(f"k must be at least 1, not {k}")
+            raise UserInputError(f"k must be at least 1, not {k}")
         real = self.graph.real
         flat = self.values.masked_fill(~real, float("nan")).flatten()
         key = flat.abs() if absolute else flat

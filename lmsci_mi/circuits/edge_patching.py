@@ -22,6 +22,7 @@ from transformer_lens.utilities.attention import complex_attn_linear
 
 from lmsci_mi.circuits.graph import EdgeGraph
 from lmsci_mi.circuits.metrics import KLToClean, LogitDiff, Metric, Normalised, TargetProb
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.hooks import HookFn
 from lmsci_mi.model import PaddedBatch
 from lmsci_mi.sites import hook_name
@@ -89,7 +90,7 @@ def _encode(lm: LensModel, prompts: PromptsArg) -> tuple[Tensor, Tensor, tuple[s
         return tokens, torch.full((tokens.shape[0],), tokens.shape[1], device=lm.device), ()
     texts = (prompts,) if isinstance(prompts, str) else tuple(prompts)
     if not texts:
-        raise ValueError("the prompt set is empty: give at least one clean/corrupted pair")
+        raise UserInputError("the prompt set is empty: give at least one clean/corrupted pair")
     batch = lm.encode_batch(texts)
     return batch.tokens, batch.lengths, texts
 
@@ -116,9 +117,9 @@ def prepare_edge_prompts(
     corrupted_tokens, corrupted_len, _ = _encode(lm, corrupted)
     n = clean_tokens.shape[0]
     if n == 0:
-        raise ValueError("the prompt set is empty: give at least one clean/corrupted pair")
+        raise UserInputError("the prompt set is empty: give at least one clean/corrupted pair")
     if corrupted_tokens.shape[0] != n:
-        raise ValueError(
+        raise UserInputError(
             f"{n} clean prompts but {corrupted_tokens.shape[0]} corrupted prompts: "
             "give one corrupted prompt per clean prompt"
         )
@@ -127,7 +128,7 @@ def prepare_edge_prompts(
         shown = ", ".join(
             f"pair {i} ({int(clean_len[i])} vs {int(corrupted_len[i])} tokens)" for i in bad[:3]
         )
-        raise ValueError(
+        raise UserInputError(
             f"clean and corrupted prompts must have the same token length, since "
             f"edges are patched position by position; {len(bad)} pairs differ: "
             f"{shown}. Use a corruption that keeps the length (single-token names)."
@@ -149,7 +150,7 @@ def _answer_positions(given: int | Sequence[int] | Tensor | None, lengths: Tenso
         return (lengths - 1).long()
     pos = torch.as_tensor(given, dtype=torch.long, device=lengths.device).reshape(-1)
     if pos.numel() not in (1, lengths.numel()):
-        raise ValueError(
+        raise UserInputError(
             f"{pos.numel()} answer positions for {lengths.numel()} prompt pairs: "
             "give one, or one per pair"
         )
@@ -157,7 +158,7 @@ def _answer_positions(given: int | Sequence[int] | Tensor | None, lengths: Tenso
     resolved = torch.where(pos < 0, lengths + pos, pos)
     outside = ((resolved < 0) | (resolved >= lengths)).nonzero().flatten().tolist()
     if outside:
-        raise ValueError(
+        raise UserInputError(
             f"answer positions {pos[outside].tolist()} fall outside prompts "
             f"{outside} (lengths {lengths[outside].tolist()})"
         )
@@ -191,7 +192,7 @@ def batch_metric(metric: Metric, index: Tensor, n_pairs: int) -> Metric:
         if value.shape[0] not in (1, n_pairs) or (
             name == "clean_log_probs" and value.shape[0] != n_pairs
         ):
-            raise ValueError(
+            raise UserInputError(
                 f"{metric!r} holds {value.shape[0]} {name} rows for {n_pairs} prompt "
                 "pairs: give one per pair (or one for all)"
             )
@@ -204,7 +205,7 @@ def check_metric(metric: Metric | Literal["kl"]) -> None:
     if (isinstance(metric, str) and metric != "kl") or not (
         isinstance(metric, str) or callable(metric)
     ):
-        raise ValueError(f"metric must be a callable or 'kl', not {metric!r}")
+        raise UserInputError(f"metric must be a callable or 'kl', not {metric!r}")
 
 
 def batch_scorer(
@@ -594,18 +595,18 @@ def _check_masks(lm: LensModel, graph: EdgeGraph, masks: Tensor) -> Tensor:
         or graph.n_layers != lm.cfg.n_layers
         or graph.n_heads != lm.cfg.n_heads
     ):
-        raise ValueError(
+        raise UserInputError(
             f"the graph describes {graph.model}, not {lm.name}: build it with edge_graph(lm)"
         )
     graph.check_mask(masks)
     if masks.dtype != torch.bool and not masks.is_floating_point():
-        raise ValueError(f"a circuit mask is boolean (True = edge kept), not {masks.dtype}")
+        raise UserInputError(f"a circuit mask is boolean (True = edge kept), not {masks.dtype}")
     if masks.is_floating_point() and bool(((masks < 0) | (masks > 1)).any()):
-        raise ValueError("a soft circuit mask holds weights in [0, 1] (1 = edge kept)")
+        raise UserInputError("a soft circuit mask holds weights in [0, 1] (1 = edge kept)")
     stray = (masks != 0) & ~graph.real
     if bool(stray.any()):
         s, r = stray.nonzero()[0, -2:].tolist()
-        raise ValueError(
+        raise UserInputError(
             f"the circuit names {int(stray.sum())} pairs that are not edges of the "
             f"graph, e.g. {graph.sender_names[s]}->{graph.receiver_names[r]}"
         )
@@ -671,7 +672,7 @@ def evaluate_circuits(
     masks = _check_masks(lm, graph, circuits)
     check_metric(metric)
     if batch_size < 1 or circuits_per_pass < 1:
-        raise ValueError("batch_size and circuits_per_pass must be at least 1")
+        raise UserInputError("batch_size and circuits_per_pass must be at least 1")
     prompts = prepare_edge_prompts(lm, clean, corrupted, answer_positions)
     per_prompt = torch.zeros(masks.shape[0], len(prompts))
     clean_pp, corrupted_pp = torch.zeros(len(prompts)), torch.zeros(len(prompts))
@@ -796,7 +797,7 @@ def evaluate_circuit(
     (1,)
     """
     if in_circuit.ndim != 2:
-        raise ValueError(
+        raise UserInputError(
             f"one circuit is a [sender, receiver] mask, not {tuple(in_circuit.shape)}; "
             "use evaluate_circuits for several"
         )

@@ -31,6 +31,7 @@ from lmsci_mi.circuits.pruning import (
     prune_to_fractions,
 )
 from lmsci_mi.config import Config, config
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import Head
 from lmsci_mi.stats import bootstrap_replicates, percentile_bounds
@@ -82,9 +83,9 @@ def area_under_curve(
     xs = [f / 100.0 for f in check_fractions(fractions)]
     ys = [float(f) for f in faithfulness]
     if len(xs) != len(ys):
-        raise ValueError(f"{len(xs)} fractions but {len(ys)} faithfulness values")
+        raise UserInputError(f"{len(xs)} fractions but {len(ys)} faithfulness values")
     if any(b <= a for a, b in itertools.pairwise(xs)):
-        raise ValueError(f"fractions must increase strictly, got {list(fractions)}")
+        raise UserInputError(f"fractions must increase strictly, got {list(fractions)}")
     if log_scale:
         xs = [math.log(x) for x in xs]
     cpr = cmd = 0.0
@@ -165,7 +166,7 @@ class CurveConfig(Config):
 
     def validate(self) -> None:
         if any(b <= a for a, b in itertools.pairwise(self.fractions)):
-            raise ValueError(f"CurveConfig.fractions must increase strictly, got {self.fractions}")
+            raise UserInputError(f"CurveConfig.fractions must increase strictly, got {self.fractions}")
 
 
 @result_type
@@ -363,7 +364,7 @@ class FaithfulnessCurve(Result):
         for i, f in enumerate(self.fractions):
             if math.isclose(f, fraction, rel_tol=1e-9):
                 return i
-        raise ValueError(
+        raise UserInputError(
             f"{fraction} % is not on this curve; its budgets are {list(self.fractions)}"
         )
 
@@ -413,7 +414,7 @@ def _score_tensor(graph: EdgeGraph, scores: Any) -> Tensor:
     tensor = scores.values if isinstance(scores, Result) else scores
     if not isinstance(tensor, Tensor) or tuple(tensor.shape) != tuple(graph.real.shape):
         shape = tuple(tensor.shape) if isinstance(tensor, Tensor) else type(tensor).__name__
-        raise ValueError(
+        raise UserInputError(
             f"edge scores must be a {tuple(graph.real.shape)} [sender, receiver] "
             f"tensor for {graph.describe()}, not {shape}"
         )

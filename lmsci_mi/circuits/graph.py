@@ -23,6 +23,7 @@ import torch
 from jaxtyping import Bool
 from torch import Tensor
 
+from lmsci_mi.errors import UnknownNameError, UserInputError
 from lmsci_mi.sites import Head
 
 if TYPE_CHECKING:
@@ -125,7 +126,7 @@ class EdgeGraph:
     def mlp_sender(self, layer: int) -> int:
         """The row of MLP ``layer``."""
         if not self.has_mlp:
-            raise ValueError(f"{self.model} is attention-only: it has no MLP nodes")
+            raise UserInputError(f"{self.model} is attention-only: it has no MLP nodes")
         return 1 + layer * self._per_layer_senders + self.n_heads
 
     def layer(self, layer: int) -> LayerReceivers:
@@ -186,7 +187,7 @@ class EdgeGraph:
     def edge_name(self, sender: int, receiver: int) -> str:
         """The printable name of edge ``(sender, receiver)``, e.g. ``"MLP4->logits"``."""
         if not (0 <= sender < self.n_senders and 0 <= receiver < self.n_receivers):
-            raise ValueError(
+            raise UserInputError(
                 f"({sender}, {receiver}) is outside the {self.n_senders} x "
                 f"{self.n_receivers} score matrix"
             )
@@ -212,7 +213,7 @@ class EdgeGraph:
         s = self._sender_index.get(sender)
         r = self._receiver_index.get(receiver)
         if s is None or r is None or not bool(self.real[s, r]):
-            raise ValueError(self._unknown_edge(name, s, r))
+            raise UnknownNameError(self._unknown_edge(name, s, r))
         return s, r
 
     def _unknown_edge(self, name: str, s: int | None, r: int | None) -> str:
@@ -256,7 +257,7 @@ class EdgeGraph:
         """Raise ValueError unless ``mask`` is a ``[sender, receiver]`` (or ``[k, sender,
         receiver]``) matrix of this graph."""
         if tuple(mask.shape[-2:]) != (self.n_senders, self.n_receivers) or mask.ndim not in (2, 3):
-            raise ValueError(
+            raise UserInputError(
                 f"a circuit mask of this graph is [{self.n_senders}, {self.n_receivers}] "
                 f"(senders x receivers, or [k, ...] for k circuits), not {tuple(mask.shape)}; "
                 "build one with graph.mask(names) or graph.full_mask()"
@@ -310,12 +311,12 @@ def edge_graph(lm: LensModel, *, grouped: bool = False) -> EdgeGraph:
     """
     cfg = lm.cfg
     if cfg.parallel_attn_mlp:
-        raise ValueError(
+        raise UserInputError(
             f"{lm.name} runs attention and MLP in parallel (GPT-J style); the edge "
             "graph assumes the MLP reads the attention's output"
         )
     if cfg.original_architecture in ("Olmo2ForCausalLM", "Olmo3ForCausalLM"):
-        raise ValueError(
+        raise UserInputError(
             f"{lm.name} normalises after the residual add; its stream is not a sum of "
             "node outputs, so edges are undefined"
         )

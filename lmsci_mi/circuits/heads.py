@@ -26,6 +26,7 @@ from transformer_lens.hook_points import HookPoint
 from lmsci_mi.circuits.ablation import all_heads, head_means, mean_ablated_logits
 from lmsci_mi.config import Config, config, validate_choice
 from lmsci_mi.data.repeated_tokens import repeated_random_tokens
+from lmsci_mi.errors import UnknownNameError, UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.registry import MethodRegistry
 from lmsci_mi.results import Result, result_type
@@ -134,7 +135,7 @@ def top_heads(values: Float[Tensor, "layer head"], k: int) -> tuple[tuple[Head, 
     ((Head('L0.H1'), 0.75), (Head('L1.H0'), 0.5))
     """
     if k < 1:
-        raise ValueError(f"k must be at least 1, not {k}")
+        raise UserInputError(f"k must be at least 1, not {k}")
     flat = values.detach().float().cpu().flatten()
     ranked = torch.nan_to_num(flat, nan=-math.inf).topk(min(k, flat.numel())).indices
     n_heads = values.shape[1]
@@ -216,7 +217,7 @@ def detection_pattern(
             pattern = torch.zeros_like(duplicate)
             pattern[:, :, 1:] = duplicate[:, :, :-1]
     else:
-        raise ValueError(f"unknown head kind {kind!r}; choose one of {HEAD_KINDS}")
+        raise UnknownNameError(f"unknown head kind {kind!r}; choose one of {HEAD_KINDS}")
     return pattern.float()
 
 
@@ -305,7 +306,7 @@ def head_scores(
     torch.Size([2, 4])
     """
     if tokens.ndim != 2:
-        raise ValueError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
+        raise UserInputError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
     lm.check_tokens(tokens)
     validate_choice("head kind", kind, HEAD_KINDS)
     values = _mean_pattern_scores(lm, tokens.to(lm.device), kind, config)
@@ -487,7 +488,7 @@ def _composition_factors(lm: LensModel, mode: str) -> tuple[Tensor, Tensor]:
     elif mode == "V":
         x, y_t = w_v, w_o.transpose(-1, -2)  # M = W_OV = W_V W_O
     else:
-        raise ValueError(f"mode must be 'Q', 'K' or 'V', not {mode!r}")
+        raise UserInputError(f"mode must be 'Q', 'K' or 'V', not {mode!r}")
     left = _r_factor(w_v) @ w_o
     right = x @ _r_factor(y_t).transpose(-1, -2)
     return left, right
@@ -608,7 +609,7 @@ def _random_draws(
     """``config.n_random_draws`` sets of ``n_heads`` heads, none of them in ``banned``."""
     pool = [head for head in all_heads(lm) if head not in banned]
     if len(pool) < n_heads:
-        raise ValueError("not enough other heads for a random baseline")
+        raise UserInputError("not enough other heads for a random baseline")
     generator = torch.Generator().manual_seed(config.seed)
     return [
         [pool[i] for i in torch.randperm(len(pool), generator=generator)[:n_heads]]
@@ -642,7 +643,7 @@ def induction_ablation(
     """
     chosen = tuple(map(Head.parse, heads))
     if not chosen:
-        raise ValueError("no heads to ablate")
+        raise UserInputError("no heads to ablate")
     tokens, source = _repeated(lm, config.n_sequences, config.half_length, config.seed + 1)
     means = head_means(lm, tokens)
 

@@ -31,6 +31,7 @@ from lmsci_mi.circuits.path_patching import (
 )
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.ioi import IOIBatch, IOIDataset, TextPairs, ioi_dataset
+from lmsci_mi.errors import UnknownNameError, UserInputError
 from lmsci_mi.lenses.dla import direct_logit_attribution, dla_hook_names, logit_contributions
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
@@ -171,7 +172,7 @@ class IOICircuit(Result):
     def heads_of(self, role: str) -> tuple[Head, ...]:
         """Every circuit head with this role, in the order found (strongest first)."""
         if role not in IOI_ROLES:
-            raise ValueError(f"unknown role {role!r}; roles are {IOI_ROLES}")
+            raise UnknownNameError(f"unknown role {role!r}; roles are {IOI_ROLES}")
         return tuple(h.head for h in self.heads if h.role == role)
 
     def top(self, k: int = 5) -> tuple[tuple[Head, float], ...]:
@@ -255,7 +256,7 @@ def mean_ablated_logit_diff(
     Hooks go through the registry; the model is unchanged afterwards.
     """
     if (keep is None) == (ablate is None):
-        raise ValueError("give exactly one of keep= or ablate=")
+        raise UserInputError("give exactly one of keep= or ablate=")
     if keep is not None:
         kept = set(map(Head.parse, keep))
         ablated = [head for head in all_heads(lm) if head not in kept]
@@ -446,7 +447,7 @@ def _name_movers(ev: _Evidence, mean_ld: float, config: IOIConfig) -> tuple[list
     negative = _top_heads(-ev.dla, threshold, config.max_heads_per_class)
     if not movers:
         # A finding about the model on these prompts, reported to the user, not a bug.
-        raise ValueError(
+        raise UserInputError(
             f"no name movers found: no head's DLA exceeds mover_threshold × |logit diff| "
             f"({mean_ld:+.2f}); check that the model does IOI (a positive logit difference), use "
             "more prompts, or lower mover_threshold")

@@ -15,6 +15,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from lmsci_mi.errors import UserInputError
+
 if TYPE_CHECKING:
     from lmsci_mi.data.ioi import TextPairs
 
@@ -50,7 +52,7 @@ def as_ids(ids: int | Sequence[int] | Tensor) -> Int[Tensor, " pair"]:
 def _pick(logits: Tensor, ids: Tensor) -> Tensor:
     ids = ids.to(logits.device)
     if ids.numel() not in (1, logits.shape[-2]):
-        raise ValueError(
+        raise UserInputError(
             f"{ids.numel()} answer ids for {logits.shape[-2]} prompt pairs: give one id, or one "
             "per pair"
         )
@@ -160,7 +162,7 @@ class Normalised:
         self.clean_value = float(metric(clean_logits).float().mean())
         self.corrupted_value = float(metric(corrupted_logits).float().mean())
         if abs(self.clean_value - self.corrupted_value) < 1e-6:
-            raise ValueError(
+            raise UserInputError(
                 f"{metric!r} is the same on the clean and corrupted runs "
                 f"({self.clean_value:.4g}), so it cannot be normalised: the corruption does not "
                 "change the behaviour being measured"

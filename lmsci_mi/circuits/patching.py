@@ -20,6 +20,7 @@ from torch import Tensor
 
 from lmsci_mi.circuits.metrics import KLToClean, Metric, Normalised
 from lmsci_mi.config import Config, config
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.hooks import selection_mask
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import SITES, Head, hook_name, site
@@ -66,7 +67,7 @@ class PatchingConfig(Config):
         layers = list(range(n_layers)) if self.layers is None else [int(x) for x in self.layers]
         bad = [x for x in layers if not 0 <= x < n_layers]
         if bad:
-            raise ValueError(f"layers {bad} out of range for a model with {n_layers} layers")
+            raise UserInputError(f"layers {bad} out of range for a model with {n_layers} layers")
         return layers
 
 
@@ -106,7 +107,7 @@ class PatchingResult(Result):
 def top_cells(result: Result, k: int) -> tuple[tuple[Head | str, float], ...]:
     """The ``k`` largest cells of a (layer[, position][, head]) sweep (see PatchingResult.top)."""
     if k < 1:
-        raise ValueError(f"k must be at least 1, not {k}")
+        raise UserInputError(f"k must be at least 1, not {k}")
     flat = result.values.flatten()
     out: list[tuple[Head | str, float]] = []
     for index in flat.argsort(descending=True)[:k].tolist():
@@ -148,16 +149,16 @@ def _tokens(lm: LensModel, prompts: TokensArg) -> tuple[Tensor, tuple[str, ...]]
 def _per_pair(value: int | Sequence[int], n_pairs: int, length: int, what: str) -> list[int]:
     values = [int(value)] * n_pairs if isinstance(value, int) else [int(v) for v in value]
     if len(values) != n_pairs:
-        raise ValueError(f"{what}: {len(values)} positions for {n_pairs} prompt pairs")
+        raise UserInputError(f"{what}: {len(values)} positions for {n_pairs} prompt pairs")
     bad = [v for v in values if not -length <= v < length]
     if bad:
-        raise ValueError(f"{what}: positions {bad} out of range for {length} tokens")
+        raise UserInputError(f"{what}: positions {bad} out of range for {length} tokens")
     return [v % length for v in values]
 
 
 def _named_positions(align: AlignArg, n_pairs: int, n_clean: int, n_corr: int) -> tuple[Tensor, Tensor]:
     if not align:
-        raise ValueError("align is empty: name at least one position, e.g. {'END': (-1, -1)}")
+        raise UserInputError("align is empty: name at least one position, e.g. {'END': (-1, -1)}")
     clean_rows, corr_rows = [], []
     for name, (c_pos, k_pos) in align.items():
         clean_rows.append(_per_pair(c_pos, n_pairs, n_clean, f"align[{name!r}] clean"))
@@ -172,13 +173,13 @@ def prepare_pairs(lm: LensModel, clean: TokensArg, corrupted: TokensArg, align: 
     n_pairs, n_corr = corrupted_tokens.shape
     n_clean = clean_tokens.shape[1]
     if clean_tokens.shape[0] != n_pairs:
-        raise ValueError(f"{clean_tokens.shape[0]} clean prompts but {n_pairs} corrupted prompts: "
+        raise UserInputError(f"{clean_tokens.shape[0]} clean prompts but {n_pairs} corrupted prompts: "
                          "give one corrupted prompt per clean prompt")
     if align is not None:
         names = tuple(align)
         clean_pos, corr_pos = _named_positions(align, n_pairs, n_clean, n_corr)
     elif n_clean != n_corr:
-        raise ValueError(
+        raise UserInputError(
             f"clean prompts are {n_clean} tokens but corrupted prompts are {n_corr}, so their "
             "positions do not line up. Use a corruption with the same token length (e.g. swap "
             "single-token names), or pass align={'S2': (clean_pos, corrupted_pos), 'END': (-1, -1)} "
@@ -197,7 +198,7 @@ def aligned_source(pairs: PromptPairs, site_name: str, clean_act: Tensor, corrup
     if clean_act.shape == corrupted_act.shape and torch.equal(pairs.clean_positions, pairs.corrupted_positions):
         return clean_act
     if site(site_name).layout.position_axis != 1:
-        raise ValueError(
+        raise UserInputError(
             f"{site_name!r} cannot be patched between prompts of different token lengths (its key "
             "axis differs); patch 'z', 'q', 'k' or 'v' instead")
     source = corrupted_act.clone()
@@ -211,7 +212,7 @@ def resolve_metric(metric: Metric | Literal["kl"], clean_logits: Tensor) -> Metr
     """A metric callable; ``"kl"`` becomes KL to the clean run's distribution."""
     if isinstance(metric, str):
         if metric != "kl":
-            raise ValueError(f"metric must be a callable or 'kl', not {metric!r}")
+            raise UserInputError(f"metric must be a callable or 'kl', not {metric!r}")
         return KLToClean(clean_logits)
     return metric
 

@@ -20,6 +20,7 @@ from torch import Tensor
 from lmsci_mi.circuits.metrics import Metric, Normalised
 from lmsci_mi.circuits.patching import TokensArg, prepare_pairs, resolve_metric
 from lmsci_mi.config import Config, config
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.hooks import Positions, selection_mask
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import Head, hook_name
@@ -103,7 +104,7 @@ def parse_sender(node: str | Sender | tuple[int, int]) -> Sender:
         return MLPNode(int(match.group(1)))
     if (match := _HEAD.match(text)) and match.group(3) is None:
         return Head(int(match.group(1)), int(match.group(2)))
-    raise ValueError(f"sender {node!r} is not a head or an MLP; {_FORMS}")
+    raise UserInputError(f"sender {node!r} is not a head or an MLP; {_FORMS}")
 
 
 def parse_receiver(node: str | Receiver, head_input: str = "q") -> Receiver:
@@ -123,7 +124,7 @@ def parse_receiver(node: str | Receiver, head_input: str = "q") -> Receiver:
     wanted = ("q", "k", "v") if head else ("mlp",)
     if given is not None and given not in wanted:
         which = "a head reads q, k or v" if head else "an MLP reads its input, 'mlp'"
-        raise ValueError(
+        raise UserInputError(
             f"receiver input {given!r} of {node!r} is not one of {RECEIVER_INPUTS} "
             f"that fits: {which} (e.g. 'L9.H6.q', 'MLP3', 'logits')"
         )
@@ -131,7 +132,7 @@ def parse_receiver(node: str | Receiver, head_input: str = "q") -> Receiver:
         return Receiver(Head(int(head.group(1)), int(head.group(2))), given or head_input)
     if mlp:
         return Receiver(MLPNode(int(mlp.group(1))), "mlp")
-    raise ValueError(
+    raise UserInputError(
         f"receiver {node!r} is not a head input, an MLP or the logits; {_FORMS} with "
         "the input read, 'L9.H6.q' / '.k' / '.v', 'MLP3' for an MLP's input, or 'logits'"
     )
@@ -223,15 +224,15 @@ def _check_node(lm: LensModel, node: Head | MLPNode | None, what: str) -> None:
     if node is None:
         return
     if not 0 <= node.layer < cfg.n_layers:
-        raise ValueError(
+        raise UserInputError(
             f"{what} {node}: layer {node.layer} out of range, the model has {cfg.n_layers}"
         )
     if isinstance(node, Head) and not 0 <= node.head < cfg.n_heads:
-        raise ValueError(
+        raise UserInputError(
             f"{what} {node}: head {node.head} out of range, the model has {cfg.n_heads} per layer"
         )
     if isinstance(node, MLPNode) and cfg.attn_only:
-        raise ValueError(f"{what} {node}: the model is attention-only and has no MLPs")
+        raise UserInputError(f"{what} {node}: the model is attention-only and has no MLPs")
 
 
 def plan_paths(
@@ -259,12 +260,12 @@ def plan_paths(
     cfg = lm.cfg
     parsed = tuple(dict.fromkeys(parse_receiver(r, config.head_input) for r in receivers))
     if not parsed:
-        raise ValueError("give at least one receiver, e.g. 'logits' or 'L9.H6.q'")
+        raise UserInputError("give at least one receiver, e.g. 'logits' or 'L9.H6.q'")
     for receiver in parsed:
         _check_node(lm, receiver.node, "receiver")
     to_logits = any(r.node is None for r in parsed)
     if to_logits and len(parsed) > 1:
-        raise ValueError(
+        raise UserInputError(
             "the logits cannot be mixed with other receivers (patching the final "
             "stream would overwrite their effect); path patch to them separately"
         )
@@ -274,12 +275,12 @@ def plan_paths(
         senders = [Head(layer, h) for layer in range((limit + 1) // 2) for h in range(cfg.n_heads)]
     chosen = tuple(dict.fromkeys(parse_sender(s) for s in senders))
     if not chosen:
-        raise ValueError("give at least one sender, e.g. 'L0.H1' or 'MLP0'")
+        raise UserInputError("give at least one sender, e.g. 'L0.H1' or 'MLP0'")
     for sender in chosen:
         _check_node(lm, sender, "sender")
     late = [str(s) for s in chosen if _order(s) >= limit]
     if late:
-        raise ValueError(
+        raise UserInputError(
             f"senders {late} are not below any receiver, so they reach none of "
             f"them; senders must come before the receivers {[str(r) for r in parsed]}"
         )
@@ -449,7 +450,7 @@ class PathPatchingResult(Result):
         first; the key is a :class:`Head` for a head sender on a ``[sender]`` result, else the
         label (``"MLP3"``, ``"L0.H1 → L9.H6.q"``)."""
         if k < 1:
-            raise ValueError(f"k must be at least 1, not {k}")
+            raise UserInputError(f"k must be at least 1, not {k}")
         flat = self.effects.flatten()
         senders, receivers = self.axis_labels(0), self.receivers
         out: list[tuple[Head | str, float]] = []

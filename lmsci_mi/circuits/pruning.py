@@ -20,6 +20,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from lmsci_mi.circuits.graph import EdgeGraph
+from lmsci_mi.errors import UnknownNameError, UserInputError
 from lmsci_mi.sites import Head
 
 __all__ = [
@@ -139,14 +140,14 @@ def check_fractions(fractions: Sequence[float]) -> tuple[float, ...]:
     (0.1, 100.0)
     >>> check_fractions([0])
     Traceback (most recent call last):
-    ValueError: edge fraction 0.0 % is outside (0, 100]: give a percentage of the graph's edges, e.g. 5 for 5 %
+    lmsci_mi.errors.UserInputError: edge fraction 0.0 % is outside (0, 100]: give a percentage of the graph's edges, e.g. 5 for 5 %
     """
     out = tuple(float(f) for f in fractions)
     if not out:
-        raise ValueError("no edge fractions given: give at least one percentage in (0, 100]")
+        raise UserInputError("no edge fractions given: give at least one percentage in (0, 100]")
     for value in out:
         if not 0.0 < value <= 100.0:  # also refuses NaN
-            raise ValueError(
+            raise UserInputError(
                 f"edge fraction {value} % is outside (0, 100]: give a percentage of the graph's "
                 "edges, e.g. 5 for 5 %"
             )
@@ -164,12 +165,12 @@ def edge_budget(graph: EdgeGraph, fraction: float) -> int:
 
 def _check_scores(graph: EdgeGraph, scores: Tensor) -> Tensor:
     if tuple(scores.shape) != tuple(graph.real.shape):
-        raise ValueError(
+        raise UserInputError(
             f"scores have shape {tuple(scores.shape)} but the graph's edge layout is "
             f"{tuple(graph.real.shape)} ([sender, receiver]): score this graph's edges"
         )
     if bool(torch.isnan(scores[graph.real.to(scores.device)]).any()):
-        raise ValueError("edge scores contain NaN: rerun the attribution (a metric was NaN?)")
+        raise UserInputError("edge scores contain NaN: rerun the attribution (a metric was NaN?)")
     return scores.detach().float().cpu()
 
 
@@ -278,7 +279,7 @@ def prune_threshold(
 
 def _check_count(graph: EdgeGraph, n: int) -> None:
     if not 1 <= n <= graph.n_edges:
-        raise ValueError(
+        raise UserInputError(
             f"asked for {n} edges of a graph with {graph.n_edges}: give 1 … {graph.n_edges}"
         )
 
@@ -374,7 +375,7 @@ def prune_to_fractions(
     """
     checked = check_fractions(fractions)
     if method not in PRUNE_METHODS:
-        raise ValueError(f"pruning method {method!r} is not one of {PRUNE_METHODS}")
+        raise UnknownNameError(f"pruning method {method!r} is not one of {PRUNE_METHODS}")
     order = greedy_order(graph, scores, absolute=absolute) if method == "greedy" else None
     masks = []
     for fraction in checked:

@@ -29,6 +29,7 @@ from lmsci_mi.circuits.eap import EAPConfig, EdgeScores, edge_attribution
 from lmsci_mi.circuits.edge_patching import prepare_edge_prompts
 from lmsci_mi.circuits.tracing import CausalTrace
 from lmsci_mi.cluster.shardable import SHARDABLE, Job, Shardable
+from lmsci_mi.errors import UserInputError
 
 if TYPE_CHECKING:
     from lmsci_mi.model import LensModel
@@ -94,7 +95,7 @@ class EdgeShards(Shardable[tuple[EdgeScores, int]]):
         if isinstance(clean, str) or isinstance(corrupted, str) or not all(
             isinstance(p, str) for p in [*clean, *corrupted]
         ):
-            raise ValueError(
+            raise UserInputError(
                 "a sharded edge score takes lists of prompt strings (not one string, token ids "
                 "or a padded batch): each pair is sent to a worker as text"
             )

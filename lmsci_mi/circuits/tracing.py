@@ -30,6 +30,7 @@ from torch import Tensor
 from lmsci_mi import readout
 from lmsci_mi.circuits.corruption import CORRUPTIONS, METRIC_PROB, CleanRun, Corrupted
 from lmsci_mi.config import Config, config
+from lmsci_mi.errors import UnknownNameError, UserInputError
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name
 from lmsci_mi.stats import standard_error
@@ -144,7 +145,7 @@ class CausalTrace(Result):
     def kind_values(self, kind: str) -> Float[Tensor, "layer position"]:
         """The ``[layer, position]`` map of one kind."""
         if kind not in self.kinds:
-            raise ValueError(f"kind {kind!r} was not traced; this trace has {self.kinds}")
+            raise UnknownNameError(f"kind {kind!r} was not traced; this trace has {self.kinds}")
         return self.values[self.kinds.index(kind)]
 
     def indirect_effect(self) -> Float[Tensor, "kind layer position"]:
@@ -257,7 +258,7 @@ def subject_embedding_std(lm: LensModel, prompts: Sequence[str], subjects: Seque
     True
     """
     if not prompts or len(prompts) != len(subjects):
-        raise ValueError(
+        raise UserInputError(
             f"give one subject per prompt and at least one ({len(prompts)} prompts, "
             f"{len(subjects)} subjects)"
         )
@@ -274,7 +275,7 @@ def _validate_subject(lm: LensModel, prompt: str, subject: str) -> tuple[int, ..
     # The sink at position 0 must never be noised: corrupting the attention sink breaks every
     # head and the trace then measures that, not the fact.
     if 0 in positions:
-        raise ValueError(
+        raise UserInputError(
             f"subject {subject!r} covers position 0 (the attention sink) of {prompt!r}; "
             "causal tracing must not noise the sink"
         )
@@ -434,7 +435,7 @@ def _wrong_id(
         return -1
     wrong_id = int(base.logits[0].argmax()) if given is None else given
     if wrong_id == target_id:
-        raise ValueError(
+        raise UserInputError(
             f"the corrupted run still predicts the target {_decode(lm, target_id)!r}: the logit "
             "difference needs another answer; give --wrong or a corruption that changes the answer"
         )
@@ -563,7 +564,7 @@ def naive_causal_trace(
     that tests and ``benchmarks/patching.py`` compare the engine with, never for analysis.
     """
     if trace.corruption != "gaussian" or set(trace.kinds) - set(TRACE_KINDS):
-        raise ValueError(
+        raise UserInputError(
             "naive_causal_trace reproduces Gaussian-noise traces of resid/mlp/attn only"
         )
     tokens = lm.to_tokens(trace.meta.prompts[0])

@@ -27,13 +27,14 @@ from lmsci_mi.cli import (
     steer,
 )
 from lmsci_mi.cli.common import check_outputs
+from lmsci_mi.errors import UnknownNameError, UserInputError
 from lmsci_mi.loading import ModelNotAvailableError
 
 __all__ = ["USER_ERRORS", "build_parser", "main"]
 
 USER_ERRORS: tuple[type[Exception], ...] = (
-    ValueError,  # a bad value: a prompt that is not one token, a bad config, not a result file
-    KeyError,  # an unknown name in a registry or a table
+    UserInputError,  # bad input: a prompt that is not one token, a bad config, not a result file
+    UnknownNameError,  # a name no registry or table holds (also a UserInputError)
     ModelNotAvailableError,
     # Paths the user gave: missing, a folder where a file is needed, not writable.
     FileNotFoundError,
@@ -42,8 +43,8 @@ USER_ERRORS: tuple[type[Exception], ...] = (
     NotADirectoryError,
     PermissionError,
 )
-"""What bad input raises. `main` reports these in one line and exits 2. Anything else is a bug,
-and its traceback is left to show."""
+"""What bad input raises. `main` reports these in one line and exits 2. Anything else, a plain
+KeyError or ValueError included, is a bug: it is raised on, with its traceback."""
 
 _FEATURES = (
     core, circuits, edges, heads, lens, knowledge, editing, probe, steer, concepts, sae, report
@@ -76,8 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.run(args) or 0)
     except USER_ERRORS as error:
         # Bad input is the user's to fix: show the message, not a traceback.
-        text = error.args[0] if isinstance(error, KeyError) and error.args else error
-        message = " ".join(str(text).split()) or type(error).__name__
+        message = " ".join(str(error).split()) or type(error).__name__
         print(f"lmsci-mi {args.command}: error: {message}", file=sys.stderr)
         return 2
 

@@ -22,6 +22,7 @@ from lmsci_mi.cli.common import (
     write_outputs,
 )
 from lmsci_mi.cli.tour import StepOutput, TourStep
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 
 EIFFEL_PROMPT = "The Eiffel Tower is located in the city of"
@@ -84,9 +85,9 @@ def _run_trace(args: argparse.Namespace) -> int:
     if (facts is None) == (prompt is None and subject is None) or (
         facts is None and not (prompt and subject)
     ):
-        raise ValueError("give either --prompt and --subject (one fact) or --facts FILE|shipped")
+        raise UserInputError("give either --prompt and --subject (one fact) or --facts FILE|shipped")
     if cluster is not None and facts is None:
-        raise ValueError("--ray shards a fact set over a cluster: give --facts FILE|shipped")
+        raise UserInputError("--ray shards a fact set over a cluster: give --facts FILE|shipped")
     if facts is not None:
         aie_config = config_from_args(AIEConfig, args, trace=config)
         fact_set = load_fact_set(facts)  # checked before the model loads
@@ -135,7 +136,7 @@ def _run_patch(args: argparse.Namespace) -> int:
         analysis: Any = attribution_patch
     else:
         if args.compare_exact:
-            raise ValueError("--compare-exact goes with --attribution")
+            raise UserInputError("--compare-exact goes with --attribution")
         config = config_from_args(PatchingConfig, args)
         analysis = patch_activations
     lm = load_from_args(args)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from lmsci_mi.config import Config
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.generation import GenerationConfig, Generations, generate
 from lmsci_mi.loading import DEFAULT_MODEL, load_model
 from lmsci_mi.model import DEFAULT_SINK, LensModel, SinkChoice
@@ -37,6 +38,8 @@ __all__ = [
     "load_from_args",
     "output_path",
     "parse_sink",
+    "read_json_file",
+    "read_text_file",
     "write_outputs",
 ]
 
@@ -63,6 +66,26 @@ def parse_sink(text: str) -> SinkChoice:
     if text.isdigit():
         return int(text)
     return text
+
+
+def read_text_file(path: Path, flag: str) -> str:
+    """The UTF-8 text of the file a flag names; a file that is not text is bad input, not a bug
+    (a missing file or a folder raises as ``open`` does: the user's path, reported in one line).
+    """
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise UserInputError(f"{flag} {path}: not a UTF-8 text file ({error.reason})") from None
+
+
+def read_json_file(path: Path, flag: str) -> Any:
+    """The parsed JSON of the file a flag names; text that is not JSON is bad input, not a bug."""
+    import json
+
+    try:
+        return json.loads(read_text_file(path, flag))
+    except json.JSONDecodeError as error:
+        raise UserInputError(f"{flag} {path}: not a JSON file ({error})") from None
 
 
 def add_model_args(
@@ -165,7 +188,7 @@ def check_outputs(args: argparse.Namespace) -> None:
     for flag, path in _output_files(args):
         key = path.absolute()
         if key in seen and seen[key] != flag:
-            raise ValueError(f"--{seen[key]} and --{flag} both write {path}; give two files")
+            raise UserInputError(f"--{seen[key]} and --{flag} both write {path}; give two files")
         seen[key] = flag
 
 
@@ -326,14 +349,14 @@ def cluster_from_args(args: argparse.Namespace) -> ClusterConfig | None:
             if hasattr(args, f.name) and getattr(args, f.name) != f.default
         ]
         if given:
-            raise ValueError(f"{', '.join(given)} shard the work over Ray: give --ray too")
+            raise UserInputError(f"{', '.join(given)} shard the work over Ray: give --ray too")
         return None
     cluster = config_from_args(ClusterConfig, args, address=args.ray)
     if cluster.address != "process":  # the one address that runs without Ray
         try:
             import ray  # noqa: F401
         except ModuleNotFoundError:
-            raise ValueError(
+            raise UserInputError(
                 "--ray needs Ray: pip install 'lmsci-mi[ray]' (or pip install ray), or leave out "
                 "--ray"
             ) from None

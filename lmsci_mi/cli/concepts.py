@@ -4,7 +4,6 @@ product (Park et al. 2024) on the shipped concept pairs or a JSON file of your o
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +13,11 @@ from lmsci_mi.cli.common import (
     add_output_args,
     config_from_args,
     load_from_args,
+    read_json_file,
     write_outputs,
 )
 from lmsci_mi.cli.tour import StepOutput, TourStep
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 
 
@@ -54,19 +55,19 @@ def _pairs(args: argparse.Namespace) -> dict[str, Any]:
     from lmsci_mi.data.concepts import load_concept_pairs
 
     if args.pairs is not None and args.concepts is not None:
-        raise ValueError("give --concepts (shipped) or --pairs (your file), not both")
+        raise UserInputError("give --concepts (shipped) or --pairs (your file), not both")
     if args.pairs is None:
         names = None if args.concepts is None else [n.strip() for n in args.concepts.split(",") if n.strip()]
         return dict(load_concept_pairs(names))
     if not args.pairs.is_file():
-        raise ValueError(f"{args.pairs} is not a file: give a JSON file of concept pairs")
-    data = json.loads(args.pairs.read_text(encoding="utf-8"))
+        raise UserInputError(f"{args.pairs} is not a file: give a JSON file of concept pairs")
+    data = read_json_file(args.pairs, "--pairs")
     ok = isinstance(data, dict) and data and all(
         isinstance(v, list) and all(isinstance(p, list) and len(p) == 2 and all(isinstance(w, str) for w in p) for p in v)
         for v in data.values()
     )
     if not ok:
-        raise ValueError(
+        raise UserInputError(
             f'{args.pairs}: expected {{"concept": [["base", "target"], ...], ...}} with two words per pair'
         )
     return {name: [tuple(p) for p in pairs] for name, pairs in data.items()}

@@ -21,6 +21,7 @@ from lmsci_mi.cli.common import add_config_args, add_model_args, config_from_arg
 from lmsci_mi.cli.report import CircuitsView
 from lmsci_mi.cli.tour import StepOutput, TourStep
 from lmsci_mi.config import Config, config
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.loading import list_models
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import Head
@@ -52,13 +53,13 @@ class TourConfig(Config):
 
     def validate(self) -> None:
         if not self.out_dir.strip():
-            raise ValueError("out_dir must name a folder")
+            raise UserInputError("out_dir must name a folder")
         if (
             self.report
             and self.report != "none"
             and not self.report.lower().endswith((".html", ".htm"))
         ):
-            raise ValueError(f"report {self.report!r}: use a file ending in .html, or 'none'")
+            raise UserInputError(f"report {self.report!r}: use a file ending in .html, or 'none'")
 
     def step_names(self) -> tuple[str, ...]:
         """The names in ``steps`` (empty: every step)."""

@@ -22,11 +22,13 @@ from lmsci_mi.cli.common import (
     config_from_args,
     load_from_args,
     output_path,
+    read_text_file,
     write_outputs,
 )
 from lmsci_mi.cli.paths import add_path_command
 from lmsci_mi.cli.tour import StepOutput, TourStep
 from lmsci_mi.data.ioi import TextPairs, ioi_str_pairs
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 
 if TYPE_CHECKING:
@@ -42,9 +44,9 @@ SCORING = ("eap-ig", "eap")
 def _read_lines(path: Path, flag: str) -> tuple[str, ...]:
     if not path.is_file():
         raise FileNotFoundError(f"{flag} {path}: no such file")
-    lines = tuple(line.rstrip("\n") for line in path.read_text().splitlines() if line.strip())
+    lines = tuple(line.rstrip("\n") for line in read_text_file(path, flag).splitlines() if line.strip())
     if not lines:
-        raise ValueError(f"{flag} {path} holds no prompts: give one prompt per line")
+        raise UserInputError(f"{flag} {path} holds no prompts: give one prompt per line")
     return lines
 
 
@@ -54,10 +56,10 @@ def prompt_pairs_from_args(lm: LensModel, args: argparse.Namespace) -> TextPairs
     files = (args.clean, args.corrupted)
     if files == (None, None):
         if args.answer or args.wrong:
-            raise ValueError("--answer/--wrong go with --clean/--corrupted prompt files")
+            raise UserInputError("--answer/--wrong go with --clean/--corrupted prompt files")
         return ioi_str_pairs(lm, args.n_prompts, seed=args.seed)
     if None in files or not (args.answer and args.wrong):
-        raise ValueError(
+        raise UserInputError(
             "give --clean and --corrupted prompt files together, with --answer and "
             "--wrong tokens (e.g. --answer ' Mary' --wrong ' John')"
         )
@@ -66,7 +68,7 @@ def prompt_pairs_from_args(lm: LensModel, args: argparse.Namespace) -> TextPairs
         _read_lines(args.corrupted, "--corrupted"),
     )
     if len(clean) != len(corrupted):
-        raise ValueError(
+        raise UserInputError(
             f"--clean has {len(clean)} prompts but --corrupted {len(corrupted)}: "
             "give one corrupted prompt per clean prompt, line by line"
         )
@@ -166,7 +168,7 @@ def _setup(args: argparse.Namespace) -> tuple[LensModel, Any, TextPairs]:
     from lmsci_mi.circuits.graph import edge_graph
 
     if getattr(args, "n_prompts", 1) < 1:
-        raise ValueError("--n-prompts must be at least 1")
+        raise UserInputError("--n-prompts must be at least 1")
     lm = load_from_args(args)
     return lm, edge_graph(lm, grouped=args.grouped), prompt_pairs_from_args(lm, args)
 
@@ -202,7 +204,7 @@ def _run_evaluate(args: argparse.Namespace) -> int:
     else:
         names = [n for n in text.split(",") if n.strip()]
     if not names:
-        raise ValueError("--edges names no edge")
+        raise UserInputError("--edges names no edge")
     mask = graph.mask(names)  # an unknown edge raises, naming the closest ones
     import torch
 
@@ -228,7 +230,7 @@ def _run_curve(args: argparse.Namespace) -> int:
     if args.circuit_plot is not None and not any(
         abs(f - args.view) < 1e-9 for f in config.fractions
     ):
-        raise ValueError(f"--view {args.view} is not one of --fractions {list(config.fractions)}")
+        raise UserInputError(f"--view {args.view} is not one of --fractions {list(config.fractions)}")
     lm, graph, pairs = _setup(args)
     scores = score_edges(lm, pairs, _eap_config(args))
     label = "EAP" if args.method == "eap" else f"EAP-IG (m={args.ig_steps})"

@@ -24,6 +24,7 @@ from lmsci_mi.cli.common import (
     write_outputs,
 )
 from lmsci_mi.cli.tour import StepOutput, TourStep
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 
 GENERATION_SKIP = ("seed", "batch_size")
@@ -139,7 +140,7 @@ def method_config(args: argparse.Namespace) -> Any:
     foreign = sorted(set(given) - own)
     if foreign:
         flags = ", ".join("--" + name.replace("_", "-") for name in foreign)
-        raise ValueError(f"{flags} is not a setting of --method {method.name}")
+        raise UserInputError(f"{flags} is not a setting of --method {method.name}")
     return method.config_type.from_args(argparse.Namespace(**given))
 
 
@@ -148,29 +149,29 @@ def run_edit(args: argparse.Namespace) -> int:
 
     many = args.requests is not None
     if args.apply is None and not many and not (args.prompt and args.subject and args.target_new is not None):
-        raise ValueError(
+        raise UserInputError(
             "give --prompt, --subject and --target-new, or --requests facts.json (or --apply delta.safetensors)"
         )
     if (args.session_batch is not None or args.session_out is not None) and not many:
-        raise ValueError("--session-batch and --session-out apply --requests as a session: give --requests")
+        raise UserInputError("--session-batch and --session-out apply --requests as a session: give --requests")
     if args.ge_tokens is not None and args.ge_tokens < 0:
-        raise ValueError(f"--ge-tokens must be 0 or more, not {args.ge_tokens}")
+        raise UserInputError(f"--ge-tokens must be 0 or more, not {args.ge_tokens}")
     session = args.session_batch is not None or args.session_out is not None
     if args.ge_tokens is not None and not session and not args.evaluate:
-        raise ValueError(
+        raise UserInputError(
             "--ge-tokens sets an evaluation's GE: give --evaluate, --session-batch or --session-out"
         )
     if args.evaluate and (not many or session):
-        raise ValueError("--evaluate measures the edit of --requests in one run: give --requests, no session")
+        raise UserInputError("--evaluate measures the edit of --requests in one run: give --requests, no session")
     cluster = cluster_from_args(args)
     if cluster is not None and not args.evaluate:
-        raise ValueError("--ray shards an evaluation over a fact set: give --evaluate --requests")
+        raise UserInputError("--ray shards an evaluation over a fact set: give --evaluate --requests")
     if any(getattr(args, flag) is not None for flag in ("out", "plot", "export", "html")) and not args.evaluate:
-        raise ValueError("--out, --plot, --export and --html write an evaluation: give --evaluate")
+        raise UserInputError("--out, --plot, --export and --html write an evaluation: give --evaluate")
     if args.session_batch is not None and args.session_batch < 1:
-        raise ValueError(f"--session-batch must be at least 1, not {args.session_batch}")
+        raise UserInputError(f"--session-batch must be at least 1, not {args.session_batch}")
     if args.session_out is not None and args.session_out.exists() and not args.session_out.is_dir():
-        raise ValueError(f"--session-out {args.session_out} is a file: give a folder")
+        raise UserInputError(f"--session-out {args.session_out} is a file: give a folder")
     if args.apply is not None:
         from lmsci_mi.weights import read_deltas
 
@@ -237,17 +238,17 @@ def _read_requests(path: Path) -> list[Any]:
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"--requests {path}: not a readable JSON file ({error})") from None
+        raise UserInputError(f"--requests {path}: not a readable JSON file ({error})") from None
     records = data.get("facts") if isinstance(data, dict) else data
     if not isinstance(records, list) or not records or not all(isinstance(r, dict) for r in records):
-        raise ValueError(
+        raise UserInputError(
             f"--requests {path}: expected a non-empty JSON list of requests with the fields of "
             "EditRequest (prompt, subject, target_new, ...), or {\"facts\": [...]}"
         )
     try:
         return load_requests(records)
     except TypeError as error:
-        raise ValueError(f"--requests {path}: {error} (each request needs prompt, subject, target_new)") from None
+        raise UserInputError(f"--requests {path}: {error} (each request needs prompt, subject, target_new)") from None
 
 
 def _read_stats(path: Path) -> Any:
@@ -256,7 +257,7 @@ def _read_stats(path: Path) -> Any:
     try:
         return KeyStatistics.load(path)
     except (OSError, TypeError, KeyError) as error:
-        raise ValueError(f"--stats {path}: not key statistics saved with KeyStatistics.save ({error})") from None
+        raise UserInputError(f"--stats {path}: not key statistics saved with KeyStatistics.save ({error})") from None
 
 
 def _run_session(lm: LensModel, requests: list[Any], config: Any, args: argparse.Namespace, stats: Any) -> int:

@@ -13,6 +13,7 @@ from lmsci_mi.cli.common import (
     add_output_args,
     config_from_args,
     load_from_args,
+    read_text_file,
     write_outputs,
 )
 from lmsci_mi.cli.knowledge_neurons import add_neurons_command
@@ -113,7 +114,7 @@ def _run_triggers(args: argparse.Namespace) -> int:
     texts = None
     if args.texts is not None:
         texts = [
-            line for line in args.texts.read_text(encoding="utf-8").splitlines() if line.strip()
+            line for line in read_text_file(args.texts, "--texts").splitlines() if line.strip()
         ]
     lm = load_from_args(args)
     result = trigger_examples(lm, args.layer, args.neurons, texts, config)

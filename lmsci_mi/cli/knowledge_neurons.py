@@ -18,6 +18,7 @@ from lmsci_mi.cli.common import (
     load_from_args,
     write_outputs,
 )
+from lmsci_mi.errors import UserInputError
 
 __all__ = ["add_neurons_command"]
 
@@ -56,7 +57,7 @@ def _run_neurons(args: argparse.Namespace) -> int:
     )
 
     if args.top < 1:
-        raise ValueError(f"--top {args.top}: give at least 1")
+        raise UserInputError(f"--top {args.top}: give at least 1")
     config = config_from_args(KnowledgeNeuronsConfig, args)
     lm = load_from_args(args)
     if args.paraphrase:

@@ -19,6 +19,7 @@ from lmsci_mi.cli.common import (
 )
 from lmsci_mi.cli.probe_cfg import add_cfg_arguments
 from lmsci_mi.cli.tour import StepOutput, TourStep
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.probes.cfg.probing import CFGProbeConfig
 from lmsci_mi.probes.sweep import ProbeSweepConfig
@@ -57,7 +58,7 @@ def _run_probe(args: argparse.Namespace) -> int:
             print(f"{method.name:16s} {method.description}")
         return 0
     if args.task is None:
-        raise ValueError(
+        raise UserInputError(
             f"give --task NAME (one of {', '.join(PROBE_TASKS.names())}) or --list-tasks"
         )
     config = config_from_args(ProbeSweepConfig, args)

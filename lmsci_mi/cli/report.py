@@ -24,6 +24,7 @@ from typing import Any
 
 from lmsci_mi._version import __version__
 from lmsci_mi.cli.common import output_path
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.results import Result
 from lmsci_mi.viz.result_html import CSS as RESULT_CSS
 from lmsci_mi.viz.result_html import TABLE_ROWS as TABLE_ROWS
@@ -197,7 +198,7 @@ def build_report(
     )
     size = len(page.encode("utf-8"))
     if size > max_bytes:
-        raise ValueError(
+        raise UserInputError(
             f"the report would be {size / 1e6:.1f} MB, over the {max_bytes / 1e6:.1f} MB limit; "
             "report fewer or smaller results"
         )

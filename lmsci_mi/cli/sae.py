@@ -19,6 +19,7 @@ from lmsci_mi.cli.common import (
     write_outputs,
 )
 from lmsci_mi.cli.tour import StepOutput, TourStep
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 
 
@@ -165,7 +166,7 @@ def _words(text: str) -> tuple[str, ...]:
 
 def _positive(name: str, value: int) -> None:
     if value < 1:
-        raise ValueError(f"--{name} must be at least 1, not {value}")
+        raise UserInputError(f"--{name} must be at least 1, not {value}")
 
 
 def _run_train(args: argparse.Namespace) -> int:
@@ -189,7 +190,7 @@ def _load_sae(args: argparse.Namespace, lm: LensModel) -> Any:
     from lmsci_mi.sae import LensSAE, SAEDataConfig, SAETrainConfig, load_trained_sae
 
     if args.layer is not None and args.layer < 0:
-        raise ValueError(f"--layer must be non-negative, not {args.layer}")
+        raise UserInputError(f"--layer must be non-negative, not {args.layer}")
     layer = 15 if args.layer is None else args.layer
     if args.sae is not None:
         sae = LensSAE.load(args.sae, lm.device)

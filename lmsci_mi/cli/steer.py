@@ -16,9 +16,11 @@ from lmsci_mi.cli.common import (
     config_from_args,
     load_from_args,
     output_path,
+    read_text_file,
     write_outputs,
 )
 from lmsci_mi.cli.tour import StepOutput, TourStep
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.loading import DEFAULT_MODEL
 from lmsci_mi.model import LensModel
@@ -85,10 +87,10 @@ def _scope(name: str, lm: LensModel) -> Any:
 
 def _prompt_file(path: Path) -> list[str]:
     if not path.is_file():
-        raise ValueError(f"{path} is not a file: give a text file with one prompt per line")
-    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        raise UserInputError(f"{path} is not a file: give a text file with one prompt per line")
+    lines = [line.strip() for line in read_text_file(path, "prompt file").splitlines() if line.strip()]
     if not lines:
-        raise ValueError(f"{path} has no prompt: write one prompt per line")
+        raise UserInputError(f"{path} has no prompt: write one prompt per line")
     return lines
 
 
@@ -101,11 +103,11 @@ def _run_vector(args: argparse.Namespace) -> int:
     )
 
     if not args.prompt.strip():
-        raise ValueError("give a non-empty --prompt")
+        raise UserInputError("give a non-empty --prompt")
     if (args.positive is None) != (args.negative is None) and args.vector is None:
-        raise ValueError("give both --positive and --negative (or neither, for the bundled sentiment sets)")
+        raise UserInputError("give both --positive and --negative (or neither, for the bundled sentiment sets)")
     if args.vector is not None and args.negative is not None:
-        raise ValueError("--vector is a built vector: --negative does not apply")
+        raise UserInputError("--vector is a built vector: --negative does not apply")
     config = config_from_args(MeanDifferenceConfig, args)
     if args.vector is not None:
         built = SteeringVector.load(args.vector)
@@ -256,9 +258,9 @@ def _run_train(args: argparse.Namespace) -> int:
 
 def _run_generate(args: argparse.Namespace) -> int:
     if args.samples < 1:
-        raise ValueError(f"--samples must be at least 1, not {args.samples}")
+        raise UserInputError(f"--samples must be at least 1, not {args.samples}")
     if not args.prompt.strip():
-        raise ValueError("give a non-empty --prompt")
+        raise UserInputError("give a non-empty --prompt")
     steer, lm = _load(args)
     values = [args.value] if args.value2 is None else [args.value, args.value2]
     steer.value_vector(values)  # an index out of range fails before generating

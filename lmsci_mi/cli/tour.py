@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from lmsci_mi.artefacts import shipped_artefacts
 from lmsci_mi.cli.report import CircuitsView, Section, write_report
+from lmsci_mi.errors import UnknownNameError
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result
 
@@ -113,7 +114,7 @@ def collect_steps(
         raise ValueError(f"tour steps {duplicates} are defined twice")
     unknown = sorted(set(only) - set(names))
     if unknown:
-        raise ValueError(f"--steps: no tour step {unknown}; the steps are {names}")
+        raise UnknownNameError(f"--steps: no tour step {unknown}; the steps are {names}")
     if only:
         return [step for step in steps if step.name in only]
     return [step for step in steps if step.quick or not quick]
@@ -129,7 +130,7 @@ def steps_to_fail(steps: Sequence[TourStep]) -> set[str]:
     known = {step.name for step in steps}
     unknown = sorted(names - known)
     if unknown:
-        raise ValueError(
+        raise UnknownNameError(
             f"{FAIL_ENV}={os.environ[FAIL_ENV]!r}: no tour step {unknown}; steps: {sorted(known)}"
         )
     return names

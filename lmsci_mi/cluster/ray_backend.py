@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 
 from lmsci_mi.cluster.shardable import SHARDABLE, Job, split
 from lmsci_mi.cluster.spec import ClusterConfig, FaultInjection, ModelSpec, ShardError
+from lmsci_mi.errors import UserInputError
 
 if TYPE_CHECKING:
     from lmsci_mi.model import LensModel
@@ -129,7 +130,7 @@ def run_on_ray(
         gpus_each = cluster.gpus_per_worker if cluster.gpus_per_worker is not None else (1 if gpus else 0)
         room = int(gpus // gpus_each) if gpus_each else cpus // cluster.cpus_per_worker
         if room < 1 and cluster.workers is None:
-            raise ValueError(
+            raise UserInputError(
                 f"the cluster has {cpus} CPUs and {gpus} GPUs: no room for one worker of "
                 f"{cluster.cpus_per_worker} CPUs and {gpus_each} GPUs; lower cpus_per_worker"
             )

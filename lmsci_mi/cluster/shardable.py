@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.registry import Method, MethodRegistry
 
 if TYPE_CHECKING:
@@ -147,7 +148,7 @@ def split(items: Sequence[Any], n_shards: int) -> list[tuple[Any, ...]]:
     [(0,), (1,)]
     """
     if n_shards < 1:
-        raise ValueError(f"n_shards must be at least 1, not {n_shards}")
+        raise UserInputError(f"n_shards must be at least 1, not {n_shards}")
     items = tuple(items)
     n = min(n_shards, len(items))
     if n == 0:

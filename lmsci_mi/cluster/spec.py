@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from lmsci_mi.cache import weights_fingerprint
 from lmsci_mi.config import Config, config
+from lmsci_mi.errors import UserInputError
 
 if TYPE_CHECKING:
     from lmsci_mi.model import LensModel
@@ -59,7 +60,7 @@ class ClusterConfig(Config):
     def validate(self) -> None:
         a = self.address
         if a not in LOCAL_ADDRESSES and ":" not in a:
-            raise ValueError(
+            raise UserInputError(
                 f"ClusterConfig.address must be 'auto', 'local', 'process' or a Ray address like "
                 f"'10.0.0.1:6379' (from `ray start --head`), not {a!r}"
             )
@@ -90,7 +91,7 @@ class ModelSpec:
         dtype = getattr(torch, self.dtype.removeprefix("torch."))
         lm = load_model(self.name_or_path, dtype=dtype, sink=self.sink)
         if weights_fingerprint(lm) != self.fingerprint:
-            raise ValueError(
+            raise UserInputError(
                 f"the worker's {self.name_or_path!r} has other weights than the driver's model "
                 "(was the driver's model edited or steered in memory, or is another version "
                 "cached on this node?): shard only models that load_model gives as they are, or "

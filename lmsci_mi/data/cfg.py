@@ -22,6 +22,7 @@ from jaxtyping import Bool, Int
 from torch import Tensor
 
 from lmsci_mi.config import Config, config
+from lmsci_mi.errors import UserInputError
 
 __all__ = ["CFGConfig", "CFGSample", "Grammar", "build_grammar", "cfg_accepts", "cfg_span_tables"]
 
@@ -72,7 +73,7 @@ class CFGConfig(Config):
 
     def validate(self) -> None:
         if self.nts_per_level[0] != 1:
-            raise ValueError(
+            raise UserInputError(
                 f"nts_per_level must start with the root (1), not {self.nts_per_level}"
             )
         for level, size in enumerate(self.nts_per_level):
@@ -83,7 +84,7 @@ class CFGConfig(Config):
             )
             distinct = sum(below**length for length in set(self.rule_lengths))
             if size * max(self.rules_per_nt) > distinct:
-                raise ValueError(
+                raise UserInputError(
                     f"level {level}: {size} NTs x {max(self.rules_per_nt)} rules need more distinct "
                     f"right-hand sides than the {distinct} that {below} symbols allow"
                 )
@@ -170,7 +171,7 @@ class Grammar:
         (4, True)
         """
         if n < 1:
-            raise ValueError(f"n must be >= 1, not {n}")
+            raise UserInputError(f"n must be >= 1, not {n}")
         rng = np.random.default_rng(seed)
         rhs_tables, length_tables, count_tables = self._tables
         symbols = np.zeros(n, dtype=np.int64)  # the roots
@@ -292,7 +293,7 @@ def build_grammar(config: CFGConfig | None = None) -> Grammar:
                 levels.append(nts)
                 break
         else:
-            raise ValueError(
+            raise UserInputError(
                 f"level {level}: cannot draw {size} NTs' rules that meet the conditions"
             )
     return Grammar(config=config, rules=tuple(levels))
@@ -341,7 +342,7 @@ def cfg_span_tables(
     matrix product per symbol of a rule, so a batch of sequences is parsed at once.
     """
     if not sequences:
-        raise ValueError("no sequences to parse")
+        raise UserInputError("no sequences to parse")
     width = max(len(s) for s in sequences)
     tokens = torch.full((len(sequences), width + 3), -1, dtype=torch.long)
     for row, seq in enumerate(sequences):

@@ -13,6 +13,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 
+from lmsci_mi.errors import UnknownNameError
+
 __all__ = ["CONCEPT_PAIRS_FILE", "ConceptPairs", "concept_pairs_source", "load_concept_pairs"]
 
 CONCEPT_PAIRS_FILE = "concept_pairs.json"
@@ -95,5 +97,5 @@ def load_concept_pairs(names: Sequence[str] | None = None) -> dict[str, ConceptP
         return shipped
     unknown = [name for name in names if name not in shipped]
     if unknown:
-        raise ValueError(f"unknown concept(s) {unknown}; the shipped concepts are {list(shipped)}")
+        raise UnknownNameError(f"unknown concept(s) {unknown}; the shipped concepts are {list(shipped)}")
     return {name: shipped[name] for name in names}

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from lmsci_mi.data.edit_facts import load_edit_fact_records
+from lmsci_mi.errors import UnknownNameError, UserInputError
 
 __all__ = ["CONTRASTS", "LAT_TEMPLATES", "ContrastPairs", "contrast_pairs"]
 
@@ -64,7 +65,7 @@ class ContrastPairs:
 
     def __post_init__(self) -> None:
         if len(self.positive) != len(self.negative):
-            raise ValueError(
+            raise UserInputError(
                 f"{len(self.positive)} positive and {len(self.negative)} negative prompts: "
                 "give one negative prompt per positive prompt"
             )
@@ -87,7 +88,7 @@ class ContrastPairs:
         """
         for i, pair in enumerate(pairs):
             if isinstance(pair, str) or len(pair) != 2:
-                raise ValueError(f"pair {i} is {pair!r}; give (positive prompt, negative prompt)")
+                raise UserInputError(f"pair {i} is {pair!r}; give (positive prompt, negative prompt)")
         return cls(name, tuple(p for p, _ in pairs), tuple(n for _, n in pairs), source)
 
 
@@ -115,9 +116,9 @@ def contrast_pairs(
     (100, 'Consider the sentiment of the ')
     """
     if name not in CONTRASTS:
-        raise ValueError(f"no bundled pairs for contrast {name!r}; choose from {list(CONTRASTS)}")
+        raise UnknownNameError(f"no bundled pairs for contrast {name!r}; choose from {list(CONTRASTS)}")
     if n_pairs is not None and n_pairs < 1:
-        raise ValueError(f"n_pairs must be at least 1, not {n_pairs}")
+        raise UserInputError(f"n_pairs must be at least 1, not {n_pairs}")
     positive, negative, source = _sentiment() if name == "sentiment" else _truth()
     if template:
         form = LAT_TEMPLATES[name]

@@ -18,6 +18,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 
 __all__ = [
@@ -154,12 +155,12 @@ def ioi_dataset(
     True
     """
     if n_prompts < 1:
-        raise ValueError("n_prompts must be at least 1")
+        raise UserInputError("n_prompts must be at least 1")
     names = single_token_words(lm, NAMES)
     places = single_token_words(lm, PLACES)
     objects = single_token_words(lm, OBJECTS)
     if len(names) < 3 or not places or not objects:
-        raise ValueError(
+        raise UserInputError(
             f"{lm.name} has only {len(names)} single-token names, {len(places)} places and "
             f"{len(objects)} objects; IOI needs at least 3, 1 and 1"
         )
@@ -271,7 +272,7 @@ def ioi_str_pairs(lm: LensModel, n_prompts: int = 32, *, seed: int = 0) -> TextP
             other = rng.choice([n for n in names if n not in (subject, io_name)])
             head, sep, tail = prompt.rpartition(f" {subject} ")
             if not sep:
-                raise ValueError(f"IOI prompt {prompt!r} has no second mention of {subject!r}")
+                raise UserInputError(f"IOI prompt {prompt!r} has no second mention of {subject!r}")
             clean.append(prompt)
             corrupted.append(f"{head} {other} {tail}")
             answers.append(io_id)

@@ -11,6 +11,8 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from lmsci_mi.errors import UserInputError
+
 __all__ = ["repeated_random_tokens"]
 
 
@@ -49,9 +51,9 @@ def repeated_random_tokens(
     """
     low, high = (vocab.start, vocab.stop) if isinstance(vocab, range) else vocab
     if high - low < half_length:
-        raise ValueError(f"vocab range {low}..{high} is smaller than half_length {half_length}")
+        raise UserInputError(f"vocab range {low}..{high} is smaller than half_length {half_length}")
     if n_sequences < 1 or half_length < 1:
-        raise ValueError("n_sequences and half_length must be positive")
+        raise UserInputError("n_sequences and half_length must be positive")
     generator = torch.Generator().manual_seed(seed)
     # Distinct tokens within a half: a repeated token inside one half would give a second,
     # ambiguous induction target and blur the score.

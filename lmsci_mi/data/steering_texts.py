@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lmsci_mi.errors import UnknownNameError, UserInputError
+
 __all__ = [
     "STEERING_ATTRIBUTES",
     "SteeringTexts",
@@ -48,7 +50,7 @@ class SteeringTexts:
 
     def __post_init__(self) -> None:
         if self.labels.shape != (len(self.texts), len(self.attributes)):
-            raise ValueError(
+            raise UserInputError(
                 f"labels have shape {tuple(self.labels.shape)}, expected "
                 f"({len(self.texts)}, {len(self.attributes)}) for {len(self.texts)} texts and "
                 f"attributes {list(self.attributes)}"
@@ -76,10 +78,10 @@ def steering_texts(attributes: str | Sequence[str] = "sentiment") -> SteeringTex
     """
     names = (attributes,) if isinstance(attributes, str) else tuple(attributes)
     if not names:
-        raise ValueError(f"give at least one attribute: {list(STEERING_ATTRIBUTES)}")
+        raise UserInputError(f"give at least one attribute: {list(STEERING_ATTRIBUTES)}")
     for name in names:
         if name not in STEERING_ATTRIBUTES:
-            raise ValueError(
+            raise UnknownNameError(
                 f"no bundled texts for attribute {name!r}; choose from {list(STEERING_ATTRIBUTES)}"
             )
     texts: list[str] = []

@@ -20,6 +20,8 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from lmsci_mi.errors import UserInputError
+
 if TYPE_CHECKING:
     from lmsci_mi.model import LensModel
 
@@ -110,7 +112,7 @@ def text_chunks(
     """
     tokenizer = lm._require_tokenizer()
     if seq_len < 2:
-        raise ValueError("seq_len must be at least 2 (the sink and one token)")
+        raise UserInputError("seq_len must be at least 2 (the sink and one token)")
     sink = lm.sink_token_id
     per_row = seq_len - 1 if sink is not None else seq_len
     n_rows = -(-n_tokens // per_row)
@@ -126,7 +128,7 @@ def text_chunks(
         if len(stream) >= needed:
             break
     if len(stream) < needed:
-        raise ValueError(
+        raise UserInputError(
             f"{name} holds {len(stream)} tokens for {lm.name}, fewer than the {needed} asked for; "
             "give more text or ask for fewer tokens"
         )

@@ -30,6 +30,7 @@ from lmsci_mi.editing.memit import MEMITHyperParams, checked_layers, spread_edit
 from lmsci_mi.editing.methods import EDITING_METHODS
 from lmsci_mi.editing.requests import EditRequest
 from lmsci_mi.editing.stats import KeyStatistics
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 
 __all__ = ["AlphaEditHyperParams", "alphaedit_edit", "alphaedit_update", "null_space_projector"]
@@ -64,7 +65,7 @@ def null_space_projector(
     values, vectors = torch.linalg.eigh(c.double())
     kept = vectors[:, values < threshold]
     if kept.shape[1] == 0:
-        raise ValueError(
+        raise UserInputError(
             f"no eigenvalue of the key statistics{'' if layer is None else f' of layer {layer}'} is "
             f"below the null-space threshold {threshold:g} (smallest {float(values.min()):.3g}): "
             "the null space has no dimension and nothing could be edited; raise nullspace_threshold"

@@ -22,6 +22,7 @@ from transformer_lens import HookedTransformer
 from transformer_lens.cache.key_value_cache_entry import TransformerLensKeyValueCacheEntry
 
 from lmsci_mi.editing.requests import EditRequest
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import hook_name
@@ -65,7 +66,7 @@ class FitSettings(Protocol):
 def check_requests(lm: LensModel, requests: Sequence[EditRequest]) -> None:
     """Raise ValueError (TypeError for a non-request) before any weight is touched."""
     if not requests:
-        raise ValueError("no edit requests given")
+        raise UserInputError("no edit requests given")
     seen: dict[tuple[str, str], int] = {}
     for i, request in enumerate(requests):
         if not isinstance(request, EditRequest):
@@ -75,7 +76,7 @@ def check_requests(lm: LensModel, requests: Sequence[EditRequest]) -> None:
         if fact in seen:
             # Two rows of one fact would weigh it twice against the preserved keys, and two
             # different targets for it cannot both be installed.
-            raise ValueError(
+            raise UserInputError(
                 f"requests {seen[fact]} and {i} both rewrite {request.rewrite_prompt!r}: a batch "
                 "edits each fact once; drop the duplicate (or edit conflicting targets one after "
                 "the other)"
@@ -87,9 +88,9 @@ def check_layer(lm: LensModel, layer: int) -> None:
     """Raise ValueError unless ``layer`` is a block with an MLP whose keys can be read."""
     n = lm.cfg.n_layers
     if not isinstance(layer, int) or isinstance(layer, bool) or not 0 <= layer < n:
-        raise ValueError(f"layer {layer!r} is out of range for {lm.name}: it has layers 0…{n - 1}")
+        raise UserInputError(f"layer {layer!r} is out of range for {lm.name}: it has layers 0…{n - 1}")
     if lm.cfg.d_mlp is None or hook_name("mlp_post", layer) not in lm.model.hook_dict:
-        raise ValueError(f"layer {layer} of {lm.name} has no MLP with a hook_post key site")
+        raise UserInputError(f"layer {layer} of {lm.name} has no MLP with a hook_post key site")
 
 
 # ---------------------------------------------------------------------- context prefixes
@@ -167,7 +168,7 @@ def subject_row(
     start = len(outer_head) + len(head)
     span = lm.token_span(text, start, start + len(subject))
     if span is None:
-        raise ValueError(f"subject {subject!r} covers no token of {text!r}")
+        raise UserInputError(f"subject {subject!r} covers no token of {text!r}")
     ids = lm.encode(text)
     return SubjectRow(
         ids=ids + list(target_ids[:-1]),

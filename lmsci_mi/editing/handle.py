@@ -15,6 +15,7 @@ from typing import Any
 from torch import Tensor
 
 from lmsci_mi.editing.requests import EditRequest
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.weights import WeightEdit, read_deltas
 
@@ -80,6 +81,6 @@ def apply_delta(lm: LensModel, path: str | Path, *, check_model: bool = True) ->
     """
     deltas, metadata = read_deltas(path)
     if check_model and metadata.get("model") != lm.name:
-        raise ValueError(f"{path} was saved from {metadata.get('model')!r}, not {lm.name!r}")
+        raise UserInputError(f"{path} was saved from {metadata.get('model')!r}, not {lm.name!r}")
     requests = [EditRequest.from_json(r) for r in json.loads(metadata.get("requests", "[]"))]
     return EditHandle(lm, deltas, method=metadata.get("method", "loaded"), requests=requests).apply()

@@ -31,6 +31,7 @@ from lmsci_mi.editing.handle import EditHandle
 from lmsci_mi.editing.methods import EDITING_METHODS, method_for
 from lmsci_mi.editing.requests import EditRequest
 from lmsci_mi.editing.stats import KeyStatistics
+from lmsci_mi.errors import UnknownNameError, UserInputError
 from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
@@ -154,7 +155,7 @@ class EditEvaluation(Result):
         """A percentile bootstrap interval of one metric over facts (facts resampled with
         replacement; S recomputed from each resample's ES, PS and NS)."""
         if name not in METRICS:
-            raise ValueError(f"unknown metric {name!r}: choose from {METRICS}")
+            raise UnknownNameError(f"unknown metric {name!r}: choose from {METRICS}")
         rows, column = self.per_fact[1 if edited else 0], METRICS.index(name)
         # A resample whose facts all lack the metric (NaN) is left out; all NaN gives NaN bounds.
         values = bootstrap_each(
@@ -623,4 +624,4 @@ def _check_evaluation_requests(lm: LensModel, requests: Sequence[EditRequest]) -
     check_requests(lm, requests)
     for r in requests:
         if not r.target_true.strip():
-            raise ValueError(f"request for {r.subject!r} has no target_true to compare against")
+            raise UserInputError(f"request for {r.subject!r} has no target_true to compare against")

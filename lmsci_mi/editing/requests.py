@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from lmsci_mi.errors import UserInputError
+
 if TYPE_CHECKING:
     from lmsci_mi.model import LensModel
 
@@ -91,7 +93,7 @@ class EditRequest:
             self, "other_relation_targets", tuple(_spaced(t) for t in self.other_relation_targets)
         )
         if len(self.other_relation_targets) != len(self.other_relation_prompts):
-            raise ValueError(
+            raise UserInputError(
                 f"request for {self.subject!r} has {len(self.other_relation_prompts)} other-relation "
                 f"prompts but {len(self.other_relation_targets)} targets: give one answer per prompt"
             )
@@ -109,20 +111,20 @@ class EditRequest:
                 the filled prompt's tokens, or ``target_new`` is empty or equals ``target_true``.
         """
         if not self.subject.strip():
-            raise ValueError("empty subject")
+            raise UserInputError("empty subject")
         if "{}" not in self.prompt:
-            raise ValueError(
+            raise UserInputError(
                 f"subject {self.subject!r} is not in the prompt {self.prompt!r} (write the prompt "
                 "with the subject in it, or with '{}' where the subject goes)"
             )
         if self.prompt.count("{}") != 1:
-            raise ValueError(
+            raise UserInputError(
                 f"the prompt template must contain exactly one '{{}}' for the subject, got {self.prompt!r}"
             )
         if not self.target_new.strip():
-            raise ValueError(f"empty target_new for subject {self.subject!r}")
+            raise UserInputError(f"empty target_new for subject {self.subject!r}")
         if self.target_new == self.target_true:
-            raise ValueError(f"target_new {self.target_new!r} is the true answer already")
+            raise UserInputError(f"target_new {self.target_new!r} is the true answer already")
         if lm is not None:
             lm.find_subject(self.rewrite_prompt, self.subject)
 

@@ -38,6 +38,7 @@ from lmsci_mi.editing.stats import (
     check_statistics,
     key_statistics,
 )
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import weight_name
 
@@ -193,7 +194,7 @@ def rome_edit(
     hp = config or ROMEHyperParams()
     check_requests(lm, [request])
     if hp.trace_layer and hp.layer is not None:
-        raise ValueError(
+        raise UserInputError(
             f"layer={hp.layer} and trace_layer=True both choose the layer: give one of them"
         )
     fixed = hp.layer if hp.layer is not None else default_rome_layer(lm)
@@ -238,7 +239,7 @@ def rome_requests(
         ValueError: not exactly one request (ROME installs one fact per edit; use MEMIT).
     """
     if len(requests) != 1:
-        raise ValueError(f"ROME edits one fact at a time, got {len(requests)}; use method 'memit'")
+        raise UserInputError(f"ROME edits one fact at a time, got {len(requests)}; use method 'memit'")
     return rome_edit(lm, requests[0], config, stats=stats)
 
 
@@ -256,7 +257,7 @@ def traced_layer(lm: LensModel, request: EditRequest) -> int:
     trace = causal_trace(lm, request.rewrite_prompt, request.subject, TraceConfig(kinds=("mlp",)))
     layer, effect, error = trace.peak_effect(kind="mlp")
     if not effect > 2 * error:  # also refuses a NaN error (a single noise sample)
-        raise ValueError(
+        raise UserInputError(
             f"the causal trace of {request.rewrite_prompt!r} has no MLP peak above noise: layer "
             f"{layer} restores p({trace.target!r}) by {effect:.4f} ± {error:.4f} (s.e. over "
             f"{trace.noise.shape[0]} noise samples), within two standard errors of the corrupted "

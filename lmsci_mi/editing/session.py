@@ -32,6 +32,7 @@ from lmsci_mi.editing.metrics import (
 )
 from lmsci_mi.editing.requests import EditRequest
 from lmsci_mi.editing.stats import KeyStatistics
+from lmsci_mi.errors import UnknownNameError, UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
 
@@ -96,7 +97,7 @@ class SessionResult(Result):
     def metric(self, name: str) -> list[float]:
         """One column over the steps, e.g. ``result.metric("NS")``."""
         if name not in SESSION_METRICS:
-            raise ValueError(f"unknown metric {name!r}: choose from {SESSION_METRICS}")
+            raise UnknownNameError(f"unknown metric {name!r}: choose from {SESSION_METRICS}")
         return [float(v) for v in self.values[:, SESSION_METRICS.index(name)]]
 
     def summary(self, rows: int = 10) -> str:
@@ -183,7 +184,7 @@ class EditingSession:
         """
         requests = list(requests)
         if not requests:
-            raise ValueError("no edit requests given")
+            raise UserInputError("no edit requests given")
         for start in range(0, len(requests), self.session.batch_size):  # before any edit
             check_requests(self.lm, requests[start : start + self.session.batch_size])
         if self._original is None:
@@ -233,7 +234,7 @@ class EditingSession:
             layers = tuple(getattr(self.config, "layers", None) or default_memit_layers(self.lm))
         else:
             if getattr(self.config, "trace_layer", False):
-                raise ValueError(
+                raise UserInputError(
                     f"a {self.method.name} session needs a fixed layer (a per-fact traced layer "
                     "would need statistics of the edited model): set layer= or leave "
                     "trace_layer False, or pass stats="
@@ -291,7 +292,7 @@ class EditingSession:
     def result(self) -> SessionResult:
         """Every step recorded so far, with the order and the method's settings."""
         if not self._steps:
-            raise ValueError("the session has not run yet: call run(requests) first")
+            raise UserInputError("the session has not run yet: call run(requests) first")
         return SessionResult(
             values=torch.stack([row for _, _, row in self._steps]),
             axes=("step", "metric"),
@@ -323,7 +324,7 @@ class EditingSession:
         from safetensors.torch import save_file
 
         if self._original is None:
-            raise ValueError("the session has not run yet: nothing to save")
+            raise UserInputError("the session has not run yet: nothing to save")
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         for i, handle in enumerate(self.handles):
@@ -378,14 +379,14 @@ class EditingSession:
         state = json.loads((folder / "session.json").read_text())
         resumed = cls(lm, method, session, stats=stats)
         if weights_fingerprint(lm) != state["fingerprint"]:
-            raise ValueError(
+            raise UserInputError(
                 f"{folder} continues a session on other weights than {lm.name}'s now: resume it "
                 "on the unedited model it started from"
             )
         mine = json.loads(json.dumps([resumed.method.name, resumed.config.params(), resumed.session.params()]))
         saved = [state["method"], state["config"], state["session"]]
         if mine != saved:
-            raise ValueError(f"{folder} was saved with other settings: {saved}, not {mine}")
+            raise UserInputError(f"{folder} was saved with other settings: {saved}, not {mine}")
         tensors = load_file(folder / "state.safetensors")
         resumed.stats = stats or resumed._statistics()  # of the unedited model, so before any edit
         try:

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from lmsci_mi.cache import WeightsHash, cache_key, cache_root
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.text_corpus import STDLIB_TEXT_SOURCE, stdlib_documents, text_chunks
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name, layer_of, site, weight_name
@@ -96,7 +97,7 @@ class TextSource:
             return cls(name, text)
         documents = (text,) if isinstance(text, str) else tuple(text)
         if not documents or not all(isinstance(d, str) for d in documents):
-            raise ValueError("text must be documents (strings), a callable returning them, or a TextSource")
+            raise UserInputError("text must be documents (strings), a callable returning them, or a TextSource")
         digest = cache_key("\x00".join(documents), length=16, algorithm="sha256")
         return cls(f"text-{digest}", lambda: documents)
 
@@ -126,7 +127,7 @@ class KeyStatistics(Result):
     def for_layer(self, layer: int) -> Float[Tensor, "d_mlp d_mlp"]:
         """C of one layer."""
         if layer not in self.layers:
-            raise ValueError(f"no statistics for layer {layer}; have {self.layers}")
+            raise UserInputError(f"no statistics for layer {layer}; have {self.layers}")
         return self.values[self.layers.index(layer)]
 
     def spectra(self) -> Float[Tensor, "layer d_mlp"]:
@@ -232,14 +233,14 @@ def check_statistics(lm: LensModel, stats: KeyStatistics, layers: Sequence[int])
     before its first edit, on purpose.
     """
     if stats.meta.model != lm.name or stats.values.shape[-1] != lm.cfg.d_mlp:
-        raise ValueError(
+        raise UserInputError(
             f"the statistics were computed on {stats.meta.model} (keys of width "
             f"{stats.values.shape[-1]}), not {lm.name} (width {lm.cfg.d_mlp}): compute them with "
             "key_statistics(lm, layers)"
         )
     missing = [layer for layer in layers if layer not in stats.layers]
     if missing:
-        raise ValueError(
+        raise UserInputError(
             f"the statistics given cover layers {stats.layers}, not {missing}: compute them with "
             f"key_statistics(lm, {sorted(set(layers))})"
         )
@@ -317,11 +318,11 @@ def key_statistics(
 def _checked_layers(lm: LensModel, layers: int | Sequence[int]) -> list[int]:
     wanted = [layers] if isinstance(layers, int) else list(dict.fromkeys(layers))
     if not wanted:
-        raise ValueError("no layers given")
+        raise UserInputError("no layers given")
     n_layers = lm.cfg.n_layers
     for layer in wanted:
         if not isinstance(layer, int) or not 0 <= layer < n_layers:
-            raise ValueError(f"layer {layer} is out of range for {lm.name} (0…{n_layers - 1})")
+            raise UserInputError(f"layer {layer} is out of range for {lm.name} (0…{n_layers - 1})")
     return wanted
 
 
@@ -358,7 +359,7 @@ def _compute(
 ) -> tuple[_Moments, float]:
     """One pass over the text that fills every missing layer."""
     if WeightEdit.applied_to(lm):
-        raise ValueError(
+        raise UserInputError(
             f"refusing to compute key statistics while {len(WeightEdit.applied_to(lm))} edit(s) "
             f"are applied to {lm.name}: they would describe the edited model. Restore the "
             "edits first (handle.restore()), or pass statistics computed before editing (stats=...)"
@@ -378,7 +379,7 @@ def _token_rows(
     """The source's documents tokenised, joined by the end-of-text token and cut into rows of
     ``seq_len - 1`` tokens, each behind the attention sink (as every lmsci-mi prompt is)."""
     if lm.tokenizer is None:
-        raise ValueError(f"{lm.name} has no tokenizer: key statistics need text")
+        raise UserInputError(f"{lm.name} has no tokenizer: key statistics need text")
     return text_chunks(lm, n_tokens, seq_len, documents=source.documents(), name=f"the text {source.name!r}")
 
 

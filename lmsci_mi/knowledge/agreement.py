@@ -18,6 +18,7 @@ from jaxtyping import Bool
 from torch import Tensor
 
 from lmsci_mi.config import Config, config
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.knowledge.triggers import (
     SIGNS,
     TopCoefficients,
@@ -253,7 +254,7 @@ def key_value_agreement(
     layers = cfg.layers or tuple(range(lm.cfg.n_layers))
     bad = [layer for layer in layers if layer >= lm.cfg.n_layers]
     if bad:
-        raise ValueError(
+        raise UserInputError(
             f"layer {bad[0]} does not exist: {lm.name} has layers 0..{lm.cfg.n_layers - 1}"
         )
     trig = _trigger_config(cfg)

@@ -27,6 +27,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from lmsci_mi.config import Config, config
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.hooks import HookFn
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
@@ -110,7 +111,7 @@ class KnowledgeNeuronsConfig(Config):
         layers = list(range(n_layers)) if self.layers is None else list(self.layers)
         bad = [layer for layer in layers if not 0 <= layer < n_layers]
         if bad or not layers:
-            raise ValueError(
+            raise UserInputError(
                 f"layers {bad or layers} do not exist: the model has layers 0..{n_layers - 1}"
             )
         return sorted(set(layers))
@@ -281,15 +282,15 @@ class _Fact(NamedTuple):
 
 def _fact(lm: LensModel, prompt: str, target: str) -> _Fact:
     if not prompt.strip():
-        raise ValueError(
+        raise UserInputError(
             "empty prompt: give the text before the target, e.g. "
             "'The Eiffel Tower is located in the city of'"
         )
     if not target.strip():
-        raise ValueError("empty target: give the answer's text, e.g. ' Paris'")
+        raise UserInputError("empty target: give the answer's text, e.g. ' Paris'")
     target_ids = lm.continuation_ids(target)
     if not target_ids:
-        raise ValueError(f"target {target!r} tokenises to nothing for {lm.name}: give visible text")
+        raise UserInputError(f"target {target!r} tokenises to nothing for {lm.name}: give visible text")
     prompt_ids = lm.encode(prompt)
     tokens = torch.tensor([prompt_ids + target_ids[:-1]], dtype=torch.long, device=lm.device)
     return _Fact(tokens, len(prompt_ids) - 1, target_ids)
@@ -408,13 +409,13 @@ def refine_neurons(
     """
     cfg = config or KnowledgeNeuronsConfig()
     if len(attributions) < cfg.min_prompts:
-        raise ValueError(
+        raise UserInputError(
             f"refinement across paraphrases needs at least {cfg.min_prompts} prompts, got "
             f"{len(attributions)}: add paraphrases of the fact, or lower min_prompts (at least 2)"
         )
     first = attributions[0]
     if any(a.layers != first.layers or a.target != first.target for a in attributions):
-        raise ValueError(
+        raise UserInputError(
             "attributions differ in target or layers: attribute every paraphrase "
             "of one fact with the same config"
         )
@@ -470,7 +471,7 @@ def knowledge_neurons(
     """
     cfg = config or KnowledgeNeuronsConfig()
     if len(prompts) < cfg.min_prompts:
-        raise ValueError(
+        raise UserInputError(
             f"refinement across paraphrases needs at least {cfg.min_prompts} prompts, got "
             f"{len(prompts)}: add paraphrases of the fact, or lower min_prompts (at least 2)"
         )
@@ -551,18 +552,18 @@ def _check_neurons(lm: LensModel, neurons: Sequence[tuple[int, int]]) -> dict[in
     """Neuron indices by layer, checked against the model before any hook is attached."""
     n_layers, d_mlp = lm.cfg.n_layers, int(lm.cfg.d_mlp or 0)
     if not neurons:
-        raise ValueError(
+        raise UserInputError(
             "no neurons given: pass (layer, neuron) pairs, e.g. KnowledgeNeurons.neurons"
         )
     by_layer: dict[int, list[int]] = {}
     for item in neurons:
         layer, neuron = (int(v) for v in item[:2])
         if not 0 <= layer < n_layers:
-            raise ValueError(
+            raise UserInputError(
                 f"neuron {tuple(item[:2])}: layer {layer} does not exist (layers 0..{n_layers - 1})"
             )
         if not 0 <= neuron < d_mlp:
-            raise ValueError(
+            raise UserInputError(
                 f"neuron {tuple(item[:2])}: index {neuron} does not exist (neurons 0..{d_mlp - 1})"
             )
         by_layer.setdefault(layer, []).append(neuron)

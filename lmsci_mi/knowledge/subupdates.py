@@ -18,6 +18,7 @@ from torch import Tensor
 
 from lmsci_mi import readout
 from lmsci_mi.config import Config, config
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.knowledge.values import neuron_label
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name
@@ -150,12 +151,12 @@ class SubUpdates(Result):
 
 def _check(lm: LensModel, prompt: str, position: int) -> tuple[Tensor, int]:
     if not prompt.strip():
-        raise ValueError("empty prompt; give the text whose prediction to decompose")
+        raise UserInputError("empty prompt; give the text whose prediction to decompose")
     tokens = lm.to_tokens(prompt)
     n_pos = tokens.shape[1]
     pos = position + n_pos if position < 0 else position
     if not 0 <= pos < n_pos:
-        raise ValueError(
+        raise UserInputError(
             f"position {position} is outside the prompt's {n_pos} tokens (sink included)"
         )
     return tokens, pos
@@ -167,7 +168,7 @@ def _target_id(lm: LensModel, target: str | None) -> int | None:
         return None
     ids = lm.continuation_ids(target)
     if not ids:
-        raise ValueError(f"target {target!r} tokenises to nothing; give a word, e.g. ' Paris'")
+        raise UserInputError(f"target {target!r} tokenises to nothing; give a word, e.g. ' Paris'")
     return ids[0]
 
 

@@ -20,6 +20,7 @@ from transformer_lens.hook_points import HookPoint
 
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.text_corpus import STDLIB_TEXT_SOURCE, text_chunks
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.knowledge.values import checked_neurons, decode_tokens, neuron_label
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name
@@ -90,10 +91,10 @@ def text_sequences(
         rows = text_chunks(lm, cfg.n_tokens, seq_len=cfg.seq_len)
         return rows.tolist(), f"{STDLIB_TEXT_SOURCE} ({rows.numel()} tokens)"
     if len(texts) == 0:
-        raise ValueError("no texts given; pass some texts, or None for the bundled text")
+        raise UserInputError("no texts given; pass some texts, or None for the bundled text")
     for i, text in enumerate(texts):
         if not text.strip():
-            raise ValueError(f"text {i} is empty; drop it")
+            raise UserInputError(f"text {i} is empty; drop it")
     return [lm.encode(t) for t in texts], f"user texts ({len(texts)})"
 
 

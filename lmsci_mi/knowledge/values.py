@@ -19,6 +19,7 @@ from torch import Tensor
 
 from lmsci_mi import readout
 from lmsci_mi.config import Config, config
+from lmsci_mi.errors import UnknownNameError, UserInputError
 from lmsci_mi.readout import final_norm_gain, gains_folded, post_mlp_gain
 from lmsci_mi.results import Result, result_type
 
@@ -70,13 +71,13 @@ def checked_neurons(lm: LensModel, layer: int, neurons: int | Sequence[int]) -> 
     """
     n_layers, d_mlp = lm.cfg.n_layers, int(lm.cfg.d_mlp or 0)
     if isinstance(layer, bool) or not 0 <= int(layer) < n_layers:
-        raise ValueError(f"layer {layer} does not exist: {lm.name} has layers 0..{n_layers - 1}")
+        raise UserInputError(f"layer {layer} does not exist: {lm.name} has layers 0..{n_layers - 1}")
     chosen = (neurons,) if isinstance(neurons, int) else tuple(int(n) for n in neurons)
     if not chosen:
-        raise ValueError("no neuron given; name at least one, e.g. neurons=[17]")
+        raise UserInputError("no neuron given; name at least one, e.g. neurons=[17]")
     bad = [n for n in chosen if not 0 <= n < d_mlp]
     if bad:
-        raise ValueError(
+        raise UserInputError(
             f"neuron {bad[0]} does not exist: {lm.name}'s MLPs have neurons 0..{d_mlp - 1}"
         )
     return chosen
@@ -106,7 +107,7 @@ def vocab_projection(
             ``kind``.
     """
     if kind not in PROJECTIONS:
-        raise ValueError(f"projection must be one of {list(PROJECTIONS)}, not {kind!r}")
+        raise UnknownNameError(f"projection must be one of {list(PROJECTIONS)}, not {kind!r}")
     return readout.vocab_projection(lm, directions.float(), space="resid", gain=kind == "normed")
 
 

@@ -21,6 +21,7 @@ from torch import Tensor
 
 from lmsci_mi import readout
 from lmsci_mi.config import Config, config
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.hooks import Capture
 from lmsci_mi.lenses.logit_lens import check_prompts
 from lmsci_mi.model import LensModel
@@ -208,7 +209,7 @@ class LogitAttribution(Result):
         """The ``k`` heads that raise the logit (difference) most, as ``(Head, mean DLA)``, best
         first; ``negative=True``: those that lower it most."""
         if k < 1:
-            raise ValueError(f"k must be at least 1, not {k}")
+            raise UserInputError(f"k must be at least 1, not {k}")
         heads = self.heads().float()
         flat = (-heads if negative else heads).flatten()
         order = flat.argsort(descending=True)[: min(k, flat.numel())]
@@ -271,7 +272,7 @@ def _token_ids(lm: LensModel, texts: str | Sequence[str], n: int, what: str) -> 
     """One token id per prompt from one text or a text per prompt (each exactly one token)."""
     items = [texts] * n if isinstance(texts, str) else list(texts)
     if len(items) != n:
-        raise ValueError(f"{len(items)} {what}s for {n} prompts: give one, or one per prompt")
+        raise UserInputError(f"{len(items)} {what}s for {n} prompts: give one, or one per prompt")
     return [lm.token_id(text) for text in items]
 
 

@@ -20,6 +20,7 @@ from torch import Tensor
 
 from lmsci_mi import readout
 from lmsci_mi.config import Config, config
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel, PaddedBatch
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name
@@ -132,10 +133,10 @@ def resolve_layers(lm: LensModel, layers: Sequence[int] | None) -> list[int]:
     n = lm.cfg.n_layers
     chosen = list(range(n)) if layers is None else [int(layer) for layer in layers]
     if not chosen:
-        raise ValueError("no layers given: pass layer indices, or None for every layer")
+        raise UserInputError("no layers given: pass layer indices, or None for every layer")
     bad = [layer for layer in chosen if not 0 <= layer < n]
     if bad:
-        raise ValueError(f"unknown layer(s) {bad}: {lm.name} has layers 0..{n - 1}")
+        raise UserInputError(f"unknown layer(s) {bad}: {lm.name} has layers 0..{n - 1}")
     return chosen
 
 
@@ -244,7 +245,7 @@ def _answer_ids(
     n = padded.tokens.shape[0]
     items = [answer] * n if isinstance(answer, str) else list(answer)
     if len(items) != n:
-        raise ValueError(f"{len(items)} answers for {n} prompts: give one, or one per prompt")
+        raise UserInputError(f"{len(items)} answers for {n} prompts: give one, or one per prompt")
     ids = torch.tensor([lm.token_id(a) for a in items], device=lm.device)
     return ids[:, None].expand_as(padded.tokens)
 
@@ -253,9 +254,9 @@ def check_prompts(prompts: str | Sequence[str]) -> list[str]:
     """The prompts as a list, refusing none and empty ones (ValueError naming the fix)."""
     batch = [prompts] if isinstance(prompts, str) else list(prompts)
     if not batch:
-        raise ValueError("no prompts given: pass a prompt or a list of prompts")
+        raise UserInputError("no prompts given: pass a prompt or a list of prompts")
     if any(not p.strip() for p in batch):
-        raise ValueError("empty prompt: every prompt needs some text")
+        raise UserInputError("empty prompt: every prompt needs some text")
     return batch
 
 

@@ -30,6 +30,7 @@ from lmsci_mi import readout
 from lmsci_mi.cache import cache_key, cache_root, weights_fingerprint
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.text_corpus import stdlib_documents, text_chunks
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.lenses.logit_lens import LogitLens, LogitLensConfig, resolve_layers, run_lens
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import hook_name
@@ -153,12 +154,12 @@ class TunedLens:
                 meta = handle.metadata() or {}
                 weight, bias = handle.get_tensor("weight"), handle.get_tensor("bias")
         except (SafetensorError, OSError) as error:
-            raise ValueError(f"{path} is not a tuned-lens file ({error})") from None
+            raise UserInputError(f"{path} is not a tuned-lens file ({error})") from None
         if meta.get("format") != _FORMAT:
-            raise ValueError(f"{path} is not a tuned-lens file (no format {_FORMAT!r})")
+            raise UserInputError(f"{path} is not a tuned-lens file (no format {_FORMAT!r})")
         mine = weights_fingerprint(lm)
         if meta.get("fingerprint") != mine:
-            raise ValueError(
+            raise UserInputError(
                 f"{path} is a tuned lens of {meta.get('model')!r} (weights "
                 f"{meta.get('fingerprint')}), not of {lm.name} (weights {mine}); train one for "
                 f"this model with tuned_lens_for(lm) or `lmsci-mi lens tuned --model {lm.name}`"
@@ -337,14 +338,14 @@ def tuned_lens(
         ValueError: another site, an unknown layer, a lens of another model, bad prompts.
     """
     if config.site != "resid_post":
-        raise ValueError(
+        raise UserInputError(
             f"the tuned lens reads resid_post (its training site), not {config.site!r}"
         )
     layers = resolve_layers(lm, config.layers)
     if lens is None:
         lens = tuned_lens_for(lm)
     elif lens.fingerprint != weights_fingerprint(lm):
-        raise ValueError(
+        raise UserInputError(
             f"this tuned lens was trained on {lens.model!r}, not {lm.name}; train one for this "
             "model with tuned_lens_for(lm)"
         )

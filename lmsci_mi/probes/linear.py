@@ -20,6 +20,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from lmsci_mi.config import Config, config
+from lmsci_mi.errors import UnknownNameError, UserInputError
 from lmsci_mi.registry import MethodRegistry
 from lmsci_mi.stats import bootstrap_each, percentile_bounds
 
@@ -75,16 +76,16 @@ class Split:
             or not math.isclose(sum(fractions), 1.0, abs_tol=1e-6)
             or min(fractions) <= 0
         ):
-            raise ValueError(
+            raise UserInputError(
                 f"split fractions must be three positive shares summing to 1, not {fractions}"
             )
         keys = list(range(n)) if groups is None else list(dict.fromkeys(groups))
         if groups is not None and len(groups) != n:
-            raise ValueError(
+            raise UserInputError(
                 f"got {len(groups)} groups for {n} examples; give one group per example"
             )
         if len(keys) < 3:
-            raise ValueError(
+            raise UserInputError(
                 f"need at least 3 {'groups' if groups is not None else 'examples'} to "
                 f"split into train/val/test, got {len(keys)}"
             )
@@ -116,7 +117,7 @@ def control_labels(
     True
     """
     if len(word_types) != labels.shape[0]:
-        raise ValueError(
+        raise UserInputError(
             f"{len(word_types)} word types for {labels.shape[0]} labels; give one per example"
         )
     types = list(dict.fromkeys(word_types))
@@ -160,7 +161,7 @@ class ProbeConfig(Config):
 
     def validate(self) -> None:
         if self.kind not in PROBE_KINDS:
-            raise ValueError(
+            raise UnknownNameError(
                 f"unknown probe kind {self.kind!r}; choose one of {list(PROBE_KINDS.names())}"
             )
 
@@ -416,14 +417,14 @@ def fit_probes(
     """
     kind = PROBE_KINDS.get(config.kind).function()
     if features.ndim != 3:
-        raise ValueError(f"features must be [layer, n, d], got shape {tuple(features.shape)}")
+        raise UserInputError(f"features must be [layer, n, d], got shape {tuple(features.shape)}")
     n = features.shape[1]
     if len(labels) != n:
-        raise ValueError(
+        raise UserInputError(
             f"{len(labels)} labels for {n} examples; give exactly one label per example"
         )
     if min(len(split.train), len(split.val), len(split.test)) == 0:
-        raise ValueError("every split (train, val, test) needs at least one example")
+        raise UserInputError("every split (train, val, test) needs at least one example")
     classes, stacked = _target_sets(kind, labels, split, config, word_types, features.device)
     x, mean, std = _standardise(features, split)
     n_out = len(classes) if kind.classification else 1
@@ -487,14 +488,14 @@ def _target_sets(
     control task's."""
     classes, targets = _encode_targets(labels, kind.classification, device)
     if kind.classification and len(set(targets[split.train].tolist())) < 2:
-        raise ValueError(
+        raise UserInputError(
             f"the train split holds a single class ({classes[int(targets[split.train][0])]!r}); "
             "a probe needs at least two classes"
         )
     sets = [targets]
     if config.control:
         if word_types is None:
-            raise ValueError("config.control needs word_types (the token at each probed position)")
+            raise UserInputError("config.control needs word_types (the token at each probed position)")
         sets.append(control_labels(word_types, targets, split, seed=config.seed))
     return classes, torch.stack(sets)
 

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from lmsci_mi.collect import Activations, CollectConfig, PositionChoice, collect_activations
 from lmsci_mi.config import config
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.probes.linear import PROBE_KINDS, ProbeConfig, ProbeFit, Split, fit_probes
 from lmsci_mi.results import Result, result_type
@@ -73,12 +74,12 @@ class ProbeSweepConfig(ProbeConfig):
         super().validate()
         row = site_row(self.site)
         if row.layout.position_axis != 1:
-            raise ValueError(
+            raise UserInputError(
                 f"site {self.site!r} has no vector per position; probe a residual, MLP or "
                 "per-head site instead"
             )
         if self.layers is not None and not row.per_layer:
-            raise ValueError(f"site {self.site!r} exists once per model; give no layers")
+            raise UserInputError(f"site {self.site!r} exists once per model; give no layers")
 
 
 @dataclass(frozen=True)
@@ -241,7 +242,7 @@ def probe_sweep(
         lm, texts, hooks, positions=positions, config=collect_config, cluster=cluster
     )
     if len(labels) != len(acts):
-        raise ValueError(
+        raise UserInputError(
             f"{len(labels)} labels for {len(acts)} probed positions of {len(texts)} texts; "
             "give one label per text, or one per probed position"
         )
@@ -268,13 +269,13 @@ def _check_labels(
 ) -> None:
     """What can be checked before the model runs: texts, one label per text, two classes."""
     if len(texts) == 0:
-        raise ValueError("probe_sweep needs texts and labels; got no texts")
+        raise UserInputError("probe_sweep needs texts and labels; got no texts")
     if isinstance(positions, str) and positions == "last" and len(labels) != len(texts):
-        raise ValueError(
+        raise UserInputError(
             f"{len(labels)} labels for {len(texts)} texts; give exactly one label per text"
         )
     if PROBE_KINDS.get(config.kind).function.classification and len(set(labels)) < 2:
-        raise ValueError(
+        raise UserInputError(
             f"every label is {next(iter(labels))!r}: a probe needs at least two classes"
         )
 
@@ -284,7 +285,7 @@ def _row_groups(acts: Activations, n_texts: int, groups: Sequence[Hashable] | No
     when several positions of a text are probed (so the test texts are unseen texts)."""
     if groups is not None:
         if len(groups) != n_texts:
-            raise ValueError(f"{len(groups)} groups for {n_texts} texts; give one group per text")
+            raise UserInputError(f"{len(groups)} groups for {n_texts} texts; give one group per text")
         return acts.per_item(list(groups))
     return acts.example.tolist() if len(acts) != n_texts else None
 

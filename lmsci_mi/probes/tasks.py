@@ -14,6 +14,7 @@ from lmsci_mi.data.probing import (
     country_dataset,
     subject_number_dataset,
 )
+from lmsci_mi.errors import UnknownNameError, UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.probes.sweep import ProbeSweep, ProbeSweepConfig, probe_sweep
 from lmsci_mi.registry import MethodRegistry
@@ -73,7 +74,7 @@ def task_dataset(name: str, config: ProbeTaskConfig = ProbeTaskConfig()) -> Prob
         ValueError: no such task; the message lists the tasks.
     """
     if name not in PROBE_TASKS:
-        raise ValueError(f"unknown probe task {name!r}; tasks: {', '.join(PROBE_TASKS.names())}")
+        raise UnknownNameError(f"unknown probe task {name!r}; tasks: {', '.join(PROBE_TASKS.names())}")
     return PROBE_TASKS.get(name).function(config)
 
 
@@ -110,5 +111,5 @@ def probe_task(
 def _last_token(lm: LensModel, text: str, span: tuple[int, int]) -> int:
     tokens = lm.token_span(text, *span)
     if tokens is None:
-        raise ValueError(f"the probed word {text[span[0] : span[1]]!r} covers no token of {text!r}")
+        raise UserInputError(f"the probed word {text[span[0] : span[1]]!r} covers no token of {text!r}")
     return tokens[-1]

@@ -25,6 +25,7 @@ from torch import Tensor
 from lmsci_mi import readout
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.concepts import ConceptPairs, concept_pairs_source
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name
@@ -156,7 +157,7 @@ class CausalInnerProduct:
 
     def _checked(self, vectors: Tensor, what: str) -> Tensor:
         if vectors.shape[-1] != self.d_model:
-            raise ValueError(
+            raise UserInputError(
                 f"{what} has width {vectors.shape[-1]} in its last axis, but the model's "
                 f"unembedding vectors have d_model = {self.d_model}"
             )
@@ -227,7 +228,7 @@ def causal_inner_product(
     eigenvalues = eigenvalues + config.ridge * eigenvalues.mean()
     smallest = float(eigenvalues.min())
     if smallest <= 1e-12 * float(eigenvalues.max()):
-        raise ValueError(
+        raise UserInputError(
             f"Cov(γ) of {lm.name} is not positive definite (smallest eigenvalue {smallest:.3g}); "
             "give CausalInnerProductConfig(ridge=1e-6) or larger"
         )
@@ -299,14 +300,14 @@ def single_token_pairs(
         problem = ""
         for word in (base, target):
             if not word.strip():
-                raise ValueError(f"the pair {pair!r} has an empty word")
+                raise UserInputError(f"the pair {pair!r} has an empty word")
             split = list(tokenizer(word, add_special_tokens=False)["input_ids"])
             if len(split) != 1 and not first_token:
                 pieces = [tokenizer.decode([i]) for i in split]
                 problem = problem or f"{word!r} is {len(split)} tokens {pieces}"
             ids.append(split[0])
         if problem and not drop:
-            raise ValueError(
+            raise UserInputError(
                 f"{problem} for {lm.name}, but each member of a pair must be one token (pair "
                 f"{pair!r}). Leave such pairs out with drop=True, or use each word's first token "
                 "with first_token=True."
@@ -467,7 +468,7 @@ def concept_direction(
     label = name or (pairs.name if isinstance(pairs, ConceptPairs) else "concept")
     tokens = single_token_pairs(lm, pairs, first_token=config.first_token, drop=drop)
     if len(tokens) < 2:
-        raise ValueError(
+        raise UserInputError(
             f"concept {label!r} has {len(tokens)} usable pair(s) for {lm.name} (left out: "
             f"{list(tokens.dropped)}); a direction needs at least 2"
         )
@@ -530,12 +531,12 @@ def _fit_concepts(
 ) -> list[_Fitted]:
     """Every concept's usable pairs, split and direction; raises before any work on a bad one."""
     if len(concepts) < 1:
-        raise ValueError("no concepts given")
+        raise UserInputError("no concepts given")
     tokens = {name: single_token_pairs(lm, pairs, first_token=config.first_token, drop=True)
               for name, pairs in concepts.items()}
     short = {name: len(t) for name, t in tokens.items() if len(t) < config.min_pairs}
     if short:
-        raise ValueError(
+        raise UserInputError(
             f"concept(s) with fewer than min_pairs={config.min_pairs} usable pairs for {lm.name}: "
             f"{short}; leave them out, or lower min_pairs (at least 3: 2 to fit, 1 held out)"
         )
@@ -957,7 +958,7 @@ def _intervention_site(lm: LensModel, layer: int | None) -> str:
     if layer is None:
         return unembedding_site(lm)
     if not 0 <= layer < lm.cfg.n_layers:
-        raise ValueError(f"layer {layer} is out of range: {lm.name} has layers 0..{lm.cfg.n_layers - 1}")
+        raise UserInputError(f"layer {layer} is out of range: {lm.name} has layers 0..{lm.cfg.n_layers - 1}")
     return hook_name("resid_post", layer)
 
 

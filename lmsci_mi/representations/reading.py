@@ -23,6 +23,7 @@ from torch import Tensor
 from lmsci_mi.collect import CollectConfig, collect_activations
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.contrasts import ContrastPairs
+from lmsci_mi.errors import UnknownNameError, UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.probes import ProbeConfig, Split, fit_probes
 from lmsci_mi.results import Meta, Result, result_type
@@ -133,14 +134,14 @@ class ReadingConfig(Config):
     def validate(self) -> None:
         row = site_row(self.site)  # an unknown site raises here, listing the valid ones
         if row.layout.position_axis != 1:
-            raise ValueError(
+            raise UserInputError(
                 f"site {self.site!r} has no vector per position; read a residual, MLP or "
                 "per-head site instead"
             )
         if self.layers is not None and not row.per_layer:
-            raise ValueError(f"site {self.site!r} exists once per model; give no layers")
+            raise UserInputError(f"site {self.site!r} exists once per model; give no layers")
         if not math.isclose(sum(self.fractions), 1.0, abs_tol=1e-6):
-            raise ValueError(f"fractions must sum to 1 (fit, dev, test), not {self.fractions}")
+            raise UserInputError(f"fractions must sum to 1 (fit, dev, test), not {self.fractions}")
 
 
 @result_type
@@ -209,7 +210,7 @@ class RepresentationReading(Result):
         elif str(layer) in labels:
             column = labels.index(str(layer))
         else:
-            raise ValueError(f"layer {layer} was not read; choose one of {labels}")
+            raise UserInputError(f"layer {layer} was not read; choose one of {labels}")
         return self.directions[m, column].clone()  # a copy: the result stays as it was saved
 
     def summary(self, rows: int = 10) -> str:
@@ -431,7 +432,7 @@ def reading_from_activations(
     ('1', True)
     """
     if positive.shape != negative.shape or positive.ndim != 3:
-        raise ValueError(
+        raise UserInputError(
             f"positive {tuple(positive.shape)} and negative {tuple(negative.shape)} activations "
             "must both be [layer, pair, d]"
         )
@@ -439,10 +440,10 @@ def reading_from_activations(
     _check_pair_count(n_pairs)
     labels = tuple(layer_labels) if layer_labels is not None else tuple(map(str, range(n_layers)))
     if len(labels) != n_layers:
-        raise ValueError(f"{len(labels)} layer labels for {n_layers} layers; give one per layer")
+        raise UserInputError(f"{len(labels)} layer labels for {n_layers} layers; give one per layer")
     split = Split.random(n_pairs, fractions=config.fractions, seed=config.seed)
     if len(split.train) < 2:
-        raise ValueError(
+        raise UserInputError(
             f"only {len(split.train)} of {n_pairs} pairs fall in the fit split; a principal "
             "component needs 2: raise fractions[0] or give more pairs"
         )
@@ -477,7 +478,7 @@ def reading_from_activations(
 
 def _check_pair_count(n_pairs: int) -> None:
     if n_pairs < 4:
-        raise ValueError(
+        raise UserInputError(
             f"representation reading needs at least 4 contrast pairs (2 to fit the reading "
             f"vector, 1 dev, 1 test), got {n_pairs}; give more pairs (60 or more for a "
             "meaningful test accuracy)"
@@ -519,7 +520,7 @@ def _first_component(
     of their variance it explains."""
     n_pairs = differences.shape[-2]
     if n_pairs < 2:
-        raise ValueError(f"a principal component needs at least 2 pairs, got {n_pairs}")
+        raise UserInputError(f"a principal component needs at least 2 pairs, got {n_pairs}")
     signed = differences
     if randomise_signs:
         order = torch.randperm(n_pairs, generator=torch.Generator().manual_seed(seed))
@@ -652,5 +653,5 @@ def _choose_layers(dev: Float[Tensor, "method score layer"]) -> tuple[int, ...]:
 
 def _index(names: Sequence[str], name: str, what: str) -> int:
     if name not in names:
-        raise ValueError(f"unknown {what} {name!r}; choose one of {list(names)}")
+        raise UnknownNameError(f"unknown {what} {name!r}; choose one of {list(names)}")
     return list(names).index(name)

@@ -22,6 +22,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.sae.core import LensSAE
 
 __all__ = [
@@ -90,7 +91,7 @@ def compact_sae(folder: Path, live: Tensor | None = None) -> list[Path]:
     if live is None:
         live = load_file(str(folder / "stats.safetensors"))["values"] > 0
     if live.shape != (d_sae,) or live.dtype != torch.bool:
-        raise ValueError(f"live must be a bool mask of {d_sae} features, not {live.shape}")
+        raise UserInputError(f"live must be a bool mask of {d_sae} features, not {live.shape}")
     ids = live.nonzero().flatten()
     w_dec = weights["W_dec"][ids].float()
     norms = w_dec.norm(dim=-1).clamp_min(1e-12)
@@ -216,7 +217,7 @@ def check_not_dropped(sae: LensSAE, index: int) -> None:
     """Raise ValueError if feature ``index`` was dropped from the shipped SAE (its decoder row did
     not ship, so steering or clamping it would act with a placeholder)."""
     if "shipped" in sae.info and bool(dropped_features(sae)[index]):
-        raise ValueError(
+        raise UserInputError(
             f"feature {index} never fired when the shipped SAE was built, so only its index "
             f"shipped ({sae.info['shipped'].get('live_features')} live features did); pick a "
             f"live feature, or train the full SAE with `{REBUILD} --retrain`"

@@ -20,6 +20,7 @@ from jaxtyping import Float
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 
 __all__ = ["LensSAE", "SAEMismatchError", "check_feature"]
@@ -28,7 +29,7 @@ _META_FILE = "lmsci_sae.json"
 _SCALE_FILE = "lmsci_feature_scale.safetensors"
 
 
-class SAEMismatchError(ValueError):
+class SAEMismatchError(UserInputError):
     """An SAE was used on a model or site other than the one it was trained on."""
 
 
@@ -39,7 +40,7 @@ def check_feature(index: int, d_sae: int) -> int:
     3
     """
     if isinstance(index, bool) or not 0 <= int(index) < d_sae:
-        raise ValueError(
+        raise UserInputError(
             f"feature index {index} is out of range: this SAE has features 0..{d_sae - 1}"
         )
     return int(index)
@@ -157,6 +158,7 @@ class LensSAE:
 
         Raises:
             FileNotFoundError: ``folder`` holds no lmsci-mi SAE.
+            UserInputError: its metadata file is not JSON.
         """
         from sae_lens import SAE
 
@@ -165,7 +167,10 @@ class LensSAE:
             raise FileNotFoundError(
                 f"{folder} holds no lmsci-mi SAE (no {_META_FILE}); train one with `lmsci-mi sae train`"
             )
-        meta = json.loads((folder / _META_FILE).read_text(encoding="utf-8"))
+        try:
+            meta = json.loads((folder / _META_FILE).read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise UserInputError(f"{folder / _META_FILE} is not an SAE's metadata ({error})") from None
         with warnings.catch_warnings():
             warnings.simplefilter(
                 "ignore"

@@ -19,6 +19,7 @@ from lmsci_mi.config import Config, config
 from lmsci_mi.data.facts import load_fact_records
 from lmsci_mi.data.steering_texts import neutral_prompts, steering_texts
 from lmsci_mi.data.text_corpus import STDLIB_TEXT_SOURCE, text_chunks
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.model import LensModel
 
@@ -136,7 +137,7 @@ def sae_corpus(lm: LensModel, config: SAEDataConfig, *, fingerprint: str = "") -
     order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(config.data_seed))
     n_held = max(1, round(len(rows) * config.held_out_fraction))
     if n_held >= len(rows):
-        raise ValueError(f"{len(rows)} rows are too few to hold {n_held} out; give more text")
+        raise UserInputError(f"{len(rows)} rows are too few to hold {n_held} out; give more text")
     held = [rows[i] for i in order[:n_held].tolist()]
     train = [rows[i] for i in order[n_held:].tolist()]
     source = (

@@ -21,6 +21,7 @@ from torch import Tensor
 from lmsci_mi import readout
 from lmsci_mi.collect import CollectConfig, collect_activations
 from lmsci_mi.config import Config, config
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sae.core import LensSAE
@@ -91,7 +92,7 @@ class FeatureCards(Result):
             ValueError: the feature has no card here.
         """
         if feature not in self.features:
-            raise ValueError(
+            raise UserInputError(
                 f"feature {feature} has no card here; cards cover {len(self.features)} features"
             )
         return self.features.index(feature)
@@ -400,7 +401,7 @@ def find_features(
     """
     wanted = {w.strip().lower() for w in words if w.strip()}
     if not wanted:
-        raise ValueError("give at least one word to match")
+        raise UserInputError("give at least one word to match")
     scored = []
     for r, feature in enumerate(cards.features):
         if not include_dead and float(cards.density[r]) == 0:

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from lmsci_mi.config import Config, config
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
@@ -123,7 +124,7 @@ def steering_frequency(
     sae.check(lm)
     feature = sae.feature(feature)
     if not prompts:
-        raise ValueError("give at least one prompt")
+        raise UserInputError("give at least one prompt")
     if control is None:
         pool = [i for i in range(sae.d_sae) if i != feature and (alive is None or bool(alive[i]))]
         control = random.Random(config.seed).choice(pool)

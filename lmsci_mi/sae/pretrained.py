@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from lmsci_mi.cache import cache_root
+from lmsci_mi.errors import UnknownNameError
 from lmsci_mi.loading import ModelNotAvailableError
 from lmsci_mi.model import LensModel
 from lmsci_mi.sae.core import LensSAE, SAEMismatchError
@@ -66,11 +67,11 @@ def _check_registry(release: str, sae_id: str) -> None:
     directory = get_pretrained_saes_directory()
     if release not in directory:
         close = difflib.get_close_matches(release, list(directory), n=5, cutoff=0.5)
-        raise ValueError(f"sae-lens has no release {release!r}; close names: {close}")
+        raise UnknownNameError(f"sae-lens has no release {release!r}; close names: {close}")
     ids = list(directory[release].saes_map)
     if sae_id not in ids:
         close = difflib.get_close_matches(sae_id, ids, n=5, cutoff=0.5)
-        raise ValueError(f"release {release!r} has no SAE {sae_id!r}; close ids: {close}")
+        raise UnknownNameError(f"release {release!r} has no SAE {sae_id!r}; close ids: {close}")
 
 
 def load_sae(

@@ -24,6 +24,7 @@ from torch import Tensor
 from lmsci_mi.cache import cache_key, cache_root, weights_fingerprint
 from lmsci_mi.collect import CollectConfig, collect_activations
 from lmsci_mi.config import Config, config
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.sae.compact import REBUILD
 from lmsci_mi.sae.core import LensSAE
@@ -90,12 +91,12 @@ class SAETrainConfig(Config):
 
     def validate(self) -> None:
         if self.k > self.d_sae:
-            raise ValueError(f"k ({self.k}) cannot exceed d_sae ({self.d_sae})")
+            raise UserInputError(f"k ({self.k}) cannot exceed d_sae ({self.d_sae})")
 
     def hook(self, lm: LensModel) -> str:
         """The hook name at this config's site, checked against the model's depth."""
         if self.layer >= lm.cfg.n_layers:
-            raise ValueError(
+            raise UserInputError(
                 f"layer {self.layer} does not exist: {lm.name} has layers 0..{lm.cfg.n_layers - 1}"
             )
         return hook_name(self.site, self.layer)
@@ -277,7 +278,7 @@ def _fit(lm: LensModel, acts: Tensor, hook: str, train: SAETrainConfig) -> Any:
     from sae_lens.config import LoggingConfig, SAETrainerConfig
 
     if len(acts) < train.batch_size:
-        raise ValueError(
+        raise UserInputError(
             f"{len(acts)} training activations are fewer than one batch of {train.batch_size}; "
             "give more text or a smaller batch_size"
         )

@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.steering_texts import neutral_prompts, neutral_prompts_source, topic_lexicon
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.generation import GenerationConfig, Generations, generate
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
@@ -355,7 +356,7 @@ def evaluate_settings(
     """
     steer.check_model(lm)
     if not settings:
-        raise ValueError("give at least one steer setting")
+        raise UserInputError("give at least one steer setting")
     vectors = [steer.value_vector(s)[: len(steer.attributes)].tolist() for s in settings]
     labels = tuple(
         ", ".join(f"{name}={value:+g}" for name, value in zip(steer.attributes, v, strict=True))
@@ -404,7 +405,7 @@ def evaluate_intervention(
     (['ones=+0', 'ones=+2'], (2, 6))
     """
     if not values:
-        raise ValueError("give at least one value")
+        raise UserInputError("give at least one value")
     values = [float(v) for v in values]
     return _curve(
         lm,
@@ -430,7 +431,7 @@ def _curve(
     """Sample the prompts under each context and score them, then the model without any."""
     prompts = list(prompts if prompts is not None else neutral_prompts()[: config.n_prompts])
     if not prompts:
-        raise ValueError("no prompts to evaluate on")
+        raise UserInputError("no prompts to evaluate on")
     sample = GenerationConfig(
         max_new_tokens=config.max_new_tokens,
         temperature=config.temperature,

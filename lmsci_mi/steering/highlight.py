@@ -20,6 +20,7 @@ from torch import Tensor
 
 from lmsci_mi import readout
 from lmsci_mi.config import Config, config
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.steering.lm_steer import LMSteer
@@ -45,7 +46,7 @@ class HighlightConfig(Config):
 
     def validate(self) -> None:
         if not (self.value != 0 and abs(self.value) < float("inf")):
-            raise ValueError(
+            raise UserInputError(
                 f"value must be finite and non-zero (evidence compares +value with −value; a "
                 f"negative value highlights the other pole), not {self.value}"
             )
@@ -211,7 +212,7 @@ def highlight_keywords(
     """
     steer.check_model(lm)
     if not text.strip():
-        raise ValueError("give a non-empty text to highlight")
+        raise UserInputError("give a non-empty text to highlight")
     index = steer.index_of(config.attribute)
     evidence = token_evidence(lm, steer, text, index, config.value)
     # Evidence at position t is about token t itself (predicted from t − 1): spans index tokens.

@@ -25,6 +25,7 @@ from transformer_lens.hook_points import HookPoint
 
 from lmsci_mi import readout
 from lmsci_mi.config import Config, config
+from lmsci_mi.errors import UnknownNameError, UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import hook_name
 
@@ -124,9 +125,9 @@ class LMSteer(nn.Module):
         super().__init__()
         attributes = tuple(attributes)
         if not attributes:
-            raise ValueError("an LMSteer needs at least one attribute name")
+            raise UserInputError("an LMSteer needs at least one attribute name")
         if len(set(attributes)) != len(attributes):
-            raise ValueError(f"attribute names must be distinct, not {attributes}")
+            raise UserInputError(f"attribute names must be distinct, not {attributes}")
         self.attributes = attributes
         self.d_model = int(d_model)
         self.model_name = model_name
@@ -171,11 +172,11 @@ class LMSteer(nn.Module):
         """
         if isinstance(key, str) and not key.lstrip("-").isdigit():
             if key not in self.attributes:
-                raise ValueError(f"unknown steer {key!r}; this LMSteer has {list(self.attributes)}")
+                raise UnknownNameError(f"unknown steer {key!r}; this LMSteer has {list(self.attributes)}")
             return self.attributes.index(key)
         index = int(key)
         if not 0 <= index < len(self.attributes):
-            raise ValueError(
+            raise UserInputError(
                 f"steer index {index} is out of range: this LMSteer has {len(self.attributes)} "
                 f"steer(s) {list(self.attributes)}, indices 0..{len(self.attributes) - 1}"
             )
@@ -195,14 +196,14 @@ class LMSteer(nn.Module):
         else:
             values = list(values)
             if len(values) > len(self.attributes):
-                raise ValueError(
+                raise UserInputError(
                     f"{len(values)} steer values for {len(self.attributes)} steer(s) "
                     f"{list(self.attributes)}: steer index {len(values) - 1} is out of range"
                 )
             items = [(i, float(v)) for i, v in enumerate(values)]
         for index, value in items:
             if not torch.isfinite(torch.tensor(value)):
-                raise ValueError(f"steer value {value} is not finite")
+                raise UserInputError(f"steer value {value} is not finite")
             vector[index] = value
         if self.config.dummy:
             vector[-1] = dummy
@@ -231,7 +232,7 @@ class LMSteer(nn.Module):
     def check_model(self, lm: LensModel) -> None:
         """Raise ValueError unless this steer was trained on ``lm``'s model."""
         if lm.name != self.model_name or lm.cfg.d_model != self.d_model:
-            raise ValueError(
+            raise UserInputError(
                 f"this steer belongs to {self.model_name} (d_model {self.d_model}) and cannot steer "
                 f"{lm.name} (d_model {lm.cfg.d_model}); map it over with "
                 "lmsci_mi.steering.transfer_steer (`lmsci-mi steer transfer`)"
@@ -267,7 +268,7 @@ class LMSteer(nn.Module):
         """
         path = Path(path)
         if path.name in ("", ".", ".."):
-            raise ValueError(
+            raise UserInputError(
                 f"cannot save a steer as {str(path)!r}: give a file name, e.g. steer.safetensors"
             )
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -285,7 +286,7 @@ class LMSteer(nn.Module):
         try:
             save_file(tensors, str(path), metadata=metadata)
         except (SafetensorError, OSError) as error:
-            raise ValueError(f"cannot write {path}: {error}") from None
+            raise UserInputError(f"cannot write {path}: {error}") from None
         return path
 
     @classmethod
@@ -304,18 +305,18 @@ class LMSteer(nn.Module):
             with safe_open(str(path), framework="pt") as handle:
                 metadata = handle.metadata() or {}
                 if metadata.get("format") != _FORMAT:
-                    raise ValueError(f"{path} is not an LMSteer file (no format {_FORMAT!r})")
+                    raise UserInputError(f"{path} is not an LMSteer file (no format {_FORMAT!r})")
                 p1, p2 = handle.get_tensor("p1"), handle.get_tensor("p2")
             params = json.loads(metadata["config"])
             config = LMSteerConfig(**{k: v for k, v in params.items() if k != "config"})
             attributes = tuple(json.loads(metadata["attributes"]))
             steer = cls(attributes, int(metadata["d_model"]), metadata["model"], config)
         except (SafetensorError, OSError, KeyError, TypeError, json.JSONDecodeError) as error:
-            raise ValueError(
+            raise UserInputError(
                 f"{path} is not a readable LMSteer file ({type(error).__name__}: {error})"
             ) from None
         if p1.shape != steer.p1.shape or p2.shape != steer.p2.shape:
-            raise ValueError(f"{path}: factor shapes {tuple(p1.shape)} do not match its metadata")
+            raise UserInputError(f"{path}: factor shapes {tuple(p1.shape)} do not match its metadata")
         with torch.no_grad():
             steer.p1.copy_(p1)
             steer.p2.copy_(p2)

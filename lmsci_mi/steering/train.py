@@ -27,6 +27,7 @@ from lmsci_mi.cache import cache_key, cache_root, weights_fingerprint
 from lmsci_mi.collect import CollectConfig, collect_activations
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.steering_texts import SteeringTexts
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name
@@ -149,7 +150,7 @@ def collect_final_states(
     sequences = [lm.encode(text)[:max_tokens] for text in texts.texts]
     positions = [list(range(len(seq) - 1)) for seq in sequences]
     if not any(positions):
-        raise ValueError("no training text has two tokens: nothing to train on")
+        raise UserInputError("no training text has two tokens: nothing to train on")
     acts = collect_activations(
         lm,
         sequences,
@@ -228,7 +229,7 @@ def train_steer(
     (torch.Size([3]), ('sentiment',))
     """
     if len(texts) == 0:
-        raise ValueError("the training set is empty: give at least one labelled text")
+        raise UserInputError("the training set is empty: give at least one labelled text")
     steer_path, result_path = (
         cached_steer_paths(lm, texts, steer_config, train_config) if cache else (None, None)
     )

@@ -17,6 +17,7 @@ from torch import Tensor
 
 from lmsci_mi import readout
 from lmsci_mi.config import Config, config
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.steering.lm_steer import LMSteer
@@ -116,7 +117,7 @@ def transfer_steer(
     ids_s, ids_t = shared_tokens(source, target)
     d_s, d_t = source.cfg.d_model, target.cfg.d_model
     if len(ids_s) < 2 * max(d_s, d_t):
-        raise ValueError(
+        raise UserInputError(
             f"{source.name} and {target.name} share only {len(ids_s)} token strings; at least "
             f"{2 * max(d_s, d_t)} are needed to fit a {d_t} x {d_s} map"
         )

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from lmsci_mi.collect import CollectConfig, collect_activations
 from lmsci_mi.config import Config, config
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.hooks import PositionScope
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
@@ -88,7 +89,7 @@ class SteeringVector(Result):
     def scaled(self, norm: float) -> SteeringVector:
         """The same direction with norm ``norm``."""
         if self.norm == 0:
-            raise ValueError("the vector is zero: it has no direction to scale")
+            raise UserInputError("the vector is zero: it has no direction to scale")
         return SteeringVector(
             values=self.values * (norm / self.norm), axes=self.axes, labels=self.labels,
             meta=self.meta, hook=self.hook, method=self.method,
@@ -120,7 +121,7 @@ class SteeringVector(Result):
         0
         """
         if self.meta.model != lm.name:
-            raise ValueError(
+            raise UserInputError(
                 f"this vector was built on {self.meta.model}, not {lm.name}: build it on the "
                 "model it steers (residual directions do not carry over between models)"
             )
@@ -161,12 +162,12 @@ def check_fits(lm: LensModel, hook: str, vector: Tensor) -> None:
     if hook not in lm.model.hook_dict:
         (hook,) = lm.hooks.resolve(hook)  # raises, listing the closest names
     if layout_of(hook).head_axis is not None or layout_of(hook).position_axis != 1:
-        raise ValueError(f"{hook!r} has no single vector per position: steer a residual, mlp_out or attn_out site")
+        raise UserInputError(f"{hook!r} has no single vector per position: steer a residual, mlp_out or attn_out site")
     if vector.ndim != 1:
-        raise ValueError(f"a steering vector is one vector [d]; got shape {tuple(vector.shape)}")
+        raise UserInputError(f"a steering vector is one vector [d]; got shape {tuple(vector.shape)}")
     width = _site_width(lm, hook)
     if vector.shape[0] != width:
-        raise ValueError(
+        raise UserInputError(
             f"the vector has width {vector.shape[0]} but {hook!r} of {lm.name} has width {width}: "
             "build it at the same site of the same model"
         )
@@ -183,7 +184,7 @@ def _site_width(lm: LensModel, hook: str) -> int:
 
 def _site_hook(lm: LensModel, site: str, layer: int) -> str:
     if not 0 <= layer < lm.cfg.n_layers:
-        raise ValueError(f"layer {layer} is out of range for {lm.name}: it has layers 0…{lm.cfg.n_layers - 1}")
+        raise UserInputError(f"layer {layer} is out of range for {lm.name}: it has layers 0…{lm.cfg.n_layers - 1}")
     (hook,) = lm.hooks.resolve(hook_name(site, layer))  # an unknown site lists the valid ones
     return hook
 
@@ -222,7 +223,7 @@ def mean_difference_vector(
     """
     config = config or MeanDifferenceConfig()
     if not positive or not negative:
-        raise ValueError(
+        raise UserInputError(
             f"give at least one prompt on each side (got {len(positive)} positive, "
             f"{len(negative)} negative)"
         )

@@ -16,6 +16,8 @@ from typing import Any
 from jaxtyping import Float
 from torch import Tensor
 
+from lmsci_mi.errors import UserInputError
+
 __all__ = ["attention_patterns_html"]
 
 
@@ -45,12 +47,12 @@ def attention_patterns_html(
     from circuitsvis.attention import attention_heads
 
     if patterns.ndim != 3 or len(head_names) != patterns.shape[0]:
-        raise ValueError(
+        raise UserInputError(
             f"{len(head_names)} head names for patterns of shape {tuple(patterns.shape)}: give "
             "[head, query, key] patterns and one name per head"
         )
     if not (patterns.shape[1] == patterns.shape[2] == len(tokens)):
-        raise ValueError(f"{len(tokens)} tokens for patterns over {patterns.shape[-1]} positions")
+        raise UserInputError(f"{len(tokens)} tokens for patterns over {patterns.shape[-1]} positions")
     rendered = attention_heads(
         attention=patterns.float().cpu(), tokens=list(tokens), attention_head_names=list(head_names)
     )

@@ -15,6 +15,8 @@ from functools import cache
 from importlib import resources
 from uuid import uuid4
 
+from lmsci_mi.errors import UserInputError
+
 __all__ = ["circuitsvis_script", "colored_tokens_html", "page_with_views"]
 
 
@@ -44,7 +46,7 @@ def colored_tokens_html(
     True
     """
     if len(tokens) != len(values):
-        raise ValueError(f"{len(tokens)} tokens but {len(values)} values")
+        raise UserInputError(f"{len(tokens)} tokens but {len(values)} values")
     element = "circuits-vis-" + uuid4().hex[:13]
     props = json.dumps(
         {

@@ -23,6 +23,7 @@ from lmsci_mi.artefacts import restore_shipped
 from lmsci_mi.cache import cache_key, cache_root
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.cfg import CFGConfig, Grammar, build_grammar, cfg_accepts
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.loading import default_device
 from lmsci_mi.model import LensModel
@@ -70,7 +71,7 @@ class CFGModelConfig(Config):
 
     def validate(self) -> None:
         if self.d_model % self.n_heads:
-            raise ValueError(
+            raise UserInputError(
                 f"d_model ({self.d_model}) must be a multiple of n_heads ({self.n_heads})"
             )
 

@@ -14,6 +14,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 from lmsci_mi.config import Config, config
+from lmsci_mi.errors import UserInputError
 
 __all__ = [
     "MultiHeadLinearProbe",
@@ -162,12 +163,12 @@ def fit_multihead_probes(
     """
     config = config if config is not None else MultiHeadProbeConfig()
     if hidden.shape[1:3] != labels.shape[1:] or labels.shape != masks.shape:
-        raise ValueError(
+        raise UserInputError(
             f"hidden {tuple(hidden.shape)} must be [layer, seq, pos, d] and labels "
             f"{tuple(labels.shape)} and masks {tuple(masks.shape)} [task, seq, pos] alike"
         )
     if not masks[:, train].any(dim=(1, 2)).all():
-        raise ValueError("every task needs labelled tokens in the training sequences")
+        raise UserInputError("every task needs labelled tokens in the training sequences")
     hidden = hidden.float()
     any_label = masks.any(0)
     train_tokens = hidden[:, train][:, any_label[train]]
