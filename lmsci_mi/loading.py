@@ -26,7 +26,7 @@ from safetensors.torch import load_file, save_file
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from lmsci_mi.cache import cache_key, cache_root
-from lmsci_mi.errors import UserInputError
+from lmsci_mi.errors import UnknownNameError, UserInputError
 from lmsci_mi.model import DEFAULT_SINK, LensModel, SinkChoice, default_sink_token, resolve_sink
 
 __all__ = [
@@ -140,14 +140,14 @@ def bundled_gguf_file(name: str) -> Path:
     first use): the file to give ``transformers`` for a side-by-side run on the same weights.
 
     Raises:
-        KeyError: ``name`` is not a bundled model.
+        UnknownNameError: ``name`` is not a bundled model (a KeyError).
         ModelNotAvailableError: its package is not installed.
 
     >>> bundled_gguf_file("smollm2-135m").name
     'SmolLM2-135M-Instruct.Q4_1.gguf'
     """
     if name not in BUNDLED_MODELS:
-        raise KeyError(f"{name!r} is no bundled model; the bundled models are {sorted(BUNDLED_MODELS)}")
+        raise UnknownNameError(f"{name!r} is no bundled model; the bundled models are {sorted(BUNDLED_MODELS)}")
     return BUNDLED_MODELS[name].locate()
 
 

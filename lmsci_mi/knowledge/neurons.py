@@ -677,7 +677,7 @@ def random_neurons_like(
     per_layer = Counter(int(layer) for layer, _ in neurons)
     crowded = sorted(layer for layer, n in per_layer.items() if 2 * n > d_mlp)
     if crowded:
-        raise ValueError(f"layers {crowded} have too few other neurons for a control of {d_mlp} a layer")
+        raise UserInputError(f"layers {crowded} have too few other neurons for a control of {d_mlp} a layer")
     picked: list[Neuron] = []
     for layer, _ in neurons:
         while (cell := (int(layer), rng.randrange(d_mlp))) in taken:
