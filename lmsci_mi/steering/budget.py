@@ -13,6 +13,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.steering.evaluate import METRICS, ControlCurve
 
 __all__ = [
@@ -90,7 +91,7 @@ def at_fluency_budget(
     (True, True)
     """
     if metric not in METRICS:
-        raise ValueError(f"metric must be one of {list(METRICS)}, not {metric!r}")
+        raise UserInputError(f"metric must be one of {list(METRICS)}, not {metric!r}")
     column = _column(curve, attribute)
     strengths = [float(s[column]) for s in curve.settings]
     limit = budget * curve.unsteered[METRICS.index("perplexity")]
@@ -145,7 +146,7 @@ def choose_within_budget(
     6
     """
     if not curves:
-        raise ValueError("give at least one candidate curve")
+        raise UserInputError("give at least one candidate curve")
 
     def read(name: str, key: K) -> float:
         return float(curves[key].metric(name)[setting])
@@ -186,7 +187,7 @@ def symmetric_strength_within_budget(
                           curve.metric("perplexity").tolist(), strict=True))
     missing = [s for c in candidates for s in (c, -c) if s not in perplexity]
     if missing:
-        raise ValueError(f"the curve holds no setting at {missing}")
+        raise UserInputError(f"the curve holds no setting at {missing}")
     limit = budget * curve.unsteered[METRICS.index("perplexity")]
     fits = [s for s in candidates if max(perplexity[s], perplexity[-s]) <= limit]
     return max(fits) if fits else min(candidates)
