@@ -63,7 +63,7 @@ def run_once(name: str, quick: bool) -> SuiteRun:
 
 
 def main() -> None:
-    run = harness.start(__doc__, __file__, threads=2, flags=add_flags)
+    run = harness.start(__doc__, __file__, threads=2, flags=add_flags, out=harness.DATA / "test_suite.json")
     names = ["fast"] if run.quick else run.args.runs
     data: SuiteTimeData = harness.read_json(run.out, {"runs": {}})
     data.pop("timings", None)  # this run's timings replace the last run's
