@@ -7,7 +7,7 @@ import tempfile
 import pytest
 import torch
 
-from lmsci_mi import LensModel
+from lmsci_mi import LensModel, load_model
 from lmsci_mi.editing import EDITING_METHODS, EditRequest, StatsConfig, key_statistics
 from lmsci_mi.editing.alphaedit import (
     AlphaEditHyperParams,
@@ -15,7 +15,7 @@ from lmsci_mi.editing.alphaedit import (
     alphaedit_update,
     null_space_projector,
 )
-from tests.conftest import weights_fingerprint
+from tests.conftest import TEST_DEVICE, weights_fingerprint
 
 D_K, D_OUT = 24, 8
 
@@ -68,9 +68,11 @@ def test_with_identity_projector_and_no_earlier_keys_it_is_memits_update() -> No
     torch.testing.assert_close(ours, memit, atol=1e-10, rtol=1e-9)
 
 
-@pytest.fixture
-def stats(tiny: LensModel):
-    return key_statistics(tiny, [0, 1], StatsConfig(n_tokens=512), cache_dir=tempfile.mkdtemp())
+@pytest.fixture(scope="module")
+def stats(tmp_path_factory: pytest.TempPathFactory):
+    # Once per module: every test's `tiny` is a copy of the same seeded build (see test_session.py).
+    lm = load_model("toy-2l", device=TEST_DEVICE)
+    return key_statistics(lm, [0, 1], StatsConfig(n_tokens=512), cache_dir=tmp_path_factory.mktemp("stats"))
 
 
 REQUESTS = [EditRequest("{} is in", "Paris", " Rome"), EditRequest("{} is in", "Berlin", " Oslo")]

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import tempfile
-
 import pytest
 import torch
 
-from lmsci_mi import LensModel
+from lmsci_mi import LensModel, load_model
 from lmsci_mi.editing import (
     AlphaEditHyperParams,
     EditHandle,
@@ -20,7 +18,7 @@ from lmsci_mi.editing import (
     StatsConfig,
     key_statistics,
 )
-from tests.conftest import weights_fingerprint
+from tests.conftest import TEST_DEVICE, weights_fingerprint
 
 REQUESTS = [
     EditRequest(
@@ -43,9 +41,12 @@ REQUESTS = [
 NO_GE = EvaluationConfig(generation_tokens=0)
 
 
-@pytest.fixture
-def stats(tiny: LensModel):
-    return key_statistics(tiny, [0, 1], StatsConfig(n_tokens=512), cache_dir=tempfile.mkdtemp())
+@pytest.fixture(scope="module")
+def stats(tmp_path_factory: pytest.TempPathFactory):
+    # Once per module: every test's `tiny` is a copy of the same seeded build, so the statistics
+    # (a frozen result, keyed by the weights) are the same for each; computing them took 0.9 s a test.
+    lm = load_model("toy-2l", device=TEST_DEVICE)
+    return key_statistics(lm, [0, 1], StatsConfig(n_tokens=512), cache_dir=tmp_path_factory.mktemp("stats"))
 
 
 def _top(lm: LensModel, prompts: list[str]) -> torch.Tensor:
