@@ -10,6 +10,7 @@ its token chunks are reproducible.
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 import sysconfig
 from collections.abc import Iterable, Iterator
@@ -45,16 +46,35 @@ _SKIP_DIRS = {
 _MIN_CHARS = 80
 
 
-def _docstrings(path: Path) -> Iterator[str]:
+# Both caches below hold for the life of the process (the standard library does not change under
+# it). Every call of `stdlib_documents` used to list the stdlib folder again (0.4 s here: it holds
+# the base interpreter's site-packages, 11 k files, skipped only after listing) and parse the files
+# again, and statistics, tuned lenses, SAE corpora and the test suite call it many times.
+
+
+@functools.cache
+def _docstrings(path: Path) -> tuple[str, ...]:
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"))
     except (SyntaxError, UnicodeDecodeError, ValueError):
-        return
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
-            doc = ast.get_docstring(node)
-            if doc and len(doc) >= _MIN_CHARS:
-                yield doc
+        return ()
+    return tuple(
+        doc
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and (doc := ast.get_docstring(node))
+        and len(doc) >= _MIN_CHARS
+    )
+
+
+@functools.cache
+def _stdlib_files() -> tuple[Path, ...]:
+    root = Path(sysconfig.get_paths()["stdlib"])
+    return tuple(
+        path
+        for path in sorted(root.rglob("*.py"))
+        if not _SKIP_DIRS.intersection(path.relative_to(root).parts[:-1])
+    )
 
 
 def stdlib_documents() -> Iterator[str]:
@@ -67,10 +87,7 @@ def stdlib_documents() -> Iterator[str]:
     >>> len(next(docs)) >= 80
     True
     """
-    root = Path(sysconfig.get_paths()["stdlib"])
-    for path in sorted(root.rglob("*.py")):
-        if _SKIP_DIRS.intersection(path.relative_to(root).parts[:-1]):
-            continue
+    for path in _stdlib_files():
         yield from _docstrings(path)
     from pydoc_data.topics import topics
 
