@@ -307,14 +307,7 @@ def collect_activations(
     ((2, 64), [3, 2])
     """
     if cluster is not None:
-        if out_dir is not None:
-            raise UserInputError(
-                "a sharded collection comes back in memory: give out_dir or cluster, not both"
-            )
-        from lmsci_mi.cluster import run_sharded
-
-        return run_sharded("collect", lm, texts, hooks, positions=positions, config=config,
-                           cluster=cluster)
+        return _collect_sharded(lm, texts, hooks, positions, config, out_dir, cluster)
     names = _checked_hooks(lm, texts, hooks)
     sequences = _sequences(lm, texts)
     chosen = positions_to_collect(lm, texts, positions, config, sequences=sequences)
@@ -352,6 +345,25 @@ def collect_activations(
         hooks=tuple(names),
     )
 
+
+def _collect_sharded(
+    lm: LensModel,
+    texts: Sequence[str] | Sequence[Sequence[int]],
+    hooks: Sequence[str],
+    positions: PositionChoice,
+    config: CollectConfig,
+    out_dir: str | Path | None,
+    cluster: ClusterConfig,
+) -> Activations:
+    """:func:`collect_activations` in shards of texts (:func:`lmsci_mi.cluster.run_sharded`)."""
+    if out_dir is not None:
+        raise UserInputError(
+            "a sharded collection comes back in memory: give out_dir or cluster, not both"
+        )
+    from lmsci_mi.cluster import run_sharded
+
+    return run_sharded("collect", lm, texts, hooks, positions=positions, config=config,
+                       cluster=cluster)
 
 def positions_to_collect(
     lm: LensModel,
