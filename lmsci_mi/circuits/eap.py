@@ -244,6 +244,24 @@ def _score_batch(
         return scorer(clean_logits).float().cpu(), scorer(corrupted_logits).float().cpu()
 
 
+def _sharded(
+    lm: LensModel,
+    clean: PromptsArg,
+    corrupted: PromptsArg,
+    metric: Metric | Literal["kl"],
+    config: EAPConfig | None,
+    answer_positions: int | Sequence[int] | Tensor | None,
+    cluster: ClusterConfig,
+) -> EdgeScores:
+    """:func:`edge_attribution` in shards of prompt pairs (:func:`lmsci_mi.cluster.run_sharded`)."""
+    from lmsci_mi.cluster import run_sharded
+
+    return run_sharded(
+        "edges", lm, clean, corrupted, metric, config,
+        answer_positions=answer_positions, cluster=cluster,
+    )
+
+
 def edge_attribution(
     lm: LensModel,
     clean: PromptsArg,
@@ -289,12 +307,7 @@ def edge_attribution(
     ('EAP-IG', (11, 27), 3)
     """
     if cluster is not None:
-        from lmsci_mi.cluster import run_sharded
-
-        return run_sharded(
-            "edges", lm, clean, corrupted, metric, config,
-            answer_positions=answer_positions, cluster=cluster,
-        )
+        return _sharded(lm, clean, corrupted, metric, config, answer_positions, cluster)
     cfg = config or EAPConfig()
     check_metric(metric)
     graph = edge_graph(lm, grouped=cfg.grouped)
