@@ -2,7 +2,8 @@
 
 The scripts and notebooks are discovered from the folder, so a new one is tested without touching
 this file. Each runs in a temporary folder (its outputs never land in the repository) with
-``LMSCI_MI_QUICK=1`` on the bundled SmolLM2; notebooks run with nbclient on a kernel of this
+``LMSCI_MI_QUICK=1`` on the bundled SmolLM2: scripts in a fresh process forked from one that has
+imported lmsci-mi (tests/warm_python.py), notebooks with nbclient on a kernel of this
 interpreter. The fast checks at the end keep make_notebooks.py and the saved notebooks in step.
 """
 
@@ -11,8 +12,8 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
-import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -20,12 +21,16 @@ import nbformat
 import pytest
 
 from lmsci_mi.config import QUICK_ENV
+from tests.warm_python import WarmPython
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 GENERATOR = "make_notebooks.py"
 SCRIPTS = sorted(p for p in EXAMPLES.glob("*.py") if p.name != GENERATOR)
 NOTEBOOKS = sorted(EXAMPLES.glob("*.ipynb"))
+RUN_ELSEWHERE = {"results.ipynb": "tests/unit/test_results_notebook.py"}
+"""Notebooks that another test runs with these checks and its own (a second run cost 25 s)."""
+RUN_HERE = [notebook for notebook in NOTEBOOKS if notebook.name not in RUN_ELSEWHERE]
 
 
 def _quick_env() -> dict[str, str]:
@@ -54,18 +59,19 @@ def _generator() -> ModuleType:
     return module
 
 
+@pytest.fixture(scope="module")
+def warm_python() -> Iterator[WarmPython]:
+    """One interpreter with lmsci-mi imported, forked afresh for each script (a cold start costs
+    6-7 s of imports a script; tests/warm_python.py says what a child shares)."""
+    with WarmPython({**os.environ, **_quick_env()}) as python:
+        yield python
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
-def test_example_script_runs(script: Path, tmp_path: Path) -> None:
+def test_example_script_runs(script: Path, tmp_path: Path, warm_python: WarmPython) -> None:
     before = _files(EXAMPLES)
-    proc = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        env={**os.environ, **_quick_env()},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = warm_python.run(script, cwd=tmp_path, env={**os.environ, **_quick_env()}, timeout=600)
     assert proc.returncode == 0, (
         f"{script.name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     )
@@ -74,7 +80,7 @@ def test_example_script_runs(script: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+@pytest.mark.parametrize("notebook", RUN_HERE, ids=lambda p: p.name)
 def test_notebook_runs(notebook: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from nbclient import NotebookClient
 

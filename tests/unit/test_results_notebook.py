@@ -15,13 +15,12 @@ from types import ModuleType
 import nbformat
 import pytest
 
-from lmsci_mi.results import _RESULT_TYPES
+from lmsci_mi.results import _RESULT_TYPES, Result
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 REMOTE = re.compile(r"(?:https?:)?//[a-z0-9.-]+\.[a-z]{2,}", re.IGNORECASE)
 
 
-@functools.cache
 @functools.cache
 def _gallery() -> ModuleType:
     spec = importlib.util.spec_from_file_location("result_gallery", EXAMPLES / "result_gallery.py")
@@ -32,6 +31,10 @@ def _gallery() -> ModuleType:
     return module
 
 
+def _files(folder: Path) -> set[Path]:
+    return {p for p in folder.rglob("*") if "__pycache__" not in p.parts}
+
+
 def _check_html(page: str, kind: str) -> None:
     assert "<img" in page and "data:image/png;base64," in page, f"{kind}: no inlined plot"
     assert "No plot:" not in page, f"{kind}: its plot failed"
@@ -39,6 +42,14 @@ def _check_html(page: str, kind: str) -> None:
     assert "<details><summary>Meta</summary>" in page, f"{kind}: no meta"
     assert "http://" not in page and "https://" not in page, f"{kind}: a network resource"
     assert not REMOTE.search(page.split("base64,")[0]), f"{kind}: a network resource"
+
+
+@functools.cache
+def _built(kind: str) -> Result:
+    """The gallery's result of type ``kind``, built once for this file's tests: the repr test and
+    the page test read the same result (the whole suite built each type twice, 25 s)."""
+    gallery = _gallery()
+    return gallery.BUILDERS[kind](gallery.toy())
 
 
 def _library_types() -> set[str]:
@@ -68,8 +79,7 @@ def _kinds(*, slow: set[str]) -> list:
 
 @pytest.mark.parametrize("kind", _kinds(slow=_SLOW_TO_BUILD))
 def test_every_result_type_has_a_short_repr_and_a_summary(kind: str) -> None:
-    gallery = _gallery()
-    result = gallery.BUILDERS[kind](gallery.toy())
+    result = _built(kind)
     assert type(result).__name__ == kind
     shown = repr(result)
     assert shown.startswith(f"<{kind} on ") and len(shown) < 200 and "tensor(" not in shown
@@ -82,8 +92,7 @@ def test_every_result_type_has_a_short_repr_and_a_summary(kind: str) -> None:
 def test_every_result_type_renders_html_offline(kind: str) -> None:
     import matplotlib.pyplot as plt
 
-    gallery = _gallery()
-    result = gallery.BUILDERS[kind](gallery.toy())
+    result = _built(kind)
     _check_html(result._repr_html_(), kind)
     assert not plt.get_fignums(), (
         "a plot left a pyplot figure open (a notebook would draw it twice)"
@@ -102,9 +111,16 @@ def test_the_results_notebook_shows_every_result(
     )
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     nb = nbformat.read(EXAMPLES / "results.ipynb", as_version=4)
+    before = _files(EXAMPLES)
     NotebookClient(
         nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
     ).execute()
+    # The checks tests/integration/test_examples.py makes of every other notebook (this one runs
+    # only here): it writes nothing into examples/, and no cell carries the 1.3 MB circuitsvis
+    # bundle.
+    assert _files(EXAMPLES) == before, "results.ipynb wrote into examples/"
+    sizes = [len(nbformat.writes(nbformat.v4.new_notebook(cells=[cell]))) for cell in nb.cells]
+    assert max(sizes) < 500_000, (max(sizes), sizes.index(max(sizes)))
     shown = []
     for cell in nb.cells[2:]:
         if cell.cell_type != "code":
