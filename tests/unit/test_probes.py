@@ -6,7 +6,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from sklearn.linear_model import LogisticRegression
 
 from lmsci_mi import load_model
 from lmsci_mi.probes import (
@@ -35,6 +34,9 @@ def _blobs(n=900, d=40, classes=5, spread=0.35, seed=0):
 
 @pytest.mark.parametrize("l2", [1e-3, 1e-1])
 def test_lbfgs_probe_matches_scikit_learn(l2):
+    # Imported here: scikit-learn takes 0.4 s to import, and every xdist worker collects this file.
+    from sklearn.linear_model import LogisticRegression
+
     x, y = _blobs()
     split = Split.random(len(y), seed=1)
     fit = fit_probe(x, y, split, FAST.replace(l2_grid=(l2,)))
