@@ -81,8 +81,9 @@ def _copied_toy(name: str, device: torch.device, dtype: torch.dtype) -> LensMode
     """What `loading._load_toy` returns, from a copy of its first build.
 
     A build (random init of a 49k-token vocabulary, the tokenizer from disk) takes 0.5-0.9 s, more
-    than most unit tests, and the fast part loads a toy some 560 times; a deep copy takes 7-12 ms. Each call gets its own model object, so a test that edits weights or attaches hooks
-    cannot leak into the next, and caches keyed by the model see a new one. The tokenizers are
+    than most unit tests, and the fast part loads a toy some 560 times; a deep copy takes 7-12 ms.
+    Each call gets its own model object, so a test that edits weights or attaches hooks cannot
+    leak into the next, and caches keyed by the model see a new one. The tokenizers are
     shared, not copied (copying one costs 0.25 s; neither the library nor a test changes one).
     A build seeds torch, numpy and `random` and draws from torch (the toy config has `seed=0`);
     restoring the state it left keeps every random draw after a load what it was.
