@@ -111,11 +111,12 @@ class SessionResult(Result):
             table.append(f"| {n} | " + " | ".join(f"{float(v):.1f}" for v in row) + " |")
         return "\n".join([head, *table])
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return f"{self.method}, batches of {self.batch_size} — {self.meta.model}"
+
+    def _draw(self, title: str) -> Figure:
         """ES, PS, NS and specificity against the number of edits; GE beside them."""
         from matplotlib.figure import Figure
-
-        from lmsci_mi.viz.plots import save_figure
 
         fig = Figure(figsize=(9, 3.4))
         left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
@@ -127,12 +128,8 @@ class SessionResult(Result):
         right.set(xlabel="edits applied", ylabel="generation entropy GE")
         for ax in (left, right):
             ax.grid(alpha=0.3)
-        fig.suptitle(
-            title or f"{self.method}, batches of {self.batch_size} — {self.meta.model}", fontsize=10
-        )
+        fig.suptitle(title, fontsize=10)
         fig.tight_layout()
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -80,21 +79,20 @@ class SteeringFrequency(Result):
             )
         return "\n".join(lines)
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return f"Steering with feature {self.feature} — {self.meta.model}"
+
+    def _draw(self, title: str) -> Figure:
         """Bar chart of the mean share per condition, with standard errors."""
         import matplotlib.pyplot as plt
-
-        from lmsci_mi.viz.plots import save_figure
 
         means = self.mean().tolist()
         errors = standard_error(self.values.float()).tolist()
         fig, ax = plt.subplots(figsize=(6, 3.5))
         ax.bar(self.axis_labels(0), means, yerr=errors, color=["grey", "tab:blue", "tab:orange"])
         ax.set_ylabel("share of generated tokens in the set")
-        ax.set_title(title or f"Steering with feature {self.feature} — {self.meta.model}")
+        ax.set_title(title)
         fig.tight_layout()
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
 

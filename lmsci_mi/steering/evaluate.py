@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import field
 from functools import cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -142,11 +141,12 @@ class ControlCurve(Result):
                          + ", ".join(f"{e:.3f}" for e in self.error("sentiment").tolist()) + ")")
         return "\n".join(lines)
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return f"LM-Steer control curve — {self.meta.model}"
+
+    def _draw(self, title: str) -> Figure:
         """Sentiment and topic score against the first varying steer, perplexity on a second axis."""
         from matplotlib.figure import Figure
-
-        from lmsci_mi.viz.plots import save_figure
 
         settings = torch.tensor(self.settings)
         varying = int((settings.max(0).values - settings.min(0).values).argmax())
@@ -164,10 +164,8 @@ class ControlCurve(Result):
         twin.plot(x, self.metric("perplexity").tolist(), "^-", color="tab:red", label="perplexity")
         twin.set_ylabel("perplexity (unsteered model)", color="tab:red")
         ax.legend(loc="upper left")
-        ax.set_title(title or f"LM-Steer control curve — {self.meta.model}")
+        ax.set_title(title)
         fig.tight_layout()
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
 
