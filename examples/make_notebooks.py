@@ -160,7 +160,7 @@ EDIT = [
     """),
     setup("edit_fact", "import pandas as pd", "import torch"),
     code("""
-    from lmsci_mi.editing import (EditRequest, ROMEHyperParams, default_rome_layer, rome_edit,
+    from lmsci_mi.editing import (EditRequest, ROMEConfig, default_rome_layer, rome_edit,
                                   target_nll)
 
     request = EditRequest(
@@ -196,7 +196,7 @@ EDIT = [
     the `with` block restores them (or call `handle.restore()`).
     """),
     code("""
-    with rome_edit(lm, request, ROMEHyperParams(layer=layer)) as handle:
+    with rome_edit(lm, request, ROMEConfig(layer=layer)) as handle:
         print(f'edited layer {handle.layers[0]} in {handle.seconds:.1f} s')
         rows += probe('edited')
     rows += probe('restored')

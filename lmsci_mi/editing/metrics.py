@@ -589,7 +589,7 @@ def evaluate_edits(
     Args:
         lm: the model.
         requests: facts with ``target_true``, paraphrase and neighbourhood prompts.
-        config: the method's config (``ROMEHyperParams(layer=4)``), or a method name for its
+        config: the method's config (``ROMEConfig(layer=4)``), or a method name for its
             default config.
         stats: key statistics covering the edited layers (default: each method's own).
         evaluation: :class:`EvaluationConfig` (generation length for GE, seed).

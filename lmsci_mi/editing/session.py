@@ -138,12 +138,12 @@ class EditingSession:
 
     >>> import tempfile
     >>> from lmsci_mi import load_model
-    >>> from lmsci_mi.editing import MEMITHyperParams, StatsConfig, key_statistics
+    >>> from lmsci_mi.editing import MEMITConfig, StatsConfig, key_statistics
     >>> lm = load_model("toy-2l")
     >>> stats = key_statistics(lm, [0, 1], StatsConfig(n_tokens=512), cache_dir=tempfile.mkdtemp())
     >>> reqs = [EditRequest("{} is in", s, t) for s, t in [("Paris", " Rome"), ("Berlin", " Oslo")]]
     >>> no_ge = SessionConfig(evaluation=EvaluationConfig(generation_tokens=0))  # skip GE's sampling
-    >>> session = EditingSession(lm, MEMITHyperParams(layers=(0, 1), steps=2), no_ge, stats=stats)
+    >>> session = EditingSession(lm, MEMITConfig(layers=(0, 1), steps=2), no_ge, stats=stats)
     >>> session.run(reqs).n_edited
     (0, 2)
     >>> session.restore()
@@ -381,7 +381,10 @@ class EditingSession:
                 "on the unedited model it started from"
             )
         mine = json.loads(json.dumps([resumed.method.name, resumed.config.params(), resumed.session.params()]))
-        saved = [state["method"], state["config"], state["session"]]
+        saved_config = dict(state["config"])
+        if "config" in saved_config:  # saved before ROMEHyperParams & co. were renamed *Config
+            saved_config["config"] = str(saved_config["config"]).replace("HyperParams", "Config")
+        saved = [state["method"], saved_config, state["session"]]
         if mine != saved:
             raise UserInputError(f"{folder} was saved with other settings: {saved}, not {mine}")
         tensors = load_file(folder / "state.safetensors")

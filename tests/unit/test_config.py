@@ -156,7 +156,7 @@ VIOLATIONS = list(_violations())
 
 def test_the_configs_of_the_package_are_found_and_declare_bounds() -> None:
     names = {cls.__name__ for cls, _, _ in VIOLATIONS}
-    assert {"PatchingConfig", "GenerationConfig", "ROMEHyperParams", "SAETrainConfig"} <= names
+    assert {"PatchingConfig", "GenerationConfig", "ROMEConfig", "SAETrainConfig"} <= names
     assert len(VIOLATIONS) > 150
 
 
