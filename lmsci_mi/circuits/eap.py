@@ -280,13 +280,12 @@ def edge_attribution(
 
     Args:
         lm: the model.
-        pairs: the prompt pairs (:class:`~lmsci_mi.data.pairs.PromptPairs` or token ids),
-            each pair's prompts of equal token length (any lengths across pairs; right-padded);
-            see :func:`~lmsci_mi.circuits.edge_patching.edge_pairs`. The deprecated form
-            ``edge_attribution(lm, clean, corrupted, metric, ...)`` still works for one release.
+        pairs: :class:`~lmsci_mi.data.pairs.PromptPairs` (or token ids), each pair of one token
+            length (see :func:`~lmsci_mi.circuits.edge_patching.edge_pairs`);
+            ``edge_attribution(lm, clean, corrupted, metric, ...)`` is deprecated, for one release.
         metric: scores answer-position logits ``[*config, pair, vocab] -> [*config, pair]``
-            (:mod:`lmsci_mi.circuits.metrics`), or ``"kl"`` (KL to the clean run); None
-            (default) for each pair's logit difference (``LogitDiff.of_pairs``).
+            (:mod:`lmsci_mi.circuits.metrics`), ``"kl"`` (KL to the clean run), or None: each
+            pair's logit difference (``LogitDiff.of_pairs``).
         config: method, steps, batch size and GQA layout (:class:`EAPConfig`).
         answer_positions: the position each pair's metric reads (default its last real token).
         cluster: score the pairs in shards on a Ray cluster (or in this process with
@@ -302,9 +301,8 @@ def edge_attribution(
     >>> from lmsci_mi import load_model
     >>> from lmsci_mi.data.pairs import PromptPairs
     >>> lm = load_model("toy-2l")
-    >>> pairs = PromptPairs(["Mary and John: John gave it to"], ["Mary and John: Mary gave it to"],
-    ...                     answers=5, wrongs=6)
-    >>> res = edge_attribution(lm, pairs)
+    >>> res = edge_attribution(lm, PromptPairs("Mary and John: John gave it to",
+    ...                                        "Mary and John: Mary gave it to", 5, 6))
     >>> res.method, tuple(res.values.shape), len(res.top(3))
     ('EAP-IG', (11, 27), 3)
     """

@@ -454,11 +454,10 @@ def faithfulness_curve(
         lm: the model; graph: its edge graph (:func:`~lmsci_mi.circuits.graph.edge_graph`).
         scores: edge scores ``[sender, receiver]`` (EAP / EAP-IG scores, or any result whose
             ``values`` are laid out so).
-        pairs: the prompt pairs (:class:`~lmsci_mi.data.pairs.PromptPairs` or token ids; equal
-            token lengths per pair). The deprecated form ``faithfulness_curve(lm, graph, scores,
-            clean, corrupted, metric, ...)`` still works for one release.
-        metric: e.g. ``LogitDiff(io_ids, s_ids)``; faithfulness normalises it. None (default)
-            for each pair's logit difference (``LogitDiff.of_pairs``).
+        pairs: :class:`~lmsci_mi.data.pairs.PromptPairs` (or token ids), each pair of one token
+            length; the loose ``clean, corrupted, metric`` form is deprecated, for one release.
+        metric: e.g. ``LogitDiff(io_ids, s_ids)``, which faithfulness normalises; None: each
+            pair's logit difference (``LogitDiff.of_pairs``).
         config: budgets, pruning method, CPR/CMD axis, batching (:class:`CurveConfig`).
         label: how the scores were made, for legends ("EAP-IG (m=5)").
         answer_positions: the positions the metric reads (default each prompt's last token).
@@ -469,15 +468,12 @@ def faithfulness_curve(
     Raises:
         ValueError: scores of another layout, a budget outside (0, 100], bad prompts.
 
-    >>> from lmsci_mi import load_model
-    >>> from lmsci_mi.circuits.graph import edge_graph; from lmsci_mi.data.pairs import PromptPairs
-    >>> lm = load_model("toy-2l"); g = edge_graph(lm)
+    >>> from lmsci_mi import load_model; from lmsci_mi.data.pairs import PromptPairs
+    >>> from lmsci_mi.circuits.graph import edge_graph; lm = load_model("toy-2l"); g = edge_graph(lm)
     >>> scores = torch.randn(g.real.shape, generator=torch.Generator().manual_seed(0))
-    >>> pairs = PromptPairs("Mary and John: John gave it to", "Mary and John: Mary gave it to",
-    ...                     answers=5, wrongs=6)
-    >>> curve = faithfulness_curve(lm, g, scores, pairs,
-    ...                            config=CurveConfig(fractions=(50.0, 100.0), n_bootstrap=0))
-    >>> round(curve.at(100.0), 4)
+    >>> pairs = PromptPairs("Mary and John: John gave it to", "Mary and John: Mary gave it to", 5, 6)
+    >>> cfg = CurveConfig(fractions=(50.0, 100.0), n_bootstrap=0)
+    >>> round(faithfulness_curve(lm, g, scores, pairs, config=cfg).at(100.0), 4)
     1.0
     """
     cfg = config or CurveConfig()

@@ -564,13 +564,10 @@ def path_patch(
 
     Args:
         lm: the model.
-        pairs: the prompt pairs (:class:`~lmsci_mi.data.pairs.PromptPairs`, or token ids as
-            :class:`~lmsci_mi.data.pairs.TokenisedPairs`), all of one token length. The
-            deprecated form ``path_patch(lm, clean, corrupted, metric, ...)`` still works for
-            one release.
-        metric: ``[*config, pair, vocab] -> [*config, pair]`` at the answer position, or
-            ``"kl"`` for KL to the clean run; None (default) for each pair's logit difference
-            (``LogitDiff.of_pairs``).
+        pairs: :class:`~lmsci_mi.data.pairs.PromptPairs` (or token ids), of one token length;
+            ``path_patch(lm, clean, corrupted, metric, ...)`` is deprecated, for one release.
+        metric: ``[*config, pair, vocab] -> [*config, pair]`` at the answer position, ``"kl"``
+            (KL to the clean run), or None: each pair's logit difference (``LogitDiff.of_pairs``).
         senders: heads and MLPs (``"L0.H1"``, ``"MLP0"``); None for every head below the
             receivers.
         receivers: head inputs (``"L1.H0.q"``, ``.k``, ``.v``), MLPs (``"MLP1"``) or

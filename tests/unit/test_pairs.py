@@ -66,7 +66,7 @@ def test_bad_pairs_raise_a_user_error_naming_the_fix() -> None:
         PromptPairs(["a", "b"], ["c", "d"], answers=(1, 2, 3), wrongs=(4, 5, 6))
     with pytest.raises(UserInputError, match="give answers"):
         PromptPairs(["a"], ["b"], wrongs=4)
-    with pytest.raises(UserInputError, match="TokenisedPairs.from_tokens"):
+    with pytest.raises(UserInputError, match=r"TokenisedPairs\.from_tokens"):
         PromptPairs(torch.tensor([[1, 2]]), torch.tensor([[1, 3]]))  # type: ignore[arg-type]
     with pytest.raises(UserInputError, match="give one corrupted prompt per clean prompt"):
         TokenisedPairs.from_tokens(torch.ones(2, 3, dtype=torch.long), torch.ones(1, 3, dtype=torch.long))
