@@ -61,8 +61,8 @@ DEPRECATED: dict[tuple[str, str], str] = {
     "head_patterns, parse_heads and save_attention_html, now lmsci_mi.circuits.attention's",
     ("lmsci_mi.viz.report", "cli"): "the report page, now lmsci_mi.cli.report (it renders "
     "results, so it sits above them)",
-    ("lmsci_mi.data.ioi", "circuits"): "TextPairs.metric(), now LogitDiff.of_pairs(pairs) (the "
-    "metric is built where the metrics live)",
+    ("lmsci_mi.data.pairs", "circuits"): "PromptPairs.metric() (TextPairs.metric()), now "
+    "LogitDiff.of_pairs(pairs) (the metric is built where the metrics live)",
 }
 """Deprecated aliases: (module, the unit it imports back up) -> what moved where."""
 
