@@ -247,15 +247,13 @@ def _save_checkpoint(
         "rng": rng_plain,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    os.close(handle)
-    try:
+    # Written beside the target and moved over it, so a run stopped mid-write keeps the last
+    # whole checkpoint; the temporary folder goes either way.
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=".checkpoint-") as folder:
+        temporary = Path(folder) / path.name
         save_file({**tensors, **optimiser_tensors, **rng_tensors}, temporary,
                   metadata={"state": json.dumps(meta)})
         os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def _load_checkpoint(
