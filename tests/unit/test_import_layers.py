@@ -262,7 +262,8 @@ def test_the_reader_finds_the_imports_it_should() -> None:
     assert ("lmsci_mi.circuits.shards", "lmsci_mi.cluster.shardable") in imports
     assert ("lmsci_mi.circuits.aie", "lmsci_mi.cluster") in imports  # inside a function
     assert ("lmsci_mi.circuits.aie", "lmsci_mi.model") not in imports  # TYPE_CHECKING only
-    assert {"model", "hooks", "sites", "collect", "positions"} <= core_modules()
+    # training is the core's home of small-model training, below circuits/ and probes/ that use it
+    assert {"model", "hooks", "sites", "collect", "training", "positions"} <= core_modules()
     assert {"circuits", "data", "editing", "steering"} <= feature_packages()
     assert ground_floor() >= {"config", "sites", *BASEMENT}
 
