@@ -18,7 +18,7 @@ from collections.abc import Callable
 import torch
 
 from lmsci_mi import LensModel, load_model
-from lmsci_mi.circuits.aie import Fact, aggregate_traces
+from lmsci_mi.circuits.aie import aggregate_traces
 from lmsci_mi.circuits.attention import attention_summary
 from lmsci_mi.circuits.attribution import AttributionConfig, attribution_patch
 from lmsci_mi.circuits.eap import EAPConfig, edge_attribution
@@ -35,6 +35,7 @@ from lmsci_mi.circuits.ioi import IOI_ROLES, CircuitHead, IOICircuit
 from lmsci_mi.circuits.patching import PatchingConfig, patch_activations
 from lmsci_mi.circuits.path_patching import path_patch
 from lmsci_mi.circuits.tracing import TraceConfig, causal_trace
+from lmsci_mi.data import Fact
 from lmsci_mi.data.cfg import CFGConfig, build_grammar
 from lmsci_mi.data.concepts import load_concept_pairs
 from lmsci_mi.data.contrasts import contrast_pairs
@@ -502,9 +503,12 @@ def paths(lm: LensModel) -> Result:
 
 
 def aie(lm: LensModel) -> Result:
-    facts = [Fact(PROMPT, "Eiffel Tower", " Paris"), Fact("Berlin is the capital of", "Berlin", " Germany")]
+    facts = [
+        Fact(PROMPT, "Eiffel Tower", target_true=" Paris"),
+        Fact("Berlin is the capital of", "Berlin", target_true=" Germany"),
+    ]
     config = TraceConfig(n_samples=2, window=1, kinds=("resid", "mlp"))
-    traces = [causal_trace(lm, f.prompt, f.subject, config.replace(target=f.target)) for f in facts]
+    traces = [causal_trace(lm, f.rewrite_prompt, f.subject, config.replace(target=f.target_true)) for f in facts]
     return aggregate_traces(traces)
 
 

@@ -23,7 +23,6 @@ from lmsci_mi.circuits.aie import (
     FactPlan,
     aggregate_traces,
     average_indirect_effect,
-    load_fact_set,
     plan_fact_traces,
     trace_fact,
 )
@@ -32,6 +31,7 @@ from lmsci_mi.circuits.edge_patching import batch_metric, edge_pairs
 from lmsci_mi.circuits.metrics import pair_metric
 from lmsci_mi.circuits.tracing import CausalTrace
 from lmsci_mi.cluster.shardable import SHARDABLE, Job, Shardable
+from lmsci_mi.data.facts import load_facts
 from lmsci_mi.data.pairs import PromptPairs, legacy_arguments
 from lmsci_mi.errors import UserInputError
 
@@ -53,7 +53,7 @@ class AIEShards(Shardable[list[CausalTrace]]):
 
     def prepare(self, lm: LensModel, arguments: Mapping[str, Any]) -> Job:
         facts = arguments["facts"]
-        fact_list = load_fact_set(facts) if isinstance(facts, (str, Path)) else list(facts)
+        fact_list = load_facts(facts) if isinstance(facts, (str, Path)) else list(facts)
         plan = plan_fact_traces(lm, fact_list, arguments["config"])
         return Job(items=tuple(range(len(plan.facts))), context=plan)
 

@@ -49,7 +49,8 @@ def register(commands: Any) -> None:
     trace.add_argument(
         "--facts",
         metavar="FILE|shipped",
-        help="trace a fact set instead: a JSON file of CounterFact-style records, or 'shipped'",
+        help="trace a fact set instead: a JSON file of CounterFact-style records, or a shipped "
+        "set: 'shipped' (the small set, also 'facts') or 'edit_facts'",
     )
     add_config_args(trace, TraceConfig)
     add_config_args(trace, AIEConfig)
@@ -76,8 +77,9 @@ def register(commands: Any) -> None:
 
 
 def _run_trace(args: argparse.Namespace) -> int:
-    from lmsci_mi.circuits.aie import AIEConfig, average_indirect_effect, load_fact_set
+    from lmsci_mi.circuits.aie import AIEConfig, average_indirect_effect
     from lmsci_mi.circuits.tracing import TraceConfig, causal_trace
+    from lmsci_mi.data.facts import load_facts
 
     config = config_from_args(TraceConfig, args)
     cluster = cluster_from_args(args)
@@ -90,7 +92,7 @@ def _run_trace(args: argparse.Namespace) -> int:
         raise UserInputError("--ray shards a fact set over a cluster: give --facts FILE|shipped")
     if facts is not None:
         aie_config = config_from_args(AIEConfig, args, trace=config)
-        fact_set = load_fact_set(facts)  # checked before the model loads
+        fact_set = load_facts(facts)  # checked before the model loads
         result: Any = average_indirect_effect(
             load_from_args(args), fact_set, aie_config, cluster=cluster
         )

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from lmsci_mi import load_model
-from lmsci_mi.circuits.aie import AIEConfig, Fact, average_indirect_effect
+from lmsci_mi.circuits.aie import AIEConfig, average_indirect_effect
 from lmsci_mi.circuits.eap import EAPConfig, edge_attribution
 from lmsci_mi.circuits.metrics import LogitDiff
 from lmsci_mi.circuits.tracing import TraceConfig
@@ -21,6 +21,7 @@ from lmsci_mi.cli import main
 from lmsci_mi.cluster import SHARDABLE, ClusterConfig, ShardError, run_sharded, split
 from lmsci_mi.cluster.spec import FaultInjection
 from lmsci_mi.collect import CollectConfig, collect_activations
+from lmsci_mi.data import Fact
 from lmsci_mi.data.pairs import PromptPairs, TokenisedPairs
 from lmsci_mi.editing import (
     EditRequest,
@@ -168,7 +169,7 @@ def test_bad_input_is_refused_on_the_driver(lm: LensModel) -> None:
     with pytest.raises(ValueError, match="as texts"):
         run_sharded("edges", lm, token_ids, LogitDiff(5, 6), cluster=_process(2))
     with pytest.raises(ValueError, match="knows none"):
-        run_sharded("aie", lm, [Fact("The cat sat on the", "cat", " zebra")], cluster=_process(2))
+        run_sharded("aie", lm, [Fact("The cat sat on the", "cat", target_true=" zebra")], cluster=_process(2))
     with pytest.raises(ValueError, match="address"):
         ClusterConfig(address="somewhere")
     with pytest.raises(ValueError, match="not both"):
@@ -213,7 +214,7 @@ def test_cli_shards_a_fact_set_and_an_edit_evaluation(
     monkeypatch.setenv("LMSCI_MI_CACHE", str(tmp_path / "cache"))
     facts = tmp_path / "facts.json"
     facts.write_text(json.dumps(
-        [{"prompt": TEMPLATE, "subject": f.subject, "target_true": f.target} for f in _known(lm)]
+        [{"prompt": TEMPLATE, "subject": f.subject, "target_true": f.target_true} for f in _known(lm)]
     ))
     trace = ["trace", "--model", "toy-2l", "--facts", str(facts), "--corruption", "str",
              "--n-facts", "3", "--window", "1", "--kinds", "resid", "--out", str(tmp_path / "aie.json")]

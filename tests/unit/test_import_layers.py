@@ -40,9 +40,10 @@ USES: dict[tuple[str, str], str] = {
     "tokens; IOI and edge scores read the IOI prompts",
     ("circuits", "lenses"): "IOI uses the lenses' direct logit attribution to find name movers",
     ("editing", "circuits"): "editing uses circuits' causal trace to pick ROME's layer",
-    ("editing", "data"): "edit requests from the shipped CounterFact-style facts; the key "
+    ("editing", "data"): "an edit request is the fact record, and the shipped facts; the key "
     "statistics read the text corpus",
-    ("knowledge", "data"): "trigger search reads the text corpus",
+    ("knowledge", "data"): "trigger search reads the text corpus; knowledge neurons take the "
+    "fact record",
     ("lenses", "data"): "the tuned lens trains on the text corpus",
     ("probes", "data"): "probing tasks and the CFG probes read their datasets",
     ("representations", "data"): "concept pairs and contrasts come from the shipped data",
