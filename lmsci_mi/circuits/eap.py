@@ -19,29 +19,29 @@ from jaxtyping import Float
 from torch import Tensor
 
 from lmsci_mi.circuits.edge_patching import (
-    HookList,
     PromptsArg,
-    SenderRecorder,
     batch_scorer,
     check_metric,
     prepare_edge_prompts,
+    shared_prefix,
+)
+from lmsci_mi.circuits.edge_wiring import (
+    ReceiverHooks,
+    SenderRecorder,
+    attn_stream,
     qkv_projection,
     receiver_flags,
     record_run,
     sender_buffer,
-    shared_prefix,
 )
 from lmsci_mi.circuits.graph import EdgeGraph, edge_graph
 from lmsci_mi.circuits.metrics import LogitDiff, Metric
 from lmsci_mi.config import Config, config
 from lmsci_mi.errors import UserInputError
-from lmsci_mi.hooks import HookFn
 from lmsci_mi.results import Result, result_type
-from lmsci_mi.sites import hook_name
 from lmsci_mi.sweep import BaseRun, resume
 
 if TYPE_CHECKING:
-    from transformer_lens.hook_points import HookPoint
 
     from lmsci_mi.cluster import ClusterConfig
     from lmsci_mi.data.ioi import TextPairs
@@ -119,7 +119,7 @@ class EdgeScores(Result):
         return "\n".join(lines)
 
 
-class _Gradients:
+class _Gradients(ReceiverHooks):
     """Hooks of the backward-carrying pass: each receiver's input is a tensor of its own whose
     gradient is contracted with the sender differences as it arrives (one einsum per layer)."""
 
@@ -131,8 +131,8 @@ class _Gradients:
         scores: Tensor,
         steps: int,
     ):
-        self.lm, self.graph, self.diff, self.scores, self.steps = lm, graph, diff, scores, steps
-        self.stream: dict[int, Tensor] = {}
+        super().__init__(lm, graph)
+        self.diff, self.scores, self.steps = diff, scores, steps
 
     def contract(self, n_senders: int, cols: slice) -> Callable[[Tensor], None]:
         def hook(grad: Tensor) -> None:
@@ -145,43 +145,17 @@ class _Gradients:
 
         return hook
 
-    def hooks(self) -> HookList:
-        hooks: HookList = []
-        for layer in range(self.graph.n_layers):
-            hooks.append((hook_name("resid_pre", layer), self._stream(layer)))
-            hooks += [(hook_name(letter, layer), self._qkv(layer, letter)) for letter in "qkv"]
-            if self.graph.has_mlp:
-                hooks.append((hook_name("mlp_in", layer), self._mlp(layer)))
-        return hooks
+    def qkv(self, layer: int, letter: str, part: range, stream: Tensor, activation: Tensor) -> Tensor:
+        # One copy of the stream per receiver (a view); a separate tensor per letter, since
+        # slicing one q/k/v tensor costs a zero-filled copy per slice in the backward pass.
+        inputs = stream.unsqueeze(2).expand(-1, -1, len(part), -1)
+        n_senders = self.graph.layer(layer).attn_senders
+        inputs.register_hook(self.contract(n_senders, slice(part.start, part.stop)))
+        return qkv_projection(self.lm, self.graph, layer, letter, inputs)
 
-    def _stream(self, layer: int) -> HookFn:
-        def keep(activation: Tensor, hook: HookPoint) -> None:
-            self.stream[layer] = activation
-
-        return keep
-
-    def _qkv(self, layer: int, letter: str) -> HookFn:
-        cols = self.graph.layer(layer)
-        part = {"q": cols.q, "k": cols.k, "v": cols.v}[letter]
-
-        def project(activation: Tensor, hook: HookPoint) -> Tensor:
-            # One copy of the stream per receiver (a view); a separate tensor per letter, since
-            # slicing one q/k/v tensor costs a zero-filled copy per slice in the backward pass.
-            stream = self.stream.pop(layer) if letter == "v" else self.stream[layer]
-            inputs = stream.unsqueeze(2).expand(-1, -1, len(part), -1)
-            inputs.register_hook(self.contract(cols.attn_senders, slice(part.start, part.stop)))
-            return qkv_projection(self.lm, self.graph, layer, letter, inputs)
-
-        return project
-
-    def _mlp(self, layer: int) -> HookFn:
-        cols = self.graph.layer(layer)
-
-        def mlp_in(activation: Tensor, hook: HookPoint) -> None:
-            assert cols.mlp is not None
-            activation.register_hook(self.contract(cols.mlp_senders, slice(cols.mlp, cols.mlp + 1)))
-
-        return mlp_in
+    def mlp(self, layer: int, column: int, activation: Tensor) -> None:
+        n_senders = self.graph.layer(layer).mlp_senders
+        activation.register_hook(self.contract(n_senders, slice(column, column + 1)))
 
 
 def _interpolation(clean: Tensor, corrupted: Tensor, steps: int) -> Tensor:
@@ -214,14 +188,14 @@ def _score_batch(
     prefix = shared_prefix(clean_tokens, corrupted_tokens, answers)
     with receiver_flags(lm, graph):  # cached keys in the layout the graded pass appends to
         base = BaseRun.record(lm, clean_tokens, answer_positions=answers)
-    with lm.hooks.capture(hook_name("resid_pre", 0)) as cap:
+    with lm.hooks.capture(attn_stream(0)) as cap:
         corrupted_out, _, corrupted_final = record_run(lm, graph, corrupted_tokens)
     b, width = clean_tokens.shape
     clean_out = sender_buffer(lm, graph, b, width - prefix)
     diff = corrupted_out[:, :, prefix:].contiguous()
     # A leaf that needs grad: the pass builds a graph whether or not the weights need grad, and
     # no gradient ever reaches a weight (autograd.grad on this leaf only).
-    start = _interpolation(base.resid[0][:, prefix:], cap[hook_name("resid_pre", 0)][:, prefix:], steps)
+    start = _interpolation(base.resid[0][:, prefix:], cap[attn_stream(0)][:, prefix:], steps)
     start.requires_grad_(True)
     grads = _Gradients(lm, graph, diff, scores, steps)
     recorder = SenderRecorder(lm, graph, clean_out, rows=slice((steps - 1) * b, steps * b))

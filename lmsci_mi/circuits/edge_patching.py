@@ -4,12 +4,12 @@ Each receiver's input is rebuilt inside one clean forward pass from its senders'
 and the corrupted run's, ``in_v = stream_v + Σ_{u∉C} (a_u(x') − a_u(current))`` (Hanna et al. 2024,
 EAP-IG's ``evaluate_graph``; Conmy et al. 2023, ACDC). Receivers are fed through the q/k/v
 projections (a head's input is ``ln1(in_v) @ W[h]``, no split-input flags), ``hook_mlp_in`` and the
-final residual stream; several circuits share one pass, stacked along the batch.
+final residual stream, wired as :mod:`~lmsci_mi.circuits.edge_wiring` says; several circuits share
+one pass, stacked along the batch.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -18,19 +18,24 @@ from typing import TYPE_CHECKING, Literal
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
-from transformer_lens.utilities.attention import complex_attn_linear
 
+from lmsci_mi.circuits.edge_wiring import (
+    ReceiverHooks,
+    SenderRecorder,
+    attn_stream,
+    mlp_stream,
+    qkv_projection,
+    receiver_flags,
+    record_run,
+    sender_buffer,
+)
 from lmsci_mi.circuits.graph import EdgeGraph
 from lmsci_mi.circuits.metrics import KLToClean, LogitDiff, Metric, Normalised, TargetProb
 from lmsci_mi.errors import UserInputError
-from lmsci_mi.hooks import HookFn
 from lmsci_mi.model import PaddedBatch
-from lmsci_mi.sites import hook_name
 from lmsci_mi.sweep import BaseRun, resume
 
 if TYPE_CHECKING:
-    from transformer_lens.hook_points import HookPoint
-
     from lmsci_mi.model import LensModel
 
 __all__ = [
@@ -45,7 +50,6 @@ __all__ = [
 ]
 
 PromptsArg = str | Sequence[str] | PaddedBatch | Int[Tensor, "pair pos"]
-HookList = list[tuple[str, HookFn]]
 
 
 # ---------------------------------------------------------------------------------- prompts
@@ -218,108 +222,6 @@ def batch_scorer(
     return batch_metric(metric, index, n_pairs)
 
 
-# ---------------------------------------------------------------------------------- senders
-
-
-@contextlib.contextmanager
-def receiver_flags(lm: LensModel, graph: EdgeGraph) -> Iterator[None]:
-    """Turn on ``hook_mlp_in`` (an MLP's input apart from the stream) and, for an ungrouped GQA
-    graph, TransformerLens's per-query-head K/V, restoring both flags on exit."""
-    model = lm.model
-    cfgs = {
-        id(c): c
-        for c in [model.cfg, *(b.cfg for b in model.blocks), *(b.attn.cfg for b in model.blocks)]
-    }
-    saved = [(c, c.use_hook_mlp_in, c.ungroup_grouped_query_attention) for c in cfgs.values()]
-    ungroup = graph.n_kv_heads < graph.n_heads and not graph.grouped
-    try:
-        for c, _, _ in saved:
-            c.use_hook_mlp_in = True
-            c.ungroup_grouped_query_attention = c.ungroup_grouped_query_attention or ungroup
-        yield
-    finally:
-        for c, mlp_in, ungrouped in saved:
-            c.use_hook_mlp_in, c.ungroup_grouped_query_attention = mlp_in, ungrouped
-
-
-class SenderRecorder:
-    """Writes every sender's output into ``out[sender, row, pos, d_model]`` during a forward pass.
-
-    Sender-major, so that one sender's outputs over the whole batch are one contiguous row: the
-    edge sums are then plain matrix products over senders (no copy of the buffer).
-
-    A head's output is ``z[h] @ W_O[h]``; under post-norms (Gemma) it is scaled by the post-norm
-    weight over the run's own post-norm divisor, so the heads' outputs sum to the normed
-    attention output of that run. Only the rows ``rows`` of the pass are kept. With
-    ``first_layer``, only the senders of that layer and above are recorded, at ``out[sender −
-    first]`` where ``first`` is the layer's first sender (a patched pass that starts there).
-    """
-
-    def __init__(
-        self,
-        lm: LensModel,
-        graph: EdgeGraph,
-        out: Tensor,
-        rows: slice = slice(None),
-        first_layer: int | None = None,
-    ):
-        self.lm, self.graph, self.out, self.rows = lm, graph, out, rows
-        self.first_layer = first_layer
-        self.offset = 0 if first_layer is None else graph.layer(first_layer).attn_senders
-        self.z: dict[int, Tensor] = {}
-        self.scale: dict[int, Tensor] = {}
-
-    def hooks(self) -> HookList:
-        g = self.graph
-        hooks: HookList = [] if self.first_layer is not None else [(hook_name("resid_pre", 0), self._input)]
-        for layer in range(self.first_layer or 0, g.n_layers):
-            hooks.append((hook_name("z", layer), self._keep(self.z, layer)))
-            if g.post_norm:
-                hooks.append((hook_name("ln1_post_scale", layer), self._keep(self.scale, layer)))
-            hooks.append((hook_name("attn_out", layer), self._heads(layer)))
-            if g.has_mlp:
-                hooks.append((hook_name("mlp_out", layer), self._mlp(layer)))
-        return hooks
-
-    def _input(self, activation: Tensor, hook: HookPoint) -> None:
-        self.out[0] = activation[self.rows].detach()
-
-    def _keep(self, store: dict[int, Tensor], layer: int) -> HookFn:
-        def keep(activation: Tensor, hook: HookPoint) -> None:
-            store[layer] = activation[self.rows].detach()
-
-        return keep
-
-    def _heads(self, layer: int) -> HookFn:
-        first = self.graph.head_sender(layer, 0) - self.offset
-
-        def heads(activation: Tensor, hook: HookPoint) -> None:
-            self.out[first : first + self.graph.n_heads] = head_outputs(
-                self.lm, layer, self.z.pop(layer), self.scale.pop(layer, None)
-            )
-
-        return heads
-
-    def _mlp(self, layer: int) -> HookFn:
-        index = self.graph.mlp_sender(layer) - self.offset
-
-        def mlp(activation: Tensor, hook: HookPoint) -> None:
-            self.out[index] = activation[self.rows].detach()
-
-        return mlp
-
-
-def head_outputs(
-    lm: LensModel, layer: int, z: Float[Tensor, "batch pos head d_head"], post_scale: Tensor | None
-) -> Float[Tensor, "head batch pos d_model"]:
-    """Each head's write into the stream, ``z[h] @ W_O[h]`` (post-normed when the model is)."""
-    block = lm.model.blocks[layer]
-    out = torch.einsum("bphd,hdm->hbpm", z, block.attn.W_O)
-    if post_scale is not None:
-        out = out * (block.ln1_post.w / post_scale)
-    return out
-
-
 # Below this share of non-zero weights a sparse product beats the dense one (measured on
 # SmolLM2's [28 receivers × 300 senders] blocks: about 10 % on a CPU).
 _SPARSE_BELOW = 0.1
@@ -349,37 +251,6 @@ def weighted_difference(
         if part.shape[0]:
             out = addmm(out, w.to_sparse() if sparse else w, part, alpha=-1)
     return out
-
-
-def sender_buffer(
-    lm: LensModel, graph: EdgeGraph, rows: int, width: int, first_layer: int | None = None
-) -> Tensor:
-    """An empty ``[sender, rows, pos, d_model]`` buffer for :class:`SenderRecorder` (with
-    ``first_layer``, for the senders from that layer on only)."""
-    skip = 0 if first_layer is None else graph.layer(first_layer).attn_senders
-    return torch.empty(
-        graph.n_senders - skip, rows, width, lm.cfg.d_model, device=lm.device, dtype=lm.cfg.dtype
-    )
-
-
-def qkv_projection(
-    lm: LensModel,
-    graph: EdgeGraph,
-    layer: int,
-    letter: str,
-    inputs: Float[Tensor, "batch pos head d_model"],
-    heads: Tensor | None = None,
-) -> Float[Tensor, "batch pos head d_head"]:
-    """What ``hook_{letter}`` holds when each head reads its own pre-norm input (only the heads
-    ``heads``, when given: ``inputs`` then holds theirs)."""
-    block = lm.model.blocks[layer]
-    attn = block.attn
-    grouped_kv = letter != "q" and graph.grouped
-    w = getattr(attn, f"_W_{letter.upper()}" if grouped_kv else f"W_{letter.upper()}")
-    b = getattr(attn, f"_b_{letter.upper()}" if grouped_kv else f"b_{letter.upper()}")
-    if heads is not None:
-        w, b = w[heads], b[heads]
-    return complex_attn_linear(block.ln1(inputs), w, b)
 
 
 # ---------------------------------------------------------------------------------- evaluation
@@ -425,8 +296,9 @@ class _Senders:
     current: Tensor
 
 
-class _CircuitPatch:
-    """The receiver hooks of one patched pass of ``k`` circuits stacked along the batch."""
+class _CircuitPatch(ReceiverHooks):
+    """The receiver hooks of one patched pass of ``k`` circuits stacked along the batch: each
+    receiver that a circuit cuts an edge into reads its rebuilt input (:meth:`rebuilt`)."""
 
     def __init__(
         self,
@@ -436,7 +308,8 @@ class _CircuitPatch:
         senders: _Senders,
         corrupted_streams: dict[str, Tensor],
     ):
-        self.lm, self.graph, self.senders = lm, graph, senders
+        super().__init__(lm, graph)
+        self.senders = senders
         corrupted = senders.corrupted
         self.k = keep.shape[0]
         # Float weights: 1 = edge kept, 0 = edge takes the corrupted value; between, a mix
@@ -446,7 +319,6 @@ class _CircuitPatch:
         self.keep = keep.transpose(1, 2).contiguous()
         self.ablate = (graph.real.to(lm.device, corrupted.dtype) - keep).transpose(1, 2).contiguous()
         self.corrupted_streams = corrupted_streams
-        self.stream: dict[int, Tensor] = {}
         self.delta: dict[int, tuple[Tensor, Tensor]] = {}
 
     def rebuilt(
@@ -481,72 +353,39 @@ class _CircuitPatch:
             (torch.sub if use_keep else torch.add)(base, summed, out=out[:, j])
         return touched, out.view(n_cols, rows, width, d_model).permute(1, 2, 0, 3)
 
-    def hooks(self) -> HookList:
-        g, hooks = self.graph, []
-        for layer in range(g.n_layers):
-            cols = g.layer(layer)
-            if bool(
-                (self.ablate[:, cols.qkv.start : cols.qkv.stop, : cols.attn_senders] != 0).any()
-            ):
-                hooks.append((hook_name("resid_pre", layer), self._keep_stream(layer)))
-                for letter in "qkv":
-                    hooks.append((hook_name(letter, layer), self._qkv(layer, letter)))
-            if cols.mlp is not None and bool(
-                (self.ablate[:, cols.mlp, : cols.mlp_senders] != 0).any()
-            ):
-                hooks.append((hook_name("mlp_in", layer), self._mlp(layer)))
-        return hooks
+    def wants(self, cols: range, n_senders: int) -> bool:
+        """A receiver group gets a hook only when some circuit cuts an edge into it."""
+        return bool((self.ablate[:, cols.start : cols.stop, :n_senders] != 0).any())
 
-    def _keep_stream(self, layer: int) -> HookFn:
-        def keep(activation: Tensor, hook: HookPoint) -> None:
-            self.stream[layer] = activation
-
-        return keep
-
-    def _qkv(self, layer: int, letter: str) -> HookFn:
+    def qkv(self, layer: int, letter: str, part: range, stream: Tensor, activation: Tensor) -> Tensor:
         cols = self.graph.layer(layer)
-        part = {"q": cols.q, "k": cols.k, "v": cols.v}[letter]
         offset = part.start - cols.q.start
-
-        def project(activation: Tensor, hook: HookPoint) -> Tensor:
-            if letter == "q":  # q fires first: rebuild the layer's q/k/v inputs once
-                rebuilt = self.rebuilt(
-                    self.stream[layer],
-                    self.corrupted_streams[f"pre{layer}"],
-                    cols.attn_senders,
-                    slice(cols.qkv.start, cols.qkv.stop),
-                )
-                assert rebuilt is not None
-                self.delta[layer] = rebuilt
-            touched, inputs = self.delta[layer]
-            if letter == "v":
-                del self.delta[layer], self.stream[layer]
-            mine = ((touched >= offset) & (touched < offset + len(part))).nonzero().flatten()
-            if mine.numel() == 0:
-                return activation
-            heads = touched[mine] - offset
-            projected = qkv_projection(
-                self.lm, self.graph, layer, letter, inputs[:, :, mine], heads=heads
-            )
-            return activation.index_copy(2, heads, projected.to(activation.dtype))
-
-        return project
-
-    def _mlp(self, layer: int) -> HookFn:
-        cols = self.graph.layer(layer)
-
-        def mlp_in(activation: Tensor, hook: HookPoint) -> Tensor:
-            assert cols.mlp is not None
+        if letter == "q":  # q fires first: rebuild the layer's q/k/v inputs once
             rebuilt = self.rebuilt(
-                activation,
-                self.corrupted_streams[f"mid{layer}"],
-                cols.mlp_senders,
-                slice(cols.mlp, cols.mlp + 1),
+                stream,
+                self.corrupted_streams[attn_stream(layer)],
+                cols.attn_senders,
+                slice(cols.qkv.start, cols.qkv.stop),
             )
             assert rebuilt is not None
-            return rebuilt[1][:, :, 0]
+            self.delta[layer] = rebuilt
+        touched, inputs = self.delta.pop(layer) if letter == "v" else self.delta[layer]
+        mine = ((touched >= offset) & (touched < offset + len(part))).nonzero().flatten()
+        if mine.numel() == 0:
+            return activation
+        heads = touched[mine] - offset
+        projected = qkv_projection(self.lm, self.graph, layer, letter, inputs[:, :, mine], heads=heads)
+        return activation.index_copy(2, heads, projected.to(activation.dtype))
 
-        return mlp_in
+    def mlp(self, layer: int, column: int, activation: Tensor) -> Tensor:
+        rebuilt = self.rebuilt(
+            activation,
+            self.corrupted_streams[mlp_stream(self.graph, layer)],
+            self.graph.layer(layer).mlp_senders,
+            slice(column, column + 1),
+        )
+        assert rebuilt is not None
+        return rebuilt[1][:, :, 0]
 
     def final(self, resid: Tensor) -> Tensor:
         """The logits' input: the final stream with the circuit's missing edges patched."""
@@ -557,31 +396,6 @@ class _CircuitPatch:
             slice(self.graph.logits, self.graph.logits + 1),
         )
         return resid if rebuilt is None else rebuilt[1][:, :, 0]
-
-
-@torch.no_grad()
-def record_run(
-    lm: LensModel, graph: EdgeGraph, tokens: Tensor, *, streams: bool = False
-) -> tuple[Tensor, dict[str, Tensor], Tensor]:
-    """One unpatched pass: every sender's output, (optionally) the stream before each receiver
-    (``pre{l}``, ``mid{l}``, ``final``), and the final residual stream."""
-    out = sender_buffer(lm, graph, tokens.shape[0], tokens.shape[1])
-    recorder = SenderRecorder(lm, graph, out)
-    sites = ("resid_pre", "resid_mid") if graph.has_mlp else ("resid_pre",)
-    names = [hook_name(s, layer) for layer in range(graph.n_layers) for s in sites]
-    with (
-        lm.hooks.hooks(fwd=recorder.hooks(), label="edge senders"),
-        lm.hooks.capture(names if streams else []) as cap,
-    ):
-        final = lm.model(tokens, stop_at_layer=graph.n_layers)
-    kept: dict[str, Tensor] = {}
-    if streams:
-        for layer in range(graph.n_layers):
-            kept[f"pre{layer}"] = cap[hook_name("resid_pre", layer)]
-            if graph.has_mlp:
-                kept[f"mid{layer}"] = cap[hook_name("resid_mid", layer)]
-        kept["final"] = final
-    return out, kept, final
 
 
 def _answer_logits(lm: LensModel, resid: Tensor, answers: Tensor, repeats: int = 1) -> Tensor:
