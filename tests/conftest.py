@@ -86,6 +86,44 @@ def tiny_post_norm(tiny: LensModel) -> LensModel:
     )
 
 
+@pytest.fixture
+def tiny_parallel(tiny: LensModel) -> LensModel:
+    """A Pythia/GPT-NeoX-shaped toy: attention and MLP in parallel (the MLP reads the block's
+    input; TransformerLens has no hook_resid_mid there), LayerNorm, partial rotary (a quarter of
+    each head), random biases and norm weights so that none is an identity."""
+    cfg = HookedTransformerConfig(
+        n_layers=2,
+        d_model=64,
+        n_heads=4,
+        d_head=16,
+        d_mlp=128,
+        n_ctx=64,
+        d_vocab=tiny.cfg.d_vocab,
+        act_fn="gelu",
+        normalization_type="LN",
+        positional_embedding_type="rotary",
+        rotary_dim=4,
+        rotary_adjacent_pairs=False,
+        parallel_attn_mlp=True,
+        seed=0,
+        device=TEST_DEVICE,
+    )
+    model = HookedTransformer(cfg, tokenizer=tiny.tokenizer)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith(".w"):
+                param.copy_(1 + 0.5 * torch.randn_like(param))
+            elif name.split(".")[-1].startswith("b"):
+                param.copy_(0.1 * torch.randn_like(param))
+    return LensModel(
+        model,
+        name="toy-parallel",
+        source="test",
+        tokenizer=tiny.tokenizer,
+        sink_token_id=tiny.sink_token_id,
+    )
+
+
 def weights_fingerprint(lm: LensModel) -> dict[str, tuple[float, float]]:
     """Per parameter, the sum and the 2-norm: an edit left in place moves one or both.
 

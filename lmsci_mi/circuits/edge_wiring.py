@@ -50,8 +50,9 @@ def attn_stream(layer: int) -> str:
 
 
 def mlp_stream(graph: EdgeGraph, layer: int) -> str:
-    """The hook of the stream MLP ``layer`` reads: after the attention (``resid_mid``)."""
-    return hook_name("resid_mid", layer)
+    """The hook of the stream MLP ``layer`` reads: after the attention (``resid_mid``), or the
+    block's input in a parallel block, which has no ``resid_mid``."""
+    return attn_stream(layer) if graph.parallel else hook_name("resid_mid", layer)
 
 
 def receiver_streams(graph: EdgeGraph) -> list[str]:
@@ -59,7 +60,7 @@ def receiver_streams(graph: EdgeGraph) -> list[str]:
     names = []
     for layer in range(graph.n_layers):
         names.append(attn_stream(layer))
-        if graph.has_mlp:
+        if graph.has_mlp and not graph.parallel:
             names.append(mlp_stream(graph, layer))
     return names
 

@@ -4,6 +4,8 @@ Nodes are the input embedding, every attention head's output (``z @ W_O[h]``), e
 logits; an edge runs from each upstream output to each downstream input, with a head's q, k and v
 inputs as separate receivers. The layout is EAP-IG's dense ``[sender, receiver]`` matrix with a
 mask of real edges (Hanna et al. 2024, "Have Faith in Faithfulness"; Conmy et al. 2023, ACDC).
+Where a block runs attention and MLP in parallel (GPT-J, GPT-NeoX / Pythia) its MLP reads the
+block's input, so the block's own heads do not feed it.
 
 Post-norms (Gemma 2/3 normalise each block's output before adding it): the normed output is the
 node, split over heads at the run's own scale, ``a_h = w ⊙ (z_h W_O[h]) / s(x)``, so the stream
@@ -47,7 +49,8 @@ class LayerReceivers:
             columns; ``n_kv`` key and value columns each).
         mlp: the column of the layer's MLP input (None in attention-only models).
         attn_senders: how many senders (rows) can reach the layer's q/k/v (all earlier layers).
-        mlp_senders: how many senders can reach the layer's MLP (also this layer's heads).
+        mlp_senders: how many senders can reach the layer's MLP (also this layer's heads, unless
+            attention and MLP run in parallel).
     """
 
     q: range
@@ -80,6 +83,8 @@ class EdgeGraph:
             ungroup GQA). Always False when the model has no GQA.
         post_norm: blocks normalise their outputs before adding them (Gemma 2/3).
         has_mlp: blocks have MLPs (False for attention-only models: no MLP nodes).
+        parallel: blocks run attention and MLP in parallel (GPT-J, GPT-NeoX): an MLP reads the
+            block's input, so its senders are those of the block's heads.
 
     >>> from lmsci_mi import load_model
     >>> g = edge_graph(load_model("toy-2l"))
@@ -94,6 +99,7 @@ class EdgeGraph:
     grouped: bool
     post_norm: bool = False
     has_mlp: bool = True
+    parallel: bool = False
 
     # ------------------------------------------------------------------ shape
 
@@ -138,9 +144,8 @@ class EdgeGraph:
         k = range(q.stop, q.stop + kv)
         v = range(k.stop, k.stop + kv)
         before = 1 + layer * self._per_layer_senders
-        return LayerReceivers(
-            q, k, v, v.stop if self.has_mlp else None, before, before + self.n_heads
-        )
+        mlp_senders = before if self.parallel else before + self.n_heads
+        return LayerReceivers(q, k, v, v.stop if self.has_mlp else None, before, mlp_senders)
 
     def kv_group(self, head: int) -> int:
         """The key/value head that query head ``head`` reads (GQA's ``repeat_interleave``)."""
@@ -218,7 +223,9 @@ class EdgeGraph:
 
     def _unknown_edge(self, name: str, s: int | None, r: int | None) -> str:
         sender, _, receiver = name.strip().partition(_ARROW)
-        if s is not None and r is not None:
+        if s is not None and r is not None and self._same_block_mlp(s, r):
+            why = f"{receiver.strip()} reads its block's input: attention and MLP run in parallel"
+        elif s is not None and r is not None:
             why = f"{sender.strip()} does not come before {receiver.strip()}"
         elif _ARROW not in name:
             why = f"an edge is written 'sender{_ARROW}receiver'"
@@ -234,6 +241,14 @@ class EdgeGraph:
             f"{name!r} is not an edge of {self.model}'s graph ({why}).{hint} Edges look like "
             f"'L3.H2{_ARROW}L5.H1.q', 'input{_ARROW}MLP0', 'MLP4{_ARROW}logits' ({layout})."
         )
+
+    def _same_block_mlp(self, sender: int, receiver: int) -> bool:
+        """Whether ``sender`` is a head of the block whose MLP is ``receiver`` (no edge when the
+        block runs attention and MLP in parallel)."""
+        if not self.parallel or sender == 0:
+            return False
+        layer = (sender - 1) // self._per_layer_senders
+        return receiver == self.layer(layer).mlp and sender < self.mlp_sender(layer)
 
     def edge_names(self, mask: Bool[Tensor, "sender receiver"]) -> list[str]:
         """The names of the edges set in ``mask`` (row-major order)."""
@@ -269,6 +284,7 @@ class EdgeGraph:
             "grouped k/v (per key/value head)" if self.grouped else "ungrouped k/v (per query head)"
         )
         norm = ", post-norm outputs at the run's own scale" if self.post_norm else ""
+        norm += ", parallel attention and MLP" if self.parallel else ""
         return (
             f"{self.model}: {self.n_senders} senders x {self.n_receivers} receivers, "
             f"{self.n_edges:,} edges, {layout}{norm}"
@@ -293,7 +309,8 @@ def edge_graph(lm: LensModel, *, grouped: bool = False) -> EdgeGraph:
     """The edge graph of a loaded model, from its configuration.
 
     Args:
-        lm: the model (TransformerLens architecture, sequential attention then MLP).
+        lm: the model (TransformerLens architecture; attention then MLP, or the two in parallel
+            as in GPT-J and GPT-NeoX, where the MLP reads the block's input).
         grouped: under grouped-query attention, make k/v receivers per key/value head (70,651
             edges on SmolLM2) instead of per query head (123,211, EAP-IG's and MIB's choice).
 
@@ -301,8 +318,8 @@ def edge_graph(lm: LensModel, *, grouped: bool = False) -> EdgeGraph:
         An :class:`EdgeGraph`.
 
     Raises:
-        ValueError: the model runs attention and MLP in parallel, or normalises after the residual
-            add (OLMo 2), which this graph does not describe.
+        ValueError: the model normalises after the residual add (OLMo 2), which this graph does
+            not describe.
 
     >>> from lmsci_mi import load_model
     >>> lm = load_model("toy-2l")
@@ -310,11 +327,6 @@ def edge_graph(lm: LensModel, *, grouped: bool = False) -> EdgeGraph:
     (110, 82)
     """
     cfg = lm.cfg
-    if cfg.parallel_attn_mlp:
-        raise UserInputError(
-            f"{lm.name} runs attention and MLP in parallel (GPT-J style); the edge "
-            "graph assumes the MLP reads the attention's output"
-        )
     if cfg.original_architecture in ("Olmo2ForCausalLM", "Olmo3ForCausalLM"):
         raise UserInputError(
             f"{lm.name} normalises after the residual add; its stream is not a sum of "
@@ -329,4 +341,5 @@ def edge_graph(lm: LensModel, *, grouped: bool = False) -> EdgeGraph:
         grouped=bool(grouped and n_kv < cfg.n_heads),
         post_norm=bool(cfg.use_normalization_before_and_after),
         has_mlp=not cfg.attn_only,
+        parallel=bool(cfg.parallel_attn_mlp) and not cfg.attn_only,
     )
