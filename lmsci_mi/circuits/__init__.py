@@ -14,6 +14,7 @@ from lmsci_mi.circuits.attention import save_attention_html as save_attention_ht
 from lmsci_mi.circuits.attribution import AttributionConfig as AttributionConfig
 from lmsci_mi.circuits.attribution import AttributionResult as AttributionResult
 from lmsci_mi.circuits.attribution import attribution_patch as attribution_patch
+from lmsci_mi.circuits.eap import EDGE_METHODS as EDGE_METHODS
 from lmsci_mi.circuits.eap import EAPConfig as EAPConfig
 from lmsci_mi.circuits.eap import EdgeScores as EdgeScores
 from lmsci_mi.circuits.eap import edge_attribution as edge_attribution
@@ -62,6 +63,7 @@ from lmsci_mi.circuits.tracing import TraceConfig as TraceConfig
 from lmsci_mi.circuits.tracing import causal_trace as causal_trace
 
 __all__ = [
+    "EDGE_METHODS",
     "HEAD_SCORES",
     "PATCH_SITES",
     "AIEConfig",

@@ -6,6 +6,9 @@ corrupted to clean, ``e' + (k/m)(e − e')`` for ``k = 1..m`` (Hanna et al. 2024
 Riemann sum: the clean point is included, the corrupted one is not; EAP-IG's code loops
 ``k = 0..m−1`` since Feb 2025). A score estimates the change in the pair-averaged metric when the
 edge alone is patched to its corrupted value, the first-order term of exact edge patching.
+
+Methods register in :data:`EDGE_METHODS` by the inputs whose gradients they average; a new one is
+a function ``(clean, corrupted, config) -> inputs`` and one ``@EDGE_METHODS.register(...)``.
 """
 
 from __future__ import annotations
@@ -38,24 +41,45 @@ from lmsci_mi.circuits.graph import EdgeGraph, edge_graph
 from lmsci_mi.circuits.metrics import LogitDiff, Metric
 from lmsci_mi.config import Config, config
 from lmsci_mi.errors import UserInputError
+from lmsci_mi.registry import MethodRegistry
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sweep import BaseRun, resume
 
 if TYPE_CHECKING:
-
     from lmsci_mi.cluster import ClusterConfig
     from lmsci_mi.data.ioi import TextPairs
     from lmsci_mi.model import LensModel
 
-__all__ = ["EAPConfig", "EdgeScores", "edge_attribution", "score_edges"]
+__all__ = [
+    "EDGE_METHODS",
+    "EAPConfig",
+    "EdgeInputs",
+    "EdgeScores",
+    "eap_ig_inputs",
+    "eap_inputs",
+    "edge_attribution",
+    "score_edges",
+]
+
+EdgeInputs = Callable[[Tensor, Tensor, "EAPConfig"], Tensor]
+"""``(clean, corrupted, config) -> inputs``: from the clean and corrupted streams entering layer 0
+(``[batch, pos, d_model]``, the positions after the pairs' shared prefix), the inputs whose
+gradients a method averages, ``[steps × batch, pos, d_model]`` in blocks of ``batch`` rows; the
+last block is the clean input (its run gives the senders' clean outputs and the clean metric)."""
+
+EDGE_METHODS: MethodRegistry[EdgeInputs] = MethodRegistry("edge-scoring")
+"""Edge-scoring methods by name (``"EAP"``, ``"EAP-IG"``), each with :class:`EAPConfig`; the
+description is what ``EdgeScores.meta.params["method_detail"]`` records."""
 
 
 @config
 class EAPConfig(Config):
     """How edges are scored."""
 
-    method: Literal["EAP", "EAP-IG"] = field(
-        default="EAP-IG", metadata={"help": "EAP (gradient at the clean run) or EAP-IG (inputs)"}
+    method: str = field(
+        default="EAP-IG",
+        metadata={"help": "EAP (gradient at the clean run), EAP-IG (inputs), or another name "
+                          "registered in EDGE_METHODS"},
     )
     steps: int = field(
         default=5,
@@ -70,6 +94,9 @@ class EAPConfig(Config):
         metadata={"help": "GQA: k/v receivers per key/value head, not per query head"},
     )
 
+    def validate(self) -> None:
+        EDGE_METHODS.get(self.method)  # an unknown name raises UnknownNameError, with the closest
+
 
 @result_type
 class EdgeScores(Result):
@@ -80,7 +107,8 @@ class EdgeScores(Result):
 
     Attributes:
         graph: the edge graph (its ``grouped`` says how GQA k/v receivers were laid out).
-        method: ``"EAP"`` or ``"EAP-IG"``; steps: the interpolation steps (1 for EAP).
+        method: the method's name in :data:`EDGE_METHODS` (``"EAP"``, ``"EAP-IG"``); steps: the
+            inputs whose gradients were averaged (EAP-IG's m; 1 for EAP).
         clean_value, corrupted_value: the pair-averaged metric of the unpatched runs.
         metric: a description of the metric.
     """
@@ -158,9 +186,17 @@ class _Gradients(ReceiverHooks):
         activation.register_hook(self.contract(n_senders, slice(column, column + 1)))
 
 
-def _interpolation(clean: Tensor, corrupted: Tensor, steps: int) -> Tensor:
-    """EAP-IG's inputs: row block k-1 holds ``e' + (k/m)(e − e')`` for k = 1..m (the last block
-    is exactly the clean input)."""
+@EDGE_METHODS.register("EAP", EAPConfig, "EAP (Syed et al. 2023)")
+def eap_inputs(clean: Tensor, corrupted: Tensor, config: EAPConfig) -> Tensor:
+    """EAP's input: the clean run alone (the gradient at the clean run)."""
+    return clean
+
+
+@EDGE_METHODS.register("EAP-IG", EAPConfig, "EAP-IG-inputs, k/m for k=1..m (Hanna et al. 2024)")
+def eap_ig_inputs(clean: Tensor, corrupted: Tensor, config: EAPConfig) -> Tensor:
+    """EAP-IG's inputs: row block k-1 holds ``e' + (k/m)(e − e')`` for k = 1..m, m =
+    ``config.steps`` (the last block is exactly the clean input)."""
+    steps = config.steps
     if steps == 1:
         return clean
     alphas = torch.arange(1, steps, device=clean.device, dtype=clean.dtype) / steps
@@ -176,15 +212,14 @@ def _score_batch(
     batch: tuple[Tensor, Tensor, Tensor, Tensor],
     n_pairs: int,
     scores: Tensor,
-) -> tuple[Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, int]:
     """Add one batch's scores (over all pairs' mean) into ``scores``; return the batch's clean and
-    corrupted metric per pair.
+    corrupted metric per pair and how many inputs the method's gradients were averaged over.
 
     The positions the clean and corrupted prompts share are computed once, in the cached clean
     run: every sender's difference is zero there, so no edge gains a score from them.
     """
     index, clean_tokens, corrupted_tokens, answers = batch
-    steps = cfg.steps if cfg.method == "EAP-IG" else 1
     prefix = shared_prefix(clean_tokens, corrupted_tokens, answers)
     with receiver_flags(lm, graph):  # cached keys in the layout the graded pass appends to
         base = BaseRun.record(lm, clean_tokens, answer_positions=answers)
@@ -195,7 +230,9 @@ def _score_batch(
     diff = corrupted_out[:, :, prefix:].contiguous()
     # A leaf that needs grad: the pass builds a graph whether or not the weights need grad, and
     # no gradient ever reaches a weight (autograd.grad on this leaf only).
-    start = _interpolation(base.resid[0][:, prefix:], cap[attn_stream(0)][:, prefix:], steps)
+    inputs = EDGE_METHODS.get(cfg.method).function
+    start = inputs(base.resid[0][:, prefix:], cap[attn_stream(0)][:, prefix:], cfg)
+    steps = start.shape[0] // b
     start.requires_grad_(True)
     grads = _Gradients(lm, graph, diff, scores, steps)
     recorder = SenderRecorder(lm, graph, clean_out, rows=slice((steps - 1) * b, steps * b))
@@ -215,7 +252,7 @@ def _score_batch(
         torch.autograd.grad(loss, [start])
     with torch.no_grad():
         corrupted_logits = lm.unembed(corrupted_final[rows[:b], answers.to(lm.device)])
-        return scorer(clean_logits).float().cpu(), scorer(corrupted_logits).float().cpu()
+        return scorer(clean_logits).float().cpu(), scorer(corrupted_logits).float().cpu(), steps
 
 
 def _sharded(
@@ -260,7 +297,8 @@ def edge_attribution(
             right-padded); see :func:`~lmsci_mi.circuits.edge_patching.prepare_edge_prompts`.
         metric: scores answer-position logits ``[*config, pair, vocab] -> [*config, pair]``
             (:mod:`lmsci_mi.circuits.metrics`), or ``"kl"`` (KL to the clean run).
-        config: method, steps, batch size and GQA layout (:class:`EAPConfig`).
+        config: method (a name in :data:`EDGE_METHODS`), steps, batch size and GQA layout
+            (:class:`EAPConfig`).
         answer_positions: the position each pair's metric reads (default its last real token).
         cluster: score the pairs in shards on a Ray cluster (or in this process with
             ``address="process"``), :func:`lmsci_mi.cluster.run_sharded`; prompts must then be
@@ -288,16 +326,13 @@ def edge_attribution(
     prompts = prepare_edge_prompts(lm, clean, corrupted, answer_positions)
     scores = torch.zeros(graph.n_senders, graph.n_receivers, device=lm.device)
     clean_pp, corrupted_pp = torch.zeros(len(prompts)), torch.zeros(len(prompts))
+    steps = 1
     for batch in prompts.batches(cfg.batch_size):
-        clean_pp[batch[0]], corrupted_pp[batch[0]] = _score_batch(
+        clean_pp[batch[0]], corrupted_pp[batch[0]], steps = _score_batch(
             lm, graph, cfg, metric, batch, len(prompts), scores
         )
     values: Float[Tensor, "sender receiver"] = scores.cpu() * graph.real
-    method = (
-        "EAP-IG-inputs, k/m for k=1..m (Hanna et al. 2024)"
-        if cfg.method == "EAP-IG"
-        else "EAP (Syed et al. 2023)"
-    )
+    method = EDGE_METHODS.get(cfg.method).description
     return EdgeScores(
         values=values,
         axes=("sender", "receiver"),
@@ -309,7 +344,7 @@ def edge_attribution(
         ),
         graph=graph,
         method=cfg.method,
-        steps=cfg.steps if cfg.method == "EAP-IG" else 1,
+        steps=steps,
         clean_value=float(clean_pp.mean()),
         corrupted_value=float(corrupted_pp.mean()),
         metric=repr(metric),

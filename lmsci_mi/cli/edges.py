@@ -178,8 +178,8 @@ def _eap_config(args: argparse.Namespace) -> EAPConfig:
     ``--grouped``."""
     from lmsci_mi.circuits.eap import EAPConfig
 
-    method = "EAP" if args.method == "eap" else "EAP-IG"
-    return EAPConfig(method=method, steps=args.ig_steps, grouped=args.grouped)
+    # --method is a registered name in lower case (EDGE_METHODS: "EAP", "EAP-IG")
+    return EAPConfig(method=args.method.upper(), steps=args.ig_steps, grouped=args.grouped)
 
 
 def _run_eap(args: argparse.Namespace) -> int:
@@ -276,9 +276,7 @@ def score_edges(
         DeprecationWarning,
         stacklevel=2,
     )
-    config = EAPConfig(
-        method="EAP" if method == "eap" else "EAP-IG", steps=steps, grouped=graph.grouped
-    )
+    config = EAPConfig(method=method.upper(), steps=steps, grouped=graph.grouped)
     return library_score_edges(lm, pairs, config, cluster=cluster)
 
 

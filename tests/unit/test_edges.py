@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from lmsci_mi import LensModel
-from lmsci_mi.circuits.eap import EAPConfig, edge_attribution
+from lmsci_mi.circuits.eap import EDGE_METHODS, EAPConfig, eap_inputs, edge_attribution
 from lmsci_mi.circuits.edge_patching import evaluate_circuit, evaluate_circuits, first_cut_layers
 from lmsci_mi.circuits.graph import EdgeGraph, edge_graph
 from lmsci_mi.circuits.metrics import LogitDiff
@@ -316,6 +316,29 @@ def test_grouped_and_ungrouped_graphs_agree_for_the_same_kept_heads(tiny: LensMo
         values.append(evaluate_circuit(tiny, g, g.mask(edges), CLEAN, CORRUPTED, METRIC))
     assert float(values[0].values[0]) == pytest.approx(float(values[1].values[0]), abs=1e-5)
     assert values[0].values[0] != pytest.approx(values[0].clean_value, abs=1e-3)
+
+
+def test_edge_methods_dispatch_through_the_registry(
+    tiny: LensModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert EDGE_METHODS.names() == ("EAP", "EAP-IG")
+    assert all(method.config_type is EAPConfig for method in EDGE_METHODS)
+    with pytest.raises(UnknownNameError, match=r"unknown edge-scoring method 'EAP-GI' \(did you mean 'EAP-IG'"):
+        EAPConfig(method="EAP-GI")
+    with pytest.raises(ValueError, match="already registered"):
+        EDGE_METHODS.register("EAP", EAPConfig)(eap_inputs)
+    # A new method is one registration (into a copy of the registry, restored after the test):
+    # the clean input twice averages EAP's gradient with itself, so it gives EAP's scores.
+    monkeypatch.setattr(EDGE_METHODS, "_methods", dict(EDGE_METHODS._methods))
+    EDGE_METHODS.register("EAP-twice", EAPConfig, "EAP, its input twice")(
+        lambda clean, corrupted, config: torch.cat([clean, clean])
+    )
+    twice = edge_attribution(tiny, CLEAN, CORRUPTED, METRIC, EAPConfig(method="EAP-twice"))
+    once = edge_attribution(tiny, CLEAN, CORRUPTED, METRIC, EAPConfig(method="EAP"))
+    torch.testing.assert_close(twice.values, once.values, atol=1e-6, rtol=1e-5)
+    assert (twice.method, twice.steps, once.steps) == ("EAP-twice", 2, 1)
+    assert twice.meta.params["method_detail"] == "EAP, its input twice"
+    assert once.values.abs().max() > 1e-3
 
 
 def test_bad_input_raises_before_running(tiny: LensModel) -> None:
