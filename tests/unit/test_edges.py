@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from lmsci_mi import LensModel
-from lmsci_mi.circuits.eap import EDGE_METHODS, EAPConfig, eap_inputs, edge_attribution
-from lmsci_mi.circuits.edge_patching import evaluate_circuit, evaluate_circuits, first_cut_layers
-from lmsci_mi.circuits.graph import EdgeGraph, edge_graph
+from lmsci_mi.circuits.edges.eap import EDGE_METHODS, EAPConfig, eap_inputs, edge_attribution
+from lmsci_mi.circuits.edges.graph import EdgeGraph, edge_graph
+from lmsci_mi.circuits.edges.patching import evaluate_circuit, evaluate_circuits, first_cut_layers
 from lmsci_mi.circuits.metrics import LogitDiff
 from lmsci_mi.errors import UnknownNameError
 from lmsci_mi.sites import hook_name

@@ -21,14 +21,15 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from lmsci_mi.circuits.edge_patching import (
+from lmsci_mi.circuits.edges.graph import EdgeGraph, edge_graph
+from lmsci_mi.circuits.edges.patching import (
     PromptsArg,
     batch_scorer,
     check_metric,
     prepare_edge_prompts,
     shared_prefix,
 )
-from lmsci_mi.circuits.edge_wiring import (
+from lmsci_mi.circuits.edges.wiring import (
     ReceiverHooks,
     SenderRecorder,
     attn_stream,
@@ -37,7 +38,6 @@ from lmsci_mi.circuits.edge_wiring import (
     record_run,
     sender_buffer,
 )
-from lmsci_mi.circuits.graph import EdgeGraph, edge_graph
 from lmsci_mi.circuits.metrics import LogitDiff, Metric
 from lmsci_mi.config import Config, config
 from lmsci_mi.errors import UserInputError
@@ -286,7 +286,7 @@ def edge_attribution(
     """Score every edge of the model's graph by EAP or EAP-IG over a prompt set.
 
     Reads the model only (no weight or ``.grad`` changes; two TransformerLens flags are set during
-    the call and restored, see :func:`~lmsci_mi.circuits.edge_patching.evaluate_circuits`). Per
+    the call and restored, see :func:`~lmsci_mi.circuits.edges.patching.evaluate_circuits`). Per
     batch: one corrupted forward, then one forward+backward over the ``m`` interpolated copies
     (EAP: the clean run) stacked along the batch. Memory: ``[batch, pos, n_senders, d_model]``
     for the sender differences, plus the model's activations for ``m × batch`` rows.
@@ -294,7 +294,7 @@ def edge_attribution(
     Args:
         lm: the model.
         clean, corrupted: the prompt set, pairs of equal token length (any lengths across pairs;
-            right-padded); see :func:`~lmsci_mi.circuits.edge_patching.prepare_edge_prompts`.
+            right-padded); see :func:`~lmsci_mi.circuits.edges.patching.prepare_edge_prompts`.
         metric: scores answer-position logits ``[*config, pair, vocab] -> [*config, pair]``
             (:mod:`lmsci_mi.circuits.metrics`), or ``"kl"`` (KL to the clean run).
         config: method (a name in :data:`EDGE_METHODS`), steps, batch size and GQA layout

@@ -20,16 +20,16 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from lmsci_mi.circuits.edge_patching import PromptsArg, evaluate_circuits
-from lmsci_mi.circuits.graph import EdgeGraph
-from lmsci_mi.circuits.metrics import Metric
-from lmsci_mi.circuits.pruning import (
+from lmsci_mi.circuits.edges.graph import EdgeGraph
+from lmsci_mi.circuits.edges.patching import PromptsArg, evaluate_circuits
+from lmsci_mi.circuits.edges.pruning import (
     PRUNE_METHODS,
     check_fractions,
     edge_budget,
     node_map,
     prune_to_fractions,
 )
+from lmsci_mi.circuits.metrics import Metric
 from lmsci_mi.config import Config, config
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.results import Result, result_type
@@ -453,11 +453,11 @@ def faithfulness_curve(
     """Prune ``scores`` at each edge budget and evaluate every circuit by exact edge patching.
 
     Reads the model only. All budgets' circuits run as one batched evaluation
-    (:func:`~lmsci_mi.circuits.edge_patching.evaluate_circuits`: per prompt batch one clean and
+    (:func:`~lmsci_mi.circuits.edges.patching.evaluate_circuits`: per prompt batch one clean and
     one corrupted pass, then ``circuits_per_pass`` circuits per patched pass).
 
     Args:
-        lm: the model; graph: its edge graph (:func:`~lmsci_mi.circuits.graph.edge_graph`).
+        lm: the model; graph: its edge graph (:func:`~lmsci_mi.circuits.edges.graph.edge_graph`).
         scores: edge scores ``[sender, receiver]`` (EAP / EAP-IG scores, or any result whose
             ``values`` are laid out so).
         clean / corrupted: the prompt pairs (equal token lengths per pair).
@@ -473,7 +473,7 @@ def faithfulness_curve(
         ValueError: scores of another layout, a budget outside (0, 100], bad prompts.
 
     >>> from lmsci_mi import load_model
-    >>> from lmsci_mi.circuits.graph import edge_graph; from lmsci_mi.circuits.metrics import LogitDiff
+    >>> from lmsci_mi.circuits.edges.graph import edge_graph; from lmsci_mi.circuits.metrics import LogitDiff
     >>> lm = load_model("toy-2l"); g = edge_graph(lm)
     >>> scores = torch.randn(g.real.shape, generator=torch.Generator().manual_seed(0))
     >>> curve = faithfulness_curve(lm, g, scores, "Mary and John: John gave it to",

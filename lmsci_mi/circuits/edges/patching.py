@@ -4,7 +4,7 @@ Each receiver's input is rebuilt inside one clean forward pass from its senders'
 and the corrupted run's, ``in_v = stream_v + Σ_{u∉C} (a_u(x') − a_u(current))`` (Hanna et al. 2024,
 EAP-IG's ``evaluate_graph``; Conmy et al. 2023, ACDC). Receivers are fed through the q/k/v
 projections (a head's input is ``ln1(in_v) @ W[h]``, no split-input flags), ``hook_mlp_in`` and the
-final residual stream, wired as :mod:`~lmsci_mi.circuits.edge_wiring` says; several circuits share
+final residual stream, wired as :mod:`~lmsci_mi.circuits.edges.wiring` says; several circuits share
 one pass, stacked along the batch.
 """
 
@@ -19,7 +19,8 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from lmsci_mi.circuits.edge_wiring import (
+from lmsci_mi.circuits.edges.graph import EdgeGraph
+from lmsci_mi.circuits.edges.wiring import (
     ReceiverHooks,
     SenderRecorder,
     attn_stream,
@@ -29,7 +30,6 @@ from lmsci_mi.circuits.edge_wiring import (
     record_run,
     sender_buffer,
 )
-from lmsci_mi.circuits.graph import EdgeGraph
 from lmsci_mi.circuits.metrics import KLToClean, LogitDiff, Metric, Normalised, TargetProb
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import PaddedBatch
@@ -454,7 +454,7 @@ def evaluate_circuits(
 
     Args:
         lm: the model.
-        graph: its edge graph (:func:`~lmsci_mi.circuits.graph.edge_graph`).
+        graph: its edge graph (:func:`~lmsci_mi.circuits.edges.graph.edge_graph`).
         circuits: boolean masks ``[circuit, sender, receiver]`` (or one ``[sender, receiver]``),
             True = the edge is in the circuit; or float weights in [0, 1], an edge of weight w
             getting ``(1 − w)`` of its corrupted difference (soft masks).
@@ -473,7 +473,7 @@ def evaluate_circuits(
             type, or one that holds pairs that are not edges; nothing is attached.
 
     >>> from lmsci_mi import load_model
-    >>> from lmsci_mi.circuits.graph import edge_graph
+    >>> from lmsci_mi.circuits.edges.graph import edge_graph
     >>> from lmsci_mi.circuits.metrics import LogitDiff
     >>> lm = load_model("toy-2l")
     >>> g = edge_graph(lm)
@@ -600,7 +600,7 @@ def evaluate_circuit(
     """Exact edge patching of one circuit (see :func:`evaluate_circuits`); ``values`` has one entry.
 
     >>> from lmsci_mi import load_model
-    >>> from lmsci_mi.circuits.graph import edge_graph
+    >>> from lmsci_mi.circuits.edges.graph import edge_graph
     >>> from lmsci_mi.circuits.metrics import LogitDiff
     >>> lm = load_model("toy-2l")
     >>> g = edge_graph(lm)

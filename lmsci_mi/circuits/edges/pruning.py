@@ -19,7 +19,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from lmsci_mi.circuits.graph import EdgeGraph
+from lmsci_mi.circuits.edges.graph import EdgeGraph
 from lmsci_mi.errors import UnknownNameError, UserInputError
 from lmsci_mi.sites import Head
 

@@ -19,7 +19,7 @@ from jaxtyping import Float
 from torch import Tensor
 from transformer_lens.utilities.attention import complex_attn_linear
 
-from lmsci_mi.circuits.graph import EdgeGraph
+from lmsci_mi.circuits.edges.graph import EdgeGraph
 from lmsci_mi.hooks import HookFn
 from lmsci_mi.sites import hook_name
 
