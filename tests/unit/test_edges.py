@@ -9,7 +9,12 @@ import torch
 from lmsci_mi import LensModel
 from lmsci_mi.circuits.edges.eap import EDGE_METHODS, EAPConfig, eap_inputs, edge_attribution
 from lmsci_mi.circuits.edges.graph import EdgeGraph, edge_graph
-from lmsci_mi.circuits.edges.patching import evaluate_circuit, evaluate_circuits, first_cut_layers
+from lmsci_mi.circuits.edges.patching import (
+    CircuitValues,
+    evaluate_circuit,
+    evaluate_circuits,
+    first_cut_layers,
+)
 from lmsci_mi.circuits.metrics import LogitDiff
 from lmsci_mi.errors import UnknownNameError
 from lmsci_mi.sites import hook_name
@@ -142,16 +147,18 @@ def _hand_patch(
     return float(METRIC(logits[torch.arange(3), lengths - 1]).mean())
 
 
+def _each_edge_cut(lm: LensModel, graph: EdgeGraph, edges: tuple[str, ...]) -> CircuitValues:
+    """Exact patching of the whole model less one edge, for each of ``edges`` (one pair a batch:
+    the hand patch needs no padding)."""
+    masks = graph.full_mask().repeat(len(edges), 1, 1)
+    for i, edge in enumerate(edges):
+        masks[i][graph.edge_index(edge)] = False
+    return evaluate_circuits(lm, graph, masks, CLEAN, CORRUPTED, METRIC, batch_size=1)
+
+
 def test_single_edge_equals_a_hand_written_two_pass_patch(tiny_gpt2: LensModel) -> None:
     lm = tiny_gpt2
-    g = edge_graph(lm)
-    masks = []
-    for edge in ("L0.H1->L1.H2.k", "L0.H3->logits"):
-        mask = g.full_mask()
-        mask[g.edge_index(edge)] = False
-        masks.append(mask)
-    # equal-length pairs only, so the hand patch needs no padding
-    res = evaluate_circuits(lm, g, torch.stack(masks), CLEAN, CORRUPTED, METRIC, batch_size=1)
+    res = _each_edge_cut(lm, edge_graph(lm), ("L0.H1->L1.H2.k", "L0.H3->logits"))
     assert float(res.values[0]) == pytest.approx(_hand_patch(lm, (0, 1), "k", 1, 2), abs=1e-5)
     assert float(res.values[1]) == pytest.approx(_hand_patch(lm, (0, 3), "logits", 0, 0), abs=1e-5)
     assert abs(float(res.values[0]) - res.clean_value) > 1e-4  # the edge does something
@@ -166,12 +173,7 @@ def test_a_parallel_blocks_mlp_reads_the_blocks_input(tiny_parallel: LensModel) 
     assert g.n_edges == EdgeGraph("sequential", 2, 4, 4, grouped=False).n_edges - 2 * 4
     with pytest.raises(UnknownNameError, match="reads its block's input"):
         g.mask(["L1.H0->MLP1"])
-    masks = []
-    for edge in ("L0.H1->MLP1", "L0.H1->L1.H2.k"):
-        mask = g.full_mask()
-        mask[g.edge_index(edge)] = False
-        masks.append(mask)
-    res = evaluate_circuits(lm, g, torch.stack(masks), CLEAN, CORRUPTED, METRIC, batch_size=1)
+    res = _each_edge_cut(lm, g, ("L0.H1->MLP1", "L0.H1->L1.H2.k"))
     assert float(res.values[0]) == pytest.approx(_hand_patch(lm, (0, 1), "mlp", 1, 0), abs=1e-5)
     assert float(res.values[1]) == pytest.approx(_hand_patch(lm, (0, 1), "k", 1, 2), abs=1e-5)
     assert abs(float(res.values[0]) - res.clean_value) > 1e-4  # the edge does something
