@@ -169,7 +169,7 @@ FACT_SUBJECTS = ["Paris", "Berlin", "Rome", "Madrid", "Tokyo", "Lyon", "Vienna",
 def toy_known_facts(lm: LensModel) -> list:
     """Facts a random toy 'knows': each prompt's answer is its own top-1 token (for the tests of
     analyses that trace only known facts)."""
-    from lmsci_mi.circuits.aie import Fact
+    from lmsci_mi.data import Fact
 
     facts = []
     for subject in FACT_SUBJECTS:
@@ -177,5 +177,5 @@ def toy_known_facts(lm: LensModel) -> list:
         top = int(lm(lm.to_tokens(prompt))[0, -1].argmax())
         text = lm.tokenizer.decode([top])
         if text.strip() and lm.continuation_ids(text)[:1] == [top]:
-            facts.append(Fact(prompt, subject, text))
+            facts.append(Fact(prompt, subject, target_true=text))
     return facts

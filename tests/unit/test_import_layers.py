@@ -40,9 +40,10 @@ USES: dict[tuple[str, str], str] = {
     "tokens; IOI and edge scores read the IOI prompts",
     ("circuits", "lenses"): "IOI uses the lenses' direct logit attribution to find name movers",
     ("editing", "circuits"): "editing uses circuits' causal trace to pick ROME's layer",
-    ("editing", "data"): "edit requests from the shipped CounterFact-style facts; the key "
+    ("editing", "data"): "an edit request is the fact record, and the shipped facts; the key "
     "statistics read the text corpus",
-    ("knowledge", "data"): "trigger search reads the text corpus",
+    ("knowledge", "data"): "trigger search reads the text corpus; knowledge neurons take the "
+    "fact record",
     ("lenses", "data"): "the tuned lens trains on the text corpus",
     ("probes", "data"): "probing tasks and the CFG probes read their datasets",
     ("representations", "data"): "concept pairs and contrasts come from the shipped data",
@@ -61,8 +62,8 @@ DEPRECATED: dict[tuple[str, str], str] = {
     "head_patterns, parse_heads and save_attention_html, now lmsci_mi.circuits.attention's",
     ("lmsci_mi.viz.report", "cli"): "the report page, now lmsci_mi.cli.report (it renders "
     "results, so it sits above them)",
-    ("lmsci_mi.data.ioi", "circuits"): "TextPairs.metric(), now LogitDiff.of_pairs(pairs) (the "
-    "metric is built where the metrics live)",
+    ("lmsci_mi.data.pairs", "circuits"): "PromptPairs.metric() (TextPairs.metric()), now "
+    "LogitDiff.of_pairs(pairs) (the metric is built where the metrics live)",
 }
 """Deprecated aliases: (module, the unit it imports back up) -> what moved where."""
 
@@ -273,7 +274,8 @@ def test_the_reader_finds_the_imports_it_should() -> None:
     assert ("lmsci_mi.circuits.shards", "lmsci_mi.cluster.shardable") in imports
     assert ("lmsci_mi.circuits.aie", "lmsci_mi.cluster") in imports  # inside a function
     assert ("lmsci_mi.circuits.aie", "lmsci_mi.model") not in imports  # TYPE_CHECKING only
-    assert {"model", "hooks", "sites", "collect"} <= core_modules()
+    # training is the core's home of small-model training, below circuits/ and probes/ that use it
+    assert {"model", "hooks", "sites", "collect", "training", "positions"} <= core_modules()
     assert {"circuits", "data", "editing", "steering"} <= feature_packages()
     assert ground_floor() >= {"config", "sites", *BASEMENT}
 

@@ -23,10 +23,9 @@ from torch import Tensor
 
 from lmsci_mi.circuits.edges.graph import EdgeGraph, edge_graph
 from lmsci_mi.circuits.edges.patching import (
-    PromptsArg,
     batch_scorer,
     check_metric,
-    prepare_edge_prompts,
+    edge_pairs,
     shared_prefix,
 )
 from lmsci_mi.circuits.edges.wiring import (
@@ -38,8 +37,9 @@ from lmsci_mi.circuits.edges.wiring import (
     record_run,
     sender_buffer,
 )
-from lmsci_mi.circuits.metrics import LogitDiff, Metric
+from lmsci_mi.circuits.metrics import Metric, pair_metric
 from lmsci_mi.config import Config, config
+from lmsci_mi.data.pairs import PairsArg, accepts_pairs
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.registry import MethodRegistry
 from lmsci_mi.results import Result, result_type
@@ -47,7 +47,7 @@ from lmsci_mi.sweep import BaseRun, resume
 
 if TYPE_CHECKING:
     from lmsci_mi.cluster import ClusterConfig
-    from lmsci_mi.data.ioi import TextPairs
+    from lmsci_mi.data.pairs import PromptPairs
     from lmsci_mi.model import LensModel
 
 __all__ = [
@@ -257,9 +257,8 @@ def _score_batch(
 
 def _sharded(
     lm: LensModel,
-    clean: PromptsArg,
-    corrupted: PromptsArg,
-    metric: Metric | Literal["kl"],
+    pairs: PairsArg,
+    metric: Metric | Literal["kl"] | None,
     config: EAPConfig | None,
     answer_positions: int | Sequence[int] | Tensor | None,
     cluster: ClusterConfig,
@@ -268,16 +267,15 @@ def _sharded(
     from lmsci_mi.cluster import run_sharded
 
     return run_sharded(
-        "edges", lm, clean, corrupted, metric, config,
-        answer_positions=answer_positions, cluster=cluster,
+        "edges", lm, pairs, metric, config, answer_positions=answer_positions, cluster=cluster
     )
 
 
+@accepts_pairs(1)
 def edge_attribution(
     lm: LensModel,
-    clean: PromptsArg,
-    corrupted: PromptsArg,
-    metric: Metric | Literal["kl"],
+    pairs: PairsArg,
+    metric: Metric | Literal["kl"] | None = None,
     config: EAPConfig | None = None,
     *,
     answer_positions: int | Sequence[int] | Tensor | None = None,
@@ -293,16 +291,18 @@ def edge_attribution(
 
     Args:
         lm: the model.
-        clean, corrupted: the prompt set, pairs of equal token length (any lengths across pairs;
-            right-padded); see :func:`~lmsci_mi.circuits.edges.patching.prepare_edge_prompts`.
+        pairs: :class:`~lmsci_mi.data.pairs.PromptPairs` (or token ids), each pair of one token
+            length (see :func:`~lmsci_mi.circuits.edges.patching.edge_pairs`);
+            ``edge_attribution(lm, clean, corrupted, metric, ...)`` is deprecated, for one release.
         metric: scores answer-position logits ``[*config, pair, vocab] -> [*config, pair]``
-            (:mod:`lmsci_mi.circuits.metrics`), or ``"kl"`` (KL to the clean run).
+            (:mod:`lmsci_mi.circuits.metrics`), ``"kl"`` (KL to the clean run), or None: each
+            pair's logit difference (``LogitDiff.of_pairs``).
         config: method (a name in :data:`EDGE_METHODS`), steps, batch size and GQA layout
             (:class:`EAPConfig`).
         answer_positions: the position each pair's metric reads (default its last real token).
         cluster: score the pairs in shards on a Ray cluster (or in this process with
-            ``address="process"``), :func:`lmsci_mi.cluster.run_sharded`; prompts must then be
-            lists of strings. Equal to one process up to float summation order.
+            ``address="process"``), :func:`lmsci_mi.cluster.run_sharded`; the pairs must then be
+            texts. Equal to one process up to float summation order.
 
     Returns:
         :class:`EdgeScores`.
@@ -311,19 +311,20 @@ def edge_attribution(
         ValueError: an empty prompt set, pairs of different token lengths, a bad metric.
 
     >>> from lmsci_mi import load_model
-    >>> from lmsci_mi.circuits.metrics import LogitDiff
+    >>> from lmsci_mi.data.pairs import PromptPairs
     >>> lm = load_model("toy-2l")
-    >>> res = edge_attribution(lm, ["Mary and John: John gave it to"],
-    ...                        ["Mary and John: Mary gave it to"], LogitDiff(5, 6))
+    >>> res = edge_attribution(lm, PromptPairs("Mary and John: John gave it to",
+    ...                                        "Mary and John: Mary gave it to", 5, 6))
     >>> res.method, tuple(res.values.shape), len(res.top(3))
     ('EAP-IG', (11, 27), 3)
     """
     if cluster is not None:
-        return _sharded(lm, clean, corrupted, metric, config, answer_positions, cluster)
+        return _sharded(lm, pairs, metric, config, answer_positions, cluster)
     cfg = config or EAPConfig()
+    metric = pair_metric(metric, pairs)
     check_metric(metric)
     graph = edge_graph(lm, grouped=cfg.grouped)
-    prompts = prepare_edge_prompts(lm, clean, corrupted, answer_positions)
+    prompts = edge_pairs(lm, pairs, answer_positions)
     scores = torch.zeros(graph.n_senders, graph.n_receivers, device=lm.device)
     clean_pp, corrupted_pp = torch.zeros(len(prompts)), torch.zeros(len(prompts))
     steps = 1
@@ -339,7 +340,7 @@ def edge_attribution(
         labels=(graph.sender_names, graph.receiver_names),
         meta=lm.meta(
             prompts.prompts,
-            data_source="user prompts",
+            data_source=prompts.source,
             params={**cfg.params(), "method_detail": method, "edges": graph.n_edges},
         ),
         graph=graph,
@@ -353,7 +354,7 @@ def edge_attribution(
 
 def score_edges(
     lm: LensModel,
-    pairs: TextPairs,
+    pairs: PromptPairs,
     config: EAPConfig | None = None,
     *,
     cluster: ClusterConfig | None = None,
@@ -361,7 +362,7 @@ def score_edges(
     """EAP or EAP-IG scores of every edge on a set of prompt pairs, each pair scored by the logit
     difference of its own answer over its own wrong token (:meth:`LogitDiff.of_pairs`).
 
-    :func:`edge_attribution` on :class:`~lmsci_mi.data.ioi.TextPairs` (IOI with STR corruption
+    :func:`edge_attribution` on :class:`~lmsci_mi.data.pairs.PromptPairs` (IOI with STR corruption
     from :func:`~lmsci_mi.data.ioi.ioi_str_pairs`, or prompt files): what ``lmsci-mi circuit
     eap|curve`` and the tour score. Reads the model only.
 
@@ -381,11 +382,4 @@ def score_edges(
     >>> scores.method, scores.meta.prompts == ioi_str_pairs(lm, 2).clean
     ('EAP', True)
     """
-    return edge_attribution(
-        lm,
-        list(pairs.clean),
-        list(pairs.corrupted),
-        LogitDiff.of_pairs(pairs),
-        config,
-        cluster=cluster,
-    )
+    return edge_attribution(lm, pairs, None, config, cluster=cluster)

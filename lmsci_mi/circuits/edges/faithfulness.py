@@ -21,7 +21,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from lmsci_mi.circuits.edges.graph import EdgeGraph
-from lmsci_mi.circuits.edges.patching import PromptsArg, evaluate_circuits
+from lmsci_mi.circuits.edges.patching import evaluate_circuits
 from lmsci_mi.circuits.edges.pruning import (
     PRUNE_METHODS,
     check_fractions,
@@ -31,6 +31,7 @@ from lmsci_mi.circuits.edges.pruning import (
 )
 from lmsci_mi.circuits.metrics import Metric
 from lmsci_mi.config import Config, config
+from lmsci_mi.data.pairs import PairsArg, accepts_pairs
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import Head
@@ -431,20 +432,13 @@ def _band(result: Any, cfg: CurveConfig) -> Tensor:
     )
 
 
-def _texts(prompts: PromptsArg) -> tuple[str, ...]:
-    """The prompts' texts for a result's provenance (none when tokens were given)."""
-    if isinstance(prompts, str):
-        return (prompts,)
-    return tuple(prompts) if isinstance(prompts, (list, tuple)) else ()
-
-
+@accepts_pairs(3)
 def faithfulness_curve(
     lm: LensModel,
     graph: EdgeGraph,
     scores: Tensor | Result,
-    clean: PromptsArg,
-    corrupted: PromptsArg,
-    metric: Metric,
+    pairs: PairsArg,
+    metric: Metric | None = None,
     config: CurveConfig | None = None,
     *,
     label: str = "",
@@ -460,8 +454,10 @@ def faithfulness_curve(
         lm: the model; graph: its edge graph (:func:`~lmsci_mi.circuits.edges.graph.edge_graph`).
         scores: edge scores ``[sender, receiver]`` (EAP / EAP-IG scores, or any result whose
             ``values`` are laid out so).
-        clean / corrupted: the prompt pairs (equal token lengths per pair).
-        metric: e.g. ``LogitDiff(io_ids, s_ids)``; faithfulness normalises it.
+        pairs: :class:`~lmsci_mi.data.pairs.PromptPairs` (or token ids), each pair of one token
+            length; the loose ``clean, corrupted, metric`` form is deprecated, for one release.
+        metric: e.g. ``LogitDiff(io_ids, s_ids)``, which faithfulness normalises; None: each
+            pair's logit difference (``LogitDiff.of_pairs``).
         config: budgets, pruning method, CPR/CMD axis, batching (:class:`CurveConfig`).
         label: how the scores were made, for legends ("EAP-IG (m=5)").
         answer_positions: the positions the metric reads (default each prompt's last token).
@@ -472,14 +468,12 @@ def faithfulness_curve(
     Raises:
         ValueError: scores of another layout, a budget outside (0, 100], bad prompts.
 
-    >>> from lmsci_mi import load_model
-    >>> from lmsci_mi.circuits.edges.graph import edge_graph; from lmsci_mi.circuits.metrics import LogitDiff
-    >>> lm = load_model("toy-2l"); g = edge_graph(lm)
+    >>> from lmsci_mi import load_model; from lmsci_mi.data.pairs import PromptPairs
+    >>> from lmsci_mi.circuits.edges.graph import edge_graph; lm = load_model("toy-2l"); g = edge_graph(lm)
     >>> scores = torch.randn(g.real.shape, generator=torch.Generator().manual_seed(0))
-    >>> curve = faithfulness_curve(lm, g, scores, "Mary and John: John gave it to",
-    ...                            "Mary and John: Mary gave it to", LogitDiff(5, 6),
-    ...                            CurveConfig(fractions=(50.0, 100.0), n_bootstrap=0))
-    >>> round(curve.at(100.0), 4)
+    >>> pairs = PromptPairs("Mary and John: John gave it to", "Mary and John: Mary gave it to", 5, 6)
+    >>> cfg = CurveConfig(fractions=(50.0, 100.0), n_bootstrap=0)
+    >>> round(faithfulness_curve(lm, g, scores, pairs, config=cfg).at(100.0), 4)
     1.0
     """
     cfg = config or CurveConfig()
@@ -487,7 +481,7 @@ def faithfulness_curve(
     masks = prune_to_fractions(graph, table, cfg.fractions, method=cfg.prune, absolute=cfg.absolute)
     # Exact patching needs no gradients; no_grad also keeps every returned tensor grad-free.
     with torch.no_grad():
-        result = evaluate_circuits(lm, graph, masks, clean, corrupted, metric,
+        result = evaluate_circuits(lm, graph, masks, pairs, metric,
                                    batch_size=cfg.batch_size, circuits_per_pass=cfg.circuits_per_pass,
                                    answer_positions=answer_positions)  # fmt: skip
     faithfulness = result.normalised().float()
@@ -500,7 +494,7 @@ def faithfulness_curve(
         values=faithfulness,
         axes=("fraction",),
         labels=(tuple(f"{f:g}%" for f in cfg.fractions),),
-        meta=lm.meta(_texts(clean), data_source="user prompts", params=params),
+        meta=lm.meta(pairs.prompts, data_source=pairs.source, params=params),
         fractions=cfg.fractions,
         requested=tuple(edge_budget(graph, f) for f in cfg.fractions),
         kept=tuple(int(m.sum()) for m in masks),

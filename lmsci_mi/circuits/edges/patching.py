@@ -11,8 +11,8 @@ one pass, stacked along the batch.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 import torch
@@ -30,7 +30,15 @@ from lmsci_mi.circuits.edges.wiring import (
     record_run,
     sender_buffer,
 )
-from lmsci_mi.circuits.metrics import KLToClean, LogitDiff, Metric, Normalised, TargetProb
+from lmsci_mi.circuits.metrics import (
+    KLToClean,
+    LogitDiff,
+    Metric,
+    Normalised,
+    TargetProb,
+    pair_metric,
+)
+from lmsci_mi.data.pairs import PairsArg, TokenisedPairs, accepts_pairs, as_pairs
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import PaddedBatch
 from lmsci_mi.sweep import BaseRun, resume
@@ -42,6 +50,7 @@ __all__ = [
     "CircuitValues",
     "EdgePrompts",
     "batch_metric",
+    "edge_pairs",
     "evaluate_circuit",
     "evaluate_circuits",
     "first_cut_layers",
@@ -50,53 +59,48 @@ __all__ = [
 ]
 
 PromptsArg = str | Sequence[str] | PaddedBatch | Int[Tensor, "pair pos"]
+"""Deprecated: one side of the loose ``clean, corrupted`` form (give :class:`PromptPairs`)."""
 
 
 # ---------------------------------------------------------------------------------- prompts
 
 
-@dataclass(frozen=True)
-class EdgePrompts:
-    """Clean and corrupted prompts of equal token lengths, right-padded, with answer positions.
+EdgePrompts = TokenisedPairs
+"""Deprecated alias of :class:`lmsci_mi.data.pairs.TokenisedPairs` (edge patching's prompt type
+before the one pair type; ``len``, ``answer_positions``, ``prompts`` and ``batches`` as before)."""
 
-    Attributes:
-        clean, corrupted: token ids ``[pair, pos]`` (right-padded; padding never reaches a real
-            token under causal attention).
-        answer_positions: per pair, the position whose logits the metric reads (default: the
-            last real token).
-        prompts: the clean prompts' texts (empty when tokens were given).
+
+def edge_pairs(
+    lm: LensModel, pairs: PairsArg, answer_positions: int | Sequence[int] | Tensor | None = None
+) -> TokenisedPairs:
+    """Tokenise and check prompt pairs for edge scoring or edge patching: right-padded, both
+    prompts of each pair of one token length (edges are patched position by position).
+
+    Args:
+        pairs: texts (:class:`~lmsci_mi.data.pairs.PromptPairs`, any lengths across pairs) or
+            token ids (:class:`~lmsci_mi.data.pairs.TokenisedPairs`, padded on the right).
+        answer_positions: the position the metric reads, per pair or one for all (negative
+            counts from each prompt's last real token); default the pairs' own, else the last
+            real token.
+
+    Raises:
+        UserInputError: a pair whose prompts tokenise to different lengths, left padding, or an
+            answer position outside a prompt.
     """
-
-    clean: Int[Tensor, "pair pos"]
-    corrupted: Int[Tensor, "pair pos"]
-    answer_positions: Int[Tensor, " pair"]
-    prompts: tuple[str, ...]
-
-    def __len__(self) -> int:
-        return self.clean.shape[0]
-
-    def batches(self, size: int) -> Iterator[tuple[Tensor, Tensor, Tensor, Tensor]]:
-        """``(index, clean, corrupted, answer_positions)`` per batch of ``size`` pairs, cut after
-        the batch's last answer position (later tokens cannot reach the metric)."""
-        for start in range(0, len(self), size):
-            index = torch.arange(start, min(start + size, len(self)))
-            answers = self.answer_positions[index]
-            width = int(answers.max()) + 1
-            yield index, self.clean[index, :width], self.corrupted[index, :width], answers
-
-
-def _encode(lm: LensModel, prompts: PromptsArg) -> tuple[Tensor, Tensor, tuple[str, ...]]:
-    """Token ids, lengths and texts of one side of the prompt set."""
-    if isinstance(prompts, PaddedBatch):
-        return prompts.tokens.to(lm.device), prompts.lengths.to(lm.device), ()
-    if isinstance(prompts, Tensor):
-        tokens = (prompts if prompts.ndim == 2 else prompts[None]).to(lm.device)
-        return tokens, torch.full((tokens.shape[0],), tokens.shape[1], device=lm.device), ()
-    texts = (prompts,) if isinstance(prompts, str) else tuple(prompts)
-    if not texts:
-        raise UserInputError("the prompt set is empty: give at least one clean/corrupted pair")
-    batch = lm.encode_batch(texts)
-    return batch.tokens, batch.lengths, texts
+    tok = pairs.tokenise(lm, padding_side="right").with_answer_positions(answer_positions)
+    bad = (tok.clean_lengths != tok.corrupted_lengths).nonzero().flatten().tolist()
+    if bad:
+        shown = ", ".join(
+            f"pair {i} ({int(tok.clean_lengths[i])} vs {int(tok.corrupted_lengths[i])} tokens)"
+            for i in bad[:3]
+        )
+        raise UserInputError(
+            f"clean and corrupted prompts must have the same token length, since "
+            f"edges are patched position by position; {len(bad)} pairs differ: "
+            f"{shown}. Use a corruption that keeps the length (single-token names)."
+        )
+    width = max(tok.clean.shape[1], tok.corrupted.shape[1])
+    return replace(tok, clean=_pad_to(tok.clean, width), corrupted=_pad_to(tok.corrupted, width))
 
 
 def prepare_edge_prompts(
@@ -104,69 +108,16 @@ def prepare_edge_prompts(
     clean: PromptsArg,
     corrupted: PromptsArg,
     answer_positions: int | Sequence[int] | Tensor | None = None,
-) -> EdgePrompts:
-    """Tokenise and check a prompt set for edge scoring or edge patching.
-
-    Args:
-        clean, corrupted: one prompt or a list of prompts (any lengths, right-padded here), a
-            :class:`~lmsci_mi.model.PaddedBatch`, or token ids ``[pair, pos]``.
-        answer_positions: the position the metric reads, per pair or one for all (negative
-            counts from each prompt's last real token); default the last real token.
-
-    Raises:
-        ValueError: an empty set, different numbers of clean and corrupted prompts, a pair whose
-            prompts tokenise to different lengths, or an answer position outside a prompt.
-    """
-    clean_tokens, clean_len, texts = _encode(lm, clean)
-    corrupted_tokens, corrupted_len, _ = _encode(lm, corrupted)
-    n = clean_tokens.shape[0]
-    if n == 0:
-        raise UserInputError("the prompt set is empty: give at least one clean/corrupted pair")
-    if corrupted_tokens.shape[0] != n:
-        raise UserInputError(
-            f"{n} clean prompts but {corrupted_tokens.shape[0]} corrupted prompts: "
-            "give one corrupted prompt per clean prompt"
-        )
-    bad = (clean_len != corrupted_len).nonzero().flatten().tolist()
-    if bad:
-        shown = ", ".join(
-            f"pair {i} ({int(clean_len[i])} vs {int(corrupted_len[i])} tokens)" for i in bad[:3]
-        )
-        raise UserInputError(
-            f"clean and corrupted prompts must have the same token length, since "
-            f"edges are patched position by position; {len(bad)} pairs differ: "
-            f"{shown}. Use a corruption that keeps the length (single-token names)."
-        )
-    width = max(clean_tokens.shape[1], corrupted_tokens.shape[1])
-    clean_tokens, corrupted_tokens = _pad_to(clean_tokens, width), _pad_to(corrupted_tokens, width)
-    answers = _answer_positions(answer_positions, clean_len)
-    return EdgePrompts(clean_tokens, corrupted_tokens, answers, texts)
+) -> TokenisedPairs:
+    """Deprecated: :func:`edge_pairs` of ``PromptPairs(clean, corrupted)``
+    (:func:`lmsci_mi.data.pairs.as_pairs`, which also takes token ids and padded batches)."""
+    return edge_pairs(lm, as_pairs(clean, corrupted), answer_positions)
 
 
 def _pad_to(tokens: Tensor, width: int) -> Tensor:
     if tokens.shape[1] == width:
         return tokens
     return torch.cat([tokens, tokens[:, -1:].expand(-1, width - tokens.shape[1])], dim=1)
-
-
-def _answer_positions(given: int | Sequence[int] | Tensor | None, lengths: Tensor) -> Tensor:
-    if given is None:
-        return (lengths - 1).long()
-    pos = torch.as_tensor(given, dtype=torch.long, device=lengths.device).reshape(-1)
-    if pos.numel() not in (1, lengths.numel()):
-        raise UserInputError(
-            f"{pos.numel()} answer positions for {lengths.numel()} prompt pairs: "
-            "give one, or one per pair"
-        )
-    pos = pos.expand(lengths.numel())
-    resolved = torch.where(pos < 0, lengths + pos, pos)
-    outside = ((resolved < 0) | (resolved >= lengths)).nonzero().flatten().tolist()
-    if outside:
-        raise UserInputError(
-            f"answer positions {pos[outside].tolist()} fall outside prompts "
-            f"{outside} (lengths {lengths[outside].tolist()})"
-        )
-    return resolved
 
 
 def batch_metric(metric: Metric, index: Tensor, n_pairs: int) -> Metric:
@@ -427,14 +378,14 @@ def _check_masks(lm: LensModel, graph: EdgeGraph, masks: Tensor) -> Tensor:
     return masks if masks.ndim == 3 else masks[None]
 
 
+@accepts_pairs(3)
 @torch.no_grad()
 def evaluate_circuits(
     lm: LensModel,
     graph: EdgeGraph,
     circuits: Bool[Tensor, "circuit sender receiver"],
-    clean: PromptsArg,
-    corrupted: PromptsArg,
-    metric: Metric | Literal["kl"],
+    pairs: PairsArg,
+    metric: Metric | Literal["kl"] | None = None,
     *,
     batch_size: int = 16,
     circuits_per_pass: int = 4,
@@ -458,10 +409,13 @@ def evaluate_circuits(
         circuits: boolean masks ``[circuit, sender, receiver]`` (or one ``[sender, receiver]``),
             True = the edge is in the circuit; or float weights in [0, 1], an edge of weight w
             getting ``(1 − w)`` of its corrupted difference (soft masks).
-        clean, corrupted: the prompt set (see :func:`prepare_edge_prompts`).
-        metric: scores answer-position logits (:mod:`lmsci_mi.circuits.metrics`), or ``"kl"``.
+        pairs: the prompt pairs (:class:`~lmsci_mi.data.pairs.PromptPairs` or token ids; see
+            :func:`edge_pairs`). The deprecated form ``evaluate_circuits(lm, graph, circuits,
+            clean, corrupted, metric, ...)`` still works for one release.
+        metric: scores answer-position logits (:mod:`lmsci_mi.circuits.metrics`), or ``"kl"``;
+            None (default) for each pair's logit difference (``LogitDiff.of_pairs``).
         batch_size: prompt pairs per pass; circuits_per_pass: circuits stacked in one pass.
-        answer_positions: see :func:`prepare_edge_prompts`.
+        answer_positions: see :func:`edge_pairs`.
         reuse: False runs every patched pass over the whole model and prompt (the same values, to
             float error; for checking and timing the reuse).
 
@@ -469,25 +423,27 @@ def evaluate_circuits(
         :class:`CircuitValues`.
 
     Raises:
-        ValueError: bad prompts (see :func:`prepare_edge_prompts`), a mask of the wrong shape or
+        ValueError: bad prompts (see :func:`edge_pairs`), a mask of the wrong shape or
             type, or one that holds pairs that are not edges; nothing is attached.
 
     >>> from lmsci_mi import load_model
     >>> from lmsci_mi.circuits.edges.graph import edge_graph
-    >>> from lmsci_mi.circuits.metrics import LogitDiff
+    >>> from lmsci_mi.data.pairs import PromptPairs
     >>> lm = load_model("toy-2l")
     >>> g = edge_graph(lm)
     >>> masks = torch.stack([g.full_mask(), torch.zeros_like(g.real)])
-    >>> res = evaluate_circuits(lm, g, masks, ["Mary and John: John gave it to"],
-    ...                         ["Mary and John: Mary gave it to"], LogitDiff(5, 6))
+    >>> pairs = PromptPairs(["Mary and John: John gave it to"], ["Mary and John: Mary gave it to"],
+    ...                     answers=5, wrongs=6)
+    >>> res = evaluate_circuits(lm, g, masks, pairs)
     >>> torch.allclose(res.values, torch.tensor([res.clean_value, res.corrupted_value]), atol=1e-4)
     True
     """
     masks = _check_masks(lm, graph, circuits)
+    metric = pair_metric(metric, pairs)
     check_metric(metric)
     if batch_size < 1 or circuits_per_pass < 1:
         raise UserInputError("batch_size and circuits_per_pass must be at least 1")
-    prompts = prepare_edge_prompts(lm, clean, corrupted, answer_positions)
+    prompts = edge_pairs(lm, pairs, answer_positions)
     per_prompt = torch.zeros(masks.shape[0], len(prompts))
     clean_pp, corrupted_pp = torch.zeros(len(prompts)), torch.zeros(len(prompts))
     for batch in prompts.batches(batch_size):
@@ -586,13 +542,13 @@ def _evaluate_batch(
     return clean_values, scorer(corrupted_logits).float().cpu(), values
 
 
+@accepts_pairs(3)
 def evaluate_circuit(
     lm: LensModel,
     graph: EdgeGraph,
     in_circuit: Bool[Tensor, "sender receiver"],
-    clean: PromptsArg,
-    corrupted: PromptsArg,
-    metric: Metric | Literal["kl"],
+    pairs: PairsArg,
+    metric: Metric | Literal["kl"] | None = None,
     *,
     batch_size: int = 16,
     answer_positions: int | Sequence[int] | Tensor | None = None,
@@ -601,12 +557,12 @@ def evaluate_circuit(
 
     >>> from lmsci_mi import load_model
     >>> from lmsci_mi.circuits.edges.graph import edge_graph
-    >>> from lmsci_mi.circuits.metrics import LogitDiff
+    >>> from lmsci_mi.data.pairs import PromptPairs
     >>> lm = load_model("toy-2l")
     >>> g = edge_graph(lm)
-    >>> res = evaluate_circuit(lm, g, g.mask(["L0.H1->L1.H3.k", "MLP1->logits"]),
-    ...                        "Mary and John: John gave it to", "Mary and John: Mary gave it to",
-    ...                        LogitDiff(5, 6))
+    >>> pairs = PromptPairs("Mary and John: John gave it to", "Mary and John: Mary gave it to",
+    ...                     answers=5, wrongs=6)
+    >>> res = evaluate_circuit(lm, g, g.mask(["L0.H1->L1.H3.k", "MLP1->logits"]), pairs)
     >>> tuple(res.values.shape)
     (1,)
     """
@@ -619,8 +575,7 @@ def evaluate_circuit(
         lm,
         graph,
         in_circuit,
-        clean,
-        corrupted,
+        pairs,
         metric,
         batch_size=batch_size,
         circuits_per_pass=1,
