@@ -34,16 +34,16 @@ from doc_tables import MODEL_NAMES
 from doc_tables.schemas.circuits import EdgeCurve, EdgeExact, EdgesData, EdgeSteps
 
 from lmsci_mi import LensModel, load_model
-from lmsci_mi.circuits.eap import EAPConfig, EdgeScores, edge_attribution
-from lmsci_mi.circuits.edge_patching import evaluate_circuits
-from lmsci_mi.circuits.faithfulness import (
+from lmsci_mi.circuits.edges.eap import EAPConfig, EdgeScores, edge_attribution
+from lmsci_mi.circuits.edges.faithfulness import (
     MIB_FRACTIONS,
     CurveConfig,
     FaithfulnessCurve,
     faithfulness_curve,
     plot_faithfulness_curves,
 )
-from lmsci_mi.circuits.graph import edge_graph
+from lmsci_mi.circuits.edges.graph import edge_graph
+from lmsci_mi.circuits.edges.patching import evaluate_circuits
 from lmsci_mi.circuits.ioi import name_movers_by_dla
 from lmsci_mi.data.ioi import ioi_str_pairs
 from lmsci_mi.data.pairs import PromptPairs

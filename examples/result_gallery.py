@@ -21,9 +21,9 @@ from lmsci_mi import LensModel, load_model
 from lmsci_mi.circuits.aie import aggregate_traces
 from lmsci_mi.circuits.attention import attention_summary
 from lmsci_mi.circuits.attribution import AttributionConfig, attribution_patch
-from lmsci_mi.circuits.eap import EAPConfig, edge_attribution
-from lmsci_mi.circuits.faithfulness import CurveConfig, faithfulness_curve
-from lmsci_mi.circuits.graph import edge_graph
+from lmsci_mi.circuits.edges.eap import EAPConfig, edge_attribution
+from lmsci_mi.circuits.edges.faithfulness import CurveConfig, faithfulness_curve
+from lmsci_mi.circuits.edges.graph import edge_graph
 from lmsci_mi.circuits.heads import (
     HeadScoreConfig,
     InductionAblationConfig,

@@ -2,7 +2,7 @@
 effect over a fact set, by fact, and EAP/EAP-IG edge scores over a prompt set, by prompt pair.
 
 :func:`~lmsci_mi.circuits.aie.average_indirect_effect` and
-:func:`~lmsci_mi.circuits.eap.edge_attribution` run these when given ``cluster=``; importing this
+:func:`~lmsci_mi.circuits.edges.eap.edge_attribution` run these when given ``cluster=``; importing this
 module registers them in :data:`~lmsci_mi.cluster.SHARDABLE` (the registry imports it the first
 time either name is asked for).
 """
@@ -26,8 +26,8 @@ from lmsci_mi.circuits.aie import (
     plan_fact_traces,
     trace_fact,
 )
-from lmsci_mi.circuits.eap import EAPConfig, EdgeScores, edge_attribution
-from lmsci_mi.circuits.edge_patching import batch_metric, edge_pairs
+from lmsci_mi.circuits.edges.eap import EAPConfig, EdgeScores, edge_attribution
+from lmsci_mi.circuits.edges.patching import batch_metric, edge_pairs
 from lmsci_mi.circuits.metrics import pair_metric
 from lmsci_mi.circuits.tracing import CausalTrace
 from lmsci_mi.cluster.shardable import SHARDABLE, Job, Shardable

@@ -33,7 +33,7 @@ from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 
 if TYPE_CHECKING:
-    from lmsci_mi.circuits.eap import EAPConfig, EdgeScores
+    from lmsci_mi.circuits.edges.eap import EAPConfig, EdgeScores
     from lmsci_mi.cluster import ClusterConfig
 
 __all__ = ["register"]
@@ -82,7 +82,7 @@ def prompt_pairs_from_args(lm: LensModel, args: argparse.Namespace) -> PromptPai
 
 def register(commands: Any) -> None:
     """Add `circuit eap|evaluate|curve` (and the path command, where the lead wires it)."""
-    from lmsci_mi.circuits.faithfulness import CurveConfig
+    from lmsci_mi.circuits.edges.faithfulness import CurveConfig
 
     circuit = commands.add_parser(
         "circuit", help="edge-level circuits: EAP/EAP-IG scores, exact evaluation, faithfulness"
@@ -163,7 +163,7 @@ def _common(parser: argparse.ArgumentParser, *, scoring: bool = True) -> None:
 
 
 def _setup(args: argparse.Namespace) -> tuple[LensModel, Any, PromptPairs]:
-    from lmsci_mi.circuits.graph import edge_graph
+    from lmsci_mi.circuits.edges.graph import edge_graph
 
     if getattr(args, "n_prompts", 1) < 1:
         raise UserInputError("--n-prompts must be at least 1")
@@ -172,16 +172,16 @@ def _setup(args: argparse.Namespace) -> tuple[LensModel, Any, PromptPairs]:
 
 
 def _eap_config(args: argparse.Namespace) -> EAPConfig:
-    """The :class:`~lmsci_mi.circuits.eap.EAPConfig` of ``--method``, ``--ig-steps`` and
+    """The :class:`~lmsci_mi.circuits.edges.eap.EAPConfig` of ``--method``, ``--ig-steps`` and
     ``--grouped``."""
-    from lmsci_mi.circuits.eap import EAPConfig
+    from lmsci_mi.circuits.edges.eap import EAPConfig
 
-    method = "EAP" if args.method == "eap" else "EAP-IG"
-    return EAPConfig(method=method, steps=args.ig_steps, grouped=args.grouped)
+    # --method is a registered name in lower case (EDGE_METHODS: "EAP", "EAP-IG")
+    return EAPConfig(method=args.method.upper(), steps=args.ig_steps, grouped=args.grouped)
 
 
 def _run_eap(args: argparse.Namespace) -> int:
-    from lmsci_mi.circuits.eap import score_edges
+    from lmsci_mi.circuits.edges.eap import score_edges
 
     cluster = cluster_from_args(args)  # checked before the model loads
     lm, _, pairs = _setup(args)
@@ -192,7 +192,7 @@ def _run_eap(args: argparse.Namespace) -> int:
 
 
 def _run_evaluate(args: argparse.Namespace) -> int:
-    from lmsci_mi.circuits.edge_patching import evaluate_circuit
+    from lmsci_mi.circuits.edges.patching import evaluate_circuit
 
     lm, graph, pairs = _setup(args)
     text = args.edges
@@ -217,8 +217,8 @@ def _run_evaluate(args: argparse.Namespace) -> int:
 
 
 def _run_curve(args: argparse.Namespace) -> int:
-    from lmsci_mi.circuits.eap import score_edges
-    from lmsci_mi.circuits.faithfulness import CurveConfig, faithfulness_curve
+    from lmsci_mi.circuits.edges.eap import score_edges
+    from lmsci_mi.circuits.edges.faithfulness import CurveConfig, faithfulness_curve
 
     config = config_from_args(CurveConfig, args)
     if args.circuit_plot is not None and not any(
@@ -250,20 +250,18 @@ def score_edges(
     *,
     cluster: ClusterConfig | None = None,
 ) -> EdgeScores:
-    """Deprecated: :func:`lmsci_mi.circuits.eap.score_edges` (``EAPConfig(method=..., steps=...,
+    """Deprecated: :func:`lmsci_mi.circuits.edges.eap.score_edges` (``EAPConfig(method=..., steps=...,
     grouped=graph.grouped)``), the library function this command now calls."""
-    from lmsci_mi.circuits.eap import EAPConfig
-    from lmsci_mi.circuits.eap import score_edges as library_score_edges
+    from lmsci_mi.circuits.edges.eap import EAPConfig
+    from lmsci_mi.circuits.edges.eap import score_edges as library_score_edges
 
     warnings.warn(
-        "lmsci_mi.cli.edges.score_edges is deprecated: use lmsci_mi.circuits.eap.score_edges("
+        "lmsci_mi.cli.edges.score_edges is deprecated: use lmsci_mi.circuits.edges.eap.score_edges("
         "lm, pairs, EAPConfig(method=..., steps=..., grouped=...))",
         DeprecationWarning,
         stacklevel=2,
     )
-    config = EAPConfig(
-        method="EAP" if method == "eap" else "EAP-IG", steps=steps, grouped=graph.grouped
-    )
+    config = EAPConfig(method=method.upper(), steps=steps, grouped=graph.grouped)
     return library_score_edges(lm, pairs, config, cluster=cluster)
 
 
@@ -274,9 +272,9 @@ def tour_steps() -> list[TourStep]:
             "edge_circuit",
             "Edge-level IOI circuit: EAP-IG scores, the faithfulness curve and the 0.1 % circuit",
             _step_edge_circuit,
-            "from lmsci_mi.circuits.eap import EAPConfig, score_edges; from "
-            "lmsci_mi.circuits.faithfulness import faithfulness_curve; from "
-            "lmsci_mi.circuits.graph import edge_graph; from lmsci_mi.data.ioi import "
+            "from lmsci_mi.circuits.edges.eap import EAPConfig, score_edges; from "
+            "lmsci_mi.circuits.edges.faithfulness import faithfulness_curve; from "
+            "lmsci_mi.circuits.edges.graph import edge_graph; from lmsci_mi.data.ioi import "
             "ioi_str_pairs; graph = edge_graph(lm); pairs = ioi_str_pairs(lm, 16); "
             "faithfulness_curve(lm, graph, score_edges(lm, pairs, EAPConfig(steps=5)), pairs)",
             seconds=45,
@@ -286,9 +284,9 @@ def tour_steps() -> list[TourStep]:
 
 def _step_edge_circuit(lm: LensModel, out_dir: Path) -> StepOutput:
     """EAP-IG on 16 IOI prompt pairs (STR), the faithfulness curve at MIB's budgets, the 5 % circuit."""
-    from lmsci_mi.circuits.eap import EAPConfig, score_edges
-    from lmsci_mi.circuits.faithfulness import CurveConfig, faithfulness_curve
-    from lmsci_mi.circuits.graph import edge_graph
+    from lmsci_mi.circuits.edges.eap import EAPConfig, score_edges
+    from lmsci_mi.circuits.edges.faithfulness import CurveConfig, faithfulness_curve
+    from lmsci_mi.circuits.edges.graph import edge_graph
 
     graph = edge_graph(lm)
     pairs = ioi_str_pairs(lm, 16)

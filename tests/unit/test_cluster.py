@@ -14,7 +14,7 @@ import torch
 
 from lmsci_mi import load_model
 from lmsci_mi.circuits.aie import AIEConfig, average_indirect_effect
-from lmsci_mi.circuits.eap import EAPConfig, edge_attribution
+from lmsci_mi.circuits.edges.eap import EAPConfig, edge_attribution
 from lmsci_mi.circuits.metrics import LogitDiff
 from lmsci_mi.circuits.tracing import TraceConfig
 from lmsci_mi.cli import main

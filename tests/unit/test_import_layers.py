@@ -67,6 +67,17 @@ DEPRECATED: dict[tuple[str, str], str] = {
 }
 """Deprecated aliases: (module, the unit it imports back up) -> what moved where."""
 
+MOVED: dict[str, str] = {
+    "lmsci_mi.circuits.graph": "lmsci_mi.circuits.edges.graph",
+    "lmsci_mi.circuits.eap": "lmsci_mi.circuits.edges.eap",
+    "lmsci_mi.circuits.edge_patching": "lmsci_mi.circuits.edges.patching",
+    "lmsci_mi.circuits.pruning": "lmsci_mi.circuits.edges.pruning",
+    "lmsci_mi.circuits.faithfulness": "lmsci_mi.circuits.edges.faithfulness",
+}
+"""Modules that moved inside their unit, old path -> new home (issue 36: the edge files into
+``circuits/edges/``). The old path stays a deprecated alias: each of the new home's names, with a
+DeprecationWarning; nothing in the package imports it."""
+
 BASEMENT = ("errors",)
 """Below the ground floor: the library's exceptions (UserInputError, UnknownNameError), which any
 module may raise. They import nothing of lmsci_mi, so importing them adds no floor to a unit."""
@@ -353,6 +364,21 @@ def test_deprecated_aliases_resolve_to_the_new_homes() -> None:
     pairs = TextPairs(("a",), ("b",), (3,), (4,), "demo")
     with pytest.warns(DeprecationWarning, match="of_pairs"):
         assert repr(pairs.metric()) == repr(LogitDiff.of_pairs(pairs))
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_moved_modules_are_deprecated_aliases_of_their_new_homes(old: str) -> None:
+    import importlib
+
+    new = importlib.import_module(MOVED[old])
+    alias = importlib.import_module(old)
+    assert alias.__all__ == new.__all__ and new.__all__
+    for name in new.__all__:
+        with pytest.warns(DeprecationWarning, match=rf"use {MOVED[old]}\.{name}$"):
+            assert getattr(alias, name) is getattr(new, name)
+    with pytest.raises(AttributeError):
+        alias.no_such_name  # noqa: B018
+    assert [str(imp) for imp in all_imports() if imp.target == old] == []
 
 
 @pytest.mark.parametrize("unit", sorted(TOP))

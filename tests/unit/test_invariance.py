@@ -63,8 +63,8 @@ from lmsci_mi.circuits import (
     patch_activations,
 )
 from lmsci_mi.circuits.aie import known_facts
-from lmsci_mi.circuits.edge_patching import evaluate_circuits, prepare_edge_prompts
-from lmsci_mi.circuits.graph import edge_graph
+from lmsci_mi.circuits.edges.graph import edge_graph
+from lmsci_mi.circuits.edges.patching import evaluate_circuits, prepare_edge_prompts
 from lmsci_mi.circuits.heads import HeadScoreConfig, induction_scores
 from lmsci_mi.cli import main
 from lmsci_mi.collect import CollectConfig, collect_activations

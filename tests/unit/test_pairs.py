@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lmsci_mi.circuits.eap import EAPConfig, edge_attribution
-from lmsci_mi.circuits.edge_patching import edge_pairs, evaluate_circuits
-from lmsci_mi.circuits.faithfulness import CurveConfig, faithfulness_curve
-from lmsci_mi.circuits.graph import edge_graph
+from lmsci_mi.circuits.edges.eap import EAPConfig, edge_attribution
+from lmsci_mi.circuits.edges.faithfulness import CurveConfig, faithfulness_curve
+from lmsci_mi.circuits.edges.graph import edge_graph
+from lmsci_mi.circuits.edges.patching import edge_pairs, evaluate_circuits
 from lmsci_mi.circuits.metrics import LogitDiff
 from lmsci_mi.circuits.patching import PatchingConfig, patch_activations
 from lmsci_mi.circuits.path_patching import path_patch
