@@ -13,8 +13,8 @@ import itertools
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Literal, Protocol, get_args
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
 import torch
 from jaxtyping import Bool, Float, Int
@@ -23,8 +23,12 @@ from transformer_lens.hook_points import HookedRootModule, HookPoint
 
 from lmsci_mi.errors import UnknownNameError, UserInputError
 from lmsci_mi.generation import decoding_step
-from lmsci_mi.sites import layout_of
+from lmsci_mi.positions import Exclude, resolve_exclude
+from lmsci_mi.sites import hook_name, layout_of
 from lmsci_mi.typecheck import shape_checked
+
+if TYPE_CHECKING:
+    from lmsci_mi.model import LensModel
 
 __all__ = [
     "ActiveHook",
@@ -34,6 +38,7 @@ __all__ = [
     "NamesFilter",
     "PositionScope",
     "Positions",
+    "RunningExclusion",
     "UnknownHookError",
     "registry_for",
     "selection_mask",
@@ -63,16 +68,22 @@ class PositionScope:
     - ``from_last_prompt()``: the last prompt position and every generated one, so the first
       new token is steered too (the off-by-one of nrimsky/CAA #3 is the difference of these two).
 
-    ``skip`` leaves the first ``skip`` absolute positions alone (1: the attention sink).
+    ``exclude`` (an :class:`~lmsci_mi.positions.Exclude`) leaves chosen positions alone: the
+    sink (position 0) and explicit positions; positions of chosen tokens need the tokens, which
+    a scope does not see (use :class:`RunningExclusion`). ``skip=n``, the older spelling, leaves
+    the first ``n`` positions alone (``skip=1``: the sink) and is kept as an alias.
 
     >>> PositionScope.prompt(-1)
-    PositionScope(kind='prompt', start=-1, stop=None, skip=0)
+    PositionScope(kind='prompt', start=-1, stop=None, exclude=None)
+    >>> PositionScope.all(skip=1).exclude == Exclude()
+    True
     """
 
     kind: ScopeKind = "all"
     start: int | None = None
     stop: int | None = None
-    skip: int = 0
+    skip: int = field(default=0, repr=False, compare=False)
+    exclude: Exclude | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in get_args(ScopeKind):
@@ -81,14 +92,29 @@ class PositionScope:
             raise UserInputError(f"start/stop select prompt positions; scope {self.kind!r} takes none")
         if self.skip < 0:
             raise UserInputError(f"skip must be >= 0, got {self.skip}")
+        if self.exclude is not None and not self.exclude.by_position:
+            raise UserInputError(
+                "a PositionScope selects by position and never sees the tokens: leave tokens "
+                f"{self.exclude.token_ids} out with RunningExclusion(lm, exclude) in the hook"
+            )
+        if self.skip:  # the alias: the first `skip` positions are an exclusion like any other
+            merged = Exclude.leading(self.skip).union(self.exclude)
+            object.__setattr__(self, "exclude", merged)
 
     @classmethod
-    def all(cls, *, skip: int = 0) -> PositionScope:
-        return cls("all", skip=skip)
+    def all(cls, *, skip: int = 0, exclude: Exclude | None = None) -> PositionScope:
+        return cls("all", skip=skip, exclude=exclude)
 
     @classmethod
-    def prompt(cls, start: int | None = None, stop: int | None = None, *, skip: int = 0) -> PositionScope:
-        return cls("prompt", start, stop, skip)
+    def prompt(
+        cls,
+        start: int | None = None,
+        stop: int | None = None,
+        *,
+        skip: int = 0,
+        exclude: Exclude | None = None,
+    ) -> PositionScope:
+        return cls("prompt", start, stop, skip, exclude)
 
     @classmethod
     def generated(cls) -> PositionScope:
@@ -121,7 +147,9 @@ class PositionScope:
             lo = _bound(self.start, length, 0)
             hi = _bound(self.stop, length, length)
             mask = (position >= lo) & (position < hi) & (position < length)
-        return mask & (position >= self.skip)
+        if self.exclude is not None:
+            mask = mask & self.exclude.keep_positions(batch, n_pos, device, offset=offset)
+        return mask
 
 
 def _bound(value: int | None, length: Tensor, default: int | Tensor) -> Tensor:
@@ -131,6 +159,90 @@ def _bound(value: int | None, length: Tensor, default: int | Tensor) -> Tensor:
     if value < 0:
         return (length + value).clamp_min(0)
     return torch.full_like(length, value)
+
+
+class RunningExclusion:
+    """Which positions of the running forward pass an :class:`~lmsci_mi.positions.Exclude`
+    leaves out, for a hook that acts at every pass, cached generation included.
+
+    Attach :meth:`hooks` in the same block as the hook that reads :meth:`keep`. The sink of a
+    model with a sink token is recognised by its first-block input (the sink token's embedding
+    at position 0), so the mark holds with and without the KV cache and under
+    TransformerLens's own ``generate``, which embeds without ``hook_embed``; a model without
+    positional embeddings gives that input wherever the sink token recurs, and those positions
+    are left out too. Tokens are recognised by their embedding (``hook_embed``), and absolute
+    positions (the first token of a sink-free model among them) from the pass's
+    :func:`~lmsci_mi.generation.decoding_step`: both hold in lmsci-mi's sampler and in a plain
+    forward, not in TransformerLens's ``generate``.
+
+    >>> from lmsci_mi import load_model
+    >>> lm = load_model("toy-2l")
+    >>> running = RunningExclusion(lm, Exclude(positions=(2,)))
+    >>> seen = []
+    >>> with lm.hooks.hooks(fwd=[*running.hooks(), ("blocks.1.hook_resid_post",
+    ...                          lambda act, hook: seen.append(running.keep(act)))]):
+    ...     _ = lm.model(torch.tensor([[0, 5, 6, 7]]))
+    >>> seen[0][..., 0].tolist()
+    [[False, True, False, True]]
+    """
+
+    sink_site = hook_name("resid_pre", 0)
+    token_site = "hook_embed"
+
+    def __init__(self, lm: LensModel, exclude: Exclude | None = None) -> None:
+        self.exclude = resolve_exclude(exclude)
+        self._sink: Tensor | None = None
+        self._tokens: Tensor | None = None
+        self._pending: Tensor | None = None
+        self.sink_reference: Tensor | None = None
+        self.token_references: Tensor | None = None
+        with torch.no_grad():
+            if self.exclude.sink and lm.sink_token_id is not None:
+                tokens = torch.tensor([[lm.sink_token_id]], device=lm.device)
+                with lm.hooks.capture([self.sink_site]) as captured:
+                    lm.model(tokens, stop_at_layer=1)
+                self.sink_reference = captured[self.sink_site][0, 0]
+            if self.exclude.token_ids:
+                ids = torch.tensor([self.exclude.token_ids], device=lm.device)
+                self.token_references = lm.model.embed(ids)[0]  # what hook_embed sees, exactly
+
+    def hooks(self) -> list[tuple[str, HookFn]]:
+        """The recording hooks, for :meth:`HookRegistry.hooks`'s ``fwd``."""
+        out: list[tuple[str, HookFn]] = []
+        if self.token_references is not None:
+            out.append((self.token_site, self._record_tokens))
+        if self.token_references is not None or self.sink_reference is not None:
+            out.append((self.sink_site, self._record_pass))
+        return out
+
+    def _record_tokens(self, activation: Tensor, hook: Any) -> None:
+        assert self.token_references is not None
+        refs = self.token_references.to(activation.device, activation.dtype)
+        self._pending = (activation[:, :, None] == refs[None, None]).all(-1).any(-1)
+
+    def _record_pass(self, activation: Tensor, hook: Any) -> None:
+        # Every pass reaches the first block's input; the token mark is this pass's only if
+        # hook_embed fired in it (TransformerLens's generate embeds without it).
+        self._tokens, self._pending = self._pending, None
+        if self.sink_reference is not None:
+            reference = self.sink_reference.to(activation.device, activation.dtype)
+            self._sink = (activation == reference).all(-1)
+
+    def keep(self, activation: Tensor) -> Bool[Tensor, "batch pos 1"]:
+        """True where the running pass's ``activation`` (``[batch, pos, ...]``) is kept."""
+        batch, n_pos = activation.shape[:2]
+        step = decoding_step()
+        offset = step.offset if step is not None else 0
+        # The sink by its input where the model has a sink token, else by its position.
+        by_position = Exclude(
+            sink=self.exclude.sink and self.sink_reference is None, positions=self.exclude.positions
+        )
+        kept = by_position.keep_positions(batch, n_pos, activation.device, offset=offset)
+        for marked in (self._sink, self._tokens):
+            # A mark from another pass (another shape) is stale: ignored, as a pass without it.
+            if marked is not None and marked.shape == (batch, n_pos):
+                kept = kept & ~marked
+        return kept.unsqueeze(-1)
 
 
 Positions = (

@@ -2,9 +2,10 @@
 
 The keys of an MLP's output projection are its hidden activations (site ``mlp_post``,
 act(gate)·up for gated MLPs), and the edit's update is whitened by C⁻¹ (Meng et al. 2022, eq. 2).
-C is uncentred and taken over every token but the attention sink of a text source (by default
-the offline `lmsci_mi.data.text_corpus`); all requested layers are filled in one pass and cached
-on disk under a key made of the weights that produce the keys, the dtype, the text and its length.
+C is uncentred and taken over every token but the attention sink (or the positions an
+:class:`~lmsci_mi.positions.Exclude` names) of a text source (by default the offline
+`lmsci_mi.data.text_corpus`); all requested layers are filled in one pass and cached on disk under
+a key made of the weights that produce the keys, the dtype, the text, its length and the exclusion.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from lmsci_mi.config import Config, config
 from lmsci_mi.data.text_corpus import STDLIB_TEXT_SOURCE, stdlib_documents, text_chunks
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
+from lmsci_mi.positions import Exclude, resolve_exclude
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name, layer_of, site, weight_name
 from lmsci_mi.weights import WeightEdit
@@ -63,11 +65,14 @@ class StatsConfig(Config):
         n_tokens: text tokens to average over (the sink at the start of each row is excluded).
         seq_len: tokens per row, sink included.
         batch_size: rows per forward pass.
+        exclude: the positions left out of C (None: the sink, whose activations are outliers
+            by design and which edits never key on); each row contributes the tokens it keeps.
     """
 
     n_tokens: int = field(default=DEFAULT_STATS_TOKENS, metadata={"ge": 1})
     seq_len: int = field(default=128, metadata={"ge": 2})  # the sink and one token
     batch_size: int = field(default=8, metadata={"ge": 1})
+    exclude: Exclude | None = field(default=None, metadata={"cli": False})
 
 
 @dataclass(frozen=True)
@@ -206,13 +211,18 @@ def weight_fingerprints(lm: LensModel, layers: Sequence[int]) -> dict[int, str]:
     return out
 
 
-def _cache_key(fingerprint: str, lm: LensModel, source: TextSource, seq_len: int) -> str:
+def _cache_key(
+    fingerprint: str, lm: LensModel, source: TextSource, seq_len: int, exclude: Exclude | None = None
+) -> str:
     # Kept in the form the cache was first written with, so existing statistics stay valid.
     text = f"{fingerprint}|{lm.cfg.dtype}|{source.name}|seq{seq_len}"
     if lm.sink_token_id is None:
         # A sink-free model's rows have no sink (text_chunks), so its statistics differ from
         # the same weights' with one; without this it read theirs from the cache.
         text += "|nosink"
+    chosen = resolve_exclude(exclude)
+    if not chosen.is_default:  # the default (the sink) keeps the key statistics were cached under
+        text += f"|exclude{chosen.positions}{chosen.token_ids}{'' if chosen.sink else 'nosink'}"
     return cache_key(text, length=20, algorithm="sha256")
 
 
@@ -293,7 +303,10 @@ def key_statistics(
     source = TextSource.of(text)
     fingerprints = weight_fingerprints(lm, wanted)
     folder = stats_dir(lm, cache_dir)
-    keys = {layer: _cache_key(fingerprints[layer], lm, source, config.seq_len) for layer in wanted}
+    keys = {
+        layer: _cache_key(fingerprints[layer], lm, source, config.seq_len, config.exclude)
+        for layer in wanted
+    }
     found: dict[int, KeyStatistics] = {}
     if use_cache:
         for layer in wanted:
@@ -367,7 +380,7 @@ def _compute(
         )
     start = time.perf_counter()
     rows = _token_rows(lm, source, config.n_tokens, config.seq_len)
-    values, counted = _accumulate(lm, layers, rows, config.batch_size)
+    values, counted = _accumulate(lm, layers, rows, config.batch_size, config.exclude)
     seconds = time.perf_counter() - start
     logger.info("key statistics for layers %s: %d tokens of %s in %.1f s", layers, counted,
                 source.name, seconds)
@@ -386,19 +399,22 @@ def _token_rows(
 
 @torch.no_grad()
 def _accumulate(
-    lm: LensModel, layers: Sequence[int], rows: Tensor, batch_size: int
+    lm: LensModel, layers: Sequence[int], rows: Tensor, batch_size: int,
+    exclude: Exclude | None = None,
 ) -> tuple[Tensor, int]:
     d_mlp = lm.cfg.d_mlp
     assert d_mlp is not None
     sums = torch.zeros(len(layers), d_mlp, d_mlp, dtype=torch.float64, device=lm.device)
     slot = {layer: i for i, layer in enumerate(layers)}
+    chosen = resolve_exclude(exclude)
+    kept: list[Tensor] = []  # the keep-mask of the batch running now
 
     def accumulate(activation: Tensor, hook: object) -> None:
         layer = layer_of(str(getattr(hook, "name", "")))
         assert layer is not None
-        # Position 0 is the attention sink, whose activations are outliers by design; edits
-        # never key on it, so it stays out of C.
-        keys = activation[:, 1:].reshape(-1, activation.shape[-1]).float()
+        # The sink's activations are outliers by design and edits never key on it, so it stays
+        # out of C (as do the other excluded positions); row-major, as the keys were summed.
+        keys = activation[kept[-1]].float()
         # One batch's products in float32 (fast), the running sum in float64 (exact enough
         # over hundreds of thousands of tokens).
         sums[slot[layer]] += (keys.T @ keys).double()
@@ -408,6 +424,7 @@ def _accumulate(
     with lm.hooks.hooks(fwd=[(sites, accumulate)], label="key statistics"):
         for start in tqdm(range(0, len(rows), batch_size), desc="key statistics", unit="batch"):
             batch = rows[start : start + batch_size].to(lm.device)
+            kept.append(chosen.keep(batch))
             lm.model(batch, stop_at_layer=max(layers) + 1)
-            counted += batch.shape[0] * (rows.shape[1] - 1)
+            counted += int(kept.pop().sum())
     return sums / counted, counted

@@ -33,6 +33,7 @@ from lmsci_mi.data.text_corpus import stdlib_documents, text_chunks
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.lenses.logit_lens import LogitLens, LogitLensConfig, resolve_layers, run_lens
 from lmsci_mi.model import LensModel
+from lmsci_mi.positions import Exclude, resolve_exclude
 from lmsci_mi.sites import hook_name
 
 __all__ = [
@@ -77,6 +78,18 @@ class TunedLensConfig(Config):
         default=128, metadata={"help": "tokens per Adam step", "ge": 1}
     )
     seed: int = dataclasses.field(default=0, metadata={"help": "seed of the Adam batches"})
+    exclude: Exclude | None = dataclasses.field(
+        default=None,
+        metadata={"help": "positions left out of training (None: the sink)", "cli": False},
+    )
+
+    def key_params(self) -> dict[str, object]:
+        """:meth:`params` as the cache key reads them: the default exclusion (the sink) left
+        out, so lenses cached before the field existed keep their key."""
+        params = self.params()
+        if resolve_exclude(self.exclude).is_default:
+            params.pop("exclude")
+        return params
 
 
 _DEFAULT_CONFIG = TunedLensConfig()
@@ -125,7 +138,7 @@ class TunedLens:
             "format": _FORMAT,
             "model": self.model,
             "fingerprint": self.fingerprint,
-            "config": json.dumps(self.config.params()),
+            "config": json.dumps(self.config.key_params()),
             "train_seconds": repr(self.train_seconds),
         }
         # Written under a private name and renamed: a reader never sees half a lens.
@@ -177,7 +190,10 @@ class TunedLens:
 def _config_from(text: str) -> TunedLensConfig:
     """The config recorded in a lens file (``params()`` as JSON, its type name dropped)."""
     fields = {f.name for f in dataclasses.fields(TunedLensConfig)}
-    return TunedLensConfig(**{k: v for k, v in json.loads(text).items() if k in fields})
+    values = {k: v for k, v in json.loads(text).items() if k in fields}
+    if isinstance(values.get("exclude"), dict):
+        values["exclude"] = Exclude.from_params(values["exclude"])
+    return TunedLensConfig(**values)
 
 
 # --------------------------------------------------------------------------- training
@@ -199,12 +215,15 @@ def _normal_equations(
     kept: list[Tensor] = []
     generator = torch.Generator().manual_seed(config.seed)
     per_batch = -(-_KEEP_TOKENS // -(-rows.shape[0] // 8))
+    exclude = resolve_exclude(config.exclude)
     for index, batch in enumerate(rows.split(8)):
         log.info("tuned lens: least-squares batch %d of %d", index + 1, -(-rows.shape[0] // 8))
         with lm.hooks.capture(names) as cap:
             lm.model(batch.to(lm.device), stop_at_layer=n_layers)
-        # The sink (position 0) is a resting place for attention, not a prediction: left out.
-        streams = torch.stack([cap[n][:, 1:].reshape(-1, d).float() for n in names], 1).cpu()
+        # The sink is a resting place for attention, not a prediction: left out (with any other
+        # excluded position), row-major as before.
+        keep = exclude.keep(batch).to(lm.device)
+        streams = torch.stack([cap[n][keep].reshape(-1, d).float() for n in names], 1).cpu()
         final = streams[:, -1]
         weight = 1 / readout.final_norm_scale(lm, final)
         ones = torch.ones(len(final), 1)
@@ -300,7 +319,7 @@ def train_tuned_lens(lm: LensModel, config: TunedLensConfig = _DEFAULT_CONFIG) -
 
 def tuned_lens_path(lm: LensModel, config: TunedLensConfig = _DEFAULT_CONFIG) -> Path:
     """Where :func:`tuned_lens_for` caches the lens of ``lm`` under ``config``."""
-    key = cache_key(weights_fingerprint(lm), config.params())
+    key = cache_key(weights_fingerprint(lm), config.key_params())
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in lm.name)
     return cache_root() / "tuned_lens" / f"{safe}-{key}.safetensors"
 

@@ -3,7 +3,8 @@ in next-token loss when the reconstruction replaces the activation.
 
 Explained variance follows sae-lens: 1 − E‖x − x̂‖² / (E‖x‖² − ‖E x‖²). The loss is measured with
 the reconstruction spliced in at every position but the sink (the SAE never sees the sink), next
-to the clean loss and the loss with the site zero-ablated, as in sae-lens's evaluator.
+to the clean loss and the loss with the site zero-ablated, as in sae-lens's evaluator. Every
+measure leaves out the positions of one :class:`~lmsci_mi.positions.Exclude` (``exclude=``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from tqdm.auto import tqdm
 
 from lmsci_mi.collect import CollectConfig, collect_activations
 from lmsci_mi.model import LensModel
+from lmsci_mi.positions import Exclude, resolve_exclude
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sae.core import LensSAE
 
@@ -154,35 +156,74 @@ def reconstruction_loss(
     *,
     batch_size: int = 16,
     progress: bool = False,
+    exclude: Exclude | None = None,
 ) -> float:
     """Mean next-token loss on ``rows`` with the site ``"clean"``, replaced by the SAE's
-    reconstruction (``"sae"``) or zero-ablated (``"zero"``), at every position but the sink.
+    reconstruction (``"sae"``) or zero-ablated (``"zero"``), at every position ``exclude``
+    keeps (None: every position but the sink), counting the predictions made from those
+    positions (the sink's prediction never sees the SAE).
 
     Reads the model only; the hook goes through the registry.
     """
+    chosen = resolve_exclude(exclude)
+    kept: list[Tensor] = []  # the keep-mask of the batch running now
 
     def splice(activation: Tensor, hook: Any) -> Tensor:
         out = activation.clone()
+        keep, lo = kept[-1], _first_kept(kept[-1])
+        # Columns before `lo` are left out in every row: computed from `lo` on only, so the
+        # default (the sink) encodes exactly the positions it always did.
+        part = keep[:, lo:, None]
         if mode == "sae":
-            out[:, 1:] = sae.decode(sae.encode(activation[:, 1:].float())).to(activation.dtype)
+            new = sae.decode(sae.encode(activation[:, lo:].float())).to(activation.dtype)
         else:
-            out[:, 1:] = 0
+            new = torch.zeros_like(activation[:, lo:])
+        out[:, lo:] = torch.where(part, new, activation[:, lo:])
         return out
 
     total, count = 0.0, 0
     for start in tqdm(range(0, len(rows), batch_size), desc=f"loss ({mode})", disable=not progress):
         batch = lm.pad_batch(rows[start : start + batch_size])
         tokens = batch.tokens.to(lm.device)
+        kept.append(chosen.keep(tokens))
         hooks = [] if mode == "clean" else [(sae.hook, splice)]
         with lm.hooks.hooks(fwd=hooks, label=f"sae-{mode}"):
             logits = lm.model(tokens)
-        # Predictions from positions 1.. (the sink's prediction never sees the SAE).
-        targets = tokens[:, 2:]
-        mask = batch.mask[:, 2:].to(lm.device)
-        losses = F.cross_entropy(logits[:, 1:-1].float().transpose(1, 2), targets, reduction="none")
+        # The prediction from position p (of token p + 1) counts where p is kept and p + 1 real.
+        lo = _first_kept(kept[-1])
+        targets = tokens[:, lo + 1 :]
+        mask = kept.pop()[:, lo:-1] & batch.mask[:, lo + 1 :].to(lm.device)
+        losses = F.cross_entropy(
+            logits[:, lo:-1].float().transpose(1, 2), targets, reduction="none"
+        )
         total += float((losses * mask).sum())
         count += int(mask.sum())
     return total / max(count, 1)
+
+
+def _with_exclude(params: Mapping[str, Any] | None, exclude: Exclude) -> dict[str, Any]:
+    """``params``, with the exclusion recorded where it is not the default (the sink)."""
+    out = dict(params or {})
+    if not exclude.is_default:
+        out["exclude"] = exclude.params()
+    return out
+
+
+def _held_out(
+    lm: LensModel, rows: list[list[int]], hook: str, config: CollectConfig, exclude: Exclude
+) -> Tensor:
+    """The activations at ``hook`` of the positions of ``rows`` that ``exclude`` keeps."""
+    collected = collect_activations(lm, rows, [hook], positions="all", config=config)
+    keep = exclude.keep_at(collected.position, collected.token)
+    acts = collected.acts[hook]
+    # Collection already leaves a sink token out; the check spares the default a copy.
+    return acts if bool(keep.all()) else acts[keep]
+
+
+def _first_kept(keep: Tensor) -> int:
+    """The first column some row keeps (the sink's column is left out everywhere)."""
+    columns = keep.any(0)
+    return int(columns.float().argmax()) if bool(columns.any()) else keep.shape[1]
 
 
 def sae_stats(
@@ -195,6 +236,7 @@ def sae_stats(
     params: Mapping[str, Any] | None = None,
     data_source: str = "",
     extra: Mapping[str, float] | None = None,
+    exclude: Exclude | None = None,
 ) -> SAEStats:
     """Measure ``sae`` on held-out token ``rows`` (each starting with the sink).
 
@@ -206,31 +248,25 @@ def sae_stats(
         rows: held-out token rows.
         autocast_check: also measure EV on activations harvested under this autocast dtype.
         params, data_source, extra: provenance recorded in the result.
+        exclude: the positions every measure leaves out (None: the sink).
     """
     sae.check(lm)
-    acts = collect_activations(
-        lm, rows, [sae.hook], positions="all", config=CollectConfig(progress=progress)
-    ).acts[sae.hook]
+    chosen = resolve_exclude(exclude)
+    acts = _held_out(lm, rows, sae.hook, CollectConfig(progress=progress), chosen)
     explained, l0, density, scale = feature_summary(sae, acts)
     explained_autocast = None
     if autocast_check is not None:
-        low = collect_activations(
-            lm,
-            rows,
-            [sae.hook],
-            positions="all",
-            config=CollectConfig(progress=progress, autocast=autocast_check),
-        ).acts[sae.hook]
-        explained_autocast = feature_summary(sae, low)[0]
+        config = CollectConfig(progress=progress, autocast=autocast_check)
+        explained_autocast = feature_summary(sae, _held_out(lm, rows, sae.hook, config, chosen))[0]
     losses = {
-        m: reconstruction_loss(lm, sae, rows, m, progress=progress)
+        m: reconstruction_loss(lm, sae, rows, m, progress=progress, exclude=chosen)
         for m in ("clean", "sae", "zero")
     }
     return SAEStats(
         values=density,
         axes=("feature",),
         labels=((),),
-        meta=lm.meta((), data_source=data_source, params=dict(params or {})),
+        meta=lm.meta((), data_source=data_source, params=_with_exclude(params, chosen)),
         hook=sae.hook,
         explained_variance=explained,
         explained_variance_autocast=explained_autocast,

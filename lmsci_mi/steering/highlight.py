@@ -22,6 +22,7 @@ from lmsci_mi import readout
 from lmsci_mi.config import Config, config
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
+from lmsci_mi.positions import Exclude, resolve_exclude
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.steering.lm_steer import LMSteer
 
@@ -43,6 +44,10 @@ class HighlightConfig(Config):
     )
     max_spans: int = field(default=4, metadata={"help": "at most this many spans", "ge": 1})
     max_length: int = field(default=10, metadata={"help": "tokens per span at most", "ge": 1})
+    exclude: Exclude | None = field(
+        default=None,
+        metadata={"help": "positions no span may cover (None: the sink)", "cli": False},
+    )
 
     def validate(self) -> None:
         if not (self.value != 0 and abs(self.value) < float("inf")):
@@ -56,19 +61,31 @@ _DEFAULT_HIGHLIGHT_CONFIG = HighlightConfig()
 
 
 def max_spans(
-    evidence: Sequence[float] | Tensor, n_spans: int, max_length: int
+    evidence: Sequence[float] | Tensor,
+    n_spans: int,
+    max_length: int,
+    *,
+    allowed: Sequence[bool] | Tensor | None = None,
 ) -> tuple[float, list[tuple[int, int]]]:
     """At most ``n_spans`` disjoint spans ``[start, end)`` of at most ``max_length`` items with the
     largest total evidence (0 with no span when nothing is positive). O(T · n · L).
+
+    Args:
+        allowed: per item, whether a span may cover it (default: every item).
 
     Returns:
         (the total, the spans in order).
 
     >>> max_spans([1.0, -2.0, 3.0, 0.5, -1.0, 2.0], 2, 3)
     (5.5, [(2, 4), (5, 6)])
+    >>> max_spans([1.0, -2.0, 3.0, 0.5, -1.0, 2.0], 2, 3, allowed=[1, 1, 1, 0, 1, 1])
+    (5.0, [(2, 3), (5, 6)])
     """
     values = [float(v) for v in (evidence.tolist() if isinstance(evidence, Tensor) else evidence)]
     t = len(values)
+    free = [True] * t if allowed is None else [bool(a) for a in allowed]
+    if len(free) != t:
+        raise UserInputError(f"allowed has {len(free)} items for {t} items of evidence")
     prefix = [0.0]
     for v in values:
         prefix.append(prefix[-1] + v)
@@ -81,6 +98,8 @@ def max_spans(
         for i in range(1, t + 1):
             top, pick = best[k][i - 1], 0
             for length in range(1, min(max_length, i) + 1):
+                if not free[i - length]:
+                    break  # a span never covers a left-out item, so none reaches past it
                 candidate = best[k - 1][i - length] + prefix[i] - prefix[i - length]
                 if candidate > top + 1e-12:
                     top, pick = candidate, length
@@ -199,7 +218,8 @@ def highlight_keywords(
 ) -> Highlight:
     """The tokens of ``text`` that carry the steer's attribute, and the best spans of them.
 
-    Reads the model only.
+    Reads the model only. No span covers a position ``config.exclude`` leaves out (by default
+    the sink); position 0 has no evidence in any case, as no token predicts it.
 
     Raises:
         ValueError: a steer of another model, an unknown attribute, an empty text.
@@ -216,9 +236,11 @@ def highlight_keywords(
         raise UserInputError("give a non-empty text to highlight")
     index = steer.index_of(config.attribute)
     evidence = token_evidence(lm, steer, text, index, config.value)
-    # Evidence at position t is about token t itself (predicted from t − 1): spans index tokens.
-    total, spans = max_spans(evidence[1:], config.max_spans, config.max_length)
-    spans = [(s + 1, e + 1) for s, e in spans]
+    # Evidence at position t is about token t itself (predicted from t − 1): spans index tokens,
+    # and position 0, predicted by nothing, is never in one.
+    tokens = torch.tensor([lm.encode(text)])
+    allowed = resolve_exclude(config.exclude).keep(tokens)[0] & (torch.arange(len(evidence)) > 0)
+    total, spans = max_spans(evidence, config.max_spans, config.max_length, allowed=allowed)
     return Highlight(
         values=evidence,
         axes=("token",),
