@@ -142,14 +142,9 @@ def _calls_to(name: str, tree: ast.AST) -> list[tuple[str, int]]:
     return calls
 
 
-_CONCEPTS_SPLIT = ("concepts", "projections", "inner_products", "intervention")
-"""The modules of the concepts split; their plots are converted to the template after it."""
-
 # A module may call save_figure only here; each exception says why.
 _SAVE_FIGURE_ALLOWED = {
     "results.py": {"_plotted"},  # the plot template's tail, used by `plot` and `plot_severing`
-    # converted after the concepts split (another change split concepts.py into these files)
-    **{f"representations/{name}.py": {"plot"} for name in _CONCEPTS_SPLIT},
 }
 
 
@@ -179,8 +174,6 @@ def test_result_types_leave_plot_to_the_template() -> None:
     own = []
     for path in sorted(package.rglob("*.py")):
         module = path.relative_to(package).as_posix()
-        if module in {f"representations/{name}.py" for name in _CONCEPTS_SPLIT}:
-            continue  # converted after the concepts split
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ClassDef) and (module, node.name) not in allowed and any(
                 isinstance(f, ast.FunctionDef) and f.name == "plot" for f in node.body
