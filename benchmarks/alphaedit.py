@@ -25,7 +25,7 @@ from doc_tables.schemas.editing import AlphaEditData, AlphaEditTokensData, Spect
 
 from lmsci_mi import LensModel, load_model
 from lmsci_mi.editing import (
-    AlphaEditHyperParams,
+    AlphaEditConfig,
     EditRequest,
     KeyStatistics,
     StatsConfig,
@@ -67,7 +67,7 @@ def null_space_dims(stats: KeyStatistics, layers: list[int], threshold: float) -
 def token_sweep(run: harness.Run, lm: LensModel, stats_tokens: int) -> None:
     """The null-space dimension per layer against the statistics' token count; the default
     budget (the largest) comes from the statistics cache, the smaller ones are computed afresh."""
-    hp = AlphaEditHyperParams()
+    hp = AlphaEditConfig()
     layers = list(default_memit_layers(lm))
     rows = {}
     with tempfile.TemporaryDirectory() as scratch:
@@ -92,7 +92,7 @@ def spectra(stats: KeyStatistics, layers: list[int]) -> dict[str, Spectrum]:
 
 def one_batch(run: harness.Run, lm: LensModel, n_facts: int, stats_tokens: int) -> None:
     """Edit the first facts in one batch: p(new) before and after, the null space per layer."""
-    hp = AlphaEditHyperParams(stats_tokens=stats_tokens, **(QUICK_FIT if run.quick else {}))
+    hp = AlphaEditConfig(stats_tokens=stats_tokens, **(QUICK_FIT if run.quick else {}))
     layers = list(default_memit_layers(lm))
     with run.timed("statistics"):
         stats = key_statistics(lm, layers, StatsConfig(n_tokens=hp.stats_tokens))
@@ -116,7 +116,7 @@ def one_batch(run: harness.Run, lm: LensModel, n_facts: int, stats_tokens: int) 
 
 def main() -> None:
     run = harness.start(__doc__, __file__, threads=2, flags=add_flags)
-    stats_tokens = QUICK_STATS_TOKENS if run.quick else AlphaEditHyperParams().stats_tokens
+    stats_tokens = QUICK_STATS_TOKENS if run.quick else AlphaEditConfig().stats_tokens
     with run.timed("load"):
         lm = load_model(run.args.model)
     if run.args.token_sweep:

@@ -7,7 +7,7 @@ Runs ``causal_trace`` with its defaults (Gaussian noise 3 × the embedding std, 
 window 10) on "The Eiffel Tower is located in the city of" → " Paris", and writes
 docs/data/causal_trace_eiffel.json (every restored value with its standard error over the noise
 samples, and the summaries the docs quote) and docs/img/causal_trace_eiffel.png (beside --out when
-it is another file); then the MLP-only trace that ``ROMEHyperParams(trace_layer=True)`` runs, over
+it is another file); then the MLP-only trace that ``ROMEConfig(trace_layer=True)`` runs, over
 4 noise seeds (its peak, effect and standard error). About four minutes at one thread. --quick
 takes 2 noise samples and one MLP-only seed.
 
@@ -68,7 +68,7 @@ def summarise(trace: CausalTrace, tokens: list[str], se: torch.Tensor) -> TraceS
 
 
 def mlp_only(lm: LensModel, seed: int) -> MLPOnlyTrace:
-    """The MLP-only trace `traced_layer` runs (ROMEHyperParams(trace_layer=True)) for the editing
+    """The MLP-only trace `traced_layer` runs (ROMEConfig(trace_layer=True)) for the editing
     fact, whose subject is "The Eiffel Tower" (so "The" is noised too): its peak at the last
     subject token."""
     trace = causal_trace(lm, PROMPT, EDIT_SUBJECT, TraceConfig(kinds=("mlp",), seed=seed))

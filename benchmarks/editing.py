@@ -61,14 +61,14 @@ from lmsci_mi.editing import (
     EDITING_METHODS,
     METRICS,
     PER_FACT,
-    AlphaEditHyperParams,
+    AlphaEditConfig,
     EditEvaluation,
     EditHandle,
     EditRequest,
     EvaluationConfig,
     KeyStatistics,
-    MEMITHyperParams,
-    ROMEHyperParams,
+    MEMITConfig,
+    ROMEConfig,
     StatsConfig,
     context_templates,
     default_memit_layers,
@@ -91,9 +91,9 @@ from lmsci_mi.weights import read_deltas
 T = TypeVar("T")
 # MEMIT and AlphaEdit fit the same δ on the unedited model: cached, each is fitted once.
 CONFIGS: dict[str, Config] = {
-    "rome": ROMEHyperParams(),
-    "memit": MEMITHyperParams(cache_fits=True),
-    "alphaedit": AlphaEditHyperParams(cache_fits=True),
+    "rome": ROMEConfig(),
+    "memit": MEMITConfig(cache_fits=True),
+    "alphaedit": AlphaEditConfig(cache_fits=True),
 }
 ROME_CHUNK = 10
 SCORE_CHUNK = 25
@@ -153,7 +153,7 @@ def prepare(run: harness.Run) -> Setup:
     with run.timed("load"):
         lm = load_model(run.args.model)
     layer, layers = default_rome_layer(lm), list(default_memit_layers(lm))
-    n_tokens = QUICK["stats_tokens"] if quick else ROMEHyperParams().stats_tokens
+    n_tokens = QUICK["stats_tokens"] if quick else ROMEConfig().stats_tokens
     with run.timed("statistics"):
         stats = key_statistics(lm, sorted({layer, *layers}), StatsConfig(n_tokens=n_tokens))
         for name in ("rome", "memit"):

@@ -114,6 +114,25 @@ def read_json(path: Path, default: Any = None) -> Any:
 # --- git -------------------------------------------------------------------------------------
 
 
+def flat_params(config: Any) -> dict[str, Any]:
+    """``config.params()`` with its nested configs' fields spread into it (their ``None`` fields
+    and type names left out): a cache key that stays the one a config had before its sampling
+    moved into a nested ``GenerationConfig``, so evaluations cached then are still found.
+
+    >>> from lmsci_mi.steering import SteerEvalConfig
+    >>> sorted(flat_params(SteerEvalConfig()))  # doctest: +NORMALIZE_WHITESPACE
+    ['attribute', 'batch_size', 'config', 'max_new_tokens', 'n_prompts', 'progress', 'seed',
+     'temperature', 'top_p', 'values']
+    """
+    flat: dict[str, Any] = {}
+    for name, value in config.params().items():
+        if isinstance(value, dict):
+            flat.update({k: v for k, v in value.items() if k != "config" and v is not None})
+        else:
+            flat[name] = value
+    return flat
+
+
 def _git(root: Path, *args: str) -> str | None:
     try:
         done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True)

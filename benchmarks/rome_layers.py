@@ -30,7 +30,7 @@ from lmsci_mi.editing import (
     EditRequest,
     EvaluationConfig,
     KeyStatistics,
-    ROMEHyperParams,
+    ROMEConfig,
     StatsConfig,
     evaluate_edits,
     key_statistics,
@@ -110,7 +110,7 @@ def plot(data: RomeLayersData, path: Path) -> None:
 
 
 def evaluated(cache: harness.ItemCache, lm: LensModel, layer: int, index: int, fact: EditRequest,
-              hp: ROMEHyperParams, stats: KeyStatistics, evaluation: EvaluationConfig) -> EditEvaluation:
+              hp: ROMEConfig, stats: KeyStatistics, evaluation: EvaluationConfig) -> EditEvaluation:
     """One fact edited alone at one layer, from the cache or computed and cached."""
     path = cache.path(f"layer{layer:02d}-fact{index:03d}")
     if path.is_file():
@@ -135,7 +135,7 @@ def main() -> None:
     layers = list(range(min(2, lm.cfg.n_layers))) if run.quick else args.layers
     every = load_facts()
     chosen = spread(len(every), 2 if run.quick else args.facts)
-    hp = ROMEHyperParams(**(QUICK_FIT if run.quick else {}))
+    hp = ROMEConfig(**(QUICK_FIT if run.quick else {}))
     evaluation = EvaluationConfig(**({"generation_tokens": QUICK_GE_TOKENS} if run.quick else {}))
     with run.timed("statistics"):
         stats = key_statistics(lm, layers, StatsConfig(n_tokens=QUICK_STATS_TOKENS if run.quick else hp.stats_tokens))

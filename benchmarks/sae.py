@@ -143,7 +143,7 @@ class Measured:
 
 def document(model: str, m: Measured) -> SAESteeringData:
     alive = int((m.cards.density > 0).sum())
-    config = FrequencyConfig()
+    config = FrequencyConfig().generation
     shipped = m.sae.info.get("shipped", {})
     return SAESteeringData(
         model=model,
@@ -157,7 +157,7 @@ def document(model: str, m: Measured) -> SAESteeringData:
             for name, f in m.chosen.items()},
         control={"index": m.tables[0].control, "drawn_among": alive, "rule": CONTROL_RULE},
         prompts={"n": len(m.prompts), "source": "the first bundled neutral prompts"},
-        sampling={"new_tokens": config.new_tokens, "temperature": config.temperature, "top_p": config.top_p,
+        sampling={"new_tokens": config.max_new_tokens, "temperature": config.temperature, "top_p": config.top_p,
                   "seed": config.seed, "samples_per_prompt": 1,
                   "sampler": "lmsci_mi.generation.generate (one seeded stream per prompt)"},
         statistic=STATISTIC,

@@ -58,7 +58,7 @@ def steering(look: FeatureOverview, config: FeatureOverviewConfig) -> TourSteeri
     table = look.frequency
     values = table.values.double()  # [condition, prompt]
     return TourSteering(
-        prompts=config.n_prompts, new_tokens=FrequencyConfig().new_tokens,  # the step's defaults
+        prompts=config.n_prompts, new_tokens=FrequencyConfig().generation.max_new_tokens,  # the step's defaults
         coefficient=table.coefficient, conditions=list(table.axis_labels(0)),
         share=[share(row) for row in values], minus_unsteered=[share(row - values[0]) for row in values[1:]],
         control=table.control, control_pool=look.control_pool, token_set=list(table.token_set),

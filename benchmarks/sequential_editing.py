@@ -29,13 +29,13 @@ from doc_tables.schemas.editing import SequentialCurve, SequentialEditingData
 from lmsci_mi import LensModel, load_model
 from lmsci_mi.config import Config
 from lmsci_mi.editing import (
-    AlphaEditHyperParams,
+    AlphaEditConfig,
     EditingSession,
     EditRequest,
     EvaluationConfig,
     KeyStatistics,
-    MEMITHyperParams,
-    ROMEHyperParams,
+    MEMITConfig,
+    ROMEConfig,
     SessionConfig,
     SessionResult,
     StatsConfig,
@@ -48,9 +48,9 @@ from lmsci_mi.stats import binomial_standard_error
 
 FIGURE = harness.ROOT / "docs" / "img" / "sequential_editing.png"
 METHODS: dict[str, tuple[Config, int]] = {
-    "rome": (ROMEHyperParams(), 1),
-    "memit": (MEMITHyperParams(), 10),
-    "alphaedit": (AlphaEditHyperParams(), 10),
+    "rome": (ROMEConfig(), 1),
+    "memit": (MEMITConfig(), 10),
+    "alphaedit": (AlphaEditConfig(), 10),
 }
 """Each method's config and facts per edit."""
 METRICS = ("ES", "PS", "NS", "specificity", "GE")
@@ -215,7 +215,7 @@ def main() -> None:
     layers = sorted({default_rome_layer(lm), *default_memit_layers(lm)})
     with run.timed("statistics"):
         stats = key_statistics(lm, layers, StatsConfig(
-            n_tokens=QUICK["stats_tokens"] if run.quick else ROMEHyperParams().stats_tokens))
+            n_tokens=QUICK["stats_tokens"] if run.quick else ROMEConfig().stats_tokens))
     curves = {}
     for name in args.methods:
         folder = cache.folder / name

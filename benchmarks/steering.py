@@ -78,7 +78,7 @@ COMPOSITION = 2.0
 """Both steers' magnitude in the composition grid."""
 TRANSFER = 1.0
 """The steer value at which the transfer's +s/−s gap is compared."""
-EVAL = SteerEvalConfig(values=GRID, n_prompts=60, max_new_tokens=20)
+EVAL = SteerEvalConfig(values=GRID, n_prompts=60)  # LM-Steer's sampling: T = 1, top-p 0.9, 20 tokens
 SENTENCES = (
     "The staff were wonderful and the food was absolutely delicious.",
     "The room was filthy, the staff were rude and the trip was a disaster.",
@@ -277,13 +277,14 @@ def main() -> None:
     run = harness.start(__doc__, __file__, threads=2, flags=add_flags)
     folder = run.args.artefacts
     folder.mkdir(parents=True, exist_ok=True)
-    steps, config = (20, SteerEvalConfig(values=GRID, n_prompts=4, max_new_tokens=5)) if run.quick else (TRAIN.steps, EVAL)
+    quick = EVAL.replace(n_prompts=4, generation=EVAL.generation.replace(max_new_tokens=5))
+    steps, config = (20, quick) if run.quick else (TRAIN.steps, EVAL)
     lm = load_model(run.args.model)
     with run.timed("train"):
         trained = train(lm, folder, steps)
     steer = trained.steer
     # Every evaluation depends on the steer (its file size and weights' sum stand for it) too.
-    cache = run.cache({**run.settings(exclude=["artefacts", "no_transfer"]), "eval": config.params(),
+    cache = run.cache({**run.settings(exclude=["artefacts", "no_transfer"]), "eval": harness.flat_params(config),
                        "steer": trained.path.stat().st_size, "p1": float(steer.p1.detach().sum())})
     with run.timed("curve"):
         curve = cache.result("curve", lambda: evaluate_settings(lm, steer, [{"sentiment": v} for v in GRID], config))
@@ -294,12 +295,13 @@ def main() -> None:
     svd, keywords = svd_probe(lm, steer, folder), highlights(lm, steer, folder)
     if run.args.no_transfer:
         return
+    sampling = config.generation
     run.write(SteeringData(
         model=lm.name, steer={"attributes": list(steer.attributes), **STEER.params(),
                               "file_bytes": trained.path.stat().st_size},
         training=training_info(trained, steps),
-        evaluation={"prompts": config.n_prompts, "samples_per_prompt": 1, "max_new_tokens": config.max_new_tokens,
-                    "temperature": config.temperature, "top_p": config.top_p, "seed": config.seed,
+        evaluation={"prompts": config.n_prompts, "samples_per_prompt": 1, "max_new_tokens": sampling.max_new_tokens,
+                    "temperature": sampling.temperature, "top_p": sampling.top_p, "seed": sampling.seed,
                     "prompts_source": "the bundled neutral prompts", "standard_errors": STANDARD_ERRORS},
         curve=control, composition=mixed, svd=svd, highlight=keywords,
         transfer=transfer(run, cache, lm, steer, config, control["summary"]["gap_at_1"]),

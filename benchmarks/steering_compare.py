@@ -174,8 +174,8 @@ def document(lm: LensModel, choice: Choice, curves: dict[str, ControlCurve], dev
     return SteeringCompareData(
         model=lm.name,
         prompts={"dev": len(dev), "test": len(test), "source": "bundled neutral prompts (dev: 41-60, test: 1-40)"},
-        sampling={"max_new_tokens": EVAL.max_new_tokens, "temperature": EVAL.temperature, "top_p": EVAL.top_p,
-                  "seed": EVAL.seed, "samples_per_prompt": 1},
+        sampling={"max_new_tokens": EVAL.generation.max_new_tokens, "temperature": EVAL.generation.temperature,
+                  "top_p": EVAL.generation.top_p, "seed": EVAL.generation.seed, "samples_per_prompt": 1},
         budget=f"perplexity <= {FLUENCY_BUDGET} x unsteered",
         caa={"layer": choice.layer, "site": v.hook, "read": "mean", "scope": "all positions but the sink",
              "vector_norm": v.norm, "n_pairs": len(contrast_pairs("sentiment", template=False).positive),
@@ -230,7 +230,7 @@ def main() -> None:
     prompts = neutral_prompts()
     dev, test = (list(prompts[40:44]), list(prompts[:8])) if run.quick else (list(prompts[40:]), list(prompts[:40]))
     # Every curve depends on these constants too: a changed grid must not read an old curve.
-    cache = run.cache({**run.settings(exclude=["plot_only"]), "eval": EVAL.params(), "select_at": SELECT_AT,
+    cache = run.cache({**run.settings(exclude=["plot_only"]), "eval": harness.flat_params(EVAL), "select_at": SELECT_AT,
                        "values": [CAA_VALUES, LM_STEER_VALUES, SAE_VALUES]})
     with run.timed("dev"):
         choice = choose_on_dev(run, lm, cache, dev)

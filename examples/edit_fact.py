@@ -17,7 +17,7 @@ import torch
 
 from lmsci_mi import load_model
 from lmsci_mi.config import quick_mode
-from lmsci_mi.editing import EditRequest, ROMEHyperParams, default_rome_layer, rome_edit, target_nll
+from lmsci_mi.editing import EditRequest, ROMEConfig, default_rome_layer, rome_edit, target_nll
 
 
 def main() -> None:
@@ -45,7 +45,7 @@ def main() -> None:
             )
 
     show("before")
-    with rome_edit(lm, request, ROMEHyperParams(layer=default_rome_layer(lm))) as handle:
+    with rome_edit(lm, request, ROMEConfig(layer=default_rome_layer(lm))) as handle:
         show(f"after ROME at layer {handle.layers[0]} ({handle.seconds:.1f} s)")
     show("restored")
     assert torch.equal(lm.model.blocks[default_rome_layer(lm)].mlp.W_out, original)

@@ -162,7 +162,7 @@ EDIT = [
     """),
     setup("edit_fact", "import pandas as pd", "import torch"),
     code("""
-    from lmsci_mi.editing import (EditRequest, ROMEHyperParams, default_rome_layer, rome_edit,
+    from lmsci_mi.editing import (EditRequest, ROMEConfig, default_rome_layer, rome_edit,
                                   target_nll)
 
     request = EditRequest(
@@ -198,7 +198,7 @@ EDIT = [
     the `with` block restores them (or call `handle.restore()`).
     """),
     code("""
-    with rome_edit(lm, request, ROMEHyperParams(layer=layer)) as handle:
+    with rome_edit(lm, request, ROMEConfig(layer=layer)) as handle:
         print(f'edited layer {handle.layers[0]} in {handle.seconds:.1f} s')
         rows += probe('edited')
     rows += probe('restored')
@@ -409,6 +409,7 @@ SAE = [
     code("""
     from lmsci_mi.data.steering_texts import neutral_prompts
     from lmsci_mi.data.text_corpus import text_chunks
+    from lmsci_mi.generation import GenerationConfig
     from lmsci_mi.sae import (FeatureConfig, FrequencyConfig, SAEStats,
                               clamp_sae_feature, feature_cards, find_features,
                               load_trained_sae, steer_with_sae_feature,
@@ -453,8 +454,9 @@ SAE = [
     with steer_with_sae_feature(lm, sae, 212, 4.0):
         print('feature 212 x4:', prompt + lm.generate(prompt, 20))
     alive = SAEStats.load(Path(sae.source) / 'stats.json').values > 0
+    sampling = GenerationConfig(max_new_tokens=20 if QUICK else 30, top_p=0.9)
     table = steering_frequency(lm, sae, 212, neutral_prompts()[: 4 if QUICK else 30],
-                               FrequencyConfig(new_tokens=20 if QUICK else 30), alive=alive)
+                               FrequencyConfig(generation=sampling), alive=alive)
     print(table.summary())
     """),
     md("""

@@ -4,7 +4,8 @@ Each analysis takes its data plus one frozen config dataclass (``PatchingConfig`
 ``TraceConfig``...). The config records itself into ``Meta.params`` and builds its own command-line
 flags, so the library, the results and the CLI share one set of defaults. A field declares its
 range in its metadata (``{"help": ..., "ge": 1}``, after pydantic's ``Field``); the base checks it
-on creation and prints it in ``--help``. After SAELens's configs.
+on creation and prints it in ``--help``. A config nested as a field (``generation:
+GenerationConfig``) gives its own fields as flags. After SAELens's configs.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import functools
 import os
 import types
 import typing
-from collections.abc import Sequence
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
 from typing_extensions import Self, dataclass_transform
 
@@ -51,8 +53,56 @@ def quick_mode() -> bool:
 
 @dataclass_transform(frozen_default=True)
 def config(cls: type[C]) -> type[C]:
-    """Class decorator: a frozen, keyword-only dataclass that validates itself on creation."""
-    return dataclasses.dataclass(frozen=True, kw_only=True)(cls)
+    """Class decorator: a frozen, keyword-only dataclass that validates itself on creation.
+
+    A class whose ``_moved`` names fields that moved into a nested config still takes them as
+    keywords and attributes, with a DeprecationWarning (see :attr:`Config._moved`).
+    """
+    wrapped = dataclasses.dataclass(frozen=True, kw_only=True)(cls)
+    if wrapped._moved:
+        _accept_moved(wrapped)
+    return wrapped
+
+
+def _accept_moved(cls: type[Config]) -> None:
+    """Let ``cls`` take its moved fields as keywords (folded into their nested config) and read
+    them as attributes, each with a DeprecationWarning that names the new place."""
+    init = cls.__init__
+    nested = {f.name: f for f in dataclasses.fields(cls)}
+
+    @functools.wraps(init)
+    def __init__(self: Config, **kwargs: Any) -> None:
+        moved = {name: kwargs.pop(name) for name in list(kwargs) if name in cls._moved}
+        if moved:
+            _warn_moved(cls, moved)
+        changes: dict[str, dict[str, Any]] = {}
+        for name, value in moved.items():
+            outer, inner = cls._moved[name].split(".")
+            changes.setdefault(outer, {})[inner] = value
+        for outer, values in changes.items():
+            f = nested[outer]
+            base = kwargs[outer] if outer in kwargs else f.default_factory()  # type: ignore[misc]
+            kwargs[outer] = base.replace(**values)
+        init(self, **kwargs)
+
+    cls.__init__ = __init__  # type: ignore[method-assign]
+    for name, path in cls._moved.items():
+        setattr(cls, name, property(functools.partial(_read_moved, name=name, path=path)))
+
+
+def _warn_moved(cls: type, moved: Mapping[str, Any]) -> None:
+    where = ", ".join(f"{name} -> {cls._moved[name]}" for name in moved)  # type: ignore[attr-defined]
+    warnings.warn(
+        f"{cls.__name__}: {where}; the flat names are deprecated (they will be removed)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+
+
+def _read_moved(self: Config, *, name: str, path: str) -> Any:
+    _warn_moved(type(self), {name: None})
+    outer, inner = path.split(".")
+    return getattr(getattr(self, outer), inner)
 
 
 def validate_choice(name: str, value: Any, choices: Sequence[Any]) -> None:
@@ -75,6 +125,10 @@ class Config:
     optional field. ``__post_init__`` checks them, then calls :meth:`validate`, so a bad config
     never reaches an analysis.
 
+    A field whose type is a config (``generation: GenerationConfig``) nests that config: its
+    default is ``default_factory()``, and on the command line each of its fields is a flag of
+    its own (``--temperature``), with the nested default.
+
     >>> @config
     ... class Demo(Config):
     ...     batch_size: int = dataclasses.field(default=8, metadata={"help": "rows", "gt": 0})
@@ -82,6 +136,10 @@ class Config:
     Traceback (most recent call last):
     lmsci_mi.errors.UserInputError: Demo.batch_size must be > 0, not -1
     """
+
+    _moved: ClassVar[Mapping[str, str]] = {}
+    """Deprecated flat keywords of fields that moved into a nested config, e.g.
+    ``{"temperature": "generation.temperature"}``: :func:`config` still accepts and reads them."""
 
     def __post_init__(self) -> None:
         for rule in _rules(type(self)):
@@ -111,14 +169,31 @@ class Config:
     # ------------------------------------------------------------------ command line
 
     @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser, *, skip: Sequence[str] = ()) -> None:
-        """Add one ``--flag`` per CLI-able field, with the field's default and help."""
+    def add_arguments(
+        cls,
+        parser: argparse.ArgumentParser,
+        *,
+        skip: Sequence[str] = (),
+        defaults: Config | None = None,
+    ) -> None:
+        """Add one ``--flag`` per CLI-able field, with the field's default and help.
+
+        A nested config's fields get flags of their own; ``defaults`` (used for those) is the
+        instance whose values the flags default to, instead of the field defaults.
+        """
         hints = typing.get_type_hints(cls)
         rules = {rule.name: rule for rule in _rules(cls)}
         for f in dataclasses.fields(cls):
             if f.name in skip or not f.metadata.get("cli", True):
                 continue
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            if defaults is not None:
+                default = getattr(defaults, f.name)
+            else:
+                default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            if _nested(hints[f.name]):
+                _check_nested(cls, hints[f.name])
+                hints[f.name].add_arguments(parser, skip=skip, defaults=default)
+                continue
             flag = "--" + f.name.replace("_", "-")
             kwargs = _argparse_kwargs(hints[f.name], default)
             rule = rules.get(f.name)
@@ -135,10 +210,31 @@ class Config:
     @classmethod
     def from_args(cls, args: argparse.Namespace, **overrides: Any) -> Self:
         """The config of parsed arguments; ``overrides`` set fields the CLI does not expose."""
-        values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
-                  if f.metadata.get("cli", True) and hasattr(args, f.name)}
+        hints = typing.get_type_hints(cls)
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if not f.metadata.get("cli", True) or f.name in overrides:
+                continue
+            if _nested(hints[f.name]):  # its fields came as flags of their own
+                given = {g.name: getattr(args, g.name) for g in dataclasses.fields(hints[f.name])
+                         if g.metadata.get("cli", True) and hasattr(args, g.name)}
+                values[f.name] = f.default_factory().replace(**given)  # type: ignore[misc]
+            elif hasattr(args, f.name):
+                values[f.name] = getattr(args, f.name)
         values.update(overrides)
         return cls(**values)
+
+
+def _nested(hint: Any) -> bool:
+    """Whether a field of type ``hint`` is a nested config."""
+    return isinstance(hint, type) and issubclass(hint, Config)
+
+
+def _check_nested(cls: type[Config], nested: type[Config]) -> None:
+    """A nested config's flags share the command's namespace: a name in both would be one flag."""
+    shared = {f.name for f in dataclasses.fields(cls)} & {f.name for f in dataclasses.fields(nested)}
+    if shared:
+        raise TypeError(f"{cls.__name__} and its nested {nested.__name__} both have {sorted(shared)}")
 
 
 # ---------------------------------------------------------------------- declared values

@@ -31,7 +31,6 @@ from lmsci_mi.results import Meta, Result, result_type
 from lmsci_mi.typecheck import shape_checked
 
 if TYPE_CHECKING:
-    from pathlib import Path
 
     from matplotlib.figure import Figure
     from transformer_lens import HookedTransformerConfig
@@ -135,20 +134,21 @@ class TokenPredictions(Result):
                 lines.append(f"{rank:>3}  {token!r:<20} {p:.4f}")
         return "\n".join(lines)
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        prompt = self.meta.prompts[0] if self.meta.prompts else ""
+        return f"Next token after {prompt[-40:]!r} — {self.meta.model}"
+
+    def _draw(self, title: str) -> Figure:
         """Bars of the probabilities, best first, labelled with the tokens (quoted, so a leading
         space shows)."""
-        from lmsci_mi.viz.plots import plot_bars, save_figure
+        from lmsci_mi.viz.plots import plot_bars
 
-        prompt = self.meta.prompts[0] if self.meta.prompts else ""
         fig = plot_bars(
             [repr(t) for t in self.axis_labels(0)],
             self.values.tolist(),
             value_label="probability",
-            title=title or f"Next token after {prompt[-40:]!r} — {self.meta.model}",
+            title=title,
         )
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
 

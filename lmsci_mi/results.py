@@ -311,21 +311,53 @@ class Result:
         labels = self.labels[axis]
         return list(labels) if labels else [str(i) for i in range(self.values.shape[axis])]
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
-        """Plot ``values``: a line for 1-D, a heatmap for 2-D, a row of heatmaps for 3-D.
+    def plot(
+        self, path: str | Path | None = None, *, title: str | None = None, **options: Any
+    ) -> Figure:
+        """The result's figure; written to ``path`` as PNG when one is given.
+
+        A template: the result type draws the figure (``_draw``) under a title, ``title`` or its
+        :meth:`default_title`; this method saves it and returns it. The base draws ``values``: a
+        line for 1-D, a heatmap for 2-D, a row of heatmaps for 3-D.
 
         Args:
             path: if given, the figure is also written there as PNG.
-            title: defaults to the result type and the model.
+            title: the figure's title; empty or None gives :meth:`default_title`.
+            options: the result type's own plot options (e.g. ``LogitLens``'s ``prompt``),
+                passed on to its ``_draw`` and :meth:`default_title`.
         """
-        from lmsci_mi.viz.plots import plot_tensor, save_figure
+        return self._plotted(self._draw, path, title or self.default_title(**options), **options)
 
-        fig = plot_tensor(
+    def default_title(self, **options: Any) -> str:
+        """The title :meth:`plot` gives when none is given: the result type and the model.
+
+        ``options`` are :meth:`plot`'s options, for a title that depends on them.
+        """
+        return f"{type(self).__name__} — {self.meta.model}"
+
+    def _draw(self, title: str, **options: Any) -> Figure:
+        """The hook of :meth:`plot`: a new figure, ``title`` drawn where the figure's title goes."""
+        from lmsci_mi.viz.plots import plot_tensor
+
+        return plot_tensor(
             self.values,
             axes=self.axes,
             labels=[self.axis_labels(i) for i in range(self.values.ndim)],
-            title=title or f"{type(self).__name__} — {self.meta.model}",
+            title=title,
         )
+
+    @staticmethod
+    def _plotted(
+        draw: Callable[..., Figure], path: str | Path | None, title: str, **options: Any
+    ) -> Figure:
+        """``draw(title, **options)``, saved to ``path`` when one is given: the tail of every plot.
+
+        :meth:`plot` uses it, and so does a second view of a result (``plot_severing``); it is
+        the one place that saves a figure, so every plot saves the same way.
+        """
+        from lmsci_mi.viz.plots import save_figure
+
+        fig = draw(title, **options)
         if path is not None:
             save_figure(fig, path)
         return fig
@@ -338,20 +370,12 @@ class LayerCurve(Result):
     ``values`` is ``[layer]`` or ``[series, layer]``; the plot draws one line per series.
     """
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
-        from lmsci_mi.viz.plots import plot_curves, save_figure
+    def _draw(self, title: str) -> Figure:
+        from lmsci_mi.viz.plots import plot_curves
 
         values = self.values if self.values.ndim == 2 else self.values[None]
         series = self.axis_labels(0) if self.values.ndim == 2 else [self.meta.model]
-        fig = plot_curves(
-            values,
-            series=series,
-            x_label=self.axes[-1],
-            title=title or f"{type(self).__name__} — {self.meta.model}",
-        )
-        if path is not None:
-            save_figure(fig, path)
-        return fig
+        return plot_curves(values, series=series, x_label=self.axes[-1], title=title)
 
 
 _RESULT_TYPES["Result"] = Result

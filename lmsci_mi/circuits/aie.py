@@ -458,11 +458,15 @@ class AverageIndirectEffect(Result):
                     )
         return "\n".join(lines)
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return (
+            f"{self.meta.model}: AIE over {self.n_facts} known facts, "
+            f"{self.corruption} corruption (bands: 95%)"
+        )
+
+    def _draw(self, title: str) -> Figure:
         """ROME Fig. 2 as lines: one panel per kind, one line per category, its 95% band shaded."""
         from matplotlib.figure import Figure
-
-        from lmsci_mi.viz.plots import save_figure
 
         fig = Figure(figsize=(4.6 * len(self.kinds), 4.2))
         axes = fig.subplots(1, len(self.kinds), squeeze=False)[0]
@@ -487,27 +491,29 @@ class AverageIndirectEffect(Result):
         handles, names = axes[0].get_legend_handles_labels()
         # Below the panels: inside, the legend hides the early-layer curves that matter most.
         fig.legend(handles, names, loc="lower center", ncol=len(names), fontsize=8, frameon=False)
-        fig.suptitle(
-            title
-            or f"{self.meta.model}: AIE over {self.n_facts} known facts, "
-            f"{self.corruption} corruption (bands: 95%)",
-            fontsize=11,
-        )
+        fig.suptitle(title, fontsize=11)
         fig.tight_layout(rect=(0, 0.07, 1, 1))
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
     def plot_severing(
-        self, path: str | Path | None = None, *, category: str = "last subject"
+        self,
+        path: str | Path | None = None,
+        *,
+        category: str = "last subject",
+        title: str | None = None,
     ) -> Figure:
         """ROME Fig. 3: the stream restored at ``category``, ordinary vs attention / MLP severed.
 
         Needs ``resid`` and at least one of ``sever_mlp`` / ``sever_attn`` among the kinds.
+        Saved to ``path`` when one is given, as :meth:`plot` saves.
         """
-        from matplotlib.figure import Figure
+        default = (
+            f"{self.meta.model}, {self.corruption}, {self.n_facts} facts: severing (ROME Fig. 3)"
+        )
+        return self._plotted(self._draw_severing, path, title or default, category=category)
 
-        from lmsci_mi.viz.plots import save_figure
+    def _draw_severing(self, title: str, *, category: str) -> Figure:
+        from matplotlib.figure import Figure
 
         shown = [k for k in ("resid", "sever_attn", "sever_mlp") if k in self.kinds]
         if "resid" not in shown or len(shown) < 2:
@@ -527,16 +533,11 @@ class AverageIndirectEffect(Result):
         unit = "logit diff" if self.metric == "logit_diff" else "p(target)"
         ax.set_xlabel(f"restored layer (residual stream at the {category} token)")
         ax.set_ylabel(f"AIE ({unit})")
-        ax.set_title(
-            f"{self.meta.model}, {self.corruption}, {self.n_facts} facts: severing (ROME Fig. 3)",
-            fontsize=10,
-        )
+        ax.set_title(title, fontsize=10)
         ax.axhline(0, color="grey", lw=0.6)
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
 

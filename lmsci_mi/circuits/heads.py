@@ -15,7 +15,6 @@ import dataclasses
 import logging
 import math
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import torch
@@ -160,11 +159,14 @@ class HeadScores(Result):
         """All heads whose score exceeds ``threshold``, best first."""
         return tuple(head for head, score in self.top(self.values.numel()) if score > threshold)
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return f"{self.head_kind} scores — {self.meta.model}"
+
+    def _draw(self, title: str) -> Figure:
         """Layer × head heatmap of the scores."""
         from matplotlib.figure import Figure
 
-        from lmsci_mi.viz.plots import heatmap, save_figure
+        from lmsci_mi.viz.plots import heatmap
 
         n_layers, n_heads = self.values.shape
         fig = Figure(figsize=(max(4, 0.5 * n_heads + 2), max(3, 0.22 * n_layers + 1.5)))
@@ -176,11 +178,9 @@ class HeadScores(Result):
             col_labels=self.axis_labels(1),
             row_name="layer",
             col_name="head",
-            title=title or f"{self.head_kind} scores — {self.meta.model}",
+            title=title,
         )
         fig.tight_layout()
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
 
@@ -573,10 +573,13 @@ class InductionAblation(Result):
             f"{self.values.numel()} draws); excess {self.excess:+.3f} nats"
         )
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return f"Induction ablation — {self.meta.model}"
+
+    def _draw(self, title: str) -> Figure:
         """Bars of the loss: clean, induction heads ablated, random heads ablated (the mean,
         with the spread of the draws as an error bar)."""
-        from lmsci_mi.viz.plots import plot_bars, save_figure
+        from lmsci_mi.viz.plots import plot_bars
 
         spread = float(self.values.float().std()) if self.values.numel() > 1 else 0.0
         heads = f"{len(self.heads)} head{'s' if len(self.heads) != 1 else ''}"
@@ -586,10 +589,8 @@ class InductionAblation(Result):
             errors=[0.0, 0.0, spread],
             colors=["grey", "tab:red", "tab:blue"],
             value_label="loss on the repeated half (nats per token)",
-            title=title or f"Induction ablation — {self.meta.model}",
+            title=title,
         )
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
 

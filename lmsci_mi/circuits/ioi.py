@@ -14,7 +14,6 @@ import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -202,11 +201,14 @@ class IOICircuit(Result):
         )
         return "\n".join(lines)
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return f"IOI: DLA to IO − S at END — {self.meta.model}"
+
+    def _draw(self, title: str) -> Figure:
         """DLA heatmap with circuit heads marked by the initial of their class."""
         from matplotlib.figure import Figure
 
-        from lmsci_mi.viz.plots import heatmap, save_figure
+        from lmsci_mi.viz.plots import heatmap
 
         n_layers, n_heads = self.values.shape
         fig = Figure(figsize=(max(5, 0.6 * n_heads + 2), max(4, 0.25 * n_layers + 1.5)))
@@ -214,7 +216,7 @@ class IOICircuit(Result):
         heatmap(
             ax, self.values, row_labels=self.axis_labels(0), col_labels=self.axis_labels(1),
             row_name="layer", col_name="head",
-            title=title or f"IOI: DLA to IO − S at END — {self.meta.model}",
+            title=title,
         )
         marks = {"name_mover": "N", "negative_name_mover": "−N", "s_inhibition": "SI",
                  "induction": "I", "duplicate_token": "D", "previous_token": "P"}
@@ -222,8 +224,6 @@ class IOICircuit(Result):
             ax.text(h.head.head, h.head.layer, marks[h.role], ha="center", va="center",
                     fontsize=7, color="black", fontweight="bold")
         fig.tight_layout()
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
 

@@ -28,7 +28,6 @@ from lmsci_mi.sites import Head, hook_name
 from lmsci_mi.sweep import BaseRun, Intervention, Readout, Row, SweepConfig, SweepStats, run_rows
 
 if TYPE_CHECKING:
-    from pathlib import Path
 
     from matplotlib.figure import Figure
 
@@ -475,14 +474,16 @@ class PathPatchingResult(Result):
         lines += [f"  {key!s:>24}: {value:+.4f}" for key, value in self.top(rows)]
         return "\n".join(lines)
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return f"path patching into {', '.join(self.receivers)[:60]} — {self.meta.model}"
+
+    def _draw(self, title: str) -> Figure:
         """The effect of each path: a (layer × head) heatmap when every sender is a head, a
         sender × receiver heatmap with ``per_receiver``, bars otherwise."""
         from matplotlib.figure import Figure
 
-        from lmsci_mi.viz.plots import heatmap, plot_bars, save_figure
+        from lmsci_mi.viz.plots import heatmap, plot_bars
 
-        title = title or f"path patching into {', '.join(self.receivers)[:60]} — {self.meta.model}"
         senders = self.axis_labels(0)
         heads = [Head.parse(s) for s in senders if _HEAD.match(s)]
         if self.values.ndim == 1 and len(heads) == len(senders) > 1:
@@ -523,8 +524,6 @@ class PathPatchingResult(Result):
                 title=title,
                 value_label="effect on the metric (patched − clean)",
             )
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
 

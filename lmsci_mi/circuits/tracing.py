@@ -20,7 +20,6 @@ import logging
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -174,14 +173,25 @@ class CausalTrace(Result):
         difference = (restored - self.corrupted_samples).double()
         return layer, effect, float(standard_error(difference.flatten()))
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        what = _METRIC_LABEL[self.metric]
+        if self.metric != METRIC_PROB:
+            what = f"{self.target!r} − {self.wrong!r} {what}"
+        else:
+            what = f"p({self.target!r})"
+        return (
+            f"Causal trace ({self.corruption}) of {what} — {self.meta.model}: clean "
+            f"{self.clean_metric:.3f}, corrupted {self.corrupted_metric:.3f}"
+        )
+
+    def _draw(self, title: str) -> Figure:
         """Heatmaps in the style of Meng et al. (Figure 1): tokens down, layers across.
 
         Subject tokens are starred; each panel's colour bar is the metric.
         """
         from matplotlib.figure import Figure
 
-        from lmsci_mi.viz.plots import heatmap, save_figure
+        from lmsci_mi.viz.plots import heatmap
 
         tokens = [
             f"{tok!r}*" if i in self.subject_positions else repr(tok)
@@ -205,22 +215,8 @@ class CausalTrace(Result):
                 title=f"Restoring {label}",
                 cmap=_KIND_CMAP[kind],
             )
-        what = _METRIC_LABEL[self.metric]
-        if self.metric != METRIC_PROB:
-            what = f"{self.target!r} − {self.wrong!r} {what}"
-        else:
-            what = f"p({self.target!r})"
-        fig.suptitle(
-            title
-            or (
-                f"Causal trace ({self.corruption}) of {what} — {self.meta.model}: clean "
-                f"{self.clean_metric:.3f}, corrupted {self.corrupted_metric:.3f}"
-            ),
-            fontsize=11,
-        )
+        fig.suptitle(title, fontsize=11)
         fig.tight_layout()
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
 

@@ -286,9 +286,9 @@ def tour_steps() -> list[TourStep]:
             "rome",
             "ROME: the Eiffel Tower moves to Rome, then back, bit for bit",
             _tour_rome,
-            "from lmsci_mi.editing import EditRequest, ROMEHyperParams, default_rome_layer, rome_edit; "
+            "from lmsci_mi.editing import EditRequest, ROMEConfig, default_rome_layer, rome_edit; "
             'rome_edit(lm, EditRequest("{} is located in the city of", "The Eiffel Tower", " Rome", '
-            '" Paris"), ROMEHyperParams(layer=default_rome_layer(lm)))',
+            '" Paris"), ROMEConfig(layer=default_rome_layer(lm)))',
             seconds=20,
             quick=True,
             first_run="a few minutes more for the layer's key statistics (then cached)",
@@ -300,7 +300,7 @@ def _tour_rome(lm: LensModel, out_dir: Path) -> StepOutput:
     """ROME: edit "The Eiffel Tower is located in the city of" → Rome, then restore"""
     from lmsci_mi.editing import (
         EditRequest,
-        ROMEHyperParams,
+        ROMEConfig,
         default_rome_layer,
         rome_edit,
         target_nll,
@@ -318,9 +318,9 @@ def _tour_rome(lm: LensModel, out_dir: Path) -> StepOutput:
     layer = default_rome_layer(lm)
     original = lm.model.blocks[layer].mlp.W_out.detach().clone()
     start = time.perf_counter()
-    # The first tour computes the layer's key statistics (ROMEHyperParams.stats_tokens of stdlib
+    # The first tour computes the layer's key statistics (ROMEConfig.stats_tokens of stdlib
     # text, a few minutes on two cores) and caches them; later tours read the cache.
-    with rome_edit(lm, request, ROMEHyperParams(layer=layer)) as handle:
+    with rome_edit(lm, request, ROMEConfig(layer=layer)) as handle:
         seconds = time.perf_counter() - start
         after = lm.generate(prompt, 12)
         para = request.paraphrase_prompts[0]

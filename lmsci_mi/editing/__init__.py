@@ -1,16 +1,19 @@
 """Fact editing: ROME, MEMIT and AlphaEdit on any HookedTransformer, and CounterFact-style metrics.
 
 Methods register in :data:`EDITING_METHODS` (importing their modules here registers them).
+``ROMEHyperParams``, ``MEMITHyperParams`` and ``AlphaEditHyperParams`` are deprecated names of
+the ``*Config`` classes.
 """
 
-from lmsci_mi.editing.alphaedit import AlphaEditHyperParams as AlphaEditHyperParams
+from lmsci_mi._deprecation import renamed as _renamed
+from lmsci_mi.editing.alphaedit import AlphaEditConfig as AlphaEditConfig
 from lmsci_mi.editing.alphaedit import alphaedit_edit as alphaedit_edit
 from lmsci_mi.editing.fit import DeltaFit as DeltaFit
 from lmsci_mi.editing.fit import context_templates as context_templates
 from lmsci_mi.editing.fit import fit_deltas as fit_deltas
 from lmsci_mi.editing.handle import EditHandle as EditHandle
 from lmsci_mi.editing.handle import apply_delta as apply_delta
-from lmsci_mi.editing.memit import MEMITHyperParams as MEMITHyperParams
+from lmsci_mi.editing.memit import MEMITConfig as MEMITConfig
 from lmsci_mi.editing.memit import default_memit_layers as default_memit_layers
 from lmsci_mi.editing.memit import memit_edit as memit_edit
 from lmsci_mi.editing.methods import EDITING_METHODS as EDITING_METHODS
@@ -28,7 +31,7 @@ from lmsci_mi.editing.requests import EditRequest as EditRequest
 from lmsci_mi.editing.requests import load_edit_facts as load_edit_facts
 from lmsci_mi.editing.requests import load_facts as load_facts
 from lmsci_mi.editing.requests import load_requests as load_requests
-from lmsci_mi.editing.rome import ROMEHyperParams as ROMEHyperParams
+from lmsci_mi.editing.rome import ROMEConfig as ROMEConfig
 from lmsci_mi.editing.rome import default_rome_layer as default_rome_layer
 from lmsci_mi.editing.rome import rome_edit as rome_edit
 from lmsci_mi.editing.session import SESSION_METRICS as SESSION_METRICS
@@ -40,13 +43,22 @@ from lmsci_mi.editing.stats import StatsConfig as StatsConfig
 from lmsci_mi.editing.stats import TextSource as TextSource
 from lmsci_mi.editing.stats import key_statistics as key_statistics
 
+__getattr__ = _renamed(
+    __name__,
+    {
+        "AlphaEditHyperParams": "AlphaEditConfig",
+        "MEMITHyperParams": "MEMITConfig",
+        "ROMEHyperParams": "ROMEConfig",
+    },
+)
+
 __all__ = [
     "EDITING_METHODS",
     "GENERATION_TOKENS",
     "METRICS",
     "PER_FACT",
     "SESSION_METRICS",
-    "AlphaEditHyperParams",
+    "AlphaEditConfig",
     "DeltaFit",
     "EditEvaluation",
     "EditHandle",
@@ -54,8 +66,8 @@ __all__ = [
     "EditingSession",
     "EvaluationConfig",
     "KeyStatistics",
-    "MEMITHyperParams",
-    "ROMEHyperParams",
+    "MEMITConfig",
+    "ROMEConfig",
     "SessionConfig",
     "SessionResult",
     "StatsConfig",

@@ -24,20 +24,23 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from lmsci_mi._deprecation import renamed
 from lmsci_mi.config import config
 from lmsci_mi.editing.handle import EditHandle
-from lmsci_mi.editing.memit import MEMITHyperParams, checked_layers, spread_edit
+from lmsci_mi.editing.memit import MEMITConfig, checked_layers, spread_edit
 from lmsci_mi.editing.methods import EDITING_METHODS
 from lmsci_mi.editing.requests import EditRequest
 from lmsci_mi.editing.stats import KeyStatistics
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 
-__all__ = ["AlphaEditHyperParams", "alphaedit_edit", "alphaedit_update", "null_space_projector"]
+__all__ = ["AlphaEditConfig", "alphaedit_edit", "alphaedit_update", "null_space_projector"]
+
+__getattr__ = renamed(__name__, {"AlphaEditHyperParams": "AlphaEditConfig"})  # deprecated name
 
 
 @config
-class AlphaEditHyperParams(MEMITHyperParams):
+class AlphaEditConfig(MEMITConfig):
     """AlphaEdit's settings: MEMIT's (targets, layers, contexts) plus the projection.
 
     Attributes:
@@ -91,7 +94,7 @@ def alphaedit_update(
 def alphaedit_edit(
     lm: LensModel,
     requests: Sequence[EditRequest],
-    config: AlphaEditHyperParams | None = None,
+    config: AlphaEditConfig | None = None,
     *,
     stats: KeyStatistics | None = None,
     previous_keys: Mapping[int, Tensor] | None = None,
@@ -103,7 +106,7 @@ def alphaedit_edit(
     Args:
         lm: the model.
         requests: the facts.
-        config: :class:`AlphaEditHyperParams`.
+        config: :class:`AlphaEditConfig`.
         stats: key statistics covering the layers (default: computed or read from the cache).
         previous_keys: per layer, the keys of earlier edits to keep (``[n, d_mlp]``), as a
             sequential-editing session carries them; None for an independent edit.
@@ -123,12 +126,12 @@ def alphaedit_edit(
     >>> lm = load_model("toy-2l")
     >>> stats = key_statistics(lm, [0, 1], StatsConfig(n_tokens=512), cache_dir=tempfile.mkdtemp())
     >>> reqs = [EditRequest("{} is in", "Paris", " Rome")]
-    >>> hp = AlphaEditHyperParams(layers=(0, 1), steps=2, nullspace_threshold=1e-2)
+    >>> hp = AlphaEditConfig(layers=(0, 1), steps=2, nullspace_threshold=1e-2)
     >>> with alphaedit_edit(lm, reqs, hp, stats=stats) as h:
     ...     sorted(h.details["null_space_dims"])
     [0, 1]
     """
-    hp = config or AlphaEditHyperParams()
+    hp = config or AlphaEditConfig()
     requests = list(requests)
     begin = time.perf_counter()
     layers, stats = checked_layers(lm, requests, hp, stats)
@@ -164,12 +167,12 @@ def alphaedit_edit(
 
 
 @EDITING_METHODS.register(
-    "alphaedit", AlphaEditHyperParams, "MEMIT's update projected onto the preserved keys' null space"
+    "alphaedit", AlphaEditConfig, "MEMIT's update projected onto the preserved keys' null space"
 )
 def alphaedit_requests(
     lm: LensModel,
     requests: Sequence[EditRequest],
-    config: AlphaEditHyperParams,
+    config: AlphaEditConfig,
     *,
     stats: KeyStatistics | None = None,
 ) -> EditHandle:

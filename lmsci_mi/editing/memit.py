@@ -20,6 +20,7 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from lmsci_mi._deprecation import renamed
 from lmsci_mi.cache import cache_key, cache_root, weights_fingerprint
 from lmsci_mi.config import Config, config
 from lmsci_mi.editing.fit import (
@@ -46,7 +47,7 @@ from lmsci_mi.sites import weight_name
 
 __all__ = [
     "LayerSolver",
-    "MEMITHyperParams",
+    "MEMITConfig",
     "checked_layers",
     "default_memit_layers",
     "memit_edit",
@@ -55,9 +56,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+__getattr__ = renamed(__name__, {"MEMITHyperParams": "MEMITConfig"})  # the old name, deprecated
+
 
 @config
-class MEMITHyperParams(Config):
+class MEMITConfig(Config):
     """MEMIT's settings (after the paper's GPT-J config; λ and the clamp checked on SmolLM2).
 
     Attributes:
@@ -131,7 +134,7 @@ def default_memit_layers(lm: LensModel) -> tuple[int, ...]:
 def memit_edit(
     lm: LensModel,
     requests: Sequence[EditRequest],
-    config: MEMITHyperParams | None = None,
+    config: MEMITConfig | None = None,
     *,
     stats: KeyStatistics | None = None,
 ) -> EditHandle:
@@ -143,7 +146,7 @@ def memit_edit(
     Args:
         lm: the model.
         requests: the facts (distinct subjects work best, as in the paper).
-        config: :class:`MEMITHyperParams` (its ``layers`` pick the range).
+        config: :class:`MEMITConfig` (its ``layers`` pick the range).
         stats: key statistics covering the layers (default: computed or read from the cache).
 
     Returns:
@@ -154,11 +157,11 @@ def memit_edit(
     >>> lm = load_model("toy-2l")
     >>> stats = key_statistics(lm, [0, 1], StatsConfig(n_tokens=512), cache_dir=tempfile.mkdtemp())
     >>> reqs = [EditRequest("{} is in", s, t) for s, t in [("Paris", " Rome"), ("Berlin", " Oslo")]]
-    >>> with memit_edit(lm, reqs, MEMITHyperParams(layers=(0, 1), steps=2), stats=stats) as h:
+    >>> with memit_edit(lm, reqs, MEMITConfig(layers=(0, 1), steps=2), stats=stats) as h:
     ...     h.layers
     (0, 1)
     """
-    hp = config or MEMITHyperParams()
+    hp = config or MEMITConfig()
     requests = list(requests)
     begin = time.perf_counter()
     layers, stats = checked_layers(lm, requests, hp, stats)
@@ -179,7 +182,7 @@ in float64: how a MEMIT-family method turns one layer's keys and residual into i
 
 
 def checked_layers(
-    lm: LensModel, requests: Sequence[EditRequest], hp: MEMITHyperParams,
+    lm: LensModel, requests: Sequence[EditRequest], hp: MEMITConfig,
     stats: KeyStatistics | None,
 ) -> tuple[list[int], KeyStatistics]:
     """The layer range and its key statistics, after every check (nothing is changed yet).
@@ -199,7 +202,7 @@ def checked_layers(
 
 
 def spread_edit(
-    lm: LensModel, requests: Sequence[EditRequest], layers: Sequence[int], hp: MEMITHyperParams,
+    lm: LensModel, requests: Sequence[EditRequest], layers: Sequence[int], hp: MEMITConfig,
     solve: LayerSolver,
 ) -> list[EditHandle]:
     """MEMIT's pipeline with a given per-layer solver: fit each request's residual change at the
@@ -213,11 +216,11 @@ def spread_edit(
     return _spread(lm, requests, templates, targets, plain, layers, solve)
 
 
-@EDITING_METHODS.register("memit", MEMITHyperParams, "many facts in one edit, spread over MLP layers")
+@EDITING_METHODS.register("memit", MEMITConfig, "many facts in one edit, spread over MLP layers")
 def memit_requests(
     lm: LensModel,
     requests: Sequence[EditRequest],
-    config: MEMITHyperParams,
+    config: MEMITConfig,
     *,
     stats: KeyStatistics | None = None,
 ) -> EditHandle:
@@ -227,7 +230,7 @@ def memit_requests(
 
 def _fit_top_deltas(
     lm: LensModel, top: int, requests: Sequence[EditRequest], templates: Sequence[str],
-    hp: MEMITHyperParams,
+    hp: MEMITConfig,
 ) -> Float[Tensor, "request d_model"]:
     """δ per request on the top layer's residual, fitted in batches of ``hp.batch_size``.
 

@@ -38,7 +38,6 @@ from lmsci_mi.results import Result, result_type
 from lmsci_mi.stats import bootstrap_each, percentile_bounds
 
 if TYPE_CHECKING:
-    from pathlib import Path
 
     from matplotlib.figure import Figure
 
@@ -164,12 +163,13 @@ class EditEvaluation(Result):
         low, high = percentile_bounds(values, level, nan_policy="omit").tolist()
         return low, high
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return f"{self.method} on {len(self.subjects)} facts — {self.meta.model}"
+
+    def _draw(self, title: str) -> Figure:
         """Bars before and after editing: the success rates (S, ES, PS, NS, in %) on the left,
         the mean probability differences (EM, PM, NM, in points) on the right."""
         from matplotlib.figure import Figure
-
-        from lmsci_mi.viz.plots import save_figure
 
         fig = Figure(figsize=(9, 3.6))
         panels = fig.subplots(1, 2, gridspec_kw={"width_ratios": [4, 3]})
@@ -187,12 +187,8 @@ class EditEvaluation(Result):
             ax.axhline(0, color="grey", linewidth=0.5)
             ax.grid(axis="y", alpha=0.3)
         panels[0].legend(fontsize=8)
-        fig.suptitle(
-            title or f"{self.method} on {len(self.subjects)} facts — {self.meta.model}", fontsize=10
-        )
+        fig.suptitle(title, fontsize=10)
         fig.tight_layout()
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
     def summary(self, rows: int = 10) -> str:
@@ -593,7 +589,7 @@ def evaluate_edits(
     Args:
         lm: the model.
         requests: facts with ``target_true``, paraphrase and neighbourhood prompts.
-        config: the method's config (``ROMEHyperParams(layer=4)``), or a method name for its
+        config: the method's config (``ROMEConfig(layer=4)``), or a method name for its
             default config.
         stats: key statistics covering the edited layers (default: each method's own).
         evaluation: :class:`EvaluationConfig` (generation length for GE, seed).

@@ -19,6 +19,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from lmsci_mi._deprecation import renamed
 from lmsci_mi.config import Config, config
 from lmsci_mi.editing.fit import (
     check_layer,
@@ -44,7 +45,7 @@ from lmsci_mi.sites import weight_name
 
 __all__ = [
     "DEFAULT_ROME_LAYER_FRACTION",
-    "ROMEHyperParams",
+    "ROMEConfig",
     "default_rome_layer",
     "rome_edit",
     "rome_key",
@@ -54,6 +55,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+__getattr__ = renamed(__name__, {"ROMEHyperParams": "ROMEConfig"})  # the old name, deprecated
+
 DEFAULT_ROME_LAYER_FRACTION = 0.15
 """Default ROME layer as a fraction of depth: layer 4 of SmolLM2's 30, where the layer sweep
 (``benchmarks/rome_layers.py``, docs/editing.md "Which layer") found the best score S; layers
@@ -61,7 +64,7 @@ DEFAULT_ROME_LAYER_FRACTION = 0.15
 
 
 @config
-class ROMEHyperParams(Config):
+class ROMEConfig(Config):
     """ROME's settings (defaults after the paper's code, adjusted for SmolLM2 where noted).
 
     Attributes:
@@ -162,7 +165,7 @@ def rome_key(
 def rome_edit(
     lm: LensModel,
     request: EditRequest,
-    config: ROMEHyperParams | None = None,
+    config: ROMEConfig | None = None,
     *,
     stats: KeyStatistics | None = None,
 ) -> EditHandle:
@@ -174,7 +177,7 @@ def rome_edit(
     Args:
         lm: the model to edit.
         request: the fact to rewrite.
-        config: :class:`ROMEHyperParams`; its ``layer`` None edits :func:`default_rome_layer`,
+        config: :class:`ROMEConfig`; its ``layer`` None edits :func:`default_rome_layer`,
             or with ``trace_layer`` the peak of an MLP causal trace of the rewrite prompt
             (:func:`traced_layer`).
         stats: key statistics for the layer (default: :func:`key_statistics`, cached on disk).
@@ -187,11 +190,11 @@ def rome_edit(
     >>> lm = load_model("toy-2l")
     >>> stats = key_statistics(lm, 1, StatsConfig(n_tokens=512), cache_dir=tempfile.mkdtemp())
     >>> req = EditRequest("{} is located in the city of", "The Eiffel Tower", " Rome", " Paris")
-    >>> with rome_edit(lm, req, ROMEHyperParams(layer=1, n_contexts=2, steps=3), stats=stats) as h:
+    >>> with rome_edit(lm, req, ROMEConfig(layer=1, n_contexts=2, steps=3), stats=stats) as h:
     ...     h.layers
     (1,)
     """
-    hp = config or ROMEHyperParams()
+    hp = config or ROMEConfig()
     check_requests(lm, [request])
     if hp.trace_layer and hp.layer is not None:
         raise UserInputError(
@@ -225,11 +228,11 @@ def rome_edit(
     return EditHandle(lm, deltas, method="rome", requests=[request], seconds=seconds).apply()
 
 
-@EDITING_METHODS.register("rome", ROMEHyperParams, "rank-one edit of one MLP, one fact per edit")
+@EDITING_METHODS.register("rome", ROMEConfig, "rank-one edit of one MLP, one fact per edit")
 def rome_requests(
     lm: LensModel,
     requests: Sequence[EditRequest],
-    config: ROMEHyperParams,
+    config: ROMEConfig,
     *,
     stats: KeyStatistics | None = None,
 ) -> EditHandle:
@@ -261,7 +264,7 @@ def traced_layer(lm: LensModel, request: EditRequest) -> int:
             f"the causal trace of {request.rewrite_prompt!r} has no MLP peak above noise: layer "
             f"{layer} restores p({trace.target!r}) by {effect:.4f} ± {error:.4f} (s.e. over "
             f"{trace.noise.shape[0]} noise samples), within two standard errors of the corrupted "
-            f"run; give a layer instead (ROMEHyperParams(layer=...), the default is "
+            f"run; give a layer instead (ROMEConfig(layer=...), the default is "
             f"{default_rome_layer(lm)})"
         )
     logger.info("causal trace of %r: MLP peak at layer %d", request.rewrite_prompt, layer)

@@ -111,11 +111,12 @@ class SessionResult(Result):
             table.append(f"| {n} | " + " | ".join(f"{float(v):.1f}" for v in row) + " |")
         return "\n".join([head, *table])
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return f"{self.method}, batches of {self.batch_size} — {self.meta.model}"
+
+    def _draw(self, title: str) -> Figure:
         """ES, PS, NS and specificity against the number of edits; GE beside them."""
         from matplotlib.figure import Figure
-
-        from lmsci_mi.viz.plots import save_figure
 
         fig = Figure(figsize=(9, 3.4))
         left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
@@ -127,12 +128,8 @@ class SessionResult(Result):
         right.set(xlabel="edits applied", ylabel="generation entropy GE")
         for ax in (left, right):
             ax.grid(alpha=0.3)
-        fig.suptitle(
-            title or f"{self.method}, batches of {self.batch_size} — {self.meta.model}", fontsize=10
-        )
+        fig.suptitle(title, fontsize=10)
         fig.tight_layout()
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
 
@@ -141,12 +138,12 @@ class EditingSession:
 
     >>> import tempfile
     >>> from lmsci_mi import load_model
-    >>> from lmsci_mi.editing import MEMITHyperParams, StatsConfig, key_statistics
+    >>> from lmsci_mi.editing import MEMITConfig, StatsConfig, key_statistics
     >>> lm = load_model("toy-2l")
     >>> stats = key_statistics(lm, [0, 1], StatsConfig(n_tokens=512), cache_dir=tempfile.mkdtemp())
     >>> reqs = [EditRequest("{} is in", s, t) for s, t in [("Paris", " Rome"), ("Berlin", " Oslo")]]
     >>> no_ge = SessionConfig(evaluation=EvaluationConfig(generation_tokens=0))  # skip GE's sampling
-    >>> session = EditingSession(lm, MEMITHyperParams(layers=(0, 1), steps=2), no_ge, stats=stats)
+    >>> session = EditingSession(lm, MEMITConfig(layers=(0, 1), steps=2), no_ge, stats=stats)
     >>> session.run(reqs).n_edited
     (0, 2)
     >>> session.restore()
@@ -384,7 +381,10 @@ class EditingSession:
                 "on the unedited model it started from"
             )
         mine = json.loads(json.dumps([resumed.method.name, resumed.config.params(), resumed.session.params()]))
-        saved = [state["method"], state["config"], state["session"]]
+        saved_config = dict(state["config"])
+        if "config" in saved_config:  # saved before ROMEHyperParams & co. were renamed *Config
+            saved_config["config"] = str(saved_config["config"]).replace("HyperParams", "Config")
+        saved = [state["method"], saved_config, state["session"]]
         if mine != saved:
             raise UserInputError(f"{folder} was saved with other settings: {saved}, not {mine}")
         tensors = load_file(folder / "state.safetensors")

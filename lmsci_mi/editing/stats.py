@@ -151,25 +151,26 @@ class KeyStatistics(Result):
             )
         return "\n".join(lines)
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return f"Key statistics: eigenvalues of C — {self.meta.model}"
+
+    def _draw(self, title: str) -> Figure:
         """Each layer's eigenvalue spectrum of C on a log scale (a ``d_mlp × d_mlp`` heatmap
         shows only its diagonal)."""
-        from lmsci_mi.viz.plots import plot_curves, save_figure
+        from lmsci_mi.viz.plots import plot_curves
 
         spectra = self.spectra().float()
         fig = plot_curves(
             spectra.clamp_min(float(spectra[spectra > 0].min()) if (spectra > 0).any() else 1e-12),
             series=[f"layer {layer}" for layer in self.layers],
             x_label="eigenvalue rank",
-            title=title or f"Key statistics: eigenvalues of C — {self.meta.model}",
+            title=title,
         )
         ax = fig.axes[0]
         ax.set_yscale("log")
         ax.set_ylabel("eigenvalue of C = E[k kᵀ]")
         for line in ax.lines:
             line.set_marker("")
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -106,11 +105,12 @@ class KeyValueAgreement(Result):
             )
         return "\n".join(lines)
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return f"Key-value agreement (Geva 2021 §4) — {self.meta.model}"
+
+    def _draw(self, title: str) -> Figure:
         """Agreement and the shuffled baseline against layer, with ±1 standard error bars."""
         from matplotlib.figure import Figure
-
-        from lmsci_mi.viz.plots import save_figure
 
         fig = Figure(figsize=(7, 4))
         ax = fig.subplots()
@@ -127,14 +127,10 @@ class KeyValueAgreement(Result):
             )
         ax.set_xlabel("layer")
         ax.set_ylabel(f"next token in the value's top {self.top_k}")
-        ax.set_title(
-            title or f"Key-value agreement (Geva 2021 §4) — {self.meta.model}", fontsize=10
-        )
+        ax.set_title(title, fontsize=10)
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
 

@@ -19,7 +19,6 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 import torch
@@ -174,14 +173,11 @@ class NeuronAttribution(Result):
             )
         return "\n".join(lines)
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
-        return _plot_scores(
-            self.values,
-            self.layers,
-            self.top(20),
-            path,
-            title or f"Knowledge-neuron attribution of {self.target!r} — {self.meta.model}",
-        )
+    def default_title(self, **options: object) -> str:
+        return f"Knowledge-neuron attribution of {self.target!r} — {self.meta.model}"
+
+    def _draw(self, title: str) -> Figure:
+        return _plot_scores(self.values, self.layers, self.top(20), title)
 
 
 @result_type
@@ -226,14 +222,11 @@ class KnowledgeNeurons(Result):
         lines += [f"  {item}" for item in self.top(rows)]
         return "\n".join(lines)
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
-        return _plot_scores(
-            self.scores.mean(0),
-            self.layers,
-            self.top(20),
-            path,
-            title or f"Knowledge neurons of {self.target!r} — {self.meta.model}",
-        )
+    def default_title(self, **options: object) -> str:
+        return f"Knowledge neurons of {self.target!r} — {self.meta.model}"
+
+    def _draw(self, title: str) -> Figure:
+        return _plot_scores(self.scores.mean(0), self.layers, self.top(20), title)
 
 
 def _top(values: Tensor, layers: Sequence[int], k: int) -> tuple[NeuronScore, ...]:
@@ -247,13 +240,10 @@ def _plot_scores(
     values: Tensor,
     layers: Sequence[int],
     top: Sequence[NeuronScore],
-    path: str | Path | None,
     title: str,
 ) -> Figure:
     """Two panels: the largest score per layer, and the top neurons as bars."""
     import matplotlib.pyplot as plt
-
-    from lmsci_mi.viz.plots import save_figure
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 2]})
     left.bar(list(layers), values.max(-1).values.float().cpu().numpy(), color="tab:blue")
@@ -265,8 +255,6 @@ def _plot_scores(
     right.tick_params(axis="y", labelsize=7)
     fig.suptitle(title)
     fig.tight_layout()
-    if path is not None:
-        save_figure(fig, path)
     return fig
 
 

@@ -10,7 +10,6 @@ by how much they raise or lower it, and they sum to the MLPs' total direct contr
 from __future__ import annotations
 
 from dataclasses import field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -128,9 +127,15 @@ class SubUpdates(Result):
         ]
         return "\n".join(lines)
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return (
+            f"Sub-updates — {self.meta.model}: the top {self.top_k} raising sum to "
+            f"{self.top_share:.0%} of the MLPs' net contribution"
+        )
+
+    def _draw(self, title: str) -> Figure:
         """The top raising and lowering neurons as bars."""
-        from lmsci_mi.viz.plots import plot_bars, save_figure
+        from lmsci_mi.viz.plots import plot_bars
 
         raise_ = self.top(self.top_k)
         lower = self.top(self.top_k, lower=True)[::-1]
@@ -139,13 +144,9 @@ class SubUpdates(Result):
             [lab for lab, _, _ in rows],
             [c for _, c, _ in rows],
             value_label=f"direct contribution to the logit of {self.target!r}",
-            title=title
-            or f"Sub-updates — {self.meta.model}: the top {self.top_k} raising sum to "
-            f"{self.top_share:.0%} of the MLPs' net contribution",
+            title=title,
             colors=["tab:blue"] * len(raise_) + ["tab:red"] * len(lower),
         )
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -193,11 +192,12 @@ class ValueVectors(Result):
         )
         return "\n".join(lines)
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return f"Value vectors — {self.meta.model}"
+
+    def _draw(self, title: str) -> Figure:
         """Per neuron, bars of the promoted and suppressed tokens (first projection)."""
         from matplotlib.figure import Figure
-
-        from lmsci_mi.viz.plots import save_figure
 
         n = len(self.neurons)
         fig = Figure(figsize=(7, 0.28 * self.values.shape[-1] * 2 * n + 1.5))
@@ -216,10 +216,8 @@ class ValueVectors(Result):
             ax.invert_yaxis()
             ax.set_title(f"{neuron_label(self.layer, neuron)} ({self.projections[0]})", fontsize=9)
             ax.axvline(0, color="grey", linewidth=0.5)
-        fig.suptitle(title or f"Value vectors — {self.meta.model}", fontsize=10)
+        fig.suptitle(title, fontsize=10)
         fig.tight_layout()
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -243,11 +242,14 @@ class LogitAttribution(Result):
         ]
         return "\n".join(lines)
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return f"DLA to {self._target()} — {self.meta.model}"
+
+    def _draw(self, title: str) -> Figure:
         """Heatmap of layer × head, with the MLP as a last column set off by a line."""
         from matplotlib.figure import Figure
 
-        from lmsci_mi.viz.plots import heatmap, save_figure
+        from lmsci_mi.viz.plots import heatmap
 
         n_layers, n_cols = self.values.shape
         fig = Figure(figsize=(max(5, 0.5 * n_cols + 2.5), max(4, 0.25 * n_layers + 1.5)))
@@ -259,12 +261,10 @@ class LogitAttribution(Result):
             col_labels=self.axis_labels(1),
             row_name="layer",
             col_name="head | MLP",
-            title=title or f"DLA to {self._target()} — {self.meta.model}",
+            title=title,
         )
         ax.axvline(n_cols - 1.5, color="black", linewidth=1.5)
         fig.tight_layout()
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
 

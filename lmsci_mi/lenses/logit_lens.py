@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -192,18 +191,19 @@ class LogitLens(Result):
             )
         return "\n".join(lines)
 
-    def plot(
-        self, path: str | Path | None = None, *, title: str | None = None, prompt: int = 0
-    ) -> Figure:
+    def default_title(self, *, prompt: int = 0, **options: object) -> str:
+        answer = repr(self.answers[prompt]) if self.answers else "the model's top token"
+        return f"{self.lens} lens: p({answer}), top token in each cell — {self.meta.model}"
+
+    def _draw(self, title: str, *, prompt: int = 0) -> Figure:
         """Heatmap of the answer's probability by layer × position, each cell labelled with the
         lens's top token (one prompt)."""
         from matplotlib.figure import Figure
 
-        from lmsci_mi.viz.plots import heatmap, save_figure
+        from lmsci_mi.viz.plots import heatmap
 
         n = self._length(prompt)
         values = self.values[prompt, :, :n]
-        answer = repr(self.answers[prompt]) if self.answers else "the model's top token"
         n_layers = values.shape[0]
         fig = Figure(figsize=(max(6, 1.0 * n + 2), max(4, 0.3 * n_layers + 1.5)))
         ax = fig.subplots()
@@ -215,8 +215,7 @@ class LogitLens(Result):
             row_name=f"layer ({self.site})",
             col_name="position",
             cmap="viridis",
-            title=title
-            or f"{self.lens} lens: p({answer}), top token in each cell — {self.meta.model}",
+            title=title,
         )
         ax.invert_yaxis()  # the last layer on top, as the stream flows upwards
         for layer in range(n_layers):
@@ -231,8 +230,6 @@ class LogitLens(Result):
                     color="white",
                 )
         fig.tight_layout()
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
 

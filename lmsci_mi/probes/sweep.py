@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -159,9 +158,12 @@ class ProbeSweep(Result):
         frame["n_train"], frame["n_val"], frame["n_test"] = self.n_train, self.n_val, self.n_test
         return frame
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return f"{self.task} probe — {self.meta.model}"
+
+    def _draw(self, title: str) -> Figure:
         """Test score, control score and baseline against layer, with the score's 95% interval."""
-        from lmsci_mi.viz.plots import plot_layer_scores, save_figure
+        from lmsci_mi.viz.plots import plot_layer_scores
 
         label = "accuracy" if self.score_name == "accuracy" else "R²"
         fig = plot_layer_scores(
@@ -177,10 +179,8 @@ class ProbeSweep(Result):
             band=(self.metric("ci_low"), self.metric("ci_high")),
             x_label=f"layer ({self.site})",
             y_label=label,
-            title=title or f"{self.task} probe — {self.meta.model}",
+            title=title,
         )
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
 

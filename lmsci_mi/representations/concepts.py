@@ -18,7 +18,6 @@ import importlib
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -246,15 +245,16 @@ class ConceptDirection(Result):
             f"max {float(p.max()):.3f}"
         )
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return f"{self.concept} — {self.meta.model}"
+
+    def _draw(self, title: str) -> Figure:
         """Bars of each pair's projection on the direction."""
-        from lmsci_mi.viz.plots import plot_bars, save_figure
+        from lmsci_mi.viz.plots import plot_bars
 
         labels = [f"{b.strip()}→{t.strip()}" for b, t in self.pairs]
         fig = plot_bars(labels, self.projections.tolist(), value_label="projection on ḡ",
-                        title=title or f"{self.concept} — {self.meta.model}")
-        if path is not None:
-            save_figure(fig, path)
+                        title=title)
         return fig
 
 

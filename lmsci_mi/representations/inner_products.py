@@ -6,7 +6,6 @@ causal one.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -84,11 +83,14 @@ class ConceptInnerProducts(Result):
         ]
         return "\n".join(lines)
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return f"Concept directions — {self.meta.model}"
+
+    def _draw(self, title: str) -> Figure:
         """The causal and the Euclidean cosine matrices side by side."""
         from matplotlib.figure import Figure
 
-        from lmsci_mi.viz.plots import heatmap, save_figure
+        from lmsci_mi.viz.plots import heatmap
 
         names = self.axis_labels(1)
         size = max(4.5, 0.32 * len(names) + 2.5)
@@ -97,10 +99,8 @@ class ConceptInnerProducts(Result):
                                    strict=True):
             heatmap(ax, self.values[index], row_labels=names, col_labels=names, row_name="concept",
                     col_name="concept", title=f"{name} cosine")
-        fig.suptitle(title or f"Concept directions — {self.meta.model}", fontsize=11)
+        fig.suptitle(title, fontsize=11)
         fig.tight_layout()
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -135,21 +134,22 @@ class ConceptIntervention(Result):
                          f"{float(other[i]):18.3f}")
         return "\n".join(lines)
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return f"Δ logit(y₁) − logit(y₀) — {self.meta.model}"
+
+    def _draw(self, title: str) -> Figure:
         """Heatmap of steered × measured concept."""
         from matplotlib.figure import Figure
 
-        from lmsci_mi.viz.plots import heatmap, save_figure
+        from lmsci_mi.viz.plots import heatmap
 
         names = self.axis_labels(0)
         size = max(5.0, 0.35 * len(names) + 3)
         fig = Figure(figsize=(size, size))
         heatmap(fig.subplots(), self.values, row_labels=names, col_labels=names,
                 row_name="steered concept (λ̄ added)", col_name="measured concept's pairs",
-                title=title or f"Δ logit(y₁) − logit(y₀) — {self.meta.model}")
+                title=title)
         fig.tight_layout()
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
 

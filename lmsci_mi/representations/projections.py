@@ -5,7 +5,6 @@ each concept's direction (fitted on the other pairs), against random vocabulary 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -89,11 +88,12 @@ class ConceptProjections(Result):
             )
         return "\n".join(lines)
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return f"Held-out projections — {self.meta.model}"
+
+    def _draw(self, title: str) -> Figure:
         """Per concept: the random pairs' 5–95% range (grey) and each held-out pair (dots)."""
         from matplotlib.figure import Figure
-
-        from lmsci_mi.viz.plots import save_figure
 
         names = self.axis_labels(0)
         fig = Figure(figsize=(max(6.0, 0.45 * len(names) + 2), 4.5))
@@ -108,11 +108,9 @@ class ConceptProjections(Result):
         ax.axhline(0, color="black", linewidth=0.6)
         ax.set_xticks(range(len(names)), names, rotation=60, ha="right")
         ax.set_ylabel("projection on ḡ (whitened)")
-        ax.set_title(title or f"Held-out projections — {self.meta.model}", fontsize=10)
+        ax.set_title(title, fontsize=10)
         ax.legend(fontsize=8)
         fig.tight_layout()
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import field
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import torch
@@ -241,16 +240,13 @@ class RepresentationReading(Result):
             )
         return "\n".join(lines)
 
-    def plot(
-        self,
-        path: str | Path | None = None,
-        *,
-        title: str | None = None,
-        score: str = "pairwise",
-    ) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return f"{self.contrast} reading — {self.meta.model}"
+
+    def _draw(self, title: str, *, score: str = "pairwise") -> Figure:
         """Test accuracy against layer, one line per method, the reading vector's 95% interval
         shaded and the layer chosen on dev marked."""
-        from lmsci_mi.viz.plots import plot_layer_scores, save_figure
+        from lmsci_mi.viz.plots import plot_layer_scores
 
         s = _index(READING_SCORES, score, "score")
         fig = plot_layer_scores(
@@ -262,7 +258,7 @@ class RepresentationReading(Result):
             band=(self.intervals[0, s, :, 0], self.intervals[0, s, :, 1]),
             x_label=f"layer ({self.site})",
             y_label=f"test {score} accuracy",
-            title=title or f"{self.contrast} reading — {self.meta.model}",
+            title=title,
         )
         ax = fig.axes[0]
         ax.axvline(
@@ -275,8 +271,6 @@ class RepresentationReading(Result):
         ax.axhline(0.5, color="grey", linewidth=0.5, linestyle=":")
         ax.set_ylim(0, 1.02)
         ax.legend(fontsize=8)
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
 

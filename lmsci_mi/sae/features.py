@@ -156,10 +156,13 @@ class FeatureCards(Result):
         head = f"{len(self.features)} feature cards of {self.meta.model} {self.hook}"
         return "\n".join([head, *(self.describe(f) for f in self.features[:rows])])
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return f"SAE feature cards — {self.meta.model} {self.hook}"
+
+    def _draw(self, title: str) -> Figure:
         """A token view: the top contexts of the first six features, each token on a colour of
         the feature's activation, under a line with the feature's density and promoted tokens."""
-        from lmsci_mi.viz.plots import plot_tokens, save_figure
+        from lmsci_mi.viz.plots import plot_tokens
 
         rows = []
         for feature in self.features[:6]:
@@ -171,10 +174,8 @@ class FeatureCards(Result):
         fig = plot_tokens(
             rows,
             value_label="feature activation",
-            title=title or f"SAE feature cards — {self.meta.model} {self.hook}",
+            title=title,
         )
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
     def html(self) -> str:

@@ -8,10 +8,11 @@ compared. (The control asks whether any push of that size would do the same.)
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Sequence
 from dataclasses import field
-from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import torch
@@ -35,14 +36,28 @@ __all__ = ["FrequencyConfig", "SteeringFrequency", "steering_frequency"]
 
 @config
 class FrequencyConfig(Config):
-    """The generations of the steering frequency table."""
+    """The generations of the steering frequency table.
+
+    ``generation`` is the sampling of every condition; its seed also draws the random control
+    feature. The flat keywords ``new_tokens`` (now ``generation.max_new_tokens``),
+    ``temperature``, ``top_p`` and ``seed`` still set it, deprecated.
+    """
+
+    _moved = MappingProxyType({
+        "new_tokens": "generation.max_new_tokens",
+        "temperature": "generation.temperature",
+        "top_p": "generation.top_p",
+        "seed": "generation.seed",
+    })
 
     coefficient: float = field(default=4.0, metadata={"help": "in units of the typical max"})
-    new_tokens: int = field(default=30, metadata={"help": "tokens generated per prompt", "ge": 1})
     promoted: int = field(default=20, metadata={"help": "size of the feature's token set", "ge": 1})
-    temperature: float = field(default=1.0, metadata={"help": "sampling temperature", "ge": 0})
-    top_p: float = field(default=0.9, metadata={"help": "nucleus sampling mass", "gt": 0, "le": 1})
-    seed: int = field(default=0, metadata={"help": "seeds the samples and the random feature"})
+    generation: GenerationConfig = field(
+        default_factory=functools.partial(
+            GenerationConfig, max_new_tokens=30, temperature=1.0, top_p=0.9, seed=0, batch_size=64
+        ),
+        metadata={"help": "how continuations are sampled"},
+    )
 
 
 @result_type
@@ -80,21 +95,20 @@ class SteeringFrequency(Result):
             )
         return "\n".join(lines)
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return f"Steering with feature {self.feature} — {self.meta.model}"
+
+    def _draw(self, title: str) -> Figure:
         """Bar chart of the mean share per condition, with standard errors."""
         import matplotlib.pyplot as plt
-
-        from lmsci_mi.viz.plots import save_figure
 
         means = self.mean().tolist()
         errors = standard_error(self.values.float()).tolist()
         fig, ax = plt.subplots(figsize=(6, 3.5))
         ax.bar(self.axis_labels(0), means, yerr=errors, color=["grey", "tab:blue", "tab:orange"])
         ax.set_ylabel("share of generated tokens in the set")
-        ax.set_title(title or f"Steering with feature {self.feature} — {self.meta.model}")
+        ax.set_title(title)
         fig.tight_layout()
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
 
@@ -127,18 +141,12 @@ def steering_frequency(
         raise UserInputError("give at least one prompt")
     if control is None:
         pool = [i for i in range(sae.d_sae) if i != feature and (alive is None or bool(alive[i]))]
-        control = random.Random(config.seed).choice(pool)
+        control = random.Random(config.generation.seed).choice(pool)
     control = sae.feature(control)
     ids, _ = promoted_tokens(lm, sae, [feature], config.promoted)
     token_set = set(ids[0])
 
-    sampling = GenerationConfig(
-        max_new_tokens=config.new_tokens,
-        temperature=config.temperature,
-        top_p=config.top_p,
-        seed=config.seed,
-        batch_size=64,
-    )
+    sampling = config.generation
 
     def run(steer: int | None) -> list[list[int]]:
         if steer is None:
@@ -160,7 +168,7 @@ def steering_frequency(
         values=torch.tensor(shares),
         axes=("condition", "prompt"),
         labels=(tuple(label for label, _ in conditions), tuple(prompts)),
-        meta=lm.meta(prompts, seed=config.seed, params=config.params()),
+        meta=lm.meta(prompts, seed=config.generation.seed, params=config.params()),
         feature=feature,
         control=control,
         coefficient=config.coefficient,

@@ -10,7 +10,6 @@ measure leaves out the positions of one :class:`~lmsci_mi.positions.Exclude` (``
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -100,21 +99,20 @@ class SAEStats(Result):
         width = max(len(name) for name, _ in table)
         return "\n".join(f"{name:<{width}}  {value}" for name, value in table)
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return f"SAE feature density — {self.meta.model} {self.hook}"
+
+    def _draw(self, title: str) -> Figure:
         """Histogram of log10 feature density (dead features left out)."""
         import matplotlib.pyplot as plt
-
-        from lmsci_mi.viz.plots import save_figure
 
         density = self.values[self.values > 0].float().log10()
         fig, ax = plt.subplots(figsize=(6, 3.5))
         ax.hist(density.numpy(), bins=50)
         ax.set_xlabel("log10 activation density")
         ax.set_ylabel("features")
-        ax.set_title(title or f"SAE feature density — {self.meta.model} {self.hook}")
+        ax.set_title(title)
         fig.tight_layout()
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
 

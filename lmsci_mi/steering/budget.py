@@ -80,12 +80,12 @@ def at_fluency_budget(
             or an index).
 
     >>> import torch
-    >>> from lmsci_mi import load_model
+    >>> from lmsci_mi import GenerationConfig, load_model
     >>> from lmsci_mi.steering import SteerEvalConfig, evaluate_intervention, steering_vector
     >>> lm = load_model("toy-2l")
     >>> v = steering_vector(lm, torch.ones(64), 1)
     >>> curve = evaluate_intervention(lm, lambda c: v.apply(lm, c), [0.0, 1.0, 50.0],
-    ...     SteerEvalConfig(n_prompts=2, max_new_tokens=3, progress=False))
+    ...     SteerEvalConfig(n_prompts=2, generation=GenerationConfig(max_new_tokens=3), progress=False))
     >>> point = at_fluency_budget(curve)
     >>> point.perplexity <= point.budget_perplexity, point.strength in (0.0, 1.0, 50.0)
     (True, True)

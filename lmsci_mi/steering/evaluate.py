@@ -11,12 +11,13 @@ sampler (:mod:`lmsci_mi.generation`) under the steer, which applies at every ste
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import field
 from functools import cache
-from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -53,9 +54,19 @@ METRICS = ("sentiment", "topic", "perplexity", "distinct_1", "distinct_2", "dist
 """The columns of a :class:`ControlCurve`."""
 
 
+_MOVED_TO_GENERATION = ("max_new_tokens", "temperature", "top_p", "seed", "batch_size")
+
+
 @config
 class SteerEvalConfig(Config):
-    """How a steer is evaluated. LM-Steer samples at T = 1 with top-p 0.9, 20 new tokens."""
+    """How a steer is evaluated. LM-Steer samples at T = 1 with top-p 0.9, 20 new tokens.
+
+    The sampling is ``generation`` (the seed is the same for every steer value). The flat
+    keywords ``max_new_tokens``, ``temperature``, ``top_p``, ``seed`` and ``batch_size`` still
+    set it, deprecated.
+    """
+
+    _moved = MappingProxyType({name: f"generation.{name}" for name in _MOVED_TO_GENERATION})
 
     attribute: str = field(default="sentiment", metadata={"help": "the steer the curve varies"})
     values: tuple[float, ...] = field(
@@ -68,15 +79,12 @@ class SteerEvalConfig(Config):
     n_prompts: int = field(
         default=60, metadata={"help": "neutral prompts (60 are bundled)", "ge": 1}
     )
-    max_new_tokens: int = field(default=20, metadata={"help": "tokens per continuation", "ge": 1})
-    temperature: float = field(
-        default=1.0, metadata={"help": "sampling temperature (0: greedy)", "ge": 0}
+    generation: GenerationConfig = field(
+        default_factory=functools.partial(
+            GenerationConfig, max_new_tokens=20, temperature=1.0, top_p=0.9, seed=0, batch_size=64
+        ),
+        metadata={"help": "how continuations are sampled"},
     )
-    top_p: float = field(
-        default=0.9, metadata={"help": "nucleus sampling threshold", "gt": 0, "le": 1}
-    )
-    seed: int = field(default=0, metadata={"help": "sampling seed (the same for every value)"})
-    batch_size: int = field(default=64, metadata={"help": "prompts per generation batch", "ge": 1})
     progress: bool = field(default=True, metadata={"help": "show a progress bar", "cli": False})
 
 
@@ -142,11 +150,12 @@ class ControlCurve(Result):
                          + ", ".join(f"{e:.3f}" for e in self.error("sentiment").tolist()) + ")")
         return "\n".join(lines)
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return f"LM-Steer control curve — {self.meta.model}"
+
+    def _draw(self, title: str) -> Figure:
         """Sentiment and topic score against the first varying steer, perplexity on a second axis."""
         from matplotlib.figure import Figure
-
-        from lmsci_mi.viz.plots import save_figure
 
         settings = torch.tensor(self.settings)
         varying = int((settings.max(0).values - settings.min(0).values).argmax())
@@ -164,10 +173,8 @@ class ControlCurve(Result):
         twin.plot(x, self.metric("perplexity").tolist(), "^-", color="tab:red", label="perplexity")
         twin.set_ylabel("perplexity (unsteered model)", color="tab:red")
         ax.legend(loc="upper left")
-        ax.set_title(title or f"LM-Steer control curve — {self.meta.model}")
+        ax.set_title(title)
         fig.tight_layout()
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
 
@@ -400,7 +407,8 @@ def evaluate_intervention(
     >>> lm = load_model("toy-2l")
     >>> v = steering_vector(lm, torch.ones(64), 1)
     >>> curve = evaluate_intervention(lm, lambda c: v.apply(lm, c), [0.0, 2.0],
-    ...     SteerEvalConfig(n_prompts=2, max_new_tokens=3, progress=False), name="ones")
+    ...     SteerEvalConfig(n_prompts=2, generation=GenerationConfig(max_new_tokens=3), progress=False),
+    ...     name="ones")
     >>> curve.axis_labels(0), tuple(curve.values.shape)
     (['ones=+0', 'ones=+2'], (2, 6))
     """
@@ -432,13 +440,7 @@ def _curve(
     prompts = list(prompts if prompts is not None else neutral_prompts()[: config.n_prompts])
     if not prompts:
         raise UserInputError("no prompts to evaluate on")
-    sample = GenerationConfig(
-        max_new_tokens=config.max_new_tokens,
-        temperature=config.temperature,
-        top_p=config.top_p,
-        seed=config.seed,
-        batch_size=config.batch_size,
-    )
+    sample = config.generation
     rows, errors, samples = [], [], []
     for context in tqdm(contexts, desc="evaluate steer", unit="setting", disable=not config.progress):
         with context():
@@ -453,7 +455,7 @@ def _curve(
         axes=("setting", "metric"),
         labels=(labels, METRICS),
         meta=lm.meta(
-            prompts, seed=config.seed, data_source=neutral_prompts_source(), params=config.params()
+            prompts, seed=config.generation.seed, data_source=neutral_prompts_source(), params=config.params()
         ),
         attributes=attributes,
         settings=settings,

@@ -138,20 +138,21 @@ class Highlight(Result):
         top = ", ".join(f"{tokens[i]!r} {float(self.values[i]):+.2f}" for i in order)
         return f"spans {self.span_texts()} (total evidence {self.total:.2f}); strongest tokens: {top}"
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return f"LM-Steer highlight — {self.meta.model}"
+
+    def _draw(self, title: str) -> Figure:
         """The text, each token on a colour of its evidence (red for +, blue for −), the sink
         left out."""
-        from lmsci_mi.viz.plots import plot_tokens, save_figure
+        from lmsci_mi.viz.plots import plot_tokens
 
         spans = "; ".join(repr(s) for s in self.span_texts())
         fig = plot_tokens(
             [(f"chosen spans: {spans}", self.axis_labels(0)[1:], self.values[1:].tolist())],
             signed=True,
             value_label="log p(+s) − log p(−s)",
-            title=title or f"LM-Steer highlight — {self.meta.model}",
+            title=title,
         )
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
     def span_texts(self) -> list[str]:

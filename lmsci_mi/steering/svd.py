@@ -23,7 +23,6 @@ from lmsci_mi.steering.evaluate import vader_valence
 from lmsci_mi.steering.lm_steer import LMSteer
 
 if TYPE_CHECKING:
-    from pathlib import Path
 
     import pandas as pd
     from matplotlib.figure import Figure
@@ -83,10 +82,13 @@ class SteerSVD(Result):
         )
         return "\n".join(lines)
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return f"LM-Steer SVD directions — {self.meta.model}"
+
+    def _draw(self, title: str) -> Figure:
         """Bars of the singular values, each direction labelled with its first raised and
         lowered words."""
-        from lmsci_mi.viz.plots import plot_bars, save_figure
+        from lmsci_mi.viz.plots import plot_bars
 
         labels = [
             f"{j}: +{' '.join(self.top_words[j][:3])} / −{' '.join(self.bottom_words[j][:3])}"
@@ -96,10 +98,8 @@ class SteerSVD(Result):
             labels,
             self.values.tolist(),
             value_label="singular value of W",
-            title=title or f"LM-Steer SVD directions — {self.meta.model}",
+            title=title,
         )
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
     def to_dataframe(self) -> pd.DataFrame:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import field
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import torch
@@ -138,21 +137,20 @@ class SteeringVector(Result):
         sides = f", {self.n_positive} vs {self.n_negative} prompts" if self.n_positive else ""
         return f"{self.method} steering vector at {self.hook} of {self.meta.model}: ‖v‖ {self.norm:.3f}{sides}"
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return self.summary()
+
+    def _draw(self, title: str) -> Figure:
         """The vector's entries, largest magnitude first."""
         from matplotlib.figure import Figure
-
-        from lmsci_mi.viz.plots import save_figure
 
         fig = Figure(figsize=(6, 3))
         ax = fig.add_subplot()
         ax.plot(self.values.abs().sort(descending=True).values.tolist())
         ax.set_xlabel("entry (sorted by |value|)")
         ax.set_ylabel("|value|")
-        ax.set_title(title or self.summary(), fontsize=8)
+        ax.set_title(title, fontsize=8)
         fig.tight_layout()
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
 

@@ -11,8 +11,8 @@ from lmsci_mi import LensModel
 from lmsci_mi.editing import (
     EditRequest,
     EvaluationConfig,
-    MEMITHyperParams,
-    ROMEHyperParams,
+    MEMITConfig,
+    ROMEConfig,
     default_memit_layers,
     default_rome_layer,
     evaluate_edits,
@@ -46,7 +46,7 @@ def test_rome_flips_eiffel_to_rome_and_restores(clean_smollm2: LensModel) -> Non
     before = {k: v.clone() for k, v in lm.model.state_dict().items()}
     p_rome, p_paris = p_new_true(lm, EIFFEL.rewrite_prompt)
     assert p_paris > 0.5 > p_rome  # the model knows the fact before the edit
-    with rome_edit(lm, EIFFEL, ROMEHyperParams(layer=layer), stats=stats) as handle:
+    with rome_edit(lm, EIFFEL, ROMEConfig(layer=layer), stats=stats) as handle:
         assert handle.layers == (layer,)
         p_rome, p_paris = p_new_true(lm, EIFFEL.rewrite_prompt)
         assert p_rome > 0.5 > p_paris
@@ -64,11 +64,11 @@ def test_rome_bad_layer_changes_nothing(clean_smollm2: LensModel) -> None:
     lm = clean_smollm2
     before = {k: v.clone() for k, v in lm.model.state_dict().items()}
     with pytest.raises(ValueError, match="out of range"):
-        rome_edit(lm, EIFFEL, ROMEHyperParams(layer=lm.cfg.n_layers))
+        rome_edit(lm, EIFFEL, ROMEConfig(layer=lm.cfg.n_layers))
     with pytest.raises(ValueError, match="not in the prompt"):
         rome_edit(
             lm, EditRequest("Big Ben is in the city of", "The Eiffel Tower", " Rome"),
-            ROMEHyperParams(layer=4),
+            ROMEConfig(layer=4),
         )
     after = lm.model.state_dict()
     assert all(torch.equal(after[k], v) for k, v in before.items())
@@ -77,7 +77,7 @@ def test_rome_bad_layer_changes_nothing(clean_smollm2: LensModel) -> None:
 def test_the_traced_layer_of_the_eiffel_fact(
     clean_smollm2: LensModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """ROMEHyperParams(trace_layer=True) edits at the causal trace's MLP peak at the last subject
+    """ROMEConfig(trace_layer=True) edits at the causal trace's MLP peak at the last subject
     token, refusing a peak within 2 s.e. of the corrupted run. Measured on the Eiffel Tower (MLP
     trace, default noise, seed 0): peak at layer 15, effect 0.0126 ± 0.0039 s.e. (3.2 s.e.), so
     the layer is 15. Over noise seeds 0-3: effect 0.0126 / 0.0063 / 0.0080 / 0.0077 (s.d. 0.0027),
@@ -117,7 +117,7 @@ def test_memit_small_batch(clean_smollm2: LensModel) -> None:
     ev = evaluate_edits(
         lm,
         facts,
-        MEMITHyperParams(layers=layers, steps=15),
+        MEMITConfig(layers=layers, steps=15),
         stats=stats,
         evaluation=EvaluationConfig(generation_tokens=0),  # GE is not pinned here: it costs most
         use_cache=False,

@@ -10,7 +10,7 @@ import torch
 from lmsci_mi import LensModel, load_model
 from lmsci_mi.editing import EDITING_METHODS, EditRequest, StatsConfig, key_statistics
 from lmsci_mi.editing.alphaedit import (
-    AlphaEditHyperParams,
+    AlphaEditConfig,
     alphaedit_edit,
     alphaedit_update,
     null_space_projector,
@@ -80,7 +80,7 @@ REQUESTS = [EditRequest("{} is in", "Paris", " Rome"), EditRequest("{} is in", "
 
 def test_an_edit_reports_its_projection_and_restores_bit_exactly(tiny: LensModel, stats) -> None:
     before = weights_fingerprint(tiny)
-    hp = AlphaEditHyperParams(layers=(0, 1), steps=2, nullspace_threshold=1e-2)
+    hp = AlphaEditConfig(layers=(0, 1), steps=2, nullspace_threshold=1e-2)
     handle = alphaedit_edit(tiny, REQUESTS, hp, stats=stats)
     assert weights_fingerprint(tiny) != before
     dims = handle.details["null_space_dims"]
@@ -90,12 +90,12 @@ def test_an_edit_reports_its_projection_and_restores_bit_exactly(tiny: LensModel
     assert handle.details["stats_tokens"] == stats.n_tokens
     handle.restore()
     assert weights_fingerprint(tiny) == before
-    assert EDITING_METHODS.get("alphaedit").config_type is AlphaEditHyperParams
+    assert EDITING_METHODS.get("alphaedit").config_type is AlphaEditConfig
 
 
 def test_bad_input_leaves_the_weights_alone(tiny: LensModel, tiny_gpt2: LensModel, stats) -> None:
     before = weights_fingerprint(tiny)
-    hp = AlphaEditHyperParams(layers=(0, 1), steps=2)
+    hp = AlphaEditConfig(layers=(0, 1), steps=2)
     with pytest.raises(ValueError, match="raise nullspace_threshold"):
         alphaedit_edit(tiny, REQUESTS, hp.replace(nullspace_threshold=1e-12), stats=stats)
     with pytest.raises(ValueError):  # the subject is not in the prompt: no {} to fill
@@ -106,6 +106,6 @@ def test_bad_input_leaves_the_weights_alone(tiny: LensModel, tiny_gpt2: LensMode
     with pytest.raises(ValueError, match="computed on"):
         alphaedit_edit(tiny, REQUESTS, hp, stats=other)
     with pytest.raises(ValueError):
-        AlphaEditHyperParams(nullspace_threshold=0.0)
+        AlphaEditConfig(nullspace_threshold=0.0)
     assert weights_fingerprint(tiny) == before
     assert tiny.hooks.attached_count() == 0

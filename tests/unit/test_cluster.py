@@ -26,8 +26,8 @@ from lmsci_mi.data.pairs import PromptPairs, TokenisedPairs
 from lmsci_mi.editing import (
     EditRequest,
     EvaluationConfig,
-    MEMITHyperParams,
-    ROMEHyperParams,
+    MEMITConfig,
+    ROMEConfig,
     evaluate_edits,
 )
 from lmsci_mi.editing.stats import StatsConfig, key_statistics
@@ -45,8 +45,8 @@ EIFFEL = EditRequest("{} is located in the city of", "The Eiffel Tower", " Rome"
 LOUVRE = EditRequest("{} is located in the city of", "The Louvre", " Berlin", " Paris",
                      ("The Louvre can be found in the city of",), ("The Eiffel Tower is in the city of",))
 QUIET = EvaluationConfig(generation_tokens=5)
-FAST_ROME = ROMEHyperParams(layer=0, n_contexts=2, steps=4)
-FAST_MEMIT = MEMITHyperParams(layers=(0, 1), n_contexts=2, steps=4)
+FAST_ROME = ROMEConfig(layer=0, n_contexts=2, steps=4)
+FAST_MEMIT = MEMITConfig(layers=(0, 1), n_contexts=2, steps=4)
 
 
 def _known(lm: LensModel) -> list[Fact]:

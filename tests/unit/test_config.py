@@ -23,6 +23,7 @@ from lmsci_mi.cli import main
 from lmsci_mi.cli.common import add_config_args, config_from_args
 from lmsci_mi.cli.core import TourConfig
 from lmsci_mi.config import Config, _Rule, _rules, config
+from lmsci_mi.generation import GenerationConfig
 
 
 @config
@@ -155,7 +156,7 @@ VIOLATIONS = list(_violations())
 
 def test_the_configs_of_the_package_are_found_and_declare_bounds() -> None:
     names = {cls.__name__ for cls, _, _ in VIOLATIONS}
-    assert {"PatchingConfig", "GenerationConfig", "ROMEHyperParams", "SAETrainConfig"} <= names
+    assert {"PatchingConfig", "GenerationConfig", "ROMEConfig", "SAETrainConfig"} <= names
     assert len(VIOLATIONS) > 150
 
 
@@ -225,6 +226,46 @@ def test_a_flag_outside_its_bound_is_a_usage_error_naming_the_flag(
     parser = argparse.ArgumentParser()
     GenerationConfig.add_arguments(parser)
     assert GenerationConfig.from_args(parser.parse_args(["--top-p", "none"])).top_p is None
+
+
+def test_a_nested_config_gives_its_fields_as_flags_with_the_outer_defaults() -> None:
+    from lmsci_mi.steering import SteerEvalConfig
+
+    parser = argparse.ArgumentParser()
+    add_config_args(parser, SteerEvalConfig, defaults={"seed": 7})
+    default = config_from_args(SteerEvalConfig, parser.parse_args([]))
+    assert default == SteerEvalConfig(generation=SteerEvalConfig().generation.replace(seed=7))
+    argv = ["--max-new-tokens", "5", "--top-p", "none", "--n-prompts", "3"]
+    given = config_from_args(SteerEvalConfig, parser.parse_args(argv))
+    assert given.n_prompts == 3
+    assert given.generation == GenerationConfig(max_new_tokens=5, top_p=None, seed=7, batch_size=64)
+
+    @config
+    class Clash(Config):
+        seed: int = 0
+        generation: GenerationConfig = field(default_factory=GenerationConfig)
+
+    with pytest.raises(TypeError, match=r"Clash and its nested GenerationConfig both have \['seed'\]"):
+        Clash.add_arguments(argparse.ArgumentParser())
+
+
+def test_moved_fields_still_work_as_deprecated_keywords_and_attributes() -> None:
+    from lmsci_mi.sae import FrequencyConfig
+    from lmsci_mi.steering import SteerEvalConfig
+
+    with pytest.warns(DeprecationWarning, match=r"max_new_tokens -> generation\.max_new_tokens"):
+        old = SteerEvalConfig(max_new_tokens=4, seed=3, n_prompts=2)
+    sampling = GenerationConfig(max_new_tokens=4, top_p=0.9, seed=3, batch_size=64)
+    assert old == SteerEvalConfig(n_prompts=2, generation=sampling)
+    with pytest.warns(DeprecationWarning, match="top_p -> generation.top_p"):
+        assert old.replace(top_p=0.5).generation == sampling.replace(top_p=0.5)
+    with pytest.warns(DeprecationWarning, match="seed -> generation.seed"):
+        assert old.seed == 3
+    with pytest.warns(DeprecationWarning, match=r"new_tokens -> generation\.max_new_tokens"):
+        frequency = FrequencyConfig(new_tokens=6, coefficient=8.0)
+    assert frequency.generation == GenerationConfig(max_new_tokens=6, top_p=0.9, batch_size=64)
+    with pytest.raises(TypeError, match="max_tokens"):  # a name that never was a field
+        SteerEvalConfig(max_tokens=4)  # type: ignore[call-arg]
 
 
 # ---------------------------------------------------------------------- no range check by hand

@@ -16,11 +16,11 @@ from lmsci_mi import LensModel, load_model
 from lmsci_mi.data.facts import candidate_facts
 from lmsci_mi.editing import (
     PER_FACT,
-    AlphaEditHyperParams,
+    AlphaEditConfig,
     EditRequest,
     EvaluationConfig,
-    MEMITHyperParams,
-    ROMEHyperParams,
+    MEMITConfig,
+    ROMEConfig,
     apply_delta,
     context_templates,
     evaluate_edits,
@@ -36,8 +36,8 @@ from lmsci_mi.editing import (
 from lmsci_mi.editing.fit import subject_activations, subject_row
 from lmsci_mi.editing.stats import StatsConfig
 
-FAST_ROME = ROMEHyperParams(layer=0, n_contexts=2, steps=4)
-FAST_MEMIT = MEMITHyperParams(layers=(0, 1), n_contexts=2, steps=4)
+FAST_ROME = ROMEConfig(layer=0, n_contexts=2, steps=4)
+FAST_MEMIT = MEMITConfig(layers=(0, 1), n_contexts=2, steps=4)
 EIFFEL = EditRequest(
     "{} is located in the city of",
     "The Eiffel Tower",
@@ -230,7 +230,7 @@ def test_memit_moves_each_top_residual_toward_its_target(tiny: LensModel, stats)
 @pytest.mark.parametrize("method", ["memit", "alphaedit"])
 def test_a_duplicate_request_in_a_batch_is_refused_before_any_edit(tiny: LensModel, stats, method) -> None:
     before = snapshot(tiny)
-    config = FAST_MEMIT if method == "memit" else AlphaEditHyperParams(layers=(0, 1), n_contexts=2, steps=4)
+    config = FAST_MEMIT if method == "memit" else AlphaEditConfig(layers=(0, 1), n_contexts=2, steps=4)
     other_target = dataclasses.replace(EIFFEL, target_new=" London")
     for batch in ([EIFFEL, EIFFEL], [EIFFEL, other_target]):
         with pytest.raises(ValueError, match="requests 0 and 1 both rewrite"):
@@ -340,7 +340,7 @@ def test_a_delta_fitted_in_a_batch_equals_it_fitted_alone(tiny: LensModel) -> No
     hard = EditRequest("{} is a city in the country of", "Berlin", " Czechoslovakia Republic", " Germany")
     # On the random toy both NLLs start near 11; " the" falls below 10.2 within a few steps and
     # the three-token target does not.
-    hp = MEMITHyperParams(n_contexts=2, steps=12, early_stop_nll=10.2, clamp_norm=10.0, weight_decay=0.0)
+    hp = MEMITConfig(n_contexts=2, steps=12, early_stop_nll=10.2, clamp_norm=10.0, weight_decay=0.0)
     templates = context_templates(tiny, hp.n_contexts, hp.context_lengths, seed=hp.seed)
     alone = fit_deltas(tiny, 0, [easy], templates, hp, site="resid_post")
     batch = fit_deltas(tiny, 0, [easy, hard], templates, hp, site="resid_post")
@@ -358,7 +358,7 @@ def test_reusing_the_prefix_fits_the_same_deltas(model: str, layer: int) -> None
     lm = load_model(model, device="cpu")
     easy = EditRequest("{} is located in the city of", "The Eiffel Tower", " the", " Paris")
     hard = EditRequest("{} is a city in the country of", "Berlin", " Czechoslovakia Republic", " Germany")
-    hp = MEMITHyperParams(n_contexts=3, steps=8, early_stop_nll=10.2, clamp_norm=10.0, weight_decay=0.1)
+    hp = MEMITConfig(n_contexts=3, steps=8, early_stop_nll=10.2, clamp_norm=10.0, weight_decay=0.1)
     templates = context_templates(lm, hp.n_contexts, (3, 6), seed=hp.seed)
     full = fit_deltas(lm, layer, [easy, hard], templates, hp, site="resid_post", reuse_prefix=False)
     reused = fit_deltas(lm, layer, [easy, hard], templates, hp, site="resid_post")
@@ -406,13 +406,13 @@ def test_editing_methods_register_once_with_their_configs() -> None:
     from lmsci_mi.editing.methods import method_for
 
     assert EDITING_METHODS.names() == ("alphaedit", "memit", "rome")
-    assert EDITING_METHODS.get("rome").config_type is ROMEHyperParams
-    assert method_for(MEMITHyperParams())[0].name == "memit"
-    assert method_for(AlphaEditHyperParams())[0].name == "alphaedit"
+    assert EDITING_METHODS.get("rome").config_type is ROMEConfig
+    assert method_for(MEMITConfig())[0].name == "memit"
+    assert method_for(AlphaEditConfig())[0].name == "alphaedit"
     with pytest.raises(ValueError, match="already registered"):
-        EDITING_METHODS.register("rome", ROMEHyperParams)(lambda *a, **k: None)
-    with pytest.raises(ValueError, match=r"ROMEHyperParams\.steps must be >= 1, not 0"):
-        ROMEHyperParams(steps=0)
+        EDITING_METHODS.register("rome", ROMEConfig)(lambda *a, **k: None)
+    with pytest.raises(ValueError, match=r"ROMEConfig\.steps must be >= 1, not 0"):
+        ROMEConfig(steps=0)
 
 
 MESSY = EditRequest(
@@ -490,7 +490,7 @@ def test_statistics_of_another_model_are_refused_before_any_edit(tiny: LensModel
     other = load_model("toy-gpt2-2l", device="cpu")
     foreign = key_statistics(other, [0, 1], StatsConfig(n_tokens=256), cache_dir=tmp_path)
     config = {"rome": FAST_ROME, "memit": FAST_MEMIT,
-              "alphaedit": AlphaEditHyperParams(layers=(0, 1), n_contexts=2, steps=2)}[method]
+              "alphaedit": AlphaEditConfig(layers=(0, 1), n_contexts=2, steps=2)}[method]
     before = snapshot(tiny)
     with pytest.raises(ValueError, match="statistics were computed on toy-gpt2-2l"):
         evaluate_edits(tiny, [EIFFEL], config, stats=foreign, evaluation=EvaluationConfig(generation_tokens=0))
@@ -515,3 +515,26 @@ def test_cached_fits_give_the_same_edit_and_are_fitted_once(
     with memit_edit(tiny, [EIFFEL], FAST_MEMIT.replace(cache_fits=True), stats=stats) as again:
         assert all(torch.equal(again.deltas[k], first.deltas[k]) for k in expected)
     assert not list(tmp_path.rglob("*.partial"))
+
+
+@pytest.mark.parametrize(
+    ("module", "old", "new"),
+    [
+        ("lmsci_mi.editing", "ROMEHyperParams", "ROMEConfig"),
+        ("lmsci_mi.editing", "MEMITHyperParams", "MEMITConfig"),
+        ("lmsci_mi.editing", "AlphaEditHyperParams", "AlphaEditConfig"),
+        ("lmsci_mi.editing.rome", "ROMEHyperParams", "ROMEConfig"),
+        ("lmsci_mi.editing.memit", "MEMITHyperParams", "MEMITConfig"),
+        ("lmsci_mi.editing.alphaedit", "AlphaEditHyperParams", "AlphaEditConfig"),
+    ],
+)
+def test_the_hyperparams_names_are_deprecated_aliases(module: str, old: str, new: str) -> None:
+    import importlib
+
+    home = importlib.import_module(module)
+    with pytest.warns(DeprecationWarning, match=f"{module}.{old} is deprecated: use {new}"):
+        exec(f"from {module} import {old} as alias", namespace := {})  # the import users wrote
+    assert namespace["alias"] is getattr(home, new)
+    assert old not in home.__all__ and new in home.__all__
+    with pytest.raises(AttributeError, match="no attribute 'ROMEHyperParam'"):
+        home.ROMEHyperParam  # noqa: B018  (a misspelt name is still an error)

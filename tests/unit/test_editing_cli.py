@@ -9,7 +9,7 @@ import pytest
 
 from lmsci_mi.cli import build_parser, main
 from lmsci_mi.cli.editing import method_config
-from lmsci_mi.editing import MEMITHyperParams, ROMEHyperParams
+from lmsci_mi.editing import MEMITConfig, ROMEConfig
 
 
 def parse(*argv: str):
@@ -17,11 +17,11 @@ def parse(*argv: str):
 
 
 def test_unset_flags_take_the_chosen_methods_defaults() -> None:
-    assert method_config(parse("--method", "rome")) == ROMEHyperParams()
-    assert method_config(parse("--method", "memit")) == MEMITHyperParams()  # steps 20, not ROME's 40
+    assert method_config(parse("--method", "rome")) == ROMEConfig()
+    assert method_config(parse("--method", "memit")) == MEMITConfig()  # steps 20, not ROME's 40
     config = method_config(parse("--method", "memit", "--layers", "2,3", "--steps", "7"))
-    assert config == MEMITHyperParams(layers=(2, 3), steps=7)
-    assert method_config(parse("--layer", "4", "--no-edit-aware")) == ROMEHyperParams(layer=4, edit_aware=False)
+    assert config == MEMITConfig(layers=(2, 3), steps=7)
+    assert method_config(parse("--layer", "4", "--no-edit-aware")) == ROMEConfig(layer=4, edit_aware=False)
 
 
 def test_a_flag_of_another_method_is_an_error() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from lmsci_mi import LensModel
 from lmsci_mi.circuits import TraceConfig, causal_trace
-from lmsci_mi.editing import EditRequest, ROMEHyperParams, rome_edit
+from lmsci_mi.editing import EditRequest, ROMEConfig, rome_edit
 from lmsci_mi.editing.rome import traced_layer
 from tests.conftest import weights_fingerprint
 
@@ -23,7 +23,7 @@ def test_a_peak_within_noise_is_refused_and_nothing_is_edited(tiny: LensModel) -
     assert layer == trace.peak_layer("mlp") and effect <= 2 * error
     before = weights_fingerprint(tiny)
     with pytest.raises(ValueError, match=r"no MLP peak above noise.*give a layer"):
-        rome_edit(tiny, REQUEST, ROMEHyperParams(trace_layer=True, n_contexts=2, steps=2))
+        rome_edit(tiny, REQUEST, ROMEConfig(trace_layer=True, n_contexts=2, steps=2))
     assert weights_fingerprint(tiny) == before and tiny.hooks.attached_count() == 0
 
 
@@ -39,4 +39,4 @@ def test_a_clear_peak_is_the_layer(tiny: LensModel, monkeypatch: pytest.MonkeyPa
 
 def test_layer_and_trace_layer_together_are_refused(tiny: LensModel) -> None:
     with pytest.raises(ValueError, match="give one of them"):
-        rome_edit(tiny, REQUEST, ROMEHyperParams(layer=1, trace_layer=True))
+        rome_edit(tiny, REQUEST, ROMEConfig(layer=1, trace_layer=True))

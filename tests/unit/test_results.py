@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
 
 from lmsci_mi import LayerCurve, Meta, Result, result_type
 from lmsci_mi.results import UNRECORDED_SINK, ResultFileError
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,93 @@ def test_plot_writes_png(tmp_path: Path) -> None:
     for name in ("heat.png", "curve.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert Result.load(curve.save(tmp_path / "curve")) == curve
+
+
+@result_type
+class _DrawnResult(Result):
+    """A result type that gives only the hooks of the plot template."""
+
+    def default_title(self, *, scale: float = 1.0, **options: object) -> str:
+        return f"scaled by {scale}"
+
+    def _draw(self, title: str, *, scale: float = 1.0) -> Figure:
+        from matplotlib.figure import Figure
+
+        fig = Figure()
+        fig.subplots().plot((self.values.flatten() * scale).tolist())
+        fig.suptitle(title)
+        return fig
+
+
+def test_plot_template_titles_saves_and_passes_options_on(tmp_path: Path) -> None:
+    result = _DrawnResult(values=torch.arange(3.0), axes=("layer",), labels=((),), meta=_meta())
+    fig = result.plot(tmp_path / "drawn.png", scale=2.0)
+    assert (tmp_path / "drawn.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert fig.get_suptitle() == "scaled by 2.0"
+    assert fig.axes[0].lines[0].get_ydata().tolist() == [0.0, 2.0, 4.0]
+    assert result.plot(title="given").get_suptitle() == "given"
+    assert result.plot(title="").get_suptitle() == "scaled by 1.0"  # empty: the default
+    with pytest.raises(TypeError, match="scael"):
+        result.plot(scael=2.0)  # a misspelt option is an error, not ignored
+    assert not list(tmp_path.glob("*.png"))[1:], "only the plot given a path was saved"
+
+
+def _calls_to(name: str, tree: ast.AST) -> list[tuple[str, int]]:
+    """(innermost enclosing function, line) of each call of ``name``, bare or as an attribute."""
+    calls: list[tuple[str, int]] = []
+
+    def visit(node: ast.AST, scope: str) -> None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            scope = node.name
+        if isinstance(node, ast.Call):
+            func = node.func
+            if (func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)) == name:
+                calls.append((scope, node.lineno))
+        for child in ast.iter_child_nodes(node):
+            visit(child, scope)
+
+    visit(tree, "<module>")
+    return calls
+
+
+# A module may call save_figure only here; each exception says why.
+_SAVE_FIGURE_ALLOWED = {
+    "results.py": {"_plotted"},  # the plot template's tail, used by `plot` and `plot_severing`
+}
+
+
+def test_save_figure_is_called_only_by_the_plot_template() -> None:
+    """Every figure of a result is saved by `Result.plot` (through `Result._plotted`): titles,
+    paths and closing pyplot figures are then handled once."""
+    package = Path(__file__).resolve().parents[2] / "lmsci_mi"
+    found: dict[str, set[str]] = {}
+    for path in sorted(package.rglob("*.py")):
+        for function, line in _calls_to("save_figure", ast.parse(path.read_text())):
+            module = path.relative_to(package).as_posix()
+            assert function in _SAVE_FIGURE_ALLOWED.get(module, set()), (
+                f"lmsci_mi/{module}:{line} ({function}) calls save_figure; give the result type "
+                "a `_draw` hook and let `Result.plot` save the figure"
+            )
+            found.setdefault(module, set()).add(function)
+    assert found.get("results.py") == {"_plotted"}  # the scan sees the template's own call
+
+
+def test_result_types_leave_plot_to_the_template() -> None:
+    """Result types implement `_draw` (and `default_title`), not `plot` itself."""
+    allowed = {
+        ("results.py", "Result"),  # the template
+        ("viz/result_html.py", "Result"),  # a Protocol naming the template's signature
+    }
+    package = Path(__file__).resolve().parents[2] / "lmsci_mi"
+    own = []
+    for path in sorted(package.rglob("*.py")):
+        module = path.relative_to(package).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and (module, node.name) not in allowed and any(
+                isinstance(f, ast.FunctionDef) and f.name == "plot" for f in node.body
+            ):
+                own.append(f"{module}:{node.name}")
+    assert own == [], f"these classes define plot instead of the template's _draw hook: {own}"
 
 
 def test_unknown_kind_is_a_clear_error() -> None:

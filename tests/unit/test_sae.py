@@ -258,19 +258,22 @@ def test_feature_cards_and_find_features(
     assert cards.to_dataframe().shape[0] == 64 * 3
 
 
+SIX = GenerationConfig(max_new_tokens=6, temperature=1.0, top_p=0.9, seed=0)
+"""The steering frequency table's sampling, 6 new tokens."""
+
+
 def test_steering_frequency_table(toy: LensModel, trained: tuple[LensSAE, SAEStats]) -> None:
     sae, _ = trained
-    table = steering_frequency(toy, sae, 5, PROMPTS, FrequencyConfig(coefficient=8.0, new_tokens=6))
+    table = steering_frequency(toy, sae, 5, PROMPTS, FrequencyConfig(coefficient=8.0, generation=SIX))
     assert table.values.shape == (3, 4) and table.control != 5
     assert table.axis_labels(0)[0] == "unsteered" and "random feature" in table.summary()
     assert len(table.token_set) == 20
     # The unsteered row is the share of the feature's promoted tokens in plain samples.
-    sampling = GenerationConfig(max_new_tokens=6, temperature=1.0, top_p=0.9, seed=0, batch_size=64)
-    plain = generate(toy, PROMPTS, sampling).tokens
+    plain = generate(toy, PROMPTS, SIX).tokens
     ids = set(promoted_tokens(toy, sae, [5], 20)[0][0])
     assert table.values[0].tolist() == pytest.approx([sum(t in ids for t in o) / 6 for o in plain])
     # With no push all three conditions sample the same tokens.
-    same = steering_frequency(toy, sae, 5, PROMPTS, FrequencyConfig(coefficient=0.0, new_tokens=6))
+    same = steering_frequency(toy, sae, 5, PROMPTS, FrequencyConfig(coefficient=0.0, generation=SIX))
     assert torch.equal(same.values[0], same.values[1]) and torch.equal(
         same.values[0], same.values[2]
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lmsci_mi import LensModel, load_model
+from lmsci_mi import GenerationConfig, LensModel, load_model
 from lmsci_mi.sae import (
     FeatureOverviewConfig,
     FrequencyConfig,
@@ -23,7 +23,7 @@ from lmsci_mi.sae import train as train_module
 HOOK = "blocks.1.hook_resid_post"
 D_SAE = 32
 LOOK = FeatureOverviewConfig(n_tokens=200, n_prompts=2, contexts=2)
-STEER = FrequencyConfig(new_tokens=3, coefficient=8.0)
+STEER = FrequencyConfig(generation=GenerationConfig(max_new_tokens=3, top_p=0.9), coefficient=8.0)
 
 
 @pytest.fixture(autouse=True)

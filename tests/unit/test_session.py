@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 from lmsci_mi import LensModel, load_model
 from lmsci_mi.editing import (
-    AlphaEditHyperParams,
+    AlphaEditConfig,
     EditHandle,
     EditingSession,
     EditRequest,
     EvaluationConfig,
-    MEMITHyperParams,
-    ROMEHyperParams,
+    MEMITConfig,
+    ROMEConfig,
     SessionConfig,
     StatsConfig,
     key_statistics,
@@ -59,7 +61,7 @@ def _top(lm: LensModel, prompts: list[str]) -> torch.Tensor:
 def test_three_sequential_edits_restore_bit_exactly(tiny: LensModel, stats) -> None:
     before = weights_fingerprint(tiny)
     session = EditingSession(
-        tiny, MEMITHyperParams(layers=(0, 1), steps=3), SessionConfig(eval_every=1, evaluation=NO_GE), stats=stats
+        tiny, MEMITConfig(layers=(0, 1), steps=3), SessionConfig(eval_every=1, evaluation=NO_GE), stats=stats
     )
     result = session.run(REQUESTS)
     assert result.n_edited == (0, 1, 2, 3) and result.order == ("Paris", "Berlin", "Madrid")
@@ -76,7 +78,7 @@ def test_specificity_is_measured_against_the_original_model(tiny: LensModel, sta
     neighbours = [p for r in REQUESTS for p in r.neighborhood_prompts]
     original = _top(tiny, neighbours)
     session = EditingSession(
-        tiny, MEMITHyperParams(layers=(0, 1), steps=2), SessionConfig(evaluation=NO_GE), stats=stats
+        tiny, MEMITConfig(layers=(0, 1), steps=2), SessionConfig(evaluation=NO_GE), stats=stats
     )
     session.run(REQUESTS)
     # A later change that moves every answer to token 0: against the original answers nothing is
@@ -92,7 +94,7 @@ def test_specificity_is_measured_against_the_original_model(tiny: LensModel, sta
 
 def test_alphaedit_sessions_carry_the_earlier_keys(tiny: LensModel, stats) -> None:
     before = weights_fingerprint(tiny)
-    hp = AlphaEditHyperParams(layers=(0, 1), steps=2, nullspace_threshold=1e-2)
+    hp = AlphaEditConfig(layers=(0, 1), steps=2, nullspace_threshold=1e-2)
     session = EditingSession(tiny, hp, SessionConfig(batch_size=2, evaluation=NO_GE), stats=stats)
     session.run(REQUESTS)
     assert {layer: k.shape[0] for layer, k in session._keys.items()} == {0: 3, 1: 3}
@@ -103,13 +105,13 @@ def test_alphaedit_sessions_carry_the_earlier_keys(tiny: LensModel, stats) -> No
 def test_a_rome_session_with_a_traced_layer_is_refused_before_any_edit(tiny: LensModel) -> None:
     before = weights_fingerprint(tiny)
     with pytest.raises(ValueError, match="fixed layer"):
-        EditingSession(tiny, ROMEHyperParams(trace_layer=True)).run(REQUESTS)
+        EditingSession(tiny, ROMEConfig(trace_layer=True)).run(REQUESTS)
     assert weights_fingerprint(tiny) == before
 
 
 def test_step_zero_is_the_original_model_and_the_result_round_trips(tiny: LensModel, stats, tmp_path) -> None:
     config = SessionConfig(evaluation=EvaluationConfig(generation_tokens=4))
-    session = EditingSession(tiny, ROMEHyperParams(layer=1, n_contexts=2, steps=3), config, stats=stats)
+    session = EditingSession(tiny, ROMEConfig(layer=1, n_contexts=2, steps=3), config, stats=stats)
     result = session.run(REQUESTS[:2])
     assert result.n_edited == (0, 2) and result.method == "rome" and result.batch_size == 1
     assert result.metric("specificity")[0] == 100.0  # the original model agrees with itself
@@ -125,7 +127,7 @@ def test_a_bad_request_late_in_the_run_is_refused_before_any_edit(tiny: LensMode
     before = weights_fingerprint(tiny)
     bad = EditRequest("{} is in", "Atlantis", " Rome", " Nowhere")
     missing = EditRequest("The city is in", "Vienna", " Rome", " Austria")
-    session = EditingSession(tiny, MEMITHyperParams(layers=(0, 1), steps=2), stats=stats)
+    session = EditingSession(tiny, MEMITConfig(layers=(0, 1), steps=2), stats=stats)
     with pytest.raises(ValueError, match="Vienna"):
         session.run([*REQUESTS, bad, missing])
     assert weights_fingerprint(tiny) == before and not session.handles
@@ -133,7 +135,7 @@ def test_a_bad_request_late_in_the_run_is_refused_before_any_edit(tiny: LensMode
 
 def test_a_saved_session_resumes_where_it_stopped(tiny: LensModel, stats, tmp_path) -> None:
     before = weights_fingerprint(tiny)
-    hp = AlphaEditHyperParams(layers=(0, 1), steps=2, nullspace_threshold=1e-2)
+    hp = AlphaEditConfig(layers=(0, 1), steps=2, nullspace_threshold=1e-2)
     config = SessionConfig(evaluation=NO_GE)
     whole = EditingSession(tiny, hp, config, stats=stats)
     whole.run(REQUESTS[:2])
@@ -145,6 +147,10 @@ def test_a_saved_session_resumes_where_it_stopped(tiny: LensModel, stats, tmp_pa
     first.run(REQUESTS[:2])
     first.save(tmp_path / "session")
     first.restore()
+    saved = tmp_path / "session" / "session.json"  # as written before *HyperParams became *Config
+    state = json.loads(saved.read_text())
+    assert state["config"]["config"] == "AlphaEditConfig"
+    saved.write_text(json.dumps({**state, "config": {**state["config"], "config": "AlphaEditHyperParams"}}))
     resumed = EditingSession.resume(tiny, tmp_path / "session", hp, config, stats=stats)
     assert [r.subject for r in resumed.order] == ["Paris", "Berlin"]
     result = resumed.run(REQUESTS[2:])

@@ -264,7 +264,9 @@ def test_training_lowers_the_loss_never_touches_the_model_and_is_cached(
 
 def test_evaluate_settings_rows_and_unsteered(tiny: LensModel) -> None:
     steer = _strong_steer(tiny)
-    config = SteerEvalConfig(n_prompts=4, max_new_tokens=4, progress=False)
+    config = SteerEvalConfig(
+        n_prompts=4, generation=GenerationConfig(max_new_tokens=4, top_p=0.9), progress=False
+    )
     curve = evaluate_settings(
         tiny, steer, [{"sentiment": -1.0}, {"sentiment": 1.0, "topic": 2.0}], config
     )

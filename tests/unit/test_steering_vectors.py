@@ -214,7 +214,9 @@ def test_evaluate_intervention_records_standard_errors_and_reads_old_files(tiny:
     from lmsci_mi.steering import ControlCurve, SteerEvalConfig, evaluate_intervention
 
     v = steering_vector(tiny, torch.ones(64), 1)
-    config = SteerEvalConfig(n_prompts=4, max_new_tokens=4, progress=False)
+    config = SteerEvalConfig(
+        n_prompts=4, generation=GenerationConfig(max_new_tokens=4, top_p=0.9), progress=False
+    )
     curve = evaluate_intervention(tiny, lambda c: v.apply(tiny, c), [0.0, 3.0], config, name="ones")
     assert curve.settings == ((0.0,), (3.0,)) and curve.attributes == ("ones",)
     # Strength 0 adds nothing: the same continuations as the unsteered model, so the same metrics.

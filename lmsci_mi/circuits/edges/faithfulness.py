@@ -13,7 +13,6 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -256,15 +255,13 @@ class Circuit(Result):
             parts.append(f"faithfulness {self.faithfulness:.2f}")
         return ", ".join(parts)
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return self._title()
+
+    def _draw(self, title: str) -> Figure:
         """The circuit drawn layer by layer (input at the bottom, logits at the top)."""
         from lmsci_mi.viz.circuit_graph import circuit_figure
-        from lmsci_mi.viz.plots import save_figure
-
-        fig = circuit_figure(self._nodes(), self._drawn_edges(), title=title or self._title())
-        if path is not None:
-            save_figure(fig, path)
-        return fig
+        return circuit_figure(self._nodes(), self._drawn_edges(), title=title)
 
     def to_svg(self, *, title: str | None = None) -> str:
         """The drawing as an inline ``<svg>`` element, for an HTML report."""
@@ -383,14 +380,12 @@ class FaithfulnessCurve(Result):
             faithfulness=float(self.values[i]),
         )
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
-        """The curve on a log-x axis with its bootstrap band, CPR and CMD in the legend."""
-        from lmsci_mi.viz.plots import save_figure
+    def default_title(self, **options: object) -> str:
+        return ""
 
-        fig = plot_faithfulness_curves([self], title=title or "")
-        if path is not None:
-            save_figure(fig, path)
-        return fig
+    def _draw(self, title: str) -> Figure:
+        """The curve on a log-x axis with its bootstrap band, CPR and CMD in the legend."""
+        return plot_faithfulness_curves([self], title=title)
 
     def summary(self, rows: int = 10) -> str:
         head = (

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -150,11 +149,12 @@ class CFGProbeTable(Result):
             frame["ceiling"] = float("nan")
         return frame
 
-    def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    def default_title(self, **options: object) -> str:
+        return f"CFG DP-feature probes — {self.meta.model}"
+
+    def _draw(self, title: str) -> Figure:
         """Accuracy against layer, one panel per (probe, target), one line per level and model."""
         import matplotlib.pyplot as plt
-
-        from lmsci_mi.viz.plots import save_figure
 
         # A probe that was not fitted (e.g. ``multihead=False``) gets no row of empty panels.
         fitted = [p for p in range(len(PROBES)) if not self.values[:, :, :, p].isnan().all()] or [0]
@@ -193,10 +193,8 @@ class CFGProbeTable(Result):
                 ax.grid(alpha=0.3)
         axes[0][0].set_ylabel("test accuracy")
         axes[0][0].legend(fontsize=7)
-        fig.suptitle(title or f"CFG DP-feature probes — {self.meta.model}")
+        fig.suptitle(title)
         fig.tight_layout()
-        if path is not None:
-            save_figure(fig, path)
         return fig
 
 
