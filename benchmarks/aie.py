@@ -28,10 +28,10 @@ from lmsci_mi.circuits.aie import (
     AIEConfig,
     AverageIndirectEffect,
     aggregate_traces,
-    load_fact_set,
     trace_facts,
 )
 from lmsci_mi.circuits.tracing import SEVERED_KINDS, TRACE_KINDS, TraceConfig
+from lmsci_mi.data import load_facts
 
 DATA = harness.DATA / "aie.json"
 IMG = harness.ROOT / "docs" / "img"
@@ -64,7 +64,7 @@ def run_piece(piece: str, budget: float, timings: harness.ItemCache) -> None:
     seconds to the piece's running record."""
     lm = load_model(PIECES[piece][0])
     before = time.perf_counter()
-    done = trace_facts(lm, load_fact_set("shipped"), config_of(piece), budget_s=budget)
+    done = trace_facts(lm, load_facts("facts"), config_of(piece), budget_s=budget)
     seconds = time.perf_counter() - before
     record = timings.load(piece, {"done": 0, "seconds": 0.0, "new": 0})
     new = len(done.traces) - record["done"]
@@ -81,7 +81,7 @@ def run_piece(piece: str, budget: float, timings: harness.ItemCache) -> None:
 
 def written_piece(piece: str, timing: dict | None, img: Path) -> tuple[AverageIndirectEffect, AIERun] | None:
     """The piece's AIE from its cached traces (none traced: None), plotted into ``img``."""
-    done = trace_facts(load_model(PIECES[piece][0]), load_fact_set("shipped"), config_of(piece), max_new=0)
+    done = trace_facts(load_model(PIECES[piece][0]), load_facts("facts"), config_of(piece), max_new=0)
     if not done.traces:
         print(f"{piece}: nothing traced yet, skipped (run its pieces first)")
         return None

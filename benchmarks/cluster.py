@@ -25,15 +25,14 @@ from lmsci_mi import LensModel, load_model
 from lmsci_mi.circuits.aie import (
     AIEConfig,
     AverageIndirectEffect,
-    Fact,
     average_indirect_effect,
-    load_fact_set,
     plan_fact_traces,
 )
 from lmsci_mi.circuits.tracing import TraceConfig
 from lmsci_mi.cluster import ClusterConfig, run_sharded
 from lmsci_mi.cluster.ray_backend import import_ray, ray_workers
 from lmsci_mi.cluster.spec import ModelSpec
+from lmsci_mi.data import Fact, load_facts
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -91,7 +90,7 @@ def main() -> None:
     # docs/aie.md's SmolLM2 run: symmetric token replacement, every kind, window 10.
     config = AIEConfig(n_facts=4 if run.quick else run.args.facts, cache=False,
                        trace=TraceConfig(corruption="str"))
-    facts = load_fact_set("shipped")
+    facts = load_facts("facts")
     single = single_process(run, lm, facts, config)
     sharded, ray = on_ray(run, lm, facts, config)
     if not (torch.equal(sharded.values, single.values) and torch.equal(sharded.band, single.band)):

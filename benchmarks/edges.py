@@ -34,19 +34,19 @@ from doc_tables import MODEL_NAMES
 from doc_tables.schemas.circuits import EdgeCurve, EdgeExact, EdgesData, EdgeSteps
 
 from lmsci_mi import LensModel, load_model
-from lmsci_mi.circuits.eap import EAPConfig, EdgeScores, edge_attribution
-from lmsci_mi.circuits.edge_patching import evaluate_circuits
-from lmsci_mi.circuits.faithfulness import (
+from lmsci_mi.circuits.edges.eap import EAPConfig, EdgeScores, edge_attribution
+from lmsci_mi.circuits.edges.faithfulness import (
     MIB_FRACTIONS,
     CurveConfig,
     FaithfulnessCurve,
     faithfulness_curve,
     plot_faithfulness_curves,
 )
-from lmsci_mi.circuits.graph import edge_graph
+from lmsci_mi.circuits.edges.graph import edge_graph
+from lmsci_mi.circuits.edges.patching import evaluate_circuits
 from lmsci_mi.circuits.ioi import name_movers_by_dla
-from lmsci_mi.circuits.metrics import LogitDiff
-from lmsci_mi.data.ioi import TextPairs, ioi_str_pairs
+from lmsci_mi.data.ioi import ioi_str_pairs
+from lmsci_mi.data.pairs import PromptPairs
 from lmsci_mi.results import Result
 from lmsci_mi.viz.plots import save_figure
 
@@ -64,7 +64,7 @@ class Setup:
     """What every stage reads: the model, the prompt pairs, the cache and the run's sizes."""
 
     lm: LensModel
-    pairs: TextPairs
+    pairs: PromptPairs
     cache: harness.ItemCache
     exact_edges: int
     exact_looped: int
@@ -92,17 +92,14 @@ def timed_result(cache: harness.ItemCache, item: str, compute: Callable[[], R]) 
 
 
 def scores(s: Setup, method: str) -> tuple[EdgeScores, float]:
-    p = s.pairs
     return timed_result(s.cache, f"scores_{method}", lambda: edge_attribution(
-        s.lm, list(p.clean), list(p.corrupted), LogitDiff.of_pairs(p), METHODS[method]))
+        s.lm, s.pairs, config=METHODS[method]))
 
 
 def curve(s: Setup, scored: EdgeScores, method: str, prune: str) -> tuple[FaithfulnessCurve, float]:
-    p = s.pairs
     label = "EAP-IG (m=5)" if method == "EAP-IG" else "EAP"
     return timed_result(s.cache, f"curve_{method}_{prune}", lambda: faithfulness_curve(
-        s.lm, scored.graph, scored, list(p.clean), list(p.corrupted), LogitDiff.of_pairs(p),
-        CurveConfig(prune=prune), label=label))  # type: ignore[arg-type]
+        s.lm, scored.graph, scored, s.pairs, config=CurveConfig(prune=prune), label=label))  # type: ignore[arg-type]
 
 
 def movers(s: Setup) -> list[tuple[str, float]]:
@@ -148,14 +145,13 @@ def exact_edge_scoring(s: Setup, scored: EdgeScores) -> EdgeExact:
     for i, index in enumerate(flat[:n].tolist()):
         masks[i, index // width, index % width] = False
     p = s.pairs
-    inputs = (s.lm, graph, masks, list(p.clean), list(p.corrupted), LogitDiff.of_pairs(p))
     torch.set_grad_enabled(False)  # exact patching needs no gradients
     start = time.perf_counter()
-    batched = evaluate_circuits(*inputs, batch_size=len(p.clean), circuits_per_pass=16)
+    batched = evaluate_circuits(s.lm, graph, masks, p, batch_size=len(p), circuits_per_pass=16)
     t_batched = time.perf_counter() - start
     start = time.perf_counter()
-    looped = evaluate_circuits(s.lm, graph, masks[: s.exact_looped], *inputs[3:],
-                               batch_size=len(p.clean), circuits_per_pass=1, reuse=False)
+    looped = evaluate_circuits(s.lm, graph, masks[: s.exact_looped], p,
+                               batch_size=len(p), circuits_per_pass=1, reuse=False)
     t_loop = (time.perf_counter() - start) * n / s.exact_looped
     return EdgeExact(edges=n, batched_s=t_batched, per_edge_pass_s=t_loop,
                      per_edge_measured_edges=s.exact_looped, speedup=t_loop / t_batched,
@@ -165,13 +161,11 @@ def exact_edge_scoring(s: Setup, scored: EdgeScores) -> EdgeExact:
 def more_steps(s: Setup, steps: int) -> EdgeSteps:
     """EAP-IG with more integration steps: seconds, and the greedy circuits' faithfulness at 1, 5
     and 10 % of edges with their 95 % bootstrap intervals (does m = 5 limit the 5 % circuit?)."""
-    p = s.pairs
     start = time.perf_counter()
-    scored = edge_attribution(s.lm, list(p.clean), list(p.corrupted), LogitDiff.of_pairs(p),
-                              EAPConfig(method="EAP-IG", steps=steps))
+    scored = edge_attribution(s.lm, s.pairs, config=EAPConfig(method="EAP-IG", steps=steps))
     seconds = time.perf_counter() - start
-    c = faithfulness_curve(s.lm, scored.graph, scored, list(p.clean), list(p.corrupted), LogitDiff.of_pairs(p),
-                           CurveConfig(fractions=(1.0, 5.0, 10.0)), label=f"EAP-IG (m={steps})")
+    c = faithfulness_curve(s.lm, scored.graph, scored, s.pairs,
+                           config=CurveConfig(fractions=(1.0, 5.0, 10.0)), label=f"EAP-IG (m={steps})")
     heads = {str(h) for h in c.circuit(5.0).heads()}
     return EdgeSteps(seconds=seconds, fractions=[1.0, 5.0, 10.0], faithfulness=c.values.tolist(),
                      ci95=c.interval.tolist() if c.interval is not None else None,

@@ -75,7 +75,6 @@ from lmsci_mi.editing import (
     default_rome_layer,
     evaluate_edits,
     key_statistics,
-    load_edit_facts,
     load_facts,
     memit_edit,
     rome_edit,
@@ -328,7 +327,7 @@ def floor(run: harness.Run, s: Setup, rates: dict[str, float]) -> None:
 def ordered_edit_facts(n: int | None) -> list[EditRequest]:
     """The editing fact set in a seeded order that puts every relation in any prefix
     (sequential_editing.py: the same order), the first ``n``."""
-    facts = load_edit_facts()
+    facts = load_facts("edit_facts")
     random.Random(0).shuffle(facts)
     return facts[:n]
 

@@ -41,7 +41,7 @@ from doc_tables.schemas.knowledge import (
 )
 
 from lmsci_mi import LensModel, load_model
-from lmsci_mi.data.facts import load_fact_records
+from lmsci_mi.data import Fact, load_facts
 from lmsci_mi.knowledge import (
     KnowledgeNeuronsConfig,
     integrated_gradients,
@@ -126,16 +126,15 @@ def speed(lm: LensModel, repeats: int) -> NeuronsSpeed:
 # ----------------------------------------------------------------------------- (b) the table
 
 
-def fact_cases(fact: dict) -> list[tuple[str, str]]:
+def fact_cases(fact: Fact) -> list[tuple[str, str]]:
     """The fact's prompt and paraphrases, each with its answer."""
-    prompts = [fact["prompt"].format(fact["subject"]), *fact["paraphrase_prompts"]]
-    return [(p, fact["target_true"]) for p in prompts]
+    return [(p, fact.target_true) for p in (fact.rewrite_prompt, *fact.paraphrase_prompts)]
 
 
-def single_token_facts(lm: LensModel) -> list[dict]:
+def single_token_facts(lm: LensModel) -> list[Fact]:
     """The shipped facts whose answer is one token: p(answer) is then the paper's measure, and
     the last prompt position is the last position run (where the neurons are scaled)."""
-    return [f for f in load_fact_records() if len(lm.continuation_ids(f["target_true"])) == 1]
+    return [f for f in load_facts("facts") if len(lm.continuation_ids(f.target_true)) == 1]
 
 
 def chosen_facts(total: int, n: int) -> list[int]:
@@ -143,24 +142,24 @@ def chosen_facts(total: int, n: int) -> list[int]:
     return sorted({round(i * total / n) for i in range(n)})
 
 
-def others_of(facts: list[dict], index: int, n: int) -> list[int]:
+def others_of(facts: list[Fact], index: int, n: int) -> list[int]:
     """``n`` facts of other relations (Dai et al.'s unrelated facts), fixed per fact."""
-    pool = [j for j, f in enumerate(facts) if f["relation"] != facts[index]["relation"]]
+    pool = [j for j, f in enumerate(facts) if f.relation != facts[index].relation]
     return random.Random(index).sample(pool, n)
 
 
-def one_fact(lm: LensModel, facts: list[dict], index: int, cfg: KnowledgeNeuronsConfig) -> NeuronsFact:
+def one_fact(lm: LensModel, facts: list[Fact], index: int, cfg: KnowledgeNeuronsConfig) -> NeuronsFact:
     """The fact's knowledge neurons, and the suppression test with both controls (the random
     neurons drawn with the fact's index as seed)."""
     fact = facts[index]
     cases = fact_cases(fact)
     start = time.perf_counter()
-    kn = knowledge_neurons(lm, [p for p, _ in cases], fact["target_true"], cfg)
+    kn = knowledge_neurons(lm, fact, config=cfg)
     ig_s = time.perf_counter() - start
     other = [fact_cases(facts[j])[0] for j in others_of(facts, index, N_OTHER)]
     test = suppression_test(lm, kn.neurons, cases, other, seed=index)
     return NeuronsFact(
-        index=index, subject=fact["subject"], relation=fact["relation"], target=fact["target_true"],
+        index=index, subject=fact.subject, relation=fact.relation, target=fact.target_true,
         neurons=[list(n) for n in test.neurons], ig_seconds=ig_s, knowledge=test.knowledge.as_dict(),
         random=test.random.as_dict(), other_facts=test.other_facts.as_dict(),
     )

@@ -110,7 +110,7 @@ def _ac_eap(patchable, loader) -> tuple[dict[str, float], float, object]:
 
 
 def _ours(lm, clean, corrupt, answers, wrongs, method: str = "EAP"):
-    from lmsci_mi.circuits.eap import EAPConfig, edge_attribution
+    from lmsci_mi.circuits.edges.eap import EAPConfig, edge_attribution
     from lmsci_mi.circuits.metrics import LogitDiff
 
     start = time.perf_counter()
@@ -188,9 +188,9 @@ def our_circuits(lm, scores, counts: list[int], clean, corrupt, answers, wrongs)
     """The same circuits as auto-circuit's ``run_circuits``: top-n by |score|, not pruned."""
     import torch
 
-    from lmsci_mi.circuits.edge_patching import evaluate_circuits
+    from lmsci_mi.circuits.edges.patching import evaluate_circuits
+    from lmsci_mi.circuits.edges.pruning import prune_topn
     from lmsci_mi.circuits.metrics import LogitDiff
-    from lmsci_mi.circuits.pruning import prune_topn
 
     graph = scores.graph
     masks = torch.stack([prune_topn(graph, scores.values, n, prune=False) for n in counts])

@@ -42,7 +42,7 @@ from lmsci_mi.editing import (
     default_memit_layers,
     default_rome_layer,
     key_statistics,
-    load_edit_facts,
+    load_facts,
 )
 from lmsci_mi.stats import binomial_standard_error
 
@@ -176,7 +176,7 @@ def plot(curves: dict[str, SequentialCurve], model: str, path: Path) -> None:
 def ordered_facts(seed: int, n: int | None = None) -> list[EditRequest]:
     """The editing fact set in the seeded order (editing.py --table: the same order), the first
     ``n`` (all by default)."""
-    facts = load_edit_facts()
+    facts = load_facts("edit_facts")
     random.Random(seed).shuffle(facts)
     return facts[:n]
 

@@ -27,7 +27,7 @@ from doc_tables.knowledge import tuned_lens_kl
 from doc_tables.schemas.knowledge import LensEiffel, LensSet, TunedLensData
 
 from lmsci_mi import LensModel, load_model
-from lmsci_mi.data.facts import load_fact_records
+from lmsci_mi.data import load_facts
 from lmsci_mi.data.steering_texts import steering_texts
 from lmsci_mi.lenses import LogitLensConfig, TunedLensConfig, logit_lens, tuned_lens, tuned_lens_for
 from lmsci_mi.lenses.tuned_lens import heldout_documents, tuned_lens_path
@@ -53,7 +53,7 @@ def texts(name: str, n: int) -> list[str]:
     if name == "docstrings":
         return [doc[:240] for doc in itertools.islice(heldout_documents(), n)]
     if name == "facts":
-        return [fact["prompt"].format(fact["subject"]) for fact in load_fact_records()][::2][:n]
+        return [fact.rewrite_prompt for fact in load_facts("facts")][::2][:n]
     return list(steering_texts(["sentiment", "topic"]).texts[::8][:n])
 
 

@@ -25,7 +25,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from lmsci_mi import load_model
 from lmsci_mi.circuits import (
     AttributionConfig,
-    LogitDiff,
     PatchingConfig,
     TraceConfig,
     attribution_patch,
@@ -33,6 +32,7 @@ from lmsci_mi.circuits import (
     patch_activations,
 )
 from lmsci_mi.config import quick_mode
+from lmsci_mi.data.pairs import PromptPairs
 from lmsci_mi.sites import Head
 
 CLEAN = "When Mary and John went to the store, John gave a drink to"
@@ -49,7 +49,8 @@ def main() -> None:
 
     quick = quick_mode()
     lm = load_model(args.model)
-    metric = LogitDiff(lm.token_id(" Mary"), lm.token_id(" John"))
+    # One pair, scored by its logit difference logit(Mary) − logit(John) (the default metric).
+    pairs = PromptPairs(CLEAN, CORRUPTED, answers=lm.token_id(" Mary"), wrongs=lm.token_id(" John"))
     tokens = lm.to_str_tokens(CLEAN)
     s2 = len(lm.encode("When Mary and John went to the store, John")) - 1
     print(f"clean:     {CLEAN!r}\ncorrupted: {CORRUPTED!r}  (S2 = position {s2}, {tokens[s2]!r})")
@@ -57,8 +58,8 @@ def main() -> None:
     # 1. Residual stream, every (layer, position).
     start = time.perf_counter()
     layers = tuple(range(0, lm.cfg.n_layers, 3)) if quick else None
-    resid = patch_activations(lm, CLEAN, CORRUPTED, metric,
-                              PatchingConfig(site="resid_pre", layers=layers, normalise=True))
+    resid = patch_activations(lm, pairs,
+                              config=PatchingConfig(site="resid_pre", layers=layers, normalise=True))
     print(
         f"\n[1] resid_pre sweep, {resid.values.numel()} patches in {time.perf_counter() - start:.1f} s; "
         f"logit diff clean {resid.clean_value:+.2f}, corrupted {resid.corrupted_value:+.2f}"
@@ -74,8 +75,7 @@ def main() -> None:
 
     # 2. Heads: attribution shortlist, exact check.
     start = time.perf_counter()
-    heads = attribution_patch(lm, CLEAN, CORRUPTED, metric,
-                              AttributionConfig(normalise=True, compare_exact=True))
+    heads = attribution_patch(lm, pairs, config=AttributionConfig(normalise=True, compare_exact=True))
     print(
         f"\n[2] every head's output (z, all positions): attribution + exact in "
         f"{time.perf_counter() - start:.1f} s; Spearman(attribution, exact) = "
@@ -90,8 +90,8 @@ def main() -> None:
 
     # 3. Where each top head acts: per-position patching of its output at its layer.
     top_layers = sorted({Head.parse(head).layer for head, _ in exact.top(2 if quick else 4)})
-    by_pos = patch_activations(lm, CLEAN, CORRUPTED, metric,
-                               PatchingConfig(site="z", layers=tuple(top_layers), normalise=True))
+    by_pos = patch_activations(lm, pairs,
+                               config=PatchingConfig(site="z", layers=tuple(top_layers), normalise=True))
     print("\n[3] top heads by position:")
     for name, value in by_pos.top(6):
         print(f"    {name:28s} {value:+.2f}")

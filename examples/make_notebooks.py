@@ -82,13 +82,15 @@ CIRCUITS = [
     """),
     setup("circuits", "from IPython.display import IFrame, Image"),
     code("""
-    from lmsci_mi.circuits import (AttributionConfig, LogitDiff, PatchingConfig, PatchingResult,
+    from lmsci_mi.circuits import (AttributionConfig, PatchingConfig, PatchingResult,
                                    attribution_patch, patch_activations)
     from lmsci_mi.circuits.attention import save_attention_html
+    from lmsci_mi.data.pairs import PromptPairs
 
     clean = 'When Mary and John went to the store, John gave a drink to'
     corrupted = 'When Mary and John went to the store, Mary gave a drink to'
-    metric = LogitDiff(lm.token_id(' Mary'), lm.token_id(' John'))
+    # scored by the pair's logit difference, logit(Mary) - logit(John)
+    pairs = PromptPairs(clean, corrupted, answers=lm.token_id(' Mary'), wrongs=lm.token_id(' John'))
     s2 = len(lm.encode('When Mary and John went to the store, John')) - 1
     print('S2 (the repeated name) is position', s2, repr(lm.to_str_tokens(clean)[s2]))
     """),
@@ -100,8 +102,8 @@ CIRCUITS = [
     """),
     code("""
     layers = tuple(range(0, lm.cfg.n_layers, 3)) if QUICK else None  # quick: every third layer
-    resid = patch_activations(lm, clean, corrupted, metric,
-                              PatchingConfig(site='resid_pre', layers=layers, normalise=True))
+    resid = patch_activations(lm, pairs,
+                              config=PatchingConfig(site='resid_pre', layers=layers, normalise=True))
     print(f'logit diff: clean {resid.clean_value:+.2f}, corrupted {resid.corrupted_value:+.2f}')
     resid.plot(OUT / 'resid_pre.png')
     Image(OUT / 'resid_pre.png')
@@ -114,8 +116,8 @@ CIRCUITS = [
     which says how far the cheap shortlist can be trusted on this model.
     """),
     code("""
-    heads = attribution_patch(lm, clean, corrupted, metric,
-                              AttributionConfig(normalise=True, compare_exact=True))
+    heads = attribution_patch(lm, pairs,
+                              config=AttributionConfig(normalise=True, compare_exact=True))
     exact = heads.exact
     print(f'Spearman(attribution, exact) = {heads.rank_correlation:.2f}')
     print('attribution:', ', '.join(f'{h} {v:+.2f}' for h, v in heads.top(5)))

@@ -18,12 +18,12 @@ from collections.abc import Callable
 import torch
 
 from lmsci_mi import LensModel, load_model
-from lmsci_mi.circuits.aie import Fact, aggregate_traces
+from lmsci_mi.circuits.aie import aggregate_traces
 from lmsci_mi.circuits.attention import attention_summary
 from lmsci_mi.circuits.attribution import AttributionConfig, attribution_patch
-from lmsci_mi.circuits.eap import EAPConfig, edge_attribution
-from lmsci_mi.circuits.faithfulness import CurveConfig, faithfulness_curve
-from lmsci_mi.circuits.graph import edge_graph
+from lmsci_mi.circuits.edges.eap import EAPConfig, edge_attribution
+from lmsci_mi.circuits.edges.faithfulness import CurveConfig, faithfulness_curve
+from lmsci_mi.circuits.edges.graph import edge_graph
 from lmsci_mi.circuits.heads import (
     HeadScoreConfig,
     InductionAblationConfig,
@@ -32,13 +32,14 @@ from lmsci_mi.circuits.heads import (
     induction_scores,
 )
 from lmsci_mi.circuits.ioi import IOI_ROLES, CircuitHead, IOICircuit
-from lmsci_mi.circuits.metrics import LogitDiff
 from lmsci_mi.circuits.patching import PatchingConfig, patch_activations
 from lmsci_mi.circuits.path_patching import path_patch
 from lmsci_mi.circuits.tracing import TraceConfig, causal_trace
+from lmsci_mi.data import Fact
 from lmsci_mi.data.cfg import CFGConfig, build_grammar
 from lmsci_mi.data.concepts import load_concept_pairs
 from lmsci_mi.data.contrasts import contrast_pairs
+from lmsci_mi.data.pairs import PromptPairs
 from lmsci_mi.editing.metrics import METRICS as EDIT_METRICS
 from lmsci_mi.editing.metrics import EditEvaluation
 from lmsci_mi.editing.session import SESSION_METRICS, SessionResult
@@ -119,9 +120,10 @@ PAIRS = (["When Mary and John went out, John gave it to", "The cat sat on the"],
          ["When Mary and John went out, Mary gave it to", "The dog sat on the"])
 
 
-def _pair_metric(lm: LensModel) -> LogitDiff:
-    return LogitDiff([lm.token_id(" Mary"), lm.token_id(" mat")],
-                     [lm.token_id(" John"), lm.token_id(" rug")])
+def _pairs(lm: LensModel) -> PromptPairs:
+    """PAIRS with each pair's answer and wrong token (the analyses' default metric reads them)."""
+    return PromptPairs(*PAIRS, answers=(lm.token_id(" Mary"), lm.token_id(" mat")),
+                       wrongs=(lm.token_id(" John"), lm.token_id(" rug")))
 
 
 # ---------------------------------------------------------------------- builders
@@ -142,8 +144,8 @@ def causal_trace_result(lm: LensModel) -> Result:
 def patching(lm: LensModel) -> Result:
     return patch_activations(
         lm,
-        "When Mary and John went out, John gave it to",
-        "When Mary and John went out, Mary gave it to",
+        PromptPairs("When Mary and John went out, John gave it to",
+                    "When Mary and John went out, Mary gave it to"),
         "kl",
         PatchingConfig(site="resid_pre", positions="each"),
     )
@@ -152,8 +154,8 @@ def patching(lm: LensModel) -> Result:
 def attribution(lm: LensModel) -> Result:
     return attribution_patch(
         lm,
-        "When Mary and John went out, John gave it to",
-        "When Mary and John went out, Mary gave it to",
+        PromptPairs("When Mary and John went out, John gave it to",
+                    "When Mary and John went out, Mary gave it to"),
         "kl",
         AttributionConfig(site="z"),
     )
@@ -482,13 +484,13 @@ def neurons(lm: LensModel) -> Result:
 
 
 def edge_scores(lm: LensModel) -> Result:
-    return edge_attribution(lm, *PAIRS, _pair_metric(lm), EAPConfig(method="EAP"))
+    return edge_attribution(lm, _pairs(lm), config=EAPConfig(method="EAP"))
 
 
 def curve(lm: LensModel) -> Result:
-    scores = edge_attribution(lm, *PAIRS, _pair_metric(lm), EAPConfig(method="EAP"))
+    scores = edge_attribution(lm, _pairs(lm), config=EAPConfig(method="EAP"))
     config = CurveConfig(fractions=(10.0, 50.0, 100.0), n_bootstrap=0)
-    return faithfulness_curve(lm, edge_graph(lm), scores, *PAIRS, _pair_metric(lm), config)
+    return faithfulness_curve(lm, edge_graph(lm), scores, _pairs(lm), config=config)
 
 
 def circuit(lm: LensModel) -> Result:
@@ -496,14 +498,17 @@ def circuit(lm: LensModel) -> Result:
 
 
 def paths(lm: LensModel) -> Result:
-    metric = LogitDiff(lm.token_id(" Mary"), lm.token_id(" John"))  # one pair: equal lengths
-    return path_patch(lm, PAIRS[0][:1], PAIRS[1][:1], metric, ["L0.H0", "L0.H1", "MLP0"], ["logits"])
+    one = _pairs(lm)[:1]  # one pair: equal lengths; its logit difference Mary − John
+    return path_patch(lm, one, senders=["L0.H0", "L0.H1", "MLP0"], receivers=["logits"])
 
 
 def aie(lm: LensModel) -> Result:
-    facts = [Fact(PROMPT, "Eiffel Tower", " Paris"), Fact("Berlin is the capital of", "Berlin", " Germany")]
+    facts = [
+        Fact(PROMPT, "Eiffel Tower", target_true=" Paris"),
+        Fact("Berlin is the capital of", "Berlin", target_true=" Germany"),
+    ]
     config = TraceConfig(n_samples=2, window=1, kinds=("resid", "mlp"))
-    traces = [causal_trace(lm, f.prompt, f.subject, config.replace(target=f.target)) for f in facts]
+    traces = [causal_trace(lm, f.rewrite_prompt, f.subject, config.replace(target=f.target_true)) for f in facts]
     return aggregate_traces(traces)
 
 

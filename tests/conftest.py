@@ -48,10 +48,10 @@ def tiny_gpt2() -> LensModel:
     return load_model("toy-gpt2-2l", device=TEST_DEVICE)
 
 
-@pytest.fixture
-def tiny_post_norm(tiny: LensModel) -> LensModel:
-    """A Gemma-3-shaped toy: RMS pre- and post-norms, with random norm weights so that every
-    weight the DLA must apply differs from 1."""
+def _random_toy(tiny: LensModel, name: str, biases: tuple[str, ...], **shape: object) -> LensModel:
+    """A random 2-layer toy (d_model 64, 4 heads of 16, d_mlp 128) of ``shape`` on tiny's
+    tokenizer, with norm weights 1 + 0.5·N(0, 1) and the named biases 0.1·N(0, 1), so that none of
+    them is an identity."""
     cfg = HookedTransformerConfig(
         n_layers=2,
         d_model=64,
@@ -60,6 +60,30 @@ def tiny_post_norm(tiny: LensModel) -> LensModel:
         d_mlp=128,
         n_ctx=64,
         d_vocab=tiny.cfg.d_vocab,
+        seed=0,
+        device=TEST_DEVICE,
+        **shape,  # type: ignore[arg-type]
+    )
+    model = HookedTransformer(cfg, tokenizer=tiny.tokenizer)
+    with torch.no_grad():
+        for param_name, param in model.named_parameters():
+            if param_name.endswith(".w"):
+                param.copy_(1 + 0.5 * torch.randn_like(param))
+            elif param_name.rsplit(".", 1)[-1] in biases:
+                param.copy_(0.1 * torch.randn_like(param))
+    return LensModel(
+        model, name=name, source="test", tokenizer=tiny.tokenizer, sink_token_id=tiny.sink_token_id
+    )
+
+
+@pytest.fixture
+def tiny_post_norm(tiny: LensModel) -> LensModel:
+    """A Gemma-3-shaped toy: RMS pre- and post-norms, with random norm weights so that every
+    weight the DLA must apply differs from 1."""
+    return _random_toy(
+        tiny,
+        "toy-post-norm",
+        ("b_O",),
         act_fn="gelu_pytorch_tanh",
         gated_mlp=True,
         normalization_type="RMS",
@@ -67,22 +91,24 @@ def tiny_post_norm(tiny: LensModel) -> LensModel:
         positional_embedding_type="rotary",
         rotary_dim=16,
         n_key_value_heads=1,
-        seed=0,
-        device=TEST_DEVICE,
     )
-    model = HookedTransformer(cfg, tokenizer=tiny.tokenizer)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.endswith(".w"):
-                param.copy_(1 + 0.5 * torch.randn_like(param))
-            if name.endswith("b_O"):
-                param.copy_(0.1 * torch.randn_like(param))
-    return LensModel(
-        model,
-        name="toy-post-norm",
-        source="test",
-        tokenizer=tiny.tokenizer,
-        sink_token_id=tiny.sink_token_id,
+
+
+@pytest.fixture
+def tiny_parallel(tiny: LensModel) -> LensModel:
+    """A Pythia/GPT-NeoX-shaped toy: attention and MLP in parallel (the MLP reads the block's
+    input; TransformerLens has no hook_resid_mid there), LayerNorm, partial rotary (a quarter of
+    each head), random biases and norm weights so that none is an identity."""
+    return _random_toy(
+        tiny,
+        "toy-parallel",
+        ("b_Q", "b_K", "b_V", "b_O", "b_in", "b_out", "b_U", "b"),
+        act_fn="gelu",
+        normalization_type="LN",
+        positional_embedding_type="rotary",
+        rotary_dim=4,
+        rotary_adjacent_pairs=False,
+        parallel_attn_mlp=True,
     )
 
 
@@ -143,7 +169,7 @@ FACT_SUBJECTS = ["Paris", "Berlin", "Rome", "Madrid", "Tokyo", "Lyon", "Vienna",
 def toy_known_facts(lm: LensModel) -> list:
     """Facts a random toy 'knows': each prompt's answer is its own top-1 token (for the tests of
     analyses that trace only known facts)."""
-    from lmsci_mi.circuits.aie import Fact
+    from lmsci_mi.data import Fact
 
     facts = []
     for subject in FACT_SUBJECTS:
@@ -151,5 +177,5 @@ def toy_known_facts(lm: LensModel) -> list:
         top = int(lm(lm.to_tokens(prompt))[0, -1].argmax())
         text = lm.tokenizer.decode([top])
         if text.strip() and lm.continuation_ids(text)[:1] == [top]:
-            facts.append(Fact(prompt, subject, text))
+            facts.append(Fact(prompt, subject, target_true=text))
     return facts

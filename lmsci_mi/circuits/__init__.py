@@ -1,5 +1,6 @@
-"""Circuit discovery: causal tracing, activation and attribution patching, edges (EAP/EAP-IG),
-head detection, IOI."""
+"""Circuit discovery: causal tracing, activation and attribution patching, edge-level circuits
+(:mod:`lmsci_mi.circuits.edges`: EAP/EAP-IG, exact edge patching, faithfulness), head detection,
+IOI."""
 
 from lmsci_mi.circuits.ablation import mean_ablate_heads as mean_ablate_heads
 from lmsci_mi.circuits.ablation import mean_ablated_logits as mean_ablated_logits
@@ -14,15 +15,16 @@ from lmsci_mi.circuits.attention import save_attention_html as save_attention_ht
 from lmsci_mi.circuits.attribution import AttributionConfig as AttributionConfig
 from lmsci_mi.circuits.attribution import AttributionResult as AttributionResult
 from lmsci_mi.circuits.attribution import attribution_patch as attribution_patch
-from lmsci_mi.circuits.eap import EAPConfig as EAPConfig
-from lmsci_mi.circuits.eap import EdgeScores as EdgeScores
-from lmsci_mi.circuits.eap import edge_attribution as edge_attribution
-from lmsci_mi.circuits.eap import score_edges as score_edges
-from lmsci_mi.circuits.edge_patching import CircuitValues as CircuitValues
-from lmsci_mi.circuits.edge_patching import evaluate_circuit as evaluate_circuit
-from lmsci_mi.circuits.edge_patching import evaluate_circuits as evaluate_circuits
-from lmsci_mi.circuits.graph import EdgeGraph as EdgeGraph
-from lmsci_mi.circuits.graph import edge_graph as edge_graph
+from lmsci_mi.circuits.edges import EDGE_METHODS as EDGE_METHODS
+from lmsci_mi.circuits.edges import CircuitValues as CircuitValues
+from lmsci_mi.circuits.edges import EAPConfig as EAPConfig
+from lmsci_mi.circuits.edges import EdgeGraph as EdgeGraph
+from lmsci_mi.circuits.edges import EdgeScores as EdgeScores
+from lmsci_mi.circuits.edges import edge_attribution as edge_attribution
+from lmsci_mi.circuits.edges import edge_graph as edge_graph
+from lmsci_mi.circuits.edges import evaluate_circuit as evaluate_circuit
+from lmsci_mi.circuits.edges import evaluate_circuits as evaluate_circuits
+from lmsci_mi.circuits.edges import score_edges as score_edges
 from lmsci_mi.circuits.heads import HEAD_SCORES as HEAD_SCORES
 from lmsci_mi.circuits.heads import CompositionScores as CompositionScores
 from lmsci_mi.circuits.heads import HeadScoreConfig as HeadScoreConfig
@@ -62,6 +64,7 @@ from lmsci_mi.circuits.tracing import TraceConfig as TraceConfig
 from lmsci_mi.circuits.tracing import causal_trace as causal_trace
 
 __all__ = [
+    "EDGE_METHODS",
     "HEAD_SCORES",
     "PATCH_SITES",
     "AIEConfig",

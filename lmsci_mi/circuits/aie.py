@@ -12,6 +12,7 @@ import json
 import logging
 import random
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,7 +30,7 @@ from lmsci_mi.circuits.tracing import (
     subject_embedding_std,
 )
 from lmsci_mi.config import Config, config
-from lmsci_mi.data.facts import load_fact_records
+from lmsci_mi.data.facts import Fact, load_facts
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.stats import normal_half_width
@@ -44,7 +45,6 @@ __all__ = [
     "CATEGORIES",
     "AIEConfig",
     "AverageIndirectEffect",
-    "Fact",
     "FactPlan",
     "FactTraces",
     "aggregate_traces",
@@ -75,72 +75,29 @@ _FACT_CORRUPTIONS = ("gaussian", "str")
 _CACHE_VERSION = 1
 
 
-@dataclass(frozen=True)
-class Fact:
-    """One fact: the prompt (subject written in), the subject and the true answer's text."""
-
-    prompt: str
-    subject: str
-    target: str
-
-    @property
-    def template(self) -> str:
-        """The prompt with its subject as ``{}``: facts of one template can swap subjects."""
-        return self.prompt.replace(self.subject, "{}", 1)
-
-
 def load_fact_set(source: str | Path | Sequence[Mapping[str, Any]] = "shipped") -> list[Fact]:
-    """Facts from ``"shipped"`` (``lmsci_mi/data/facts.json``), a JSON file or records.
-
-    A record has ``subject``, ``prompt`` (with ``{}`` for the subject, CounterFact style, or
-    the subject written in) and ``target_true`` (or ``target``); a file holds a list of records
-    or ``{"facts": [...]}``.
-
-    Raises:
-        ValueError: no facts, a record missing a field, or a subject not in its prompt.
-
-    >>> facts = load_fact_set()
-    >>> len(facts), facts[0]
-    (109, Fact(prompt='Paris is a city in the country of', subject='Paris', target=' France'))
-    """
-    if isinstance(source, (str, Path)):
-        if str(source) == "shipped":
-            records: Any = load_fact_records()
-        else:
-            path = Path(source)
-            if not path.is_file():
-                raise UserInputError(f"fact file {path} not found: give a JSON file or 'shipped'")
-            try:
-                records = json.loads(path.read_text(encoding="utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as error:
-                raise UserInputError(f"fact file {path} is not a JSON file ({error})") from None
-            records = records.get("facts", []) if isinstance(records, dict) else records
-            if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
-                raise UserInputError(
-                    f"fact file {path}: give a list of records with 'prompt', 'subject' and "
-                    "'target_true' (or {'facts': [...]})"
-                )
-    else:
-        records = source
-    facts = [_fact(i, r) for i, r in enumerate(records)]
-    if not facts:
-        raise UserInputError(
-            f"the fact set {source if isinstance(source, (str, Path)) else ''!s} is empty"
-        )
-    return facts
+    """Deprecated: :func:`lmsci_mi.data.load_facts`, the one loader of fact sets (the same
+    sources; ``"shipped"`` is its ``"facts"``)."""
+    warnings.warn(
+        "lmsci_mi.circuits.aie.load_fact_set is deprecated: use lmsci_mi.data.load_facts",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return load_facts(source)
 
 
-def _fact(index: int, record: Mapping[str, Any]) -> Fact:
-    target = record.get("target_true", record.get("target"))
-    if "subject" not in record or "prompt" not in record or not target:
-        raise UserInputError(
-            f"fact {index} needs 'prompt', 'subject' and 'target_true': {dict(record)}"
-        )
-    subject, prompt = str(record["subject"]), str(record["prompt"])
-    prompt = prompt.format(subject) if "{}" in prompt else prompt
-    if subject not in prompt:
-        raise UserInputError(f"fact {index}: subject {subject!r} is not in the prompt {prompt!r}")
-    return Fact(prompt, subject, str(target))
+def _answers(facts: Sequence[Fact]) -> None:
+    """Raise unless every fact has the true answer the trace measures."""
+    for i, fact in enumerate(facts):
+        if not fact.target_true.strip():
+            hint = (
+                f" (its target_new {fact.target_new!r} looks like the old "
+                "circuits.aie.Fact(prompt, subject, target): write "
+                "Fact(prompt, subject, target_true=target))"
+                if fact.target_new
+                else ""
+            )
+            raise UserInputError(f"fact {i} ({fact.subject!r}) has no target_true{hint}")
 
 
 def token_categories(subject: Sequence[int], n_pos: int) -> dict[str, list[int]]:
@@ -222,20 +179,21 @@ def known_facts(lm: LensModel, facts: Sequence[Fact], batch_size: int = 16) -> l
     """The facts whose answer's first token is the model's top-1 next token (ROME's known set).
 
     >>> from lmsci_mi import load_model
-    >>> known_facts(load_model("toy-2l"), load_fact_set()[:4])  # a random model knows nothing
+    >>> known_facts(load_model("toy-2l"), load_facts()[:4])  # a random model knows nothing
     []
     """
+    _answers(facts)
     kept = []
     for start in range(0, len(facts), batch_size):
         chunk = facts[start : start + batch_size]
-        batch = lm.encode_batch([f.prompt for f in chunk])
+        batch = lm.encode_batch([f.rewrite_prompt for f in chunk])
         # Only the last real token is unembedded: the full vocabulary at every position costs as
         # much as the blocks on short prompts.
         resid = lm.model(batch.tokens, stop_at_layer=lm.cfg.n_layers)
         last = resid[torch.arange(len(chunk), device=lm.device), batch.lengths - 1]
         top = lm.unembed(last).argmax(-1).tolist()
         kept += [
-            f for f, t in zip(chunk, top, strict=True) if lm.continuation_ids(f.target)[0] == t
+            f for f, t in zip(chunk, top, strict=True) if lm.continuation_ids(f.target_true)[0] == t
         ]
     return kept
 
@@ -247,18 +205,19 @@ def str_partners(lm: LensModel, facts: Sequence[Fact], seed: int = 0) -> list[Fa
     positions once swapped in, and a *different* answer (first token), so the logit difference
     true − partner's answer measures the fact. The choice among candidates is seeded.
     """
-    spans = [tuple(lm.find_subject(f.prompt, f.subject)) for f in facts]
-    first = [lm.continuation_ids(f.target)[0] for f in facts]
+    _answers(facts)
+    spans = [tuple(lm.find_subject(f.rewrite_prompt, f.subject)) for f in facts]
+    first = [lm.continuation_ids(f.target_true)[0] for f in facts]
     partners: list[Fact | None] = []
     for i, fact in enumerate(facts):
         candidates = [
             other
             for j, other in enumerate(facts)
-            if other.template == fact.template
+            if other.prompt == fact.prompt
             and first[j] != first[i]
             and len(spans[j]) == len(spans[i])
-            and len(lm.encode(other.prompt)) == len(lm.encode(fact.prompt))
-            and tuple(lm.find_subject(fact.template.format(other.subject), other.subject))
+            and len(lm.encode(other.rewrite_prompt)) == len(lm.encode(fact.rewrite_prompt))
+            and tuple(lm.find_subject(fact.prompt.format(other.subject), other.subject))
             == spans[i]
         ]
         partners.append(random.Random(f"{seed}:{i}").choice(candidates) if candidates else None)
@@ -301,7 +260,7 @@ def plan_fact_traces(
     """
     cfg = config or AIEConfig()
     if not facts:
-        raise UserInputError("the fact set is empty: give facts (e.g. load_fact_set('shipped'))")
+        raise UserInputError("the fact set is empty: give facts (e.g. load_facts('facts'))")
     known = known_facts(lm, facts)
     if not known:
         raise UserInputError(
@@ -326,7 +285,7 @@ def plan_fact_traces(
     if cfg.trace.corruption == "gaussian":
         # ROME's unit: subject-token embeddings of the facts traced, times the noise multiple.
         scale = cfg.trace.noise * subject_embedding_std(
-            lm, [f.prompt for f, _ in chosen], [f.subject for f, _ in chosen]
+            lm, [f.rewrite_prompt for f, _ in chosen], [f.subject for f, _ in chosen]
         )
     return FactPlan(
         facts=tuple(f for f, _ in chosen),
@@ -353,7 +312,7 @@ def trace_fact(lm: LensModel, plan: FactPlan, index: int) -> CausalTrace:
     trace = cached_trace(plan, index)
     if trace is None:
         fact = plan.facts[index]
-        trace = causal_trace(lm, fact.prompt, fact.subject, plan.configs[index])
+        trace = causal_trace(lm, fact.rewrite_prompt, fact.subject, plan.configs[index])
         if plan.config.cache:
             trace.save(_trace_path(plan, index))
     return trace
@@ -362,7 +321,7 @@ def trace_fact(lm: LensModel, plan: FactPlan, index: int) -> CausalTrace:
 def _trace_path(plan: FactPlan, index: int) -> Path:
     fact, per_fact = plan.facts[index], plan.configs[index]
     folder = _cache_folder(plan.fingerprint, plan.config, plan.noise_scale)
-    return folder / f"{cache_key(fact.prompt, fact.subject, json.dumps(per_fact.params()))}.json"
+    return folder / f"{cache_key(fact.rewrite_prompt, fact.subject, json.dumps(per_fact.params()))}.json"
 
 
 def trace_facts(
@@ -407,18 +366,17 @@ def _fact_config(
     lm: LensModel, base: TraceConfig, fact: Fact, partner: Fact | None, scale: float
 ) -> TraceConfig:
     """The trace settings of one fact: its answer's first token, its STR partner and answer."""
-    first = (
-        lm.tokenizer.decode(lm.continuation_ids(fact.target)[:1]) if lm.tokenizer else fact.target
-    )
+    answer = fact.target_true
+    first = lm.tokenizer.decode(lm.continuation_ids(answer)[:1]) if lm.tokenizer else answer
     changes: dict[str, Any] = {
         "target": first,
         "noise_scale": scale if base.corruption == "gaussian" else None,
     }
     if partner is not None:
-        wrong = lm.continuation_ids(partner.target)[:1]
+        wrong = lm.continuation_ids(partner.target_true)[:1]
         changes |= {
             "replacement": partner.subject,
-            "wrong": lm.tokenizer.decode(wrong) if lm.tokenizer else partner.target,
+            "wrong": lm.tokenizer.decode(wrong) if lm.tokenizer else partner.target_true,
         }
     return base.replace(**changes)
 
@@ -652,7 +610,7 @@ def aggregate_traces(
 
 def average_indirect_effect(
     lm: LensModel,
-    facts: Sequence[Fact] | str | Path = "shipped",
+    facts: Sequence[Fact] | str | Path = "facts",
     config: AIEConfig | None = None,
     *,
     cluster: ClusterConfig | None = None,
@@ -664,7 +622,9 @@ def average_indirect_effect(
 
     Args:
         lm: the model.
-        facts: :class:`Fact` records, a JSON file, or ``"shipped"``.
+        facts: :class:`~lmsci_mi.data.facts.Fact` records, or what
+            :func:`~lmsci_mi.data.facts.load_facts` reads: a shipped set's name (``"facts"``,
+            also called ``"shipped"``; ``"edit_facts"``) or a JSON file.
         config: ``n_facts``, ``cache`` and the per-fact ``trace`` settings (``corruption``
             ``"gaussian"`` (p(target), ``n_samples`` noise draws, 3 × the subject embeddings'
             std) or ``"str"`` (logit difference), ``kinds``, ``window``, ``seed``).
@@ -680,12 +640,12 @@ def average_indirect_effect(
 
     >>> from lmsci_mi import load_model
     >>> lm = load_model("toy-2l")
-    >>> facts = [Fact("The Eiffel Tower is in", "Eiffel Tower", " the")]
+    >>> facts = [Fact("The Eiffel Tower is in", "Eiffel Tower", target_true=" the")]
     >>> average_indirect_effect(lm, facts)  # doctest: +IGNORE_EXCEPTION_DETAIL
     Traceback (most recent call last):
     lmsci_mi.errors.UserInputError: toy-2l knows none of the 1 facts (top-1): nothing to trace
     """
-    fact_list = load_fact_set(facts) if isinstance(facts, (str, Path)) else list(facts)
+    fact_list = load_facts(facts) if isinstance(facts, (str, Path)) else list(facts)
     if cluster is not None:
         from lmsci_mi.cluster import run_sharded
 

@@ -18,22 +18,23 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from lmsci_mi.circuits.metrics import Metric, Normalised
+from lmsci_mi.circuits.metrics import Metric, Normalised, pair_metric
 from lmsci_mi.circuits.patching import (
     PATCH_SITES,
     AlignArg,
+    AlignedPairs,
     PatchingConfig,
     PatchingResult,
-    PromptPairs,
-    TokensArg,
+    align_pairs,
     aligned_source,
+    answer_rows,
     patch_activations,
-    prepare_pairs,
     resolve_metric,
     sweep_axes,
     top_cells,
 )
 from lmsci_mi.config import config
+from lmsci_mi.data.pairs import PairsArg, accepts_pairs
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import Head, hook_name, site
@@ -127,14 +128,13 @@ class AttributionResult(Result):
 
 
 @torch.no_grad()
-def _clean_run(lm: LensModel, pairs: PromptPairs, names: list[str], answer_position: int
-               ) -> tuple[dict[str, Tensor], Tensor]:
+def _clean_run(lm: LensModel, pairs: AlignedPairs, names: list[str]) -> tuple[dict[str, Tensor], Tensor]:
     with lm.hooks.capture(names) as cap:
         resid = lm.model(pairs.clean, stop_at_layer=lm.cfg.n_layers)
-    return {n: cap[n] for n in names}, lm.unembed(resid[:, answer_position])
+    return {n: cap[n] for n in names}, lm.unembed(answer_rows(resid, pairs.clean_answers))
 
 
-def _corrupted_gradients(lm: LensModel, pairs: PromptPairs, names: list[str], cfg: PatchingConfig,
+def _corrupted_gradients(lm: LensModel, pairs: AlignedPairs, names: list[str], cfg: PatchingConfig,
                          metric: Metric, clean_logits: Tensor
                          ) -> tuple[list[Tensor], list[Tensor], Tensor, Metric]:
     """The corrupted run's activations, the metric's gradient at each, and the scorer."""
@@ -148,18 +148,18 @@ def _corrupted_gradients(lm: LensModel, pairs: PromptPairs, names: list[str], cf
         with lm.hooks.hooks(fwd=[(hook_name("embed"), leaf)], label="attribution leaf"), \
                 lm.hooks.capture(names, detach=False) as cap:
             resid = lm.model(pairs.corrupted, stop_at_layer=lm.cfg.n_layers)
-            logits = lm.unembed(resid[:, cfg.answer_position])
+            logits = lm.unembed(answer_rows(resid, pairs.corrupted_answers))
         scorer = Normalised(metric, clean_logits, logits.detach()) if cfg.normalise else metric
         acts = [cap[name] for name in names]
         grads = torch.autograd.grad(scorer(logits).float().mean(), acts)
     return [a.detach() for a in acts], list(grads), logits.detach(), scorer
 
 
+@accepts_pairs(1)
 def attribution_patch(
     lm: LensModel,
-    clean: TokensArg,
-    corrupted: TokensArg,
-    metric: Metric | Literal["kl"],
+    pairs: PairsArg,
+    metric: Metric | Literal["kl"] | None = None,
     config: AttributionConfig | None = None,
     *,
     align: AlignArg | None = None,
@@ -178,34 +178,34 @@ def attribution_patch(
         An :class:`AttributionResult`.
 
     >>> from lmsci_mi import load_model
-    >>> from lmsci_mi.circuits.metrics import LogitDiff
+    >>> from lmsci_mi.data.pairs import PromptPairs
     >>> lm = load_model("toy-2l")
-    >>> metric = LogitDiff(lm.token_id(" Mary"), lm.token_id(" John"))
-    >>> res = attribution_patch(lm, "Mary and John: John gave it to",
-    ...                         "Mary and John: Mary gave it to", metric)
+    >>> pairs = PromptPairs("Mary and John: John gave it to", "Mary and John: Mary gave it to",
+    ...                     answers=lm.token_id(" Mary"), wrongs=lm.token_id(" John"))
+    >>> res = attribution_patch(lm, pairs)
     >>> res.axes, tuple(res.values.shape)
     (('layer', 'head'), (2, 4))
     """
     cfg = config or AttributionConfig()
     layers = cfg.layer_list(lm.cfg.n_layers)
-    pairs = prepare_pairs(lm, clean, corrupted, align)
+    aligned = align_pairs(lm, pairs, align, cfg.answer_position)
     names = lm.hooks.resolve([hook_name(cfg.site, layer) for layer in layers])
-    clean_acts, clean_logits = _clean_run(lm, pairs, names, cfg.answer_position)
-    raw_metric = resolve_metric(metric, clean_logits)
-    acts, grads, corrupted_logits, scorer = _corrupted_gradients(lm, pairs, names, cfg, raw_metric, clean_logits)
+    clean_acts, clean_logits = _clean_run(lm, aligned, names)
+    raw_metric = resolve_metric(pair_metric(metric, pairs), clean_logits)
+    acts, grads, corrupted_logits, scorer = _corrupted_gradients(lm, aligned, names, cfg, raw_metric, clean_logits)
     with torch.no_grad():
         base = float(scorer(corrupted_logits).float().mean())
-        rows = [_reduce(cfg, (aligned_source(pairs, cfg.site, clean_acts[n], a) - a) * g, pairs)
+        rows = [_reduce(cfg, (aligned_source(aligned, cfg.site, clean_acts[n], a) - a) * g, aligned)
                 for n, a, g in zip(names, acts, grads, strict=True)]
     values = torch.stack(rows).cpu() + base
     head_axis = site(cfg.site).layout.head_axis
     n_heads = acts[0].shape[head_axis] if head_axis is not None else 0
-    axes, labels = sweep_axes(pairs, cfg, layers, n_heads)
-    exact = patch_activations(lm, clean, corrupted, raw_metric, cfg, align=align) if cfg.compare_exact else None
+    axes, labels = sweep_axes(aligned, cfg, layers, n_heads)
+    exact = patch_activations(lm, pairs, raw_metric, cfg, align=align) if cfg.compare_exact else None
     result = AttributionResult(
         values=values, axes=axes, labels=labels,
-        meta=lm.meta(pairs.prompts, data_source="user prompts",
-                     params={**cfg.params(), "aligned": pairs.aligned,
+        meta=lm.meta(aligned.prompts, data_source=aligned.source,
+                     params={**cfg.params(), "aligned": aligned.aligned,
                              "method": "attribution patching (first-order), Nanda 2023"}),
         site=cfg.site,
         clean_value=float(raw_metric(clean_logits).float().mean()),
@@ -215,7 +215,7 @@ def attribution_patch(
     return dataclasses.replace(result, rank_correlation=result.compare(exact)) if exact else result
 
 
-def _reduce(cfg: PatchingConfig, contribution: Float[Tensor, "pair ..."], pairs: PromptPairs) -> Tensor:
+def _reduce(cfg: PatchingConfig, contribution: Float[Tensor, "pair ..."], pairs: AlignedPairs) -> Tensor:
     """Sum a per-coordinate attribution to the result's layout for one layer."""
     per_pos = contribution.sum(-1)  # [pair, pos] or [pair, pos, head]
     if site(cfg.site).layout.position_axis == 2:  # pattern: [pair, head, query] -> [pair, query, head]

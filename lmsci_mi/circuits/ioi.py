@@ -30,7 +30,8 @@ from lmsci_mi.circuits.path_patching import (
     plan_paths,
 )
 from lmsci_mi.config import Config, config
-from lmsci_mi.data.ioi import IOIBatch, IOIDataset, TextPairs, ioi_dataset
+from lmsci_mi.data.ioi import IOIBatch, IOIDataset, ioi_dataset
+from lmsci_mi.data.pairs import PromptPairs
 from lmsci_mi.errors import UnknownNameError, UserInputError
 from lmsci_mi.lenses.dla import direct_logit_attribution, dla_hook_names, logit_contributions
 from lmsci_mi.model import LensModel
@@ -268,7 +269,7 @@ def mean_ablated_logit_diff(
 
 
 @torch.no_grad()
-def name_movers_by_dla(lm: LensModel, pairs: TextPairs, k: int = 2) -> tuple[tuple[Head, float], ...]:
+def name_movers_by_dla(lm: LensModel, pairs: PromptPairs, k: int = 2) -> tuple[tuple[Head, float], ...]:
     """The ``k`` heads with the largest mean direct logit attribution to IO − S at the last token
     of the clean prompts: the name movers' signature (Wang et al. 2022, §3.1), found without the
     rest of :func:`find_ioi_circuit`, e.g. to check that an edge-level circuit holds them.

@@ -9,7 +9,7 @@ can have its own answer tokens. Normalised metrics put the corrupted run at 0 an
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import torch
 from jaxtyping import Float, Int
@@ -18,7 +18,7 @@ from torch import Tensor
 from lmsci_mi.errors import UserInputError
 
 if TYPE_CHECKING:
-    from lmsci_mi.data.ioi import TextPairs
+    from lmsci_mi.data.pairs import PairsArg
 
 __all__ = [
     "KLToClean",
@@ -28,6 +28,7 @@ __all__ = [
     "TargetProb",
     "as_ids",
     "normalised",
+    "pair_metric",
 ]
 
 
@@ -77,14 +78,24 @@ class LogitDiff:
         self.wrong = as_ids(wrong)
 
     @classmethod
-    def of_pairs(cls, pairs: TextPairs) -> LogitDiff:
+    def of_pairs(cls, pairs: PairsArg) -> LogitDiff:
         """Each pair's answer over its own wrong token, for prompt pairs that carry both
-        (:class:`~lmsci_mi.data.ioi.TextPairs`: IOI with STR corruption, the CLI's prompt files).
+        (:class:`~lmsci_mi.data.pairs.PromptPairs`, or their tokenised view: IOI with STR
+        corruption, the CLI's prompt files).
 
-        >>> from lmsci_mi.data.ioi import TextPairs
-        >>> LogitDiff.of_pairs(TextPairs(("a", "b"), ("c", "d"), (5, 7), (6, 8), "demo"))
+        Raises:
+            UserInputError: the pairs carry no answer or no wrong token ids.
+
+        >>> from lmsci_mi.data.pairs import PromptPairs
+        >>> LogitDiff.of_pairs(PromptPairs(("a", "b"), ("c", "d"), (5, 7), (6, 8), "demo"))
         LogitDiff(answer=[5, 7], wrong=[6, 8])
         """
+        if pairs.answers is None or pairs.wrongs is None:
+            raise UserInputError(
+                "these prompt pairs carry no answer and wrong token ids, so there is no logit "
+                "difference to read: build them with PromptPairs(clean, corrupted, answers=..., "
+                "wrongs=...), or pass a metric"
+            )
         return cls(list(pairs.answers), list(pairs.wrongs))
 
     def __call__(
@@ -185,3 +196,13 @@ def normalised(
 ) -> Normalised:
     """Wrap ``metric`` so that the corrupted run scores 0 and the clean run 1 (see `Normalised`)."""
     return Normalised(metric, clean_logits, corrupted_logits)
+
+
+def pair_metric(metric: Metric | Literal["kl"] | None, pairs: PairsArg) -> Metric | Literal["kl"]:
+    """The metric an analysis of prompt pairs scores: ``metric`` when given, else each pair's
+    logit difference of its answer over its wrong token (:meth:`LogitDiff.of_pairs`).
+
+    Raises:
+        UserInputError: no metric, and pairs without answer and wrong token ids.
+    """
+    return LogitDiff.of_pairs(pairs) if metric is None else metric

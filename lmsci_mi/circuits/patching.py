@@ -18,8 +18,9 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from lmsci_mi.circuits.metrics import KLToClean, Metric, Normalised
+from lmsci_mi.circuits.metrics import KLToClean, Metric, Normalised, pair_metric
 from lmsci_mi.config import Config, config
+from lmsci_mi.data.pairs import PairsArg, PromptPairs, TokenisedPairs, accepts_pairs, as_pairs
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.hooks import selection_mask
 from lmsci_mi.positions import Exclude
@@ -32,9 +33,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PATCH_SITES",
+    "AlignedPairs",
     "PatchingConfig",
     "PatchingResult",
     "PromptPairs",
+    "align_pairs",
     "patch_activations",
     "prepare_pairs",
 ]
@@ -43,6 +46,7 @@ PATCH_SITES: tuple[str, ...] = tuple(name for name, s in SITES.items() if s.per_
 """Sites that can be patched: every per-layer site of the site table."""
 
 TokensArg = str | Sequence[str] | Int[Tensor, "pair pos"]
+"""Deprecated: one side of the loose ``clean, corrupted`` form (give :class:`PromptPairs`)."""
 AlignArg = Mapping[str, tuple[int | Sequence[int], int | Sequence[int]]]
 
 
@@ -129,11 +133,13 @@ def top_cells(result: Result, k: int) -> tuple[tuple[Head | str, float], ...]:
 
 
 @dataclass(frozen=True)
-class PromptPairs:
-    """Tokenised clean/corrupted prompt pairs and the positions that correspond between them.
+class AlignedPairs:
+    """Tokenised clean/corrupted prompt pairs and the positions that correspond between them:
+    what an activation-patching sweep plans its rows over.
 
     ``clean_positions[i, pair]`` and ``corrupted_positions[i, pair]`` are the i-th named (or
-    every) position in each prompt of the pair.
+    every) position in each prompt of the pair; ``clean_answers`` and ``corrupted_answers`` the
+    positions each prompt's metric reads.
     """
 
     clean: Int[Tensor, "pair clean_pos"]
@@ -143,14 +149,9 @@ class PromptPairs:
     corrupted_positions: Int[Tensor, "name pair"]
     prompts: tuple[str, ...]
     aligned: bool
-
-
-def _tokens(lm: LensModel, prompts: TokensArg) -> tuple[Tensor, tuple[str, ...]]:
-    if isinstance(prompts, Tensor):
-        tokens = prompts if prompts.ndim == 2 else prompts[None]
-        return tokens.to(lm.device), ()
-    batch = [prompts] if isinstance(prompts, str) else list(prompts)
-    return lm.to_tokens(batch), tuple(batch)
+    clean_answers: Int[Tensor, " pair"]
+    corrupted_answers: Int[Tensor, " pair"]
+    source: str = "user prompts"
 
 
 def _per_pair(value: int | Sequence[int], n_pairs: int, length: int, what: str) -> list[int]:
@@ -173,15 +174,39 @@ def _named_positions(align: AlignArg, n_pairs: int, n_clean: int, n_corr: int) -
     return torch.tensor(clean_rows, dtype=torch.long), torch.tensor(corr_rows, dtype=torch.long)
 
 
-def prepare_pairs(lm: LensModel, clean: TokensArg, corrupted: TokensArg, align: AlignArg | None) -> PromptPairs:
-    """Tokenise and check the prompt pairs; resolve named positions when given."""
-    clean_tokens, clean_prompts = _tokens(lm, clean)
-    corrupted_tokens, corrupted_prompts = _tokens(lm, corrupted)
-    n_pairs, n_corr = corrupted_tokens.shape
-    n_clean = clean_tokens.shape[1]
-    if clean_tokens.shape[0] != n_pairs:
-        raise UserInputError(f"{clean_tokens.shape[0]} clean prompts but {n_pairs} corrupted prompts: "
-                         "give one corrupted prompt per clean prompt")
+def _unpadded(tok: TokenisedPairs) -> None:
+    """Raise unless every prompt of a side has that side's length: patching compares positions
+    across prompts, so padding would shift them."""
+    corrupted_texts = tok.pairs.corrupted if tok.pairs is not None else ()
+    for side, lengths, texts in (("clean", tok.clean_lengths, tok.prompts),
+                                 ("corrupted", tok.corrupted_lengths, corrupted_texts)):  # fmt: skip
+        if bool((lengths != lengths[0]).any()):
+            listing = "; ".join(f"{int(n)} tokens: {t!r}" for n, t in zip(lengths, texts, strict=False))
+            raise UserInputError(
+                f"{side} prompts tokenise to different lengths, so their positions do not line up"
+                f" ({listing or lengths.tolist()}). Use prompts of equal token length (e.g. "
+                "single-token names), or align them by named positions."
+            )
+
+
+def align_pairs(lm: LensModel, pairs: PairsArg, align: AlignArg | None = None,
+                answer_position: int = -1) -> AlignedPairs:
+    """Tokenise and check prompt pairs for patching; resolve named positions when given.
+
+    The metric reads each pair's own answer positions when the pairs carry them
+    (``PromptPairs.answer_positions``), else ``answer_position`` (negative: from the end) in
+    every prompt.
+
+    Raises:
+        UserInputError: prompts of one side with different token lengths, clean and corrupted
+            prompts of different lengths without ``align``, bad positions.
+    """
+    tok = pairs.tokenise(lm)
+    _unpadded(tok)
+    if tok.pairs is None or tok.pairs.answer_positions is None:
+        tok = tok.with_answer_positions(answer_position)
+    n_pairs, n_corr = tok.corrupted.shape
+    n_clean = tok.clean.shape[1]
     if align is not None:
         names = tuple(align)
         clean_pos, corr_pos = _named_positions(align, n_pairs, n_clean, n_corr)
@@ -193,14 +218,21 @@ def prepare_pairs(lm: LensModel, clean: TokensArg, corrupted: TokensArg, align: 
             "to patch by named positions.")
     else:
         names = tuple(str(i) for i in range(n_corr))
-        if clean_prompts and n_pairs == 1:  # labelled by the clean prompt's tokens
-            names = tuple(f"{i}:{tok}" for i, tok in enumerate(lm.to_str_tokens(clean_tokens[0])))
+        if tok.pairs is not None and n_pairs == 1:  # labelled by the clean prompt's tokens
+            names = tuple(f"{i}:{t}" for i, t in enumerate(lm.to_str_tokens(tok.clean[0])))
         clean_pos = corr_pos = torch.arange(n_corr)[:, None].expand(n_corr, n_pairs)
-    return PromptPairs(clean_tokens, corrupted_tokens, names, clean_pos, corr_pos,
-                       clean_prompts + corrupted_prompts, align is not None)
+    texts = tok.pairs.clean + tok.pairs.corrupted if tok.pairs is not None else ()
+    return AlignedPairs(tok.clean, tok.corrupted, names, clean_pos, corr_pos, texts, align is not None,
+                        tok.answer_positions, tok.corrupted_answer_positions, tok.source)  # fmt: skip
 
 
-def aligned_source(pairs: PromptPairs, site_name: str, clean_act: Tensor, corrupted_act: Tensor) -> Tensor:
+def prepare_pairs(lm: LensModel, clean: TokensArg, corrupted: TokensArg, align: AlignArg | None) -> AlignedPairs:
+    """Deprecated: :func:`align_pairs` of ``PromptPairs(clean, corrupted)``
+    (:func:`lmsci_mi.data.pairs.as_pairs`, which also takes token ids)."""
+    return align_pairs(lm, as_pairs(clean, corrupted), align)
+
+
+def aligned_source(pairs: AlignedPairs, site_name: str, clean_act: Tensor, corrupted_act: Tensor) -> Tensor:
     """The clean activation moved onto the corrupted run's positions (itself when aligned)."""
     if clean_act.shape == corrupted_act.shape and torch.equal(pairs.clean_positions, pairs.corrupted_positions):
         return clean_act
@@ -224,7 +256,7 @@ def resolve_metric(metric: Metric | Literal["kl"], clean_logits: Tensor) -> Metr
     return metric
 
 
-def position_groups(pairs: PromptPairs, positions: str) -> Tensor:
+def position_groups(pairs: AlignedPairs, positions: str) -> Tensor:
     """``[group, pair, pos]`` masks of the corrupted positions patched together in each row."""
     n_pairs, n_pos = pairs.corrupted.shape
     one_hot = torch.zeros(len(pairs.position_names), n_pairs, n_pos, dtype=torch.bool)
@@ -235,7 +267,7 @@ def position_groups(pairs: PromptPairs, positions: str) -> Tensor:
     return one_hot.any(0, keepdim=True) if pairs.aligned else torch.ones(1, n_pairs, n_pos, dtype=torch.bool)
 
 
-def sweep_axes(pairs: PromptPairs, cfg: PatchingConfig, layers: Sequence[int], n_heads: int
+def sweep_axes(pairs: AlignedPairs, cfg: PatchingConfig, layers: Sequence[int], n_heads: int
                ) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
     """Axis names and labels of a sweep's result (shared by exact and attribution patching)."""
     layer_labels = tuple(str(layer) for layer in layers)
@@ -250,18 +282,23 @@ def sweep_axes(pairs: PromptPairs, cfg: PatchingConfig, layers: Sequence[int], n
     return tuple(axes), tuple(labels)
 
 
+def answer_rows(resid: Tensor, positions: Tensor) -> Tensor:
+    """Each pair's residual vector at its answer position, ``[pair, d_model]``."""
+    rows = torch.arange(resid.shape[0], device=resid.device)
+    return resid[rows, positions.to(resid.device)]
+
+
 @torch.no_grad()
-def _runs(lm: LensModel, pairs: PromptPairs, hooks: list[str], answer_position: int
-          ) -> tuple[dict[str, Tensor], Tensor, BaseRun]:
+def _runs(lm: LensModel, pairs: AlignedPairs, hooks: list[str]) -> tuple[dict[str, Tensor], Tensor, BaseRun]:
     """The clean activations and logits, and the corrupted base run the rows resume from."""
     with lm.hooks.capture(hooks) as clean_cap:
         resid = lm.model(pairs.clean, stop_at_layer=lm.cfg.n_layers)
-    clean_logits = lm.unembed(resid[:, answer_position])
-    base = BaseRun.record(lm, pairs.corrupted, answer_positions=answer_position, capture=hooks)
+    clean_logits = lm.unembed(answer_rows(resid, pairs.clean_answers))
+    base = BaseRun.record(lm, pairs.corrupted, answer_positions=pairs.corrupted_answers, capture=hooks)
     return {h: clean_cap[h] for h in hooks}, clean_logits, base
 
 
-def _patch_rows(pairs: PromptPairs, cfg: PatchingConfig, layers: Sequence[int],
+def _patch_rows(pairs: AlignedPairs, cfg: PatchingConfig, layers: Sequence[int],
                 clean: Mapping[str, Tensor], base: BaseRun) -> tuple[list[Row], int]:
     """One row per (layer, position group, head): the planner's whole job. Returns the heads."""
     groups = position_groups(pairs, cfg.positions).to(base.tokens.device)
@@ -281,11 +318,11 @@ def _patch_rows(pairs: PromptPairs, cfg: PatchingConfig, layers: Sequence[int],
     return rows, n_heads
 
 
+@accepts_pairs(1)
 def patch_activations(
     lm: LensModel,
-    clean: TokensArg,
-    corrupted: TokensArg,
-    metric: Metric | Literal["kl"],
+    pairs: PairsArg,
+    metric: Metric | Literal["kl"] | None = None,
     config: PatchingConfig | None = None,
     *,
     align: AlignArg | None = None,
@@ -296,12 +333,17 @@ def patch_activations(
 
     Args:
         lm: the model.
-        clean, corrupted: prompts (one or a list of pairs) or token tensors ``[pair, pos]``.
+        pairs: the prompt pairs (:class:`~lmsci_mi.data.pairs.PromptPairs`, or token ids as
+            :class:`~lmsci_mi.data.pairs.TokenisedPairs`); each side's prompts of one token
+            length. The deprecated form ``patch_activations(lm, clean, corrupted, metric, ...)``
+            still works for one release.
         metric: scores the logits at the answer position, ``[*config, pair, vocab] ->
             [*config, pair]`` (see :mod:`lmsci_mi.circuits.metrics`), averaged over pairs; or
-            ``"kl"`` for KL to the clean run.
+            ``"kl"`` for KL to the clean run; None (default) for each pair's logit difference
+            of its answer over its wrong token (``LogitDiff.of_pairs``).
         config: the site, positions (``"each"`` or ``"all"``), layers, normalisation, answer
-            position and batching (:class:`PatchingConfig`; k/v have the model's key/value heads).
+            position (the pairs' own ``answer_positions`` win) and batching
+            (:class:`PatchingConfig`; k/v have the model's key/value heads).
         align: named positions for prompts of different lengths, ``{name: (clean_pos,
             corrupted_pos)}`` with an int or one int per pair; the position axis then lists the
             names (e.g. ``{"S2": (10, 11), "END": (-1, -1)}``).
@@ -313,31 +355,30 @@ def patch_activations(
         ValueError: unknown site, mismatched lengths without ``align``, bad positions.
 
     >>> from lmsci_mi import load_model
-    >>> from lmsci_mi.circuits.metrics import LogitDiff
     >>> lm = load_model("toy-2l")
-    >>> metric = LogitDiff(lm.token_id(" Mary"), lm.token_id(" John"))
-    >>> res = patch_activations(lm, "Mary and John: John gave it to", "Mary and John: Mary gave it to",
-    ...                         metric, PatchingConfig(site="z", positions="all"))
+    >>> pairs = PromptPairs("Mary and John: John gave it to", "Mary and John: Mary gave it to",
+    ...                     answers=lm.token_id(" Mary"), wrongs=lm.token_id(" John"))
+    >>> res = patch_activations(lm, pairs, config=PatchingConfig(site="z", positions="all"))
     >>> res.axes, tuple(res.values.shape)
     (('layer', 'head'), (2, 4))
     """
     cfg = config or PatchingConfig()
     layers = cfg.layer_list(lm.cfg.n_layers)
-    pairs = prepare_pairs(lm, clean, corrupted, align)
+    aligned = align_pairs(lm, pairs, align, cfg.answer_position)
     hooks = lm.hooks.resolve([hook_name(cfg.site, layer) for layer in layers])  # fail before running
-    clean_acts, clean_logits, base = _runs(lm, pairs, hooks, cfg.answer_position)
-    raw_metric = resolve_metric(metric, clean_logits)
+    clean_acts, clean_logits, base = _runs(lm, aligned, hooks)
+    raw_metric = resolve_metric(pair_metric(metric, pairs), clean_logits)
     scorer = Normalised(raw_metric, clean_logits, base.logits) if cfg.normalise else raw_metric
-    rows, n_heads = _patch_rows(pairs, cfg, layers, clean_acts, base)
+    rows, n_heads = _patch_rows(aligned, cfg, layers, clean_acts, base)
     out = run_rows(lm, base, rows, lambda logits: scorer(logits).float(), cfg.sweep)
-    axes, labels = sweep_axes(pairs, cfg, layers, n_heads)
+    axes, labels = sweep_axes(aligned, cfg, layers, n_heads)
     shape = [len(labels[i]) for i in range(len(axes))]
     return PatchingResult(
         values=out.values.mean(-1).cpu().reshape(shape),
         axes=axes,
         labels=labels,
-        meta=lm.meta(pairs.prompts, data_source="user prompts",
-                     params={**cfg.params(), "aligned": pairs.aligned}),
+        meta=lm.meta(aligned.prompts, data_source=aligned.source,
+                     params={**cfg.params(), "aligned": aligned.aligned}),
         site=cfg.site,
         clean_value=float(raw_metric(clean_logits).float().mean()),
         corrupted_value=float(raw_metric(base.logits).float().mean()),

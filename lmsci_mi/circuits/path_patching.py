@@ -17,9 +17,10 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from lmsci_mi.circuits.metrics import Metric, Normalised
-from lmsci_mi.circuits.patching import TokensArg, prepare_pairs, resolve_metric
+from lmsci_mi.circuits.metrics import Metric, Normalised, pair_metric
+from lmsci_mi.circuits.patching import align_pairs, resolve_metric
 from lmsci_mi.config import Config, config
+from lmsci_mi.data.pairs import PairsArg, accepts_pairs
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.hooks import Positions, selection_mask
 from lmsci_mi.results import Result, result_type
@@ -538,12 +539,12 @@ def _corrupted_run(
     return {name: cap[name] for name in plan.sender_hooks}, logits
 
 
+@accepts_pairs(1)
 @torch.no_grad()
 def path_patch(
     lm: LensModel,
-    clean: TokensArg,
-    corrupted: TokensArg,
-    metric: Metric | Literal["kl"],
+    pairs: PairsArg,
+    metric: Metric | Literal["kl"] | None = None,
     senders: Sequence[str | Sender | tuple[int, int]] | None = None,
     receivers: Sequence[str | Receiver] = ("logits",),
     config: PathPatchingConfig | None = None,
@@ -563,15 +564,16 @@ def path_patch(
 
     Args:
         lm: the model.
-        clean, corrupted: prompts or token tensors ``[pair, pos]`` of one token length.
-        metric: ``[*config, pair, vocab] -> [*config, pair]`` at the answer position, or
-            ``"kl"`` for KL to the clean run.
+        pairs: :class:`~lmsci_mi.data.pairs.PromptPairs` (or token ids), of one token length;
+            ``path_patch(lm, clean, corrupted, metric, ...)`` is deprecated, for one release.
+        metric: ``[*config, pair, vocab] -> [*config, pair]`` at the answer position, ``"kl"``
+            (KL to the clean run), or None: each pair's logit difference (``LogitDiff.of_pairs``).
         senders: heads and MLPs (``"L0.H1"``, ``"MLP0"``); None for every head below the
             receivers.
         receivers: head inputs (``"L1.H0.q"``, ``.k``, ``.v``), MLPs (``"MLP1"``) or
             ``"logits"`` (alone).
         config: see :class:`PathPatchingConfig`.
-        answer_positions: one per pair (overrides ``config.answer_position``).
+        answer_positions: one per pair (overrides the pairs' own and ``config.answer_position``).
         receiver_positions: where receivers' inputs are patched (int, one per pair, a mask, or
             None for every position).
 
@@ -582,21 +584,22 @@ def path_patch(
         ValueError: see :func:`plan_paths`; clean and corrupted prompts of different lengths.
 
     >>> from lmsci_mi import load_model
-    >>> from lmsci_mi.circuits.metrics import LogitDiff
+    >>> from lmsci_mi.data.pairs import PromptPairs
     >>> lm = load_model("toy-2l")
-    >>> res = path_patch(lm, "Mary and John: John gave it to", "Mary and John: Mary gave it to",
-    ...                  LogitDiff(lm.token_id(" Mary"), lm.token_id(" John")), ["L0.H1", "MLP0"], ["L1.H2.q"])
+    >>> pairs = PromptPairs("Mary and John: John gave it to", "Mary and John: Mary gave it to",
+    ...                     answers=lm.token_id(" Mary"), wrongs=lm.token_id(" John"))
+    >>> res = path_patch(lm, pairs, senders=["L0.H1", "MLP0"], receivers=["L1.H2.q"])
     >>> res.axes, res.axis_labels(0), res.receivers
     (('sender',), ['L0.H1', 'MLP0'], ('L1.H2.q',))
     """
     cfg = config or PathPatchingConfig()
-    pairs = prepare_pairs(lm, clean, corrupted, None)
+    aligned = align_pairs(lm, pairs, None, cfg.answer_position)
     plan = plan_paths(lm, senders, receivers, cfg)
     lm.hooks.resolve(plan.base_hooks + plan.sender_hooks)  # fail before running anything
-    answers = cfg.answer_position if answer_positions is None else answer_positions
-    base = BaseRun.record(lm, pairs.clean, answer_positions=answers, capture=plan.base_hooks)
-    corrupted_acts, corrupted_logits = _corrupted_run(lm, pairs.corrupted, plan, base)
-    raw = resolve_metric(metric, base.logits)
+    answers = aligned.clean_answers if answer_positions is None else answer_positions
+    base = BaseRun.record(lm, aligned.clean, answer_positions=answers, capture=plan.base_hooks)
+    corrupted_acts, corrupted_logits = _corrupted_run(lm, aligned.corrupted, plan, base)
+    raw = resolve_metric(pair_metric(metric, pairs), base.logits)
     scorer = Normalised(raw, base.logits, corrupted_logits) if cfg.normalise else raw
     readout: Readout = lambda logits: scorer(logits).float()  # noqa: E731
     values, stats = path_patch_values(
@@ -608,7 +611,7 @@ def path_patch(
         values=per_prompt.mean(-1),
         axes=("sender", "receiver")[: len(shape)],
         labels=(tuple(map(str, plan.senders)), tuple(map(str, plan.receivers)))[: len(shape)],
-        meta=lm.meta(pairs.prompts, data_source="user prompts", params=cfg.params()),
+        meta=lm.meta(aligned.prompts, data_source=aligned.source, params=cfg.params()),
         per_prompt=per_prompt,
         receivers=tuple(map(str, plan.receivers)),
         clean_value=float(raw(base.logits).float().mean()),

@@ -2,7 +2,7 @@
 effect over a fact set, by fact, and EAP/EAP-IG edge scores over a prompt set, by prompt pair.
 
 :func:`~lmsci_mi.circuits.aie.average_indirect_effect` and
-:func:`~lmsci_mi.circuits.eap.edge_attribution` run these when given ``cluster=``; importing this
+:func:`~lmsci_mi.circuits.edges.eap.edge_attribution` run these when given ``cluster=``; importing this
 module registers them in :data:`~lmsci_mi.cluster.SHARDABLE` (the registry imports it the first
 time either name is asked for).
 """
@@ -15,20 +15,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from lmsci_mi.circuits.aie import (
     AIEConfig,
     AverageIndirectEffect,
     FactPlan,
     aggregate_traces,
     average_indirect_effect,
-    load_fact_set,
     plan_fact_traces,
     trace_fact,
 )
-from lmsci_mi.circuits.eap import EAPConfig, EdgeScores, edge_attribution
-from lmsci_mi.circuits.edge_patching import prepare_edge_prompts
+from lmsci_mi.circuits.edges.eap import EAPConfig, EdgeScores, edge_attribution
+from lmsci_mi.circuits.edges.patching import batch_metric, edge_pairs
+from lmsci_mi.circuits.metrics import pair_metric
 from lmsci_mi.circuits.tracing import CausalTrace
 from lmsci_mi.cluster.shardable import SHARDABLE, Job, Shardable
+from lmsci_mi.data.facts import load_facts
+from lmsci_mi.data.pairs import PromptPairs, legacy_arguments
 from lmsci_mi.errors import UserInputError
 
 if TYPE_CHECKING:
@@ -49,7 +53,7 @@ class AIEShards(Shardable[list[CausalTrace]]):
 
     def prepare(self, lm: LensModel, arguments: Mapping[str, Any]) -> Job:
         facts = arguments["facts"]
-        fact_list = load_fact_set(facts) if isinstance(facts, (str, Path)) else list(facts)
+        fact_list = load_facts(facts) if isinstance(facts, (str, Path)) else list(facts)
         plan = plan_fact_traces(lm, fact_list, arguments["config"])
         return Job(items=tuple(range(len(plan.facts))), context=plan)
 
@@ -69,58 +73,48 @@ class AIEShards(Shardable[list[CausalTrace]]):
 
 
 @dataclass(frozen=True)
-class _Pair:
-    clean: str
-    corrupted: str
-    answer_position: int | None
-
-
-@dataclass(frozen=True)
 class _EdgeContext:
+    pairs: PromptPairs
     metric: Any
     config: EAPConfig
 
 
 @SHARDABLE.register("edges", EAPConfig, "EAP / EAP-IG edge scores over a prompt set, by pair")
 class EdgeShards(Shardable[tuple[EdgeScores, int]]):
-    """A score is the mean over pairs, so the merge weighs each shard's mean by its number of
-    pairs; equal to the single-process scores up to float summation order (batches differ)."""
+    """The items are pair indices; every worker gets the pairs (texts, a few kB) and the metric
+    once, and scores its pairs with the metric's rows for them. A score is the mean over pairs,
+    so the merge weighs each shard's mean by its number of pairs; equal to the single-process
+    scores up to float summation order (batches differ)."""
 
     name = "edges"
     function = staticmethod(edge_attribution)
 
+    def arguments(self, lm: LensModel, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        # the deprecated (clean, corrupted, metric, ...) form of edge_attribution still binds
+        args, kwargs = legacy_arguments("edge_attribution", 0, args, kwargs)
+        return super().arguments(lm, *args, **kwargs)
+
     def prepare(self, lm: LensModel, arguments: Mapping[str, Any]) -> Job:
-        clean, corrupted = arguments["clean"], arguments["corrupted"]
-        answer_positions = arguments["answer_positions"]
-        if isinstance(clean, str) or isinstance(corrupted, str) or not all(
-            isinstance(p, str) for p in [*clean, *corrupted]
-        ):
+        pairs, answer_positions = arguments["pairs"], arguments["answer_positions"]
+        if not isinstance(pairs, PromptPairs):
             raise UserInputError(
-                "a sharded edge score takes lists of prompt strings (not one string, token ids "
-                "or a padded batch): each pair is sent to a worker as text"
+                "a sharded edge score takes prompt pairs as texts (PromptPairs), not token ids "
+                "or a padded batch: each pair is sent to a worker as text"
             )
-        prepare_edge_prompts(lm, list(clean), list(corrupted), answer_positions)  # checks all pairs
-        positions: Sequence[int | None]
-        if answer_positions is None or isinstance(answer_positions, int):
-            positions = [answer_positions] * len(clean)
-        else:
-            positions = [int(p) for p in answer_positions]
-        items = tuple(_Pair(c, k, p) for c, k, p in zip(clean, corrupted, positions, strict=True))
+        if answer_positions is not None:
+            pairs = dataclasses.replace(pairs, answer_positions=answer_positions)
+        edge_pairs(lm, pairs)  # checks every pair before any worker starts
+        metric = pair_metric(arguments["metric"], pairs)
         config = arguments["config"] or EAPConfig()
-        return Job(items=items, context=_EdgeContext(arguments["metric"], config))
+        return Job(items=tuple(range(len(pairs))), context=_EdgeContext(pairs, metric, config))
 
     def run(
-        self, lm: LensModel, context: _EdgeContext, items: Sequence[_Pair]
+        self, lm: LensModel, context: _EdgeContext, items: Sequence[int]
     ) -> tuple[EdgeScores, int]:
-        positions = [p.answer_position for p in items]
-        scores = edge_attribution(
-            lm,
-            [p.clean for p in items],
-            [p.corrupted for p in items],
-            context.metric,
-            context.config,
-            answer_positions=None if all(p is None for p in positions) else positions,  # type: ignore[arg-type]
-        )
+        metric = context.metric
+        if not isinstance(metric, str):  # a metric's per-pair rows (answers) for these pairs
+            metric = batch_metric(metric, torch.tensor(list(items)), len(context.pairs))
+        scores = edge_attribution(lm, context.pairs[list(items)], metric, context.config)
         return scores, len(items)
 
     def merge(self, lm: LensModel, job: Job, parts: Sequence[tuple[EdgeScores, int]]) -> EdgeScores:
@@ -130,7 +124,7 @@ class EdgeShards(Shardable[tuple[EdgeScores, int]]):
         return dataclasses.replace(
             first,
             values=values,
-            meta=dataclasses.replace(first.meta, prompts=tuple(p.clean for p in job.items)),
+            meta=dataclasses.replace(first.meta, prompts=job.context.pairs.clean),
             clean_value=sum(s.clean_value * n for s, n in parts) / total,
             corrupted_value=sum(s.corrupted_value * n for s, n in parts) / total,
         )

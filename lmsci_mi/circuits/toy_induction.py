@@ -1,30 +1,37 @@
 """A toy model with a known answer: a 2-layer attention-only transformer trained on repeated random
 tokens, which grows a layer-0 previous-token head and a layer-1 induction head that K-composes with
-it (Elhage et al. 2021; Olsson et al. 2022). Seeded, CPU-sized, cached as safetensors + JSON.
+it (Elhage et al. 2021; Olsson et al. 2022). Seeded, CPU-sized, trained, checkpointed and cached by
+:mod:`lmsci_mi.training`.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
-from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from lmsci_mi.cache import cache_key, cache_root
+from lmsci_mi.cache import cache_key
 from lmsci_mi.loading import default_device
 from lmsci_mi.model import LensModel
+from lmsci_mi.training import (
+    TrainConfig,
+    TrainingRecord,
+    load_or_train,
+    train_model,
+    trained_folder,
+)
 
 __all__ = ["ToyInductionConfig", "load_toy_induction", "train_toy_induction"]
 
-log = logging.getLogger(__name__)
-
 SINK = 0  # token 0 is the sink, never drawn as a content token
+
+_CHECKPOINT_EVERY = 250
+"""Steps between checkpoints of a cached training run (an interrupted one resumes from the last);
+not part of the key: checkpoints do not change the weights."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +107,59 @@ def _training_batch(config: ToyInductionConfig, seed: int) -> tuple[torch.Tensor
 
 
 def _folder(config: ToyInductionConfig) -> Path:
-    return cache_root() / "toys" / f"induction-2l-{config.key()}"
+    # The key predates lmsci_mi.training's training_key (it hashes the config alone, no code
+    # version); kept so that toys already in users' caches are found.
+    return trained_folder("toys", f"induction-2l-{config.key()}")
+
+
+def _train_config(config: ToyInductionConfig) -> TrainConfig:
+    """The run in :mod:`lmsci_mi.training`'s terms: a 100-step ramp times a linear decay to 5%."""
+    return TrainConfig(
+        steps=config.steps,
+        batch_size=config.batch_size,
+        lr=config.lr,
+        schedule="linear",
+        warmup=100,
+        final_lr_fraction=0.05,
+        weight_decay=config.weight_decay,
+        seed=config.seed,
+        checkpoint_every=_CHECKPOINT_EVERY,
+    )
+
+
+def _repeat_loss(model: HookedTransformer, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Next-token cross-entropy on the predictable tokens of the repeat only."""
+    tokens, predictable = batch
+    log_probs = model(tokens)[:, :-1].log_softmax(-1)
+    token_loss = -log_probs.gather(-1, tokens[:, 1:, None])[..., 0]
+    return (token_loss * predictable[:, 1:]).sum() / predictable.sum()
+
+
+def _train(
+    config: ToyInductionConfig,
+    device: torch.device | str | None,
+    progress: bool,
+    checkpoints: Path | None,
+) -> tuple[HookedTransformer, dict[str, float], TrainingRecord]:
+    model, run = train_model(
+        config.hooked_config(),
+        lambda step, _: _training_batch(config, config.seed * 1_000_003 + step),
+        _repeat_loss,
+        _train_config(config),
+        checkpoints=checkpoints,
+        device=device,
+        # Matrices this small run faster on one thread than split over cores that other work needs.
+        threads=1,
+        progress=progress,
+        desc="toy induction",
+    )
+    record = {
+        "seconds": run.seconds,
+        "cpu_seconds": run.cpu_seconds,
+        "final_loss": run.final_loss(),
+        "chance_loss": float(torch.log(torch.tensor(config.d_vocab - 1.0))),
+    }
+    return model, record, run
 
 
 def train_toy_induction(
@@ -109,7 +168,8 @@ def train_toy_induction(
     device: torch.device | str | None = None,
     progress: bool = False,
 ) -> tuple[HookedTransformer, dict[str, float]]:
-    """Train the toy from scratch (no cache). Deterministic given ``config.seed`` on one device.
+    """Train the toy from scratch (no cache) with :func:`lmsci_mi.training.train_model`.
+    Deterministic given ``config.seed`` on one device.
 
     Each training sequence is random tokens ending in a segment repeated once, of random length
     (``min_half_length`` … ``half_length``); the loss is next-token cross-entropy on the
@@ -117,66 +177,11 @@ def train_toy_induction(
 
     Returns:
         The trained model (eval mode) and a record with ``seconds`` (wall clock),
-        ``cpu_seconds``, ``final_loss`` (second half, nats) and ``chance_loss``
+        ``cpu_seconds``, ``final_loss`` (the last step's, nats) and ``chance_loss``
         (``ln(d_vocab − 1)``).
     """
-    torch.manual_seed(config.seed)
-    cfg = config.hooked_config()
-    model = HookedTransformer(cfg)
-    if device is not None:
-        model.to(device)
-    dev = next(model.parameters()).device
-    optimiser = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimiser, lambda step: min(1.0, (step + 1) / 100) * max(0.05, 1 - step / config.steps)
-    )
-    start = time.perf_counter()
-    cpu_start = time.process_time()
-    loss_value = float("nan")
-    bar = tqdm(range(config.steps), disable=not progress, desc="toy induction")
-    # Matrices this small run faster on one thread than split over cores that other work needs.
-    threads = torch.get_num_threads()
-    if dev.type == "cpu":
-        torch.set_num_threads(1)
-    try:
-        loss_value = _train_loop(model, optimiser, schedule, config, bar, dev)
-    finally:
-        torch.set_num_threads(threads)
-    model.eval()
-    record = {
-        "seconds": time.perf_counter() - start,
-        "cpu_seconds": time.process_time() - cpu_start,
-        "final_loss": loss_value,
-        "chance_loss": float(torch.log(torch.tensor(config.d_vocab - 1.0))),
-    }
-    log.info("trained toy induction model in %.1f s, loss %.3f", record["seconds"], loss_value)
+    model, record, _ = _train(config, device, progress, None)
     return model, record
-
-
-def _train_loop(
-    model: HookedTransformer,
-    optimiser: torch.optim.Optimizer,
-    schedule: torch.optim.lr_scheduler.LRScheduler,
-    config: ToyInductionConfig,
-    bar: tqdm,
-    dev: torch.device,
-) -> float:
-    loss_value = float("nan")
-    for step in bar:
-        tokens, predictable = _training_batch(config, config.seed * 1_000_003 + step)
-        tokens, predictable = tokens.to(dev), predictable.to(dev)
-        logits = model(tokens)
-        log_probs = logits[:, :-1].log_softmax(-1)
-        token_loss = -log_probs.gather(-1, tokens[:, 1:, None])[..., 0]
-        loss = (token_loss * predictable[:, 1:]).sum() / predictable.sum()
-        optimiser.zero_grad()
-        loss.backward()
-        optimiser.step()
-        schedule.step()
-        loss_value = float(loss.detach())
-        if step % 100 == 0:
-            bar.set_postfix(loss=f"{loss_value:.3f}")
-    return loss_value
 
 
 def load_toy_induction(
@@ -189,21 +194,24 @@ def load_toy_induction(
     """The trained toy as a :class:`LensModel`, from the cache or trained (and cached) on first use.
 
     Cached under ``cache_root() / "toys" / "induction-2l-<hash of config>"`` as
-    ``weights.safetensors`` plus ``config.json`` (which also records the training cost). The
-    model has no tokenizer: feed token ids, with token 0 as the sink.
+    ``weights.safetensors`` plus ``config.json`` (which also records the training cost and loss
+    curve); an interrupted training run resumes from its last checkpoint
+    (:func:`lmsci_mi.training.load_or_train`). The model has no tokenizer: feed token ids, with
+    token 0 as the sink.
     """
     folder = _folder(config)
-    weights, meta_file = folder / "weights.safetensors", folder / "config.json"
-    cfg = config.hooked_config()
-    if weights.exists() and meta_file.exists() and not retrain:
-        model = HookedTransformer(cfg)
-        model.load_state_dict(load_file(weights))
-        model.eval()
-    else:
-        model, record = train_toy_induction(config, progress=progress)
-        folder.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, weights)
-        meta_file.write_text(json.dumps({"config": asdict(config), "training": record}, indent=1))
+
+    def train(checkpoints: Path) -> tuple[HookedTransformer, dict[str, Any]]:
+        model, record, run = _train(config, None, progress, checkpoints)
+        return model, {"config": asdict(config), "training": record, "run": run.to_dict()}
+
+    model, _ = load_or_train(
+        folder,
+        lambda: HookedTransformer(config.hooked_config()),
+        train,
+        record_file="config.json",
+        retrain=retrain,
+    )
     model.to(device if device is not None else default_device())
     return LensModel(
         model, name=f"toy-induction-2l-{config.key()}", source=str(folder), tokenizer=None,

@@ -49,7 +49,8 @@ def register(commands: Any) -> None:
     trace.add_argument(
         "--facts",
         metavar="FILE|shipped",
-        help="trace a fact set instead: a JSON file of CounterFact-style records, or 'shipped'",
+        help="trace a fact set instead: a JSON file of CounterFact-style records, or a shipped "
+        "set: 'shipped' (the small set, also 'facts') or 'edit_facts'",
     )
     add_config_args(trace, TraceConfig)
     add_config_args(trace, AIEConfig)
@@ -76,8 +77,9 @@ def register(commands: Any) -> None:
 
 
 def _run_trace(args: argparse.Namespace) -> int:
-    from lmsci_mi.circuits.aie import AIEConfig, average_indirect_effect, load_fact_set
+    from lmsci_mi.circuits.aie import AIEConfig, average_indirect_effect
     from lmsci_mi.circuits.tracing import TraceConfig, causal_trace
+    from lmsci_mi.data.facts import load_facts
 
     config = config_from_args(TraceConfig, args)
     cluster = cluster_from_args(args)
@@ -90,7 +92,7 @@ def _run_trace(args: argparse.Namespace) -> int:
         raise UserInputError("--ray shards a fact set over a cluster: give --facts FILE|shipped")
     if facts is not None:
         aie_config = config_from_args(AIEConfig, args, trace=config)
-        fact_set = load_fact_set(facts)  # checked before the model loads
+        fact_set = load_facts(facts)  # checked before the model loads
         result: Any = average_indirect_effect(
             load_from_args(args), fact_set, aie_config, cluster=cluster
         )
@@ -128,8 +130,8 @@ def _trace_report(trace: Any) -> str:
 
 def _run_patch(args: argparse.Namespace) -> int:
     from lmsci_mi.circuits.attribution import AttributionConfig, attribution_patch
-    from lmsci_mi.circuits.metrics import LogitDiff
     from lmsci_mi.circuits.patching import PatchingConfig, patch_activations
+    from lmsci_mi.data.pairs import PromptPairs
 
     if args.attribution:
         config: PatchingConfig = config_from_args(AttributionConfig, args)
@@ -140,8 +142,8 @@ def _run_patch(args: argparse.Namespace) -> int:
         config = config_from_args(PatchingConfig, args)
         analysis = patch_activations
     lm = load_from_args(args)
-    metric = LogitDiff(lm.token_id(args.answer), lm.token_id(args.wrong))
-    result = analysis(lm, args.clean, args.corrupted, metric, config)
+    pairs = PromptPairs(args.clean, args.corrupted, lm.token_id(args.answer), lm.token_id(args.wrong))
+    result = analysis(lm, pairs, config=config)  # scored by the pair's logit difference
     print(result.summary())
     write_outputs(result, args)
     return 0
@@ -164,9 +166,9 @@ def tour_steps() -> list[TourStep]:
             "Activation patching vs attribution patching of every head on the IOI pair",
             _step_patching,
             "from lmsci_mi.circuits.attribution import AttributionConfig, attribution_patch; "
-            "from lmsci_mi.circuits.metrics import LogitDiff; attribution_patch(lm, "
-            f'"{IOI_CLEAN}", "{IOI_CORRUPTED}", LogitDiff(lm.token_id(" Mary"), lm.token_id(" John")), '
-            'AttributionConfig(site="z", normalise=True, compare_exact=True))',
+            "from lmsci_mi.data.pairs import PromptPairs; attribution_patch(lm, PromptPairs("
+            f'"{IOI_CLEAN}", "{IOI_CORRUPTED}", lm.token_id(" Mary"), lm.token_id(" John")), '
+            'config=AttributionConfig(site="z", normalise=True, compare_exact=True))',
             seconds=5,
             quick=True,
         ),
@@ -199,11 +201,11 @@ def _step_causal_trace(lm: LensModel, out_dir: Path) -> StepOutput:
 def _step_patching(lm: LensModel, out_dir: Path) -> StepOutput:
     """Activation vs attribution patching of every head's output on the IOI pair."""
     from lmsci_mi.circuits.attribution import AttributionConfig, attribution_patch
-    from lmsci_mi.circuits.metrics import LogitDiff
+    from lmsci_mi.data.pairs import PromptPairs
 
-    metric = LogitDiff(lm.token_id(" Mary"), lm.token_id(" John"))
+    pairs = PromptPairs(IOI_CLEAN, IOI_CORRUPTED, lm.token_id(" Mary"), lm.token_id(" John"))
     config = AttributionConfig(site="z", normalise=True, compare_exact=True)
-    attribution = attribution_patch(lm, IOI_CLEAN, IOI_CORRUPTED, metric, config)
+    attribution = attribution_patch(lm, pairs, config=config)
     if attribution.exact is None or attribution.rank_correlation is None:
         raise RuntimeError("attribution_patch(compare_exact=True) returned no exact comparison")
     exact_top = [(value, name) for name, value in attribution.exact.top(5)]

@@ -27,12 +27,13 @@ from lmsci_mi.cli.common import (
 )
 from lmsci_mi.cli.paths import add_path_command
 from lmsci_mi.cli.tour import StepOutput, TourStep
-from lmsci_mi.data.ioi import TextPairs, ioi_str_pairs
+from lmsci_mi.data.ioi import ioi_str_pairs
+from lmsci_mi.data.pairs import PromptPairs
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 
 if TYPE_CHECKING:
-    from lmsci_mi.circuits.eap import EAPConfig, EdgeScores
+    from lmsci_mi.circuits.edges.eap import EAPConfig, EdgeScores
     from lmsci_mi.cluster import ClusterConfig
 
 __all__ = ["register"]
@@ -50,7 +51,7 @@ def _read_lines(path: Path, flag: str) -> tuple[str, ...]:
     return lines
 
 
-def prompt_pairs_from_args(lm: LensModel, args: argparse.Namespace) -> TextPairs:
+def prompt_pairs_from_args(lm: LensModel, args: argparse.Namespace) -> PromptPairs:
     """IOI/STR by default; ``--clean``/``--corrupted`` files (one prompt a line) with
     ``--answer``/``--wrong`` tokens otherwise."""
     files = (args.clean, args.corrupted)
@@ -72,11 +73,8 @@ def prompt_pairs_from_args(lm: LensModel, args: argparse.Namespace) -> TextPairs
             f"--clean has {len(clean)} prompts but --corrupted {len(corrupted)}: "
             "give one corrupted prompt per clean prompt, line by line"
         )
-    n = len(clean)
     answer, wrong = lm.token_id(args.answer), lm.token_id(args.wrong)
-    return TextPairs(
-        clean, corrupted, (answer,) * n, (wrong,) * n, f"{args.clean} / {args.corrupted}"
-    )
+    return PromptPairs(clean, corrupted, answer, wrong, f"{args.clean} / {args.corrupted}")
 
 
 # ---------------------------------------------------------------------------------- parser
@@ -84,7 +82,7 @@ def prompt_pairs_from_args(lm: LensModel, args: argparse.Namespace) -> TextPairs
 
 def register(commands: Any) -> None:
     """Add `circuit eap|evaluate|curve` (and the path command, where the lead wires it)."""
-    from lmsci_mi.circuits.faithfulness import CurveConfig
+    from lmsci_mi.circuits.edges.faithfulness import CurveConfig
 
     circuit = commands.add_parser(
         "circuit", help="edge-level circuits: EAP/EAP-IG scores, exact evaluation, faithfulness"
@@ -164,8 +162,8 @@ def _common(parser: argparse.ArgumentParser, *, scoring: bool = True) -> None:
         parser.add_argument("--ig-steps", type=int, default=5, help="EAP-IG steps m (default 5)")
 
 
-def _setup(args: argparse.Namespace) -> tuple[LensModel, Any, TextPairs]:
-    from lmsci_mi.circuits.graph import edge_graph
+def _setup(args: argparse.Namespace) -> tuple[LensModel, Any, PromptPairs]:
+    from lmsci_mi.circuits.edges.graph import edge_graph
 
     if getattr(args, "n_prompts", 1) < 1:
         raise UserInputError("--n-prompts must be at least 1")
@@ -174,16 +172,16 @@ def _setup(args: argparse.Namespace) -> tuple[LensModel, Any, TextPairs]:
 
 
 def _eap_config(args: argparse.Namespace) -> EAPConfig:
-    """The :class:`~lmsci_mi.circuits.eap.EAPConfig` of ``--method``, ``--ig-steps`` and
+    """The :class:`~lmsci_mi.circuits.edges.eap.EAPConfig` of ``--method``, ``--ig-steps`` and
     ``--grouped``."""
-    from lmsci_mi.circuits.eap import EAPConfig
+    from lmsci_mi.circuits.edges.eap import EAPConfig
 
-    method = "EAP" if args.method == "eap" else "EAP-IG"
-    return EAPConfig(method=method, steps=args.ig_steps, grouped=args.grouped)
+    # --method is a registered name in lower case (EDGE_METHODS: "EAP", "EAP-IG")
+    return EAPConfig(method=args.method.upper(), steps=args.ig_steps, grouped=args.grouped)
 
 
 def _run_eap(args: argparse.Namespace) -> int:
-    from lmsci_mi.circuits.eap import score_edges
+    from lmsci_mi.circuits.edges.eap import score_edges
 
     cluster = cluster_from_args(args)  # checked before the model loads
     lm, _, pairs = _setup(args)
@@ -194,8 +192,7 @@ def _run_eap(args: argparse.Namespace) -> int:
 
 
 def _run_evaluate(args: argparse.Namespace) -> int:
-    from lmsci_mi.circuits.edge_patching import evaluate_circuit
-    from lmsci_mi.circuits.metrics import LogitDiff
+    from lmsci_mi.circuits.edges.patching import evaluate_circuit
 
     lm, graph, pairs = _setup(args)
     text = args.edges
@@ -209,9 +206,7 @@ def _run_evaluate(args: argparse.Namespace) -> int:
     import torch
 
     with torch.no_grad():
-        result = evaluate_circuit(
-            lm, graph, mask, list(pairs.clean), list(pairs.corrupted), LogitDiff.of_pairs(pairs)
-        )
+        result = evaluate_circuit(lm, graph, mask, pairs)  # each pair's own logit difference
     faithfulness = float(result.normalised()[0])
     print(
         f"{graph.describe()}\n{pairs.source}\ncircuit of {int(mask.sum())} edges: metric "
@@ -222,9 +217,8 @@ def _run_evaluate(args: argparse.Namespace) -> int:
 
 
 def _run_curve(args: argparse.Namespace) -> int:
-    from lmsci_mi.circuits.eap import score_edges
-    from lmsci_mi.circuits.faithfulness import CurveConfig, faithfulness_curve
-    from lmsci_mi.circuits.metrics import LogitDiff
+    from lmsci_mi.circuits.edges.eap import score_edges
+    from lmsci_mi.circuits.edges.faithfulness import CurveConfig, faithfulness_curve
 
     config = config_from_args(CurveConfig, args)
     if args.circuit_plot is not None and not any(
@@ -234,16 +228,7 @@ def _run_curve(args: argparse.Namespace) -> int:
     lm, graph, pairs = _setup(args)
     scores = score_edges(lm, pairs, _eap_config(args))
     label = "EAP" if args.method == "eap" else f"EAP-IG (m={args.ig_steps})"
-    curve = faithfulness_curve(
-        lm,
-        graph,
-        scores,
-        list(pairs.clean),
-        list(pairs.corrupted),
-        LogitDiff.of_pairs(pairs),
-        config,
-        label=label,
-    )
+    curve = faithfulness_curve(lm, graph, scores, pairs, config=config, label=label)
     print(curve.summary())
     if args.circuit_plot is not None:
         circuit = curve.circuit(args.view)
@@ -259,26 +244,24 @@ def _run_curve(args: argparse.Namespace) -> int:
 def score_edges(
     lm: LensModel,
     graph: Any,
-    pairs: TextPairs,
+    pairs: PromptPairs,
     method: str,
     steps: int,
     *,
     cluster: ClusterConfig | None = None,
 ) -> EdgeScores:
-    """Deprecated: :func:`lmsci_mi.circuits.eap.score_edges` (``EAPConfig(method=..., steps=...,
+    """Deprecated: :func:`lmsci_mi.circuits.edges.eap.score_edges` (``EAPConfig(method=..., steps=...,
     grouped=graph.grouped)``), the library function this command now calls."""
-    from lmsci_mi.circuits.eap import EAPConfig
-    from lmsci_mi.circuits.eap import score_edges as library_score_edges
+    from lmsci_mi.circuits.edges.eap import EAPConfig
+    from lmsci_mi.circuits.edges.eap import score_edges as library_score_edges
 
     warnings.warn(
-        "lmsci_mi.cli.edges.score_edges is deprecated: use lmsci_mi.circuits.eap.score_edges("
+        "lmsci_mi.cli.edges.score_edges is deprecated: use lmsci_mi.circuits.edges.eap.score_edges("
         "lm, pairs, EAPConfig(method=..., steps=..., grouped=...))",
         DeprecationWarning,
         stacklevel=2,
     )
-    config = EAPConfig(
-        method="EAP" if method == "eap" else "EAP-IG", steps=steps, grouped=graph.grouped
-    )
+    config = EAPConfig(method=method.upper(), steps=steps, grouped=graph.grouped)
     return library_score_edges(lm, pairs, config, cluster=cluster)
 
 
@@ -289,13 +272,11 @@ def tour_steps() -> list[TourStep]:
             "edge_circuit",
             "Edge-level IOI circuit: EAP-IG scores, the faithfulness curve and the 0.1 % circuit",
             _step_edge_circuit,
-            "from lmsci_mi.circuits.eap import EAPConfig, score_edges; from "
-            "lmsci_mi.circuits.faithfulness import faithfulness_curve; from "
-            "lmsci_mi.circuits.graph import edge_graph; from lmsci_mi.circuits.metrics import "
-            "LogitDiff; from lmsci_mi.data.ioi import ioi_str_pairs; graph = edge_graph(lm); "
-            "pairs = ioi_str_pairs(lm, 16); "
-            "faithfulness_curve(lm, graph, score_edges(lm, pairs, EAPConfig(steps=5)), "
-            "list(pairs.clean), list(pairs.corrupted), LogitDiff.of_pairs(pairs))",
+            "from lmsci_mi.circuits.edges.eap import EAPConfig, score_edges; from "
+            "lmsci_mi.circuits.edges.faithfulness import faithfulness_curve; from "
+            "lmsci_mi.circuits.edges.graph import edge_graph; from lmsci_mi.data.ioi import "
+            "ioi_str_pairs; graph = edge_graph(lm); pairs = ioi_str_pairs(lm, 16); "
+            "faithfulness_curve(lm, graph, score_edges(lm, pairs, EAPConfig(steps=5)), pairs)",
             seconds=45,
         ),
     ]
@@ -303,23 +284,15 @@ def tour_steps() -> list[TourStep]:
 
 def _step_edge_circuit(lm: LensModel, out_dir: Path) -> StepOutput:
     """EAP-IG on 16 IOI prompt pairs (STR), the faithfulness curve at MIB's budgets, the 5 % circuit."""
-    from lmsci_mi.circuits.eap import EAPConfig, score_edges
-    from lmsci_mi.circuits.faithfulness import CurveConfig, faithfulness_curve
-    from lmsci_mi.circuits.graph import edge_graph
-    from lmsci_mi.circuits.metrics import LogitDiff
+    from lmsci_mi.circuits.edges.eap import EAPConfig, score_edges
+    from lmsci_mi.circuits.edges.faithfulness import CurveConfig, faithfulness_curve
+    from lmsci_mi.circuits.edges.graph import edge_graph
 
     graph = edge_graph(lm)
     pairs = ioi_str_pairs(lm, 16)
     scores = score_edges(lm, pairs, EAPConfig(method="EAP-IG", steps=5))
     curve = faithfulness_curve(
-        lm,
-        graph,
-        scores,
-        list(pairs.clean),
-        list(pairs.corrupted),
-        LogitDiff.of_pairs(pairs),
-        CurveConfig(n_bootstrap=200),
-        label="EAP-IG (m=5)",
+        lm, graph, scores, pairs, config=CurveConfig(n_bootstrap=200), label="EAP-IG (m=5)"
     )
     # The 5 % circuit (~6,000 edges) draws as a hairball; the 0.1 % one (~120 edges) is readable.
     circuit = curve.circuit(0.1)

@@ -230,10 +230,10 @@ def _run_evaluation(
 
 
 def _read_requests(path: Path) -> list[Any]:
-    """Edit requests from a JSON file: a list of EditRequest records, or {"facts": [...]}."""
+    """Edit requests from a JSON file: a list of fact records (Fact's fields), or {"facts": [...]}."""
     import json
 
-    from lmsci_mi.editing import load_requests
+    from lmsci_mi.data.facts import load_facts
 
     try:
         data = json.loads(path.read_text())
@@ -246,8 +246,8 @@ def _read_requests(path: Path) -> list[Any]:
             "EditRequest (prompt, subject, target_new, ...), or {\"facts\": [...]}"
         )
     try:
-        return load_requests(records)
-    except TypeError as error:
+        return load_facts(records)
+    except UserInputError as error:
         raise UserInputError(f"--requests {path}: {error} (each request needs prompt, subject, target_new)") from None
 
 

@@ -73,20 +73,18 @@ def add_path_command(commands: Any) -> argparse.ArgumentParser:
 
 
 def _run_path(args: argparse.Namespace) -> int:
-    from lmsci_mi.circuits.metrics import LogitDiff
     from lmsci_mi.circuits.path_patching import path_patch
+    from lmsci_mi.data.pairs import PromptPairs
 
     config = config_from_args(PathPatchingConfig, args)
     lm = load_from_args(args)
-    metric = LogitDiff(lm.token_id(args.answer), lm.token_id(args.wrong))
+    pairs = PromptPairs(args.clean, args.corrupted, lm.token_id(args.answer), lm.token_id(args.wrong))
     result = path_patch(
         lm,
-        args.clean,
-        args.corrupted,
-        metric,
-        args.senders,
-        args.receivers,
-        config,
+        pairs,  # scored by the pair's logit difference
+        senders=args.senders,
+        receivers=args.receivers,
+        config=config,
         receiver_positions=args.receiver_position,
     )
     print(result.summary())

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 
-from lmsci_mi.data.edit_facts import load_edit_fact_records
+from lmsci_mi.data.facts import Fact, load_facts
 from lmsci_mi.errors import UnknownNameError, UserInputError
 
 __all__ = ["CONTRASTS", "LAT_TEMPLATES", "ContrastPairs", "contrast_pairs"]
@@ -141,18 +141,17 @@ def _sentiment() -> tuple[list[str], list[str], str]:
 
 
 def _truth() -> tuple[list[str], list[str], str]:
-    by_relation: dict[str, list[dict]] = {}
-    for record in load_edit_fact_records():
-        by_relation.setdefault(record["relation"], []).append(record)
+    by_relation: dict[str, list[Fact]] = {}
+    for fact in load_facts("edit_facts"):
+        by_relation.setdefault(fact.relation, []).append(fact)
     # Round-robin over the relations (file order within each), so that the 200 pairs are not all
     # city-country facts, the largest relation.
     rounds = itertools.zip_longest(*by_relation.values())
     chosen = [record for row in rounds for record in row if record is not None][:_N_TRUTH]
     positive, negative = [], []
-    for record in chosen:
-        stem = record["prompt"].format(record["subject"])
-        positive.append(f"{stem}{record['target_true']}.")
-        negative.append(f"{stem}{record['target_new']}.")
+    for fact in chosen:
+        positive.append(f"{fact.rewrite_prompt}{fact.target_true}.")
+        negative.append(f"{fact.rewrite_prompt}{fact.target_new}.")
     source = (
         f"lmsci_mi/data/edit_facts.json (facts SmolLM2-135M knows), {_N_TRUTH} facts round-robin "
         "over the relations; pair = (prompt + true answer + '.', prompt + CounterFact's "

@@ -1,8 +1,8 @@
 """A larger editing fact set in the CounterFact shape (Meng et al. 2022), with messy-knowledge probes.
 
-The candidates are written here as data, over thirteen relations; :func:`select_edit_facts` keeps
-those the model really knows (rule below) and `edit_facts.json` ships the set selected on SmolLM2;
-:func:`build_edit_fact_set` rebuilds it. Beyond CounterFact's fields each fact carries the probes of
+The candidates come from the relation tables shipped as `edit_relations.json` (thirteen relations);
+:func:`select_edit_facts` keeps those the model really knows (rule below) and `edit_facts.json`
+ships the set selected on SmolLM2; :func:`build_edit_fact_set` rebuilds it. Beyond CounterFact's fields each fact carries the probes of
 "messy" knowledge: the negated prompt, the reverse of a one-to-one fact, a two-hop consequence and
 other relations of the same subject. The tables were written at about 1,600 candidates and then
 trimmed of every (subject, answer) pair SmolLM2 did not answer top-1 in a first selection; where an
@@ -38,15 +38,15 @@ import random
 import re
 import tempfile
 import time
+import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from importlib import resources
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lmsci_mi.data.facts import RELATIONS as SMALL_SET_RELATIONS
-from lmsci_mi.data.facts import _next_token_probs
+from lmsci_mi.data.facts import Fact, Relation, _next_token_probs, _read_data, load_facts
 
 if TYPE_CHECKING:
     from lmsci_mi.model import LensModel
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EDIT_FACTS_FILE",
     "EDIT_RELATIONS",
-    "EditRelation",
+    "EDIT_RELATIONS_FILE",
     "build_edit_fact_set",
     "edit_fact_candidates",
     "load_edit_fact_records",
@@ -62,642 +62,46 @@ __all__ = [
 ]
 
 EDIT_FACTS_FILE = "edit_facts.json"
+EDIT_RELATIONS_FILE = "edit_relations.json"
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class EditRelation:
-    """One relation's templates and its facts.
-
-    Attributes:
-        prompt: rewrite template with ``{}`` for the subject.
-        paraphrases: other wordings of the same relation.
-        negated: the rewrite template negated.
-        answers: answer -> the subjects that may be edited, ``"; "``-separated.
-        held_out: answer -> subjects that are only ever neighbours, never edited.
-        neighbours_from: the relation whose held-out subjects (same answer) are the neighbours;
-            empty for this relation's own (a one-to-one relation has no second subject with the
-            same answer, so country -> capital borrows landmarks in that capital).
-        reverse: for a one-to-one relation, the template asking back from the object.
-        two_hop: template of a consequence through ``bridge``, the relation that takes this
-            relation's answers (as subjects) one step further.
-        kin: groups of answers too close to stand in for each other as a counterfactual (a
-            painter made an "artist" is no edit).
-        titles: subjects are titles ("The Hobbit"), whose article stays capitalised.
-    """
-
-    prompt: str
-    paraphrases: tuple[str, ...]
-    negated: str
-    answers: Mapping[str, str]
-    held_out: Mapping[str, str] = field(default_factory=dict)
-    neighbours_from: str = ""
-    reverse: str = ""
-    two_hop: str = ""
-    bridge: str = ""
-    kin: tuple[tuple[str, ...], ...] = ()
-    titles: bool = False
-
-    def pairs(self, *, held_out: bool = False) -> list[tuple[str, str]]:
-        """(subject, answer) pairs in table order, of the editable or of the held-out subjects."""
-        table = self.held_out if held_out else self.answers
-        return [(s, a) for a, subjects in table.items() for s in _names(subjects)]
-
-
-def _names(listing: str) -> list[str]:
-    # One "; "-separated string per answer keeps the tables one line per answer.
-    return [name.strip() for name in listing.split(";") if name.strip()]
-
-
-def _templates(name: str) -> dict[str, Any]:
-    """The small set's wording of a relation both sets share, so one relation reads one way."""
-    spec = SMALL_SET_RELATIONS[name]
-    return {"prompt": spec["prompt"], "paraphrases": tuple(spec["paraphrases"])}
-
-
-# Countries: capital, official language, continent. A country is a candidate in all three
-# relations (rule 3 keeps it in one); the held-out countries are the language and continent
-# neighbours. An empty cell leaves a fact out: a continent where it is disputed (Russia, Turkey)
-# or the country is its own (Australia); a language where the country has several official ones
-# (another of them would be no counterfactual); a capital named after its country or disputed;
-# and every cell SmolLM2 did not answer in the first selection.
-_COUNTRIES: dict[str, tuple[str, str, str]] = {
-    "France": ("Paris", "French", "Europe"),
-    "Germany": ("Berlin", "German", "Europe"),
-    "Italy": ("Rome", "Italian", "Europe"),
-    "Spain": ("Madrid", "Spanish", "Europe"),
-    "England": ("London", "English", "Europe"),
-    "Russia": ("Moscow", "Russian", ""),
-    "China": ("Beijing", "", "Asia"),
-    "Japan": ("Tokyo", "Japanese", "Asia"),
-    "Greece": ("Athens", "Greek", "Europe"),
-    "Egypt": ("", "Arabic", "Africa"),
-    "the United States": ("", "English", ""),
-    "the Netherlands": ("Amsterdam", "Dutch", "Europe"),
-    "Austria": ("Vienna", "German", "Europe"),
-    "the Czech Republic": ("Prague", "Czech", "Europe"),
-    "Portugal": ("Lisbon", "Portuguese", "Europe"),
-    "Hungary": ("Budapest", "Hungarian", "Europe"),
-    "Ireland": ("Dublin", "", "Europe"),
-    "India": ("", "", "Asia"),
-    "Canada": ("Ottawa", "", "North America"),
-    "Thailand": ("Bangkok", "Thai", ""),
-    "South Korea": ("Seoul", "Korean", "Asia"),
-    "Denmark": ("Copenhagen", "Danish", "Europe"),
-    "Sweden": ("Stockholm", "Swedish", "Europe"),
-    "Scotland": ("Edinburgh", "", "Europe"),
-    "Belgium": ("Brussels", "", "Europe"),
-    "Turkey": ("Ankara", "Turkish", ""),
-    "Norway": ("Oslo", "Norwegian", "Europe"),
-    "Finland": ("Helsinki", "", "Europe"),
-    "Poland": ("Warsaw", "Polish", "Europe"),
-    "Switzerland": ("Bern", "", "Europe"),
-    "Peru": ("Lima", "Spanish", "South America"),
-    "Chile": ("Santiago", "Spanish", "South America"),
-    "Venezuela": ("Caracas", "Spanish", "South America"),
-    "Ecuador": ("", "Spanish", "South America"),
-    "Uruguay": ("Montevideo", "Spanish", ""),
-    "Paraguay": ("", "Spanish", "South America"),
-    "Bolivia": ("", "Spanish", "South America"),
-    "Cuba": ("Havana", "Spanish", ""),
-    "Panama": ("", "Spanish", ""),
-    "Costa Rica": ("San José", "Spanish", ""),
-    "Guatemala": ("", "Spanish", ""),
-    "Honduras": ("", "Spanish", ""),
-    "Nicaragua": ("", "Spanish", "North America"),
-    "Kenya": ("Nairobi", "", "Africa"),
-    "Nigeria": ("Abuja", "English", "Africa"),
-    "Ethiopia": ("Addis Ababa", "", "Africa"),
-    "Morocco": ("", "Arabic", ""),
-    "Algeria": ("Algiers", "Arabic", ""),
-    "Tunisia": ("Tunis", "Arabic", ""),
-    "Libya": ("", "Arabic", "Africa"),
-    "Sudan": ("Khartoum", "Arabic", "Africa"),
-    "Ghana": ("", "", "Africa"),
-    "Uganda": ("Kampala", "English", "Africa"),
-    "Zimbabwe": ("", "English", "Africa"),
-    "Zambia": ("Lusaka", "", "Africa"),
-    "Tanzania": ("", "", "Africa"),
-    "Mozambique": ("Maputo", "Portuguese", ""),
-    "Cameroon": ("Yaoundé", "", "Africa"),
-    "Madagascar": ("Antananarivo", "", "Africa"),
-    "Somalia": ("Mogadishu", "Somali", "Africa"),
-    "Iran": ("", "", "Asia"),
-    "Afghanistan": ("Kabul", "Pashto", ""),
-    "Pakistan": ("Islamabad", "", "Asia"),
-    "Bangladesh": ("Dhaka", "", "Asia"),
-    "Vietnam": ("Hanoi", "Vietnamese", ""),
-    "Indonesia": ("Jakarta", "", "Asia"),
-    "the Philippines": ("Manila", "", "Asia"),
-    "Malaysia": ("Kuala Lumpur", "", ""),
-    "Nepal": ("Kathmandu", "Nepali", ""),
-    "Mongolia": ("", "Mongolian", ""),
-    "Lebanon": ("", "Arabic", ""),
-    "Kuwait": ("", "Arabic", ""),
-    "Qatar": ("", "Arabic", ""),
-    "Oman": ("Muscat", "Arabic", ""),
-    "Yemen": ("Sanaa", "Arabic", ""),
-    "Sri Lanka": ("", "Sinhala", ""),
-    "Cambodia": ("", "Khmer", ""),
-    "Laos": ("", "Lao", ""),
-    "Ukraine": ("", "", "Europe"),
-    "Romania": ("Bucharest", "Romanian", "Europe"),
-    "Bulgaria": ("Sofia", "", "Europe"),
-    "Serbia": ("Belgrade", "Serbian", "Europe"),
-    "Croatia": ("Zagreb", "Croatian", "Europe"),
-    "Slovakia": ("Bratislava", "Slovak", "Europe"),
-    "Slovenia": ("Ljubljana", "", "Europe"),
-    "Iceland": ("Reykjavik", "", "Europe"),
-    "Estonia": ("Tallinn", "Estonian", "Europe"),
-    "Latvia": ("Riga", "Latvian", "Europe"),
-    "Lithuania": ("", "Lithuanian", "Europe"),
-    "Albania": ("Tirana", "Albanian", "Europe"),
-    "Malta": ("", "", "Europe"),
-    "Luxembourg": ("", "", "Europe"),
-    "Armenia": ("Yerevan", "Armenian", ""),
-    # Held out (see _HELD_OUT_COUNTRIES): neighbours of the language and continent facts.
-    "Mexico": ("", "Spanish", "North America"),
-    "Argentina": ("", "Spanish", "South America"),
-    "Colombia": ("", "Spanish", "South America"),
-    "the Dominican Republic": ("", "Spanish", ""),
-    "Brazil": ("", "Portuguese", ""),
-    "Angola": ("", "Portuguese", "Africa"),
-    "Senegal": ("", "French", ""),
-    "Ivory Coast": ("", "", "Africa"),
-    "Monaco": ("", "French", "Europe"),
-    "Saudi Arabia": ("", "Arabic", ""),
-    "Iraq": ("", "Arabic", ""),
-    "Syria": ("", "Arabic", ""),
-    "Jordan": ("", "Arabic", ""),
-    "the United Arab Emirates": ("", "Arabic", ""),
-    "Australia": ("", "English", ""),
-    "New Zealand": ("", "English", ""),
-    "Jamaica": ("", "English", ""),
-    "South Africa": ("", "", "Africa"),
-    "Liechtenstein": ("", "German", "Europe"),
-    "Belarus": ("", "", "Europe"),
-    "Cyprus": ("", "Greek", "Europe"),
-    "North Korea": ("", "", "Asia"),
-    "Taiwan": ("", "", "Asia"),
-    "Singapore": ("", "", "Asia"),
-    "Bhutan": ("", "", "Asia"),
-    "Rwanda": ("", "", "Africa"),
-    "Mali": ("", "French", "Africa"),
-    "Botswana": ("", "", "Africa"),
-    "Namibia": ("", "", "Africa"),
-    "Montenegro": ("", "", "Europe"),
-    "Moldova": ("", "", "Europe"),
-    "Andorra": ("", "", "Europe"),
-    "San Marino": ("", "Italian", "Europe"),
-}
-_HELD_OUT_COUNTRIES = frozenset(list(_COUNTRIES)[list(_COUNTRIES).index("Mexico") :])
-
-
-def _country_table(column: int, *, held_out: bool) -> dict[str, str]:
-    """answer -> countries for one column of ``_COUNTRIES`` (one-to-one columns give one each)."""
+def _country_table(countries: Mapping[str, Sequence[str]], column: int) -> dict[str, list[str]]:
+    """answer -> countries for one column of the countries table (one-to-one columns give one
+    each); an empty cell leaves the country out."""
     table: dict[str, list[str]] = {}
-    for country, row in _COUNTRIES.items():
-        if row[column] and (country in _HELD_OUT_COUNTRIES) == held_out:
+    for country, row in countries.items():
+        if row[column]:
             table.setdefault(" " + row[column], []).append(country)
-    return {answer: "; ".join(subjects) for answer, subjects in table.items()}
+    return table
 
 
-# The order is rule 3's priority: a subject listed in two relations is edited in the first that
-# keeps it, and its facts in the others become its other-relation prompts.
-EDIT_RELATIONS: dict[str, EditRelation] = {
-    "country_capital": EditRelation(
-        prompt="The capital of {} is",
-        paraphrases=(
-            "The capital city of {} is",
-            "The government of {} sits in the city of",
-            "{}'s capital city is",
-        ),
-        negated="The capital of {} is not",
-        answers=_country_table(0, held_out=False),
-        neighbours_from="landmark_city",
-        reverse="The city of {} is the capital of",
-    ),
-    "country_language": EditRelation(
-        **_templates("country_language"),
-        negated="The official language of {} is not",
-        answers=_country_table(1, held_out=False),
-        held_out=_country_table(1, held_out=True),
-    ),
-    "country_continent": EditRelation(
-        prompt="{} is a country on the continent of",
-        paraphrases=(
-            "{} is located on the continent of",
-            "{} is a country in the continent of",
-            "The continent where {} is located is",
-        ),
-        negated="{} is not a country on the continent of",
-        answers=_country_table(2, held_out=False),
-        held_out=_country_table(2, held_out=True),
-    ),
-    "city_country": EditRelation(
-        **_templates("city_country"),
-        negated="{} is not a city in the country of",
-        # Capitals and the cities of landmarks are held out: they are the objects of other
-        # relations (their bridge facts), so editing them would move those facts too. A few more
-        # are held out where a country needed two neighbours.
-        answers={
-            " France": "Lyon; Toulouse; Bordeaux; Lille; Strasbourg; Nantes; Montpellier; Rennes; Grenoble; Dijon; Cannes",
-            " Germany": "Hamburg; Frankfurt; Cologne; Stuttgart; Dresden; Düsseldorf; Leipzig; Bremen; Nuremberg; Dortmund; Heidelberg",
-            " Italy": "Naples; Bologna; Genoa; Verona; Catania; Siena",
-            " Japan": "Osaka; Yokohama; Hiroshima; Nagoya; Fukuoka; Nagasaki; Nara",
-            " China": "Guangzhou; Shenzhen; Wuhan; Chengdu; Nanjing; Xi'an; Hangzhou; Tianjin; Chongqing",
-            " India": "Kolkata; Chennai; Bangalore; Hyderabad; Pune; Jaipur; Ahmedabad; Varanasi",
-            " Canada": "Vancouver; Calgary; Edmonton; Winnipeg; Halifax; Quebec City",
-            " Australia": "Melbourne; Gold Coast",
-            " Brazil": "São Paulo; Belo Horizonte",
-            " Russia": "Novosibirsk; Vladivostok; Murmansk; Omsk",
-            " Mexico": "Monterrey; Tijuana; Cancún; Oaxaca",
-            " Turkey": "Izmir; Antalya; Konya",
-            " England": "Bristol; Oxford",
-            " Scotland": "Aberdeen; Dundee",
-            " Austria": "Innsbruck; Linz",
-            " Poland": "Krakow; Gdansk; Poznan; Lodz",
-            " Sweden": "Malmö",
-            " Norway": "Trondheim",
-            " South Korea": "Incheon",
-            " Pakistan": "Karachi; Peshawar",
-            " South Africa": "Johannesburg",
-            " Morocco": "Marrakech; Fez",
-            " Thailand": "Phuket",
-            " Indonesia": "Bandung",
-            " Ireland": "Cork; Galway",
-        },
-        held_out={
-            " France": "Paris; Marseille",
-            " Germany": "Berlin; Munich",
-            " Italy": "Rome; Milan; Venice; Florence",
-            " Spain": "Madrid; Barcelona; Seville",
-            " Japan": "Tokyo; Kyoto",
-            " China": "Beijing; Shanghai",
-            " India": "Delhi; Mumbai",
-            " Canada": "Ottawa; Toronto",
-            " Australia": "Sydney; Canberra",
-            " Brazil": "Rio de Janeiro; Brasília",
-            " Russia": "Moscow; Saint Petersburg",
-            " Mexico": "Mexico City; Veracruz",
-            " Egypt": "Cairo; Aswan",
-            " Turkey": "Istanbul; Ankara",
-            " Scotland": "Edinburgh; Glasgow",
-            " Greece": "Athens; Thessaloniki",
-            " Austria": "Vienna; Salzburg",
-            " Poland": "Warsaw; Katowice",
-            " Sweden": "Stockholm; Uppsala",
-            " Norway": "Tromsø; Bergen",
-            " South Korea": "Seoul; Jeju",
-            " Pakistan": "Islamabad; Faisalabad",
-            " South Africa": "Cape Town; Pretoria",
-            " Argentina": "Buenos Aires",
-            " Thailand": "Bangkok; Pattaya",
-            " Indonesia": "Jakarta; Yogyakarta",
-            " Ireland": "Kilkenny; Limerick",
-            " Colombia": "Bogotá",
-            " Ukraine": "Kyiv",
-            " Denmark": "Copenhagen",
-            " Singapore": "Singapore",
-            " England": "Nottingham; Sheffield",
-            " Portugal": "Porto",
-            " Morocco": "Tangier; Casablanca",
-            " Nigeria": "Kano",
-            " Switzerland": "Lausanne",
-            " Vietnam": "Ho Chi Minh City",
-            " Iran": "Tabriz",
-            " New Zealand": "Auckland",
-        },
-        two_hop="The official language of the country where {} is located is",
-        bridge="country_language",
-    ),
-    "us_city_state": EditRelation(
-        prompt="{} is a city in the state of",
-        paraphrases=(
-            "The city of {} is located in the state of",
-            "{} is one of the largest cities in the state of",
-            "If you travel to {}, you will be in the state of",
-        ),
-        negated="{} is not a city in the state of",
-        answers={
-            " Texas": "Dallas; San Antonio; El Paso; Fort Worth",
-            " California": "San Diego; San Jose; Sacramento; Fresno; Oakland; Berkeley",
-            " New York": "Rochester; Albany; Syracuse",
-            " Pennsylvania": "Pittsburgh; Harrisburg",
-            " Arizona": "Phoenix; Tucson; Scottsdale; Flagstaff",
-            " Tennessee": "Chattanooga",
-            " North Carolina": "Raleigh",
-            " Maryland": "Annapolis",
-            " Hawaii": "Honolulu",
-            " New Jersey": "Newark; Jersey City; Atlantic City; Hoboken",
-            " Alabama": "Montgomery",
-        },
-        held_out={
-            " Texas": "Galveston; Houston",
-            " California": "Los Angeles; San Francisco",
-            " New York": "Brooklyn; Ithaca",
-            " Illinois": "Chicago; Rockford",
-            " Massachusetts": "Boston",
-            " Pennsylvania": "Philadelphia; Scranton",
-            " Nevada": "Las Vegas; Reno",
-            " Arizona": "Mesa; Sedona",
-            " Georgia": "Marietta",
-            " Minnesota": "Mankato; Minneapolis",
-            " North Carolina": "Asheville; Greensboro",
-            " Maryland": "Hagerstown; Baltimore",
-            " Alaska": "Sitka; Anchorage",
-            " Hawaii": "Kailua; Lahaina",
-            " New Jersey": "Princeton; Camden",
-            " Alabama": "Selma; Huntsville",
-            " Florida": "Miami",
-            " Washington": "Spokane",
-            " Colorado": "Aspen; Denver",
-            " Michigan": "Grand Rapids; Detroit",
-            " Louisiana": "Baton Rouge",
-            " Tennessee": "Knoxville; Nashville",
-            " Missouri": "St. Louis",
-            " Wisconsin": "Milwaukee",
-            " Indiana": "Indianapolis",
-            " Kentucky": "Lexington",
-            " New Mexico": "Albuquerque; Santa Fe",
-            " South Carolina": "Charleston",
-        },
-    ),
-    "landmark_city": EditRelation(
-        **_templates("landmark_city"),
-        negated="{} is not located in the city of",
-        answers={
-            " Paris": "The Eiffel Tower; The Champs-Élysées; The Musée d'Orsay; The Place de la Concorde",
-            " London": "The British Museum; The Houses of Parliament; The National Gallery; The Tate Modern; Kensington Palace",
-            " Rome": "The Roman Forum; Piazza Navona; The Palatine Hill; Villa Borghese; The Capitoline Hill; St. Peter's Basilica",
-            " New York": "Times Square; The Brooklyn Bridge; Wall Street; Rockefeller Center; The Chrysler Building; Broadway; Madison Square Garden; One World Trade Center; Fifth Avenue; The High Line",
-            " Berlin": "Alexanderplatz",
-            " Beijing": "Beihai Park",
-            " Barcelona": "Camp Nou; Casa Batlló",
-            " Athens": "The Erechtheion; The Odeon of Herodes Atticus; The Ancient Agora; The Panathenaic Stadium",
-            " Washington": "The Jefferson Memorial; The Smithsonian Institution; The Library of Congress; The National Mall",
-            " Venice": "The Grand Canal; Murano",
-            " Amsterdam": "The Van Gogh Museum; Vondelpark",
-            " Dubai": "The Burj Al Arab",
-            " Tokyo": "Harajuku; Ueno Park; The Tsukiji Fish Market",
-            " Prague": "St. Vitus Cathedral",
-            " Los Angeles": "The Getty Center; Universal Studios Hollywood",
-        },
-        held_out={
-            " Paris": "The Louvre; The Moulin Rouge",
-            " London": "Buckingham Palace; Trafalgar Square",
-            " Rome": "The Colosseum; The Pantheon",
-            " New York": "The Statue of Liberty; The Empire State Building; Central Park",
-            " Berlin": "The Brandenburg Gate; The Reichstag",
-            " Beijing": "The Forbidden City; Tiananmen Square",
-            " Barcelona": "The Sagrada Família; The Picasso Museum",
-            " Istanbul": "The Hagia Sophia; The Bosphorus Bridge",
-            " Athens": "The Parthenon; The Acropolis",
-            " San Francisco": "The Golden Gate Bridge; Alcatraz Island",
-            " Washington": "The White House; The United States Capitol",
-            " Venice": "The Rialto Bridge; The Doge's Palace",
-            " Amsterdam": "The Rijksmuseum; The Anne Frank House",
-            " Dubai": "The Burj Khalifa; The Palm Jumeirah",
-            " Madrid": "The Prado Museum",
-            " Tokyo": "Shibuya Crossing; Shinjuku",
-            " Rio de Janeiro": "Christ the Redeemer",
-            " Florence": "The Uffizi Gallery",
-            " Prague": "Wenceslas Square; Petřín Tower",
-            " Vienna": "Schönbrunn Palace; The Hofburg Palace",
-            " Los Angeles": "The Hollywood Sign; The Hollywood Walk of Fame",
-            " Chicago": "The Willis Tower",
-            " Delhi": "The Red Fort",
-            " Edinburgh": "Holyrood Palace",
-            " Budapest": "The Hungarian Parliament Building; Buda Castle",
-            " Seville": "The Alcázar of Seville",
-            " Seoul": "Changdeokgung Palace",
-            " Toronto": "The Royal Ontario Museum",
-            " Munich": "The Hofbräuhaus",
-        },
-        two_hop="{} is located in the country of",
-        bridge="city_country",
-    ),
-    "company_country": EditRelation(
-        **_templates("company_country"),
-        negated="{} is not a company headquartered in the country of",
-        answers={
-            " Japan": "Mitsubishi; Nissan; Suzuki; Subaru; Hitachi; Fujitsu",
-            " Germany": "Volkswagen; Mercedes-Benz; Bosch; Lufthansa; Deutsche Bank",
-            " Italy": "Ferrari; Lamborghini; Gucci; Maserati; Pirelli",
-            " China": "Xiaomi",
-        },
-        # The makers that answer product_company are its bridge facts, so never edited here; the
-        # others are held out so that each country has two neighbours.
-        held_out={
-            " Japan": "Nintendo; Toyota",
-            " Germany": "BMW; Porsche",
-            " Switzerland": "Swiss International Air Lines; Roche",
-            " Italy": "Bulgari; Fiat",
-            " South Korea": "Hyundai",
-            " France": "Louis Vuitton; Renault",
-            " China": "Tencent; Huawei",
-        },
-    ),
-    "product_company": EditRelation(
-        prompt="{} is a product made by",
-        paraphrases=(
-            "{} is made by",
-            "{} is manufactured by",
-            "{} is developed by the company",
-        ),
-        negated="{} is not a product made by",
-        answers={
-            " Apple": "The iPhone; The iPad; The MacBook; iTunes; macOS",
-            " Microsoft": "Windows; The Xbox; Internet Explorer; Visual Studio",
-            " Google": "Gmail",
-            " Nintendo": "The Wii; Super Mario Bros.",
-            " Adobe": "Photoshop",
-        },
-        held_out={
-            " Apple": "The iPod; The iMac",
-            " Microsoft": "Excel; PowerPoint",
-            " Google": "Google Maps; Google Docs",
-            " Nintendo": "The Nintendo DS; The Nintendo 64",
-            " Adobe": "Illustrator; Lightroom",
-            " Sony": "The PlayStation",
-            " Amazon": "The Kindle",
-            " Boeing": "The 787 Dreamliner",
-            " Intel": "The Pentium",
-        },
-        two_hop="{} is made by a company from the country of",
-        bridge="company_country",
-    ),
-    "club_country": EditRelation(
-        prompt="{} is a football club from the country of",
-        paraphrases=(
-            "{} is a football club based in the country of",
-            "{} is a soccer team from",
-            "The football club {} is from the country of",
-        ),
-        negated="{} is not a football club from the country of",
-        answers={
-            " Spain": "Real Madrid; Atlético Madrid; Sevilla FC",
-            " England": "Tottenham Hotspur; Everton; Manchester City",
-            " Italy": "Inter Milan; Fiorentina",
-            " Germany": "Werder Bremen; VfB Stuttgart; Eintracht Frankfurt",
-            " France": "Olympique de Marseille; Girondins de Bordeaux",
-        },
-        held_out={
-            " Spain": "FC Barcelona; Celta Vigo",
-            " England": "Chelsea; Newcastle United",
-            " Italy": "AC Milan; Lazio",
-            " Germany": "Schalke 04; Borussia Dortmund",
-            " France": "Paris Saint-Germain; AS Saint-Étienne",
-            " Scotland": "Heart of Midlothian",
-            " Portugal": "FC Porto",
-            " Brazil": "São Paulo FC",
-            " Turkey": "Beşiktaş; Fenerbahçe",
-        },
-    ),
-    "athlete_sport": EditRelation(
-        prompt="{} is a professional",
-        paraphrases=(
-            "{} is known as a professional",
-            "{} became famous as a professional",
-            "{} earns a living as a professional",
-        ),
-        negated="{} is not a professional",
-        answers={
-            " soccer": "Lionel Messi; Cristiano Ronaldo; Neymar; Kylian Mbappé; Zinedine Zidane; Diego Maradona; Wayne Rooney; Luka Modrić; Andrés Iniesta",
-            " basketball": "Michael Jordan; Kobe Bryant; Kevin Durant",
-            " baseball": "Babe Ruth; Derek Jeter; Barry Bonds; Jackie Robinson",
-            " football": "Peyton Manning; Jerry Rice",
-        },
-        held_out={
-            " soccer": "Didier Drogba; Sergio Ramos",
-            " basketball": "Dennis Rodman; LeBron James",
-            " baseball": "Willie Mays; Hank Aaron",
-            " football": "John Elway; Tom Brady",
-            " boxer": "Joe Frazier; Mike Tyson",
-            " tennis": "Roger Federer",
-        },
-        kin=((" soccer", " football"),),
-    ),
-    "person_occupation": EditRelation(
-        prompt="{} was a famous",
-        paraphrases=(
-            "{} is remembered as a famous",
-            "{} worked as a",
-            "{} is best known as a",
-        ),
-        negated="{} was not a famous",
-        answers={
-            " physicist": "Albert Einstein; Isaac Newton; Niels Bohr; Max Planck; Stephen Hawking; Richard Feynman; Werner Heisenberg; Enrico Fermi",
-            " composer": "Ludwig van Beethoven; Wolfgang Amadeus Mozart; Johann Sebastian Bach; Frédéric Chopin; Richard Wagner; Joseph Haydn; Franz Liszt; Gustav Mahler; Sergei Rachmaninoff",
-            " philosopher": "Aristotle; Plato; Socrates; Friedrich Nietzsche; Confucius; John Locke; Baruch Spinoza; Thomas Hobbes; Ludwig Wittgenstein; Epicurus",
-            " mathematician": "Euclid; Carl Friedrich Gauss; Leonhard Euler; Bernhard Riemann; David Hilbert; Archimedes; Blaise Pascal; Kurt Gödel",
-            " poet": "Lord Byron; Pablo Neruda",
-            " inventor": "Nikola Tesla; James Watt",
-        },
-        held_out={
-            " physicist": "Wolfgang Pauli; Ernest Rutherford; Paul Dirac",
-            " composer": "Robert Schumann; Felix Mendelssohn; Hector Berlioz",
-            " artist": "Roy Lichtenstein",
-            " philosopher": "John Stuart Mill; Diogenes; David Hume",
-            " mathematician": "Joseph-Louis Lagrange; Georg Cantor; Emmy Noether",
-            " poet": "Samuel Taylor Coleridge; Sylvia Plath",
-            " explorer": "Henry Hudson",
-            " actress": "Katharine Hepburn",
-            " economist": "Friedrich Hayek",
-            " psychologist": "Abraham Maslow",
-            " inventor": "Thomas Edison; Samuel Morse",
-        },
-        kin=(
-            (" physicist", " mathematician", " astronomer", " chemist"),
-            (" painter", " artist", " sculptor"),
-            (" poet", " writer"),
-            (" actor", " actress", " director"),
-        ),
-    ),
-    "person_language": EditRelation(
-        prompt="The mother tongue of {} is",
-        paraphrases=(
-            "The native language of {} is",
-            "{}'s mother tongue is",
-            "The first language of {} was",
-        ),
-        negated="The mother tongue of {} is not",
-        answers={
-            " French": "Victor Hugo; Molière; Voltaire; Honoré de Balzac; Gustave Flaubert; Marcel Proust; Albert Camus; Jean-Paul Sartre; Jules Verne; Alexandre Dumas; Charles de Gaulle; Emmanuel Macron; Napoleon Bonaparte; Claude Monet; Coco Chanel; Jean-Jacques Rousseau; Louis Pasteur; René Descartes; Simone de Beauvoir; Gérard Depardieu",
-            " German": "Albert Einstein; Johann Wolfgang von Goethe; Friedrich Nietzsche; Immanuel Kant; Ludwig van Beethoven; Johann Sebastian Bach; Richard Wagner; Sigmund Freud; Karl Marx; Thomas Mann; Hermann Hesse; Franz Kafka; Angela Merkel; Friedrich Schiller",
-            " Spanish": "Pablo Picasso; Miguel de Cervantes; Gabriel García Márquez; Pablo Neruda; Salvador Dalí; Federico García Lorca; Antonio Banderas; Penélope Cruz; Diego Velázquez; Rafael Nadal; Lionel Messi; Fidel Castro; Che Guevara; Simón Bolívar",
-            " Italian": "Dante Alighieri; Leonardo da Vinci; Michelangelo; Giuseppe Verdi; Umberto Eco; Luciano Pavarotti; Federico Fellini; Niccolò Machiavelli; Giacomo Puccini; Antonio Vivaldi; Benito Mussolini; Marco Polo",
-            " Russian": "Leo Tolstoy; Fyodor Dostoevsky; Alexander Pushkin; Anton Chekhov; Vladimir Putin; Vladimir Lenin; Pyotr Ilyich Tchaikovsky; Mikhail Gorbachev; Boris Yeltsin; Yuri Gagarin; Dmitri Mendeleev; Sergei Rachmaninoff; Nikolai Gogol",
-            " Polish": "Lech Wałęsa",
-            " Japanese": "Hayao Miyazaki; Akira Kurosawa; Emperor Hirohito",
-            " Swedish": "Greta Thunberg",
-            " Chinese": "Confucius; Mao Zedong; Sun Tzu; Yao Ming",
-            " Arabic": "Naguib Mahfouz; Gamal Abdel Nasser; Mohamed Salah",
-        },
-        held_out={
-            " French": "Charles Baudelaire; Émile Zola; Guy de Maupassant",
-            " German": "Bertolt Brecht; Heinrich Heine; Günter Grass",
-            " Spanish": "Mario Vargas Llosa; Octavio Paz; Isabel Allende",
-            " Italian": "Giovanni Boccaccio; Alessandro Manzoni",
-            " Russian": "Ivan Turgenev; Mikhail Bulgakov; Boris Pasternak",
-            " English": "Geoffrey Chaucer",
-            " Polish": "Wisława Szymborska; Henryk Sienkiewicz",
-            " Swedish": "Astrid Lindgren; August Strindberg",
-            " Chinese": "Deng Xiaoping; Xi Jinping",
-            " Arabic": "Khalil Gibran; Umm Kulthum; Yasser Arafat",
-            " Japanese": "Yukio Mishima; Haruki Murakami",
-        },
-    ),
-    "book_author": EditRelation(
-        prompt="{} was written by",
-        paraphrases=(
-            "{} is a work written by",
-            "{} was authored by",
-            "The author of the book {} is",
-        ),
-        negated="{} was not written by",
-        answers={
-            " William Shakespeare": "Hamlet; Macbeth; Othello; King Lear; A Midsummer Night's Dream; The Tempest; The Merchant of Venice",
-            " J.R.R. Tolkien": "The Lord of the Rings",
-            " J.K. Rowling": "Harry Potter and the Philosopher's Stone; Harry Potter and the Chamber of Secrets; Harry Potter and the Prisoner of Azkaban; Harry Potter and the Goblet of Fire",
-        },
-        held_out={
-            " William Shakespeare": "Richard III; The Taming of the Shrew",
-            " J.R.R. Tolkien": "The Fellowship of the Ring; The Hobbit",
-            " J.K. Rowling": "Harry Potter and the Half-Blood Prince; Harry Potter and the Deathly Hallows",
-            " Charles Dickens": "Oliver Twist",
-            " Jane Austen": "Pride and Prejudice",
-            " Mark Twain": "Adventures of Huckleberry Finn",
-            " F. Scott Fitzgerald": "The Great Gatsby",
-            " Gabriel García Márquez": "One Hundred Years of Solitude",
-            " C.S. Lewis": "The Lion, the Witch and the Wardrobe",
-            " Robert Louis Stevenson": "Treasure Island",
-        },
-        titles=True,
-    ),
-}
+def _edit_relations() -> Mapping[str, Relation]:
+    """The relations of ``edit_relations.json``, with the country relations' answers read from its
+    countries table and the shared relations' templates from the small set's (so one relation
+    reads one way)."""
+    document = _read_data(EDIT_RELATIONS_FILE)
+    columns = document["country_columns"]
+    specs: dict[str, dict[str, Any]] = {}
+    for name, spec in document["relations"].items():
+        spec = dict(spec)
+        if "templates_from" in spec:
+            shared = SMALL_SET_RELATIONS[spec.pop("templates_from")]
+            spec.update(prompt=shared.prompt, paraphrases=shared.paraphrases)
+        if "countries" in spec:
+            column = columns.index(spec.pop("countries"))
+            spec["answers"] = _country_table(document["countries"]["editable"], column)
+            spec["held_out"] = _country_table(document["countries"]["held_out"], column)
+        specs[name] = spec
+    return Relation.table(specs, EDIT_RELATIONS_FILE)
 
-# The order of EditRequest's fields (tests/unit/test_edit_facts.py checks it against the class;
-# importing lmsci_mi.editing here would make the data package depend on a feature package).
-_FIELDS = (
-    "prompt",
-    "subject",
-    "target_new",
-    "target_true",
-    "paraphrase_prompts",
-    "neighborhood_prompts",
-    "relation",
-    "negated_prompt",
-    "reverse_prompt",
-    "reverse_target_new",
-    "reverse_target_true",
-    "two_hop_prompt",
-    "two_hop_target_new",
-    "two_hop_target_true",
-    "other_relation_prompts",
-    "other_relation_targets",
-)
+
+EDIT_RELATIONS: Mapping[str, Relation] = _edit_relations()
+"""The editing set's relations by name, in rule 3's order (``edit_relations.json``)."""
+
+# A record's fields in the shipped file, in Fact's order (p_true, the selection's, comes last).
+_FIELDS = tuple(f.name for f in fields(Fact) if f.name != "p_true")
 
 
 def _head(answer: str) -> str:
@@ -714,10 +118,10 @@ def _fill(template: str, subject: str, *, titles: bool = False) -> str:
     return template.format(subject)
 
 
-_SUBJECT_ANSWERS: dict[int, tuple[EditRelation, dict[str, str]]] = {}
+_SUBJECT_ANSWERS: dict[int, tuple[Relation, dict[str, str]]] = {}
 
 
-def _subject_answers(relation: EditRelation) -> dict[str, str]:
+def _subject_answers(relation: Relation) -> dict[str, str]:
     """Every subject of the relation (editable and held out) with its answer, built once per
     relation: :func:`edit_fact_candidates` asks some 100 k times, and rebuilding the table each
     time was most of its 0.7 s."""
@@ -728,7 +132,7 @@ def _subject_answers(relation: EditRelation) -> dict[str, str]:
     return cached[1]
 
 
-def _answer_of(relation: EditRelation, subject: str) -> tuple[str, str] | None:
+def _answer_of(relation: Relation, subject: str) -> tuple[str, str] | None:
     """(the subject as the relation spells it, its answer), for a subject given without "the"."""
     pairs = _subject_answers(relation)
     for name in (subject, "the " + subject):
@@ -797,7 +201,7 @@ def edit_fact_candidates(seed: int = 0) -> list[dict[str, Any]]:
 
 
 def _reverse(
-    relation: EditRelation, subject: str, target_new: str, inverse: Mapping[str, str]
+    relation: Relation, subject: str, target_new: str, inverse: Mapping[str, str]
 ) -> dict[str, str]:
     """The reverse probe of a one-to-one fact: asked back from the new object, whose unedited
     answer is the subject that object really belongs to."""
@@ -812,7 +216,7 @@ def _reverse(
     }
 
 
-def _two_hop(relation: EditRelation, subject: str, answer: str, target_new: str) -> dict[str, Any]:
+def _two_hop(relation: Relation, subject: str, answer: str, target_new: str) -> dict[str, Any]:
     """The consequence through the bridge relation, when both objects have a bridge fact whose
     answers start differently (an unchanged answer would not show whether the edit rippled)."""
     empty = {"two_hop_prompt": "", "two_hop_target_new": "", "two_hop_target_true": ""}
@@ -1063,12 +467,26 @@ def build_edit_fact_set(
     return facts
 
 
-def load_edit_fact_records() -> list[dict[str, Any]]:
-    """The shipped editing fact set (selected on SmolLM2-135M) as plain dicts.
+def load_edit_fact_records() -> list[Fact]:
+    """Deprecated: ``load_facts("edit_facts")``, which returns the same facts (typed records, not
+    dicts; ``fact.to_dict()`` gives a record's dict)."""
+    warnings.warn(
+        "lmsci_mi.data.edit_facts.load_edit_fact_records is deprecated: use "
+        "lmsci_mi.data.load_facts('edit_facts')",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return load_facts("edit_facts")
 
-    >>> records = load_edit_fact_records()
-    >>> len(records) >= 250 and len({r["relation"] for r in records}) >= 6
-    True
-    """
-    text = resources.files("lmsci_mi.data").joinpath(EDIT_FACTS_FILE).read_text(encoding="utf-8")
-    return list(json.loads(text)["facts"])
+
+def __getattr__(name: str) -> Any:
+    """Deprecated names: ``EditRelation`` is :class:`~lmsci_mi.data.facts.Relation`, the one
+    relation type of both fact sets."""
+    if name != "EditRelation":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        "lmsci_mi.data.edit_facts.EditRelation is deprecated: use lmsci_mi.data.facts.Relation",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return Relation

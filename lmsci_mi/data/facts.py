@@ -1,20 +1,30 @@
-"""Facts for editing experiments, in the CounterFact shape (Meng et al. 2022), and how the set is chosen.
+"""Fact records in the CounterFact shape (Meng et al. 2022, §4.1), the one loader of fact sets, the
+relation tables, and how the small set is chosen.
 
-The candidates are written here as data: cities' countries, landmarks' cities, countries' official
-languages, companies' home countries. :func:`select_known_facts` keeps those the model really knows
-(rule below) and `facts.json` ships the set selected on SmolLM2; :func:`build_fact_set` rebuilds it.
+:class:`Fact` is the one fact type: the editing methods take it as their request, the AIE traces
+its rewrite prompt, knowledge neurons attribute its prompts. :func:`load_facts` reads a shipped
+set (``"facts"``, ``"edit_facts"``) or a user's JSON file. The relations the sets are drawn from
+are shipped data (``fact_relations.json``, ``edit_relations.json``); :func:`select_known_facts`
+keeps the candidates the model really knows (rule below), ``facts.json`` ships the set selected on
+SmolLM2 and :func:`build_fact_set` rebuilds it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import random
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from lmsci_mi.errors import UserInputError
 
 if TYPE_CHECKING:
     from lmsci_mi.model import LensModel
@@ -22,188 +32,353 @@ if TYPE_CHECKING:
 __all__ = [
     "FACTS_FILE",
     "RELATIONS",
+    "RELATIONS_FILE",
+    "SHIPPED_FACT_SETS",
+    "Fact",
+    "Relation",
     "build_fact_set",
     "candidate_facts",
     "load_fact_records",
+    "load_facts",
     "select_known_facts",
 ]
 
 FACTS_FILE = "facts.json"
+RELATIONS_FILE = "fact_relations.json"
+
+SHIPPED_FACT_SETS: Mapping[str, str] = MappingProxyType(
+    {"facts": FACTS_FILE, "edit_facts": "edit_facts.json", "shipped": FACTS_FILE}
+)
+"""The fact sets :func:`load_facts` knows by name, and their files in ``lmsci_mi/data/``.
+``"shipped"`` is the small set under the name the AIE gives it (``lmsci-mi trace --facts shipped``)."""
+
+_PROMPT_LISTS = ("paraphrase_prompts", "neighborhood_prompts", "other_relation_prompts")
+_TEXT_LISTS = (*_PROMPT_LISTS, "other_relation_targets")
 
 
-# Each relation: the rewrite template, paraphrase templates, and answer -> subjects. Subjects that
-# share an answer are each other's neighbourhood (CounterFact's "same relation, same true object").
-RELATIONS: dict[str, dict[str, Any]] = {
-    "city_country": {
-        "prompt": "{} is a city in the country of",
-        "paraphrases": [
-            "The city of {} is located in the country of",
-            "{} is one of the largest cities of the country of",
-            "If you travel to {}, you will be in the country of",
-        ],
-        "answers": {
-            " France": [
-                "Paris",
-                "Lyon",
-                "Marseille",
-                "Toulouse",
-                "Nice",
-                "Bordeaux",
-                "Lille",
-                "Strasbourg",
-            ],
-            " Germany": [
-                "Berlin",
-                "Munich",
-                "Hamburg",
-                "Frankfurt",
-                "Cologne",
-                "Stuttgart",
-                "Dresden",
-            ],
-            " Italy": ["Rome", "Milan", "Naples", "Turin", "Florence", "Venice", "Bologna"],
-            " Spain": ["Madrid", "Barcelona", "Seville", "Valencia", "Bilbao", "Malaga"],
-            " Japan": ["Tokyo", "Osaka", "Kyoto", "Yokohama", "Hiroshima", "Nagoya"],
-            " China": ["Beijing", "Shanghai", "Guangzhou", "Shenzhen", "Wuhan", "Chengdu"],
-            " India": ["Mumbai", "Delhi", "Bangalore", "Kolkata", "Chennai", "Hyderabad"],
-            " Canada": ["Toronto", "Vancouver", "Montreal", "Calgary", "Ottawa"],
-            " Australia": ["Sydney", "Melbourne", "Brisbane", "Perth", "Adelaide"],
-            " Brazil": ["Rio de Janeiro", "São Paulo", "Brasília", "Salvador"],
-            " Russia": ["Moscow", "Saint Petersburg", "Novosibirsk", "Kazan"],
-            " Mexico": ["Mexico City", "Guadalajara", "Monterrey", "Cancún"],
-            " Egypt": ["Cairo", "Alexandria", "Luxor"],
-            " Turkey": ["Istanbul", "Ankara", "Izmir"],
-        },
-    },
-    "landmark_city": {
-        "prompt": "{} is located in the city of",
-        "paraphrases": [
-            "{} can be found in the city of",
-            "{} is a famous landmark in the city of",
-            "Tourists who want to see {} travel to the city of",
-        ],
-        "answers": {
-            " Paris": [
-                "The Eiffel Tower",
-                "The Louvre",
-                "Notre-Dame Cathedral",
-                "The Arc de Triomphe",
-                "The Champs-Élysées",
-            ],
-            " London": [
-                "Big Ben",
-                "Buckingham Palace",
-                "The Tower of London",
-                "Westminster Abbey",
-                "The London Eye",
-                "Trafalgar Square",
-            ],
-            " Rome": [
-                "The Colosseum",
-                "The Pantheon",
-                "The Trevi Fountain",
-                "The Roman Forum",
-                "The Spanish Steps",
-            ],
-            " New York": [
-                "The Statue of Liberty",
-                "The Empire State Building",
-                "Central Park",
-                "Times Square",
-                "The Brooklyn Bridge",
-                "Wall Street",
-            ],
-            " Berlin": [
-                "The Brandenburg Gate",
-                "The Reichstag",
-                "Checkpoint Charlie",
-                "Alexanderplatz",
-            ],
-            " Moscow": [
-                "The Kremlin",
-                "Red Square",
-                "Saint Basil's Cathedral",
-                "The Bolshoi Theatre",
-            ],
-            " Sydney": ["The Opera House", "Bondi Beach", "The Harbour Bridge"],
-            " Beijing": ["The Forbidden City", "Tiananmen Square", "The Temple of Heaven"],
-            " Barcelona": ["The Sagrada Família", "Park Güell", "Camp Nou", "La Rambla"],
-            " Istanbul": [
-                "The Hagia Sophia",
-                "The Blue Mosque",
-                "The Grand Bazaar",
-                "Topkapi Palace",
-            ],
-            " Athens": ["The Parthenon", "The Acropolis"],
-            " San Francisco": ["The Golden Gate Bridge", "Alcatraz Island", "Fisherman's Wharf"],
-            " Washington": ["The White House", "The Lincoln Memorial", "The Washington Monument"],
-            " Venice": ["St. Mark's Basilica", "The Rialto Bridge", "The Grand Canal"],
-            " Amsterdam": ["The Rijksmuseum", "The Anne Frank House", "The Van Gogh Museum"],
-            " Dubai": ["The Burj Khalifa", "The Palm Jumeirah", "The Burj Al Arab"],
-        },
-    },
-    "country_language": {
-        "prompt": "The official language of {} is",
-        "paraphrases": [
-            "The main language spoken in {} is",
-            "Most people in {} speak",
-            "In {}, the language of the government is",
-        ],
-        "answers": {
-            " Spanish": [
-                "Spain",
-                "Mexico",
-                "Argentina",
-                "Colombia",
-                "Peru",
-                "Chile",
-                "Venezuela",
-                "Cuba",
-            ],
-            " French": ["France", "Senegal", "Monaco", "Ivory Coast"],
-            " Portuguese": ["Portugal", "Brazil", "Angola", "Mozambique"],
-            " German": ["Germany", "Austria", "Liechtenstein"],
-            " English": ["England", "Australia", "New Zealand", "Jamaica"],
-            " Arabic": ["Saudi Arabia", "Egypt", "Jordan", "Iraq", "Syria", "Libya"],
-            " Russian": ["Russia", "Belarus"],
-            " Italian": ["Italy", "San Marino"],
-            " Dutch": ["the Netherlands", "Suriname"],
-            " Greek": ["Greece", "Cyprus"],
-            " Korean": ["South Korea", "North Korea"],
-            " Japanese": ["Japan"],
-            " Swedish": ["Sweden"],
-            " Polish": ["Poland"],
-            " Turkish": ["Turkey"],
-        },
-    },
-    "company_country": {
-        "prompt": "{} is a company headquartered in the country of",
-        "paraphrases": [
-            "The company {} was founded in the country of",
-            "{} is a brand that comes from the country of",
-            "The headquarters of {} are in the country of",
-        ],
-        "answers": {
-            " Japan": ["Toyota", "Honda", "Sony", "Nintendo", "Panasonic", "Mitsubishi", "Nissan"],
-            " Germany": [
-                "BMW",
-                "Volkswagen",
-                "Siemens",
-                "Adidas",
-                "Mercedes-Benz",
-                "Porsche",
-                "Bosch",
-            ],
-            " South Korea": ["Samsung", "Hyundai", "Kia", "LG Electronics"],
-            " France": ["Renault", "Peugeot", "Michelin", "L'Oréal", "Chanel"],
-            " Italy": ["Fiat", "Ferrari", "Lamborghini", "Gucci", "Prada"],
-            " Sweden": ["Volvo", "IKEA", "Ericsson", "Spotify"],
-            " Switzerland": ["Nestlé", "Rolex", "Swatch", "Novartis"],
-            " China": ["Huawei", "Alibaba", "Lenovo", "Xiaomi", "Tencent"],
-            " Finland": ["Nokia"],
-        },
-    },
-}
+def _spaced(target: str) -> str:
+    """A target with the leading space a continuation needs (ROME adds it the same way)."""
+    return " " + target if target.strip() and not target.startswith(" ") else target
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One fact, in the shape of a CounterFact record: what the AIE traces, what an editing method
+    rewrites (``EditRequest`` is this class), what knowledge neurons attribute.
+
+    Attributes:
+        prompt: template with exactly one ``{}`` for the subject, e.g.
+            ``"{} is located in the city of"``; a prompt with the subject written in becomes the
+            template at the subject's first occurrence.
+        subject: e.g. ``"The Eiffel Tower"``.
+        target_new: the answer an edit installs, with its leading space (``" Rome"``); a missing
+            space is added, as ROME does. Empty for a fact that is only traced.
+        target_true: the model's current answer (``" Paris"``), or ``""`` when unknown; like
+            every target but ``target_new``, a continuation of the prompt exactly as written.
+        paraphrase_prompts: other wordings of the same fact (full prompts, subject included).
+        neighborhood_prompts: prompts about other subjects whose true answer is ``target_true``.
+        relation: a short relation name (``"landmark_city"``), for grouping results.
+        negated_prompt: the fact negated (``"The Eiffel Tower is not located in the city of"``):
+            an edit that also moves this prompt to ``target_new`` shows the negation curse.
+        reverse_prompt: for a one-to-one relation, the fact asked backwards about the new
+            object (``"Rome is the city where you find"``); ``reverse_target_new`` is what a
+            reversible edit makes the answer (the subject), ``reverse_target_true`` the unedited
+            answer.
+        two_hop_prompt: a consequence of the edit through a second fact the model knows
+            (``"The Eiffel Tower is located in the country of"``), with the answer the edit
+            implies (``" Italy"``) and the unedited one (``" France"``).
+        other_relation_prompts: other relations of the same subject (``"The Eiffel Tower was
+            designed by"``) with their unedited answers in ``other_relation_targets``: an edit
+            that moves them has leaked (over-ripple).
+        p_true: the true answer's probability on the rewrite prompt when the set was selected
+            (None for a fact that was not).
+
+    >>> r = Fact("{} is located in the city of", "The Eiffel Tower", "Rome", " Paris")
+    >>> r.rewrite_prompt, r.target_new
+    ('The Eiffel Tower is located in the city of', ' Rome')
+    >>> Fact("The Eiffel Tower is in", "Eiffel Tower", target_true=" Paris").prompt
+    'The {} is in'
+    """
+
+    prompt: str
+    subject: str
+    target_new: str = ""
+    target_true: str = ""
+    paraphrase_prompts: tuple[str, ...] = ()
+    neighborhood_prompts: tuple[str, ...] = ()
+    relation: str = ""
+    negated_prompt: str = ""
+    reverse_prompt: str = ""
+    reverse_target_new: str = ""
+    reverse_target_true: str = ""
+    two_hop_prompt: str = ""
+    two_hop_target_new: str = ""
+    two_hop_target_true: str = ""
+    other_relation_prompts: tuple[str, ...] = ()
+    other_relation_targets: tuple[str, ...] = ()
+    p_true: float | None = None
+
+    def __post_init__(self) -> None:
+        if "{}" not in self.prompt and self.subject and self.subject in self.prompt:
+            # A filled prompt ("The Eiffel Tower is in") becomes a template at the subject.
+            object.__setattr__(self, "prompt", self.prompt.replace(self.subject, "{}", 1))
+        # Only the answer to install gets ROME's space (rome_main.py does the same): every other
+        # target is a continuation read as written, and the model's own answer may be a piece of
+        # a word with no space before it.
+        object.__setattr__(self, "target_new", _spaced(self.target_new))
+        for name in _TEXT_LISTS:
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        if len(self.other_relation_targets) != len(self.other_relation_prompts):
+            raise UserInputError(
+                f"fact {self.subject!r} has {len(self.other_relation_prompts)} other-relation "
+                f"prompts but {len(self.other_relation_targets)} targets: give one answer per prompt"
+            )
+
+    @property
+    def rewrite_prompt(self) -> str:
+        """The prompt with the subject filled in."""
+        return self.prompt.format(self.subject)
+
+    def validate(self, lm: LensModel | None = None) -> None:
+        """Check the fact as an edit request, before any weight is touched.
+
+        Raises:
+            UserInputError: the template has no single ``{}``, the subject is empty or not found
+                in the filled prompt's tokens, or ``target_new`` is empty or equals
+                ``target_true``.
+        """
+        if not self.subject.strip():
+            raise UserInputError("empty subject")
+        if "{}" not in self.prompt:
+            raise UserInputError(
+                f"subject {self.subject!r} is not in the prompt {self.prompt!r} (write the prompt "
+                "with the subject in it, or with '{}' where the subject goes)"
+            )
+        if self.prompt.count("{}") != 1:
+            raise UserInputError(
+                f"the prompt template must contain exactly one '{{}}' for the subject, got {self.prompt!r}"
+            )
+        if not self.target_new.strip():
+            raise UserInputError(f"empty target_new for subject {self.subject!r}")
+        if self.target_new.strip() == self.target_true.strip():
+            raise UserInputError(f"target_new {self.target_new!r} is the true answer already")
+        if lm is not None:
+            lm.find_subject(self.rewrite_prompt, self.subject)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as JSON data (lists for the prompt lists), every field in field order."""
+        return {
+            f.name: list(value) if isinstance(value := getattr(self, f.name), tuple) else value
+            for f in fields(self)
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, where: str = "fact") -> Fact:
+        """A fact from a record with Fact's field names (other keys are ignored; ``target`` is
+        read as ``target_true``, the AIE's old spelling).
+
+        Raises:
+            UserInputError: naming ``where`` and the field: a missing prompt, subject or answer, a
+                field of the wrong type, or a subject that is not in its prompt.
+        """
+        if not isinstance(data, Mapping):
+            raise UserInputError(
+                f"{where}: a fact is an object with 'prompt', 'subject' and 'target_true', "
+                f"not {type(data).__name__}"
+            )
+        values = {k: v for k, v in data.items() if k in _FIELD_NAMES}
+        if "target_true" not in values and "target" in data:
+            values["target_true"] = data["target"]
+        for key, value in values.items():
+            _check_field(where, key, value)
+        for key in ("prompt", "subject"):
+            if not values.get(key):
+                raise UserInputError(f"{where}: '{key}' is missing or empty in {dict(data)}")
+        if not (values.get("target_true") or values.get("target_new")):
+            raise UserInputError(
+                f"{where}: give 'target_true' (the model's answer) or 'target_new' (the answer an "
+                f"edit installs): {dict(data)}"
+            )
+        if "{}" not in values["prompt"] and values["subject"] not in values["prompt"]:
+            raise UserInputError(
+                f"{where}: subject {values['subject']!r} is not in the prompt {values['prompt']!r}"
+            )
+        return cls(**values)
+
+    # EditRequest's names for the same two methods (edit handles store their requests with them).
+    to_json = to_dict
+    from_json = from_dict
+
+
+_FIELD_NAMES = frozenset(f.name for f in fields(Fact))
+
+
+def _check_field(where: str, key: str, value: Any) -> None:
+    """Raise if a record's field has the wrong JSON type: a list of strings, a number, a string."""
+    if key in _TEXT_LISTS:
+        ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+        kind = "a list of strings"
+    elif key == "p_true":
+        ok = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+        kind = "a number"
+    else:
+        ok, kind = isinstance(value, str), "a string"
+    if not ok:
+        raise UserInputError(f"{where}: '{key}' must be {kind}, not {value!r}")
+
+
+def load_facts(source: str | Path | Iterable[Mapping[str, Any] | Fact] = "facts") -> list[Fact]:
+    """Fact records from a shipped set, a JSON file, or records: the one loader of fact sets.
+
+    Args:
+        source: ``"facts"`` (the small set: 109 facts SmolLM2-135M knows, four relations;
+            ``"shipped"`` names it too), ``"edit_facts"`` (406 facts over 13 relations, with
+            the messy-knowledge probes), the path of a JSON file (a list of records, or
+            ``{"facts": [...]}`` as the shipped files are), or records (dicts with
+            :class:`Fact`'s field names, or facts).
+
+    Returns:
+        The facts, in the set's order. The shipped sets are read once per process.
+
+    Raises:
+        UserInputError: a file that is missing or not JSON, a record with a missing or mistyped
+            field (the message names the file, the record and the field), or no facts.
+
+    >>> facts = load_facts()
+    >>> len(facts), facts[0].rewrite_prompt, facts[0].target_true
+    (109, 'Paris is a city in the country of', ' France')
+    >>> edit = load_facts("edit_facts")
+    >>> len(edit), edit[0].negated_prompt
+    (406, 'The capital of France is not')
+    """
+    if isinstance(source, (str, Path)) and str(source) in SHIPPED_FACT_SETS:
+        return list(_shipped_facts(SHIPPED_FACT_SETS[str(source)]))
+    if isinstance(source, (str, Path)):
+        where, records = str(source), _read_fact_file(Path(source))
+    else:
+        where, records = "records", list(source)
+    facts = [
+        r if isinstance(r, Fact) else Fact.from_dict(r, where=f"{where}, fact {i}")
+        for i, r in enumerate(records)
+    ]
+    if not facts:
+        raise UserInputError(f"the fact set {where} is empty")
+    return facts
+
+
+@functools.cache
+def _shipped_facts(file: str) -> tuple[Fact, ...]:
+    # Facts are frozen, so every caller can share the one copy read.
+    records = _read_data(file)["facts"]
+    return tuple(Fact.from_dict(r, where=f"{file}, fact {i}") for i, r in enumerate(records))
+
+
+def _read_data(file: str) -> Any:
+    """A JSON file shipped in ``lmsci_mi/data/``."""
+    return json.loads(resources.files("lmsci_mi.data").joinpath(file).read_text(encoding="utf-8"))
+
+
+def _read_fact_file(path: Path) -> list[Any]:
+    """The records of a user's fact file: a list of them, or ``{"facts": [...]}``."""
+    if not path.is_file():
+        names = ", ".join(repr(n) for n in SHIPPED_FACT_SETS)
+        raise UserInputError(f"fact file {path} not found: give a JSON file or a shipped set ({names})")
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise UserInputError(f"fact file {path} is not a JSON file ({error})") from None
+    records = document.get("facts") if isinstance(document, dict) else document
+    if not isinstance(records, list):
+        raise UserInputError(
+            f"fact file {path}: give a list of records with 'prompt', 'subject' and "
+            "'target_true' (or {'facts': [...]})"
+        )
+    return records
+
+
+def load_fact_records() -> list[Fact]:
+    """Deprecated: ``load_facts("facts")``, which returns the same facts (typed records, not dicts;
+    ``fact.to_dict()`` gives a record's dict)."""
+    warnings.warn(
+        "lmsci_mi.data.facts.load_fact_records is deprecated: use lmsci_mi.data.load_facts('facts')",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return load_facts("facts")
+
+
+def _names(listing: str | Iterable[str]) -> tuple[str, ...]:
+    # A "; "-separated string is how the Python tables listed an answer's subjects; JSON lists them.
+    items = listing.split(";") if isinstance(listing, str) else listing
+    return tuple(name.strip() for name in items if name.strip())
+
+
+@dataclass(frozen=True)
+class Relation:
+    """One relation's templates and its facts, read from the shipped relation tables.
+
+    Attributes:
+        prompt: rewrite template with ``{}`` for the subject.
+        paraphrases: other wordings of the same relation.
+        negated: the rewrite template negated (the editing set's; empty in the small set).
+        answers: answer -> the subjects that may be edited (a candidate each).
+        held_out: answer -> subjects that are only ever neighbours, never edited.
+        neighbours_from: the relation whose held-out subjects (same answer) are the neighbours;
+            empty for this relation's own (a one-to-one relation has no second subject with the
+            same answer, so country -> capital borrows landmarks in that capital).
+        reverse: for a one-to-one relation, the template asking back from the object.
+        two_hop: template of a consequence through ``bridge``, the relation that takes this
+            relation's answers (as subjects) one step further.
+        kin: groups of answers too close to stand in for each other as a counterfactual (a
+            painter made an "artist" is no edit).
+        titles: subjects are titles ("The Hobbit"), whose article stays capitalised.
+    """
+
+    prompt: str
+    paraphrases: tuple[str, ...] = ()
+    negated: str = ""
+    answers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    held_out: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    neighbours_from: str = ""
+    reverse: str = ""
+    two_hop: str = ""
+    bridge: str = ""
+    kin: tuple[tuple[str, ...], ...] = ()
+    titles: bool = False
+
+    def __post_init__(self) -> None:
+        # Read-only all the way down: the tables are loaded once and shared.
+        object.__setattr__(self, "paraphrases", tuple(self.paraphrases))
+        for name in ("answers", "held_out"):
+            table = {answer: _names(s) for answer, s in getattr(self, name).items()}
+            object.__setattr__(self, name, MappingProxyType(table))
+        object.__setattr__(self, "kin", tuple(tuple(group) for group in self.kin))
+
+    def pairs(self, *, held_out: bool = False) -> list[tuple[str, str]]:
+        """(subject, answer) pairs in table order, of the editable or of the held-out subjects."""
+        table = self.held_out if held_out else self.answers
+        return [(s, a) for a, subjects in table.items() for s in subjects]
+
+    @classmethod
+    def table(cls, specs: Mapping[str, Mapping[str, Any]], source: str) -> Mapping[str, Relation]:
+        """Relations by name from a JSON table's ``"relations"``; an unknown key raises, naming
+        the relation and ``source``."""
+        known = {f.name for f in fields(cls)}
+        for name, spec in specs.items():
+            if set(spec) - known:
+                raise UserInputError(
+                    f"{source}: relation {name!r} has unknown keys {sorted(set(spec) - known)}; "
+                    f"a relation has {sorted(known)}"
+                )
+        return MappingProxyType({name: cls(**spec) for name, spec in specs.items()})
+
+
+RELATIONS: Mapping[str, Relation] = Relation.table(
+    _read_data(RELATIONS_FILE)["relations"], RELATIONS_FILE
+)
+"""The small set's relations (``fact_relations.json``): cities' countries, landmarks' cities,
+countries' official languages, companies' home countries. Subjects that share an answer are each
+other's neighbourhood (CounterFact's "same relation, same true object")."""
 
 
 def candidate_facts(seed: int = 0) -> list[dict[str, Any]]:
@@ -216,19 +391,18 @@ def candidate_facts(seed: int = 0) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     records: list[dict[str, Any]] = []
     for relation, spec in RELATIONS.items():
-        answers: dict[str, list[str]] = spec["answers"]
-        for answer, subjects in answers.items():
-            others = [a for a in answers if a.split()[0] != answer.split()[0]]
+        for answer, subjects in spec.answers.items():
+            others = [a for a in spec.answers if a.split()[0] != answer.split()[0]]
             for subject in subjects:
                 records.append(
                     {
-                        "prompt": spec["prompt"],
+                        "prompt": spec.prompt,
                         "subject": subject,
                         "target_new": rng.choice(others),
                         "target_true": answer,
-                        "paraphrase_prompts": [p.format(subject) for p in spec["paraphrases"]],
+                        "paraphrase_prompts": [p.format(subject) for p in spec.paraphrases],
                         "neighborhood_prompts": [
-                            spec["prompt"].format(s) for s in subjects if s != subject
+                            spec.prompt.format(s) for s in subjects if s != subject
                         ],
                         "relation": relation,
                     }
@@ -330,9 +504,3 @@ def build_fact_set(
     }
     target.write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n")
     return facts
-
-
-def load_fact_records() -> list[dict[str, Any]]:
-    """The shipped fact set (selected on SmolLM2-135M-Instruct) as plain dicts."""
-    text = resources.files("lmsci_mi.data").joinpath(FACTS_FILE).read_text(encoding="utf-8")
-    return list(json.loads(text)["facts"])

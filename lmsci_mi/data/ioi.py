@@ -9,15 +9,14 @@ model at hand, so every prompt of one template has the same length and its posit
 from __future__ import annotations
 
 import random
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from lmsci_mi.data.pairs import PromptPairs
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 
@@ -223,33 +222,13 @@ def _make_batch(lm: LensModel, template: str, rows: list[tuple[str, str, str, st
     )
 
 
-@dataclass(frozen=True)
-class TextPairs:
-    """Clean and corrupted prompt texts with one answer and one wrong token id per pair (the input
-    of edge scoring and edge patching from the CLI, the benchmarks and the tour)."""
-
-    clean: tuple[str, ...]
-    corrupted: tuple[str, ...]
-    answers: tuple[int, ...]
-    wrongs: tuple[int, ...]
-    source: str
-
-    def metric(self) -> Any:
-        """Deprecated: ``LogitDiff.of_pairs(pairs)`` (:mod:`lmsci_mi.circuits.metrics`). The
-        data holds the answer and wrong tokens; the metric is built where the metrics live."""
-        warnings.warn(
-            "TextPairs.metric() is deprecated: use "
-            "lmsci_mi.circuits.metrics.LogitDiff.of_pairs(pairs)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        # A deprecated alias (tests/unit/test_import_layers.py lists it); it goes with it.
-        from lmsci_mi.circuits.metrics import LogitDiff
-
-        return LogitDiff.of_pairs(self)
+TextPairs = PromptPairs
+"""Deprecated alias of :class:`lmsci_mi.data.pairs.PromptPairs` (the IOI pairs' type before the
+one pair type; the same class, so ``TextPairs(clean, corrupted, answers, wrongs, source)`` still
+works)."""
 
 
-def ioi_str_pairs(lm: LensModel, n_prompts: int = 32, *, seed: int = 0) -> TextPairs:
+def ioi_str_pairs(lm: LensModel, n_prompts: int = 32, *, seed: int = 0) -> PromptPairs:
     """IOI prompts with STR corruption: the subject's second mention replaced by another name.
 
     This is the EAP-IG paper's IOI corruption (``gen_flipped_prompts(("S2", "RAND"))``): the
@@ -277,7 +256,7 @@ def ioi_str_pairs(lm: LensModel, n_prompts: int = 32, *, seed: int = 0) -> TextP
             corrupted.append(f"{head} {other} {tail}")
             answers.append(io_id)
             wrongs.append(s_id)
-    return TextPairs(
+    return PromptPairs(
         tuple(clean),
         tuple(corrupted),
         tuple(answers),

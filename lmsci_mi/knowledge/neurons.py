@@ -27,6 +27,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from lmsci_mi.config import Config, config
+from lmsci_mi.data.facts import Fact
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.hooks import HookFn
 from lmsci_mi.model import LensModel
@@ -272,28 +273,36 @@ def _plot_scores(
 # ----------------------------------------------------------------------------- attribution
 
 
-class _Fact(NamedTuple):
-    """A prompt and target, tokenised: the prompt plus all but the last target token."""
+class _Tokenised(NamedTuple):
+    """A (prompt, answer) case of a fact, tokenised: the prompt plus all but the last target token.
+    A :class:`~lmsci_mi.data.facts.Fact` gives a case per prompt (:func:`_cases`)."""
 
     tokens: Tensor
     position: int
     target_ids: list[int]
 
+    @classmethod
+    def of(cls, lm: LensModel, prompt: str, target: str) -> _Tokenised:
+        if not prompt.strip():
+            raise UserInputError(
+                "empty prompt: give the text before the target, e.g. "
+                "'The Eiffel Tower is located in the city of'"
+            )
+        if not target.strip():
+            raise UserInputError("empty target: give the answer's text, e.g. ' Paris'")
+        target_ids = lm.continuation_ids(target)
+        if not target_ids:
+            raise UserInputError(
+                f"target {target!r} tokenises to nothing for {lm.name}: give visible text"
+            )
+        prompt_ids = lm.encode(prompt)
+        tokens = torch.tensor([prompt_ids + target_ids[:-1]], dtype=torch.long, device=lm.device)
+        return cls(tokens, len(prompt_ids) - 1, target_ids)
 
-def _fact(lm: LensModel, prompt: str, target: str) -> _Fact:
-    if not prompt.strip():
-        raise UserInputError(
-            "empty prompt: give the text before the target, e.g. "
-            "'The Eiffel Tower is located in the city of'"
-        )
-    if not target.strip():
-        raise UserInputError("empty target: give the answer's text, e.g. ' Paris'")
-    target_ids = lm.continuation_ids(target)
-    if not target_ids:
-        raise UserInputError(f"target {target!r} tokenises to nothing for {lm.name}: give visible text")
-    prompt_ids = lm.encode(prompt)
-    tokens = torch.tensor([prompt_ids + target_ids[:-1]], dtype=torch.long, device=lm.device)
-    return _Fact(tokens, len(prompt_ids) - 1, target_ids)
+
+def _cases(fact: Fact) -> tuple[list[str], str]:
+    """A fact's prompts (the rewrite prompt, then its paraphrases) and its true answer."""
+    return [fact.rewrite_prompt, *fact.paraphrase_prompts], fact.target_true
 
 
 def _objective(target_ids: Sequence[int]) -> Readout:
@@ -358,7 +367,7 @@ def integrated_gradients(
     """
     cfg = config or KnowledgeNeuronsConfig()
     layers = cfg.layer_list(lm.cfg.n_layers)
-    fact = _fact(lm, prompt, target)
+    fact = _Tokenised.of(lm, prompt, target)
     names = [hook_name("mlp_post", layer) for layer in layers]
     n_answers = len(fact.target_ids)
     answers = (
@@ -446,7 +455,10 @@ def refine_neurons(
 
 
 def knowledge_neurons(
-    lm: LensModel, prompts: Sequence[str], target: str, config: KnowledgeNeuronsConfig | None = None
+    lm: LensModel,
+    prompts: Sequence[str] | Fact,
+    target: str | None = None,
+    config: KnowledgeNeuronsConfig | None = None,
 ) -> KnowledgeNeurons:
     """A fact's knowledge neurons: integrated gradients on each paraphrase, then refinement.
 
@@ -455,8 +467,9 @@ def knowledge_neurons(
     Args:
         lm: the model.
         prompts: paraphrases of one fact (at least ``config.min_prompts``), each followed by
-            ``target``.
-        target: the answer, e.g. ``" Paris"``.
+            ``target``; or a :class:`~lmsci_mi.data.facts.Fact`, whose rewrite prompt and
+            paraphrase prompts are the prompts and ``target_true`` the target.
+        target: the answer, e.g. ``" Paris"`` (a fact's own by default).
         config: see :class:`KnowledgeNeuronsConfig`.
 
     Returns:
@@ -470,6 +483,11 @@ def knowledge_neurons(
     (3, True)
     """
     cfg = config or KnowledgeNeuronsConfig()
+    if isinstance(prompts, Fact):
+        prompts, answer = _cases(prompts)
+        target = target or answer
+    if target is None:
+        raise UserInputError("give the answer (target), e.g. ' Paris', or a Fact")
     if len(prompts) < cfg.min_prompts:
         raise UserInputError(
             f"refinement across paraphrases needs at least {cfg.min_prompts} prompts, got "

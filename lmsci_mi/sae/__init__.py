@@ -38,6 +38,7 @@ from lmsci_mi.sae.train import SAETrainConfig as SAETrainConfig
 from lmsci_mi.sae.train import cached_sae_path as cached_sae_path
 from lmsci_mi.sae.train import load_trained_sae as load_trained_sae
 from lmsci_mi.sae.train import train_sae as train_sae
+from lmsci_mi.sae.train import untrained_sae as untrained_sae
 
 __all__ = [
     "FeatureCards",
@@ -67,4 +68,5 @@ __all__ = [
     "steer_with_sae_feature",
     "steering_frequency",
     "train_sae",
+    "untrained_sae",
 ]

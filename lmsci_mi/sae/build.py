@@ -45,10 +45,9 @@ def live_features(
     """``[d_sae]`` bool: the features that fire on at least one token of ``rows`` (sink left out).
 
     >>> from lmsci_mi import load_model
-    >>> from lmsci_mi.sae.train import SAETrainConfig, _training_sae
+    >>> from lmsci_mi.sae.train import SAETrainConfig, untrained_sae
     >>> lm = load_model("toy-2l")
-    >>> raw = _training_sae(lm, "blocks.1.hook_resid_post", SAETrainConfig(layer=1, d_sae=32, k=4))
-    >>> sae = LensSAE(raw, "blocks.1.hook_resid_post", lm.name, lm.cfg.d_model, torch.ones(32))
+    >>> sae = untrained_sae(lm, SAETrainConfig(layer=1, d_sae=32, k=4))
     >>> 4 <= int(live_features(lm, sae, [lm.encode("The cat sat on the mat")]).sum()) <= 32
     True
     """

@@ -200,10 +200,9 @@ def dropped_features(sae: LensSAE) -> Tensor:
     """``[d_sae]`` bool: the features an expanded shipped SAE dropped (all False otherwise).
 
     >>> from lmsci_mi import load_model
-    >>> from lmsci_mi.sae.train import SAETrainConfig, _training_sae
+    >>> from lmsci_mi.sae.train import SAETrainConfig, untrained_sae
     >>> lm = load_model("toy-2l")
-    >>> raw = _training_sae(lm, "blocks.1.hook_resid_post", SAETrainConfig(layer=1, d_sae=32, k=4))
-    >>> sae = LensSAE(raw, "blocks.1.hook_resid_post", lm.name, lm.cfg.d_model, torch.ones(32))
+    >>> sae = untrained_sae(lm, SAETrainConfig(layer=1, d_sae=32, k=4))
     >>> int(dropped_features(sae).sum())
     0
     """

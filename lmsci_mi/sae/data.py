@@ -16,7 +16,7 @@ import torch
 
 from lmsci_mi.cache import cache_key, cache_root
 from lmsci_mi.config import Config, config
-from lmsci_mi.data.facts import load_fact_records
+from lmsci_mi.data.facts import load_facts
 from lmsci_mi.data.steering_texts import neutral_prompts, steering_texts
 from lmsci_mi.data.text_corpus import STDLIB_TEXT_SOURCE, text_chunks
 from lmsci_mi.errors import UserInputError
@@ -74,14 +74,14 @@ class SAECorpus:
 
 
 def _bundled_texts() -> list[str]:
-    facts = [f["prompt"].format(f["subject"]) for f in load_fact_records()]
+    facts = [f.rewrite_prompt for f in load_facts("facts")]
     return [*steering_texts(["sentiment", "topic"]).texts, *neutral_prompts(), *facts]
 
 
 def generation_prompts() -> list[str]:
     """Prompts of the seeded generations: the neutral prompts, the fact prompts and the first
     words of each steering text."""
-    facts = [f["prompt"].format(f["subject"]) for f in load_fact_records()]
+    facts = [f.rewrite_prompt for f in load_facts("facts")]
     openings = [" ".join(t.split()[:4]) for t in steering_texts(["sentiment", "topic"]).texts]
     return [*neutral_prompts(), *facts, *openings]
 

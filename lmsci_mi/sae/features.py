@@ -262,11 +262,9 @@ def feature_cards(
         ValueError: a feature index out of range, or an SAE of another model.
 
     >>> from lmsci_mi import load_model
-    >>> from lmsci_mi.sae.core import LensSAE
-    >>> from lmsci_mi.sae.train import SAETrainConfig, _training_sae
+    >>> from lmsci_mi.sae.train import SAETrainConfig, untrained_sae
     >>> lm = load_model("toy-2l")
-    >>> raw = _training_sae(lm, "blocks.1.hook_resid_post", SAETrainConfig(layer=1, d_sae=32, k=4))
-    >>> sae = LensSAE(raw, "blocks.1.hook_resid_post", lm.name, lm.cfg.d_model, torch.ones(32))
+    >>> sae = untrained_sae(lm, SAETrainConfig(layer=1, d_sae=32, k=4))
     >>> cards = feature_cards(lm, sae, [lm.encode("The cat sat on the mat")], [0, 5],
     ...                       FeatureConfig(contexts=2, progress=False))
     >>> cards.features, tuple(cards.values.shape)

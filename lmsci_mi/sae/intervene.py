@@ -62,10 +62,9 @@ def steer_with_sae_feature(
             SAE of another model.
 
     >>> from lmsci_mi import load_model
-    >>> from lmsci_mi.sae.train import SAETrainConfig, _training_sae
+    >>> from lmsci_mi.sae.train import SAETrainConfig, untrained_sae
     >>> lm = load_model("toy-2l")
-    >>> raw = _training_sae(lm, "blocks.1.hook_resid_post", SAETrainConfig(layer=1, d_sae=32, k=4))
-    >>> sae = LensSAE(raw, "blocks.1.hook_resid_post", lm.name, lm.cfg.d_model, torch.ones(32))
+    >>> sae = untrained_sae(lm, SAETrainConfig(layer=1, d_sae=32, k=4))
     >>> with steer_with_sae_feature(lm, sae, 3, 2.0) as vector:
     ...     text = lm.generate("The cat", 3)
     >>> tuple(vector.shape), len(lm.hooks.active())
@@ -112,10 +111,9 @@ def clamp_sae_feature(
             unknown mode, or an SAE of another model.
 
     >>> from lmsci_mi import load_model
-    >>> from lmsci_mi.sae.train import SAETrainConfig, _training_sae
+    >>> from lmsci_mi.sae.train import SAETrainConfig, untrained_sae
     >>> lm = load_model("toy-2l")
-    >>> raw = _training_sae(lm, "blocks.1.hook_resid_post", SAETrainConfig(layer=1, d_sae=32, k=4))
-    >>> sae = LensSAE(raw, "blocks.1.hook_resid_post", lm.name, lm.cfg.d_model, torch.ones(32))
+    >>> sae = untrained_sae(lm, SAETrainConfig(layer=1, d_sae=32, k=4))
     >>> with clamp_sae_feature(lm, sae, 3, 0.0, mode="where_active"):
     ...     text = lm.generate("The cat", 3)
     >>> len(lm.hooks.active())

@@ -40,6 +40,7 @@ __all__ = [
     "load_trained_sae",
     "sae_cache_key",
     "train_sae",
+    "untrained_sae",
 ]
 
 logger = logging.getLogger(__name__)
@@ -243,6 +244,34 @@ def _batches(acts: Tensor, batch_size: int, seed: int) -> Iterator[Tensor]:
         order = torch.randperm(len(acts), generator=generator)
         for start in range(0, len(order) - batch_size + 1, batch_size):
             yield acts[order[start : start + batch_size]].float()
+
+
+def untrained_sae(lm: LensModel, train: SAETrainConfig | None = None) -> LensSAE:
+    """A freshly initialised (untrained) SAE of ``train``'s shape at its site, as a
+    :class:`LensSAE` with unit feature scales: the SAE for an example or a test that needs an
+    SAE's shape and plumbing, not its features (train one with :func:`train_sae`).
+
+    Its initial weights come from ``train.seed``; the global random state is left as it was.
+
+    >>> from lmsci_mi import load_model
+    >>> lm = load_model("toy-2l")
+    >>> sae = untrained_sae(lm, SAETrainConfig(layer=1, d_sae=32, k=4))
+    >>> sae.hook, sae.d_sae
+    ('blocks.1.hook_resid_post', 32)
+    """
+    train = train or SAETrainConfig()
+    hook = train.hook(lm)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(train.seed)
+        sae = _training_sae(lm, hook, train)
+    return LensSAE(
+        sae=sae,
+        hook=hook,
+        model_name=lm.name,
+        d_model=lm.cfg.d_model,
+        feature_scale=torch.ones(train.d_sae),
+        info={"train": {k: v for k, v in train.params().items() if k != "config"}, "untrained": True},
+    )
 
 
 def _training_sae(lm: LensModel, hook: str, train: SAETrainConfig) -> Any:

@@ -6,11 +6,8 @@ from __future__ import annotations
 import pytest
 
 from lmsci_mi import LensModel
-from lmsci_mi.data.edit_facts import (
-    edit_fact_candidates,
-    load_edit_fact_records,
-    select_edit_facts,
-)
+from lmsci_mi.data import load_facts
+from lmsci_mi.data.edit_facts import edit_fact_candidates, select_edit_facts
 from lmsci_mi.editing import EditRequest
 
 pytestmark = pytest.mark.slow
@@ -29,7 +26,7 @@ def test_a_slice_of_the_candidates_reselects_to_the_shipped_records(
     again = {(f["relation"], f["subject"]): f for f in select_edit_facts(clean_smollm2, chosen)}
     shipped = {
         (f["relation"], f["subject"]): f
-        for f in load_edit_fact_records()
+        for f in (fact.to_dict() for fact in load_facts("edit_facts"))
         if f["subject"] in subjects
     }
     assert len(shipped) >= 20

@@ -14,16 +14,15 @@ from lmsci_mi import LensModel
 from lmsci_mi.circuits import aie as aie_module
 from lmsci_mi.circuits.aie import (
     AIEConfig,
-    Fact,
     aggregate_traces,
     known_facts,
-    load_fact_set,
     str_partners,
     token_categories,
     trace_facts,
 )
 from lmsci_mi.circuits.tracing import TraceConfig, causal_trace, subject_embedding_std
 from lmsci_mi.cli import main
+from lmsci_mi.data import Fact, load_facts
 from lmsci_mi.sites import hook_name
 from tests.conftest import FACT_TEMPLATE as TEMPLATE
 from tests.conftest import toy_known_facts
@@ -60,31 +59,31 @@ def test_token_categories_by_hand() -> None:
 def test_str_partner_has_same_length_and_another_answer(tiny: LensModel) -> None:
     facts = [
         *_known(tiny),
-        Fact("Rio de Janeiro is a city in the country of", "Rio de Janeiro", " Brazil"),
+        Fact("Rio de Janeiro is a city in the country of", "Rio de Janeiro", target_true=" Brazil"),
     ]
     partners = str_partners(tiny, facts)
     assert partners[-1] is None  # no other subject of its length
     paired = [(f, p) for f, p in zip(facts, partners, strict=True) if p is not None]
     assert paired
     for fact, partner in paired:
-        assert partner.template == fact.template
-        assert len(tiny.find_subject(partner.prompt, partner.subject)) == len(
-            tiny.find_subject(fact.prompt, fact.subject)
+        assert partner.prompt == fact.prompt  # the template
+        assert len(tiny.find_subject(partner.rewrite_prompt, partner.subject)) == len(
+            tiny.find_subject(fact.rewrite_prompt, fact.subject)
         )
-        assert tiny.continuation_ids(partner.target)[0] != tiny.continuation_ids(fact.target)[0]
+        assert tiny.continuation_ids(partner.target_true)[0] != tiny.continuation_ids(fact.target_true)[0]
 
 
 def test_str_trace_metric_and_alignment(tiny: LensModel) -> None:
     fact = next(f for f in _known(tiny) if f.subject != "Rome")
     trace = causal_trace(
         tiny,
-        fact.prompt,
+        fact.rewrite_prompt,
         fact.subject,
         TraceConfig(corruption="str", replacement="Rome", wrong=" the", window=1),
     )
     assert trace.metric == "logit_diff" and trace.corrupted_prompt == TEMPLATE.format("Rome")
     with torch.no_grad():
-        clean = tiny(tiny.to_tokens(fact.prompt))[0, -1]
+        clean = tiny(tiny.to_tokens(fact.rewrite_prompt))[0, -1]
         bad = tiny(tiny.to_tokens(trace.corrupted_prompt))[0, -1]
     t, w = trace.target_id, tiny.token_id(" the")
     assert trace.clean_metric == pytest.approx(float(clean[t] - clean[w]), abs=1e-4)
@@ -94,17 +93,17 @@ def test_str_trace_metric_and_alignment(tiny: LensModel) -> None:
     with pytest.raises(ValueError, match=r"same number of tokens|equal token length"):
         causal_trace(
             tiny,
-            fact.prompt,
+            fact.rewrite_prompt,
             fact.subject,
             TraceConfig(corruption="str", replacement="Rio de Janeiro"),
         )
     with pytest.raises(ValueError, match="equal token length"):
         causal_trace(
             tiny,
-            fact.prompt,
+            fact.rewrite_prompt,
             fact.subject,
             TraceConfig(
-                corruption="prompt", corrupted_prompt="A much longer prompt " + fact.prompt
+                corruption="prompt", corrupted_prompt="A much longer prompt " + fact.rewrite_prompt
             ),
         )
     assert tiny.hooks.attached_count() == 0
@@ -118,7 +117,7 @@ def test_severing_nothing_equals_restoration_and_a_two_pass_patch(tiny: LensMode
         wrong=" the",
         kinds=("resid", "sever_mlp", "sever_attn"),
     )
-    trace = causal_trace(tiny, fact.prompt, fact.subject, cfg)
+    trace = causal_trace(tiny, fact.rewrite_prompt, fact.subject, cfg)
     last = tiny.cfg.n_layers - 1
     # Above the last layer nothing is left to sever: severed = ordinary restoration.
     for kind in ("sever_mlp", "sever_attn"):
@@ -126,7 +125,7 @@ def test_severing_nothing_equals_restoration_and_a_two_pass_patch(tiny: LensMode
     # Layer 0 at the last subject token, MLP severed, by hand: record the corrupted run, then
     # restore resid_pre(1) and hold mlp_out at that token in every layer at its corrupted value.
     pos = trace.subject_positions[-1]
-    clean_tokens, bad_tokens = tiny.to_tokens(fact.prompt), tiny.to_tokens(trace.corrupted_prompt)
+    clean_tokens, bad_tokens = tiny.to_tokens(fact.rewrite_prompt), tiny.to_tokens(trace.corrupted_prompt)
     mlps = [hook_name("mlp_out", layer) for layer in range(tiny.cfg.n_layers)]
     with torch.no_grad():
         with tiny.hooks.capture([hook_name("resid_pre", 1)]) as clean:
@@ -190,7 +189,7 @@ def test_gaussian_fact_set_uses_subject_embedding_std(
     facts = _known(tiny)[:2]
     done = trace_facts(tiny, facts, _small("gaussian", kinds=("resid",)))
     expected = 3 * subject_embedding_std(
-        tiny, [f.prompt for f in facts], [f.subject for f in facts]
+        tiny, [f.rewrite_prompt for f in facts], [f.subject for f in facts]
     )
     assert done.noise_scale == pytest.approx(expected)
     assert all(t.noise_scale == pytest.approx(expected) and t.metric == "prob" for t in done.traces)
@@ -200,12 +199,12 @@ def test_bad_fact_sets(tiny: LensModel, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="empty"):
         trace_facts(tiny, [], _small())
     with pytest.raises(ValueError, match="not in the prompt"):
-        load_fact_set([{"prompt": "Paris is in", "subject": "Rome", "target_true": " France"}])
+        load_facts([{"prompt": "Paris is in", "subject": "Rome", "target_true": " France"}])
     with pytest.raises(ValueError, match="set per fact"):
         AIEConfig(trace=TraceConfig(replacement="Rome"))
     with pytest.raises(ValueError, match="corruption"):
         AIEConfig(trace=TraceConfig(corruption="prompt"))
-    assert known_facts(tiny, load_fact_set()[:3]) == []
+    assert known_facts(tiny, load_facts()[:3]) == []
     empty = tmp_path / "facts.json"
     empty.write_text(json.dumps({"facts": []}))
     assert main(["trace", "--model", "toy-2l", "--device", "cpu", "--facts", str(empty)]) == 2
@@ -220,7 +219,7 @@ def test_cli_traces_a_fact_file(
 ) -> None:
     monkeypatch.setenv("LMSCI_MI_CACHE", str(tmp_path / "cache"))
     records = [
-        {"prompt": TEMPLATE, "subject": f.subject, "target_true": f.target} for f in _known(tiny)
+        {"prompt": TEMPLATE, "subject": f.subject, "target_true": f.target_true} for f in _known(tiny)
     ]
     path = tmp_path / "facts.json"
     path.write_text(json.dumps(records))

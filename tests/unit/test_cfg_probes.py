@@ -59,7 +59,7 @@ def test_cache_is_reused_and_keyed_by_config(cache: Path, monkeypatch: pytest.Mo
     def no_training(*args: object, **kwargs: object) -> None:
         raise AssertionError("trained again although cached")
 
-    monkeypatch.setattr(cfg_model, "train_cfg_model", no_training)
+    monkeypatch.setattr(cfg_model, "train_model", no_training)  # the loop every training runs
     again, record_again = load_cfg_model(GRAMMAR, TINY, device="cpu", train=False)
     assert record_again == record
     assert torch.equal(again.model.W_E, lm.model.W_E)

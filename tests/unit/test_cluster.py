@@ -13,14 +13,16 @@ import pytest
 import torch
 
 from lmsci_mi import load_model
-from lmsci_mi.circuits.aie import AIEConfig, Fact, average_indirect_effect
-from lmsci_mi.circuits.eap import EAPConfig, edge_attribution
+from lmsci_mi.circuits.aie import AIEConfig, average_indirect_effect
+from lmsci_mi.circuits.edges.eap import EAPConfig, edge_attribution
 from lmsci_mi.circuits.metrics import LogitDiff
 from lmsci_mi.circuits.tracing import TraceConfig
 from lmsci_mi.cli import main
 from lmsci_mi.cluster import SHARDABLE, ClusterConfig, ShardError, run_sharded, split
 from lmsci_mi.cluster.spec import FaultInjection
 from lmsci_mi.collect import CollectConfig, collect_activations
+from lmsci_mi.data import Fact
+from lmsci_mi.data.pairs import PromptPairs, TokenisedPairs
 from lmsci_mi.editing import (
     EditRequest,
     EvaluationConfig,
@@ -91,8 +93,10 @@ def _check_aie(lm: LensModel, cluster: ClusterConfig, **kw: object) -> None:
 
 def _check_edges(lm: LensModel, cluster: ClusterConfig) -> None:
     config = EAPConfig(method="EAP-IG", steps=2, batch_size=2)
-    single = edge_attribution(lm, CLEAN, CORRUPTED, LogitDiff(5, 6), config)
-    sharded = edge_attribution(lm, CLEAN, CORRUPTED, LogitDiff(5, 6), config, cluster=cluster)
+    # Each pair its own answer and wrong token: a shard scores its pairs with their own rows.
+    pairs = PromptPairs(CLEAN, CORRUPTED, answers=(5, 7, 9), wrongs=(6, 8, 10))
+    single = edge_attribution(lm, pairs, config=config)
+    sharded = edge_attribution(lm, pairs, config=config, cluster=cluster)
     # A mean over pairs, summed in another order.
     torch.testing.assert_close(sharded.values, single.values, rtol=1e-5, atol=1e-6)
     assert sharded.clean_value == pytest.approx(single.clean_value, rel=1e-5)
@@ -161,10 +165,11 @@ def test_edit_evaluation_sharded_in_process_equals_one_process(lm: LensModel, st
 
 
 def test_bad_input_is_refused_on_the_driver(lm: LensModel) -> None:
-    with pytest.raises(ValueError, match="prompt strings"):
-        run_sharded("edges", lm, "one prompt", "another", LogitDiff(5, 6), cluster=_process(2))
+    token_ids = TokenisedPairs.from_tokens(torch.tensor([[1, 2]]), torch.tensor([[1, 3]]))
+    with pytest.raises(ValueError, match="as texts"):
+        run_sharded("edges", lm, token_ids, LogitDiff(5, 6), cluster=_process(2))
     with pytest.raises(ValueError, match="knows none"):
-        run_sharded("aie", lm, [Fact("The cat sat on the", "cat", " zebra")], cluster=_process(2))
+        run_sharded("aie", lm, [Fact("The cat sat on the", "cat", target_true=" zebra")], cluster=_process(2))
     with pytest.raises(ValueError, match="address"):
         ClusterConfig(address="somewhere")
     with pytest.raises(ValueError, match="not both"):
@@ -209,7 +214,7 @@ def test_cli_shards_a_fact_set_and_an_edit_evaluation(
     monkeypatch.setenv("LMSCI_MI_CACHE", str(tmp_path / "cache"))
     facts = tmp_path / "facts.json"
     facts.write_text(json.dumps(
-        [{"prompt": TEMPLATE, "subject": f.subject, "target_true": f.target} for f in _known(lm)]
+        [{"prompt": TEMPLATE, "subject": f.subject, "target_true": f.target_true} for f in _known(lm)]
     ))
     trace = ["trace", "--model", "toy-2l", "--facts", str(facts), "--corruption", "str",
              "--n-facts", "3", "--window", "1", "--kinds", "resid", "--out", str(tmp_path / "aie.json")]

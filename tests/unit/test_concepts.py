@@ -338,3 +338,33 @@ def test_the_tour_step_saves_its_results_and_steers_the_continuations(tmp_path, 
     assert SteeringVector.load(tmp_path / "caa_vector.json").hook == "blocks.0.hook_resid_post"
     page = (tmp_path / "report.html").read_text()
     assert "+4 × vector" in page and "+0 × vector" in page
+
+
+def test_the_split_keeps_every_old_import_path_and_old_result_files_load(tiny, tmp_path) -> None:
+    import lmsci_mi.representations as package
+    from lmsci_mi.representations import concepts, intervention, projections
+    from lmsci_mi.representations.concepts import ConceptInterventionConfig as old_config
+
+    old_names = [
+        "CausalInnerProduct", "CausalInnerProductConfig", "ConceptConfig", "ConceptDirection",
+        "ConceptInnerProducts", "ConceptIntervention", "ConceptInterventionConfig",
+        "ConceptProjections", "TokenPairs", "causal_inner_product", "concept_direction",
+        "concept_inner_products", "concept_intervention", "concept_projections",
+        "single_token_pairs", "unembedding_site", "unembedding_vectors",
+    ]
+    for name in old_names:
+        assert getattr(concepts, name) is getattr(package, name), name
+    assert old_config is intervention.ConceptInterventionConfig
+    assert concepts.PROJECTION_STATISTICS is projections.PROJECTION_STATISTICS
+    assert concepts.DEFAULT_INTERVENTION_PROMPTS is intervention.DEFAULT_INTERVENTION_PROMPTS
+    with pytest.raises(AttributeError, match="no_such_name"):
+        concepts.no_such_name  # noqa: B018
+    # A result saved before the split names its kind by the old module, and still loads.
+    result = package.concept_inner_products(tiny, load_concept_pairs(["male_female", "verb_past"]))
+    path = tmp_path / "inner.json"
+    result.save(path)
+    kind = "lmsci_mi.representations.inner_products:ConceptInnerProducts"
+    text = path.read_text()
+    assert kind in text
+    path.write_text(text.replace(kind, "lmsci_mi.representations.concepts:ConceptInnerProducts"))
+    assert torch.equal(Result.load(path).values, result.values)

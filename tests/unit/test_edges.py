@@ -1,4 +1,5 @@
-"""Edge graph, EAP / EAP-IG scores and exact edge patching, on tiny random models."""
+"""Edge graph, EAP / EAP-IG scores and exact edge patching, on tiny random models (Llama-, GPT-2-,
+Gemma-3- and Pythia-shaped: the last runs attention and MLP in parallel)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,16 @@ import pytest
 import torch
 
 from lmsci_mi import LensModel
-from lmsci_mi.circuits.eap import EAPConfig, edge_attribution
-from lmsci_mi.circuits.edge_patching import evaluate_circuit, evaluate_circuits, first_cut_layers
-from lmsci_mi.circuits.graph import EdgeGraph, edge_graph
+from lmsci_mi.circuits.edges.eap import EDGE_METHODS, EAPConfig, eap_inputs, edge_attribution
+from lmsci_mi.circuits.edges.graph import EdgeGraph, edge_graph
+from lmsci_mi.circuits.edges.patching import (
+    CircuitValues,
+    evaluate_circuit,
+    evaluate_circuits,
+    first_cut_layers,
+)
 from lmsci_mi.circuits.metrics import LogitDiff
+from lmsci_mi.errors import UnknownNameError
 from lmsci_mi.sites import hook_name
 
 CLEAN = ["Mary and John: John gave it to", "The cat sat on", "one two three four five"]
@@ -22,6 +29,12 @@ def test_edge_counts_match_the_published_graphs() -> None:
     assert EdgeGraph("gpt2", 12, 12, 12, grouped=False).n_edges == 32_491
     assert EdgeGraph("smollm2", 30, 9, 3, grouped=False).n_edges == 123_211
     assert EdgeGraph("smollm2", 30, 9, 3, grouped=True).n_edges == 70_651
+    # A parallel block's MLP reads the block's input: its own heads do not feed it, one edge
+    # fewer per head (Pythia-70m: 6 layers of 8 heads).
+    sequential = EdgeGraph("pythia-70m", 6, 8, 8, grouped=False)
+    parallel = EdgeGraph("pythia-70m", 6, 8, 8, grouped=False, parallel=True)
+    assert parallel.n_edges == sequential.n_edges - 6 * 8
+    assert (parallel.real <= sequential.real).all()
 
 
 def test_edge_names_round_trip_and_unknown_edges_name_close_ones(tiny: LensModel) -> None:
@@ -42,7 +55,10 @@ def _values(lm: LensModel, graph: EdgeGraph, masks: torch.Tensor, **kw):
     return evaluate_circuits(lm, graph, masks, CLEAN, CORRUPTED, METRIC, **kw)
 
 
-@pytest.mark.parametrize("model", ["tiny", "tiny_gpt2", "tiny_post_norm"])
+TOYS = ["tiny", "tiny_gpt2", "tiny_post_norm", "tiny_parallel"]
+
+
+@pytest.mark.parametrize("model", TOYS)
 def test_all_edges_give_clean_and_none_corrupted(
     model: str, request: pytest.FixtureRequest
 ) -> None:
@@ -61,7 +77,7 @@ def test_all_edges_give_clean_and_none_corrupted(
     assert not lm.cfg.use_hook_mlp_in and not lm.cfg.ungroup_grouped_query_attention
 
 
-@pytest.mark.parametrize("model", ["tiny", "tiny_post_norm"])
+@pytest.mark.parametrize("model", ["tiny", "tiny_post_norm", "tiny_parallel"])
 def test_reusing_the_clean_prefix_and_lower_layers_changes_no_value(
     model: str, request: pytest.FixtureRequest
 ) -> None:
@@ -87,7 +103,8 @@ def _hand_patch(
     lm: LensModel, sender: tuple[int, int], receiver: str, layer: int, head: int
 ) -> float:
     """One edge by hand: the sender head's output difference added to one receiver's input only
-    (two unpatched passes, then a clean pass with that single input changed)."""
+    (two unpatched passes, then a clean pass with that single input changed). ``receiver``: "k"
+    (head ``head``'s key input at ``layer``), "mlp" (MLP ``layer``'s input) or "logits"."""
     s_layer, s_head = sender
     tokens = {n: lm.encode_batch(p).tokens for n, p in (("clean", CLEAN), ("corrupted", CORRUPTED))}
     outs = {}
@@ -116,37 +133,61 @@ def _hand_patch(
 
     if receiver == "k":
         fwd = [(hook_name("resid_pre", layer), keep), (hook_name("k", layer), k_input)]
+    elif receiver == "mlp":
+        fwd = [(hook_name("mlp_in", layer), final)]
     else:
         fwd = [(hook_name("resid_post", lm.cfg.n_layers - 1), final)]
-    with torch.no_grad(), lm.hooks.hooks(fwd=fwd):
-        logits = lm.unembed(lm.model(tokens["clean"], stop_at_layer=lm.cfg.n_layers))
+    lm.model.set_use_hook_mlp_in(receiver == "mlp")
+    try:
+        with torch.no_grad(), lm.hooks.hooks(fwd=fwd):
+            logits = lm.unembed(lm.model(tokens["clean"], stop_at_layer=lm.cfg.n_layers))
+    finally:
+        lm.model.set_use_hook_mlp_in(False)
     lengths = lm.encode_batch(CLEAN).lengths
     return float(METRIC(logits[torch.arange(3), lengths - 1]).mean())
 
 
+def _each_edge_cut(lm: LensModel, graph: EdgeGraph, edges: tuple[str, ...]) -> CircuitValues:
+    """Exact patching of the whole model less one edge, for each of ``edges`` (one pair a batch:
+    the hand patch needs no padding)."""
+    masks = graph.full_mask().repeat(len(edges), 1, 1)
+    for i, edge in enumerate(edges):
+        masks[i][graph.edge_index(edge)] = False
+    return evaluate_circuits(lm, graph, masks, CLEAN, CORRUPTED, METRIC, batch_size=1)
+
+
 def test_single_edge_equals_a_hand_written_two_pass_patch(tiny_gpt2: LensModel) -> None:
     lm = tiny_gpt2
-    g = edge_graph(lm)
-    masks = []
-    for edge in ("L0.H1->L1.H2.k", "L0.H3->logits"):
-        mask = g.full_mask()
-        mask[g.edge_index(edge)] = False
-        masks.append(mask)
-    # equal-length pairs only, so the hand patch needs no padding
-    res = evaluate_circuits(lm, g, torch.stack(masks), CLEAN, CORRUPTED, METRIC, batch_size=1)
+    res = _each_edge_cut(lm, edge_graph(lm), ("L0.H1->L1.H2.k", "L0.H3->logits"))
     assert float(res.values[0]) == pytest.approx(_hand_patch(lm, (0, 1), "k", 1, 2), abs=1e-5)
     assert float(res.values[1]) == pytest.approx(_hand_patch(lm, (0, 3), "logits", 0, 0), abs=1e-5)
     assert abs(float(res.values[0]) - res.clean_value) > 1e-4  # the edge does something
 
 
-@pytest.mark.parametrize("model", ["tiny", "tiny_gpt2", "tiny_post_norm"])
+def test_a_parallel_blocks_mlp_reads_the_blocks_input(tiny_parallel: LensModel) -> None:
+    """GPT-NeoX/GPT-J blocks: MLP l reads the block's input, so the edges into it come from the
+    layers below only, and patching one of them is the hand-written patch of hook_mlp_in."""
+    lm = tiny_parallel
+    g = edge_graph(lm)
+    assert g.parallel and "parallel" in g.describe()
+    assert g.n_edges == EdgeGraph("sequential", 2, 4, 4, grouped=False).n_edges - 2 * 4
+    with pytest.raises(UnknownNameError, match="reads its block's input"):
+        g.mask(["L1.H0->MLP1"])
+    res = _each_edge_cut(lm, g, ("L0.H1->MLP1", "L0.H1->L1.H2.k"))
+    assert float(res.values[0]) == pytest.approx(_hand_patch(lm, (0, 1), "mlp", 1, 0), abs=1e-5)
+    assert float(res.values[1]) == pytest.approx(_hand_patch(lm, (0, 1), "k", 1, 2), abs=1e-5)
+    assert abs(float(res.values[0]) - res.clean_value) > 1e-4  # the edge does something
+    assert lm.hooks.attached_count() == 0
+
+
+@pytest.mark.parametrize("model", TOYS)
 def test_eap_is_the_gradient_of_exact_edge_patching(
     model: str, request: pytest.FixtureRequest
 ) -> None:
     lm: LensModel = request.getfixturevalue(model)
     scores = edge_attribution(lm, CLEAN, CORRUPTED, METRIC, EAPConfig(method="EAP", batch_size=2))
     g = scores.graph
-    edges = [name for name, _ in scores.top(3)] + ["input->L1.H0.q"]
+    edges = [name for name, _ in scores.top(3)] + ["input->L1.H0.q", "L0.H2->MLP1"]
     eps = 1e-2
     masks = [g.full_mask().double()]
     for edge in edges:
@@ -168,7 +209,8 @@ def _reference_ig(lm: LensModel, edges: list[str], steps: int) -> list[float]:
     lm.model.set_use_split_qkv_input(True)
     lm.model.set_use_hook_mlp_in(True)
     n = lm.cfg.n_layers
-    out_sites = ["hook_embed", "hook_pos_embed"] + [
+    embeds = [s for s in ("hook_embed", "hook_pos_embed") if s in lm.model.hook_dict]  # rotary: one
+    out_sites = embeds + [
         f"blocks.{layer}.{s}" for layer in range(n) for s in ("attn.hook_result", "hook_mlp_out")
     ]
     in_sites = [
@@ -204,7 +246,7 @@ def _reference_ig(lm: LensModel, edges: list[str], steps: int) -> list[float]:
     def out(name: str, run: str) -> torch.Tensor:
         a = acts[run]
         if name == "input":
-            return a["hook_embed"] + a["hook_pos_embed"]
+            return sum(a[s] for s in embeds)
         if name.startswith("MLP"):
             return a[f"blocks.{name[3:]}.hook_mlp_out"]
         layer, head = (int(x[1:]) for x in name.split("."))
@@ -227,20 +269,23 @@ def _reference_ig(lm: LensModel, edges: list[str], steps: int) -> list[float]:
     return values
 
 
-def test_eap_ig_equals_a_riemann_sum(tiny_gpt2: LensModel) -> None:
+@pytest.mark.parametrize("model", ["tiny_gpt2", "tiny_parallel"])
+def test_eap_ig_equals_a_riemann_sum(model: str, request: pytest.FixtureRequest) -> None:
+    lm: LensModel = request.getfixturevalue(model)
     steps = 3
-    scores = edge_attribution(
-        tiny_gpt2, CLEAN, CORRUPTED, METRIC, EAPConfig(steps=steps, batch_size=2)
-    )
+    scores = edge_attribution(lm, CLEAN, CORRUPTED, METRIC, EAPConfig(steps=steps, batch_size=2))
     edges = [
         "input->L0.H1.v",
         "L0.H2->L1.H3.k",
-        "L0.H0->MLP0",
+        "input->MLP0",
+        "L0.H0->MLP1",
         "MLP0->L1.H1.q",
         "L1.H3->logits",
         "input->logits",
     ]
-    reference = _reference_ig(tiny_gpt2, edges, steps)
+    if not scores.graph.parallel:
+        edges.append("L0.H0->MLP0")
+    reference = _reference_ig(lm, edges, steps)
     ours = [scores.score(e) for e in edges]
     assert ours == pytest.approx(reference, abs=1e-5, rel=1e-4)
     assert scores.steps == steps
@@ -273,6 +318,29 @@ def test_grouped_and_ungrouped_graphs_agree_for_the_same_kept_heads(tiny: LensMo
         values.append(evaluate_circuit(tiny, g, g.mask(edges), CLEAN, CORRUPTED, METRIC))
     assert float(values[0].values[0]) == pytest.approx(float(values[1].values[0]), abs=1e-5)
     assert values[0].values[0] != pytest.approx(values[0].clean_value, abs=1e-3)
+
+
+def test_edge_methods_dispatch_through_the_registry(
+    tiny: LensModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert EDGE_METHODS.names() == ("EAP", "EAP-IG")
+    assert all(method.config_type is EAPConfig for method in EDGE_METHODS)
+    with pytest.raises(UnknownNameError, match=r"unknown edge-scoring method 'EAP-GI' \(did you mean 'EAP-IG'"):
+        EAPConfig(method="EAP-GI")
+    with pytest.raises(ValueError, match="already registered"):
+        EDGE_METHODS.register("EAP", EAPConfig)(eap_inputs)
+    # A new method is one registration (into a copy of the registry, restored after the test):
+    # the clean input twice averages EAP's gradient with itself, so it gives EAP's scores.
+    monkeypatch.setattr(EDGE_METHODS, "_methods", dict(EDGE_METHODS._methods))
+    EDGE_METHODS.register("EAP-twice", EAPConfig, "EAP, its input twice")(
+        lambda clean, corrupted, config: torch.cat([clean, clean])
+    )
+    twice = edge_attribution(tiny, CLEAN, CORRUPTED, METRIC, EAPConfig(method="EAP-twice"))
+    once = edge_attribution(tiny, CLEAN, CORRUPTED, METRIC, EAPConfig(method="EAP"))
+    torch.testing.assert_close(twice.values, once.values, atol=1e-6, rtol=1e-5)
+    assert (twice.method, twice.steps, once.steps) == ("EAP-twice", 2, 1)
+    assert twice.meta.params["method_detail"] == "EAP, its input twice"
+    assert once.values.abs().max() > 1e-3
 
 
 def test_bad_input_raises_before_running(tiny: LensModel) -> None:

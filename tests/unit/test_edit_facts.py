@@ -15,14 +15,13 @@ from typing import Any
 
 import pytest
 
-from lmsci_mi.data import edit_facts
+from lmsci_mi.data import Fact, edit_facts, load_facts
 from lmsci_mi.data.edit_facts import (
     EDIT_FACTS_FILE,
     EDIT_RELATIONS,
+    EDIT_RELATIONS_FILE,
     edit_fact_candidates,
-    load_edit_fact_records,
 )
-from lmsci_mi.editing import EditRequest, load_edit_facts
 
 REVERSE = "reverse_prompt", "reverse_target_new", "reverse_target_true"
 TWO_HOP = "two_hop_prompt", "two_hop_target_new", "two_hop_target_true"
@@ -47,27 +46,26 @@ def candidates() -> dict[tuple[str, str], dict[str, Any]]:
 def test_the_set_is_large_and_spans_relations(facts: list[dict[str, Any]]) -> None:
     assert len(facts) >= 250
     assert len({f["relation"] for f in facts}) >= 6
-    assert load_edit_fact_records() == facts
+    assert [f.to_dict() for f in load_facts("edit_facts")] == facts
 
 
-def test_records_have_exactly_edit_request_fields() -> None:
-    assert tuple(f.name for f in dataclasses.fields(EditRequest)) == edit_facts._FIELDS
+def test_records_have_exactly_the_fact_fields(facts: list[dict[str, Any]]) -> None:
+    names = [f.name for f in dataclasses.fields(Fact)]
+    assert names == [*edit_facts._FIELDS, "p_true"]
+    assert all(list(fact) == names for fact in facts)
 
 
 def test_every_record_is_a_valid_request(facts: list[dict[str, Any]]) -> None:
     for fact in facts:
-        assert list(fact) == [*edit_facts._FIELDS, "p_true"], fact["subject"]
-        request = EditRequest.from_json(fact)
+        request = Fact.from_dict(fact)
         request.validate()
         # Nothing is respelled on the way in: the targets already carry their leading space.
-        assert json.loads(json.dumps(request.to_json())) == {
-            k: v for k, v in fact.items() if k != "p_true"
-        }
+        assert json.loads(json.dumps(request.to_dict())) == fact
         assert len(fact["paraphrase_prompts"]) >= 2
         assert 2 <= len(fact["neighborhood_prompts"]) <= 5
         assert 0.1 <= fact["p_true"] <= 1
         assert fact["relation"] in EDIT_RELATIONS
-    assert [r.subject for r in load_edit_facts()] == [f["subject"] for f in facts]
+    assert [r.subject for r in load_facts("edit_facts")] == [f["subject"] for f in facts]
 
 
 def test_each_subject_is_edited_once(facts: list[dict[str, Any]]) -> None:
@@ -198,4 +196,5 @@ def test_the_json_is_packaged() -> None:
         (Path(__file__).parents[2] / "pyproject.toml").read_text(encoding="utf-8")
     )
     patterns = pyproject["tool"]["setuptools"]["package-data"]["lmsci_mi"]
-    assert any(fnmatch.fnmatch(f"data/{EDIT_FACTS_FILE}", p) for p in patterns)
+    for name in (EDIT_FACTS_FILE, EDIT_RELATIONS_FILE):
+        assert any(fnmatch.fnmatch(f"data/{name}", p) for p in patterns), name

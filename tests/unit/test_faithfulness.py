@@ -11,11 +11,10 @@ import torch
 from torch import Tensor
 
 from lmsci_mi import LensModel
-from lmsci_mi.circuits.eap import EAPConfig, edge_attribution
-from lmsci_mi.circuits.faithfulness import CurveConfig, area_under_curve, faithfulness_curve
-from lmsci_mi.circuits.graph import EdgeGraph, edge_graph
-from lmsci_mi.circuits.metrics import LogitDiff
-from lmsci_mi.circuits.pruning import (
+from lmsci_mi.circuits.edges.eap import EAPConfig, edge_attribution
+from lmsci_mi.circuits.edges.faithfulness import CurveConfig, area_under_curve, faithfulness_curve
+from lmsci_mi.circuits.edges.graph import EdgeGraph, edge_graph
+from lmsci_mi.circuits.edges.pruning import (
     check_fractions,
     greedy_order,
     node_map,
@@ -25,6 +24,7 @@ from lmsci_mi.circuits.pruning import (
     prune_to_fractions,
     prune_topn,
 )
+from lmsci_mi.circuits.metrics import LogitDiff
 from lmsci_mi.results import Result
 
 CLEAN = "When Mary and John went, John gave it to"

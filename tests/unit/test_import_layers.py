@@ -40,9 +40,10 @@ USES: dict[tuple[str, str], str] = {
     "tokens; IOI and edge scores read the IOI prompts",
     ("circuits", "lenses"): "IOI uses the lenses' direct logit attribution to find name movers",
     ("editing", "circuits"): "editing uses circuits' causal trace to pick ROME's layer",
-    ("editing", "data"): "edit requests from the shipped CounterFact-style facts; the key "
+    ("editing", "data"): "an edit request is the fact record, and the shipped facts; the key "
     "statistics read the text corpus",
-    ("knowledge", "data"): "trigger search reads the text corpus",
+    ("knowledge", "data"): "trigger search reads the text corpus; knowledge neurons take the "
+    "fact record",
     ("lenses", "data"): "the tuned lens trains on the text corpus",
     ("probes", "data"): "probing tasks and the CFG probes read their datasets",
     ("representations", "data"): "concept pairs and contrasts come from the shipped data",
@@ -61,10 +62,21 @@ DEPRECATED: dict[tuple[str, str], str] = {
     "head_patterns, parse_heads and save_attention_html, now lmsci_mi.circuits.attention's",
     ("lmsci_mi.viz.report", "cli"): "the report page, now lmsci_mi.cli.report (it renders "
     "results, so it sits above them)",
-    ("lmsci_mi.data.ioi", "circuits"): "TextPairs.metric(), now LogitDiff.of_pairs(pairs) (the "
-    "metric is built where the metrics live)",
+    ("lmsci_mi.data.pairs", "circuits"): "PromptPairs.metric() (TextPairs.metric()), now "
+    "LogitDiff.of_pairs(pairs) (the metric is built where the metrics live)",
 }
 """Deprecated aliases: (module, the unit it imports back up) -> what moved where."""
+
+MOVED: dict[str, str] = {
+    "lmsci_mi.circuits.graph": "lmsci_mi.circuits.edges.graph",
+    "lmsci_mi.circuits.eap": "lmsci_mi.circuits.edges.eap",
+    "lmsci_mi.circuits.edge_patching": "lmsci_mi.circuits.edges.patching",
+    "lmsci_mi.circuits.pruning": "lmsci_mi.circuits.edges.pruning",
+    "lmsci_mi.circuits.faithfulness": "lmsci_mi.circuits.edges.faithfulness",
+}
+"""Modules that moved inside their unit, old path -> new home (issue 36: the edge files into
+``circuits/edges/``). The old path stays a deprecated alias: each of the new home's names, with a
+DeprecationWarning; nothing in the package imports it."""
 
 BASEMENT = ("errors",)
 """Below the ground floor: the library's exceptions (UserInputError, UnknownNameError), which any
@@ -262,7 +274,8 @@ def test_the_reader_finds_the_imports_it_should() -> None:
     assert ("lmsci_mi.circuits.shards", "lmsci_mi.cluster.shardable") in imports
     assert ("lmsci_mi.circuits.aie", "lmsci_mi.cluster") in imports  # inside a function
     assert ("lmsci_mi.circuits.aie", "lmsci_mi.model") not in imports  # TYPE_CHECKING only
-    assert {"model", "hooks", "sites", "collect", "positions"} <= core_modules()
+    # training is the core's home of small-model training, below circuits/ and probes/ that use it
+    assert {"model", "hooks", "sites", "collect", "training", "positions"} <= core_modules()
     assert {"circuits", "data", "editing", "steering"} <= feature_packages()
     assert ground_floor() >= {"config", "sites", *BASEMENT}
 
@@ -351,6 +364,21 @@ def test_deprecated_aliases_resolve_to_the_new_homes() -> None:
     pairs = TextPairs(("a",), ("b",), (3,), (4,), "demo")
     with pytest.warns(DeprecationWarning, match="of_pairs"):
         assert repr(pairs.metric()) == repr(LogitDiff.of_pairs(pairs))
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_moved_modules_are_deprecated_aliases_of_their_new_homes(old: str) -> None:
+    import importlib
+
+    new = importlib.import_module(MOVED[old])
+    alias = importlib.import_module(old)
+    assert alias.__all__ == new.__all__ and new.__all__
+    for name in new.__all__:
+        with pytest.warns(DeprecationWarning, match=rf"use {MOVED[old]}\.{name}$"):
+            assert getattr(alias, name) is getattr(new, name)
+    with pytest.raises(AttributeError):
+        alias.no_such_name  # noqa: B018
+    assert [str(imp) for imp in all_imports() if imp.target == old] == []
 
 
 @pytest.mark.parametrize("unit", sorted(TOP))

@@ -62,12 +62,13 @@ from lmsci_mi.circuits import (
     causal_trace,
     patch_activations,
 )
-from lmsci_mi.circuits.aie import Fact, known_facts
-from lmsci_mi.circuits.edge_patching import evaluate_circuits, prepare_edge_prompts
-from lmsci_mi.circuits.graph import edge_graph
+from lmsci_mi.circuits.aie import known_facts
+from lmsci_mi.circuits.edges.graph import edge_graph
+from lmsci_mi.circuits.edges.patching import evaluate_circuits, prepare_edge_prompts
 from lmsci_mi.circuits.heads import HeadScoreConfig, induction_scores
 from lmsci_mi.cli import main
 from lmsci_mi.collect import CollectConfig, collect_activations
+from lmsci_mi.data import Fact
 from lmsci_mi.data.text_corpus import text_chunks
 from lmsci_mi.editing.metrics import next_token_top1, target_nll
 from lmsci_mi.editing.stats import StatsConfig, key_statistics
@@ -128,8 +129,8 @@ def test_known_fact_filter(tiny: LensModel) -> None:
     for prompt in PROMPTS:
         top = int(tiny(tiny.to_tokens(prompt))[0, -1].argmax())
         answer = tiny.tokenizer.decode([top])
-        facts.append(Fact(prompt, prompt.split()[-1], answer))  # the model's own top-1: known
-        facts.append(Fact(prompt, prompt.split()[-1], " zebra"))  # never its top-1 here
+        facts.append(Fact(prompt, prompt.split()[-1], target_true=answer))  # the model's own top-1: known
+        facts.append(Fact(prompt, prompt.split()[-1], target_true=" zebra"))  # never its top-1 here
     alone = [f for f in facts if known_facts(tiny, [f])]
     assert known_facts(tiny, facts) == alone == facts[::2]
 

@@ -307,7 +307,8 @@ def test_sae_stats_report_the_hand_values(monkeypatch: pytest.MonkeyPatch) -> No
     hook = hook_name("resid_post", 0)
     sae = _three_feature_sae(lm.cfg.d_model, hook)
     monkeypatch.setattr(sae_stats_module, "collect_activations", lambda lm, rows, hooks, **kw:
-                        SimpleNamespace(acts={hooks[0]: _four_tokens(lm.cfg.d_model)}))
+                        SimpleNamespace(acts={hooks[0]: _four_tokens(lm.cfg.d_model)},
+                                        position=torch.arange(1, 5), token=torch.zeros(4, dtype=torch.long)))
     losses = {"clean": 2.0, "sae": 2.5, "zero": 6.0}
     monkeypatch.setattr(sae_stats_module, "reconstruction_loss",
                         lambda lm, sae, rows, mode, **kw: losses[mode])

@@ -4,8 +4,8 @@ the dev/test discipline, bad input and hook cleanup (synthetic activations and t
 import pytest
 import torch
 
+from lmsci_mi.data import load_facts
 from lmsci_mi.data.contrasts import LAT_TEMPLATES, ContrastPairs, contrast_pairs
-from lmsci_mi.data.edit_facts import load_edit_fact_records
 from lmsci_mi.probes import Split
 from lmsci_mi.representations import (
     READING_METHODS,
@@ -306,17 +306,17 @@ def test_contrast_pairs(name, count):
 
 
 def test_truth_pairs_differ_in_the_answer_only():
-    records = {r["prompt"].format(r["subject"]): r for r in load_edit_fact_records()}
+    records = {f.rewrite_prompt: f for f in load_facts("edit_facts")}
     pairs = contrast_pairs("truth", template=False)
     relations = set()
     for true, false in zip(pairs.positive, pairs.negative, strict=True):
         stem = next(s for s in records if true.startswith(s) and false.startswith(s))
         record = records[stem]
         assert (true, false) == (
-            f"{stem}{record['target_true']}.",
-            f"{stem}{record['target_new']}.",
+            f"{stem}{record.target_true}.",
+            f"{stem}{record.target_new}.",
         )
-        relations.add(record["relation"])
+        relations.add(record.relation)
     assert len(relations) == 13  # round-robin over every relation, not the largest one's facts
 
 

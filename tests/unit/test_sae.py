@@ -405,3 +405,62 @@ def test_the_sae_package_uses_no_steering_module() -> None:
                 else []
             )
             assert not any(n.startswith("lmsci_mi.steering") for n in names), path.name
+
+
+def test_an_untrained_sae_is_seeded_and_leaves_the_global_rng_alone(toy: LensModel) -> None:
+    config = SAETrainConfig(layer=1, d_sae=32, k=4, seed=7)
+    state = torch.get_rng_state()
+    first = sae_package.untrained_sae(toy, config)
+    assert torch.equal(torch.get_rng_state(), state)
+    second = sae_package.untrained_sae(toy, config)
+    other = sae_package.untrained_sae(toy, config.replace(seed=8))
+    assert torch.equal(first.sae.W_enc, second.sae.W_enc)
+    assert not torch.equal(first.sae.W_enc, other.sae.W_enc)
+    assert first.hook == hook_name("resid_post", 1) and first.info["untrained"]
+
+
+def _private_names(source: str) -> set[str]:
+    """Single-underscore names that a piece of code imports from lmsci_mi or reads off one of
+    its modules (``train_module._helper``); its own helpers are its business."""
+    tree = ast.parse(source)
+    modules, found = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lmsci_mi"):
+            found |= {a.name for a in node.names if a.name.startswith("_")}
+            modules |= {a.asname or a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            modules |= {a.asname or a.name for a in node.names if a.name.startswith("lmsci_mi")}
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in modules
+            and node.attr.startswith("_")
+        ):
+            found.add(node.attr)
+    return {name for name in found if not name.startswith("__")}
+
+
+def test_no_docstring_example_or_example_script_uses_a_private_name() -> None:
+    import doctest
+
+    root = Path(sae_package.__file__).parents[1]
+    used = {}
+    parser = doctest.DocTestParser()
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docs = [
+            ast.get_docstring(node) or ""
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        ]
+        source = "\n".join(e.source for doc in docs for e in parser.get_examples(doc))
+        if names := _private_names(source):
+            used[str(path.relative_to(root.parent))] = names
+    for path in sorted((root.parent / "examples").glob("*.py")):
+        if names := _private_names(path.read_text(encoding="utf-8")):
+            used[str(path.relative_to(root.parent))] = names
+    # Known and outside the SAE package, left to their owners: a notebook builder reading the
+    # results registry, and the tour's doctest reading the CLI's feature table.
+    known = {"examples/make_notebooks.py": {"_RESULT_TYPES"}, "lmsci_mi/cli/tour.py": {"_FEATURES"}}
+    assert {path: names for path, names in used.items() if known.get(path) != names} == {}

@@ -243,11 +243,11 @@ _INTERVAL_CODE = {
 # (file, the matched line's code, why it is not interval code)
 _NOT_INTERVALS = {
     (
-        "lmsci_mi/representations/concepts.py",
+        "lmsci_mi/representations/projections.py",
         "low, high = self.random.quantile(0.05, dim=1), self.random.quantile(0.95, dim=1)",
     ): "the plot's 5-95% range of the random-pair null distribution, not an estimate's interval",
     (
-        "lmsci_mi/representations/concepts.py",
+        "lmsci_mi/representations/projections.py",
         "p95 = torch.quantile(baseline, 0.95)",
     ): "the random baseline's 95th percentile, a threshold (the share of held-out pairs above it)",
 }

@@ -1,32 +1,34 @@
 """A small GPT trained on one synthetic CFG (Allen-Zhu & Li, Physics of LMs Part 1): a seeded CPU
-trainer with a cache keyed by grammar, model and training settings, its random-weights twin (the
-probing baseline), and the model's evaluation: next-token accuracy and generation validity (the
-fraction of its samples that the DP parser accepts).
+trainer (on :mod:`lmsci_mi.training`) with a cache keyed by grammar, model and training settings,
+its random-weights twin (the probing baseline), and the model's evaluation: next-token accuracy and
+generation validity (the fraction of its samples that the DP parser accepts).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
-from safetensors.torch import load_file, save_file
-from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from lmsci_mi.artefacts import restore_shipped
-from lmsci_mi.cache import cache_key, cache_root
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.cfg import CFGConfig, Grammar, build_grammar, cfg_accepts
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.loading import default_device
 from lmsci_mi.model import LensModel
+from lmsci_mi.training import (
+    TrainConfig,
+    TrainingRecord,
+    load_or_train,
+    train_model,
+    trained_folder,
+    training_key,
+)
 
 __all__ = [
     "CFGEvaluation",
@@ -43,7 +45,12 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # Bump when the training code changes what a config produces, so stale caches are not reused.
+# (Moving the loop into lmsci_mi.training did not: the weights are bitwise the same.)
 _TRAIN_FORMAT = 1
+
+_CHECKPOINT_EVERY = 100
+"""Steps between checkpoints of a cached training run (not in the key: they leave the weights
+alone)."""
 
 
 @config
@@ -99,17 +106,15 @@ class CFGModelConfig(Config):
 
 
 def _key(grammar_config: CFGConfig, model_config: CFGModelConfig) -> str:
-    payload = {
-        "grammar": grammar_config.params(),
-        "model": model_config.params(),
-        "format": _TRAIN_FORMAT,
-    }
-    return cache_key(payload, length=12, algorithm="sha256")
+    # {"grammar", "model", "format"}: the payload that names the shipped GPT's folder.
+    return training_key(
+        _TRAIN_FORMAT, grammar=grammar_config.params(), model=model_config.params()
+    )
 
 
 def cfg_model_folder(grammar_config: CFGConfig, model_config: CFGModelConfig) -> Path:
     """The cache folder of the GPT trained with these settings."""
-    return cache_root() / "cfg" / f"gpt-{_key(grammar_config, model_config)}"
+    return trained_folder("cfg", f"gpt-{_key(grammar_config, model_config)}")
 
 
 @dataclass(frozen=True)
@@ -145,6 +150,53 @@ def _packed_rows(grammar: Grammar, config: CFGModelConfig, step: int) -> torch.T
     return torch.cat(stream)[:need].view(config.batch_size, config.context)
 
 
+def _train_config(config: CFGModelConfig) -> TrainConfig:
+    """The run in :mod:`lmsci_mi.training`'s terms: linear warm-up, cosine decay to 10%, AdamW
+    with betas (0.9, 0.98), gradients clipped to norm 1."""
+    return TrainConfig(
+        steps=config.steps,
+        batch_size=config.batch_size,
+        lr=config.lr,
+        schedule="cosine",
+        warmup=config.warmup,
+        final_lr_fraction=0.1,
+        weight_decay=config.weight_decay,
+        betas=(0.9, 0.98),
+        grad_clip=1.0,
+        seed=config.seed,
+        checkpoint_every=_CHECKPOINT_EVERY,
+    )
+
+
+def _train(
+    grammar: Grammar,
+    config: CFGModelConfig,
+    *,
+    progress: bool,
+    on_step: Callable[[int, HookedTransformer], None] | None,
+    checkpoints: Path | None,
+) -> tuple[HookedTransformer, CFGTraining, TrainingRecord]:
+    model, run = train_model(
+        config.hooked_config(grammar),
+        lambda step, _: _packed_rows(grammar, config, step),
+        lambda model, rows: model(rows, return_type="loss"),
+        _train_config(config),
+        checkpoints=checkpoints,
+        progress=progress,
+        desc="cfg gpt",
+        on_step=on_step,
+    )
+    record = CFGTraining(
+        seconds=run.seconds,
+        cpu_seconds=run.cpu_seconds,
+        tokens=config.steps * config.batch_size * config.context,
+        final_loss=run.final_loss(50),
+        threads=run.threads,
+        device="cpu",
+    )
+    return model, record, run
+
+
 def train_cfg_model(
     grammar: Grammar,
     config: CFGModelConfig | None = None,
@@ -152,7 +204,8 @@ def train_cfg_model(
     progress: bool = False,
     on_step: Callable[[int, HookedTransformer], None] | None = None,
 ) -> tuple[HookedTransformer, CFGTraining]:
-    """Train a GPT on ``grammar`` from scratch (no cache), on the CPU, deterministically.
+    """Train a GPT on ``grammar`` from scratch (no cache), on the CPU, deterministically, with
+    :func:`lmsci_mi.training.train_model`.
 
     Next-token cross-entropy on every position of packed rows; AdamW with linear warm-up and
     cosine decay to 10%.
@@ -168,50 +221,7 @@ def train_cfg_model(
         The trained model (eval mode, on the CPU) and its :class:`CFGTraining` record.
     """
     config = config if config is not None else CFGModelConfig()
-    torch.manual_seed(config.seed)
-    model = HookedTransformer(config.hooked_config(grammar))
-    optimiser = torch.optim.AdamW(
-        model.parameters(), lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.98)
-    )
-
-    def factor(step: int) -> float:
-        if step < config.warmup:
-            return (step + 1) / config.warmup
-        done = (step - config.warmup) / max(1, config.steps - config.warmup)
-        return 0.1 + 0.9 * 0.5 * (1 + torch.cos(torch.tensor(done * torch.pi)).item())
-
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimiser, factor)
-    start, cpu_start = time.perf_counter(), time.process_time()
-    losses: list[float] = []
-    paused = cpu_paused = 0.0  # time spent in on_step, left out of the cost
-    bar = tqdm(range(config.steps), disable=not progress, desc="cfg gpt", unit="step")
-    model.train()
-    for step in bar:
-        rows = _packed_rows(grammar, config, step)
-        loss = model(rows, return_type="loss")
-        optimiser.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimiser.step()
-        schedule.step()
-        losses.append(float(loss.detach()))
-        if step % 50 == 0:
-            bar.set_postfix(loss=f"{losses[-1]:.3f}")
-        if on_step is not None:
-            pause, cpu_pause = time.perf_counter(), time.process_time()
-            on_step(step, model)
-            model.train()
-            paused += time.perf_counter() - pause
-            cpu_paused += time.process_time() - cpu_pause
-    model.eval()
-    record = CFGTraining(
-        seconds=time.perf_counter() - start - paused,
-        cpu_seconds=time.process_time() - cpu_start - cpu_paused,
-        tokens=config.steps * config.batch_size * config.context,
-        final_loss=sum(losses[-50:]) / len(losses[-50:]),
-        threads=torch.get_num_threads(),
-        device="cpu",
-    )
+    model, record, _ = _train(grammar, config, progress=progress, on_step=on_step, checkpoints=None)
     log.info("trained the CFG GPT in %.1f s, loss %.3f", record.seconds, record.final_loss)
     return model, record
 
@@ -234,8 +244,9 @@ def load_cfg_model(
 
     Cached under ``cache_root() / "cfg" / "gpt-<hash of grammar, model and training config>"``
     (``weights.safetensors`` and ``record.json``); the default configs' GPT ships with the
-    package and is copied there on first use (:mod:`lmsci_mi.artefacts`). The model has no
-    tokenizer: feed token ids with BOS (0) first, which is its sink.
+    package and is copied there on first use (:mod:`lmsci_mi.artefacts`). An interrupted
+    training run resumes from its last checkpoint (:func:`lmsci_mi.training.load_or_train`).
+    The model has no tokenizer: feed token ids with BOS (0) first, which is its sink.
 
     Args:
         train: train when nothing is cached (False raises instead, e.g. for a CLI without --train).
@@ -249,35 +260,31 @@ def load_cfg_model(
     model_config = model_config if model_config is not None else CFGModelConfig()
     grammar = build_grammar(grammar_config)
     folder = cfg_model_folder(grammar_config, model_config)
-    weights, record_file = folder / "weights.safetensors", folder / "record.json"
+
+    def run(checkpoints: Path) -> tuple[HookedTransformer, dict[str, Any]]:
+        model, record, curve = _train(
+            grammar, model_config, progress=progress, on_step=on_step, checkpoints=checkpoints
+        )
+        return model, {
+            "grammar": grammar_config.params(),
+            "model": model_config.params(),
+            "training": record.__dict__,
+            "run": curve.to_dict(),
+        }
+
     # The default GPT ships with the package (scripts/build_artefacts.py cfg): a first run copies
     # it into the cache instead of training for minutes.
-    if not retrain and restore_shipped(weights, record_file):
-        model = HookedTransformer(model_config.hooked_config(grammar))
-        model.load_state_dict(load_file(weights))
-        model.eval()
-        record = CFGTraining(**json.loads(record_file.read_text())["training"])
-    else:
-        if not train:
-            raise FileNotFoundError(
-                f"no trained CFG model cached at {folder}; train it first (`train=True`, or "
-                "`lmsci-mi probe cfg --train`)"
-            )
-        model, record = train_cfg_model(grammar, model_config, progress=progress, on_step=on_step)
-        folder.mkdir(parents=True, exist_ok=True)
-        save_file(
-            {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, weights
-        )
-        record_file.write_text(
-            json.dumps(
-                {
-                    "grammar": grammar_config.params(),
-                    "model": model_config.params(),
-                    "training": record.__dict__,
-                },
-                indent=1,
-            )
-        )
+    model, cached = load_or_train(
+        folder,
+        lambda: HookedTransformer(model_config.hooked_config(grammar)),
+        run,
+        retrain=retrain,
+        missing=None if train else (
+            f"no trained CFG model cached at {folder}; train it first (`train=True`, or "
+            "`lmsci-mi probe cfg --train`)"
+        ),
+    )
+    record = CFGTraining(**cached["training"])
     model.to(device if device is not None else default_device(), print_details=False)
     name = f"cfg-gpt-{_key(grammar_config, model_config)}"
     return _wrap(model, name, str(folder), grammar), record
