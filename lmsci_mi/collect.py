@@ -318,8 +318,7 @@ def collect_activations(
         lm: the model.
         texts: prompts, or token id lists that already hold the sink.
         hooks: hook names (``hook_name("resid_post", 3)``); vector and per-head sites.
-        positions: ``"last"``, ``"all"`` (every token ``exclude`` keeps), or a position list per
-            text.
+        positions: ``"last"``, ``"all"`` (every token ``exclude`` keeps), or a list per text.
         config: batching, storage dtype and subsampling.
         out_dir: if given, each hook's rows stream into ``out_dir/<hook>.npy`` (a memmap), so a
             collection larger than memory never sits in RAM.
@@ -349,9 +348,7 @@ def collect_activations(
         return _collect_sharded(lm, texts, hooks, positions, config, out_dir, cluster, exclude)
     names = _checked_hooks(lm, texts, hooks)
     sequences = _sequences(lm, texts)
-    chosen = positions_to_collect(
-        lm, texts, positions, config, sequences=sequences, exclude=exclude
-    )
+    chosen = positions_to_collect(lm, texts, positions, config, sequences=sequences, exclude=exclude)
     counts = [len(c) for c in chosen]
     offsets = np.cumsum([0, *counts])
     if offsets[-1] == 0:
@@ -367,15 +364,8 @@ def collect_activations(
             i: list(zip(chosen[i], range(int(offsets[i]), int(offsets[i + 1])), strict=True))
             for i in batch
         }
-        _collect_batch(
-            lm,
-            names,
-            [sequences[i] for i in batch],
-            [slots[i] for i in batch],
-            buffers,
-            stop,
-            config,
-        )
+        seqs = [sequences[i] for i in batch]
+        _collect_batch(lm, names, seqs, [slots[i] for i in batch], buffers, stop, config)
     return Activations(
         buffers.finish(names),
         example=torch.repeat_interleave(torch.arange(len(chosen)), torch.tensor(counts)),
