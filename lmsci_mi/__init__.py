@@ -4,9 +4,10 @@ The core is what every analysis uses: :func:`load_model` (bundled real models th
 hub names, local files, toys), the hook registry (``lm.hooks``: every intervention is a context
 manager that cleans up after itself), the site table (:mod:`lmsci_mi.sites`, with :class:`Head`),
 the sweep engine (:mod:`lmsci_mi.sweep`), frozen configs (:class:`Config`), method registries
-(:class:`MethodRegistry`), :class:`Result` (typed, saveable results) and the library's errors
-(:class:`UserInputError` for input the caller can fix, :class:`UnknownNameError` for a name no
-registry holds; anything else is a bug). Analyses live in the
+(:class:`MethodRegistry`), :class:`Result` (typed, saveable results), :class:`Exclude` (the
+positions an analysis leaves out: the sink, chosen positions, chosen tokens) and the library's
+errors (:class:`UserInputError` for input the caller can fix, :class:`UnknownNameError` for a
+name no registry holds; anything else is a bug). Analyses live in the
 subpackages, imported by name: ``lmsci_mi.circuits`` (patching, tracing, heads, IOI, edges),
 ``lmsci_mi.lenses`` (logit and tuned lens, direct logit attribution), ``lmsci_mi.knowledge`` (FFN
 key-value memories, knowledge neurons), ``lmsci_mi.editing``, ``lmsci_mi.probes``,
@@ -31,6 +32,7 @@ from lmsci_mi.loading import load_model as load_model
 from lmsci_mi.model import DEFAULT_SINK as DEFAULT_SINK
 from lmsci_mi.model import LensModel as LensModel
 from lmsci_mi.model import TokenPredictions as TokenPredictions
+from lmsci_mi.positions import Exclude as Exclude
 from lmsci_mi.registry import MethodRegistry as MethodRegistry
 from lmsci_mi.results import LayerCurve as LayerCurve
 from lmsci_mi.results import Meta as Meta
@@ -46,6 +48,7 @@ __all__ = [
     "DEFAULT_SINK",
     "Capture",
     "Config",
+    "Exclude",
     "GenerationConfig",
     "Generations",
     "Head",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ from lmsci_mi.config import Config, config, validate_choice
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.hooks import HookFn
 from lmsci_mi.model import LensModel
+from lmsci_mi.positions import Exclude, resolve_exclude
 from lmsci_mi.sites import SITES, layer_of, layout_of, parse_hook_name
 
 if TYPE_CHECKING:
@@ -53,7 +55,8 @@ T = TypeVar("T")
 
 PositionChoice = Literal["last", "all"] | Sequence[Sequence[int]]
 """Which positions to keep: ``"last"`` (each text's last token), ``"all"`` (every real token but
-the sink), or one list of positions per text (negative counts from the end, like Python)."""
+the sink, and but any other position an :class:`~lmsci_mi.positions.Exclude` names), or one list
+of positions per text (negative counts from the end, like Python)."""
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16}
 _GLOBAL_SITES = {"ln_final", "ln_final_scale"}  # computed after the last block
@@ -133,26 +136,42 @@ class Activations:
 
 
 def select_positions(
-    sequences: Sequence[Sequence[int]], positions: PositionChoice, *, skip: int
+    sequences: Sequence[Sequence[int]],
+    positions: PositionChoice,
+    *,
+    exclude: Exclude | None = None,
+    skip: int | None = None,
 ) -> list[list[int]]:
-    """The positions kept in each sequence, validated (``skip`` leading positions are the sink).
+    """The positions kept in each sequence, validated.
+
+    ``"all"`` is every position ``exclude`` keeps (None: every position but 0, the sink);
+    ``"last"`` and explicit lists are taken as given. ``skip=n``, the older spelling, leaves the
+    first ``n`` positions out (``Exclude.leading(n)``) and is deprecated.
 
     Raises:
         ValueError: a position outside its sequence, a list of the wrong length, or a text with no
-            token after the sink; the message names the text.
+            token left once the excluded positions are out; the message names the text.
 
-    >>> select_positions([[7, 1, 2], [7, 3]], "all", skip=1)
+    >>> select_positions([[7, 1, 2], [7, 3]], "all")
     [[1, 2], [1]]
-    >>> select_positions([[7, 1, 2]], [[-1]], skip=1)
+    >>> select_positions([[7, 1, 2, 9]], "all", exclude=Exclude(token_ids=(2,)))
+    [[1, 3]]
+    >>> select_positions([[7, 1, 2]], [[-1]])
     [[2]]
     """
+    chosen_exclude = _exclude_or_skip(exclude, skip)
     if isinstance(positions, str):
         validate_choice("positions", positions, ["last", "all"])
         chosen = []
         for i, seq in enumerate(sequences):
-            if len(seq) <= skip:
-                raise UserInputError(f"text {i} has no token after the sink; drop empty texts")
-            chosen.append([len(seq) - 1] if positions == "last" else list(range(skip, len(seq))))
+            ids = torch.tensor(list(seq), dtype=torch.long)
+            kept = chosen_exclude.keep_at(torch.arange(len(ids)), ids).nonzero()[:, 0].tolist()
+            if not kept:
+                raise UserInputError(
+                    f"text {i} has no token left once {chosen_exclude.describe()} is left out; "
+                    "drop empty texts"
+                )
+            chosen.append([len(seq) - 1] if positions == "last" else kept)
         return chosen
     if len(positions) != len(sequences):
         raise UserInputError(
@@ -168,6 +187,22 @@ def select_positions(
             row.append(q)
         chosen.append(row)
     return chosen
+
+
+def _exclude_or_skip(exclude: Exclude | None, skip: int | None) -> Exclude:
+    """The exclusion of ``exclude`` or of the deprecated ``skip`` (not both)."""
+    if skip is None:
+        return resolve_exclude(exclude)
+    warnings.warn(
+        "select_positions(skip=n) is deprecated; use exclude=Exclude.leading(n) (lmsci_mi.Exclude)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    if exclude is not None:
+        raise UserInputError("give exclude= or the older skip=, not both")
+    if skip < 0:
+        raise UserInputError(f"skip must be >= 0, got {skip}")
+    return Exclude.leading(skip)
 
 
 def _stop_layer(hooks: Sequence[str], n_layers: int) -> int | None:
@@ -272,6 +307,7 @@ def collect_activations(
     config: CollectConfig = _DEFAULT,
     out_dir: str | Path | None = None,
     cluster: ClusterConfig | None = None,
+    exclude: Exclude | None = None,
 ) -> Activations:
     """Run ``texts`` through ``lm`` and keep the activations at ``hooks`` and ``positions``.
 
@@ -282,13 +318,15 @@ def collect_activations(
         lm: the model.
         texts: prompts, or token id lists that already hold the sink.
         hooks: hook names (``hook_name("resid_post", 3)``); vector and per-head sites.
-        positions: ``"last"``, ``"all"`` (every token but the sink), or a position list per text.
+        positions: ``"last"``, ``"all"`` (every token ``exclude`` keeps), or a list per text.
         config: batching, storage dtype and subsampling.
         out_dir: if given, each hook's rows stream into ``out_dir/<hook>.npy`` (a memmap), so a
             collection larger than memory never sits in RAM.
         cluster: collect in shards of texts on a Ray cluster (or in this process with
             ``address="process"``), :func:`lmsci_mi.cluster.run_sharded`; the same rows, equal
             up to float summation order. Not with ``out_dir``.
+        exclude: the positions ``"all"`` leaves out (:class:`~lmsci_mi.positions.Exclude`; None:
+            the sink token, where the model puts one in front, as always).
 
     Returns:
         :class:`Activations`, rows ordered by text then position.
@@ -307,10 +345,10 @@ def collect_activations(
     ((2, 64), [3, 2])
     """
     if cluster is not None:
-        return _collect_sharded(lm, texts, hooks, positions, config, out_dir, cluster)
+        return _collect_sharded(lm, texts, hooks, positions, config, out_dir, cluster, exclude)
     names = _checked_hooks(lm, texts, hooks)
     sequences = _sequences(lm, texts)
-    chosen = positions_to_collect(lm, texts, positions, config, sequences=sequences)
+    chosen = positions_to_collect(lm, texts, positions, config, sequences=sequences, exclude=exclude)
     counts = [len(c) for c in chosen]
     offsets = np.cumsum([0, *counts])
     if offsets[-1] == 0:
@@ -326,15 +364,8 @@ def collect_activations(
             i: list(zip(chosen[i], range(int(offsets[i]), int(offsets[i + 1])), strict=True))
             for i in batch
         }
-        _collect_batch(
-            lm,
-            names,
-            [sequences[i] for i in batch],
-            [slots[i] for i in batch],
-            buffers,
-            stop,
-            config,
-        )
+        seqs = [sequences[i] for i in batch]
+        _collect_batch(lm, names, seqs, [slots[i] for i in batch], buffers, stop, config)
     return Activations(
         buffers.finish(names),
         example=torch.repeat_interleave(torch.arange(len(chosen)), torch.tensor(counts)),
@@ -354,6 +385,7 @@ def _collect_sharded(
     config: CollectConfig,
     out_dir: str | Path | None,
     cluster: ClusterConfig,
+    exclude: Exclude | None,
 ) -> Activations:
     """:func:`collect_activations` in shards of texts (:func:`lmsci_mi.cluster.run_sharded`)."""
     if out_dir is not None:
@@ -363,7 +395,7 @@ def _collect_sharded(
     from lmsci_mi.cluster import run_sharded
 
     return run_sharded("collect", lm, texts, hooks, positions=positions, config=config,
-                       cluster=cluster)
+                       cluster=cluster, exclude=exclude)
 
 def positions_to_collect(
     lm: LensModel,
@@ -372,6 +404,7 @@ def positions_to_collect(
     config: CollectConfig = _DEFAULT,
     *,
     sequences: Sequence[Sequence[int]] | None = None,
+    exclude: Exclude | None = None,
 ) -> list[list[int]]:
     """The positions :func:`collect_activations` keeps in each text (after ``max_items``'s
     subsample): given back to it as ``positions`` with ``max_items`` off, it collects the same
@@ -382,7 +415,9 @@ def positions_to_collect(
     [[1, 2, 3], [1, 2]]
     """
     sequences = _sequences(lm, texts) if sequences is None else sequences
-    chosen = select_positions(sequences, positions, skip=1 if lm.sink is not None else 0)
+    # None keeps what collection always did: a sink-free model's first token is a word, kept.
+    chosen_exclude = resolve_exclude(exclude, sink_token=lm.sink_token_id is not None)
+    chosen = select_positions(sequences, positions, exclude=chosen_exclude)
     return _subsample(chosen, config)
 
 
@@ -587,7 +622,9 @@ class CollectShards(Shardable[tuple[Activations, tuple[int, ...]]]):
     def prepare(self, lm: LensModel, arguments: Mapping[str, Any]) -> Job:
         texts, config = arguments["texts"], arguments["config"]
         names = tuple(_checked_hooks(lm, texts, arguments["hooks"]))
-        chosen = positions_to_collect(lm, texts, arguments["positions"], config)
+        chosen = positions_to_collect(
+            lm, texts, arguments["positions"], config, exclude=arguments["exclude"]
+        )
         if not any(chosen):
             raise UserInputError("no position selected: every position list is empty")
         items = tuple(

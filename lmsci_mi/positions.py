@@ -159,16 +159,19 @@ class Exclude(Config):
 
 
 _DEFAULT = Exclude()
+_NOTHING = Exclude.nothing()
 
 
-def resolve_exclude(exclude: Exclude | None) -> Exclude:
-    """``exclude``, or the default exclusion (the sink) for None.
+def resolve_exclude(exclude: Exclude | None, *, sink_token: bool = True) -> Exclude:
+    """``exclude``, or the default exclusion for None: the sink; with ``sink_token=False`` (the
+    model puts no sink token in front) nothing, for the analyses that always kept a sink-free
+    model's first token (activation collection, steering vectors, trigger examples).
 
-    >>> resolve_exclude(None) == Exclude()
-    True
+    >>> resolve_exclude(None) == Exclude(), resolve_exclude(None, sink_token=False).describe()
+    (True, 'nothing')
     """
     if exclude is None:
-        return _DEFAULT
+        return _DEFAULT if sink_token else _NOTHING
     if not isinstance(exclude, Exclude):
         raise TypeError(f"exclude must be an Exclude, got {type(exclude).__name__}")
     return exclude

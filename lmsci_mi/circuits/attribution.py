@@ -220,6 +220,9 @@ def _reduce(cfg: PatchingConfig, contribution: Float[Tensor, "pair ..."], pairs:
     per_pos = contribution.sum(-1)  # [pair, pos] or [pair, pos, head]
     if site(cfg.site).layout.position_axis == 2:  # pattern: [pair, head, query] -> [pair, query, head]
         per_pos = per_pos.transpose(1, 2)
+    if cfg.exclude is not None:  # as in exact patching, an excluded position is never patched
+        keep = cfg.exclude.keep(pairs.corrupted).to(per_pos.device)
+        per_pos = per_pos * keep.reshape(*keep.shape, *[1] * (per_pos.ndim - 2))
     pair_index = torch.arange(per_pos.shape[0], device=per_pos.device)
     if pairs.aligned:
         # [name, pair, (head)] at the named corrupted positions, summed over pairs.

@@ -23,6 +23,7 @@ from lmsci_mi.config import Config, config
 from lmsci_mi.data.pairs import PairsArg, PromptPairs, TokenisedPairs, accepts_pairs, as_pairs
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.hooks import selection_mask
+from lmsci_mi.positions import Exclude
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import SITES, Head, hook_name, site
 from lmsci_mi.sweep import BaseRun, Intervention, Row, SweepConfig, SweepStats, run_rows
@@ -65,6 +66,12 @@ class PatchingConfig(Config):
     normalise: bool = field(default=False, metadata={"help": "0 = corrupted run, 1 = clean run"})
     answer_position: int = field(default=-1, metadata={"help": "position whose logits are scored"})
     sweep: SweepConfig = field(default_factory=SweepConfig, metadata={"cli": False})
+    # None patches every position: the sink is the same token in both runs, so its cells already
+    # equal the corrupted run and cost nothing; exclude leaves chosen positions (the sink,
+    # massive-activation tokens) unpatched too: their cells keep the corrupted run's value.
+    exclude: Exclude | None = field(
+        default=None, metadata={"help": "positions never patched (None: none)", "cli": False}
+    )
 
     def layer_list(self, n_layers: int) -> list[int]:
         """The layers to sweep on a model of ``n_layers`` layers (checked)."""
@@ -295,6 +302,8 @@ def _patch_rows(pairs: AlignedPairs, cfg: PatchingConfig, layers: Sequence[int],
                 clean: Mapping[str, Tensor], base: BaseRun) -> tuple[list[Row], int]:
     """One row per (layer, position group, head): the planner's whole job. Returns the heads."""
     groups = position_groups(pairs, cfg.positions).to(base.tokens.device)
+    if cfg.exclude is not None:  # a group's excluded positions are left out of its patch
+        groups = groups & cfg.exclude.keep(pairs.corrupted).to(groups.device)[None]
     layout = site(cfg.site).layout
     first = base.acts[hook_name(cfg.site, layers[0])]
     n_heads = first.shape[layout.head_axis] if layout.head_axis is not None else 0

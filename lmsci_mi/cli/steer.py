@@ -74,11 +74,13 @@ def _add_vector(sub: Any) -> None:
 
 def _scope(name: str, lm: LensModel) -> Any:
     from lmsci_mi.hooks import PositionScope
+    from lmsci_mi.positions import resolve_exclude
 
-    skip = 1 if lm.sink_token_id is not None else 0
+    # The sink token, where the model puts one in front (a sink-free model's first word is steered).
+    sink = resolve_exclude(None, sink_token=lm.sink_token_id is not None)
     return {
-        "all": PositionScope.all(skip=skip),
-        "prompt": PositionScope.prompt(skip=skip),
+        "all": PositionScope.all(exclude=sink),
+        "prompt": PositionScope.prompt(exclude=sink),
         "last_prompt": PositionScope.prompt(-1),
         "generated": PositionScope.generated(),
         "from_last_prompt": PositionScope.from_last_prompt(),

@@ -22,6 +22,7 @@ from lmsci_mi.config import Config, config
 from lmsci_mi.data.text_corpus import STDLIB_TEXT_SOURCE, text_chunks
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.knowledge.values import checked_neurons, decode_tokens, neuron_label
+from lmsci_mi.positions import Exclude, resolve_exclude
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name
 
@@ -66,6 +67,14 @@ class TriggerConfig(Config):
     )
     token_budget: int = field(default=8192, metadata={"help": "tokens per forward pass", "ge": 1})
     progress: bool = field(default=False, metadata={"help": "show a progress bar", "cli": False})
+    exclude: Exclude | None = field(
+        default=None,
+        metadata={
+            "help": "positions that are never a trigger (None: the sink token, where the model "
+            "puts one in front)",
+            "cli": False,
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -167,14 +176,16 @@ def top_coefficients(
     Args:
         lm: the model.
         sequences: token id lists, sink first (the sink is never a candidate: it carries the
-            massive activations of the attention sink, not content).
+            massive activations of the attention sink, not content; nor is any other position
+            ``cfg.exclude`` names).
         neurons: per layer, the neurons to follow.
-        cfg: how many, ranked how, batching.
+        cfg: how many, ranked how, batching, exclusions.
 
     Returns:
         Per layer, a :class:`TopCoefficients` (best first).
     """
-    skip = 1 if lm.sink_token_id is not None else 0
+    # None keeps what the search always did: a sink-free model's first token is a word, a candidate.
+    exclude = resolve_exclude(cfg.exclude, sink_token=lm.sink_token_id is not None)
     running = {
         layer: _Running(ns, cfg.n_examples, cfg.sign, lm.device) for layer, ns in neurons.items()
     }
@@ -191,8 +202,8 @@ def top_coefficients(
         for batch in tqdm(batches, desc="triggers", unit="batch", disable=not cfg.progress):
             padded = lm.pad_batch([sequences[i] for i in batch])
             ends = padded.lengths - int(cfg.skip_last)
-            steps = torch.arange(padded.tokens.shape[1], device=lm.device)
-            state["valid"] = (steps[None] >= skip) & (steps[None] < ends[:, None])
+            tokens = padded.tokens.to(lm.device)
+            state["valid"] = exclude.keep(tokens, lengths=ends.to(lm.device))
             state["text"] = torch.tensor(batch, dtype=torch.long, device=lm.device)
             # Right padding: causal attention keeps real positions exact; padding is masked out.
             lm.model(padded.tokens, stop_at_layer=stop)

@@ -7,6 +7,7 @@ over an explicit :class:`~lmsci_mi.hooks.PositionScope`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import field
@@ -19,8 +20,9 @@ from torch import Tensor
 from lmsci_mi.collect import CollectConfig, collect_activations
 from lmsci_mi.config import Config, config
 from lmsci_mi.errors import UserInputError
-from lmsci_mi.hooks import PositionScope
+from lmsci_mi.hooks import PositionScope, RunningExclusion
 from lmsci_mi.model import LensModel
+from lmsci_mi.positions import Exclude, resolve_exclude
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name, layer_of, layout_of
 
@@ -46,6 +48,8 @@ class MeanDifferenceConfig(Config):
         read: each prompt's ``"last"`` token (CAA reads the token where the behaviour is
             decided), or the ``"mean"`` over its tokens but the sink.
         token_budget: tokens per forward pass while reading.
+        exclude: the positions a ``"mean"`` read leaves out (None: the sink token, where the
+            model puts one in front).
     """
 
     layer: int = field(default=0, metadata={"help": "layer read and steered", "ge": 0})
@@ -55,6 +59,9 @@ class MeanDifferenceConfig(Config):
         metadata={"help": "read each prompt's last token or its mean", "choices": ("last", "mean")},
     )
     token_budget: int = field(default=8192, metadata={"help": "tokens per forward pass", "ge": 1})
+    exclude: Exclude | None = field(
+        default=None, metadata={"help": "positions a mean read leaves out", "cli": False}
+    )
 
 
 @result_type
@@ -101,15 +108,20 @@ class SteeringVector(Result):
         lm: LensModel,
         coefficient: float = 1.0,
         scope: PositionScope | None = None,
+        *,
+        exclude: Exclude | None = None,
     ) -> Iterator[None]:
         """Add ``coefficient × vector`` at its hook over ``scope`` while the block runs.
 
-        The default scope is every position but the sink (``PositionScope.all(skip=1)`` for a
-        model with a sink; the sink's huge residual anchors attention, and ActAdd and CAA never
-        meant to move it). Under cached generation the scope is applied per row and per step,
-        so greedy decoding gives the same tokens with and without the KV cache. Nothing is
-        attached when the vector belongs to another model or does not fit this one (checked
-        before entering). The model's weights are not changed.
+        The default scope is every position but the sink (``PositionScope.all(exclude=Exclude())``
+        for a model with a sink; the sink's huge residual anchors attention, and ActAdd and CAA
+        never meant to move it). ``exclude`` leaves more positions alone, within any scope:
+        chosen positions, and positions holding chosen tokens (massive-activation tokens,
+        recognised in every pass by :class:`~lmsci_mi.hooks.RunningExclusion`). Under cached
+        generation the scope is applied per row and per step, so greedy decoding gives the same
+        tokens with and without the KV cache. Nothing is attached when the vector belongs to
+        another model or does not fit this one (checked before entering). The model's weights
+        are not changed.
 
         >>> from lmsci_mi import load_model
         >>> lm = load_model("toy-2l")
@@ -125,11 +137,17 @@ class SteeringVector(Result):
                 "model it steers (residual directions do not carry over between models)"
             )
         check_fits(lm, self.hook, self.values)
-        if scope is None:
-            scope = PositionScope.all(skip=1 if lm.sink_token_id is not None else 0)
-        if not isinstance(scope, PositionScope):
+        if scope is not None and not isinstance(scope, PositionScope):
             raise TypeError(f"scope must be a PositionScope, got {type(scope).__name__}")
+        if scope is None:  # every position but the sink token, where the model puts one in front
+            scope = PositionScope.all(exclude=_sink_token(lm))
         vector = self.values.to(lm.device)
+        if exclude is not None and not exclude.by_position:
+            with _add_where_kept(lm, self.hook, float(coefficient) * vector, scope, exclude):
+                yield
+            return
+        if exclude is not None:
+            scope = dataclasses.replace(scope, exclude=exclude.union(scope.exclude))
         with lm.hooks.add_vector(self.hook, vector, scale=float(coefficient), positions=scope):
             yield
 
@@ -152,6 +170,29 @@ class SteeringVector(Result):
         ax.set_title(title, fontsize=8)
         fig.tight_layout()
         return fig
+
+
+def _sink_token(lm: LensModel) -> Exclude:
+    """What steering leaves alone by default: the sink token, where ``lm`` puts one in front
+    (a sink-free model's first token is a word, and always was steered)."""
+    return resolve_exclude(None, sink_token=lm.sink_token_id is not None)
+
+
+@contextmanager
+def _add_where_kept(
+    lm: LensModel, site: str, shift: Tensor, scope: PositionScope, exclude: Exclude
+) -> Iterator[None]:
+    """Add ``shift`` at hook ``site`` over ``scope`` but where ``exclude`` leaves a position out,
+    tokens included: a scope sees positions only, so the tokens are marked in each pass."""
+    running = RunningExclusion(lm, exclude)
+
+    def add(activation: Tensor, hook: object) -> Tensor:
+        batch, n_pos = activation.shape[:2]
+        keep = scope.mask(batch, n_pos, activation.device)[..., None] & running.keep(activation)
+        return activation + keep * shift.to(activation.dtype)
+
+    with lm.hooks.hooks(fwd=[*running.hooks(), (site, add)], label=f"add_vector {site}"):
+        yield
 
 
 def check_fits(lm: LensModel, hook: str, vector: Tensor) -> None:
@@ -230,7 +271,9 @@ def mean_difference_vector(
     positions = "last" if config.read == "last" else "all"
     means = []
     for prompts in (positive, negative):
-        acts = collect_activations(lm, list(prompts), [hook], positions=positions, config=collect)
+        acts = collect_activations(
+            lm, list(prompts), [hook], positions=positions, config=collect, exclude=config.exclude
+        )
         rows = acts.acts[hook].float()
         # One mean per prompt first, so a long prompt weighs as much as a short one.
         per_prompt = torch.zeros(len(prompts), rows.shape[-1]).index_add_(0, acts.example, rows)

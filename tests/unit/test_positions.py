@@ -13,12 +13,23 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import lmsci_mi
 from lmsci_mi import LensModel, load_model, readout
+from lmsci_mi.circuits.attribution import AttributionConfig, attribution_patch
+from lmsci_mi.circuits.metrics import LogitDiff
+from lmsci_mi.circuits.patching import PatchingConfig, patch_activations
+from lmsci_mi.collect import (
+    CollectConfig,
+    collect_activations,
+    positions_to_collect,
+    select_positions,
+)
 from lmsci_mi.data.text_corpus import text_chunks
 from lmsci_mi.editing.stats import STDLIB_TEXT, StatsConfig, _cache_key, key_statistics
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.hooks import PositionScope, RunningExclusion
+from lmsci_mi.knowledge.triggers import TriggerConfig, top_coefficients
 from lmsci_mi.lenses.tuned_lens import TunedLensConfig, _normal_equations, tuned_lens_path
 from lmsci_mi.positions import Exclude, resolve_exclude
 from lmsci_mi.sae.core import LensSAE
@@ -28,6 +39,12 @@ from lmsci_mi.sae.train import SAETrainConfig, _training_sae
 from lmsci_mi.sites import hook_name
 from lmsci_mi.steering.highlight import HighlightConfig, highlight_keywords, max_spans
 from lmsci_mi.steering.lm_steer import LMSteer, LMSteerConfig
+from lmsci_mi.steering.vectors import (
+    MeanDifferenceConfig,
+    SteeringVector,
+    mean_difference_vector,
+    steering_vector,
+)
 
 ROOT = Path(__file__).resolve().parents[2] / "lmsci_mi"
 
@@ -35,6 +52,7 @@ ROOT = Path(__file__).resolve().parents[2] / "lmsci_mi"
 
 
 def test_the_default_is_the_sink_and_nothing_is_nothing() -> None:
+    assert lmsci_mi.Exclude is Exclude and "Exclude" in lmsci_mi.__all__
     tokens = torch.tensor([[0, 5, 6, 7]])
     assert resolve_exclude(None) == Exclude() and Exclude().is_default
     assert Exclude().keep(tokens).tolist() == [[False, True, True, True]]
@@ -218,6 +236,178 @@ def test_sae_loss_default_and_an_extra_position(tiny: LensModel) -> None:
     assert reconstruction_loss(tiny, sae, rows, "sae") == before()
     other = reconstruction_loss(tiny, sae, rows, "sae", exclude=Exclude(positions=(2,)))
     assert other != before()
+
+
+def test_collection_default_and_an_extra_position() -> None:
+    texts = ["The cat sat on the mat", "A dog ran"]
+    site = hook_name("resid_post", 1)
+    quiet = CollectConfig(progress=False)
+    for lm in (load_model("toy-2l", device="cpu"), load_model("toy-2l", device="cpu", sink=None)):
+        ids = [lm.encode(t) for t in texts]
+        first = 1 if lm.sink_token_id is not None else 0  # what collection always kept
+        assert positions_to_collect(lm, texts, "all") == [list(range(first, len(i))) for i in ids]
+        plain = collect_activations(lm, texts, [site], positions="all", config=quiet)
+        with lm.hooks.capture(site) as cap:
+            lm.model(torch.tensor([ids[0]]))
+        # Batched with a shared prefix: equal up to float summation order.
+        assert torch.allclose(plain.acts[site][: len(ids[0]) - first], cap[site][0, first:], atol=1e-5)
+        default = Exclude(sink=lm.sink_token_id is not None)
+        more = collect_activations(lm, texts, [site], positions="all", config=quiet,
+                                   exclude=default.union(Exclude(sink=False, positions=(2,))))
+        assert 2 not in more.position.tolist() and len(more) == len(plain) - 2
+        assert (0 in more.position.tolist()) == (lm.sink_token_id is None)
+        # Asked for explicitly, the sink of a sink-free model is its first word.
+        assert positions_to_collect(lm, texts, "all", exclude=Exclude())[1][0] == 1
+    # select_positions' old skip= is an alias (deprecated) of Exclude.leading.
+    with pytest.warns(DeprecationWarning, match="exclude="):
+        old = select_positions([[7, 1, 2, 3]], "all", skip=2)
+    assert old == select_positions([[7, 1, 2, 3]], "all", exclude=Exclude.leading(2)) == [[2, 3]]
+    with pytest.raises(UserInputError, match="no token left once the sink"):
+        select_positions([[7]], "last")
+    token = ids[1][1]
+    by_token = select_positions(ids, "all", exclude=Exclude(token_ids=(token,)))
+    assert all(ids[i][p] != token for i, row in enumerate(by_token) for p in row)
+
+
+def test_a_sharded_collection_keeps_the_exclusion(tiny: LensModel) -> None:
+    from lmsci_mi.cluster import ClusterConfig
+
+    texts = ["The cat sat on the mat", "A dog ran", "Birds sing"]
+    site, exclude = hook_name("resid_post", 0), Exclude(positions=(1,))
+    quiet = CollectConfig(progress=False)
+    one = collect_activations(tiny, texts, [site], positions="all", config=quiet, exclude=exclude)
+    sharded = collect_activations(tiny, texts, [site], positions="all", config=quiet,
+                                  exclude=exclude, cluster=ClusterConfig(address="process"))
+    assert one.position.tolist() == sharded.position.tolist() and 1 not in one.position.tolist()
+
+
+def test_trigger_examples_default_and_an_excluded_token(tiny: LensModel) -> None:
+    texts = ["The cat sat on the mat and the dog ran", "A bird sang in the warm morning sun"]
+    sequences = [tiny.encode(t) for t in texts]
+    neurons = {0: [1, 2, 3]}
+    cfg = TriggerConfig(n_examples=4)
+    top = top_coefficients(tiny, sequences, neurons, cfg)[0]
+    # Before the mechanism: the largest |coefficient| over every position but the sink.
+    site = hook_name("mlp_post", 0)
+    best = []
+    for i, seq in enumerate(sequences):
+        with tiny.hooks.capture(site) as cap:
+            tiny.model(torch.tensor([seq]))
+        for p in range(1, len(seq)):
+            best += [(abs(float(cap[site][0, p, n])), n, i, p) for n in neurons[0]]
+    for k, n in enumerate(neurons[0]):
+        want = sorted([(v, i, p) for v, m, i, p in best if m == n], reverse=True)[:4]
+        assert [(i, p) for _, i, p in want] == list(
+            zip(top.text[k].tolist(), top.position[k].tolist(), strict=True)
+        )
+        assert torch.allclose(top.coefficient[k].abs(), torch.tensor([v for v, _, _ in want]),
+                              atol=1e-5)
+    text, position = int(top.text[0, 0]), int(top.position[0, 0])
+    token = sequences[text][position]
+    other = top_coefficients(tiny, sequences, neurons, cfg.replace(exclude=Exclude(token_ids=(token,))))[0]
+    assert not torch.equal(other.coefficient, top.coefficient)
+    assert all(sequences[t][p] != token for t, p in zip(other.text.reshape(-1).tolist(),
+                                                          other.position.reshape(-1).tolist(),
+                                                          strict=True) if t >= 0)
+
+
+def test_steering_vector_mean_read_default_and_an_extra_position(tiny: LensModel) -> None:
+    positive, negative = ["I love this film so much", "Great"], ["I hate this film", "Awful day"]
+    config = MeanDifferenceConfig(layer=1, read="mean")
+    vector = mean_difference_vector(tiny, positive, negative, config)
+    site = hook_name("resid_post", 1)
+
+    def mean_of(prompts: list[str]) -> torch.Tensor:  # before the mechanism: positions 1..
+        rows = []
+        for prompt in prompts:
+            with tiny.hooks.capture(site) as cap:
+                tiny.model(torch.tensor([tiny.encode(prompt)]))
+            rows.append(cap[site][0, 1:].mean(0))
+        return torch.stack(rows).mean(0)
+
+    assert torch.allclose(vector.values, mean_of(positive) - mean_of(negative), atol=1e-5)
+    moved = mean_difference_vector(tiny, positive, negative, config.replace(exclude=Exclude(positions=(2,))))
+    assert not torch.allclose(moved.values, vector.values)
+
+
+def _steered(lm: LensModel, vector: SteeringVector, tokens: torch.Tensor, **apply) -> torch.Tensor:
+    with vector.apply(lm, 3.0, **apply), lm.hooks.capture(vector.hook) as cap:
+        lm.model(tokens)
+    return cap[vector.hook][0]
+
+
+@pytest.mark.parametrize("sink", ["default", None])
+def test_steering_vector_apply_default_and_extra_exclusions(sink: str | None) -> None:
+    lm = load_model("toy-2l", device="cpu") if sink else load_model("toy-2l", device="cpu", sink=None)
+    vector = steering_vector(lm, torch.randn(64, generator=torch.Generator().manual_seed(0)), 1)
+    tokens = torch.tensor([lm.encode("The cat sat on the mat")])
+    # Before the mechanism: PositionScope.all(skip=1 if the model has a sink token else 0).
+    old = PositionScope.all(skip=1 if lm.sink_token_id is not None else 0)
+    assert torch.equal(_steered(lm, vector, tokens), _steered(lm, vector, tokens, scope=old))
+    plain = _steered(lm, vector, tokens, scope=PositionScope.all(exclude=Exclude.nothing()))
+    for exclude in (Exclude(positions=(3,)), Exclude(sink=False, token_ids=(int(tokens[0, 3]),))):
+        steered = _steered(lm, vector, tokens, exclude=exclude)
+        with lm.hooks.capture(vector.hook) as clean:
+            lm.model(tokens)
+        # The excluded position is left alone in this layer; every earlier position is steered.
+        assert torch.equal(steered[3], clean[vector.hook][0, 3])
+        assert torch.allclose(steered[1:3], plain[1:3]) and not torch.allclose(steered, plain)
+        # Position 0 is left alone by the exclusion's sink, or as the default's sink token.
+        alone = exclude.sink or lm.sink_token_id is not None
+        assert torch.equal(steered[0], clean[vector.hook][0, 0] if alone else plain[0])
+
+
+def test_steering_vector_token_exclusion_holds_under_cached_generation(tiny: LensModel) -> None:
+    vector = steering_vector(tiny, torch.randn(64, generator=torch.Generator().manual_seed(1)), 0)
+    prompt = "The cat sat on the mat"
+    exclude = Exclude(token_ids=(tiny.encode(prompt)[2],))
+    texts = []
+    for use_kv_cache in (True, False):
+        with vector.apply(tiny, 4.0, exclude=exclude):
+            out = generate(tiny, [prompt], GenerationConfig(max_new_tokens=5), use_kv_cache=use_kv_cache)
+        texts.append(out.texts[0])
+    assert texts[0] == texts[1]
+
+
+def test_cli_steer_scopes_leave_the_sink_token_alone(tiny: LensModel) -> None:
+    from lmsci_mi.cli.steer import _scope
+
+    bare = load_model("toy-2l", device="cpu", sink=None)
+    assert _scope("all", tiny) == PositionScope.all(skip=1)
+    assert _scope("prompt", tiny) == PositionScope.prompt(skip=1)
+    # A sink-free model's first word is steered, as before.
+    assert _scope("all", bare).mask(1, 4, torch.device("cpu")).all()
+
+
+def test_patching_default_and_an_excluded_position(tiny: LensModel) -> None:
+    clean, corrupted = "When Mary and John went, John gave it to", "When Mary and John went, Mary gave it to"
+    metric = LogitDiff(tiny.token_id(" Mary"), tiny.token_id(" John"))
+    each = patch_activations(tiny, clean, corrupted, metric, PatchingConfig())
+    assert torch.equal(
+        each.values,
+        patch_activations(tiny, clean, corrupted, metric, PatchingConfig(exclude=Exclude.nothing())).values,
+    )
+    # The sink is the same token in both runs: leaving it out changes no cell.
+    sink_out = patch_activations(tiny, clean, corrupted, metric, PatchingConfig(exclude=Exclude()))
+    assert torch.equal(sink_out.values, each.values)
+    changed = int((tiny.to_tokens(clean) != tiny.to_tokens(corrupted)).nonzero()[0, 1])
+    config = PatchingConfig(exclude=Exclude(positions=(changed,)))
+    moved = patch_activations(tiny, clean, corrupted, metric, config)
+    assert not torch.equal(moved.values[:, changed], each.values[:, changed])
+    assert torch.allclose(moved.values[:, changed], torch.tensor(each.corrupted_value))
+    others = [p for p in range(each.values.shape[1]) if p != changed]
+    # The other cells as before (up to float order: the engine batches the rows otherwise).
+    assert torch.allclose(moved.values[:, others], each.values[:, others], atol=1e-5)
+    whole = PatchingConfig(positions="all")
+    assert not torch.allclose(
+        patch_activations(tiny, clean, corrupted, metric, whole).values,
+        patch_activations(tiny, clean, corrupted, metric, whole.replace(exclude=config.exclude)).values,
+    )
+    # Attribution patching reads the same config: the excluded cell is the corrupted run's.
+    estimate = attribution_patch(tiny, clean, corrupted, metric,
+                                 AttributionConfig(site="resid_pre", positions="each",
+                                                   exclude=config.exclude))
+    assert torch.allclose(estimate.values[:, changed], torch.tensor(estimate.corrupted_value))
 
 
 # ------------------------------------------------------------------ no sink slices left
