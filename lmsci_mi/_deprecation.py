@@ -1,14 +1,16 @@
-"""Renamed public names kept importable under their old names (PEP 562 module ``__getattr__``):
-the old name returns the new object, with a DeprecationWarning that names the new one."""
+"""Renamed names and moved modules kept importable under their old names (PEP 562 module
+``__getattr__``): the old name returns the new object, with a DeprecationWarning that names the
+new one."""
 
 from __future__ import annotations
 
 import sys
 import warnings
 from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import Any
 
-__all__ = ["renamed"]
+__all__ = ["moved", "renamed"]
 
 
 def renamed(module: str, names: Mapping[str, str]) -> Callable[[str], Any]:
@@ -33,5 +35,27 @@ def renamed(module: str, names: Mapping[str, str]) -> Callable[[str], Any]:
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
         warnings.warn(f"{module}.{name} is deprecated: use {new}", DeprecationWarning, stacklevel=2)
         return getattr(sys.modules[module], new)
+
+    return __getattr__
+
+
+def moved(old: str, new: ModuleType) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for the module ``old``, whose code moved to ``new``: every name of
+    ``new`` resolves there, with a DeprecationWarning naming its new home (dunder names are the
+    old module's own).
+
+    In the old module (a file of three lines): ``__all__ = new.__all__`` and
+    ``__getattr__ = moved(__name__, new)``.
+    """
+
+    def __getattr__(name: str) -> Any:
+        if name.startswith("__") or not hasattr(new, name):
+            raise AttributeError(f"module {old!r} has no attribute {name!r}")
+        warnings.warn(
+            f"{old}.{name} is deprecated: {old} moved to {new.__name__}; use {new.__name__}.{name}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(new, name)
 
     return __getattr__

@@ -1,8 +1,8 @@
 """Deprecated alias of :mod:`lmsci_mi.circuits.edges.eap` (the edge files moved to
 ``circuits/edges/``): every name resolves there, with a DeprecationWarning."""
 
+from lmsci_mi._deprecation import moved
 from lmsci_mi.circuits.edges import eap as _new
-from lmsci_mi.circuits.edges._moved import moved_module
 
 __all__ = _new.__all__  # each name fetched through __getattr__, so `import *` warns too
-__getattr__ = moved_module(__name__, _new)
+__getattr__ = moved(__name__, _new)
