@@ -61,6 +61,7 @@ from lmsci_mi.circuits import (
 )
 from lmsci_mi.circuits.attribution import spearman
 from lmsci_mi.circuits.tracing import naive_causal_trace
+from lmsci_mi.data.pairs import as_pairs
 
 IOI_CLEAN = "When Mary and John went to the store, John gave a drink to"
 IOI_CORRUPTED = "When Mary and John went to the store, Mary gave a drink to"
@@ -201,10 +202,10 @@ def nnsight_section(lm, clean, corrupted, metric, per_trace: tuple[int, ...], me
         warnings.simplefilter("ignore")
         nn = TransformersModel(_hf_smollm2(), tokenizer=lm.model.tokenizer)
     config = PatchingConfig(site="z", positions="all")
-    patch_activations(lm, clean, corrupted, metric, config)  # warm-up
-    t_ours = min(timed(lambda: patch_activations(lm, clean, corrupted, metric, config))[1]
+    patch_activations(lm, as_pairs(clean, corrupted), metric, config)  # warm-up
+    t_ours = min(timed(lambda: patch_activations(lm, as_pairs(clean, corrupted), metric, config))[1]
                  for _ in range(3))
-    ours = patch_activations(lm, clean, corrupted, metric, config).values
+    ours = patch_activations(lm, as_pairs(clean, corrupted), metric, config).values
     nnsight_batched(nn, clean, corrupted, metric, 1, cfg.n_heads, cfg.d_head, cfg.n_heads)  # warm-up
     forms = {"nnsight, one trace per patch (loop)": lambda: nnsight_loop(
         nn, clean, corrupted, metric, cfg.n_layers, cfg.n_heads, cfg.d_head)}
@@ -274,7 +275,7 @@ def tl_rows(lm: LensModel, clean, corrupted, metric, gflops: float) -> tuple[lis
             ("resid", PatchingConfig(site="resid_pre", layers=tuple(layers)), n_pos),
             ("heads", PatchingConfig(site="z", positions="all", layers=tuple(layers)), cfg.n_heads),
         ):
-            ours, t_ours = timed(lambda config=config: patch_activations(lm, clean, corrupted, metric, config))
+            ours, t_ours = timed(lambda config=config: patch_activations(lm, as_pairs(clean, corrupted), metric, config))
             with torch.no_grad():
                 peer, t_peer = timed(peers[key])
             resume, prefix = _floors(cfg, ours, n_pos, layers, per_layer)
@@ -337,7 +338,7 @@ def tl_and_trace(lm: LensModel, clean, corrupted, metric, gflops: float, args, m
                                                     transformer_lens_version=_version("transformer_lens"))}
     if not args.no_trace:
         sections["trace"] = trace_section(lm, gflops, args.samples, args.trace_layers, meta)
-    attr, t_attr = timed(lambda: attribution_patch(lm, clean, corrupted, metric))
+    attr, t_attr = timed(lambda: attribution_patch(lm, as_pairs(clean, corrupted), metric))
     sections["attribution"] = AttributionSection(
         **meta, heads=lm.cfg.n_layers * lm.cfg.n_heads, seconds=t_attr, forward_s=t_forward,
         forward_pass_equivalents=t_attr / t_forward,

@@ -112,12 +112,12 @@ def _ac_eap(patchable, loader) -> tuple[dict[str, float], float, object]:
 def _ours(lm, clean, corrupt, answers, wrongs, method: str = "EAP"):
     from lmsci_mi.circuits.edges.eap import EAPConfig, edge_attribution
     from lmsci_mi.circuits.metrics import LogitDiff
+    from lmsci_mi.data.pairs import as_pairs
 
     start = time.perf_counter()
     scores = edge_attribution(
         lm,
-        clean,
-        corrupt,
+        as_pairs(clean, corrupt),
         LogitDiff(answers, wrongs),
         EAPConfig(method=method, batch_size=len(clean)),
     )  # type: ignore[arg-type]
