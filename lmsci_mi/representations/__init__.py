@@ -17,15 +17,15 @@ from lmsci_mi.representations.inner_product import (
 from lmsci_mi.representations.inner_product import causal_inner_product as causal_inner_product
 from lmsci_mi.representations.inner_product import unembedding_site as unembedding_site
 from lmsci_mi.representations.inner_product import unembedding_vectors as unembedding_vectors
-from lmsci_mi.representations.inner_products import ConceptInnerProducts as ConceptInnerProducts
-from lmsci_mi.representations.inner_products import (
-    concept_inner_products as concept_inner_products,
-)
 from lmsci_mi.representations.intervention import ConceptIntervention as ConceptIntervention
 from lmsci_mi.representations.intervention import (
     ConceptInterventionConfig as ConceptInterventionConfig,
 )
 from lmsci_mi.representations.intervention import concept_intervention as concept_intervention
+from lmsci_mi.representations.orthogonality import ConceptInnerProducts as ConceptInnerProducts
+from lmsci_mi.representations.orthogonality import (
+    concept_inner_products as concept_inner_products,
+)
 from lmsci_mi.representations.projections import ConceptProjections as ConceptProjections
 from lmsci_mi.representations.projections import concept_projections as concept_projections
 from lmsci_mi.representations.reading import READING_METHODS as READING_METHODS

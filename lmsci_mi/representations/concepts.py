@@ -6,7 +6,7 @@ unembedding's input (the final norm's output).
 
 The paper's three checks sit beside it, one module each: held-out projections against random
 pairs (:mod:`~lmsci_mi.representations.projections`), inner products between concepts
-(:mod:`~lmsci_mi.representations.inner_products`) and interventions on the logits
+(:mod:`~lmsci_mi.representations.orthogonality`) and interventions on the logits
 (:mod:`~lmsci_mi.representations.intervention`); the inner product itself is
 :mod:`~lmsci_mi.representations.inner_product`. Their names stay importable from here.
 """
@@ -60,8 +60,8 @@ _CHECKS = {
     "PROJECTION_STATISTICS": "projections",
     "ConceptProjections": "projections",
     "concept_projections": "projections",
-    "ConceptInnerProducts": "inner_products",
-    "concept_inner_products": "inner_products",
+    "ConceptInnerProducts": "orthogonality",
+    "concept_inner_products": "orthogonality",
     "DEFAULT_INTERVENTION_PROMPTS": "intervention",
     "ConceptIntervention": "intervention",
     "ConceptInterventionConfig": "intervention",

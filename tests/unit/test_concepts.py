@@ -363,7 +363,7 @@ def test_the_split_keeps_every_old_import_path_and_old_result_files_load(tiny, t
     result = package.concept_inner_products(tiny, load_concept_pairs(["male_female", "verb_past"]))
     path = tmp_path / "inner.json"
     result.save(path)
-    kind = "lmsci_mi.representations.inner_products:ConceptInnerProducts"
+    kind = "lmsci_mi.representations.orthogonality:ConceptInnerProducts"
     text = path.read_text()
     assert kind in text
     path.write_text(text.replace(kind, "lmsci_mi.representations.concepts:ConceptInnerProducts"))
