@@ -173,3 +173,28 @@ class PublishedEAPData(TypedDict):
     baseline: float
     corrupted_baseline: float
     rows: list[PublishedCurveRow]
+
+
+# --- benchmarks/paper_defaults.py -> docs/data/paper_defaults.json -------------------------------
+
+
+class PaperDefaultRow(TypedDict):
+    """``lmsci_mi.config.PaperDefault.to_dict()``."""
+
+    config: str
+    field: str
+    ours: object
+    paper: object
+    paper_source: str
+    why: str | None
+    differs: bool
+
+
+class PaperDefaultsMethod(TypedDict):
+    method: str
+    page: str
+    rows: list[PaperDefaultRow]
+
+
+class PaperDefaultsData(TypedDict):
+    methods: dict[str, PaperDefaultsMethod]
