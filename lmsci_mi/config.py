@@ -5,7 +5,9 @@ Each analysis takes its data plus one frozen config dataclass (``PatchingConfig`
 flags, so the library, the results and the CLI share one set of defaults. A field declares its
 range in its metadata (``{"help": ..., "ge": 1}``, after pydantic's ``Field``); the base checks it
 on creation and prints it in ``--help``. A config nested as a field (``generation:
-GenerationConfig``) gives its own fields as flags. After SAELens's configs.
+GenerationConfig``) gives its own fields as flags. A field of a paper-named method also declares
+the paper's value (``"paper"``, ``"paper_source"``, ``"why"``), which ``paper_defaults`` lists for
+the docs' tables. After SAELens's configs.
 """
 
 from __future__ import annotations
@@ -24,12 +26,31 @@ from typing_extensions import Self, dataclass_transform
 
 from lmsci_mi.errors import UserInputError
 
-__all__ = ["BOUND_KEYS", "QUICK_ENV", "Config", "config", "quick_mode", "validate_choice"]
+__all__ = [
+    "BOUND_KEYS",
+    "NOT_IN_NOTES",
+    "PAPER_KEYS",
+    "QUICK_ENV",
+    "Config",
+    "PaperDefault",
+    "config",
+    "paper_defaults",
+    "quick_mode",
+    "validate_choice",
+]
 
 C = TypeVar("C", bound="Config")
 
 BOUND_KEYS = ("gt", "ge", "lt", "le", "choices", "min_length", "max_length")
 """The metadata keys a field declares its valid values with (pydantic's ``Field`` names)."""
+
+PAPER_KEYS = ("paper", "paper_source", "why")
+"""The metadata keys a field declares its paper's value with: ``paper`` the value, ``paper_source``
+where the paper or its code states it (required with ``paper``), ``why`` the data file or benchmark
+behind our default where it differs."""
+
+NOT_IN_NOTES = "not in our notes"
+"""``paper``'s value where our reference notes lack the paper's: never a guessed number."""
 
 QUICK_ENV = "LMSCI_MI_QUICK"
 """The environment variable that puts the examples and notebooks in quick mode."""
@@ -235,6 +256,61 @@ def _check_nested(cls: type[Config], nested: type[Config]) -> None:
     shared = {f.name for f in dataclasses.fields(cls)} & {f.name for f in dataclasses.fields(nested)}
     if shared:
         raise TypeError(f"{cls.__name__} and its nested {nested.__name__} both have {sorted(shared)}")
+
+
+# ----------------------------------------------------------------------- paper defaults
+
+
+@dataclasses.dataclass(frozen=True)
+class PaperDefault:
+    """One field of a paper-named method's config beside the paper's value."""
+
+    config: str
+    field: str
+    ours: Any
+    paper: Any
+    paper_source: str
+    why: str | None
+
+    @property
+    def differs(self) -> bool:
+        """Whether our default is not the paper's (unknown when the paper's is not in our notes)."""
+        return self.paper == NOT_IN_NOTES or _plain(self.ours) != _plain(self.paper)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able: the values as ``Config.params`` writes them, and ``differs``."""
+        return {"config": self.config, "field": self.field, "ours": _plain(self.ours),
+                "paper": _plain(self.paper), "paper_source": self.paper_source, "why": self.why,
+                "differs": self.differs}
+
+
+def paper_defaults(cls: type) -> list[PaperDefault]:
+    """The fields of ``cls`` that declare a paper's value, in field order.
+
+    Raises:
+        TypeError: a field declares ``paper`` without ``paper_source``, or a differing default
+            without ``why``.
+
+    >>> @config
+    ... class Demo(Config):
+    ...     steps: int = dataclasses.field(default=5, metadata={
+    ...         "paper": 20, "paper_source": "Someone 2024, §3", "why": "docs/data/x.json"})
+    >>> [(d.field, d.ours, d.paper, d.differs) for d in paper_defaults(Demo)]
+    [('steps', 5, 20, True)]
+    """
+    rows = []
+    for f in dataclasses.fields(cls):
+        if "paper" not in f.metadata:
+            continue
+        if not f.metadata.get("paper_source"):
+            raise TypeError(f"{cls.__name__}.{f.name} declares 'paper' without 'paper_source'")
+        ours = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        row = PaperDefault(cls.__name__, f.name, ours, f.metadata["paper"], f.metadata["paper_source"],
+                           f.metadata.get("why"))
+        if row.differs and row.paper != NOT_IN_NOTES and not row.why:
+            raise TypeError(f"{cls.__name__}.{f.name} differs from its paper without 'why'")
+        rows.append(row)
+    return rows
 
 
 # ---------------------------------------------------------------------- declared values

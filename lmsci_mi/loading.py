@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -31,13 +31,16 @@ from lmsci_mi.model import DEFAULT_SINK, LensModel, SinkChoice, default_sink_tok
 
 __all__ = [
     "BUNDLED_MODELS",
+    "MODEL_CARDS",
     "TOY_MODELS",
+    "ModelCard",
     "ModelInfo",
     "ModelNotAvailableError",
     "bundled_gguf_file",
     "default_device",
     "list_models",
     "load_model",
+    "read_model_card",
 ]
 
 log = logging.getLogger(__name__)
@@ -149,6 +152,83 @@ def bundled_gguf_file(name: str) -> Path:
     if name not in BUNDLED_MODELS:
         raise UnknownNameError(f"{name!r} is no bundled model; the bundled models are {sorted(BUNDLED_MODELS)}")
     return BUNDLED_MODELS[name].locate()
+
+
+# ------------------------------------------------------------------------ model cards
+
+
+@dataclass(frozen=True)
+class ModelCard:
+    """What a bundled model's weights are, as its GGUF file's metadata says: the quantisation and
+    whether it is the instruction-tuned or the base model. Every measured figure published beside a
+    paper's full-precision one cites this (the README and docs tables read it from
+    ``docs/data/model_cards.json``, which ``benchmarks/model_cards.py`` writes from here).
+
+    >>> MODEL_CARDS["smollm2-135m"].framing
+    '4-bit quantised model (Q4_1 GGUF, dequantised to float32), instruct'
+    """
+
+    quantisation: str
+    """The GGUF file type's name less ``MOSTLY_`` (``general.file_type``): ``Q4_1``, ``Q4_K_M``."""
+    bits: int
+    """The nominal bits per weight of that file type."""
+    variant: Literal["instruct", "base"]
+    """``instruct`` when the metadata names a fine-tune (``general.finetune``) or carries a chat
+    template (``tokenizer.chat_template``); ``base`` when it has neither."""
+    name: str
+    """``general.name`` as the file has it."""
+    finetune: str | None
+    """``general.finetune``, or None when the file has none."""
+    n_layers: int
+    n_heads: int
+    """Query heads per layer (``<arch>.attention.head_count``)."""
+
+    @property
+    def framing(self) -> str:
+        """The words a page puts beside a paper's figure."""
+        return (f"{self.bits}-bit quantised model ({self.quantisation} GGUF, dequantised to float32), "
+                f"{self.variant}")
+
+
+MODEL_CARDS: dict[str, ModelCard] = {
+    # general.finetune "8k-lc100k-mix1-ep2" and a chat template ("You are a helpful AI assistant
+    # named SmolLM"): the SFT model the file name calls Instruct.
+    "smollm2-135m": ModelCard(quantisation="Q4_1", bits=4, variant="instruct",
+                              name="Smollm2 135M 8k Lc100K Mix1 Ep2", finetune="8k-lc100k-mix1-ep2",
+                              n_layers=30, n_heads=9),
+    # No general.finetune and no chat template: the pretrained Gemma 3 270M, not gemma-3-270m-it.
+    "gemma3-270m": ModelCard(quantisation="Q4_K_M", bits=4, variant="base", name="Gemma 3 270m",
+                             finetune=None, n_layers=18, n_heads=4),
+}
+"""The card of each bundled model; ``read_model_card`` reads the same from the file (a test checks
+they agree)."""
+
+_GGUF_BITS = {"Q4_0": 4, "Q4_1": 4, "Q4_K_S": 4, "Q4_K_M": 4, "Q5_0": 5, "Q5_1": 5, "Q5_K_S": 5,
+              "Q5_K_M": 5, "Q6_K": 6, "Q8_0": 8, "F16": 16, "BF16": 16, "ALL_F32": 32}
+
+
+def read_model_card(path: str | Path) -> ModelCard:
+    """The model card of a GGUF file, from its metadata alone (no tensor is read).
+
+    >>> card = read_model_card(bundled_gguf_file("smollm2-135m"))
+    >>> card == MODEL_CARDS["smollm2-135m"]
+    True
+    """
+    from gguf import GGUFReader, LlamaFileType
+
+    fields = GGUFReader(path).fields
+
+    def value(key: str) -> Any:
+        return fields[key].contents() if key in fields else None
+
+    arch = value("general.architecture")
+    quantisation = LlamaFileType(value("general.file_type")).name.removeprefix("MOSTLY_")
+    finetune = value("general.finetune") or None
+    instruct = finetune is not None or value("tokenizer.chat_template") is not None
+    return ModelCard(quantisation=quantisation, bits=_GGUF_BITS[quantisation],
+                     variant="instruct" if instruct else "base", name=value("general.name"),
+                     finetune=finetune, n_layers=int(value(f"{arch}.block_count")),
+                     n_heads=int(value(f"{arch}.attention.head_count")))
 
 
 def _toy_config(**overrides: Any) -> dict[str, Any]:

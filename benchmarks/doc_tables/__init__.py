@@ -88,6 +88,7 @@ def bold(text: str, on: bool = True) -> str:
 from . import (  # noqa: E402, F401
     circuits,
     cluster,
+    defaults,
     editing,
     knowledge,
     probes,

@@ -2,8 +2,26 @@
 
 from __future__ import annotations
 
-from . import MODEL_SHORT, markdown, table
-from .schemas.project import LoadingData, ParityData, SuiteTimeData, TourData
+from . import MODEL_NAMES, MODEL_SHORT, markdown, table
+from .schemas.project import LoadingData, ModelCardsData, ParityData, SuiteTimeData, TourData
+
+
+def framing(cards: ModelCardsData, model: str = "smollm2-135m") -> str:
+    """"4-bit quantised model (Q4_1 GGUF, dequantised to float32), instruct", from the card."""
+    return cards["models"][model]["framing"]
+
+
+@table("model_cards")
+def model_cards(data: ModelCardsData) -> str:
+    """benchmarks/model_cards.py: what the bundled models' weights are, from the GGUF metadata."""
+    rows = []
+    for name, card in data["models"].items():
+        said = (f"`general.finetune` {card['finetune']}" if card["finetune"] else
+                "no `general.finetune`" + ("" if card["variant"] == "instruct" else ", no chat template"))
+        rows.append([f"{MODEL_NAMES.get(name, name)} (`{name}`)", f"`{card['file']}`", card["framing"],
+                     f"{card['variant']} ({said})", f"{card['n_layers']} × {card['n_heads']}"])
+    return markdown(["model", "GGUF file", "weights every measured figure here ran on", "instruct or base "
+                     "(GGUF metadata)", "layers × query heads"], rows)
 
 
 @table("parity")

@@ -14,11 +14,13 @@ from collections import Counter
 from collections.abc import Callable
 
 from . import METHOD_NAMES, bold, ci, markdown, minus, num, pm, table
-from .circuits import EAP_IG_STEPS
+from .circuits import EAP_IG_STEPS, published_near, published_source
+from .project import framing
 from .schemas.circuits import SinkData
 from .schemas.editing import EditingTableData, RomeLayersData, SequentialEditingData
 from .schemas.knowledge import KnowledgeNeuronsData
 from .schemas.probes import CFGProbesData, ProbesData
+from .schemas.project import ModelCardsData, PublishedEAPData
 from .schemas.representations import ConceptsData, ReadingData
 from .schemas.sae import SAEHeldoutData
 from .schemas.steering import SteeringCompareData, SteeringData
@@ -201,13 +203,31 @@ def _eap(docs: dict) -> str:
     i1, i5 = at(ig, 1.0), at(ig, 5.0)
     movers = ", ".join(head for head, _ in data["name_movers_dla"])
     inside = "are" if data["eap_ig_5pct"]["has_name_movers"] else "are not both"
+    card = docs["model_cards"]["models"][data["model"]]
+    heads, total = len(data["eap_ig_5pct"]["heads"]), card["n_layers"] * card["n_heads"]
     return (
         f"SmolLM2, {data['prompts']} prompts, {data['edges']:,} edges: EAP-IG (m = {EAP_IG_STEPS}) greedy "
         f"{num(ig['faithfulness'][i1], 2)} at 1 %, {ci(ig['faithfulness'][i5], *ig['ci95'][i5], 2)} at 5 % "
         f"({ig['kept'][i5]:,} edges), CPR {num(ig['cpr'], 3)}, CMD {num(ig['cmd'], 3)}; EAP "
         f"{num(eap['faithfulness'][i1], 2)} at 1 %, {num(eap['faithfulness'][i5], 2)} at 5 %; the two "
-        f"strongest name movers by DLA ({movers}) {inside} in the 5 % circuit"
+        f"strongest name movers by DLA ({movers}) {inside} in the 5 % circuit, which holds {heads} of the "
+        f"{total} heads ({100 * heads / total:.0f} %), so this says little"
     )
+
+
+def _eap_published(docs: dict) -> str:
+    data: PublishedEAPData = docs["published_eap_ig"]
+    total = data["total_edges"]
+
+    def at(method: str, fraction: float) -> str:
+        edges, value = published_near(data, fraction, method)
+        return f"{num(value, 2)} at {edges:,} edges ({100 * edges / total:.1f} %)"
+
+    zero = max((r["edges"]["EAP"] for r in data["rows"] if r["faithfulness"]["EAP"] < 0.005), default=0)
+    return (f"GPT-2 small, {data['prompts']:,} prompts, {total:,} edges, greedy: EAP-IG (m = "
+            f"{data['integration_steps']}) {at('EAP-IG', 1.0)}, {at('EAP-IG', 5.0)}; EAP 0.00 up to "
+            f"{zero:,} edges, {at('EAP', 1.0)}, {at('EAP', 5.0)} (Hanna et al. 2024, the data of the paper's "
+            f"Fig. 3, one file: {published_source(data)}; no table)")
 
 
 def _trace(docs: dict) -> str:
@@ -239,8 +259,10 @@ def _aie(docs: dict) -> str:
                 f"centre {peak['layer']}), {num(left, digits)} once the window leaves layer 0 (centre "
                 f"{after}), {mid}")
 
-    return (f"SmolLM2, MLP windows at the last subject token; STR on {s['n_facts']} facts: "
-            f"{shape(s, 1, ' logits')}; Gaussian noise on {g['n_facts']} facts: {shape(g, 2, ' in p')}")
+    return (f"SmolLM2, MLP windows of {s['window']} layers at the last subject token; STR on {s['n_facts']} "
+            f"facts: {shape(s, 1, ' logits')}; Gaussian noise on {g['n_facts']} facts: {shape(g, 2, ' in p')}. "
+            f"Windows of {s['window']} of {s['mlp_check']['n_layers']} layers cannot place the peak more "
+            "finely; the window-1 runs are pending")
 
 
 def _kn(docs: dict) -> str:
@@ -255,10 +277,16 @@ def _kn(docs: dict) -> str:
         return minus(f"{100 * cell['mean']:+.1f} %")
 
     c = t["cells"]
+    refined = [f for f in t["facts"] if f["neurons"]]
+    medians = " / ".join(minus(f"{100 * statistics.median(f['knowledge'][k] for f in refined):+.1f} %")
+                         for k in ("suppress", "enhance"))
+    falls = sum(f["knowledge"]["enhance"] < 0 for f in refined)
     counts = Counter(tuple(n) for f in t["facts"] for n in {tuple(x) for x in f["neurons"]})
     (layer, neuron), k = counts.most_common(1)[0]
     return (f"SmolLM2, {t['n_facts']} facts, {t['prompts_per_fact']} prompts each: "
-            f"{rel(c['knowledge']['suppress'])} / {rel(c['knowledge']['enhance'])}; random neurons "
+            f"means {rel(c['knowledge']['suppress'])} / {rel(c['knowledge']['enhance'])}, medians {medians} "
+            f"({falls} of {len(refined)} facts lose probability when enhanced; means of per-prompt ratios); "
+            f"random neurons "
             f"{mean(c['random']['suppress'])} / {mean(c['random']['enhance'])}; other facts "
             f"{mean(c['other_facts']['suppress'])} under suppression (not specific); L{layer}.N{neuron} "
             f"is refined for {k} of {t['n_facts_with_neurons']} facts")
@@ -403,6 +431,12 @@ def _probes(docs: dict) -> str:
     return "test accuracy [95% bootstrap CI] on held-out examples: " + "; ".join(parts)
 
 
+def _gemma(docs: dict) -> str:
+    """Gemma 3 270M's weights in a few words ("4-bit Q4_K_M, base"), from its card."""
+    card = docs["model_cards"]["models"]["gemma3-270m"]
+    return f"{card['bits']}-bit {card['quantisation']}, {card['variant']}"
+
+
 def _concepts(docs: dict) -> str:
     small: ConceptsData = docs["concepts_smollm2-135m"]
     gemma: ConceptsData = docs["concepts_gemma3-270m"]
@@ -411,7 +445,7 @@ def _concepts(docs: dict) -> str:
     sizes = [r["effect_size"] for r in small["concepts"]]
     return (f"{len(small['concepts'])} concepts, mean absolute cosine between distinct concepts: SmolLM2 "
             f"causal {ci(c['causal'], *c['causal_ci95'], 3)} vs Euclidean {ci(c['euclidean'], *c['euclidean_ci95'], 3)}; "
-            f"Gemma 3 270M {num(g['causal'], 3)} vs {num(g['euclidean'], 3)}; every concept's held-out pairs "
+            f"Gemma 3 270M ({_gemma(docs)}) {num(g['causal'], 3)} vs {num(g['euclidean'], 3)}; every concept's held-out pairs "
             f"project {num(min(sizes), 1)}–{num(max(sizes), 1)} random-pair s.d. above random pairs (SmolLM2)")
 
 
@@ -482,7 +516,7 @@ def _steer_transfer(docs: dict) -> str:
     steering: SteeringData = docs["steering"]
     tr = steering["transfer"]
     return (
-        f"SmolLM2 → Gemma 3 270M, sentiment, {tr['n_shared']:,} shared tokens (map R² {num(tr['r2'], 3)}): "
+        f"SmolLM2 → Gemma 3 270M ({_gemma(docs)}), sentiment, {tr['n_shared']:,} shared tokens (map R² {num(tr['r2'], 3)}): "
         f"the ±{tr['value']:g} gap is {pm(tr['gap']['value'], tr['gap']['se'], 3)} on Gemma against "
         f"{pm(tr['source_gap']['value'], tr['source_gap']['se'], 3)} on SmolLM2, so "
         f"{pm(tr['fraction_kept'], tr['fraction_kept_se'], 2)} of the control is kept (s.e. over "
@@ -537,7 +571,7 @@ def _cfg_deep(docs: dict) -> str:
 # (method and metric, published, measured, page): published is quoted text, measured a function of
 # the data files (and the method a function of them where the data decide which methods ran), in
 # the README's order.
-PUBLISHED: tuple[tuple[str | Callable[[dict], str], str, Callable[[dict], str], str], ...] = (
+PUBLISHED: tuple[tuple[str | Callable[[dict], str], str | Callable[[dict], str], Callable[[dict], str], str], ...] = (
     ("ROME on CounterFact-style facts: ES / PS / NS (S)",
      "GPT-2 XL: 100.0 / 96.4 / 75.4 (89.2); GPT-J: 99.9 / 99.1 / 78.9 (91.5); unedited GPT-2 XL: 22.2 / "
      "24.7 / 78.1 (ROME paper, Table 4; 7,500 records for GPT-2 XL, 2,000 for GPT-J)",
@@ -548,11 +582,7 @@ PUBLISHED: tuple[tuple[str | Callable[[dict], str], str, Callable[[dict], str], 
     ("Sequential editing: efficacy and specificity as edits accumulate",
      "Llama-3-8B, 2,000 CounterFact edits in batches of 100: MEMIT efficacy 65.65, specificity 51.56; "
      "AlphaEdit 98.90, 67.88 (AlphaEdit paper, Table 1)", _sequential, "[editing](docs/editing.md)"),
-    ("EAP-IG circuit on IOI (STR): normalised faithfulness",
-     "GPT-2 small, 1,000 prompts, 32,491 edges: EAP-IG about 0.65–0.9 by 1,000–1,400 edges (3–4 %), EAP "
-     "about 0 below 300 edges (Hanna et al. 2024: the data of the paper's faithfulness plots, released in "
-     "`hannamw/eap-ig-faithfulness` as `results/pareto/gpt2/csv/ioi.csv` and "
-     "`results/real/gpt2/csv/ioi.csv`; no table)", _eap, "[edges](docs/edges.md)"),
+    ("EAP-IG circuit on IOI (STR): normalised faithfulness", _eap_published, _eap, "[edges](docs/edges.md)"),
     ("Causal tracing, where the fact sits",
      "no published figure with a table or figure number in our notes (Meng et al. 2022 locate the effect "
      "at the last subject token in GPT-2 XL's middle-layer MLPs; our notes have their averages from the "
@@ -562,8 +592,11 @@ PUBLISHED: tuple[tuple[str | Callable[[dict], str], str, Callable[[dict], str], 
      "noise, Meng et al. 2022, and is much weaker under STR, Zhang & Nanda 2024, their Fig. 2)",
      _aie, "[aie](docs/aie.md)"),
     ("Knowledge neurons: suppress (×0) / enhance (×2)",
-     "no published figure (Dai et al. 2022 suppress and amplify knowledge neurons of BERT-base; their "
-     "averages are not in our notes)", _kn, "[knowledge neurons](docs/knowledge_neurons.md)"),
+     "not comparable yet: Dai et al. 2022 (BERT-base, PARAREL) report suppression and amplification "
+     "as a ratio of means per relation, (mean p_new − mean p_orig) / mean p_orig, averaged over relations, "
+     "against baseline neurons selected by activation (their code, `Hunter-DDM/knowledge-neurons` "
+     "`src/3_modify_activation.py`, `src/8_plot_fig_erase_enhance.py`); the averages often quoted for "
+     "them are unverified in our notes. Re-measured under Dai et al.'s protocol: pending", _kn, "[knowledge neurons](docs/knowledge_neurons.md)"),
     ("IOI logit difference logit(IO) − logit(S)",
      "no published figure (the GPT-2 small value usually quoted comes from the TransformerLens demo, "
      "not a paper)", _ioi_logit_diff, "[ioi](docs/ioi.md)"),
@@ -612,8 +645,12 @@ PUBLISHED: tuple[tuple[str | Callable[[dict], str], str, Callable[[dict], str], 
 @table("published_vs_measured")
 def published_vs_measured(docs: dict) -> str:
     """The README's published figures (quoted) beside lmsci-mi's measurements (from the data files)."""
+    cards: ModelCardsData = docs["model_cards"]
     return markdown(
-        ["method, metric", "published (model)", "measured here (conditions)", "page"],
-        [[what(docs) if callable(what) else what, published, measured(docs), page]
+        ["method, metric", "published (model)",
+         f"measured here (conditions; on SmolLM2-135M-Instruct, a {framing(cards)}, unless the row names "
+         "another model)", "page"],
+        [[what(docs) if callable(what) else what, published(docs) if callable(published) else published,
+          measured(docs), page]
          for what, published, measured, page in PUBLISHED],
     )

@@ -78,14 +78,14 @@ class KnowledgeNeuronsConfig(Config):
 
     steps: int = field(
         default=20,
-        metadata={"help": "Riemann steps m of integrated gradients (Dai et al.: 20)", "ge": 1},
+        metadata={"paper": 20, "paper_source": "Dai et al. 2022, code: Hunter-DDM/knowledge-neurons src/1_analyze_mlm.py (20 points, a left Riemann sum; ours is the right sum)", "help": "Riemann steps m of integrated gradients (Dai et al.: 20)", "ge": 1},
     )
     layers: tuple[int, ...] | None = field(
         default=None, metadata={"help": "layers to attribute (default: all)"}
     )
     threshold: float = field(
         default=0.2,
-        metadata={
+        metadata={"paper": 0.2, "paper_source": "Dai et al. 2022, code: Hunter-DDM/knowledge-neurons src/2_get_kn.py threshold_ratio",
             "help": "refinement: keep neurons scoring above this share of the prompt's "
             "maximum (Dai et al.: 0.2)",
             "gt": 0,
@@ -94,7 +94,7 @@ class KnowledgeNeuronsConfig(Config):
     )
     share: float = field(
         default=0.7,
-        metadata={
+        metadata={"paper": "0.7, then adapted per relation by ±0.05 (up to 6 times) toward 2–5 neurons per fact", "paper_source": "Dai et al. 2022, code: Hunter-DDM/knowledge-neurons src/2_get_kn.py mode_ratio_bag", "why": "a fixed share: docs/data/knowledge_neurons.json (table.neurons_per_fact); benchmarks/knowledge_neurons.py --table",
             "help": "refinement: keep neurons above the threshold in at least this share "
             "of the prompts (Dai et al.'s code: 0.7)",
             "gt": 0,
@@ -102,7 +102,7 @@ class KnowledgeNeuronsConfig(Config):
         },
     )
     min_prompts: int = field(
-        default=3, metadata={"help": "refinement needs at least this many prompts", "ge": 2}
+        default=3, metadata={"paper": 3, "paper_source": "Dai et al. 2022, code: Hunter-DDM/knowledge-neurons src/2_get_kn.py (at least 3 prompts share a neuron)", "help": "refinement needs at least this many prompts", "ge": 2}
     )
     sweep: SweepConfig = field(default_factory=SweepConfig, metadata={"cli": False})
 

@@ -56,7 +56,7 @@ class TunedLensConfig(Config):
     """How a tuned lens is trained (every field is part of its cache key)."""
 
     n_tokens: int = dataclasses.field(
-        default=16384, metadata={"help": "training tokens (stdlib text, even documents)", "ge": 64}
+        default=16384, metadata={"paper": 65536000, "paper_source": "Belrose et al. 2023, code: AlignmentResearch/tuned-lens scripts/train_loop.py (2^18 tokens per step × 250 steps, the Pile)", "why": "benchmarks/tuned_lens.py, docs/data/tuned_lens.json (KL training on this CPU is issue 37's item 1)", "help": "training tokens (stdlib text, even documents)", "ge": 64}
     )
     seq_len: int = dataclasses.field(
         default=128, metadata={"help": "tokens per training row, sink included", "ge": 8}
@@ -67,13 +67,13 @@ class TunedLensConfig(Config):
     )
     steps: int = dataclasses.field(
         default=0,
-        metadata={
+        metadata={"paper": 250, "paper_source": "Belrose et al. 2023, code: AlignmentResearch/tuned-lens scripts/train_loop.py Train.num_steps (SGD-Nesterov on KL, translators initialised to the identity)", "why": "benchmarks/tuned_lens.py, docs/data/tuned_lens.json (KL training on this CPU is issue 37's item 1)",
             "help": "Adam steps on KL after the least-squares start (each costs a vocabulary-"
             "sized unembedding per layer and token: off by default on CPU)",
             "ge": 0,
         },
     )
-    lr: float = dataclasses.field(default=1e-3, metadata={"help": "Adam learning rate", "gt": 0})
+    lr: float = dataclasses.field(default=1e-3, metadata={"paper": "1.0 × (1 − 0.9), SGD-Nesterov, momentum 0.9", "paper_source": "Belrose et al. 2023, code: AlignmentResearch/tuned-lens scripts/ingredients.py Optimizer", "why": "benchmarks/tuned_lens.py, docs/data/tuned_lens.json (KL training on this CPU is issue 37's item 1)", "help": "Adam learning rate", "gt": 0})
     batch_tokens: int = dataclasses.field(
         default=128, metadata={"help": "tokens per Adam step", "ge": 1}
     )

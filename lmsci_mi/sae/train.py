@@ -63,13 +63,13 @@ class SAETrainConfig(Config):
     architecture: str = field(
         default="topk", metadata={"help": "SAE architecture", "choices": ARCHITECTURES}
     )
-    d_sae: int = field(default=4608, metadata={"help": "number of features", "ge": 1})
-    k: int = field(default=48, metadata={"help": "active features per token (the L0)", "ge": 1})
+    d_sae: int = field(default=4608, metadata={"paper": "not in our notes", "paper_source": "Gao et al. 2024, arXiv:2406.04093", "help": "number of features", "ge": 1})
+    k: int = field(default=48, metadata={"paper": "not in our notes", "paper_source": "Gao et al. 2024, arXiv:2406.04093", "help": "active features per token (the L0)", "ge": 1})
     training_samples: int = field(
         default=2_000_000, metadata={"help": "activations seen in training", "ge": 1}
     )
     batch_size: int = field(default=4096, metadata={"help": "activations per step", "ge": 1})
-    lr: float = field(default=4e-4, metadata={"help": "Adam learning rate", "gt": 0})
+    lr: float = field(default=4e-4, metadata={"paper": "not in our notes", "paper_source": "Gao et al. 2024, arXiv:2406.04093", "help": "Adam learning rate", "gt": 0})
     lr_decay_fraction: float = field(
         default=0.2,
         metadata={

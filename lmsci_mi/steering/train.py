@@ -54,13 +54,13 @@ class SteerTrainConfig(Config):
     """How a steer is trained. The reference recipe is Adam at lr 1e-2 for 1000 steps of 32
     texts; here a step is a batch of tokens drawn from the cached states."""
 
-    steps: int = field(default=300, metadata={"help": "optimiser steps", "ge": 1})
+    steps: int = field(default=300, metadata={"paper": 1000, "paper_source": "Han et al. 2024, code: Glaciohound/LM-Steer README recipe (n_steps 1000 of 32 texts; the argparse default is 10000)", "why": "a CPU budget: benchmarks/steering.py, docs/data/steering.json", "help": "optimiser steps", "ge": 1})
     batch_tokens: int = field(
         default=1024, metadata={"help": "next-token targets per step", "ge": 1}
     )
-    lr: float = field(default=1e-2, metadata={"help": "Adam learning rate", "gt": 0})
+    lr: float = field(default=1e-2, metadata={"paper": 0.01, "paper_source": "Han et al. 2024, code: Glaciohound/LM-Steer README recipe (Adam; the argparse default is 1e-3)", "help": "Adam learning rate", "gt": 0})
     regularization: float = field(
-        default=0.0, metadata={"help": "weight of ‖P1‖² + ‖P2‖² in the loss", "ge": 0}
+        default=0.0, metadata={"paper": 1e-06, "paper_source": "Han et al. 2024, code: Glaciohound/LM-Steer README recipe (1e-6 for sentiment, 0 for detoxification)", "why": "benchmarks/steering.py, docs/data/steering.json (sentiment trained with 0)", "help": "weight of ‖P1‖² + ‖P2‖² in the loss", "ge": 0}
     )
     max_tokens: int = field(
         # 2 or more: a token and its successor

@@ -119,3 +119,82 @@ class GenerationData(TypedDict):
     seconds_per_step: dict[str, dict[str, float]]
     """By decoding path, then by batch size ("1", "4", "16")."""
     tokens_per_second: dict[str, dict[str, float]]
+
+
+# --- benchmarks/model_cards.py -> docs/data/model_cards.json -----------------------------------
+
+
+class ModelCardData(TypedDict):
+    """``lmsci_mi.loading.ModelCard`` as the GGUF file's metadata gives it, and its file's name."""
+
+    file: str
+    quantisation: str
+    bits: int
+    variant: str
+    name: str
+    finetune: str | None
+    n_layers: int
+    n_heads: int
+    framing: str
+    """"4-bit quantised model (Q4_1 GGUF, dequantised to float32), instruct"."""
+
+
+class ModelCardsData(TypedDict):
+    source: str
+    models: dict[str, ModelCardData]
+    """By bundled model name (``smollm2-135m``, ``gemma3-270m``)."""
+
+
+# --- benchmarks/published_eap_ig.py -> docs/data/published_eap_ig.json ---------------------------
+
+
+class PublishedCurveRow(TypedDict):
+    """One row of the released CSV: the edge budget asked for, and per method the edges the
+    circuit kept (after pruning dead nodes) and its normalised faithfulness."""
+
+    target_edges: int
+    edges: dict[str, int]
+    faithfulness: dict[str, float]
+    """(loss − corrupted_baseline) / (baseline − corrupted_baseline), as the paper's plots do."""
+
+
+class PublishedEAPData(TypedDict):
+    repository: str
+    commit: str
+    path: str
+    read_by: str
+    """The plotting script of the paper that reads this file, and the figure it draws."""
+    why_this_file: str
+    model: str
+    task: str
+    prompts: int
+    total_edges: int
+    integration_steps: int
+    baseline: float
+    corrupted_baseline: float
+    rows: list[PublishedCurveRow]
+
+
+# --- benchmarks/paper_defaults.py -> docs/data/paper_defaults.json -------------------------------
+
+
+class PaperDefaultRow(TypedDict):
+    """``lmsci_mi.config.PaperDefault.to_dict()``."""
+
+    config: str
+    field: str
+    ours: object
+    paper: object
+    paper_source: str
+    why: str | None
+    differs: bool
+
+
+class PaperDefaultsMethod(TypedDict):
+    method: str
+    page: str
+    rows: list[PaperDefaultRow]
+
+
+class PaperDefaultsData(TypedDict):
+    methods: dict[str, PaperDefaultsMethod]

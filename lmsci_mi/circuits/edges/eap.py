@@ -83,7 +83,7 @@ class EAPConfig(Config):
     )
     steps: int = field(
         default=5,
-        metadata={"help": "EAP-IG interpolation steps m (k/m for k = 1..m)", "ge": 1, "le": 256},
+        metadata={"paper": 5, "paper_source": "Hanna et al. 2024, code: hannamw/eap-ig-faithfulness pareto.py integrated_gradients=5 (MIB's --ig-steps 5 too)", "help": "EAP-IG interpolation steps m (k/m for k = 1..m)", "ge": 1, "le": 256},
     )
     batch_size: int = field(
         default=16,

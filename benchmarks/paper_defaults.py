@@ -1,0 +1,53 @@
+"""Every default of a paper-named method beside the paper's value, read from the configs' field
+metadata (``"paper"``, ``"paper_source"``, ``"why"``; ``lmsci_mi.config.paper_defaults``).
+
+Runs no model: it imports the configs and writes docs/data/paper_defaults.json, from which each
+method's page renders its table (``paper_defaults_<method>``). A paper value our reference notes
+lack is declared "not in our notes", never guessed.
+
+    PYTHONPATH=. python benchmarks/paper_defaults.py
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import harness
+
+from lmsci_mi.circuits.edges.eap import EAPConfig
+from lmsci_mi.circuits.tracing import TraceConfig
+from lmsci_mi.config import paper_defaults
+from lmsci_mi.knowledge.neurons import KnowledgeNeuronsConfig
+from lmsci_mi.lenses.tuned_lens import TunedLensConfig
+from lmsci_mi.sae.train import SAETrainConfig
+from lmsci_mi.steering.train import SteerTrainConfig
+
+METHODS: dict[str, tuple[str, str, tuple[type, ...]]] = {
+    # key: (method, its page, its configs)
+    "tuned_lens": ("Tuned lens (Belrose et al. 2023)", "lenses", (TunedLensConfig,)),
+    "causal_tracing": ("Causal tracing and AIE (Meng et al. 2022)", "circuits, aie", (TraceConfig,)),
+    "eap": ("EAP-IG (Hanna et al. 2024)", "edges", (EAPConfig,)),
+    "knowledge_neurons": ("Knowledge neurons (Dai et al. 2022)", "knowledge_neurons", (KnowledgeNeuronsConfig,)),
+    "lm_steer": ("LM-Steer training (Han et al. 2024)", "steering", (SteerTrainConfig,)),
+    "sae": ("TopK SAE training (Gao et al. 2024)", "sae", (SAETrainConfig,)),
+}
+
+
+def collect() -> dict[str, Any]:
+    """The methods' declared paper values, as the data file holds them."""
+    out = {}
+    for key, (method, page, configs) in METHODS.items():
+        rows = [d.to_dict() for cls in configs for d in paper_defaults(cls)]
+        out[key] = {"method": method, "page": page, "rows": rows}
+    return out
+
+
+def main() -> int:
+    run = harness.start(__doc__, __file__, threads=1)
+    run.write({"methods": collect()}, ensure_ascii=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
