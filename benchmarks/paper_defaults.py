@@ -16,12 +16,24 @@ from typing import Any
 import harness
 
 from lmsci_mi.circuits.edges.eap import EAPConfig
+from lmsci_mi.circuits.ioi import IOIConfig
 from lmsci_mi.circuits.tracing import TraceConfig
 from lmsci_mi.config import paper_defaults
 from lmsci_mi.knowledge.neurons import KnowledgeNeuronsConfig
+from lmsci_mi.lenses.logit_lens import LogitLensConfig
 from lmsci_mi.lenses.tuned_lens import TunedLensConfig
+from lmsci_mi.probes.linear import ProbeConfig
+from lmsci_mi.representations.concepts import ConceptConfig
+from lmsci_mi.representations.inner_product import CausalInnerProductConfig
+from lmsci_mi.representations.intervention import ConceptInterventionConfig
+from lmsci_mi.representations.reading import ReadingConfig
 from lmsci_mi.sae.train import SAETrainConfig
+from lmsci_mi.steering.evaluate import SteerEvalConfig
+from lmsci_mi.steering.highlight import HighlightConfig
+from lmsci_mi.steering.lm_steer import LMSteerConfig
+from lmsci_mi.steering.svd import SVDConfig
 from lmsci_mi.steering.train import SteerTrainConfig
+from lmsci_mi.steering.transfer import TransferConfig
 
 METHODS: dict[str, tuple[str, str, tuple[type, ...]]] = {
     # key: (method, its page, its configs)
@@ -29,9 +41,19 @@ METHODS: dict[str, tuple[str, str, tuple[type, ...]]] = {
     "causal_tracing": ("Causal tracing and AIE (Meng et al. 2022)", "circuits, aie", (TraceConfig,)),
     "eap": ("EAP-IG (Hanna et al. 2024)", "edges", (EAPConfig,)),
     "knowledge_neurons": ("Knowledge neurons (Dai et al. 2022)", "knowledge_neurons", (KnowledgeNeuronsConfig,)),
-    "lm_steer": ("LM-Steer training (Han et al. 2024)", "steering", (SteerTrainConfig,)),
+    "lm_steer": ("LM-Steer (Han et al. 2024)", "steering",
+                 (LMSteerConfig, SteerTrainConfig, SteerEvalConfig, SVDConfig, HighlightConfig, TransferConfig)),
     "sae": ("TopK SAE training (Gao et al. 2024)", "sae", (SAETrainConfig,)),
+    "logit_lens": ("Logit lens (nostalgebraist 2020)", "lenses", (LogitLensConfig,)),
+    "ioi": ("IOI circuit discovery (Wang et al. 2022)", "ioi", (IOIConfig,)),
+    "probes": ("Probes with control tasks (Hewitt & Liang 2019)", "probes", (ProbeConfig,)),
+    "concepts": ("Concept directions under the causal inner product (Park et al. 2024)", "representations",
+                 (CausalInnerProductConfig, ConceptConfig, ConceptInterventionConfig)),
+    "reading": ("Representation reading, LAT (Zou et al. 2023)", "representations", (ReadingConfig,)),
 }
+"""Every paper-named method with a table (outside editing). Not here: direct logit attribution
+(``DLAConfig`` has no setting a paper fixes), the mean-difference (ActAdd) and CAA vectors
+(``steering/vectors.py``, being rewritten for issue 37 item 2)."""
 
 
 def collect() -> dict[str, Any]:

@@ -34,6 +34,7 @@ __all__ = [
     "Config",
     "PaperDefault",
     "config",
+    "paper",
     "paper_defaults",
     "quick_mode",
     "validate_choice",
@@ -47,7 +48,7 @@ BOUND_KEYS = ("gt", "ge", "lt", "le", "choices", "min_length", "max_length")
 PAPER_KEYS = ("paper", "paper_source", "why")
 """The metadata keys a field declares its paper's value with: ``paper`` the value, ``paper_source``
 where the paper or its code states it (required with ``paper``), ``why`` the data file or benchmark
-behind our default where it differs."""
+behind our default where it differs. :func:`paper` writes them."""
 
 NOT_IN_NOTES = "not in our notes"
 """``paper``'s value where our reference notes lack the paper's: never a guessed number."""
@@ -284,6 +285,28 @@ class PaperDefault:
                 "differs": self.differs}
 
 
+def paper(value: Any, source: str, why: str | None = None) -> dict[str, Any]:
+    """The metadata entries that declare a paper's value, to merge into a field's metadata.
+
+    Args:
+        value: the paper's value (``NOT_IN_NOTES`` where our reference notes lack it).
+        source: where the paper or its code states it (section, table, file and argument).
+        why: the data file or benchmark behind our default where it differs.
+
+    Raises:
+        TypeError: ``source`` is empty.
+
+    >>> paper(20, "Someone 2024, §3", why="docs/data/x.json")
+    {'paper': 20, 'paper_source': 'Someone 2024, §3', 'why': 'docs/data/x.json'}
+    """
+    if not source:
+        raise TypeError("paper(...) needs the source of the paper's value")
+    declared = {"paper": value, "paper_source": source}
+    if why is not None:
+        declared["why"] = why
+    return declared
+
+
 def paper_defaults(cls: type) -> list[PaperDefault]:
     """The fields of ``cls`` that declare a paper's value, in field order.
 
@@ -293,8 +316,10 @@ def paper_defaults(cls: type) -> list[PaperDefault]:
 
     >>> @config
     ... class Demo(Config):
-    ...     steps: int = dataclasses.field(default=5, metadata={
-    ...         "paper": 20, "paper_source": "Someone 2024, §3", "why": "docs/data/x.json"})
+    ...     steps: int = dataclasses.field(
+    ...         default=5,
+    ...         metadata={"help": "steps", **paper(20, "Someone 2024, §3", why="docs/data/x.json")},
+    ...     )
     >>> [(d.field, d.ours, d.paper, d.differs) for d in paper_defaults(Demo)]
     [('steps', 5, 20, True)]
     """

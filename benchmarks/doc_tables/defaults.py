@@ -1,13 +1,15 @@
-"""Renderers of each paper-named method's defaults beside its paper's (docs/lenses.md, circuits.md,
-aie.md, edges.md, knowledge_neurons.md, steering.md, sae.md), from docs/data/paper_defaults.json,
-which benchmarks/paper_defaults.py writes from the configs' field metadata."""
+"""Renderers of each paper-named method's defaults beside its paper's (docs/lenses.md, aie.md,
+edges.md, knowledge_neurons.md, steering.md, sae.md, ioi.md, probes.md, representations.md), from
+docs/data/paper_defaults.json, which benchmarks/paper_defaults.py writes from the configs' field
+metadata."""
 
 from __future__ import annotations
 
 from . import markdown, table
-from .schemas.project import PaperDefaultsData
+from .schemas.project import PaperDefaultRow, PaperDefaultsData
 
-METHODS = ("tuned_lens", "causal_tracing", "eap", "knowledge_neurons", "lm_steer", "sae")
+METHODS = ("tuned_lens", "causal_tracing", "eap", "knowledge_neurons", "lm_steer", "sae", "logit_lens", "ioi",
+           "probes", "concepts", "reading")
 """The methods with a table, by their key in the data file; each is a renderer ``paper_defaults_<key>``."""
 
 
@@ -17,10 +19,18 @@ def _value(x: object) -> str:
     return f"{x:g}" if isinstance(x, float) else f"{x:,}" if isinstance(x, int) and not isinstance(x, bool) else str(x)
 
 
+NOT_IN_NOTES = "not in our notes"
+"""``lmsci_mi.config.NOT_IN_NOTES``: the paper's value is unknown here, so whether ours differs is too."""
+
+
+def _differs(row: PaperDefaultRow) -> str:
+    return "unknown" if row["paper"] == NOT_IN_NOTES else "yes" if row["differs"] else "no"
+
+
 def _render(data: PaperDefaultsData, key: str) -> str:
     rows = [
         [f"`{r['config']}.{r['field']}`", _value(r["ours"]), _value(r["paper"]), r["paper_source"],
-         "yes" if r["differs"] else "no", r["why"] or ("" if not r["differs"] else "—")]
+         _differs(r), r["why"] or ("—" if r["differs"] and r["paper"] != NOT_IN_NOTES else "")]
         for r in data["methods"][key]["rows"]
     ]
     return markdown(["field", "ours", "paper", "paper's value from", "differs", "data behind ours"], rows)

@@ -28,7 +28,7 @@ from lmsci_mi.circuits.path_patching import (
     path_patch_values,
     plan_paths,
 )
-from lmsci_mi.config import Config, config
+from lmsci_mi.config import NOT_IN_NOTES, Config, config, paper
 from lmsci_mi.data.ioi import IOIBatch, IOIDataset, ioi_dataset
 from lmsci_mi.data.pairs import PromptPairs
 from lmsci_mi.errors import UnknownNameError, UserInputError
@@ -75,13 +75,31 @@ class IOIConfig(Config):
     """
 
     n_prompts: int = dataclasses.field(
-        default=48, metadata={"help": "IOI prompts, spread over the templates", "ge": 1}
+        default=48,
+        metadata={
+            "help": "IOI prompts, spread over the templates",
+            "ge": 1,
+            **paper(
+                500,
+                "Wang et al. 2022, code: redwoodresearch/Easy-Transformer "
+                "easy_transformer/ioi_dataset.py IOIDataset(N=500), the class default",
+                why="a CPU budget (16–33 s per 24 prompts here): docs/data/ioi.json holds 10 draws "
+                "of 24 prompts; benchmarks/ioi.py",
+            ),
+        },
     )
     seed: int = dataclasses.field(default=0, metadata={"help": "seed of the prompt draw"})
     mover_threshold: float = dataclasses.field(
         default=0.05,
         metadata={
-            "help": "name movers: DLA above this share of the logit difference", "ge": 0, "lt": 1
+            "help": "name movers: DLA above this share of the logit difference",
+            "ge": 0,
+            "lt": 1,
+            **paper(
+                NOT_IN_NOTES,
+                "Wang et al. 2022, ICLR 2023, arXiv:2211.00593 (a numeric threshold is not in our "
+                "notes)",
+            ),
         },
     )
     max_name_movers: int = dataclasses.field(
@@ -96,12 +114,24 @@ class IOIConfig(Config):
             "help": "S-inhibition: relative drop of the logit difference over this",
             "ge": 0,
             "lt": 1,
+            **paper(
+                NOT_IN_NOTES,
+                "Wang et al. 2022, ICLR 2023, arXiv:2211.00593 (a numeric threshold is not in our "
+                "notes)",
+            ),
         },
     )
     attention_threshold: float = dataclasses.field(
         default=0.15,
         metadata={
-            "help": "induction/duplicate/previous-token: attention above this", "ge": 0, "lt": 1
+            "help": "induction/duplicate/previous-token: attention above this",
+            "ge": 0,
+            "lt": 1,
+            **paper(
+                NOT_IN_NOTES,
+                "Wang et al. 2022, ICLR 2023, arXiv:2211.00593 (a numeric threshold is not in our "
+                "notes)",
+            ),
         },
     )
     max_heads_per_class: int = dataclasses.field(

@@ -28,7 +28,7 @@ from torch import Tensor
 
 from lmsci_mi import readout
 from lmsci_mi.circuits.corruption import CORRUPTIONS, METRIC_PROB, CleanRun, Corrupted
-from lmsci_mi.config import Config, config
+from lmsci_mi.config import Config, config, paper
 from lmsci_mi.errors import UnknownNameError, UserInputError
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name
@@ -287,13 +287,37 @@ class TraceConfig(Config):
     )
     corruption: str = field(
         default="gaussian",
-        metadata={"paper": "gaussian", "paper_source": "Meng et al. 2022 (ROME), code: experiments/causal_trace.py (--noise_level s3)", "help": "how the prompt is corrupted", "choices": CORRUPTIONS.names()},
+        metadata={
+            "help": "how the prompt is corrupted",
+            "choices": CORRUPTIONS.names(),
+            **paper(
+                "gaussian",
+                "Meng et al. 2022 (ROME), code: experiments/causal_trace.py (--noise_level s3)",
+            ),
+        },
     )
-    noise: float = field(default=3.0, metadata={"paper": 3.0, "paper_source": "Meng et al. 2022 (ROME), code: experiments/causal_trace.py --noise_level s3; the paper's App. B.1: ν = 3σ", "help": "noise std as a multiple of embedding_std"})
+    noise: float = field(
+        default=3.0,
+        metadata={
+            "help": "noise std as a multiple of embedding_std",
+            **paper(
+                3.0,
+                "Meng et al. 2022 (ROME), code: experiments/causal_trace.py --noise_level s3; "
+                "the paper's App. B.1: ν = 3σ",
+            ),
+        },
+    )
     noise_scale: float | None = field(
         default=None, metadata={"help": "absolute noise std (overrides --noise)"}
     )
-    n_samples: int = field(default=10, metadata={"paper": 10, "paper_source": "Meng et al. 2022 (ROME), code: experiments/causal_trace.py samples=10", "help": "noise samples, averaged", "ge": 1})
+    n_samples: int = field(
+        default=10,
+        metadata={
+            "help": "noise samples, averaged",
+            "ge": 1,
+            **paper(10, "Meng et al. 2022 (ROME), code: experiments/causal_trace.py samples=10"),
+        },
+    )
     replacement: str | None = field(
         default=None,
         metadata={"help": "str: the subject put in place of --subject (same token count)"},
@@ -309,7 +333,16 @@ class TraceConfig(Config):
         },
     )
     window: int = field(
-        default=10, metadata={"paper": 10, "paper_source": "Meng et al. 2022 (ROME), code: experiments/causal_trace.py trace_important_window, [l − 5, l + 5)", "help": "layers restored together for mlp and attn", "ge": 1}
+        default=10,
+        metadata={
+            "help": "layers restored together for mlp and attn",
+            "ge": 1,
+            **paper(
+                10,
+                "Meng et al. 2022 (ROME), code: experiments/causal_trace.py "
+                "trace_important_window, [l − 5, l + 5)",
+            ),
+        },
     )
     seed: int = field(default=0, metadata={"help": "seed of the noise"})
     kinds: tuple[str, ...] = field(

@@ -18,7 +18,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from lmsci_mi import readout
-from lmsci_mi.config import Config, config
+from lmsci_mi.config import NOT_IN_NOTES, Config, config, paper
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel, PaddedBatch
 from lmsci_mi.results import Result, result_type
@@ -50,7 +50,16 @@ class LogitLensConfig(Config):
 
     site: str = dataclasses.field(
         default="resid_post",
-        metadata={"help": "residual site read at each layer", "choices": LENS_SITES},
+        metadata={
+            "help": "residual site read at each layer",
+            "choices": LENS_SITES,
+            **paper(
+                NOT_IN_NOTES,
+                "nostalgebraist 2020, 'interpreting GPT: the logit lens' (Belrose et al. 2023's "
+                "logit-lens baseline reads the stream entering each block, embedding included: "
+                "tuned-lens scripts/train_loop.py hidden_states[:-1], inferred from the code)",
+            ),
+        },
     )
     layers: tuple[int, ...] | None = dataclasses.field(
         default=None, metadata={"help": "layers to read (default: every layer)", "ge": 0}

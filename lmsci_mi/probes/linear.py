@@ -19,7 +19,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from lmsci_mi.config import Config, config
+from lmsci_mi.config import NOT_IN_NOTES, Config, config, paper
 from lmsci_mi.errors import UnknownNameError, UserInputError
 from lmsci_mi.registry import MethodRegistry
 from lmsci_mi.stats import bootstrap_each, percentile_bounds
@@ -144,6 +144,11 @@ class ProbeConfig(Config):
             "help": "L2 strengths tried on the validation split (loss = mean CE + l2/2·|W|²)",
             "ge": 0,
             "min_length": 1,
+            **paper(
+                NOT_IN_NOTES,
+                "Hewitt & Liang 2019, EMNLP (weight decay raises selectivity; the strengths they "
+                "used are not in our notes)",
+            ),
         },
     )
     max_iter: int = field(default=100, metadata={"help": "L-BFGS iterations per strength", "ge": 1})
@@ -154,7 +159,18 @@ class ProbeConfig(Config):
     seed: int = field(
         default=0, metadata={"help": "seed of the split, the control labels and the bootstrap"}
     )
-    control: bool = field(default=True, metadata={"help": "also fit a control task (selectivity)"})
+    control: bool = field(
+        default=True,
+        metadata={
+            "help": "also fit a control task (selectivity)",
+            **paper(
+                True,
+                "Hewitt & Liang 2019, EMNLP, code: john-hewitt/control-tasks (each word type gets a "
+                "label drawn once from the task's label distribution; selectivity = task accuracy "
+                "− control accuracy)",
+            ),
+        },
+    )
     bootstrap: int = field(
         default=1000, metadata={"help": "bootstrap resamples of the test score (0: none)", "ge": 0}
     )

@@ -24,7 +24,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from lmsci_mi.config import Config, config
+from lmsci_mi.config import NOT_IN_NOTES, Config, config, paper
 from lmsci_mi.data.concepts import ConceptPairs, concept_pairs_source
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
@@ -177,9 +177,12 @@ class ConceptConfig(Config):
 
     estimator: Literal["mean_difference", "mean_unit_difference"] = dataclasses.field(
         default="mean_difference",
-        metadata={"help": "the direction: the mean of the pairs' whitened differences, normalised "
-                  "(Park et al.), or the mean of the unit differences, normalised (each pair "
-                  "weighs the same)"},
+        metadata={
+            "help": "the direction: the mean of the pairs' whitened differences, normalised "
+            "(Park et al.), or the mean of the unit differences, normalised (each pair weighs "
+            "the same)",
+            **paper(NOT_IN_NOTES, "Park, Choe & Veitch 2024, ICML 2024, arXiv:2311.03658"),
+        },
     )
     first_token: bool = dataclasses.field(
         default=False,
@@ -188,7 +191,12 @@ class ConceptConfig(Config):
     )
     heldout_fraction: float = dataclasses.field(
         default=0.25,
-        metadata={"help": "the share of each concept's pairs held out of the fit", "gt": 0.0, "lt": 1.0},
+        metadata={
+            "help": "the share of each concept's pairs held out of the fit",
+            "gt": 0.0,
+            "lt": 1.0,
+            **paper(NOT_IN_NOTES, "Park, Choe & Veitch 2024, ICML 2024, arXiv:2311.03658"),
+        },
     )
     min_pairs: int = dataclasses.field(
         default=4, metadata={"help": "fewest usable pairs a concept needs in the tables", "ge": 3}

@@ -16,7 +16,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from lmsci_mi import readout
-from lmsci_mi.config import Config, config
+from lmsci_mi.config import NOT_IN_NOTES, Config, config, paper
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import hook_name
@@ -41,13 +41,20 @@ class CausalInnerProductConfig(Config):
 
     ridge: float = dataclasses.field(
         default=0.0,
-        metadata={"help": "added to Cov(γ)'s eigenvalues, as a fraction of their mean, before "
-                  "the inverse square root (0: the paper's exact whitening)", "ge": 0.0},
+        metadata={
+            "help": "added to Cov(γ)'s eigenvalues, as a fraction of their mean, before the "
+            "inverse square root (0: the paper's exact whitening)",
+            "ge": 0.0,
+            **paper(NOT_IN_NOTES, "Park, Choe & Veitch 2024, ICML 2024, arXiv:2311.03658"),
+        },
     )
     vocabulary: Literal["all", "no_special"] = dataclasses.field(
         default="no_special",
-        metadata={"help": "the tokens whose unembeddings define Cov(γ): every row of W_U, or the "
-                  "tokenizer's tokens without its special tokens and without padding rows"},
+        metadata={
+            "help": "the tokens whose unembeddings define Cov(γ): every row of W_U, or the "
+            "tokenizer's tokens without its special tokens and without padding rows",
+            **paper(NOT_IN_NOTES, "Park, Choe & Veitch 2024, ICML 2024, arXiv:2311.03658"),
+        },
     )
 
 

@@ -13,7 +13,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from lmsci_mi.config import Config, config
+from lmsci_mi.config import NOT_IN_NOTES, Config, config, paper
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.representations.concepts import (
@@ -64,13 +64,21 @@ class ConceptInterventionConfig(Config):
 
     strength: float = dataclasses.field(
         default=0.5,
-        metadata={"help": "norm of the added vector, as a fraction of the site's mean norm at the "
-                  "prompts' last token", "gt": 0.0},
+        metadata={
+            "help": "norm of the added vector, as a fraction of the site's mean norm at the "
+            "prompts' last token",
+            "gt": 0.0,
+            **paper(NOT_IN_NOTES, "Park, Choe & Veitch 2024, ICML 2024, arXiv:2311.03658, Fig. 4"),
+        },
     )
     layer: int | None = dataclasses.field(
         default=None,
-        metadata={"help": "None: add λ̄ at the final norm's output (the paper's setting); a "
-                  "layer: add it at that block's resid_post instead", "ge": 0},
+        metadata={
+            "help": "None: add λ̄ at the final norm's output (the paper's setting); a layer: add "
+            "it at that block's resid_post instead",
+            "ge": 0,
+            **paper(NOT_IN_NOTES, "Park, Choe & Veitch 2024, ICML 2024, arXiv:2311.03658, Fig. 4"),
+        },
     )
     prompts: tuple[str, ...] = dataclasses.field(
         default=DEFAULT_INTERVENTION_PROMPTS,

@@ -20,7 +20,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from lmsci_mi.collect import CollectConfig, collect_activations
-from lmsci_mi.config import Config, config
+from lmsci_mi.config import NOT_IN_NOTES, Config, config, paper
 from lmsci_mi.data.contrasts import ContrastPairs
 from lmsci_mi.errors import UnknownNameError, UserInputError
 from lmsci_mi.model import LensModel
@@ -72,7 +72,13 @@ _KEPT = 3  # the first three methods keep their directions; random ones are redr
 class ReadingConfig(Config):
     """Where representation reading reads, how the pairs are split, and how it is scored."""
 
-    site: str = field(default="resid_post", metadata={"help": "site of the site table to read"})
+    site: str = field(
+        default="resid_post",
+        metadata={
+            "help": "site of the site table to read",
+            **paper(NOT_IN_NOTES, "Zou et al. 2023, arXiv:2310.01405, §3.1 (LAT)"),
+        },
+    )
     layers: tuple[int, ...] | None = field(
         default=None, metadata={"help": "layers to read (default: all)", "ge": 0, "min_length": 1}
     )
@@ -80,7 +86,8 @@ class ReadingConfig(Config):
         default="last",
         metadata={
             "help": "the prompt's last token (it has attended to the whole prompt, and the LAT "
-            "template ends by asking for the concept) or the mean over its tokens (sink left out)"
+            "template ends by asking for the concept) or the mean over its tokens (sink left out)",
+            **paper(NOT_IN_NOTES, "Zou et al. 2023, arXiv:2310.01405, §3.1 (LAT)"),
         },
     )
     fractions: tuple[float, ...] = field(
@@ -102,7 +109,8 @@ class ReadingConfig(Config):
         default=True,
         metadata={
             "help": "swap a random half of the pairs before the PCA, as Zou et al. do "
-            "(off only to show what centring does without it)"
+            "(off only to show what centring does without it)",
+            **paper(NOT_IN_NOTES, "Zou et al. 2023, arXiv:2310.01405, §3.1 (LAT)"),
         },
     )
     n_random: int = field(

@@ -23,7 +23,7 @@ from torch import Tensor
 
 from lmsci_mi.cache import cache_key, cache_root, weights_fingerprint
 from lmsci_mi.collect import CollectConfig, collect_activations
-from lmsci_mi.config import Config, config
+from lmsci_mi.config import NOT_IN_NOTES, Config, config, paper
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.sae.compact import REBUILD
@@ -63,13 +63,34 @@ class SAETrainConfig(Config):
     architecture: str = field(
         default="topk", metadata={"help": "SAE architecture", "choices": ARCHITECTURES}
     )
-    d_sae: int = field(default=4608, metadata={"paper": "not in our notes", "paper_source": "Gao et al. 2024, arXiv:2406.04093", "help": "number of features", "ge": 1})
-    k: int = field(default=48, metadata={"paper": "not in our notes", "paper_source": "Gao et al. 2024, arXiv:2406.04093", "help": "active features per token (the L0)", "ge": 1})
+    d_sae: int = field(
+        default=4608,
+        metadata={
+            "help": "number of features",
+            "ge": 1,
+            **paper(NOT_IN_NOTES, "Gao et al. 2024, arXiv:2406.04093"),
+        },
+    )
+    k: int = field(
+        default=48,
+        metadata={
+            "help": "active features per token (the L0)",
+            "ge": 1,
+            **paper(NOT_IN_NOTES, "Gao et al. 2024, arXiv:2406.04093"),
+        },
+    )
     training_samples: int = field(
         default=2_000_000, metadata={"help": "activations seen in training", "ge": 1}
     )
     batch_size: int = field(default=4096, metadata={"help": "activations per step", "ge": 1})
-    lr: float = field(default=4e-4, metadata={"paper": "not in our notes", "paper_source": "Gao et al. 2024, arXiv:2406.04093", "help": "Adam learning rate", "gt": 0})
+    lr: float = field(
+        default=4e-4,
+        metadata={
+            "help": "Adam learning rate",
+            "gt": 0,
+            **paper(NOT_IN_NOTES, "Gao et al. 2024, arXiv:2406.04093"),
+        },
+    )
     lr_decay_fraction: float = field(
         default=0.2,
         metadata={

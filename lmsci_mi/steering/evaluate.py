@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from lmsci_mi.config import Config, config
+from lmsci_mi.config import Config, config, paper
 from lmsci_mi.data.steering_texts import neutral_prompts, neutral_prompts_source, topic_lexicon
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.generation import GenerationConfig, Generations, generate
@@ -74,10 +74,28 @@ class SteerEvalConfig(Config):
         metadata={
             "help": "steer values of the control curve (the dummy stays at 1 throughout)",
             "min_length": 1,
+            **paper(
+                "±5 (and 3, 0, −1 on the continuous-control curve)",
+                "Han et al. 2024, code: Glaciohound/LM-Steer README (generate.py --steer_values "
+                "±5 1)",
+                why="not measured at this default: the shipped curve runs −2 … 2 "
+                "(docs/data/steering.json, curve; benchmarks/steering.py GRID)",
+            ),
         },
     )
     n_prompts: int = field(
-        default=60, metadata={"help": "neutral prompts (60 are bundled)", "ge": 1}
+        default=60,
+        metadata={
+            "help": "neutral prompts (60 are bundled)",
+            "ge": 1,
+            **paper(
+                "5,000 neutral OpenWebText prompts (sentiment), 25 samples each",
+                "Han et al. 2024, code: Glaciohound/LM-Steer data/prompts and generate.py "
+                "(prompts from MuCoLa; 25 samples per prompt, 20 new tokens)",
+                why="the 60 bundled neutral prompts, one sample each: docs/data/steering.json "
+                "(evaluation); benchmarks/steering.py",
+            ),
+        },
     )
     generation: GenerationConfig = field(
         default_factory=functools.partial(

@@ -19,7 +19,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from lmsci_mi import readout
-from lmsci_mi.config import Config, config
+from lmsci_mi.config import Config, config, paper
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.positions import Exclude, resolve_exclude
@@ -42,8 +42,30 @@ class HighlightConfig(Config):
     value: float = field(
         default=5.0, metadata={"help": "steer value s: evidence is log p(+s) − log p(−s)"}
     )
-    max_spans: int = field(default=4, metadata={"help": "at most this many spans", "ge": 1})
-    max_length: int = field(default=10, metadata={"help": "tokens per span at most", "ge": 1})
+    max_spans: int = field(
+        default=4,
+        metadata={
+            "help": "at most this many spans",
+            "ge": 1,
+            **paper(
+                4,
+                "Han et al. 2024, code: Glaciohound/LM-Steer lm_steer/models/model_base.py "
+                "evidence_words(max_segments=4)",
+            ),
+        },
+    )
+    max_length: int = field(
+        default=10,
+        metadata={
+            "help": "tokens per span at most",
+            "ge": 1,
+            **paper(
+                10,
+                "Han et al. 2024, code: Glaciohound/LM-Steer lm_steer/models/model_base.py "
+                "evidence_words(max_length=10)",
+            ),
+        },
+    )
     exclude: Exclude | None = field(
         default=None,
         metadata={"help": "positions no span may cover (None: the sink)", "cli": False},

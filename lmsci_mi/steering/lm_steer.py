@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
 from lmsci_mi import readout
-from lmsci_mi.config import Config, config
+from lmsci_mi.config import Config, config, paper
 from lmsci_mi.errors import UnknownNameError, UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import hook_name
@@ -54,17 +54,45 @@ class LMSteerConfig(Config):
     """
 
     rank: int = field(
-        default=32, metadata={"help": "rank r of each steer's factors P1, P2 (d x r)", "ge": 1}
+        default=32,
+        metadata={
+            "help": "rank r of each steer's factors P1, P2 (d x r)",
+            "ge": 1,
+            **paper(
+                1000,
+                "Han et al. 2024, code: Glaciohound/LM-Steer defaults (rank=1000: full rank for "
+                "its models)",
+                why="a few thousand training tokens and cheaper steps: the shipped steer is rank "
+                "32 on 4,267 tokens, docs/data/steering.json (steer, training); no rank sweep yet",
+            ),
+        },
     )
     epsilon: float = field(
-        default=1e-3, metadata={"help": "scale ε of the steer: h + ε Σ s_i (h P1_i) P2_iᵀ", "gt": 0}
+        default=1e-3,
+        metadata={
+            "help": "scale ε of the steer: h + ε Σ s_i (h P1_i) P2_iᵀ",
+            "gt": 0,
+            **paper(1e-3, "Han et al. 2024, code: Glaciohound/LM-Steer defaults (epsilon=1e-3)"),
+        },
     )
     init_std: float = field(
-        default=1e-2, metadata={"help": "standard deviation of the initial factors", "ge": 0}
+        default=1e-2,
+        metadata={
+            "help": "standard deviation of the initial factors",
+            "ge": 0,
+            **paper(
+                1e-2,
+                "Han et al. 2024, code: Glaciohound/LM-Steer lm_steer/models/steers.py "
+                "Projected_Adaptor (randn × init_var, init_var=1e-2)",
+            ),
+        },
     )
     dummy: bool = field(
         default=True,
-        metadata={"help": "add a dummy steer held at 1 (absorbs the corpus-wide shift)"},
+        metadata={
+            "help": "add a dummy steer held at 1 (absorbs the corpus-wide shift)",
+            **paper(True, "Han et al. 2024, code: Glaciohound/LM-Steer README recipe (--dummy_steer 1)"),
+        },
     )
 
 

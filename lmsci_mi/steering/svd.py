@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from lmsci_mi import readout
-from lmsci_mi.config import Config, config
+from lmsci_mi.config import Config, config, paper
 from lmsci_mi.data.steering_texts import neutral_prompts
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
@@ -35,9 +35,31 @@ class SVDConfig(Config):
     """The SVD probe's settings (the reference lists the top and bottom 20 of 10 directions)."""
 
     attribute: str = field(default="sentiment", metadata={"help": "the steer whose W is probed"})
-    n_directions: int = field(default=5, metadata={"help": "singular directions listed", "ge": 1})
+    n_directions: int = field(
+        default=5,
+        metadata={
+            "help": "singular directions listed",
+            "ge": 1,
+            **paper(
+                10,
+                "Han et al. 2024, code: Glaciohound/LM-Steer experiments/pca_analysis.py (the top "
+                "10 singular directions of W = P1[0] P2[0]ᵀ)",
+                why="a shorter listing: docs/data/steering.json (svd) reports 3 directions' singular "
+                "values and the first direction's words; benchmarks/steering.py",
+            ),
+        },
+    )
     top_k: int = field(
-        default=20, metadata={"help": "words listed at each end of a direction", "ge": 1}
+        default=20,
+        metadata={
+            "help": "words listed at each end of a direction",
+            "ge": 1,
+            **paper(
+                20,
+                "Han et al. 2024, code: Glaciohound/LM-Steer experiments/pca_analysis.py (top and "
+                "bottom 20 tokens)",
+            ),
+        },
     )
     seed: int = field(default=0, metadata={"help": "seed of the random comparison words"})
 

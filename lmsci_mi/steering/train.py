@@ -25,7 +25,7 @@ from lmsci_mi import readout
 from lmsci_mi.artefacts import restore_shipped
 from lmsci_mi.cache import cache_key, cache_root, weights_fingerprint
 from lmsci_mi.collect import CollectConfig, collect_activations
-from lmsci_mi.config import Config, config
+from lmsci_mi.config import Config, config, paper
 from lmsci_mi.data.steering_texts import SteeringTexts
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
@@ -54,17 +54,72 @@ class SteerTrainConfig(Config):
     """How a steer is trained. The reference recipe is Adam at lr 1e-2 for 1000 steps of 32
     texts; here a step is a batch of tokens drawn from the cached states."""
 
-    steps: int = field(default=300, metadata={"paper": 1000, "paper_source": "Han et al. 2024, code: Glaciohound/LM-Steer README recipe (n_steps 1000 of 32 texts; the argparse default is 10000)", "why": "a CPU budget: benchmarks/steering.py, docs/data/steering.json", "help": "optimiser steps", "ge": 1})
-    batch_tokens: int = field(
-        default=1024, metadata={"help": "next-token targets per step", "ge": 1}
+    steps: int = field(
+        default=300,
+        metadata={
+            "help": "optimiser steps",
+            "ge": 1,
+            **paper(
+                1000,
+                "Han et al. 2024, code: Glaciohound/LM-Steer README recipe (n_steps 1000 of 32 "
+                "texts; the argparse default is 10000)",
+                why="a CPU budget (1.9 s per 512-token step here): the shipped steer trained 200 "
+                "steps of 512 tokens, docs/data/steering.json (training); benchmarks/steering.py",
+            ),
+        },
     )
-    lr: float = field(default=1e-2, metadata={"paper": 0.01, "paper_source": "Han et al. 2024, code: Glaciohound/LM-Steer README recipe (Adam; the argparse default is 1e-3)", "help": "Adam learning rate", "gt": 0})
+    batch_tokens: int = field(
+        default=1024,
+        metadata={
+            "help": "next-token targets per step",
+            "ge": 1,
+            **paper(
+                "32 texts of at most 256 tokens",
+                "Han et al. 2024, code: Glaciohound/LM-Steer README recipe (batch_size 32, "
+                "max_length 256)",
+                why="a CPU budget: the shipped steer trained on batches of 512 tokens, "
+                "docs/data/steering.json (training); benchmarks/steering.py",
+            ),
+        },
+    )
+    lr: float = field(
+        default=1e-2,
+        metadata={
+            "help": "Adam learning rate",
+            "gt": 0,
+            **paper(
+                0.01,
+                "Han et al. 2024, code: Glaciohound/LM-Steer README recipe (Adam; the argparse "
+                "default is 1e-3)",
+            ),
+        },
+    )
     regularization: float = field(
-        default=0.0, metadata={"paper": 1e-06, "paper_source": "Han et al. 2024, code: Glaciohound/LM-Steer README recipe (1e-6 for sentiment, 0 for detoxification)", "why": "benchmarks/steering.py, docs/data/steering.json (sentiment trained with 0)", "help": "weight of ‖P1‖² + ‖P2‖² in the loss", "ge": 0}
+        default=0.0,
+        metadata={
+            "help": "weight of ‖P1‖² + ‖P2‖² in the loss",
+            "ge": 0,
+            **paper(
+                1e-06,
+                "Han et al. 2024, code: Glaciohound/LM-Steer README recipe (1e-6 for sentiment, 0 "
+                "for detoxification)",
+                why="benchmarks/steering.py, docs/data/steering.json (sentiment trained with 0)",
+            ),
+        },
     )
     max_tokens: int = field(
         # 2 or more: a token and its successor
-        default=128, metadata={"help": "tokens kept per text (sink included)", "ge": 2}
+        default=128,
+        metadata={
+            "help": "tokens kept per text (sink included)",
+            "ge": 2,
+            **paper(
+                256,
+                "Han et al. 2024, code: Glaciohound/LM-Steer README recipe (max_length 256)",
+                why="the bundled texts are short (320 texts, 4,267 tokens: "
+                "docs/data/steering.json, training), so the cap rarely binds",
+            ),
+        },
     )
     seed: int = field(default=0, metadata={"help": "seeds the initial factors and the batches"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar", "cli": False})

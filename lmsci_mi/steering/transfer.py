@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from lmsci_mi import readout
-from lmsci_mi.config import Config, config
+from lmsci_mi.config import NOT_IN_NOTES, Config, config, paper
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
@@ -31,11 +31,31 @@ class TransferConfig(Config):
 
     ridge: float = field(
         default=1e-3,
-        metadata={"help": "ridge penalty, relative to the mean eigenvalue of XᵀX", "ge": 0},
+        metadata={
+            "help": "ridge penalty, relative to the mean eigenvalue of XᵀX",
+            "ge": 0,
+            **paper(
+                "Adam on the MSE (5000 steps, lr 0.01), then B_backward's rows normalised; no "
+                "ridge in our notes",
+                "Han et al. 2024, code: Glaciohound/LM-Steer experiments/steer_transfer.py and "
+                "its README",
+                why="a closed-form ridge fit instead of Adam: held-out R² 0.36 on SmolLM2 → Gemma 3 "
+                "(docs/data/steering.json, transfer); benchmarks/steering.py",
+            ),
+        },
     )
     holdout: float = field(
         default=0.1,
-        metadata={"help": "fraction of shared tokens held out to score the map", "ge": 0, "lt": 1},
+        metadata={
+            "help": "fraction of shared tokens held out to score the map",
+            "ge": 0,
+            "lt": 1,
+            **paper(
+                NOT_IN_NOTES,
+                "Han et al. 2024, code: Glaciohound/LM-Steer experiments/steer_transfer.py (fits "
+                "on the first 4,000 shared tokens, hard-coded; a held-out split is not in our notes)",
+            ),
+        },
     )
     seed: int = field(default=0, metadata={"help": "seed of the held-out split"})
 

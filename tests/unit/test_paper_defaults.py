@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import lmsci_mi
-from lmsci_mi.config import NOT_IN_NOTES, Config, config, paper_defaults
+from lmsci_mi.config import NOT_IN_NOTES, Config, config, paper, paper_defaults
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,6 +45,22 @@ def test_every_field_that_declares_a_paper_value_names_its_source() -> None:
                 assert f.metadata.get("paper_source"), f"{cls.__name__}.{f.name}: 'paper' without 'paper_source'"
         paper_defaults(cls)  # raises on a differing default without "why"
     assert declared >= sum(len(m[2]) for m in writer.METHODS.values())
+    for key, (_, _, configs) in writer.METHODS.items():
+        for cls in configs:
+            assert paper_defaults(cls), f"{key}: {cls.__name__} declares no paper value"
+
+
+def test_every_method_of_the_data_file_has_a_renderer() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from doc_tables import RENDERERS, defaults
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    assert set(defaults.METHODS) == set(_writer().METHODS)
+    assert defaults.NOT_IN_NOTES == NOT_IN_NOTES
+    data = json.loads((ROOT / "docs" / "data" / "paper_defaults.json").read_text())
+    unknown = RENDERERS["paper_defaults_sae"](data)  # the SAE's paper values are not in our notes
+    assert "| unknown |" in unknown and "| yes |" not in unknown
 
 
 def test_the_data_file_is_what_the_configs_declare() -> None:
@@ -60,14 +76,17 @@ def test_a_paper_value_needs_a_source_and_a_difference_needs_its_data() -> None:
 
     @config
     class NoWhy(Config):
-        steps: int = dataclasses.field(default=5, metadata={"paper": 20, "paper_source": "X 2024"})
+        steps: int = dataclasses.field(default=5, metadata={**paper(20, "X 2024")})
 
     @config
     class Unknown(Config):
-        k: int = dataclasses.field(default=5, metadata={"paper": NOT_IN_NOTES, "paper_source": "X 2024"})
+        k: int = dataclasses.field(default=5, metadata={"help": "k", **paper(NOT_IN_NOTES, "X 2024")})
 
     with pytest.raises(TypeError, match="paper_source"):
         paper_defaults(NoSource)
     with pytest.raises(TypeError, match="why"):
         paper_defaults(NoWhy)
     assert paper_defaults(Unknown)[0].differs
+    with pytest.raises(TypeError, match="source"):
+        paper(20, "")
+    assert paper(5, "X 2024") == {"paper": 5, "paper_source": "X 2024"}  # no "why" where it is the same

@@ -38,7 +38,7 @@ from lmsci_mi.circuits.edges.wiring import (
     sender_buffer,
 )
 from lmsci_mi.circuits.metrics import Metric, pair_metric
-from lmsci_mi.config import Config, config
+from lmsci_mi.config import Config, config, paper
 from lmsci_mi.data.pairs import PairsArg, accepts_pairs
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.registry import MethodRegistry
@@ -83,7 +83,16 @@ class EAPConfig(Config):
     )
     steps: int = field(
         default=5,
-        metadata={"paper": 5, "paper_source": "Hanna et al. 2024, code: hannamw/eap-ig-faithfulness pareto.py integrated_gradients=5 (MIB's --ig-steps 5 too)", "help": "EAP-IG interpolation steps m (k/m for k = 1..m)", "ge": 1, "le": 256},
+        metadata={
+            "help": "EAP-IG interpolation steps m (k/m for k = 1..m)",
+            "ge": 1,
+            "le": 256,
+            **paper(
+                5,
+                "Hanna et al. 2024, code: hannamw/eap-ig-faithfulness pareto.py "
+                "integrated_gradients=5 (MIB's --ig-steps 5 too)",
+            ),
+        },
     )
     batch_size: int = field(
         default=16,
