@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXPORT_SUFFIXES",
+    "NOT_DONE",
     "OUTPUT_FLAGS",
     "add_config_args",
     "add_generation_args",
@@ -51,6 +52,12 @@ _PLOT_SUFFIXES = (".png",)
 _HTML_SUFFIXES = (".html", ".htm")
 OUTPUT_FLAGS = ("out", "plot", "export", "html")
 """The ``dest`` of the output flags that :func:`add_output_args` adds."""
+
+
+NOT_DONE = 3
+"""The exit status of a command that ran without error but did not do what was asked, and says
+so (an edit whose new answer did not overtake the old one). 0 is done, 1 a bug (a traceback), 2
+bad input (one line)."""
 
 
 def parse_sink(text: str) -> SinkChoice:

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from lmsci_mi.cli.common import (
+    NOT_DONE,
     add_cluster_args,
     add_config_args,
     add_generation_args,
@@ -51,6 +52,11 @@ def register(commands: Any) -> None:
     p.add_argument("--prompt", help="prompt with '{}' for the subject (or containing the subject)")
     p.add_argument("--subject", help="the subject whose fact is rewritten")
     p.add_argument("--target-new", help="the new answer, e.g. ' Rome'")
+    p.add_argument(
+        "--target-true",
+        help="the answer the edit replaces, e.g. ' Paris' (default: the model's top-1 next token), "
+        "scored beside the new one before and after the edit",
+    )
     p.add_argument("--method", choices=EDITING_METHODS.names(), default="rome")
     p.add_argument(
         "--delta-out",
@@ -145,7 +151,7 @@ def method_config(args: argparse.Namespace) -> Any:
 
 
 def run_edit(args: argparse.Namespace) -> int:
-    from lmsci_mi.editing import EDITING_METHODS, EditRequest, apply_delta
+    from lmsci_mi.editing import EditRequest, apply_delta
 
     many = args.requests is not None
     if args.apply is None and not many and not (args.prompt and args.subject and args.target_new is not None):
@@ -195,24 +201,42 @@ def run_edit(args: argparse.Namespace) -> int:
     stats = _read_stats(args.stats) if args.stats is not None else None
     lm = load_from_args(args)
     if requests is None:
-        requests = [EditRequest(args.prompt, args.subject, args.target_new)]
+        requests = [EditRequest(args.prompt, args.subject, args.target_new, target_true=args.target_true or "")]
     if args.session_batch is not None or args.session_out is not None:
         return _run_session(lm, requests, config, args, stats)
     if args.evaluate:
         return _run_evaluation(lm, requests, config, args, stats, cluster)
+    return _edit_and_report(lm, requests, config, args, stats)
+
+
+def _edit_and_report(lm: LensModel, requests: list[Any], config: Any, args: argparse.Namespace, stats: Any) -> int:
+    """Edit, then print each request's completions and probabilities before and after; exit
+    ``NOT_DONE`` (3) when an edit did not install (its new answer did not overtake the old one),
+    saying why."""
+    from lmsci_mi.editing import EDITING_METHODS
+    from lmsci_mi.editing.installed import install_checks, target_probabilities, with_true_targets
+
+    requests = with_true_targets(lm, requests)
     prompts = [r.rewrite_prompt for r in requests]
     before = [_complete(lm, prompt, args) for prompt in prompts]
+    p_before = target_probabilities(lm, requests)
     start = time.perf_counter()
     handle = EDITING_METHODS.get(args.method).function(lm, requests, config, stats=stats)
     seconds = time.perf_counter() - start
     with handle:
         after = [_complete(lm, prompt, args) for prompt in prompts]
+        checks = install_checks(requests, p_before, target_probabilities(lm, requests))
         print(f"{args.method.upper()} edit of {len(requests)} fact(s) at layer(s) {handle.layers} in {seconds:.1f} s")
-        for prompt, old, new in zip(prompts, before, after, strict=True):
-            print(f"prompt: {prompt}\n  before: {old!r}\n  after:  {new!r}")
+        for prompt, old, new, check in zip(prompts, before, after, checks, strict=True):
+            print(f"prompt: {prompt}\n  before: {old!r}\n  after:  {new!r}\n  {check.line()}")
+            if not check.installed:
+                print(f"  likely cause: {check.likely_cause()}")
         if args.delta_out is not None:
             print(f"saved delta to {handle.save(args.delta_out)}")
-    return 0
+    failed = sum(not check.installed for check in checks)
+    if failed:
+        print(f"{failed} of {len(checks)} edit(s) did not install (p(new) did not exceed p(true))")
+    return NOT_DONE if failed else 0
 
 
 def _run_evaluation(

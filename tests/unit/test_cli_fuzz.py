@@ -259,7 +259,8 @@ def test_every_subcommand_exits_cleanly(
     @given(argv=_argv(command, workdir))
     def check(argv: list[str]) -> None:
         code, err = run_cli(argv)
-        assert code in (0, 2), (argv, code, err)
+        # 3 (cli.common.NOT_DONE): an edit ran and said it did not install, which random flags can cause.
+        assert code in ((0, 2, 3) if command == "edit" else (0, 2)), (argv, code, err)
         assert "Traceback" not in err, (argv, err)
         if code == 2:
             assert "error:" in err, (argv, err)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from lmsci_mi.cli import build_parser, main
+from lmsci_mi.cli.common import NOT_DONE
 from lmsci_mi.cli.editing import method_config
 from lmsci_mi.editing import MEMITConfig, ROMEConfig
 
@@ -101,3 +102,45 @@ def test_a_session_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureF
     out = capsys.readouterr().out
     assert code == 0 and (tmp_path / "session" / "session.json").exists()
     assert "memit" in out and "specificity" in out
+
+
+def test_the_command_says_whether_each_edit_installed(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["edit", "--prompt", "{} is in", "--subject", "Paris", "--target-new", " Rome",
+            "--target-true", " France", "--layer", "0", "--max-new-tokens", "2", *FAST]
+    installed = main([*args, "--steps", "25"])
+    out = capsys.readouterr().out
+    assert "p(' Rome') " in out and "p(' France') " in out and " -> " in out
+    assert installed == 0 and ": installed" in out and "likely cause" not in out
+    # A step at a learning rate of 1e-6 cannot move the toy's answer: the command says so and why.
+    assert main([*args, "--steps", "1", "--lr", "1e-6"]) == NOT_DONE
+    out = capsys.readouterr().out
+    assert "NOT installed" in out and "likely cause: " in out and "1 of 1 edit(s) did not install" in out
+
+
+def test_without_target_true_the_models_own_answer_is_the_one_to_overtake() -> None:
+    from lmsci_mi import load_model
+    from lmsci_mi.editing import EditRequest
+    from lmsci_mi.editing.installed import with_true_targets
+
+    lm = load_model("toy-2l")
+    request = EditRequest("{} is in", "Paris", " Rome")
+    (filled,) = with_true_targets(lm, [request])
+    top = lm.top_tokens(request.rewrite_prompt, 5).axis_labels(0)
+    assert filled.target_true == next(t for t in top if t.strip())
+    assert with_true_targets(lm, [filled]) == [filled]
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "cause"),
+    [((0.01, 0.5), (0.6, 0.3), None),
+     ((0.01, 0.5), (0.0102, 0.5), "barely changed p(new)"),
+     ((0.01, 0.5), (0.2, 0.5), "rose 20× but stayed below p(true)")],
+)
+def test_an_install_check_names_the_likely_cause(before, after, cause) -> None:
+    from lmsci_mi.editing import EditRequest
+    from lmsci_mi.editing.installed import InstallCheck, TargetProbabilities
+
+    check = InstallCheck(EditRequest("{} is in", "Paris", " Rome", target_true=" France"),
+                         TargetProbabilities(*before), TargetProbabilities(*after))
+    assert check.installed is (cause is None)
+    assert (check.likely_cause() is None) if cause is None else cause in check.likely_cause()
