@@ -356,7 +356,9 @@ class TraceConfig(Config):
         default=False,
         metadata={
             "help": "restore the last subject token only (all ROME's layer choice reads; other "
-            "positions keep the corrupted value)"
+            "positions keep the corrupted value)",
+            # Not a flag: the AIE averages every token category of the trace it is given.
+            "cli": False,
         },
     )
     kinds: tuple[str, ...] = field(
