@@ -10,6 +10,8 @@ from .schemas.circuits import (
     CausalTraceData,
     EdgesData,
     EdgesPeersData,
+    GuardNullData,
+    GuardRate,
     InductionData,
     IOIData,
     PatchingData,
@@ -510,11 +512,42 @@ def ioi_depth(data: IOIData) -> str:
 def causal_trace_mlp_seeds(data: CausalTraceData) -> str:
     """benchmarks/causal_trace.py: the MLP-only trace ``traced_layer`` runs, per noise seed: its
     peak at the last subject token, the effect over the corrupted run ± the paired standard error,
-    and whether ``traced_layer`` accepts it (effect above two standard errors)."""
+    and whether the guard before issue 37 (effect above two standard errors) accepted it; the
+    current guard's verdicts are ``guard_eiffel``'s."""
     rows = []
     for r in data["mlp_only"]:
         ratio = r["effect"] / r["se"]
         rows.append([r["seed"], r["layer"], pm(r["effect"], r["se"], 4), num(ratio, 1),
-                     f"{100 * r['effect'] / r['gap']:.1f} %", "yes" if ratio > 2 else "no (refused)"])
+                     f"{100 * r['effect'] / r['gap']:.1f} %", "yes" if ratio > 2 else "no"])
     return markdown(["noise seed", "peak layer", "effect ± s.e.", "effect / s.e.",
-                     "share of the clean − corrupted gap", "accepted by `traced_layer`"], rows)
+                     "share of the clean − corrupted gap", "above 2 s.e. (the old guard)"], rows)
+
+
+def _share(r: GuardRate) -> str:
+    low, high = r["interval"]
+    return f"{r['accepted']} / {r['n']} = {100 * r['rate']:.1f} % [{100 * low:.1f}, {100 * high:.1f}]"
+
+
+@table("guard_null")
+def guard_null(data: GuardNullData) -> str:
+    """benchmarks/guard_null.py: the share of traces each traced-layer guard accepts, on traces
+    with no fact (the false-positive rate) and on known facts (the power), Wilson 95 %."""
+    alpha = data["alpha"]
+    return markdown(
+        ["traces (MLP, last subject token)", "old guard: peak > 2 s.e. of its layer",
+         f"new guard: max-over-layers sign-flip p ≤ {alpha:g}"],
+        [["no fact: a random target (clean p < " + f"{data['max_clean_p']:g}), the false-positive rate",
+          _share(data["null"]["old"]), _share(data["null"]["new"])],
+         ["known facts, clean top-1 (the true answer): the power", _share(data["known"]["old"]),
+          _share(data["known"]["new"])]],
+    )
+
+
+@table("guard_eiffel")
+def guard_eiffel(data: GuardNullData) -> str:
+    """benchmarks/guard_null.py: the editing fact's guard trace per noise seed, both guards."""
+    rows = [[t["seed"], t["layer"], pm(t["effect"], t["se"], 4),
+             "yes" if t["old_accepted"] else "no", f"{t['p_value']:.3g}",
+             "yes" if t["new_accepted"] else "no (refused)"] for t in data["eiffel"]]
+    return markdown(["noise seed", "peak layer", "effect ± s.e.", "old guard (> 2 s.e.)",
+                     f"sign-flip p ({data['noise_samples']} samples)", "`traced_layer` accepts"], rows)

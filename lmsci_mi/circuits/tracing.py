@@ -32,7 +32,7 @@ from lmsci_mi.config import Config, config, paper
 from lmsci_mi.errors import UnknownNameError, UserInputError
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name
-from lmsci_mi.stats import standard_error
+from lmsci_mi.stats import MaxSignFlipTest, sign_flip_max_test, standard_error
 from lmsci_mi.sweep import BaseRun, Intervention, Row, SweepConfig, SweepStats, run_rows
 
 if TYPE_CHECKING:
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from lmsci_mi.model import LensModel
 
 __all__ = [
+    "PEAK_TEST_ALPHA",
     "SEVERED_KINDS",
     "TRACE_KINDS",
     "CausalTrace",
@@ -60,6 +61,10 @@ TRACE_KINDS = ("resid", "mlp", "attn")
 SEVERED_KINDS = ("sever_mlp", "sever_attn")
 """The residual stream restored while the MLP (or attention) outputs at the restored token are held
 at their corrupted values in every layer (ROME Fig. 3)."""
+
+PEAK_TEST_ALPHA = 0.05
+"""The level :meth:`CausalTrace.peak_test` is read at where a caller accepts a traced peak
+(``traced_layer`` in ROME): the chance that a trace with no effect at any layer passes."""
 
 _KIND_SITE = {"resid": "resid_post", "mlp": "mlp_out", "attn": "attn_out"}
 _SEVERED_SITE = {"sever_mlp": "mlp_out", "sever_attn": "attn_out"}
@@ -172,6 +177,37 @@ class CausalTrace(Result):
         restored = self.sample_values[self.kinds.index(kind), layer, pos]
         difference = (restored - self.corrupted_samples).double()
         return layer, effect, float(standard_error(difference.flatten()))
+
+    def peak_test(
+        self, kind: str = "mlp", position: int | None = None, *, n_flips: int = 10_000, seed: int = 0
+    ) -> MaxSignFlipTest:
+        """Is the peak over layers at ``position`` (default: last subject token) larger than the
+        largest of the layers' effects would be with no effect at any layer?
+
+        The paired differences (restored minus corrupted, per noise sample, every layer) go to
+        :func:`~lmsci_mi.stats.sign_flip_max_test`: each sample's signs flip together in every
+        layer, and the p-value is the share of flips whose largest layer mean reaches the observed
+        peak. The peak is selected as the largest of ``n_layers`` correlated effects; comparing it
+        with its own standard error (:meth:`peak_effect`) ignores that selection and passes data
+        with no effect at all far more often than 5 % (tests/unit/test_stats.py). Exact (all
+        ``2**n_samples`` flips, no seed) at ROME's 10 samples. A real effect passes however
+        small, fact or not (docs/data/guard_null.json).
+
+        Returns:
+            A :class:`~lmsci_mi.stats.MaxSignFlipTest` over layers: ``argmax`` is the peak layer,
+            ``statistic`` its effect; accept the peak where ``p_value <= PEAK_TEST_ALPHA``.
+
+        Raises:
+            ValueError: the trace kept no per-sample values (saved before they were) or has one
+                noise sample.
+        """
+        pos = self.subject_positions[-1] if position is None else position
+        self.kind_values(kind)  # raises on a kind not traced
+        if self.sample_values is None or self.corrupted_samples is None:
+            raise UserInputError("this trace kept no per-sample values; trace it again to test its peak")
+        restored = self.sample_values[self.kinds.index(kind), :, pos]  # [layer, sample]
+        differences = (restored - self.corrupted_samples).double().T  # [sample, layer]
+        return sign_flip_max_test(differences, n_flips=n_flips, seed=seed)
 
     def default_title(self, **options: object) -> str:
         what = _METRIC_LABEL[self.metric]
@@ -345,6 +381,15 @@ class TraceConfig(Config):
         },
     )
     seed: int = field(default=0, metadata={"help": "seed of the noise"})
+    last_subject_only: bool = field(
+        default=False,
+        metadata={
+            "help": "restore the last subject token only (all ROME's layer choice reads; other "
+            "positions keep the corrupted value)",
+            # Not a flag: the AIE averages every token category of the trace it is given.
+            "cli": False,
+        },
+    )
     kinds: tuple[str, ...] = field(
         default=TRACE_KINDS,
         metadata={
@@ -404,7 +449,9 @@ def causal_trace(
     )
     wrong_id = _wrong_id(lm, corrupted, base, wrong_given, target_id)
     readout = _readout(target_id, wrong_id, corrupted.metric)
-    samples, work = _restorations(lm, base, clean, subject_positions[0], readout, cfg)
+    last_only = cfg.last_subject_only
+    restored = subject_positions[-1:] if last_only else range(subject_positions[0], base.n_pos)
+    samples, work = _restorations(lm, base, clean, restored, readout, cfg)
     corrupted_samples = readout(base.logits[None]).reshape(-1).float().cpu()
     values = samples.mean(-1)
     method = f"Meng et al. 2022 causal tracing, {CORRUPTIONS.get(cfg.corruption).description}"
@@ -538,7 +585,7 @@ def _restorations(
     lm: LensModel,
     base: BaseRun,
     clean: Capture,
-    first: int,
+    positions: Sequence[int],
     readout: Callable[[Tensor], Tensor],
     cfg: TraceConfig,
 ) -> tuple[Float[Tensor, "kind layer position sample"], SweepStats]:
@@ -546,13 +593,14 @@ def _restorations(
     planner's rows, run by the engine.
 
     Positions before the subject never see the corruption (causal attention), so restoring them
-    is a no-op: they keep the corrupted value and get no row.
+    is a no-op: they keep the corrupted value and get no row; so do positions not in
+    ``positions``.
     """
     n_layers, n_pos = lm.cfg.n_layers, base.n_pos
     rows, cells = [], []
     for k, kind in enumerate(cfg.kinds):
         for layer in range(n_layers):
-            for pos in range(first, n_pos):
+            for pos in positions:
                 mask = torch.zeros(1, n_pos, 1, dtype=torch.bool, device=lm.device)
                 mask[:, pos] = True
                 rows.append(_row(kind, layer, mask, clean, base, cfg.window, n_layers))

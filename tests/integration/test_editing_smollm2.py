@@ -77,35 +77,40 @@ def test_rome_bad_layer_changes_nothing(clean_smollm2: LensModel) -> None:
 def test_the_traced_layer_of_the_eiffel_fact(
     clean_smollm2: LensModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """ROMEConfig(trace_layer=True) edits at the causal trace's MLP peak at the last subject
-    token, refusing a peak within 2 s.e. of the corrupted run. Measured on the Eiffel Tower (MLP
-    trace, default noise, seed 0): peak at layer 15, effect 0.0126 ± 0.0039 s.e. (3.2 s.e.), so
-    the layer is 15. Over noise seeds 0-3: effect 0.0126 / 0.0063 / 0.0080 / 0.0077 (s.d. 0.0027),
-    peak layer 15 / 15 / 17 / 15, above 2 s.e. at seeds 0, 1, 3 (refused at seed 2). The effect's
-    bounds are seed 0's value ± 3 s.d.
+    """ROMEConfig(trace_layer=True) edits at the MLP peak at the last subject token only when
+    it passes ``CausalTrace.peak_test`` (the largest of the 30 layers' effects under the 1,024 sign
+    flips of the 10 noise samples, p <= 0.05). Pinned from docs/data/guard_null.json (``eiffel``,
+    noise seed 0, written by benchmarks/guard_null.py): the peak layer, its effect (relative
+    1e-3: thread-count rounding) and the exact p-value (within two flips of 1,024: a flip whose
+    maximum ties the peak may fall either side under that rounding). At seed 0 the guard accepts
+    layer 15 (p = 4/1024), yet the peak restores under 2 % of the clean-corrupted gap
+    (docs/editing.md): no guide to where the fact lives."""
+    import json
+    from pathlib import Path
 
-    benchmarks/causal_trace.py records the same four seeds (docs/data/causal_trace_eiffel.json,
-    ``mlp_only``; docs/editing.md and docs/circuits.md quote it). With the 2-s.e. rule the peak is
-    layer 15 and is not refused; it restores under 2% of the clean-corrupted gap (0.753 - 0.018),
-    so it is still no guide to where the fact lives."""
+    import lmsci_mi.circuits
     from lmsci_mi.circuits import TraceConfig, causal_trace
     from lmsci_mi.editing.rome import traced_layer
 
-    lm = clean_smollm2
-    trace = causal_trace(lm, EIFFEL.rewrite_prompt, EIFFEL.subject, TraceConfig(kinds=("mlp",)))
-    layer, effect, error = trace.peak_effect("mlp")
-    assert layer == 15 and 0.0044 < effect < 0.0208 and effect > 2 * error, (layer, effect, error)
+    data = Path(__file__).resolve().parents[2] / "docs" / "data" / "guard_null.json"
+    pinned = json.loads(data.read_text(encoding="utf-8"))["eiffel"][0]
+    assert pinned["seed"] == 0 and pinned["subject"] == EIFFEL.subject
+    lm, guard = clean_smollm2, TraceConfig(kinds=("mlp",), last_subject_only=True)
+    trace = causal_trace(lm, EIFFEL.rewrite_prompt, EIFFEL.subject, guard)
+    layer, effect, _ = trace.peak_effect("mlp")
+    test = trace.peak_test("mlp")
+    assert layer == test.argmax == pinned["layer"]
+    assert effect == pytest.approx(pinned["effect"], rel=1e-3)
+    assert test.p_value == pytest.approx(pinned["p_value"], abs=2 / 1024)
     assert effect < 0.02 * (trace.clean_prob - trace.corrupted_prob)
-    # traced_layer's rule applied to this real trace (handed back instead of traced again: 50 s)
-    # gives the measured layer, a constant, not the trace's own answer.
-    import lmsci_mi.circuits
 
-    def same_trace(lm_, prompt, subject, config):
-        assert (prompt, subject, config) == (EIFFEL.rewrite_prompt, EIFFEL.subject, TraceConfig(kinds=("mlp",)))
+    def same_trace(lm_, prompt, subject, config):  # handed back instead of traced again
+        assert (prompt, subject, config) == (EIFFEL.rewrite_prompt, EIFFEL.subject, guard)
         return trace
 
     monkeypatch.setattr(lmsci_mi.circuits, "causal_trace", same_trace)
-    assert traced_layer(lm, EIFFEL) == 15
+    assert pinned["new_accepted"] and test.p_value < 0.05  # 4 flips of 1,024 reach the peak
+    assert traced_layer(lm, EIFFEL) == pinned["layer"] == 15
 
 
 def test_memit_small_batch(clean_smollm2: LensModel) -> None:

@@ -1,39 +1,62 @@
 """ROME's layer choice by causal tracing: the documented one-way use of circuits from editing,
-and its refusal of a peak within noise."""
+and its guard: the peak must beat the largest of the layers' effects under sign flips of the
+noise samples (``CausalTrace.peak_test``), or the edit is refused before any weight changes."""
 
 from __future__ import annotations
 
-import types
+import dataclasses
 
 import pytest
+import torch
 
+import lmsci_mi.circuits
 from lmsci_mi import LensModel
-from lmsci_mi.circuits import TraceConfig, causal_trace
+from lmsci_mi.circuits import CausalTrace, TraceConfig, causal_trace
 from lmsci_mi.editing import EditRequest, ROMEConfig, rome_edit
 from lmsci_mi.editing.rome import traced_layer
 from tests.conftest import weights_fingerprint
 
 REQUEST = EditRequest("{} is located in the city of", "The Eiffel Tower", " Rome", " Paris")
+GUARD_TRACE = TraceConfig(kinds=("mlp",), last_subject_only=True)
 
 
-def test_a_peak_within_noise_is_refused_and_nothing_is_edited(tiny: LensModel) -> None:
-    """The random model's trace has no real peak: its best layer is within 2 s.e. of noise."""
-    trace = causal_trace(tiny, REQUEST.rewrite_prompt, REQUEST.subject, TraceConfig(kinds=("mlp",)))
-    layer, effect, error = trace.peak_effect("mlp")
-    assert layer == trace.peak_layer("mlp") and effect <= 2 * error
+def _traced_with(
+    lm: LensModel, monkeypatch: pytest.MonkeyPatch, differences: torch.Tensor
+) -> CausalTrace:
+    """The toy's own guard trace with the paired differences at the last subject token set to
+    ``differences`` ``[sample, layer]``; ``causal_trace`` then hands it to the guard."""
+    trace = causal_trace(lm, REQUEST.rewrite_prompt, REQUEST.subject, GUARD_TRACE)
+    samples = trace.sample_values.clone()
+    samples[0, :, trace.subject_positions[-1]] = trace.corrupted_samples + differences.T.float()
+    trace = dataclasses.replace(trace, sample_values=samples, values=samples.mean(-1))
+
+    def same_trace(lm_, prompt, subject, config):
+        assert (prompt, subject, config) == (REQUEST.rewrite_prompt, REQUEST.subject, GUARD_TRACE)
+        return trace
+
+    monkeypatch.setattr(lmsci_mi.circuits, "causal_trace", same_trace)
+    return trace
+
+
+def test_a_peak_within_noise_is_refused_and_nothing_is_edited(
+    tiny: LensModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No effect at either layer: each sample's difference is matched by its negative, so the
+    largest mean (zero) is reached under most sign flips."""
+    signs = torch.tensor([(-1.0) ** s for s in range(10)])
+    trace = _traced_with(tiny, monkeypatch, 0.01 * signs[:, None] * torch.tensor([1.0, 2.0]))
+    assert trace.peak_test("mlp").p_value > 0.5
     before = weights_fingerprint(tiny)
-    with pytest.raises(ValueError, match=r"no MLP peak above noise.*give a layer"):
+    with pytest.raises(ValueError, match=r"no MLP peak above noise.*p = 0\.\d+ > 0\.05.*give a layer"):
         rome_edit(tiny, REQUEST, ROMEConfig(trace_layer=True, n_contexts=2, steps=2))
     assert weights_fingerprint(tiny) == before and tiny.hooks.attached_count() == 0
 
 
 def test_a_clear_peak_is_the_layer(tiny: LensModel, monkeypatch: pytest.MonkeyPatch) -> None:
-    import lmsci_mi.circuits
-
-    def fake_trace(lm, prompt, subject, config):
-        return types.SimpleNamespace(peak_effect=lambda kind: (1, 0.4, 0.05), target=" Paris")
-
-    monkeypatch.setattr(lmsci_mi.circuits, "causal_trace", fake_trace)
+    """Every sample restores 0.2 at layer 1 and nothing at layer 0: p = 1/1024, the least."""
+    noise = 0.01 * torch.randn(10, 2, generator=torch.Generator().manual_seed(0))
+    trace = _traced_with(tiny, monkeypatch, noise + torch.tensor([0.0, 0.2]))
+    assert trace.peak_test("mlp").p_value == 1 / 1024
     assert traced_layer(tiny, REQUEST) == 1
 
 

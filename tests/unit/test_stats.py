@@ -320,3 +320,56 @@ def test_interval_code_lives_only_in_stats() -> None:
     assert allowed == set(_NOT_INTERVALS), "stale allow-list entries: " + str(
         set(_NOT_INTERVALS) - allowed
     )
+
+
+# --- the max-statistic sign-flip test ---------------------------------------------------------------
+
+
+def _null_differences(seed: int, n: int = 10, layers: int = 30) -> torch.Tensor:
+    """Paired differences with no effect in any column, correlated across columns like a
+    windowed trace's layers (each column a moving sum of shared noise)."""
+    g = torch.Generator().manual_seed(seed)
+    shared = torch.randn(n, layers + 9, generator=g, dtype=torch.float64)
+    return shared.unfold(1, 10, 1).sum(-1)[:, :layers]
+
+
+def test_sign_flip_max_test_holds_its_level_with_no_effect_where_the_argmax_s_e_rule_does_not() -> None:
+    """Over 400 effect-free data sets the max test passes about alpha of them; the old rule
+    (the argmax column's mean > 2 of its standard errors) passes several times more."""
+    from lmsci_mi.stats import sign_flip_max_test
+
+    trials = [_null_differences(seed) for seed in range(400)]
+    new = sum(sign_flip_max_test(d).rejects(0.05) for d in trials)
+    old = 0
+    for d in trials:
+        column = int(d.mean(0).argmax())
+        old += bool(d[:, column].mean() > 2 * standard_error(d[:, column]))
+    assert wilson_interval(new, 400).low <= 0.05 <= wilson_interval(new, 400).high, new
+    assert old > 2 * new and old / 400 > 0.1, (old, new)
+
+
+def test_sign_flip_max_test_finds_a_clear_effect_at_one_column() -> None:
+    from lmsci_mi.stats import sign_flip_max_test
+
+    d = _null_differences(0)
+    d[:, 17] += 3 * d.std()  # a clear effect at one column, every sample
+    test = sign_flip_max_test(d)
+    assert test.argmax == 17 and test.exact and test.n_flips == 1024
+    assert test.p_value == 1 / 1024 and test.rejects(0.05)
+    studentized = sign_flip_max_test(d, studentize=True)
+    assert studentized.argmax == 17 and studentized.rejects(0.05)
+
+
+def test_sign_flip_max_test_draws_seeded_flips_beyond_its_budget_and_checks_its_input() -> None:
+    from lmsci_mi.stats import sign_flip_max_test
+
+    d = torch.randn(16, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    a, b = sign_flip_max_test(d, n_flips=500, seed=3), sign_flip_max_test(d, n_flips=500, seed=3)
+    assert a == b and not a.exact and a.n_flips == 500 and 1 / 500 <= a.p_value <= 1
+    exact = sign_flip_max_test(d, n_flips=2**16)
+    assert exact.exact and abs(exact.p_value - a.p_value) < 0.1  # draws estimate the exact p
+    assert sign_flip_max_test(torch.zeros(5, 4)).p_value == 1.0  # nothing to find: never passes
+    with pytest.raises(ValueError, match="sample, test"):
+        sign_flip_max_test(torch.zeros(1, 4))
+    with pytest.raises(ValueError, match="NaN"):
+        sign_flip_max_test(torch.tensor([[1.0], [math.nan]]))

@@ -112,3 +112,25 @@ def test_save_load_and_plot(tiny: LensModel, tmp_path) -> None:
     assert loaded.peak_layer("resid") == trace.peak_layer("resid")
     trace.plot(tmp_path / "trace.png")
     assert (tmp_path / "trace.png").stat().st_size > 10_000
+
+
+def test_last_subject_only_restores_that_token_alone_and_peak_test_reads_it(tiny: LensModel) -> None:
+    """What ROME's guard runs: the last subject token's values equal the full trace's; the other
+    positions keep the corrupted run; the max-over-layers test is exact at 6 samples."""
+    import dataclasses
+
+    cfg = TraceConfig(kinds=("mlp",), n_samples=6, window=1)
+    full = causal_trace(tiny, PROMPT, SUBJECT, cfg)
+    last = causal_trace(tiny, PROMPT, SUBJECT, cfg.replace(last_subject_only=True))
+    pos = last.subject_positions[-1]
+    torch.testing.assert_close(last.sample_values[:, :, pos], full.sample_values[:, :, pos], atol=1e-6, rtol=0)
+    others = [p for p in range(last.values.shape[-1]) if p != pos]
+    assert torch.equal(last.sample_values[:, :, others], last.corrupted_samples.expand(1, 2, len(others), 6))
+    test = last.peak_test("mlp")
+    layer, effect, _ = last.peak_effect("mlp")
+    assert (test.argmax, test.n_tests, test.n_samples, test.n_flips, test.exact) == (layer, 2, 6, 64, True)
+    assert test.statistic == pytest.approx(effect, abs=1e-6) and 1 / 64 <= test.p_value <= 1
+    with pytest.raises(ValueError, match="was not traced"):
+        last.peak_test("attn")
+    with pytest.raises(ValueError, match="per-sample values"):
+        dataclasses.replace(last, sample_values=None).peak_test("mlp")

@@ -499,3 +499,63 @@ class PatchingSections(TypedDict, total=False):
 class PatchingData(TypedDict):
     sections: PatchingSections
     """A run writes the sections it measured; the others keep their numbers."""
+
+
+# --- benchmarks/guard_null.py -> docs/data/guard_null.json -------------------------------------
+
+
+class GuardTrace(TypedDict):
+    """One MLP-only trace at the last subject token, and both traced-layer guards' verdicts."""
+
+    prompt: str
+    subject: str
+    target: str
+    seed: int
+    """The noise seed."""
+    clean_prob: float
+    corrupted_prob: float
+    layer: int
+    """The peak layer (``peak_effect``)."""
+    effect: float
+    se: float
+    old_accepted: bool
+    """effect > 2 se: the guard before issue 37."""
+    p_value: float
+    """``peak_test``: the max-over-layers sign-flip p-value."""
+    test_layer: int
+    new_accepted: bool
+    """p_value <= alpha."""
+
+
+class GuardRate(TypedDict):
+    n: int
+    accepted: int
+    rate: float
+    interval: list[float]
+    """Wilson 95 %."""
+
+
+class GuardSet(TypedDict):
+    definition: str
+    old: GuardRate
+    new: GuardRate
+    positive_peaks: int
+    """Traces whose peak effect is above zero."""
+    clean_above_corrupted: int
+    """Traces whose target is more probable on the clean run than on the corrupted one."""
+    traces: list[GuardTrace]
+
+
+class GuardNullData(TypedDict):
+    model: str
+    alpha: float
+    noise_samples: int
+    window: int
+    noise: float
+    max_clean_p: float
+    null: GuardSet
+    """Traces with no fact: the share accepted is the false-positive rate."""
+    known: GuardSet
+    """Known facts for their true answer: the share accepted is the power."""
+    eiffel: list[GuardTrace]
+    """The editing fact of docs/editing.md at noise seeds 0-3."""
