@@ -173,3 +173,18 @@ def test_knowledge_neurons_read_a_fact(tiny) -> None:
     assert torch.equal(by_fact.scores, by_text.scores)
     with pytest.raises(UserInputError, match="give the answer"):
         knowledge_neurons(tiny, prompts)
+
+
+def test_no_fact_loader_returns_dicts() -> None:
+    """Issue 36: facts load as typed records; no function named like a fact loader returns dicts."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2] / "lmsci_mi"
+    loaders = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef) and "load" in node.name and "fact" in node.name:
+                returns = ast.unparse(node.returns) if node.returns else ""
+                loaders.append(node.name)
+                assert "dict" not in returns, f"{path.relative_to(root)}:{node.lineno} {node.name} -> {returns}"
+    assert {"load_facts", "load_fact_records", "load_edit_fact_records"} <= set(loaders)
