@@ -449,20 +449,17 @@ def causal_trace(
     )
     wrong_id = _wrong_id(lm, corrupted, base, wrong_given, target_id)
     readout = _readout(target_id, wrong_id, corrupted.metric)
-    last_only = cfg.last_subject_only
-    restored = subject_positions[-1:] if last_only else range(subject_positions[0], base.n_pos)
+    restored = subject_positions[-1:] if cfg.last_subject_only else range(subject_positions[0], base.n_pos)
     samples, work = _restorations(lm, base, clean, restored, readout, cfg)
     corrupted_samples = readout(base.logits[None]).reshape(-1).float().cpu()
     values = samples.mean(-1)
     method = f"Meng et al. 2022 causal tracing, {CORRUPTIONS.get(cfg.corruption).description}"
-    params = {**cfg.params(), "subject": subject, "noise_scale": corrupted.noise_scale}
+    params = {**cfg.params(), "subject": subject, "noise_scale": corrupted.noise_scale, "method": method}
     return CausalTrace(
         values=values,
         axes=("kind", "layer", "position"),
         labels=(cfg.kinds, tuple(str(i) for i in range(n_layers)), tuple(lm.to_str_tokens(prompt))),
-        meta=lm.meta(
-            [prompt], seed=cfg.seed, data_source="user prompt", params=params | {"method": method}
-        ),
+        meta=lm.meta([prompt], seed=cfg.seed, data_source="user prompt", params=params),
         clean_prob=float(clean_logits[0].float().softmax(-1)[target_id]),
         corrupted_prob=float(base.logits.float().softmax(-1)[:, target_id].mean()),
         subject_positions=subject_positions,

@@ -52,11 +52,7 @@ def register(commands: Any) -> None:
     p.add_argument("--prompt", help="prompt with '{}' for the subject (or containing the subject)")
     p.add_argument("--subject", help="the subject whose fact is rewritten")
     p.add_argument("--target-new", help="the new answer, e.g. ' Rome'")
-    p.add_argument(
-        "--target-true",
-        help="the answer the edit replaces, e.g. ' Paris' (default: the model's top-1 next token), "
-        "scored beside the new one before and after the edit",
-    )
+    p.add_argument("--target-true", help="the answer replaced, e.g. ' Paris' (default: the model's top-1)")
     p.add_argument("--method", choices=EDITING_METHODS.names(), default="rome")
     p.add_argument(
         "--delta-out",
