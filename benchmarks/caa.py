@@ -10,12 +10,14 @@ alternating) split into 50 that build the vectors, 10 (dev) that choose each met
 40 (test) that give the effects. CAA: the block output at the answer letter, behaviour letter minus
 the other, added from the instruction's end (``Answer:``) on. Mean difference (ActAdd-style): the
 mean over the tokens of the 50 behaviour answers minus that of the 50 other answers, added at every
-position but the sink. Each method's layer is the one whose dev A/B shift (p at +1 minus p at -1)
-is largest. A/B effect: p(behaviour letter) / (p(A) + p(B)) after ``Answer: (`` per test item, by
-multiplier. Open-ended effect: the test questions alone, continued by the steering evaluation
-(20 tokens, T = 1, top-p 0.9, seed 0; perplexity under the unsteered model, distinct-n), each
-continuation scored offline for the behaviour (VADER compound; the topic word score). Intervals:
-percentile bootstrap over items (1000 resamples), paired with multiplier 0 for the effects.
+position but the sink. Multipliers count in a norm common to both methods at a layer (the mean of
+their raw norms there; see ``scaled``). Each method's layer is the one, of every third, whose dev
+A/B shift (p at +4 minus p at -4) is largest. A/B effect: p(behaviour letter) / (p(A) + p(B))
+after ``Answer: (`` per test item, by multiplier. Open-ended effect: the test questions alone,
+continued by the steering evaluation (20 tokens, T = 1, top-p 0.9, seed 0; perplexity under the
+unsteered model, distinct-n), each continuation scored offline for the behaviour (VADER compound;
+the topic word score). Intervals: percentile bootstrap over items (1000 resamples), paired with
+multiplier 0 for the changes.
 """
 
 from __future__ import annotations
@@ -51,11 +53,16 @@ from lmsci_mi.steering.evaluate import ControlCurve, sentiment_scores, topic_sco
 METHODS = ("caa", "mean_difference")
 SPLIT = (50, 10, 40)
 """Items that build the vectors, choose the layer (dev), and measure the effects (test)."""
-SWEEP_MULTIPLIER = 1.0
-"""The dev layer sweep's multiplier: CAA's sweep uses -1 and +1."""
-AB_MULTIPLIERS = (-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0)
-OPEN_MULTIPLIERS = (-2.0, -1.0, 0.0, 1.0, 2.0)
-"""Multiples of each method's raw vector (CAA's A/B grid is -1 ... 1, its open-ended one -2 ... 2)."""
+LAYER_STEP = 3
+"""The dev sweep reads every third layer (CAA sweeps every layer; a third of them keeps the run
+within its budget on this CPU)."""
+SWEEP_MULTIPLIER = 4.0
+"""The dev layer sweep's multiplier, +4 against -4."""
+AB_MULTIPLIERS = (-8.0, -4.0, -2.0, 0.0, 2.0, 4.0, 8.0)
+OPEN_MULTIPLIERS = (-8.0, -4.0, 0.0, 4.0, 8.0)
+"""Multiples of the common norm (see ``scaled``). CAA's grids are -1 ... 1 (A/B) and -2 ... 2
+(open-ended) of Llama-2's vectors; on SmolLM2 the raw answer-letter difference has a norm of 1-3,
+and at 2x moved p(behaviour) by about 0.01 in a --quick run, so the grid is wider."""
 EVAL = SteerEvalConfig(progress=False)
 SCORERS: dict[str, Callable[[Sequence[str]], list[float]]] = {"sentiment": sentiment_scores, "topic": topic_scores}
 
@@ -75,6 +82,16 @@ def build(lm: LensModel, method: str, items: Sequence[ABItem], layer: int) -> St
                            MeanDifferenceConfig(layer=layer, read="mean"))
 
 
+def scaled(lm: LensModel, method: str, items: Sequence[ABItem], layer: int) -> tuple[SteeringVector, float, float]:
+    """``method``'s vector at ``layer`` scaled to the mean norm of both methods' raw vectors there,
+    as CAA's normalize_vectors.py scales each behaviour's vector to the mean norm across behaviours;
+    a multiplier then moves the residual stream equally far under either method. Also returns the
+    raw norm and the common one."""
+    raw = {m: build(lm, m, items, layer) for m in METHODS}
+    common = sum(v.norm for v in raw.values()) / len(raw)
+    return raw[method].scaled(common), raw[method].norm, common
+
+
 def ab_scope(lm: LensModel, method: str, items: Sequence[ABItem]) -> PositionScope | None:
     """CAA's positions (None: ab_behaviour_probability's default), or every position but the sink."""
     return None if method == "caa" else PositionScope.all(exclude=Exclude(sink=lm.sink_token_id is not None))
@@ -82,16 +99,18 @@ def ab_scope(lm: LensModel, method: str, items: Sequence[ABItem]) -> PositionSco
 
 def sweep(cache: harness.ItemCache, lm: LensModel, behaviour: str, layers: Sequence[int],
           train: Sequence[ABItem], dev: Sequence[ABItem]) -> dict[str, dict[str, dict[str, float]]]:
-    """Per method and layer: the dev A/B shift p(+m) - p(-m) and the vector's norm."""
+    """Per method and layer: the dev A/B shift p(+m) - p(-m) (vectors at their common norm) and
+    the raw and common norms."""
     out: dict[str, dict[str, dict[str, float]]] = {m: {} for m in METHODS}
     for layer in layers:
         def compute(layer: int = layer) -> dict[str, dict[str, float]]:
+            raw = {m: build(lm, m, train, layer) for m in METHODS}
+            common = sum(v.norm for v in raw.values()) / len(raw)
             row = {}
-            for method in METHODS:
-                v = build(lm, method, train, layer)
-                p = [ab_behaviour_probability(lm, dev, v, s * SWEEP_MULTIPLIER, ab_scope(lm, method, dev)).mean()
-                     for s in (1.0, -1.0)]
-                row[method] = {"shift": float(p[0] - p[1]), "norm": v.norm}
+            for method, v in raw.items():
+                p = [ab_behaviour_probability(lm, dev, v.scaled(common), s * SWEEP_MULTIPLIER,
+                                              ab_scope(lm, method, dev)).mean() for s in (1.0, -1.0)]
+                row[method] = {"shift": float(p[0] - p[1]), "norm": v.norm, "common_norm": common}
             return row
 
         for method, value in cache.get(f"sweep-{behaviour}-{layer}", compute).items():
@@ -130,21 +149,22 @@ def open_effect(curve: ControlCurve, behaviour: str) -> dict[str, object]:
 def behaviour_data(run: harness.Run, cache: harness.ItemCache, lm: LensModel, behaviour: str) -> dict[str, object]:
     bundle = ab_items(behaviour)
     train, dev, test = bundle.split(*SPLIT)
-    layers = (lm.cfg.n_layers // 5, lm.cfg.n_layers // 3, lm.cfg.n_layers // 2) if run.quick else range(lm.cfg.n_layers)
+    layers = (lm.cfg.n_layers // 5, lm.cfg.n_layers // 3, lm.cfg.n_layers // 2) if run.quick else range(
+        0, lm.cfg.n_layers, LAYER_STEP)
     if run.quick:
         test = test[:8]
     shifts = sweep(cache, lm, behaviour, layers, train, dev)
     methods = {}
     for method in METHODS:
         layer = int(max(shifts[method], key=lambda k: shifts[method][k]["shift"]))
-        v = build(lm, method, train, layer)
+        v, raw_norm, common = scaled(lm, method, train, layer)
         ab = cache.get(f"ab-{behaviour}-{method}", lambda v=v, method=method: ab_effect(lm, v, method, test))
         prompts = [open_prompt(i) for i in test]
         scope = caa_scope(lm, prompts) if method == "caa" else ab_scope(lm, method, test)
         curve = cache.result(f"open-{behaviour}-{method}", lambda v=v, scope=scope, prompts=prompts, name=method:
                              evaluate_intervention(lm, lambda c: v.apply(lm, c, scope), OPEN_MULTIPLIERS, EVAL,
                                                    name=name, prompts=prompts))
-        methods[method] = {"layer": layer, "hook": v.hook, "norm": v.norm, "ab": ab,
+        methods[method] = {"layer": layer, "hook": v.hook, "norm": raw_norm, "common_norm": common, "ab": ab,
                            "open": open_effect(curve, behaviour)}
     return {"items": {"n": len(bundle), "vector": SPLIT[0], "dev": SPLIT[1], "test": len(test),
                       "source": bundle.source, "matching": bundle.matching, "not_matching": bundle.not_matching,
@@ -158,7 +178,7 @@ def main() -> None:
     began = time.perf_counter()
     lm = load_model(run.args.model)
     cache = run.cache({**run.settings(), "eval": harness.flat_params(EVAL), "split": SPLIT,
-                       "grid": [SWEEP_MULTIPLIER, AB_MULTIPLIERS, OPEN_MULTIPLIERS]})
+                       "grid": [LAYER_STEP, SWEEP_MULTIPLIER, AB_MULTIPLIERS, OPEN_MULTIPLIERS], "scale": "common"})
     data: dict[str, object] = {
         "model": lm.name,
         "methods": {"caa": "CAA (Rimsky et al. 2024): block output at the answer letter, behaviour minus other "
@@ -167,7 +187,9 @@ def main() -> None:
                                        "answers minus the other answers, added at every position but the sink"},
         "sampling": {"max_new_tokens": EVAL.generation.max_new_tokens, "temperature": EVAL.generation.temperature,
                      "top_p": EVAL.generation.top_p, "seed": EVAL.generation.seed, "samples_per_prompt": 1},
-        "sweep_multiplier": SWEEP_MULTIPLIER, "bootstrap": "percentile, 1000 resamples, 95 %",
+        "sweep_multiplier": SWEEP_MULTIPLIER, "layer_step": LAYER_STEP,
+        "scale": "multiples of the common norm: the mean of both methods' raw vector norms at the layer",
+        "bootstrap": "percentile, 1000 resamples, 95 %",
         "behaviours": {},
     }
     for behaviour in AB_BEHAVIOURS:
@@ -177,8 +199,8 @@ def main() -> None:
     run.write(data)
     for behaviour, b in data["behaviours"].items():
         for method, m in b["methods"].items():
-            ab = m["ab"]["change"][AB_MULTIPLIERS.index(1.0)]
-            print(f"{behaviour} {method} layer {m['layer']}: A/B change at +1 {ab['mean']:+.3f} "
+            ab = m["ab"]["change"][AB_MULTIPLIERS.index(SWEEP_MULTIPLIER)]
+            print(f"{behaviour} {method} layer {m['layer']}: A/B change at +{SWEEP_MULTIPLIER:g} {ab['mean']:+.3f} "
                   f"[{ab['low']:+.3f}, {ab['high']:+.3f}]")
 
 

@@ -21,6 +21,7 @@ from lmsci_mi.config import paper_defaults
 from lmsci_mi.knowledge.neurons import KnowledgeNeuronsConfig
 from lmsci_mi.lenses.tuned_lens import TunedLensConfig
 from lmsci_mi.sae.train import SAETrainConfig
+from lmsci_mi.steering.caa import CAAConfig
 from lmsci_mi.steering.train import SteerTrainConfig
 
 METHODS: dict[str, tuple[str, str, tuple[type, ...]]] = {
@@ -30,6 +31,7 @@ METHODS: dict[str, tuple[str, str, tuple[type, ...]]] = {
     "eap": ("EAP-IG (Hanna et al. 2024)", "edges", (EAPConfig,)),
     "knowledge_neurons": ("Knowledge neurons (Dai et al. 2022)", "knowledge_neurons", (KnowledgeNeuronsConfig,)),
     "lm_steer": ("LM-Steer training (Han et al. 2024)", "steering", (SteerTrainConfig,)),
+    "caa": ("CAA (Rimsky et al. 2024)", "steering", (CAAConfig,)),
     "sae": ("TopK SAE training (Gao et al. 2024)", "sae", (SAETrainConfig,)),
 }
 

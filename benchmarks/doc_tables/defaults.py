@@ -7,7 +7,7 @@ from __future__ import annotations
 from . import markdown, table
 from .schemas.project import PaperDefaultsData
 
-METHODS = ("tuned_lens", "causal_tracing", "eap", "knowledge_neurons", "lm_steer", "sae")
+METHODS = ("tuned_lens", "causal_tracing", "eap", "knowledge_neurons", "lm_steer", "caa", "sae")
 """The methods with a table, by their key in the data file; each is a renderer ``paper_defaults_<key>``."""
 
 

@@ -57,7 +57,7 @@ def steering_transfer(data: SteeringData) -> str:
 
 
 CAA_METHODS = {"caa": "CAA (answer letter)", "mean_difference": "mean difference (ActAdd-style)"}
-CAA_AB_SHOWN = (-2.0, -1.0, 1.0, 2.0)
+CAA_AB_SHOWN = (-8.0, -4.0, 4.0, 8.0)
 
 
 def _interval(row: IntervalRow, digits: int = 3, signed: bool = False) -> str:
@@ -75,8 +75,9 @@ def caa_ab(data: CAAData) -> str:
             zero = ab["multipliers"].index(0.0)
             changes = [_interval(ab["change"][ab["multipliers"].index(x)], signed=True) for x in CAA_AB_SHOWN]
             rows.append([f"{behaviour} ({b['items']['test']} items)", CAA_METHODS.get(method, method),
-                         str(m["layer"]), num(m["norm"], 1), _interval(ab["p"][zero]), *changes])
-    return markdown(["behaviour", "method", "layer", "‖v‖", "p(behaviour), unsteered",
+                         str(m["layer"]), f"{num(m['norm'], 1)} / {num(m['common_norm'], 1)}",
+                         _interval(ab["p"][zero]), *changes])
+    return markdown(["behaviour", "method", "layer", "‖v‖ raw / common", "p(behaviour), unsteered",
                      *(f"change at {_value(x)}" for x in CAA_AB_SHOWN)], rows)
 
 

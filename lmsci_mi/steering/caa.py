@@ -52,8 +52,15 @@ class CAAConfig(Config):
         token_budget: tokens per forward pass while reading.
     """
 
-    layer: int = field(default=0, metadata={"help": "layer read and steered", "ge": 0})
-    site: str = field(default="resid_post", metadata={"help": "site read and steered (CAA: the block output)"})
+    layer: int = field(default=0, metadata={
+        "paper": "13 of Llama-2-7B-chat's 32 (14 of 13B's 40)",
+        "paper_source": "Rimsky et al. 2024, code: nrimsky/CAA script.sh (the layer after the sweep)",
+        "why": "no layer carries over between models: benchmarks/caa.py chooses it per method on dev "
+               "items (docs/data/caa.json)",
+        "help": "layer read and steered", "ge": 0})
+    site: str = field(default="resid_post", metadata={
+        "paper": "resid_post", "paper_source": "Rimsky et al. 2024, code: nrimsky/CAA BlockOutputWrapper",
+        "help": "site read and steered (CAA: the block output)"})
     token_budget: int = field(default=8192, metadata={"help": "tokens per forward pass", "ge": 1})
 
 

@@ -287,6 +287,9 @@ class CAAMethod(TypedDict):
     layer: int
     hook: str
     norm: float
+    """The raw vector's norm."""
+    common_norm: float
+    """The norm it is scaled to: the mean of both methods' raw norms at its layer."""
     ab: CAAABEffect
     open: CAAOpenEffect
 
@@ -304,6 +307,8 @@ class CAAData(TypedDict):
     methods: dict[str, str]
     sampling: CompareSampling
     sweep_multiplier: float
+    layer_step: int
+    scale: str
     bootstrap: str
     behaviours: dict[str, CAABehaviour]
     seconds: float
