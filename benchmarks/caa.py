@@ -85,8 +85,8 @@ def build(lm: LensModel, method: str, items: Sequence[ABItem], layer: int) -> St
 def scaled(lm: LensModel, method: str, items: Sequence[ABItem], layer: int) -> tuple[SteeringVector, float, float]:
     """``method``'s vector at ``layer`` scaled to the mean norm of both methods' raw vectors there,
     as CAA's normalize_vectors.py scales each behaviour's vector to the mean norm across behaviours;
-    a multiplier then moves the residual stream equally far under either method. Also returns the
-    raw norm and the common one."""
+    at one layer a multiplier then moves the residual stream equally far under either method (each
+    method runs at its own layer). Also returns the raw norm and the common one."""
     raw = {m: build(lm, m, items, layer) for m in METHODS}
     common = sum(v.norm for v in raw.values()) / len(raw)
     return raw[method].scaled(common), raw[method].norm, common

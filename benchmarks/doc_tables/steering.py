@@ -65,6 +65,12 @@ def _interval(row: IntervalRow, digits: int = 3, signed: bool = False) -> str:
     return minus(f"{row['mean']:{sign}.{digits}f} [{row['low']:{sign}.{digits}f}, {row['high']:{sign}.{digits}f}]")
 
 
+def _p_letter_a(per_item: list[float]) -> float:
+    """Mean p(A) / (p(A) + p(B)) from per-item p(behaviour letter): the bundled items put the
+    behaviour at (A) in even items and (B) in odd ones (their files say so; a test checks it)."""
+    return sum(p if i % 2 == 0 else 1.0 - p for i, p in enumerate(per_item)) / len(per_item)
+
+
 @table("caa_ab")
 def caa_ab(data: CAAData) -> str:
     """benchmarks/caa.py: the A/B effect, p(behaviour letter) unsteered and its change by multiplier."""
@@ -76,8 +82,8 @@ def caa_ab(data: CAAData) -> str:
             changes = [_interval(ab["change"][ab["multipliers"].index(x)], signed=True) for x in CAA_AB_SHOWN]
             rows.append([f"{behaviour} ({b['items']['test']} items)", CAA_METHODS.get(method, method),
                          str(m["layer"]), f"{num(m['norm'], 1)} / {num(m['common_norm'], 1)}",
-                         _interval(ab["p"][zero]), *changes])
-    return markdown(["behaviour", "method", "layer", "‖v‖ raw / common", "p(behaviour), unsteered",
+                         _interval(ab["p"][zero]), num(_p_letter_a(ab["per_item"]["0.0"]), 3), *changes])
+    return markdown(["behaviour", "method", "layer", "‖v‖ raw / common", "p(behaviour), unsteered", "p(A), unsteered",
                      *(f"change at {_value(x)}" for x in CAA_AB_SHOWN)], rows)
 
 
