@@ -28,6 +28,7 @@ from lmsci_mi.representations.inner_product import CausalInnerProductConfig
 from lmsci_mi.representations.intervention import ConceptInterventionConfig
 from lmsci_mi.representations.reading import ReadingConfig
 from lmsci_mi.sae.train import SAETrainConfig
+from lmsci_mi.steering.caa import CAAConfig
 from lmsci_mi.steering.evaluate import SteerEvalConfig
 from lmsci_mi.steering.highlight import HighlightConfig
 from lmsci_mi.steering.lm_steer import LMSteerConfig
@@ -43,6 +44,7 @@ METHODS: dict[str, tuple[str, str, tuple[type, ...]]] = {
     "knowledge_neurons": ("Knowledge neurons (Dai et al. 2022)", "knowledge_neurons", (KnowledgeNeuronsConfig,)),
     "lm_steer": ("LM-Steer (Han et al. 2024)", "steering",
                  (LMSteerConfig, SteerTrainConfig, SteerEvalConfig, SVDConfig, HighlightConfig, TransferConfig)),
+    "caa": ("CAA (Rimsky et al. 2024)", "steering", (CAAConfig,)),
     "sae": ("TopK SAE training (Gao et al. 2024)", "sae", (SAETrainConfig,)),
     "logit_lens": ("Logit lens (nostalgebraist 2020)", "lenses", (LogitLensConfig,)),
     "ioi": ("IOI circuit discovery (Wang et al. 2022)", "ioi", (IOIConfig,)),
@@ -52,8 +54,8 @@ METHODS: dict[str, tuple[str, str, tuple[type, ...]]] = {
     "reading": ("Representation reading, LAT (Zou et al. 2023)", "representations", (ReadingConfig,)),
 }
 """Every paper-named method with a table (outside editing). Not here: direct logit attribution
-(``DLAConfig`` has no setting a paper fixes), the mean-difference (ActAdd) and CAA vectors
-(``steering/vectors.py``, being rewritten for issue 37 item 2)."""
+(``DLAConfig`` has no setting a paper fixes) and the mean-difference (ActAdd-style) vector
+(``MeanDifferenceConfig``: its settings are CAA's and ActAdd's reading choices, not a paper's defaults)."""
 
 
 def collect() -> dict[str, Any]:

@@ -1,18 +1,20 @@
 """Three ways to steer SmolLM2-135M towards positive sentiment, side by side (issue 24): a
-difference-of-means vector (CAA/ActAdd) at its best layer, the shipped LM-Steer, and the best
+mean-difference vector (ActAdd-style) at its best layer, the shipped LM-Steer, and the best
 feature of the shipped SAE, on the same prompts and seeds.
 
     PYTHONPATH=. python benchmarks/steering_compare.py              # docs/data/steering_compare.json
     PYTHONPATH=. python benchmarks/steering_compare.py --plot-only  # redraw the figure from the data
     PYTHONPATH=. python benchmarks/steering_compare.py --quick      # 2 layers, 2 features, 8 prompts
 
-The 60 bundled neutral prompts are split: 20 (dev) choose the CAA layer and the SAE feature,
+The 60 bundled neutral prompts are split: 20 (dev) choose the mean-difference vector's layer and the SAE feature,
 40 (test) give the curves. Every curve is the existing steering evaluation (one 20-token sample
 per prompt, T = 1, top-p 0.9, seed 0; VADER sentiment, perplexity under the unsteered model,
 distinct-n; standard errors over prompts). The comparison reads each curve at its largest
 strength whose perplexity stays within 1.5x the unsteered model's (the "budget":
 ``lmsci_mi.steering.at_fluency_budget``; the dev choice is ``choose_within_budget``). Each curve
 is cached as it finishes, so a stopped run resumes. Also draws docs/img/steering_compare.png.
+The vector here is a mean difference over free text (ActAdd-style), not CAA as Rimsky et al.
+define it (read at the answer letter of A/B items): that one is benchmarks/caa.py.
 """
 
 from __future__ import annotations
@@ -54,14 +56,14 @@ from lmsci_mi.steering.budget import FLUENCY_BUDGET
 from lmsci_mi.steering.evaluate import vader_valence
 
 FIGURE = harness.ROOT / "docs" / "img" / "steering_compare.png"
-CAA_LAYERS = (3, 6, 9, 12, 15, 18, 21, 24)
-CAA_VALUES = (0.0, 1.0, 2.0, 4.0, 8.0)
-"""Multiples of the raw mean difference (CAA's multiplier)."""
+MEAN_DIFFERENCE_LAYERS = (3, 6, 9, 12, 15, 18, 21, 24)
+MEAN_DIFFERENCE_VALUES = (0.0, 1.0, 2.0, 4.0, 8.0)
+"""Multiples of the raw mean difference."""
 LM_STEER_VALUES = (0.0, 0.25, 0.5, 1.0, 2.0)
 SAE_VALUES = (0.0, 1.0, 2.0, 4.0, 8.0)
 """Multiples of the feature's typical maximum activation."""
-SELECT_AT = {"caa": 4.0, "sae": 4.0}
-"""The strength at which dev prompts choose the CAA layer and the SAE feature."""
+SELECT_AT = {"mean_difference": 4.0, "sae": 4.0}
+"""The strength at which dev prompts choose the mean-difference vector's layer and the SAE feature."""
 N_FEATURE_CANDIDATES = 8
 EVAL = SteerEvalConfig(progress=False)
 """The existing steering evaluation's sampling and metrics, for every curve."""
@@ -112,8 +114,8 @@ def evaluate(cache: harness.ItemCache, item: str, lm: LensModel, intervention: C
                                                             prompts=prompts))
 
 
-def caa_vectors(lm: LensModel, layers: Sequence[int]) -> dict[int, SteeringVector]:
-    """Difference-of-means vectors from 100 positive and 100 negative first-person remarks (the
+def mean_difference_vectors(lm: LensModel, layers: Sequence[int]) -> dict[int, SteeringVector]:
+    """Mean-difference (ActAdd-style) vectors from 100 positive and 100 negative first-person remarks (the
     LM-Steer training texts' set), read as the mean over each remark's tokens, added at every
     position but the sink."""
     pairs = contrast_pairs("sentiment", template=False)
@@ -128,7 +130,7 @@ class Choice:
 
     vector: SteeringVector
     layer: int
-    dev_caa: dict[int, ControlCurve]
+    dev_vector: dict[int, ControlCurve]
     sae: LensSAE
     feature: int
     candidates: dict[int, float]
@@ -136,23 +138,24 @@ class Choice:
 
 
 def choose_on_dev(run: harness.Run, lm: LensModel, cache: harness.ItemCache, dev: list[str]) -> Choice:
-    """The CAA layer and the SAE feature, each the candidate with the highest dev sentiment
+    """The mean-difference vector's layer and the SAE feature, each the candidate with the highest dev sentiment
     within the budget at its selection strength."""
     # --quick: two layers (6 and 15 of SmolLM2's 30) and two candidate features
     quick = ((lm.cfg.n_layers // 5, lm.cfg.n_layers // 2), 2)
-    layers, n_candidates = quick if run.quick else (CAA_LAYERS, N_FEATURE_CANDIDATES)
-    vectors = caa_vectors(lm, layers)
-    dev_caa = {layer: evaluate(cache, f"dev-caa-{layer}", lm, lambda c, v=v: v.apply(lm, c), [SELECT_AT["caa"]], dev)
-               for layer, v in vectors.items()}
-    unsteered = next(iter(dev_caa.values())).unsteered[2]
+    layers, n_candidates = quick if run.quick else (MEAN_DIFFERENCE_LAYERS, N_FEATURE_CANDIDATES)
+    vectors = mean_difference_vectors(lm, layers)
+    dev_vector = {layer: evaluate(cache, f"dev-mean-difference-{layer}", lm, lambda c, v=v: v.apply(lm, c),
+                                  [SELECT_AT["mean_difference"]], dev)
+                  for layer, v in vectors.items()}
+    unsteered = next(iter(dev_vector.values())).unsteered[2]
     sae, _ = train_sae(lm, SAEDataConfig(), SAETrainConfig())
     candidates = positive_features(lm, sae, n_candidates)
     dev_sae = {f: evaluate(cache, f"dev-sae-{f}", lm, lambda c, f=f: steer_with_sae_feature(lm, sae, f, c),
                            [SELECT_AT["sae"]], dev)
                for f in candidates}
-    layer = choose_within_budget(dev_caa, unsteered, FLUENCY_BUDGET)
+    layer = choose_within_budget(dev_vector, unsteered, FLUENCY_BUDGET)
     feature = choose_within_budget(dev_sae, unsteered, FLUENCY_BUDGET)
-    return Choice(vectors[layer], layer, dev_caa, sae, feature, candidates, dev_sae)
+    return Choice(vectors[layer], layer, dev_vector, sae, feature, candidates, dev_sae)
 
 
 def held_out_curves(lm: LensModel, cache: harness.ItemCache, choice: Choice, test: list[str]) -> dict[str, ControlCurve]:
@@ -160,7 +163,8 @@ def held_out_curves(lm: LensModel, cache: harness.ItemCache, choice: Choice, tes
     with torch.enable_grad():  # the shipped steer loads; any other model's trains
         steer, _ = train_steer(lm, steering_texts("sentiment"))
     return {
-        "caa": evaluate(cache, "caa", lm, lambda c: choice.vector.apply(lm, c), CAA_VALUES, test, "caa"),
+        "mean_difference": evaluate(cache, "mean-difference", lm, lambda c: choice.vector.apply(lm, c),
+                                    MEAN_DIFFERENCE_VALUES, test, "mean_difference"),
         "lm_steer": evaluate(cache, "lm_steer", lm, lambda c: steer.apply(lm, {"sentiment": c}), LM_STEER_VALUES,
                              test, "lm_steer"),
         "sae": evaluate(cache, "sae", lm, lambda c: steer_with_sae_feature(lm, choice.sae, choice.feature, c),
@@ -177,9 +181,9 @@ def document(lm: LensModel, choice: Choice, curves: dict[str, ControlCurve], dev
         sampling={"max_new_tokens": EVAL.generation.max_new_tokens, "temperature": EVAL.generation.temperature,
                   "top_p": EVAL.generation.top_p, "seed": EVAL.generation.seed, "samples_per_prompt": 1},
         budget=f"perplexity <= {FLUENCY_BUDGET} x unsteered",
-        caa={"layer": choice.layer, "site": v.hook, "read": "mean", "scope": "all positions but the sink",
+        mean_difference={"layer": choice.layer, "site": v.hook, "read": "mean", "scope": "all positions but the sink",
              "vector_norm": v.norm, "n_pairs": len(contrast_pairs("sentiment", template=False).positive),
-             "dev": dev_points(choice.dev_caa)},
+             "dev": dev_points(choice.dev_vector)},
         sae={"feature": choice.feature, "hook": choice.sae.hook,
              "candidates": {str(k): x for k, x in choice.candidates.items()}, "dev": dev_points(choice.dev_sae)},
         lm_steer={"texts": "sentiment", "steer": "the shipped LM-Steer (seed 0)"},
@@ -195,7 +199,7 @@ def plot(data: SteeringCompareData, path: Path = FIGURE) -> None:
 
     fig = Figure(figsize=(7, 4.6))
     ax = fig.add_subplot()
-    labels = {"caa": f"CAA vector, layer {data['caa']['layer']} (× mean difference)",
+    labels = {"mean_difference": f"mean difference (ActAdd-style), layer {data['mean_difference']['layer']}",
               "lm_steer": "LM-Steer (steer value, dummy on)",
               "sae": f"SAE feature {data['sae']['feature']} (× typical max)"}
     for name, curve in data["curves"].items():
@@ -231,7 +235,7 @@ def main() -> None:
     dev, test = (list(prompts[40:44]), list(prompts[:8])) if run.quick else (list(prompts[40:]), list(prompts[:40]))
     # Every curve depends on these constants too: a changed grid must not read an old curve.
     cache = run.cache({**run.settings(exclude=["plot_only"]), "eval": harness.flat_params(EVAL), "select_at": SELECT_AT,
-                       "values": [CAA_VALUES, LM_STEER_VALUES, SAE_VALUES]})
+                       "values": [MEAN_DIFFERENCE_VALUES, LM_STEER_VALUES, SAE_VALUES]})
     with run.timed("dev"):
         choice = choose_on_dev(run, lm, cache, dev)
     with run.timed("test"):

@@ -6,7 +6,7 @@
 2. Representation reading (Zou et al. 2023): the sentiment reading vector per layer, the layer
    chosen on dev pairs, its held-out accuracy against the difference of means.
 3. Steer with it: the difference of means between positive and negative remarks at a middle
-   layer (CAA / ActAdd), added with a coefficient over an explicit position scope, against the
+   layer (mean difference, ActAdd-style), added with a coefficient over an explicit position scope, against the
    same prompts unsteered; then "steer the generation only" against "from the last prompt token".
 
     .venv/bin/python examples/concept_steering.py [--out out/concept_steering]

@@ -604,7 +604,7 @@ CONCEPTS = [
        the concept's direction in the unembedding space under the *causal inner product*.
     2. **Representation reading** (Zou et al. 2023): the first principal component of activation
        differences between contrasting prompts, per layer, the layer chosen on dev pairs.
-    3. **Activation addition** (ActAdd / CAA): a difference of means added to the residual stream
+    3. **Activation addition** (mean difference, ActAdd-style): a difference of means added to the residual stream
        with a coefficient, over an explicit position scope that holds under the KV cache.
     """),
     setup("concept_steering"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import MODEL_NAMES, ci, markdown, num, pm, strength, table
+from . import MODEL_NAMES, ci, markdown, minus, num, pm, strength, table
 from .schemas.representations import ConceptsData, ReadingData
 from .schemas.steering import SteeringCompareData
 
@@ -71,14 +71,14 @@ def reading(data: ReadingData) -> str:
     )
 
 
-STEERING_ORDER = ("lm_steer", "caa", "sae")
+STEERING_ORDER = ("lm_steer", "mean_difference", "sae")
 
 
 def _steering_label(data: SteeringCompareData, method: str) -> str:
     if method == "lm_steer":
         return "LM-Steer (the shipped steer)"
-    if method == "caa":
-        return f"CAA vector (layer {data['caa']['layer']}, × mean difference)"
+    if method == "mean_difference":
+        return f"mean difference, ActAdd-style (layer {data['mean_difference']['layer']}, × mean difference)"
     if method == "sae":
         return f"SAE feature {data['sae']['feature']} (× typical max)"
     return method
@@ -118,3 +118,33 @@ def steering_compare_curves(data: SteeringCompareData) -> str:
             ", ".join(f"{strength(s)}: {num(y, 2)} ({num(p, 1)})" for s, y, p in points),
         ])
     return markdown(["method", "strengths → sentiment (perplexity)"], rows)
+
+
+@table("steering_compare_verdict")
+def steering_compare_verdict(data: SteeringCompareData) -> str:
+    """benchmarks/steering_compare.py: the verdict, every method's gain with its perplexity and
+    distinct-2 cost (not only the winner's effect), ranked by gain within the budget."""
+    base = next(iter(data["curves"].values()))
+    unsteered = base["unsteered"]
+    budget = data["at_budget"][STEERING_ORDER[0]]["budget_perplexity"]
+    ranked = sorted(STEERING_ORDER, key=lambda m: -data["at_budget"][m]["gain"])
+    lines = [
+        f"Within the budget (perplexity at most {num(budget, 1)}, 1.5× the unsteered "
+        f"{num(unsteered[2], 1)}; unsteered distinct-2 {num(unsteered[4], 3)}), ranked by the gain "
+        "in mean sentiment over the unsteered model:",
+        "",
+    ]
+    for rank, method in enumerate(ranked, 1):
+        b, c = data["at_budget"][method], data["curves"][method]
+        zero = c["perplexity"][c["strengths"].index(0.0)] if 0.0 in c["strengths"] else None
+        over = (f"; at strength 0 it is already at perplexity {num(zero, 1)}, over the budget"
+                if zero is not None and zero > budget else "")
+        gain, diversity = minus(f"{b['gain']:+.3f}"), minus(f"{b['distinct_2'] - unsteered[4]:+.3f}")
+        lines.append(
+            f"{rank}. {_steering_label(data, method)}: gain {gain} (sentiment "
+            f"{minus(pm(b['sentiment'], b['sentiment_se'], 3))}) at strength {strength(b['strength'])}, "
+            f"perplexity {pm(b['perplexity'], b['perplexity_se'], 1)}, distinct-2 "
+            f"{num(b['distinct_2'], 3)} ({diversity} against "
+            f"the unsteered model){over}."
+        )
+    return "\n".join(lines)

@@ -97,12 +97,15 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-TOUR_CAA_DEPTH = 0.2
-"""Where the sentiment CAA vector is read and added, as a share of the layers: layer 6 of SmolLM2's
-30, the layer `benchmarks/steering_compare.py` chose on its dev prompts
-(docs/data/steering_compare.json)."""
-TOUR_CAA_COEFFICIENTS = (0.0, 4.0)
-TOUR_CAA_PROMPTS = ("The weather this morning was", "My first day at the new job")
+TOUR_VECTOR_DEPTH = 0.2
+"""Where the sentiment mean-difference (ActAdd-style) vector is read and added, as a share of the
+layers: layer 6 of SmolLM2's 30, the layer `benchmarks/steering_compare.py` chose on its dev
+prompts (docs/data/steering_compare.json)."""
+TOUR_VECTOR_COEFFICIENTS = (0.0, 4.0)
+TOUR_VECTOR_PROMPTS = ("The weather this morning was", "My first day at the new job")
+# Deprecated names: the vector is a mean difference over free text, not CAA.
+TOUR_CAA_DEPTH, TOUR_CAA_COEFFICIENTS, TOUR_CAA_PROMPTS = (
+    TOUR_VECTOR_DEPTH, TOUR_VECTOR_COEFFICIENTS, TOUR_VECTOR_PROMPTS)
 
 
 def tour_steps() -> list[TourStep]:
@@ -122,7 +125,7 @@ def tour_steps() -> list[TourStep]:
 
 def _step_concepts(lm: LensModel, out_dir: Path) -> StepOutput:
     """The shipped concepts' held-out projections and inner products (Park et al. 2024), then a
-    sentiment difference-of-means vector (CAA) and greedy continuations without and with it."""
+    sentiment mean-difference (ActAdd-style) vector and greedy continuations without and with it."""
     from lmsci_mi.data.concepts import load_concept_pairs
     from lmsci_mi.data.contrasts import contrast_pairs
     from lmsci_mi.generation import GenerationConfig, generate
@@ -133,18 +136,18 @@ def _step_concepts(lm: LensModel, out_dir: Path) -> StepOutput:
     projections = concept_projections(lm, pairs)
     inner = concept_inner_products(lm, pairs)
     texts = contrast_pairs("sentiment", template=False)
-    layer = round(TOUR_CAA_DEPTH * lm.cfg.n_layers)
+    layer = round(TOUR_VECTOR_DEPTH * lm.cfg.n_layers)
     vector = mean_difference_vector(
         lm, texts.positive, texts.negative, MeanDifferenceConfig(layer=layer, read="mean")
     )
     greedy = GenerationConfig(max_new_tokens=16, temperature=0.0)
     lines = []
-    for coefficient in TOUR_CAA_COEFFICIENTS:
+    for coefficient in TOUR_VECTOR_COEFFICIENTS:
         with vector.apply(lm, coefficient):
-            continuations = generate(lm, list(TOUR_CAA_PROMPTS), greedy).texts
+            continuations = generate(lm, list(TOUR_VECTOR_PROMPTS), greedy).texts
         lines += [
             f"{coefficient:+g} × vector: {p!r} → {c!r}"
-            for p, c in zip(TOUR_CAA_PROMPTS, continuations, strict=True)
+            for p, c in zip(TOUR_VECTOR_PROMPTS, continuations, strict=True)
         ]
     effect = projections.statistic("effect_size")
     causal = float(inner.off_diagonal(0).abs().mean())
@@ -155,5 +158,5 @@ def _step_concepts(lm: LensModel, out_dir: Path) -> StepOutput:
         f"Euclidean; sentiment vector at layer {layer} (norm {float(vector.values.norm()):.1f})"
     )
     text = "\n".join([projections.summary(), "", inner.summary(), "", *lines])
-    results = {"concept_projections": projections, "concept_inner_products": inner, "caa_vector": vector}
+    results = {"concept_projections": projections, "concept_inner_products": inner, "mean_difference_vector": vector}
     return StepOutput(summary, results, text=text)

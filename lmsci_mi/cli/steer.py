@@ -33,7 +33,7 @@ def register(commands: Any) -> None:
         help="LM-Steer (train, generate, svd, highlight, eval, transfer) and steering vectors",
         description="LM-Steer (Han et al. 2024) through the hook registry: a steer changes the final "
         "normalised state h to h + ε Σ s_i (h P1_i) P2_iᵀ. Subcommands: train, generate, svd, "
-        "highlight, eval, transfer; `vector` is activation addition (ActAdd / CAA).",
+        "highlight, eval, transfer; `vector` is activation addition (mean difference, ActAdd-style).",
     )
     sub = steer.add_subparsers(dest="steer_command", required=True, metavar="SUBCOMMAND")
 
@@ -53,7 +53,7 @@ def _add_vector(sub: Any) -> None:
 
     vector = sub.add_parser(
         "vector",
-        help="a difference-of-means steering vector (ActAdd / CAA): build it, generate with it",
+        help="a mean-difference (ActAdd-style) steering vector: build it, generate with it",
         description="Build a steering vector from two prompt sets (one prompt per line; default: "
         "the bundled positive/negative sentiment remarks), or read one (--vector), then continue "
         "--prompt with coefficient × vector added over --scope. The result (--out) is the vector.",

@@ -1,4 +1,5 @@
-"""Steering: LM-Steer (Han et al., ACL 2024) and activation-addition vectors (ActAdd, CAA) on any
+"""Steering: LM-Steer (Han et al., ACL 2024) and activation-addition vectors (the mean difference,
+ActAdd-style; CAA as Rimsky et al. 2024 define it, read at the answer letter of A/B items) on any
 HookedTransformer, through the hook registry.
 
 Train steers on cached final-norm states (:func:`train_steer`), steer continuously and in
@@ -14,6 +15,10 @@ from lmsci_mi.steering.budget import choose_within_budget as choose_within_budge
 from lmsci_mi.steering.budget import (
     symmetric_strength_within_budget as symmetric_strength_within_budget,
 )
+from lmsci_mi.steering.caa import CAAConfig as CAAConfig
+from lmsci_mi.steering.caa import ab_behaviour_probability as ab_behaviour_probability
+from lmsci_mi.steering.caa import caa_scope as caa_scope
+from lmsci_mi.steering.caa import caa_vector as caa_vector
 from lmsci_mi.steering.evaluate import ControlCurve as ControlCurve
 from lmsci_mi.steering.evaluate import SteerEvalConfig as SteerEvalConfig
 from lmsci_mi.steering.evaluate import evaluate_intervention as evaluate_intervention
@@ -44,6 +49,7 @@ from lmsci_mi.steering.vectors import steering_vector as steering_vector
 
 __all__ = [
     "BudgetPoint",
+    "CAAConfig",
     "ControlCurve",
     "Highlight",
     "HighlightConfig",
@@ -58,7 +64,10 @@ __all__ = [
     "SteerTransfer",
     "SteeringVector",
     "TransferConfig",
+    "ab_behaviour_probability",
     "at_fluency_budget",
+    "caa_scope",
+    "caa_vector",
     "choose_within_budget",
     "evaluate_intervention",
     "evaluate_settings",

@@ -1,8 +1,9 @@
-"""Activation-addition steering vectors: ActAdd (Turner et al. 2023) and contrastive activation
-addition (CAA, Rimsky et al. 2024) take the difference of mean activations between two prompt sets
-at one layer and site; any other direction (a probe's weight, a concept direction, an SAE feature)
-becomes a vector the same way. A vector is added with a coefficient through the hook registry,
-over an explicit :class:`~lmsci_mi.hooks.PositionScope`.
+"""Activation-addition steering vectors: the mean difference (ActAdd-style, after Turner et al.
+2023) takes the difference of mean activations between two prompt sets at one layer and site; any
+other direction (a probe's weight, a concept direction, an SAE feature) becomes a vector the same
+way. A vector is added with a coefficient through the hook registry, over an explicit
+:class:`~lmsci_mi.hooks.PositionScope`. CAA as Rimsky et al. (2024) define it, read at the answer
+letter of A/B items, is :func:`lmsci_mi.steering.caa.caa_vector`.
 """
 
 from __future__ import annotations
@@ -39,14 +40,14 @@ __all__ = [
 
 @config
 class MeanDifferenceConfig(Config):
-    """Where a difference-of-means vector is read (ActAdd / CAA).
+    """Where a mean-difference (ActAdd-style) vector is read.
 
     Attributes:
         layer: the block whose ``site`` is read (and later steered).
         site: a per-position vector site of the site table (``resid_post``, ``resid_pre``,
             ``mlp_out``, ``attn_out``).
-        read: each prompt's ``"last"`` token (CAA reads the token where the behaviour is
-            decided), or the ``"mean"`` over its tokens but the sink.
+        read: each prompt's ``"last"`` token, or the ``"mean"`` over its tokens but the sink.
+            (CAA proper reads the answer letter of A/B prompts: :func:`~lmsci_mi.steering.caa.caa_vector`.)
         token_budget: tokens per forward pass while reading.
         exclude: the positions a ``"mean"`` read leaves out (None: the sink token, where the
             model puts one in front).
@@ -70,7 +71,7 @@ class SteeringVector(Result):
 
     Attributes:
         hook: the hook point it is added at (``blocks.6.hook_resid_post``).
-        method: where it comes from (``"mean_difference"``, ``"probe"``, ``"concept"``, ...).
+        method: where it comes from (``"mean_difference"``, ``"caa"``, ``"probe"``, ``"concept"``, ...).
         n_positive: prompts on the positive side (0 for a given direction).
         n_negative: prompts on the negative side.
     """
@@ -114,14 +115,14 @@ class SteeringVector(Result):
         """Add ``coefficient × vector`` at its hook over ``scope`` while the block runs.
 
         The default scope is every position but the sink (``PositionScope.all(exclude=Exclude())``
-        for a model with a sink; the sink's huge residual anchors attention, and ActAdd and CAA
-        never meant to move it). ``exclude`` leaves more positions alone, within any scope:
-        chosen positions, and positions holding chosen tokens (massive-activation tokens,
-        recognised in every pass by :class:`~lmsci_mi.hooks.RunningExclusion`). Under cached
-        generation the scope is applied per row and per step, so greedy decoding gives the same
-        tokens with and without the KV cache. Nothing is attached when the vector belongs to
-        another model or does not fit this one (checked before entering). The model's weights
-        are not changed.
+        for a model with a sink; the sink's huge residual anchors attention, and ActAdd never
+        meant to move it; CAA's positions are :func:`~lmsci_mi.steering.caa.caa_scope`).
+        ``exclude`` leaves more positions alone, within any scope: chosen positions, and
+        positions holding chosen tokens (massive-activation tokens, recognised in every pass by
+        :class:`~lmsci_mi.hooks.RunningExclusion`). Under cached generation the scope is applied
+        per row and per step, so greedy decoding gives the same tokens with and without the KV
+        cache. Nothing is attached when the vector belongs to another model or does not fit this
+        one (checked before entering). The model's weights are not changed.
 
         >>> from lmsci_mi import load_model
         >>> lm = load_model("toy-2l")
@@ -234,11 +235,13 @@ def mean_difference_vector(
     negative: Sequence[str],
     config: MeanDifferenceConfig | None = None,
 ) -> SteeringVector:
-    """ActAdd / CAA: the mean activation over ``positive`` prompts minus that over ``negative``.
+    """The mean difference (ActAdd-style): the mean activation over ``positive`` prompts minus that
+    over ``negative``.
 
-    Reads the model only. Turner et al. add the difference of one prompt pair; Rimsky et al. the
-    mean difference over many pairs at the answer token. With one prompt per side and
-    ``read="mean"`` this is close to ActAdd's pair; with many prompts and ``read="last"``, CAA.
+    Reads the model only. Turner et al. add the difference of one prompt pair; with one prompt per
+    side and ``read="mean"`` this is close to ActAdd's pair. It is not CAA: Rimsky et al. read the
+    answer letter of multiple-choice prompts and add the vector from the instruction's end on
+    (:func:`lmsci_mi.steering.caa.caa_vector`).
 
     Args:
         lm: the model.

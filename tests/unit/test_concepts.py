@@ -335,7 +335,7 @@ def test_the_tour_step_saves_its_results_and_steers_the_continuations(tmp_path, 
     out = capsys.readouterr().out
     assert "16 concepts" in out and "sentiment vector at layer 0" in out
     assert ConceptInnerProducts.load(tmp_path / "concept_inner_products.json").values.shape == (2, 16, 16)
-    assert SteeringVector.load(tmp_path / "caa_vector.json").hook == "blocks.0.hook_resid_post"
+    assert SteeringVector.load(tmp_path / "mean_difference_vector.json").hook == "blocks.0.hook_resid_post"
     page = (tmp_path / "report.html").read_text()
     assert "+4 × vector" in page and "+0 × vector" in page
 

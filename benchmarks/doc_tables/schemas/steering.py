@@ -5,7 +5,7 @@ them."""
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 from . import ValueSE
 
@@ -169,7 +169,9 @@ class DevPoint(TypedDict):
     perplexity: float
 
 
-class CAAInfo(TypedDict):
+class MeanDifferenceInfo(TypedDict):
+    """The mean-difference (ActAdd-style) vector of the comparison (once keyed "caa")."""
+
     layer: int
     site: str
     read: str
@@ -219,14 +221,94 @@ class AtBudget(TypedDict):
 
 
 class SteeringCompareData(TypedDict):
+    renamed: NotRequired[str]
+    """A note on keys renamed after the run (no value changes)."""
     model: str
     prompts: ComparePrompts
     sampling: CompareSampling
     budget: str
-    caa: CAAInfo
+    mean_difference: MeanDifferenceInfo
     sae: SAEFeatureInfo
     lm_steer: dict[str, str]
     curves: dict[str, CompareCurve]
-    """By method: "caa", "lm_steer", "sae"."""
+    """By method: "mean_difference", "lm_steer", "sae"."""
     at_budget: dict[str, AtBudget]
+    seconds: float
+
+
+# --- benchmarks/caa.py -> docs/data/caa.json ---------------------------------------------------
+
+
+class IntervalRow(TypedDict):
+    """A statistic with its 95 % percentile-bootstrap interval."""
+
+    mean: float
+    low: float
+    high: float
+
+
+class CAAItemsInfo(TypedDict):
+    n: int
+    vector: int
+    dev: int
+    test: int
+    source: str
+    matching: str
+    not_matching: str
+    scored_by: str
+
+
+class CAAABEffect(TypedDict):
+    """p(behaviour letter) / (p(A) + p(B)) on the test items, per multiplier, and its paired change
+    from multiplier 0."""
+
+    multipliers: list[float]
+    p: list[IntervalRow]
+    change: list[IntervalRow]
+    per_item: dict[str, list[float]]
+
+
+class CAAOpenEffect(TypedDict):
+    """The behaviour score of the continuations of the test questions, per multiplier (and its
+    paired change from 0), with the steering evaluation's perplexity and distinct-n."""
+
+    multipliers: list[float]
+    score: list[IntervalRow]
+    change: list[IntervalRow]
+    perplexity: list[float]
+    perplexity_se: list[float]
+    distinct_1: list[float]
+    distinct_2: list[float]
+    distinct_3: list[float]
+    examples: dict[str, list[str]]
+
+
+class CAAMethod(TypedDict):
+    layer: int
+    hook: str
+    norm: float
+    """The raw vector's norm."""
+    common_norm: float
+    """The norm it is scaled to: the mean of both methods' raw norms at its layer."""
+    ab: CAAABEffect
+    open: CAAOpenEffect
+
+
+class CAABehaviour(TypedDict):
+    items: CAAItemsInfo
+    sweep: dict[str, dict[str, dict[str, float]]]
+    """By method, then layer: the dev A/B shift (p at +1 minus p at -1) and the vector's norm."""
+    methods: dict[str, CAAMethod]
+    """By method: "caa", "mean_difference"."""
+
+
+class CAAData(TypedDict):
+    model: str
+    methods: dict[str, str]
+    sampling: CompareSampling
+    sweep_multiplier: float
+    layer_step: int
+    scale: str
+    bootstrap: str
+    behaviours: dict[str, CAABehaviour]
     seconds: float
