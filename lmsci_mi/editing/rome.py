@@ -73,6 +73,11 @@ FITS = ("rome", "edit_aware")
 """``ROMEConfig.fit``: ROME's own fit (compute_v), or the edit-aware fit of issue 21."""
 
 
+def _as_paper(default: Any, help: str, source: str, **rules: Any) -> Any:
+    """A field whose default is the paper's value, declared with its source."""
+    return field(default=default, metadata={"help": help, **rules, **paper(default, source)})
+
+
 @config
 class ROMEConfig(Config):
     """ROME's settings: the paper's code (kmeng01/rome ``compute_v``, GPT-2 XL and GPT-J
@@ -126,56 +131,23 @@ class ROMEConfig(Config):
                           "through the installed update", "choices": FITS,
                   **paper("rome", f"{_CODE} rome/compute_v.py (delta at lookup_idxs)")},
     )
-    n_contexts: int = field(
-        default=20,
-        metadata={"help": "generated context prefixes", "ge": 1,
-                  **paper(20, _HPARAMS + " context_template_length_params [[5, 10], [10, 10]]")},
-    )
-    context_lengths: tuple[int, ...] = field(
-        default=(5, 10),
-        metadata={"help": "prefix lengths", "ge": 1, "min_length": 1,
-                  **paper((5, 10), _HPARAMS + " context_template_length_params")},
-    )
-    steps: int = field(
-        default=20,
-        metadata={"help": "forward passes of the delta fit", "ge": 1,
-                  **paper(20, _HPARAMS + " v_num_grad_steps")},
-    )
-    lr: float = field(
-        default=0.5,
-        metadata={"help": "Adam learning rate", "gt": 0, **paper(0.5, _HPARAMS + " v_lr")},
-    )
-    early_stop: float = field(
-        default=0.05,
-        metadata={"help": "stop below this (see --stop-on)", "ge": 0,
-                  **paper(0.05, f"{_CODE} rome/compute_v.py: if loss < 5e-2: break")},
-    )
-    stop_on: str = field(
-        default="loss",
-        metadata={"help": "what early_stop watches: loss (total) or nll (target)",
-                  "choices": ("loss", "nll"),
-                  **paper("loss", f"{_CODE} rome/compute_v.py: the total loss")},
-    )
-    kl_factor: float = field(
-        default=0.0625,
-        metadata={"help": "weight of the KL term", "ge": 0, **paper(0.0625, _HPARAMS + " kl_factor")},
-    )
-    weight_decay: float = field(
-        default=0.5,
-        metadata={"help": "weight of the decay term", "ge": 0,
-                  **paper(0.5, _HPARAMS + " v_weight_decay")},
-    )
-    decay: str = field(
-        default="rome",
-        metadata={"help": "rome: |delta|/|v0|^2 (compute_v); squared: (|delta|/|mean v0|)^2",
-                  "choices": ("rome", "squared"),
-                  **paper("rome", f"{_CODE} rome/compute_v.py: norm(delta) / norm(target_init) ** 2")},
-    )
-    clamp_norm: float = field(
-        default=4.0,
-        metadata={"help": "|delta| <= clamp_norm*|v0|", "gt": 0,
-                  **paper(4.0, _HPARAMS + " clamp_norm_factor")},
-    )
+    n_contexts: int = _as_paper(20, "generated context prefixes",
+                                _HPARAMS + " context_template_length_params [[5, 10], [10, 10]]", ge=1)
+    context_lengths: tuple[int, ...] = _as_paper((5, 10), "prefix lengths",
+                                                 _HPARAMS + " context_template_length_params",
+                                                 ge=1, min_length=1)
+    steps: int = _as_paper(20, "forward passes of the delta fit", _HPARAMS + " v_num_grad_steps", ge=1)
+    lr: float = _as_paper(0.5, "Adam learning rate", _HPARAMS + " v_lr", gt=0)
+    early_stop: float = _as_paper(0.05, "stop below this (see --stop-on)",
+                                  f"{_CODE} rome/compute_v.py: if loss < 5e-2: break", ge=0)
+    stop_on: str = _as_paper("loss", "what early_stop watches: loss (total) or nll (target)",
+                             f"{_CODE} rome/compute_v.py: the total loss", choices=("loss", "nll"))
+    kl_factor: float = _as_paper(0.0625, "weight of the KL term", _HPARAMS + " kl_factor", ge=0)
+    weight_decay: float = _as_paper(0.5, "weight of the decay term", _HPARAMS + " v_weight_decay", ge=0)
+    decay: str = _as_paper("rome", "rome: |delta|/|v0|^2 (compute_v); squared: (|delta|/|mean v0|)^2",
+                           f"{_CODE} rome/compute_v.py: norm(delta) / norm(target_init) ** 2",
+                           choices=("rome", "squared"))
+    clamp_norm: float = _as_paper(4.0, "|delta| <= clamp_norm*|v0|", _HPARAMS + " clamp_norm_factor", gt=0)
     damping: float = field(
         default=1e-4,
         metadata={"help": "ridge on C (fraction of its mean diagonal)", "ge": 0,
