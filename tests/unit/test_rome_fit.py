@@ -16,9 +16,9 @@ from lmsci_mi.editing.fit import subject_row
 from lmsci_mi.sites import hook_name
 
 EIFFEL = EditRequest("{} is located in the city of", "The Eiffel Tower", " Rome", " Paris")
-# On the random toy the total loss starts near 11: 20 passes without an early stop, or a stop
+# On the random toy the total loss starts near 11: 6 passes without an early stop, or a stop
 # after a few steps at 10.5 (checked below: the steps differ).
-PAPER = ROMEConfig(layer=0, n_contexts=3, context_lengths=(3, 6), steps=8)
+PAPER = ROMEConfig(layer=0, n_contexts=3, context_lengths=(3, 6), steps=6)
 
 
 @pytest.fixture(scope="module")
