@@ -8,15 +8,21 @@
 
 --speed times, with cached key statistics and context prefixes, on the first facts of the small
 shipped set (``load_facts``, where issue 21's "before" figures come from): one ROME edit at its
-default layer (5 facts), MEMIT on 50 facts in one batch (and, with --memit-before N, on N facts with the
-fit's prefix reuse on and off: off is how it was done before), and the full evaluation of one fact with 50-token generation entropy
-(unedited baseline uncached, the edit, the edited scores). Wall-clock and CPU seconds; writes
+default layer (5 facts) with the fit of before issue 38 and with the default, alternated fact by
+fact, each with its steps, positions run (real and padded) and p(new), p(true) after the edit
+(``rome_fits``; --rome-only: nothing else; the data says the CPU was shared unless --quiet),
+MEMIT on 50 facts in one batch (and, with --memit-before N, on N facts with the fit's prefix reuse
+on and off: off is how it was done before), and the full evaluation of one fact with 50-token
+generation entropy (unedited baseline uncached, the edit, the edited scores). Wall-clock and CPU seconds; writes
 editing_speed.json beside --out (docs/data/), keeping the rows it did not measure and the floor.
 
---floor counts the floating-point operations of one ROME edit (the same 5 facts) and of MEMIT per
-fact (8 facts, every δ fitted) and probes this CPU's float32 matmul rate at 1 and 2 threads: the
-FLOPs over the rate is the least time the method can take here, however it is coded. Run it
-alone (the rate probe needs the cores); it adds ``arithmetic_floor`` to editing_speed.json.
+--floor counts the floating-point operations of one ROME edit (the same 5 facts) at the paper's
+settings, running only the positions its fit needs (the default), and as implemented before issue
+38 (the edit-aware fit, rows padded: its padding share recorded), and of MEMIT per fact as
+implemented (8 facts, every δ fitted; --floor-memit 0 keeps the last count), and probes this CPU's
+float32 matmul rate at 1 and 2 threads (--keep-rate: the last probe's, on a shared CPU): the FLOPs
+over the rate is the least time those settings take at that rate. Run it alone (the rate probe
+needs the cores); it adds ``arithmetic_floor`` to editing_speed.json.
 
 --table evaluates ROME (one fact at a time, restored between facts), MEMIT and AlphaEdit (all
 facts in one batch) on every fact of the shipped editing fact set, with GE, against the unedited
@@ -37,6 +43,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,7 +52,7 @@ from typing import TypeVar
 
 import harness
 import torch
-from doc_tables.editing import editing_cost, editing_table
+from doc_tables.editing import editing_cost, editing_floor, editing_rome_fits, editing_table
 from doc_tables.schemas.editing import (
     ArithmeticFloor,
     CostBefore,
@@ -53,6 +60,9 @@ from doc_tables.schemas.editing import (
     EditingSpeedData,
     EditingTableData,
     EditRow,
+    RomeFitRun,
+    RomeFits,
+    RomeFloor,
 )
 
 from lmsci_mi import LensModel, load_model
@@ -79,6 +89,7 @@ from lmsci_mi.editing import (
     memit_edit,
     rome_edit,
 )
+from lmsci_mi.editing.installed import target_probabilities, with_true_targets
 from lmsci_mi.editing.metrics import (
     EditedScores,
     assemble_evaluation,
@@ -113,10 +124,16 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
                         help="FLOPs per edit and the matmul rate: the targets' arithmetic floor (alone)")
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--n-rome", type=int, default=5, help="--speed and --floor: ROME edits timed or counted")
+    parser.add_argument("--rome-only", action="store_true", help="--speed: time ROME only (no MEMIT, no evaluation)")
+    parser.add_argument("--quiet", action="store_true",
+                        help="--speed: record that nothing else ran (default: the data says the CPU was shared)")
     parser.add_argument("--n-memit", type=int, default=50, help="--speed: facts in the MEMIT batch")
     parser.add_argument("--memit-before", type=int, default=0, metavar="N",
                         help="--speed: also time MEMIT on N facts with and without the prefix reuse")
-    parser.add_argument("--floor-memit", type=int, default=8, help="--floor: facts whose MEMIT FLOPs are counted")
+    parser.add_argument("--floor-memit", type=int, default=8,
+                        help="--floor: facts whose MEMIT FLOPs are counted (0: keep the last count)")
+    parser.add_argument("--keep-rate", action="store_true",
+                        help="--floor: keep the last run's matmul rate (the CPU is shared now)")
     parser.add_argument("--methods", nargs="+", default=["memit", "alphaedit", "rome"], choices=sorted(CONFIGS))
     parser.add_argument("--facts", type=int, default=None,
                         help="--table: the first N facts in a seeded random order (default all)")
@@ -177,20 +194,57 @@ def speed_file(run: harness.Run) -> Path:
 # --- --speed --------------------------------------------------------------------------------------
 
 
-def time_rome(s: Setup, facts: list[EditRequest]) -> list[CostRow]:
-    """One ROME edit at the default layer per fact, restored after each: the mean."""
-    hp = s.configs["rome"].replace(layer=s.rome_layer)
-    times = []
+BEFORE_ROME = ROMEConfig(fit="edit_aware", n_contexts=5, steps=40, stop_on="nll", weight_decay=0.05,
+                         decay="squared", pad_rows=True)
+"""ROME's defaults before issue 38: the edit-aware fit, rows padded to the longest, 5 prefixes, up
+to 40 steps stopped on the NLL, weight decay 0.05·(‖δ‖/‖v̄₀‖)²."""
+ROME_FITS = {"before": ("edit-aware fit, rows padded (the defaults before issue 38)", BEFORE_ROME),
+             "after": ("the paper's fit, rows grouped (the default)", CONFIGS["rome"]),
+             "decay": ("the paper's fit with the decay of before (0.05·(‖δ‖/‖v̄₀‖)²)",
+                       CONFIGS["rome"].replace(weight_decay=0.05, decay="squared"))}
+"""--speed's ROME fits. "decay" tells whether the paper's weight decay is what an edit that does
+not install lacks on this model (the decay the edit-aware fit had)."""
+
+
+def rome_fit_run(label: str, hp: ROMEConfig, times: list[tuple[float, float, EditHandle, list]]) -> RomeFitRun:
+    """One fit's timings, fit counts and installs over the facts, as the data file holds them."""
+    walls = [w for w, _, _, _ in times]
+    details = [h.details for _, _, h, _ in times]
+    real = [d["real_tokens"] for d in details]
+    padded = [d["padded_tokens"] for d in details]
+    p = [after for _, _, _, after in times]
+    return RomeFitRun(
+        label=label, config=hp.params(), wall_s_each=walls, cpu_s_each=[c for _, c, _, _ in times],
+        median_s=statistics.median(walls), min_s=min(walls), max_s=max(walls),
+        steps_each=[d["fit_steps"] for d in details], real_tokens_each=real, padded_tokens_each=padded,
+        padding_share=sum(padded) / max(1, sum(real) + sum(padded)),
+        p_new_each=[x.new for x in p], p_true_each=[x.true for x in p],
+        installed=sum(x.new > x.true for x in p),
+    )
+
+
+def time_rome(s: Setup, facts: list[EditRequest], warm: EditRequest) -> tuple[list[CostRow], list[RomeFitRun]]:
+    """One ROME edit per fact at the default layer with each fit of ``ROME_FITS``, alternated fact
+    by fact after one untimed edit of each (``warm``), restored after each; with p(new) and
+    p(true) on the edited model."""
+    configs = {key: (label, hp.replace(layer=s.rome_layer)) for key, (label, hp) in ROME_FITS.items()}
+    for _, hp in configs.values():
+        rome_edit(s.lm, warm, hp, stats=s.stats).restore()
+    times: dict[str, list] = {key: [] for key in configs}
     for fact in facts:
-        handle, wall, cpu = clocked(lambda f=fact: rome_edit(s.lm, f, hp, stats=s.stats))
-        handle.restore()
-        times.append((wall, cpu))
-        print(f"ROME edit {fact.subject} -> {fact.target_new}: {wall:.1f} s", flush=True)
-    if not times:
-        return []
-    return [CostRow(what=f"one ROME edit, layer {s.rome_layer} (mean of {len(times)} facts)",
-                    wall_s=sum(w for w, _ in times) / len(times), cpu_s=sum(c for _, c in times) / len(times),
-                    wall_s_each=[w for w, _ in times], target_s=5, date="")]
+        for key, (_, hp) in configs.items():
+            handle, wall, cpu = clocked(lambda f=fact, hp=hp: rome_edit(s.lm, f, hp, stats=s.stats))
+            (after,) = target_probabilities(s.lm, [fact])
+            handle.restore()
+            times[key].append((wall, cpu, handle, after))
+            print(f"ROME {key} {fact.subject} -> {fact.target_new}: {wall:.1f} s, {handle.details['fit_steps']} "
+                  f"steps, p(new) {after.new:.3f} p(true) {after.true:.3f}", flush=True)
+    runs = [rome_fit_run(configs[key][0], configs[key][1], t) for key, t in times.items() if t]
+    rows = [CostRow(what=f"one ROME edit, layer {s.rome_layer}, {run['label']} (median of {len(facts)} facts)",
+                    wall_s=run["median_s"], cpu_s=statistics.median(run["cpu_s_each"]),
+                    wall_s_each=run["wall_s_each"], target_s=5 if key == "after" else None, date="")
+            for key, run in zip(times, runs, strict=True)]
+    return rows, runs
 
 
 def time_memit(s: Setup, facts: list[EditRequest], n: int, before: int) -> list[CostRow]:
@@ -232,30 +286,42 @@ def time_evaluation(s: Setup, fact: EditRequest) -> list[CostRow]:
     return rows
 
 
-def kept_rows(previous: EditingSpeedData | None, rows: list[CostRow]) -> list[CostRow]:
-    """A partial run (say --n-memit 0) keeps the rows it did not measure (not the evaluation's)."""
+def kept_rows(previous: EditingSpeedData | None, rows: list[CostRow], rome_only: bool) -> list[CostRow]:
+    """A partial run (say --n-memit 0) keeps the rows it did not measure: not ROME's, which every
+    run measures, nor the evaluation's unless this run (--rome-only) did not measure it."""
     measured = {r["what"] for r in rows}
+
+    def evaluation(what: str) -> bool:
+        return "evaluation" in what or what.startswith("…")
+
     return [r for r in (previous or {}).get("rows", [])
-            if r["what"] not in measured and "evaluation" not in r["what"] and not r["what"].startswith("…")]
+            if r["what"] not in measured and (rome_only or not evaluation(r["what"]))
+            and not r["what"].startswith("one ROME edit")]
 
 
 def speed(run: harness.Run, s: Setup) -> None:
     args, quick = run.args, run.quick
-    facts = load_facts()  # the set the "before" figures of issue 21 were measured on
+    facts = with_true_targets(s.lm, load_facts())  # the set issue 21's "before" figures come from
+    n_rome = QUICK["n_rome"] if quick else args.n_rome
     with run.timed("speed"):
-        rows = [*time_rome(s, facts[: QUICK["n_rome"] if quick else args.n_rome]),
-                *time_memit(s, facts, QUICK["n_memit"] if quick else args.n_memit, 0 if quick else args.memit_before),
-                *time_evaluation(s, facts[0])]
+        rows, fits = time_rome(s, facts[:n_rome], facts[n_rome])
+        if not args.rome_only:
+            rows += [*time_memit(s, facts, QUICK["n_memit"] if quick else args.n_memit,
+                                 0 if quick else args.memit_before),
+                     *time_evaluation(s, facts[0])]
     today = time.strftime("%Y-%m-%d")
     rows = [CostRow(**{**row, "date": today}) for row in rows]
     previous = harness.read_json(speed_file(run))
     data = EditingSpeedData(model=s.lm.name, stats_tokens=s.stats.n_tokens, rome_layer=s.rome_layer,
-                            memit_layers=s.memit_layers, rows=kept_rows(previous, rows) + rows,
+                            memit_layers=s.memit_layers, rows=kept_rows(previous, rows, args.rome_only) + rows,
                             before_issue_21=BEFORE_ISSUE_21)
     if previous and "arithmetic_floor" in previous:
         data["arithmetic_floor"] = previous["arithmetic_floor"]
+    data["rome_fits"] = RomeFits(date=today, threads=torch.get_num_threads(), quiet=args.quiet,
+                                 facts=[f.subject for f in facts[:n_rome]], runs=fits)
     run.write(data, speed_file(run))
     print(editing_cost(data))
+    print(editing_rome_fits(data))
 
 
 # --- --floor --------------------------------------------------------------------------------------
@@ -278,47 +344,64 @@ def matmul_rate(threads: int, size: int = 2048, seconds: float = 5.0) -> float:
         torch.set_num_threads(before)
 
 
-def gflop(fn: Callable[[], EditHandle]) -> float:
-    """GFLOPs of one edit, counted by torch's FlopCounterMode (matmuls and convolutions); the
-    edit is restored."""
+def gflop(fn: Callable[[], EditHandle]) -> tuple[float, dict]:
+    """GFLOPs of one edit, counted by torch's FlopCounterMode (matmuls and convolutions), and
+    the handle's details; the edit is restored."""
     from torch.utils.flop_counter import FlopCounterMode
 
     with FlopCounterMode(display=False) as counter:
         handle = fn()
     handle.restore()
-    return counter.get_total_flops() / 1e9
+    return counter.get_total_flops() / 1e9, handle.details
+
+
+def rome_floor(s: Setup, facts: list[EditRequest], key: str) -> RomeFloor:
+    """The counted FLOPs of one ROME edit per fact with one of ``ROME_FITS``, and the positions
+    its fit ran (real and padded)."""
+    label, hp = ROME_FITS[key]
+    hp = hp.replace(layer=s.rome_layer)
+    rome_edit(s.lm, facts[0], hp, stats=s.stats).restore()  # samples its prefixes, uncounted
+    gflops, real, padded = [], [], []
+    for fact in facts:
+        count, details = gflop(lambda f=fact: rome_edit(s.lm, f, hp, stats=s.stats))
+        gflops.append(count)
+        real.append(details["real_tokens"])
+        padded.append(details["padded_tokens"])
+        print(f"ROME {key} {fact.subject}: {count:.0f} GFLOP, {real[-1]} + {padded[-1]} positions", flush=True)
+    return RomeFloor(label=label, config=hp.params(), gflop_per_edit=gflops, gflop_mean=sum(gflops) / len(gflops),
+                     real_tokens_each=real, padded_tokens_each=padded,
+                     padding_share=sum(padded) / max(1, sum(real) + sum(padded)))
 
 
 def floor(run: harness.Run, s: Setup, rates: dict[str, float]) -> None:
-    """The arithmetic floor of the speed targets: FLOPs of one ROME edit and of MEMIT per fact
-    on the --speed facts, over the machine's matmul rate (probed before the model loaded)."""
+    """The arithmetic of the speed targets: FLOPs of one ROME edit at the paper's settings (only
+    the positions they need) and as implemented before issue 38 (with its padding share), and of
+    MEMIT per fact, on the --speed facts, over the machine's matmul rate (probed before the
+    model loaded; --keep-rate: the last probe's, for a shared CPU)."""
     args, quick = run.args, run.quick
     facts = load_facts()
-    rome_hp = s.configs["rome"].replace(layer=s.rome_layer)
-    rome = []
-    for fact in facts[: QUICK["n_rome"] if quick else args.n_rome]:
-        rome.append(gflop(lambda f=fact: rome_edit(s.lm, f, rome_hp, stats=s.stats)))
-        print(f"ROME {fact.subject}: {rome[-1]:.0f} GFLOP", flush=True)
-    n = QUICK["n_memit"] if quick else args.floor_memit
-    # No cached fits: every fact's δ is fitted, as in the timed run.
-    memit_hp = s.configs["memit"].replace(cache_fits=False)
-    memit = gflop(lambda: memit_edit(s.lm, facts[:n], memit_hp, stats=s.stats)) / n
-    print(f"MEMIT: {memit:.0f} GFLOP per fact ({n} facts)", flush=True)
-    mean = sum(rome) / len(rome)
     data = harness.read_json(speed_file(run), {})
+    last = data.get("arithmetic_floor", {})
+    rome = [rome_floor(s, facts[: QUICK["n_rome"] if quick else args.n_rome], key) for key in ("after", "before")]
+    n = QUICK["n_memit"] if quick else args.floor_memit
+    if n:  # no cached fits: every fact's δ is fitted, as in the timed run
+        memit_hp = s.configs["memit"].replace(cache_fits=False)
+        memit = gflop(lambda: memit_edit(s.lm, facts[:n], memit_hp, stats=s.stats))[0] / n
+        print(f"MEMIT: {memit:.0f} GFLOP per fact ({n} facts)", flush=True)
+    else:  # --floor-memit 0: the last count stands
+        memit, n = last["memit_gflop_per_fact"], last["memit_facts_counted"]
     data["arithmetic_floor"] = ArithmeticFloor(
-        date=time.strftime("%Y-%m-%d"), matmul_gflops=rates, rome_gflop_per_edit=rome, rome_gflop_mean=mean,
-        rome_layer=s.rome_layer, memit_gflop_per_fact=memit, memit_facts_counted=n,
-        rome_floor_s=mean / rates["2"], rome_target_s=5, memit_50_floor_s=50 * memit / rates["2"],
-        memit_target_s=120,
+        date=time.strftime("%Y-%m-%d"), matmul_gflops=rates, rome=rome, rome_layer=s.rome_layer,
+        memit_gflop_per_fact=memit, memit_facts_counted=n, rome_target_s=5,
+        memit_50_floor_s=50 * memit / rates["2"], memit_target_s=120,
         how="FLOPs counted by torch.utils.flop_counter.FlopCounterMode (matmuls and convolutions only); "
-            "floor = FLOPs / the 2-thread float32 matmul rate",
+            "floor = FLOPs / the 2-thread float32 matmul rate: the least time these settings take at that "
+            "rate; ROME's 'paper' row runs only the positions its fit needs, the 'before' row is the "
+            "implementation before issue 38 (its padded positions counted)",
     )
     data.pop("timings", None)  # this run's own timings replace the last run's
     run.write(data, speed_file(run))
-    f = data["arithmetic_floor"]
-    print(f"floor: ROME {f['rome_floor_s']:.1f} s (target 5), MEMIT 50 facts {f['memit_50_floor_s']:.0f} s "
-          "(target 120)")
+    print(editing_floor(data))
 
 
 # --- --table ---------------------------------------------------------------------------------------
@@ -448,7 +531,10 @@ def table(run: harness.Run, s: Setup) -> None:
     args, quick = run.args, run.quick
     facts = ordered_edit_facts(QUICK["facts"] if quick else args.facts)
     rome_chunk, score_chunk = (QUICK["chunk"],) * 2 if quick else (ROME_CHUNK, SCORE_CHUNK)
-    cache = run.cache({"model": args.model, "quick": quick})  # every item names its method and facts
+    # Every item names its method and facts; the configs are in the key, so a changed default
+    # (issue 38: ROME's fit) never resumes from items of another.
+    cache = run.cache({"model": args.model, "quick": quick,
+                       "configs": {name: s.configs[name].params() for name in sorted(s.configs)}})
     deadline = time.perf_counter() + args.max_seconds
     results: dict[str, EditEvaluation] = {}
     for name in args.methods:
@@ -480,7 +566,9 @@ def main() -> None:
     if not (args.speed or args.table or args.floor):
         raise SystemExit("give --speed, --floor or --table")
     rates = {}
-    if args.floor:  # first, while nothing else runs
+    if args.floor and args.keep_rate:  # a shared CPU: the last quiet probe's rate
+        rates = harness.read_json(speed_file(run), {})["arithmetic_floor"]["matmul_gflops"]
+    elif args.floor:  # first, while nothing else runs
         seconds = QUICK["rate_seconds"] if run.quick else 5.0
         rates = {str(t): matmul_rate(t, seconds=seconds) for t in (1, 2)}
         print(f"float32 matmul: {rates['1']:.1f} GFLOP/s at 1 thread, {rates['2']:.1f} at 2", flush=True)

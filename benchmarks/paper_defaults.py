@@ -19,6 +19,7 @@ from lmsci_mi.circuits.edges.eap import EAPConfig
 from lmsci_mi.circuits.ioi import IOIConfig
 from lmsci_mi.circuits.tracing import TraceConfig
 from lmsci_mi.config import paper_defaults
+from lmsci_mi.editing.rome import ROMEConfig
 from lmsci_mi.knowledge.neurons import KnowledgeNeuronsConfig
 from lmsci_mi.lenses.logit_lens import LogitLensConfig
 from lmsci_mi.lenses.tuned_lens import TunedLensConfig
@@ -52,10 +53,12 @@ METHODS: dict[str, tuple[str, str, tuple[type, ...]]] = {
     "concepts": ("Concept directions under the causal inner product (Park et al. 2024)", "representations",
                  (CausalInnerProductConfig, ConceptConfig, ConceptInterventionConfig)),
     "reading": ("Representation reading, LAT (Zou et al. 2023)", "representations", (ReadingConfig,)),
+    "rome": ("ROME (Meng et al. 2022)", "editing", (ROMEConfig,)),
 }
-"""Every paper-named method with a table (outside editing). Not here: direct logit attribution
-(``DLAConfig`` has no setting a paper fixes) and the mean-difference (ActAdd-style) vector
-(``MeanDifferenceConfig``: its settings are CAA's and ActAdd's reading choices, not a paper's defaults)."""
+"""Every paper-named method with a table (in editing, ROME so far). Not here: direct logit
+attribution (``DLAConfig`` has no setting a paper fixes) and the mean-difference (ActAdd-style)
+vector (``MeanDifferenceConfig``: its settings are CAA's and ActAdd's reading choices, not a
+paper's defaults)."""
 
 
 def collect() -> dict[str, Any]:

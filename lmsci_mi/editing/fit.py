@@ -3,7 +3,8 @@ and the fit of the residual change δ that makes the model say the new target.
 
 δ is added after one layer at the subject's last token (or, for ROME's edit-aware fit, wherever
 the installed rank-one update reaches) and fitted with Adam on the target's NLL, a KL term on
-"{subject} is a" and weight decay, as in Meng et al. 2022 (ROME, §3.1) and 2023 (MEMIT, §4.2).
+"{subject} is a" and weight decay, as in Meng et al. 2022 (ROME, §3.1, code: rome/compute_v.py)
+and 2023 (MEMIT, §4.2). Rows run grouped by width, over only the positions the loss needs.
 """
 
 from __future__ import annotations
@@ -44,7 +45,12 @@ logger = logging.getLogger(__name__)
 
 
 class FitSettings(Protocol):
-    """The settings of the δ fit; ROME's and MEMIT's configs both carry them."""
+    """The settings of the δ fit; ROME's and MEMIT's configs both carry them.
+
+    A config may also carry ``early_stop`` (read instead of ``early_stop_nll``), ``stop_on``
+    (``"loss"`` or ``"nll"``, default ``"nll"``) and ``decay`` (``"rome"`` or ``"squared"``,
+    default ``"squared"``); see :func:`fit_deltas`. ROME's config does; MEMIT's does not.
+    """
 
     @property
     def steps(self) -> int: ...
@@ -198,12 +204,40 @@ def subject_activations(
 
 
 @dataclass(frozen=True)
+class _Loop:
+    """The fit's settings, whatever config they come from (MEMIT's has no ``stop_on`` or
+    ``decay``: its fit keeps the NLL stop and the squared decay)."""
+
+    steps: int
+    lr: float
+    stop_below: float
+    stop_on: str  # "loss": compute_v's loop; "nll": stop on the target's NLL
+    kl_factor: float
+    weight_decay: float
+    decay: str  # "rome": ‖δ‖/‖v₀‖² (compute_v); "squared": (‖δ‖/‖v̄₀‖)²
+    clamp_norm: float
+
+    @classmethod
+    def of(cls, settings: FitSettings) -> _Loop:
+        stop = getattr(settings, "early_stop", None)
+        return cls(
+            steps=settings.steps, lr=settings.lr,
+            stop_below=settings.early_stop_nll if stop is None else stop,
+            stop_on=getattr(settings, "stop_on", "nll"), kl_factor=settings.kl_factor,
+            weight_decay=settings.weight_decay, decay=getattr(settings, "decay", "squared"),
+            clamp_norm=settings.clamp_norm,
+        )
+
+
+@dataclass(frozen=True)
 class _Batch:
     """Every row of a fit and the index tensors the loss reads."""
 
     tokens: Int[Tensor, "row pos"]
     last: Int[Tensor, " row"]  # subject-last position per row
+    needed: Int[Tensor, " row"]  # the last position the loss reads per row
     owner: Int[Tensor, " row"]  # request of each row
+    first_rewrite: Int[Tensor, " request"]  # each request's first rewrite row (the first template)
     kl_rows: Int[Tensor, " request"]  # the "{subject} is a" row of each request
     rewrite: Tensor  # bool [row]: rows that carry the target
     tok_row: Int[Tensor, " tok"]  # target tokens: row, position, id, request
@@ -218,9 +252,11 @@ def _batch(lm: LensModel, requests: Sequence[EditRequest], templates: Sequence[s
     rows: list[SubjectRow] = []
     owner: list[int] = []
     kl_rows: list[int] = []
+    first: list[int] = []
     tokens: list[tuple[int, int, int, int]] = []  # (row, position, gold id, request)
     for i, request in enumerate(requests):
         target = lm.continuation_ids(request.target_new)
+        first.append(len(rows))
         for template in templates:
             row = subject_row(lm, template, request.prompt, request.subject, target)
             tokens += [(len(rows), row.target_start + j, t, i) for j, t in enumerate(target)]
@@ -233,10 +269,13 @@ def _batch(lm: LensModel, requests: Sequence[EditRequest], templates: Sequence[s
     columns = torch.tensor(tokens, device=device).T
     rewrite = torch.ones(len(rows), dtype=torch.bool, device=device)
     rewrite[kl_rows] = False
+    last = torch.tensor([r.subject_last for r in rows], device=device)
     return _Batch(
         tokens=lm.pad_batch([r.ids for r in rows]).tokens,
-        last=torch.tensor([r.subject_last for r in rows], device=device),
+        last=last,
+        needed=last.scatter_reduce(0, columns[0], columns[1], reduce="amax"),
         owner=torch.tensor(owner, device=device),
+        first_rewrite=torch.tensor(first, device=device),
         kl_rows=torch.tensor(kl_rows, device=device),
         rewrite=rewrite,
         tok_row=columns[0],
@@ -249,11 +288,13 @@ def _batch(lm: LensModel, requests: Sequence[EditRequest], templates: Sequence[s
 
 @dataclass(frozen=True)
 class _Unedited:
-    """The run without δ: the residual after the layer, v₀ per request, the KL reference and
+    """The run without δ: the residual after the layer, v₀ per request (the mean over its
+    rewrite rows, and its first row's: compute_v's ``target_init``), the KL reference and
     (edit-aware fit) how much of δ the installed update adds at each position."""
 
     resid: Float[Tensor, "row pos d_model"]
     v0: Float[Tensor, "request d_model"]
+    v0_first: Float[Tensor, "request d_model"]
     init_kl: Float[Tensor, "request vocab"]
     coef: Float[Tensor, "row pos"] | None
     keys: list[Tensor] | None = None  # per block above the layer: its cached keys (prefix reuse)
@@ -288,27 +329,155 @@ def _unedited(
     if key_dirs is not None:
         dirs = key_dirs.to(device=lm.device, dtype=torch.float32)[batch.owner]
         coef = torch.einsum("rpk,rk->rp", cap[names[2]].float(), dirs)
-    return _Unedited(cap[names[0]], v0, init_kl, coef, keys, values)
+    return _Unedited(cap[names[0]], v0, at_site[batch.first_rewrite], init_kl, coef, keys, values)
 
 
-def _full_readouts(
-    lm: LensModel, layer: int, batch: _Batch, base: _Unedited, delta: Tensor
+@dataclass
+class _Tokens:
+    """Positions run through the blocks above the layer, summed over a fit's forward passes:
+    ``real`` the positions the loss depends on, ``padded`` the rest (pad tokens, and positions
+    recomputed although δ cannot change them)."""
+
+    real: int = 0
+    padded: int = 0
+
+    def add(self, computed: int, real: int) -> None:
+        self.real += real
+        self.padded += computed - real
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """How a fit's rows run: only from the subject on (``suffix``: δ sits at the subject's last
+    token, so earlier positions are the unedited run's), and grouped by width (no padded
+    position) or padded as before issue 38 (one batch, or a few buckets of subject position)."""
+
+    suffix: bool
+    grouped: bool
+    tokens: _Tokens
+
+
+def _place(
+    batch: _Batch, base: _Unedited, delta: Tensor, rows: Tensor, start: Tensor, width: int
+) -> Tensor:
+    """The residual after the layer at positions ``start … start + width`` of ``rows``, with δ
+    added: at the subject's last token, or (edit-aware) (k·u)·δ at every position."""
+    span = start[:, None] + torch.arange(width, device=start.device)[None]
+    span = span.clamp_max(base.resid.shape[1] - 1)  # a padded layout may run past a short row
+    x = base.resid[rows[:, None], span]
+    if base.coef is not None:
+        return x + (base.coef[rows[:, None], span][..., None] * delta[batch.owner[rows]][:, None]).to(x.dtype)
+    local = torch.arange(len(rows), device=x.device)
+    at = batch.last[rows] - start
+    return x.index_put((local, at), x[local, at] + delta[batch.owner[rows]].to(x.dtype))
+
+
+def _read(
+    batch: _Batch, rows: Tensor, start: Tensor, y: Tensor, tok_out: Tensor, kl_out: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Scatter a group's final residual ``y`` (row, position from ``start``) into the readouts:
+    every target-predicting token of its rows, and the subject of its "{subject} is a" rows."""
+    where = torch.full_like(batch.last, -1)
+    where[rows] = torch.arange(len(rows), device=rows.device)
+    tok = torch.nonzero(where[batch.tok_row] >= 0).squeeze(-1)
+    local = where[batch.tok_row[tok]]
+    tok_out = tok_out.index_put((tok,), y[local, batch.tok_pos[tok] - start[local]])
+    req = torch.nonzero(where[batch.kl_rows] >= 0).squeeze(-1)
+    local = where[batch.kl_rows[req]]
+    kl_out = kl_out.index_put((req,), y[local, batch.last[batch.kl_rows[req]] - start[local]])
+    return tok_out, kl_out
+
+
+def _groups(live: Tensor, start: Tensor, end: Tensor, layout: _Layout) -> list[tuple[Tensor, Tensor, int]]:
+    """(rows, first position per row, width) of each pass. Grouped: rows of one width together,
+    each from its own start, so no position is padded. Padded (before issue 38): the full path
+    runs every row over the longest; the suffix path a few buckets of subject position, each
+    from its smallest."""
+    if layout.grouped:
+        width = end[live] - start[live] + 1
+        return [(live[width == w], start[live[width == w]], int(w)) for w in torch.unique(width)]
+    if not layout.suffix:
+        rows = torch.arange(len(start), device=start.device)
+        return [(rows, torch.zeros_like(rows), int(end.max()) + 1)]
+    out = []
+    for bucket in _buckets(start[live]):
+        rows = live[bucket].sort().values
+        cut = start[rows].min()
+        out.append((rows, torch.full_like(rows, int(cut)), int(end[rows].max() - cut) + 1))
+    return out
+
+
+def _prefix(
+    base: _Unedited, i: int, rows: Tensor, start: Tensor
+) -> tuple[TransformerLensKeyValueCacheEntry, Tensor]:
+    """Block ``i``'s cached keys and values before each row's ``start``, left-padded to the
+    longest, and the attention mask that hides the padding (rotary positions follow the mask)."""
+    assert base.keys is not None and base.values is not None
+    width = int(start.max())
+    offset = torch.arange(width, device=start.device)[None] - (width - start)[:, None]
+    mask = offset >= 0
+    index = offset.clamp_min(0)
+    entry = TransformerLensKeyValueCacheEntry(
+        past_keys=base.keys[i][rows[:, None], index], past_values=base.values[i][rows[:, None], index],
+        frozen=True,
+    )
+    return entry, mask
+
+
+def _readouts(
+    lm: LensModel, layer: int, batch: _Batch, base: _Unedited, delta: Tensor, active: Tensor,
+    layout: _Layout,
 ) -> tuple[Float[Tensor, "tok d_model"], Float[Tensor, "request d_model"]]:
-    """The final residual at every target token and at each "{subject} is a" row's subject,
-    with δ added after ``layer``, every position of every row recomputed."""
-    rows = torch.arange(len(batch.last), device=lm.device)
-    if base.coef is None:
-        x = base.resid.clone()
-        x[rows, batch.last] = x[rows, batch.last] + delta[batch.owner].to(x.dtype)
+    """The final residual at every target token and at each "{subject} is a" row's subject, with
+    δ added after ``layer``, computing the rows of the ``active`` requests only (the others'
+    readouts stay zero, and their loss is never used)."""
+    dim = base.resid.shape[-1]
+    tok_out = base.resid.new_zeros(len(batch.tok_row), dim)
+    kl_out = base.resid.new_zeros(batch.n_requests, dim)
+    live = torch.nonzero(active[batch.owner]).squeeze(-1)
+    changed = batch.last if base.coef is None else torch.zeros_like(batch.last)
+    start = batch.last if layout.suffix else torch.zeros_like(batch.last)
+    for rows, first, width in _groups(live, start, batch.needed, layout):
+        x = _place(batch, base, delta, rows, first, width)
+        if layout.suffix:
+            for i, block in enumerate(lm.model.blocks[layer + 1 :]):
+                entry, mask = _prefix(base, i, rows, first)
+                if layout.grouped:
+                    full = torch.cat([mask, mask.new_ones(len(rows), width)], 1).long()
+                    x = block(x, past_kv_cache_entry=entry, attention_mask=full)
+                else:  # each bucket starts at one position: no mask needed
+                    x = block(x, past_kv_cache_entry=entry)
+        else:
+            x = lm.model(x, start_at_layer=layer + 1, stop_at_layer=lm.cfg.n_layers)
+        tok_out, kl_out = _read(batch, rows, first, x, tok_out, kl_out)
+        real = batch.needed[rows] - torch.maximum(changed[rows], first) + 1
+        layout.tokens.add(len(rows) * width, int(real[active[batch.owner[rows]]].sum()))
+    return tok_out, kl_out
+
+
+def _losses(
+    lm: LensModel, layer: int, batch: _Batch, base: _Unedited, delta: Tensor, loop: _Loop,
+    active: Tensor, layout: _Layout,
+) -> tuple[Float[Tensor, " request"], Float[Tensor, " request"]]:
+    """(loss, mean target NLL) per request with δ added after ``layer`` (only the ``active``
+    requests' values are meaningful)."""
+    at_targets, at_kl = _readouts(lm, layer, batch, base, delta, active, layout)
+    log_probs = lm.unembed(at_targets).float().log_softmax(-1)
+    token_nll = -log_probs.gather(-1, batch.tok_gold[:, None]).squeeze(-1)
+    n = batch.n_requests
+    count = torch.bincount(batch.tok_owner, minlength=n).float()
+    nll = torch.zeros(n, device=lm.device).index_add(0, batch.tok_owner, token_nll) / count
+    kl_now = lm.unembed(at_kl).float().log_softmax(-1)
+    kl = (kl_now.exp() * (kl_now - base.init_kl)).sum(-1)  # KL(current ‖ unedited)
+    if loop.decay == "rome":  # compute_v: ‖δ‖ / ‖target_init‖², target_init the first row's
+        decay = delta.norm(dim=-1) / base.v0_first.norm(dim=-1) ** 2
     else:
-        x = base.resid + (base.coef[..., None] * delta[batch.owner][:, None, :]).to(base.resid.dtype)
-    final = lm.model(x, start_at_layer=layer + 1, stop_at_layer=lm.cfg.n_layers)
-    return final[batch.tok_row, batch.tok_pos], final[batch.kl_rows, batch.last[batch.kl_rows]]
+        decay = (delta.norm(dim=-1) / base.v0.norm(dim=-1)) ** 2
+    return nll + loop.kl_factor * kl + loop.weight_decay * decay, nll
 
 
 _BUCKETS = 4
-"""Most row groups a suffix step runs: one group per distinct subject position would read every
-block's weights once per group, which costs more than the positions it saves."""
+"""Most row groups the padded suffix layout (before issue 38) runs."""
 
 
 def _buckets(cuts: Tensor, n: int = _BUCKETS) -> list[Tensor]:
@@ -328,63 +497,6 @@ def _buckets(cuts: Tensor, n: int = _BUCKETS) -> list[Tensor]:
     return [order[lo:hi] for lo, hi in itertools.pairwise(bounds) if hi > lo]
 
 
-def _suffix_readouts(
-    lm: LensModel, layer: int, batch: _Batch, base: _Unedited, delta: Tensor, active: Tensor
-) -> tuple[Float[Tensor, "tok d_model"], Float[Tensor, "request d_model"]]:
-    """The same readouts, computing only what δ changes: δ sits at the subject's last token, so
-    every earlier position is as in the unedited run. Rows run in a few groups of similar
-    subject position, each from its smallest, attending to the cached keys and values before
-    it; rows of converged requests are left out (their readouts stay zero, and their loss is
-    never used)."""
-    assert base.keys is not None and base.values is not None
-    dim = base.resid.shape[-1]
-    tok_out = base.resid.new_zeros(len(batch.tok_row), dim)
-    kl_out = base.resid.new_zeros(batch.n_requests, dim)
-    live = torch.nonzero(active[batch.owner]).squeeze(-1)
-    # The last position each row needs: its last target-predicting token, or the subject.
-    needed = batch.last.clone()
-    needed = needed.scatter_reduce(0, batch.tok_row, batch.tok_pos, reduce="amax")
-    for bucket in _buckets(batch.last[live]):
-        group = live[bucket].sort().values
-        cut, end = int(batch.last[group].min()), int(needed[group].max()) + 1
-        x = base.resid[group, cut:end].clone()
-        rows = torch.arange(len(group), device=x.device)
-        x[rows, batch.last[group] - cut] = x[rows, batch.last[group] - cut] + delta[batch.owner[group]].to(x.dtype)
-        for i, block in enumerate(lm.model.blocks[layer + 1 :]):
-            entry = TransformerLensKeyValueCacheEntry(
-                past_keys=base.keys[i][group, :cut], past_values=base.values[i][group, :cut], frozen=True
-            )
-            x = block(x, past_kv_cache_entry=entry)
-        tok = torch.nonzero(torch.isin(batch.tok_row, group)).squeeze(-1)
-        local = torch.searchsorted(group, batch.tok_row[tok])
-        tok_out = tok_out.index_put((tok,), x[local, batch.tok_pos[tok] - cut])
-        kl_requests = torch.nonzero(torch.isin(batch.kl_rows, group)).squeeze(-1)
-        kl_rows = batch.kl_rows[kl_requests]
-        kl_out = kl_out.index_put((kl_requests,), x[torch.searchsorted(group, kl_rows), batch.last[kl_rows] - cut])
-    return tok_out, kl_out
-
-
-def _losses(
-    lm: LensModel, layer: int, batch: _Batch, base: _Unedited, delta: Tensor, hp: FitSettings,
-    active: Tensor,
-) -> tuple[Float[Tensor, " request"], Float[Tensor, " request"]]:
-    """(loss, mean target NLL) per request with δ added after ``layer`` (only the ``active``
-    requests' values are meaningful when the cached prefix is reused)."""
-    if base.keys is not None:
-        at_targets, at_kl = _suffix_readouts(lm, layer, batch, base, delta, active)
-    else:
-        at_targets, at_kl = _full_readouts(lm, layer, batch, base, delta)
-    log_probs = lm.unembed(at_targets).float().log_softmax(-1)
-    token_nll = -log_probs.gather(-1, batch.tok_gold[:, None]).squeeze(-1)
-    n = batch.n_requests
-    count = torch.bincount(batch.tok_owner, minlength=n).float()
-    nll = torch.zeros(n, device=lm.device).index_add(0, batch.tok_owner, token_nll) / count
-    kl_now = lm.unembed(at_kl).float().log_softmax(-1)
-    kl = (kl_now.exp() * (kl_now - base.init_kl)).sum(-1)  # KL(current ‖ unedited)
-    decay = (delta.norm(dim=-1) / base.v0.norm(dim=-1)) ** 2
-    return nll + hp.kl_factor * kl + hp.weight_decay * decay, nll
-
-
 @dataclass(frozen=True)
 class DeltaFit:
     """The fitted residual changes.
@@ -394,13 +506,26 @@ class DeltaFit:
         v0: the unedited value at the site, averaged over the request's rewrite rows (for the
             MLP site v₀ = W k̄ + b, so v* = v₀ + δ pairs with k̄).
         nll: the target's mean NLL per request when its fit stopped.
-        steps: Adam steps taken per request (it stops on its own once its NLL is low enough).
+        steps: Adam steps taken per request (it stops on its own once its loss or NLL is low
+            enough).
+        real_tokens: positions run through the blocks above the layer, over all forward passes,
+            that the loss depends on.
+        padded_tokens: positions run that it does not (pad tokens; unchanged positions
+            recomputed); 0 in the grouped layout.
     """
 
     delta: Float[Tensor, "request d_model"]
     v0: Float[Tensor, "request d_model"]
     nll: Float[Tensor, " request"]
     steps: tuple[int, ...]
+    real_tokens: int = 0
+    padded_tokens: int = 0
+
+    @property
+    def padding_share(self) -> float:
+        """Padded positions as a share of every position run."""
+        total = self.real_tokens + self.padded_tokens
+        return self.padded_tokens / total if total else 0.0
 
 
 def fit_deltas(
@@ -413,31 +538,44 @@ def fit_deltas(
     site: str,
     key_dirs: Float[Tensor, "request d_mlp"] | None = None,
     reuse_prefix: bool = True,
+    grouped: bool = True,
 ) -> DeltaFit:
     """Fit, per request, the δ added after ``layer`` at ``site`` that makes the model say
     ``target_new``. Reads the model only (weights' gradients are switched off meanwhile).
 
     Requests are fitted in one batch but independently: each δ reaches only its own rows, Adam
-    is elementwise, and each request stops on its own once its NLL is below
-    ``early_stop_nll``, so a δ does not depend on its batch-mates. The residual after ``layer``
-    is computed once; each step runs only the layers above it and unembeds only the positions
-    the loss reads. ``site`` is ``"mlp_out"`` (ROME) or ``"resid_post"`` (MEMIT): adding δ to
-    either is the same change to the residual.
+    is elementwise, and each request stops on its own, so a δ does not depend on its
+    batch-mates. The residual after ``layer`` is computed once; each step runs only the layers
+    above it and unembeds only the positions the loss reads. ``site`` is ``"mlp_out"`` (ROME) or
+    ``"resid_post"`` (MEMIT): adding δ to either is the same change to the residual.
+
+    The loop follows ``settings``: with ``stop_on="loss"`` (ROME's ``compute_v``) a request stops
+    once its total loss is below ``early_stop``, and the last of ``steps`` passes only checks
+    (``steps - 1`` updates at most); with ``"nll"`` (MEMIT's config, which has no ``stop_on``) it
+    stops on the target's NLL after up to ``steps`` updates. ``decay="rome"`` is compute_v's
+    ‖δ‖/‖v₀‖² with v₀ the first template's row (the bare prompt), which also scales the clamp;
+    ``"squared"`` is (‖δ‖/‖v̄₀‖)² with v̄₀ the mean over the rewrite rows.
 
     ``key_dirs`` (ROME's edit-aware fit): u = C⁻¹k̄ / (k̄ᵀC⁻¹k̄) per request. The rank-one update
     adds (k·u)·δ at every position with key k, so with ``key_dirs`` the fit adds exactly that
-    and fits δ for the edit that will be installed.
+    and fits δ for the edit that will be installed; every position of every row is recomputed.
 
     ``reuse_prefix`` (without ``key_dirs``: δ then changes nothing before the subject's last
     token): each step recomputes only the positions from there on, attending to the unedited
-    run's cached keys and values, and leaves out the rows of converged requests. The δ are the
-    same as with ``reuse_prefix=False`` (to float rounding), at a fraction of the cost.
+    run's cached keys and values, and leaves out the rows of converged requests. ``grouped``:
+    rows run in groups of one width, each over exactly the positions it needs (no padding);
+    ``False`` is the padded layout of before issue 38 (for comparisons). Either choice gives the
+    same δ (to float rounding).
     """
+    loop = _Loop.of(settings)
     batch = _batch(lm, requests, templates)
-    base = _unedited(lm, layer, batch, site, key_dirs, reuse_prefix and key_dirs is None)
+    suffix = reuse_prefix and key_dirs is None
+    base = _unedited(lm, layer, batch, site, key_dirs, suffix)
+    layout = _Layout(suffix=suffix, grouped=grouped, tokens=_Tokens())
     delta = torch.zeros_like(base.v0, requires_grad=True)
-    optimiser = torch.optim.Adam([delta], lr=settings.lr)
-    max_norm = settings.clamp_norm * base.v0.norm(dim=-1)
+    optimiser = torch.optim.Adam([delta], lr=loop.lr)
+    scale = base.v0_first if loop.decay == "rome" else base.v0
+    max_norm = loop.clamp_norm * scale.norm(dim=-1)
     active = torch.ones(batch.n_requests, dtype=torch.bool, device=lm.device)
     steps = torch.zeros(batch.n_requests, dtype=torch.long)
     nll = torch.full((batch.n_requests,), float("inf"), device=lm.device)
@@ -445,14 +583,14 @@ def fit_deltas(
     try:
         for p in params:  # gradients are needed for δ only
             p.requires_grad_(False)
-        for step in range(settings.steps):
+        for step in range(loop.steps):
             optimiser.zero_grad()
-            loss, step_nll = _losses(lm, layer, batch, base, delta, settings, active)
-            step_nll = torch.where(active, step_nll.detach(), nll)
-            nll = step_nll
-            active &= step_nll.detach() >= settings.early_stop_nll
+            loss, step_nll = _losses(lm, layer, batch, base, delta, loop, active, layout)
+            nll = torch.where(active, step_nll.detach(), nll)
+            watched = loss if loop.stop_on == "loss" else step_nll
+            active &= watched.detach() >= loop.stop_below
             logger.debug("step %d: nll %s", step, [round(v, 3) for v in nll.tolist()])
-            if not bool(active.any()):
+            if not bool(active.any()) or (loop.stop_on == "loss" and step == loop.steps - 1):
                 break
             torch.where(active, loss, 0.0).sum().backward()
             _masked_step(optimiser, delta, active, max_norm)
@@ -460,7 +598,8 @@ def fit_deltas(
     finally:
         for p in params:
             p.requires_grad_(True)
-    return DeltaFit(delta.detach(), base.v0, nll, tuple(steps.tolist()))
+    tokens = layout.tokens
+    return DeltaFit(delta.detach(), base.v0, nll, tuple(steps.tolist()), tokens.real, tokens.padded)
 
 
 def _masked_step(optimiser: torch.optim.Optimizer, delta: Tensor, active: Tensor, max_norm: Tensor) -> None:

@@ -9,19 +9,22 @@ edited layer maps k̄ to exactly v₀ + δ. The edit changes the model's weights
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
 from lmsci_mi._deprecation import renamed
-from lmsci_mi.config import Config, config
+from lmsci_mi.config import Config, config, paper
 from lmsci_mi.editing.fit import (
+    DeltaFit,
     check_layer,
     check_requests,
     context_templates,
@@ -63,60 +66,134 @@ DEFAULT_ROME_LAYER_FRACTION = 0.15
 0-4 are within each other's intervals, and NS falls from layer 6 on."""
 
 
+_CODE = "Meng et al. 2022 (ROME), code: kmeng01/rome"
+_HPARAMS = f"{_CODE} hparams/ROME/gpt2-xl.json and EleutherAI_gpt-j-6B.json"
+_NOT_MEASURED = "not measured yet"
+FITS = ("rome", "edit_aware")
+"""``ROMEConfig.fit``: ROME's own fit (compute_v), or the edit-aware fit of issue 21."""
+
+
+def _as_paper(default: Any, help: str, source: str, **rules: Any) -> Any:
+    """A field whose default is the paper's value, declared with its source."""
+    return field(default=default, metadata={"help": help, **rules, **paper(default, source)})
+
+
 @config
 class ROMEConfig(Config):
-    """ROME's settings (defaults after the paper's code, adjusted for SmolLM2 where noted).
+    """ROME's settings: the paper's code (kmeng01/rome ``compute_v``, GPT-2 XL and GPT-J
+    hparams) by default; each default that differs declares the paper's value and why.
 
     Attributes:
         layer: the MLP whose ``W_out`` is edited; None is :func:`default_rome_layer`.
         trace_layer: choose the layer per fact by a causal trace of its rewrite prompt
             (:func:`traced_layer`; refuses a peak within noise). Only with ``layer`` None.
-        n_contexts: generated context prefixes for k̄ and v* (the bare prompt is added; ROME
-            uses 20; 5 halves the cost on SmolLM2 with the same ES/PS, docs/editing.md).
+        fit: ``"rome"``: δ added at the subject's last token only, as compute_v, so each step
+            recomputes only the positions from there on (the prefix is the unedited run's);
+            ``"edit_aware"``: δ added through the rank-one update that will be installed (each
+            position gets (k·u)·δ, u = C⁻¹k̄/(k̄ᵀC⁻¹k̄)), every position recomputed.
+        n_contexts: generated context prefixes for k̄ and v* (the bare prompt is added).
         context_lengths: token lengths of the generated prefixes, cycled.
-        steps: Adam steps for δ; lr: Adam learning rate.
-        early_stop_nll: stop once the target's mean NLL is below this.
+        steps: forward passes of the δ fit (with ``stop_on="loss"`` the last only checks, as
+            compute_v: at most ``steps - 1`` Adam updates); lr: Adam learning rate.
+        early_stop: stop once the watched quantity is below this.
+        stop_on: ``"loss"`` (the total loss, compute_v) or ``"nll"`` (the target's mean NLL).
         kl_factor: weight of the KL term on "{subject} is a" prompts.
-        weight_decay: weight of (‖δ‖/‖v₀‖)² (the paper's 0.5 is too strong at layer 4 of SmolLM2).
+        weight_decay: weight of the decay term.
+        decay: ``"rome"``: ‖δ‖/‖v₀‖², v₀ the bare prompt's MLP output (compute_v's
+            ``target_init``); ``"squared"``: (‖δ‖/‖v̄₀‖)², v̄₀ the mean over the rewrite rows.
+            The clamp is against the same v₀.
         clamp_norm: ‖δ‖ is clamped to ``clamp_norm``·‖v₀‖.
         damping: ridge added to C as a fraction of its mean diagonal, for stability.
         seed: seed for the context prefixes.
-        edit_aware: fit δ through the rank-one update that will be installed (each position
-            gets (k·u)·δ, u = C⁻¹k̄/(k̄ᵀC⁻¹k̄)) rather than as δ at the subject's last token.
+        pad_rows: run the fit's rows padded as before issue 38 (for speed comparisons; the δ
+            is the same to float rounding).
         stats_tokens: text tokens for the key statistics when they must be computed.
+
+    ``edit_aware=`` (a bool) and ``early_stop_nll=`` are the deprecated names of ``fit`` and
+    ``early_stop``.
     """
 
     one_fact_per_edit: ClassVar[bool] = True
     """ROME installs one fact per edit; an evaluation restores the weights between facts."""
 
     layer: int | None = field(
-        default=None, metadata={"help": "MLP layer to edit (none: the default layer)", "ge": 0}
+        default=None,
+        metadata={"help": "MLP layer to edit (none: the default layer)", "ge": 0,
+                  **paper("17 of 48 (GPT-2 XL), 5 of 28 (GPT-J)", _HPARAMS + " layers",
+                          why="benchmarks/rome_layers.py, docs/data/rome_layers.json (layer 4 of 30)")},
     )
     trace_layer: bool = field(
         default=False, metadata={"help": "pick each fact's layer by a causal trace"}
     )
-    n_contexts: int = field(default=5, metadata={"help": "generated context prefixes", "ge": 1})
-    context_lengths: tuple[int, ...] = field(
-        default=(5, 10), metadata={"help": "prefix lengths", "ge": 1, "min_length": 1}
+    fit: str = field(
+        default="rome",
+        metadata={"help": "rome: delta at the subject's last token (compute_v); edit_aware: "
+                          "through the installed update", "choices": FITS,
+                  **paper("rome", f"{_CODE} rome/compute_v.py (delta at lookup_idxs)")},
     )
-    steps: int = field(default=40, metadata={"help": "Adam steps for delta", "ge": 1})
-    lr: float = field(default=0.5, metadata={"help": "Adam learning rate", "gt": 0})
-    early_stop_nll: float = field(
-        default=0.05, metadata={"help": "stop below this target NLL", "ge": 0}
-    )
-    kl_factor: float = field(default=0.0625, metadata={"help": "weight of the KL term", "ge": 0})
-    weight_decay: float = field(
-        default=0.05, metadata={"help": "weight of (|delta|/|v0|)^2", "ge": 0}
-    )
-    clamp_norm: float = field(default=4.0, metadata={"help": "|delta| <= clamp_norm*|v0|", "gt": 0})
+    n_contexts: int = _as_paper(20, "generated context prefixes",
+                                _HPARAMS + " context_template_length_params [[5, 10], [10, 10]]", ge=1)
+    context_lengths: tuple[int, ...] = _as_paper((5, 10), "prefix lengths",
+                                                 _HPARAMS + " context_template_length_params",
+                                                 ge=1, min_length=1)
+    steps: int = _as_paper(20, "forward passes of the delta fit", _HPARAMS + " v_num_grad_steps", ge=1)
+    lr: float = _as_paper(0.5, "Adam learning rate", _HPARAMS + " v_lr", gt=0)
+    early_stop: float = _as_paper(0.05, "stop below this (see --stop-on)",
+                                  f"{_CODE} rome/compute_v.py: if loss < 5e-2: break", ge=0)
+    stop_on: str = _as_paper("loss", "what early_stop watches: loss (total) or nll (target)",
+                             f"{_CODE} rome/compute_v.py: the total loss", choices=("loss", "nll"))
+    kl_factor: float = _as_paper(0.0625, "weight of the KL term", _HPARAMS + " kl_factor", ge=0)
+    weight_decay: float = _as_paper(0.5, "weight of the decay term", _HPARAMS + " v_weight_decay", ge=0)
+    decay: str = _as_paper("rome", "rome: |delta|/|v0|^2 (compute_v); squared: (|delta|/|mean v0|)^2",
+                           f"{_CODE} rome/compute_v.py: norm(delta) / norm(target_init) ** 2",
+                           choices=("rome", "squared"))
+    clamp_norm: float = _as_paper(4.0, "|delta| <= clamp_norm*|v0|", _HPARAMS + " clamp_norm_factor", gt=0)
     damping: float = field(
-        default=1e-4, metadata={"help": "ridge on C (fraction of its mean diagonal)", "ge": 0}
+        default=1e-4,
+        metadata={"help": "ridge on C (fraction of its mean diagonal)", "ge": 0,
+                  **paper(0.0, f"{_CODE} rome/compute_u.py: C inverted with no ridge",
+                          why=f"a guard for a near-singular C from few statistics tokens; {_NOT_MEASURED}")},
     )
     seed: int = field(default=0, metadata={"help": "seed of the context prefixes"})
-    edit_aware: bool = field(default=True, metadata={"help": "fit delta through the installed update"})
+    pad_rows: bool = field(
+        default=False,
+        metadata={"help": "fit rows padded as before issue 38 (speed comparisons)", "cli": False},
+    )
     stats_tokens: int = field(
         default=DEFAULT_STATS_TOKENS, metadata={"help": "text tokens for C", "ge": 1}
     )
+
+
+_RENAMED_FIELDS = {"edit_aware": "fit", "early_stop_nll": "early_stop"}
+
+
+def _accept_old_names(cls: type[ROMEConfig]) -> None:
+    """Take ``edit_aware=`` (True: ``fit="edit_aware"``) and ``early_stop_nll=`` as deprecated
+    keywords, and read them as attributes, each with a DeprecationWarning."""
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self: ROMEConfig, **kwargs: Any) -> None:
+        old = [name for name in _RENAMED_FIELDS if name in kwargs]
+        if old:
+            _warn_renamed(old)
+        if "edit_aware" in kwargs:
+            kwargs["fit"] = "edit_aware" if kwargs.pop("edit_aware") else "rome"
+        if "early_stop_nll" in kwargs:
+            kwargs["early_stop"] = kwargs.pop("early_stop_nll")
+        init(self, **kwargs)
+
+    cls.__init__ = __init__  # type: ignore[method-assign]
+    cls.edit_aware = property(lambda self: _warn_renamed(["edit_aware"]) or self.fit == "edit_aware")  # type: ignore[attr-defined]
+    cls.early_stop_nll = property(lambda self: _warn_renamed(["early_stop_nll"]) or self.early_stop)  # type: ignore[attr-defined]
+
+
+def _warn_renamed(names: Sequence[str]) -> None:
+    where = ", ".join(f"{name} -> {_RENAMED_FIELDS[name]}" for name in names)
+    warnings.warn(f"ROMEConfig: {where}; the old names are deprecated", DeprecationWarning, stacklevel=3)
+
+
+_accept_old_names(ROMEConfig)
 
 
 def default_rome_layer(lm: LensModel) -> int:
@@ -184,6 +261,8 @@ def rome_edit(
 
     Returns:
         An :class:`EditHandle`; ``handle.restore()`` (or leaving ``with``) restores the weights.
+        ``handle.details`` holds the fit (:func:`fit_details`): its kind, steps, final NLL and
+        the real and padded positions it ran.
 
     >>> import tempfile
     >>> from lmsci_mi import load_model
@@ -216,8 +295,9 @@ def rome_edit(
     k_bar = rome_key(lm, layer, request, templates)
     c = stats.for_layer(layer)
     c_inv_k = solve_ridge(c, k_bar, hp.damping)
-    key_dir = (c_inv_k / (c_inv_k @ k_bar.double())).float()[None] if hp.edit_aware else None
-    fit = fit_deltas(lm, layer, [request], templates, hp, site="mlp_out", key_dirs=key_dir)
+    key_dir = (c_inv_k / (c_inv_k @ k_bar.double())).float()[None] if hp.fit == "edit_aware" else None
+    fit = fit_deltas(lm, layer, [request], templates, hp, site="mlp_out", key_dirs=key_dir,
+                     grouped=not hp.pad_rows)
     # v* = v₀ + δ with v₀ = W k̄ + b (the mean output over the same rows), so the residual the
     # update must add at k̄ is exactly δ.
     weight = lm.model.blocks[layer].mlp.W_out
@@ -225,7 +305,16 @@ def rome_edit(
     seconds = time.perf_counter() - begin
     logger.info("ROME edit at layer %d: ‖δ‖ %.2f, %.1f s", layer, fit.delta.norm().item(), seconds)
     deltas = {weight_name("W_out", layer): update}
-    return EditHandle(lm, deltas, method="rome", requests=[request], seconds=seconds).apply()
+    handle = EditHandle(lm, deltas, method="rome", requests=[request], seconds=seconds)
+    handle.details.update(fit_details(fit, hp.fit))
+    return handle.apply()
+
+
+def fit_details(fit: DeltaFit, kind: str) -> dict[str, Any]:
+    """What an edit's handle reports about its δ fit: the fit, its steps and final NLL, and the
+    positions it ran through the blocks above the layer (real and padded)."""
+    return {"fit": kind, "fit_steps": fit.steps[0], "fit_nll": float(fit.nll[0]),
+            "real_tokens": fit.real_tokens, "padded_tokens": fit.padded_tokens}
 
 
 @EDITING_METHODS.register("rome", ROMEConfig, "rank-one edit of one MLP, one fact per edit")

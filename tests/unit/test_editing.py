@@ -315,16 +315,17 @@ def test_memit_evaluation_leaves_out_neighbours_about_edited_subjects(tiny: Lens
     assert ev.per_fact[0, 0, 2].item() == float(nll[1] < nll[0])  # NS over Notre Dame alone
 
 
-def test_rome_invariant_mean_key_maps_to_v0_plus_delta(tiny: LensModel, stats) -> None:
+@pytest.mark.parametrize("kind", ["rome", "edit_aware"])
+def test_rome_invariant_mean_key_maps_to_v0_plus_delta(tiny: LensModel, stats, kind: str) -> None:
     """After rome_edit, k̄ · W_new + b = v₀ + δ, with k̄ the mean key over the context templates and
-    v₀ the mean unedited MLP output over the same rows, as ROME computes them."""
+    v₀ the mean unedited MLP output over the same rows, as ROME computes them (either fit)."""
     from lmsci_mi.editing.rome import rome_key, solve_ridge
 
-    hp = FAST_ROME.replace(steps=6)
+    hp = FAST_ROME.replace(steps=6, fit=kind)
     templates = context_templates(tiny, hp.n_contexts, hp.context_lengths, seed=hp.seed)
     k_bar = rome_key(tiny, 0, EIFFEL, templates)
     c_inv_k = solve_ridge(stats.for_layer(0), k_bar, hp.damping)
-    u = (c_inv_k / (c_inv_k @ k_bar.double())).float()[None]
+    u = (c_inv_k / (c_inv_k @ k_bar.double())).float()[None] if kind == "edit_aware" else None
     fit = fit_deltas(tiny, 0, [EIFFEL], templates, hp, site="mlp_out", key_dirs=u)
     mlp = tiny.model.blocks[0].mlp
     v0 = k_bar @ mlp.W_out + mlp.b_out

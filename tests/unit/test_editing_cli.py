@@ -19,10 +19,11 @@ def parse(*argv: str):
 
 def test_unset_flags_take_the_chosen_methods_defaults() -> None:
     assert method_config(parse("--method", "rome")) == ROMEConfig()
-    assert method_config(parse("--method", "memit")) == MEMITConfig()  # steps 20, not ROME's 40
+    assert method_config(parse("--method", "memit")) == MEMITConfig()
     config = method_config(parse("--method", "memit", "--layers", "2,3", "--steps", "7"))
     assert config == MEMITConfig(layers=(2, 3), steps=7)
-    assert method_config(parse("--layer", "4", "--no-edit-aware")) == ROMEConfig(layer=4, edit_aware=False)
+    config = method_config(parse("--layer", "4", "--fit", "edit_aware", "--stop-on", "nll"))
+    assert config == ROMEConfig(layer=4, fit="edit_aware", stop_on="nll")
 
 
 def test_a_flag_of_another_method_is_an_error() -> None:

@@ -33,27 +33,77 @@ class CostBefore(TypedDict):
     evaluation_one_fact_s: float
 
 
+class RomeFloor(TypedDict):
+    """ROME's counted arithmetic with one fit and layout (issue 38: the paper's settings with only
+    the positions they need, and the edit-aware fit padded as before)."""
+
+    label: str
+    config: dict[str, Any]
+    gflop_per_edit: list[float]
+    gflop_mean: float
+    real_tokens_each: list[int]
+    padded_tokens_each: list[int]
+    padding_share: float
+    """Padded positions over all positions run through the blocks above the layer (the fit's
+    passes; the unedited run and the unembedding are not positions of the blocks)."""
+
+
 class ArithmeticFloor(TypedDict):
-    """FLOPs per edit over the CPU's float32 matmul rate: the least time an edit can take here."""
+    """FLOPs per edit over the CPU's float32 matmul rate: the least time an edit can take here,
+    with these settings, at that rate."""
 
     date: str
     matmul_gflops: dict[str, float]
     """GFLOP/s by thread count ("1", "2")."""
-    rome_gflop_per_edit: list[float]
-    rome_gflop_mean: float
+    rome: list[RomeFloor]
     rome_layer: int
     memit_gflop_per_fact: float
     memit_facts_counted: int
-    rome_floor_s: float
     rome_target_s: float
     memit_50_floor_s: float
     memit_target_s: float
     how: str
 
 
+class RomeFitRun(TypedDict):
+    """One ROME fit timed on each speed fact (issue 38: the edit-aware fit padded, before, and
+    the paper's fit grouped, after), alternated fact by fact in one run."""
+
+    label: str
+    config: dict[str, Any]
+    """``ROMEConfig.params()``."""
+    wall_s_each: list[float]
+    cpu_s_each: list[float]
+    median_s: float
+    min_s: float
+    max_s: float
+    steps_each: list[int]
+    real_tokens_each: list[int]
+    padded_tokens_each: list[int]
+    padding_share: float
+    """Padded over all positions run, summed over the facts."""
+    p_new_each: list[float]
+    """p(target_new) after the rewrite prompt on the edited model (``target_probabilities``)."""
+    p_true_each: list[float]
+    installed: int
+    """Facts with p(new) > p(true) after the edit."""
+
+
+class RomeFits(TypedDict):
+    date: str
+    threads: int
+    quiet: bool
+    """False: other jobs shared the CPU, so the times are an upper reading, not the acceptance run."""
+    facts: list[str]
+    """The speed facts' subjects (the first of ``load_facts()``)."""
+    runs: list[RomeFitRun]
+
+
 class _EditingSpeedOptional(TypedDict, total=False):
     arithmetic_floor: ArithmeticFloor
     """Written by --floor, kept by --speed."""
+    rome_fits: RomeFits
+    """Written by --speed (ROME's rows), kept by a run that does not time ROME."""
 
 
 class EditingSpeedData(_EditingSpeedOptional):
