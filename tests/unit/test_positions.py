@@ -417,6 +417,7 @@ SLICE = re.compile(r"\[\s*((\.\.\.|:|\d+)\s*,\s*)*1\s*:")
 
 ALLOWED: dict[tuple[str, str], str] = {
     ("representations/reading.py", "padded[..., 1:]"): "midpoints of sorted scores",
+    ("steering/caa.py", "rows[1::2]"): "every second row: the A/B items' other-letter answers",
     ("config.py", "low[1:]"): "a string: the bound after its bracket",
     ("probes/cfg/model.py", "tokens[:, 1:]"): "targets: the next token",
     ("probes/cfg/model.py", "mask[:, 1:]"): "the next token is predictable",
