@@ -70,8 +70,7 @@ class ROMEConfig(Config):
     Attributes:
         layer: the MLP whose ``W_out`` is edited; None is :func:`default_rome_layer`.
         trace_layer: choose the layer per fact by a causal trace of its rewrite prompt
-            (:func:`traced_layer`; refuses a trace whose corruption removes nothing, or whose
-            peak is within noise). Only with ``layer`` None.
+            (:func:`traced_layer`; refuses a peak within noise). Only with ``layer`` None.
         n_contexts: generated context prefixes for k̄ and v* (the bare prompt is added; ROME
             uses 20; 5 halves the cost on SmolLM2 with the same ES/PS, docs/editing.md).
         context_lengths: token lengths of the generated prefixes, cycled.
