@@ -531,23 +531,32 @@ def _share(r: GuardRate) -> str:
 @table("guard_null")
 def guard_null(data: GuardNullData) -> str:
     """benchmarks/guard_null.py: the share of traces each traced-layer guard accepts, on traces
-    with no fact (the false-positive rate) and on known facts (the power), Wilson 95 %."""
+    with no fact (the false-positive rate), on known facts (the power) and on the editing fact's
+    noise seeds, Wilson 95 %."""
     alpha = data["alpha"]
+    sets = [("null", "no fact: a random target (clean p < " + f"{data['max_clean_p']:g}), the false-positive rate"),
+            ("known", "known facts, clean top-1 (the true answer): the power"),
+            ("eiffel", "the editing fact (Eiffel Tower), noise seeds 0-3")]
     return markdown(
         ["traces (MLP, last subject token)", "old guard: peak > 2 s.e. of its layer",
-         f"new guard: max-over-layers sign-flip p ≤ {alpha:g}"],
-        [["no fact: a random target (clean p < " + f"{data['max_clean_p']:g}), the false-positive rate",
-          _share(data["null"]["old"]), _share(data["null"]["new"])],
-         ["known facts, clean top-1 (the true answer): the power", _share(data["known"]["old"]),
-          _share(data["known"]["new"])]],
+         f"peak: max-over-layers sign-flip p ≤ {alpha:g}", f"gap: clean > corrupted, sign-flip p ≤ {alpha:g}",
+         "gap and peak (`traced_layer`)"],
+        [[label, *(_share(data[name][guard]) for guard in ("old", "peak", "gap", "guard"))]
+         for name, label in sets],
     )
 
 
 @table("guard_eiffel")
 def guard_eiffel(data: GuardNullData) -> str:
-    """benchmarks/guard_null.py: the editing fact's guard trace per noise seed, both guards."""
-    rows = [[t["seed"], t["layer"], pm(t["effect"], t["se"], 4),
-             "yes" if t["old_accepted"] else "no", f"{t['p_value']:.3g}",
-             "yes" if t["new_accepted"] else "no (refused)"] for t in data["eiffel"]]
+    """benchmarks/guard_null.py: the editing fact's guard trace per noise seed, every guard."""
+    def yes(accepted: bool) -> str:
+        return "yes" if accepted else "no"
+
+    rows = [[t["seed"], t["layer"], pm(t["effect"], t["se"], 4), yes(t["old_accepted"]),
+             f"{t['p_value']:.3g}", f"{t['clean_prob']:.3f} − {t['corrupted_prob']:.3f}",
+             f"{t['gap_p_value']:.3g}", "yes" if t["accepted"] else "no (refused)"]
+            for t in data["eiffel"]["traces"]]
+    samples = data["noise_samples"]
     return markdown(["noise seed", "peak layer", "effect ± s.e.", "old guard (> 2 s.e.)",
-                     f"sign-flip p ({data['noise_samples']} samples)", "`traced_layer` accepts"], rows)
+                     f"peak sign-flip p ({samples} samples)", "p clean − corrupted",
+                     f"gap sign-flip p ({samples} samples)", "`traced_layer` accepts"], rows)

@@ -32,7 +32,7 @@ from lmsci_mi.config import Config, config, paper
 from lmsci_mi.errors import UnknownNameError, UserInputError
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name
-from lmsci_mi.stats import MaxSignFlipTest, sign_flip_max_test, standard_error
+from lmsci_mi.stats import MaxSignFlipTest, sign_flip_max_test, sign_flip_test, standard_error
 from lmsci_mi.sweep import BaseRun, Intervention, Row, SweepConfig, SweepStats, run_rows
 
 if TYPE_CHECKING:
@@ -63,8 +63,8 @@ SEVERED_KINDS = ("sever_mlp", "sever_attn")
 at their corrupted values in every layer (ROME Fig. 3)."""
 
 PEAK_TEST_ALPHA = 0.05
-"""The level :meth:`CausalTrace.peak_test` is read at where a caller accepts a traced peak
-(``traced_layer`` in ROME): the chance that a trace with no effect at any layer passes."""
+"""The level :meth:`CausalTrace.gap_test` and :meth:`CausalTrace.peak_test` are read at where a
+caller accepts a traced peak (``traced_layer`` in ROME): each test's chance of passing its null."""
 
 _KIND_SITE = {"resid": "resid_post", "mlp": "mlp_out", "attn": "attn_out"}
 _SEVERED_SITE = {"sever_mlp": "mlp_out", "sever_attn": "attn_out"}
@@ -208,6 +208,29 @@ class CausalTrace(Result):
         restored = self.sample_values[self.kinds.index(kind), :, pos]  # [layer, sample]
         differences = (restored - self.corrupted_samples).double().T  # [sample, layer]
         return sign_flip_max_test(differences, n_flips=n_flips, seed=seed)
+
+    def gap_test(self, *, n_flips: int = 10_000, seed: int = 0) -> MaxSignFlipTest:
+        """Does the corruption remove something: is the clean run's metric above the corrupted
+        runs'?
+
+        A trace locates what the noise destroys; where the clean run gives the target no more
+        than the corrupted runs do, there is nothing to locate, and a peak is a restoration
+        effect of no fact (docs/circuits.md, "The traced-layer guard"). The differences (clean
+        metric minus each noise sample's corrupted metric) go to the one-sided
+        :func:`~lmsci_mi.stats.sign_flip_test`: exact at ROME's 10 samples, where ``p = 1/1024``
+        means every corrupted sample is below the clean run. It needs no restored run.
+
+        Returns:
+            A :class:`~lmsci_mi.stats.MaxSignFlipTest` with one test: ``statistic`` is the mean
+            gap; a caller accepts a gap where ``p_value <= PEAK_TEST_ALPHA``.
+
+        Raises:
+            ValueError: the trace kept no per-sample values (saved before they were).
+        """
+        if self.corrupted_samples is None:
+            raise UserInputError("this trace kept no per-sample values; trace it again to test its gap")
+        differences = self.clean_metric - self.corrupted_samples.double()
+        return sign_flip_test(differences, n_flips=n_flips, seed=seed)
 
     def default_title(self, **options: object) -> str:
         what = _METRIC_LABEL[self.metric]

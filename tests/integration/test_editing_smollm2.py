@@ -78,12 +78,14 @@ def test_the_traced_layer_of_the_eiffel_fact(
     clean_smollm2: LensModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """ROMEConfig(trace_layer=True) edits at the MLP peak at the last subject token only when
-    it passes ``CausalTrace.peak_test`` (the largest of the 30 layers' effects under the 1,024 sign
-    flips of the 10 noise samples, p <= 0.05). Pinned from docs/data/guard_null.json (``eiffel``,
-    noise seed 0, written by benchmarks/guard_null.py): the peak layer, its effect (relative
-    1e-3: thread-count rounding) and the exact p-value (within two flips of 1,024: a flip whose
-    maximum ties the peak may fall either side under that rounding). At seed 0 the guard accepts
-    layer 15 (p = 4/1024), yet the peak restores under 2 % of the clean-corrupted gap
+    the clean run beats the corrupted runs (``CausalTrace.gap_test``, one-sided sign-flip over
+    the 10 noise samples) and the peak passes ``CausalTrace.peak_test`` (the largest of the 30
+    layers' effects under the 1,024 sign flips), each at p <= 0.05. Pinned from
+    docs/data/guard_null.json (``eiffel``, noise seed 0, written by benchmarks/guard_null.py): the
+    peak layer, its effect and the gap (relative 1e-3: thread-count rounding) and the exact
+    p-values (within two flips of 1,024: a flip whose statistic ties the observed one may fall
+    either side under that rounding). At seed 0 the guard accepts layer 15 (gap p = 1/1024,
+    peak p = 4/1024), yet the peak restores under 2 % of the clean-corrupted gap
     (docs/editing.md): no guide to where the fact lives."""
     import json
     from pathlib import Path
@@ -93,7 +95,7 @@ def test_the_traced_layer_of_the_eiffel_fact(
     from lmsci_mi.editing.rome import traced_layer
 
     data = Path(__file__).resolve().parents[2] / "docs" / "data" / "guard_null.json"
-    pinned = json.loads(data.read_text(encoding="utf-8"))["eiffel"][0]
+    pinned = json.loads(data.read_text(encoding="utf-8"))["eiffel"]["traces"][0]
     assert pinned["seed"] == 0 and pinned["subject"] == EIFFEL.subject
     lm, guard = clean_smollm2, TraceConfig(kinds=("mlp",), last_subject_only=True)
     trace = causal_trace(lm, EIFFEL.rewrite_prompt, EIFFEL.subject, guard)
@@ -102,6 +104,9 @@ def test_the_traced_layer_of_the_eiffel_fact(
     assert layer == test.argmax == pinned["layer"]
     assert effect == pytest.approx(pinned["effect"], rel=1e-3)
     assert test.p_value == pytest.approx(pinned["p_value"], abs=2 / 1024)
+    gap = trace.gap_test()
+    assert gap.statistic == pytest.approx(pinned["gap"], rel=1e-3)
+    assert gap.p_value == pytest.approx(pinned["gap_p_value"], abs=2 / 1024)
     assert effect < 0.02 * (trace.clean_prob - trace.corrupted_prob)
 
     def same_trace(lm_, prompt, subject, config):  # handed back instead of traced again
@@ -109,7 +114,7 @@ def test_the_traced_layer_of_the_eiffel_fact(
         return trace
 
     monkeypatch.setattr(lmsci_mi.circuits, "causal_trace", same_trace)
-    assert pinned["new_accepted"] and test.p_value < 0.05  # 4 flips of 1,024 reach the peak
+    assert pinned["accepted"] and gap.p_value < 0.05 and test.p_value < 0.05
     assert traced_layer(lm, EIFFEL) == pinned["layer"] == 15
 
 

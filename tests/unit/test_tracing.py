@@ -134,3 +134,22 @@ def test_last_subject_only_restores_that_token_alone_and_peak_test_reads_it(tiny
         last.peak_test("attn")
     with pytest.raises(ValueError, match="per-sample values"):
         dataclasses.replace(last, sample_values=None).peak_test("mlp")
+
+
+def test_gap_test_compares_the_clean_run_with_each_corrupted_sample(tiny: LensModel) -> None:
+    """The gap test reads the clean metric and the corrupted samples only, one-sided."""
+    import dataclasses
+
+    from lmsci_mi.stats import sign_flip_test
+
+    trace = causal_trace(tiny, PROMPT, SUBJECT, TraceConfig(kinds=("mlp",), n_samples=6, window=1))
+    test = trace.gap_test()
+    assert test == sign_flip_test(trace.clean_metric - trace.corrupted_samples.double())
+    assert (test.n_tests, test.n_samples, test.n_flips, test.exact) == (1, 6, 64, True)
+    assert test.statistic == pytest.approx(trace.clean_metric - trace.corrupted_metric, abs=1e-6)
+    above = float(trace.corrupted_samples.max()) + 0.1
+    assert dataclasses.replace(trace, clean_value=above).gap_test().p_value == 1 / 64
+    below = float(trace.corrupted_samples.min()) - 0.1
+    assert dataclasses.replace(trace, clean_value=below).gap_test().p_value == 1.0
+    with pytest.raises(ValueError, match="per-sample values"):
+        dataclasses.replace(trace, corrupted_samples=None).gap_test()

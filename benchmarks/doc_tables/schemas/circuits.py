@@ -505,7 +505,7 @@ class PatchingData(TypedDict):
 
 
 class GuardTrace(TypedDict):
-    """One MLP-only trace at the last subject token, and both traced-layer guards' verdicts."""
+    """One MLP-only trace at the last subject token, and every traced-layer guard's verdict."""
 
     prompt: str
     subject: str
@@ -523,8 +523,18 @@ class GuardTrace(TypedDict):
     p_value: float
     """``peak_test``: the max-over-layers sign-flip p-value."""
     test_layer: int
-    new_accepted: bool
-    """p_value <= alpha."""
+    peak_accepted: bool
+    """p_value <= alpha: the peak test alone (the guard of issue 37's first pass)."""
+    corrupted_samples: list[float]
+    """p(target) on each noise sample's corrupted run."""
+    gap: float
+    """``gap_test``'s statistic: clean_prob minus the mean of corrupted_samples."""
+    gap_p_value: float
+    """``gap_test``: the one-sided sign-flip p-value of clean minus each corrupted sample."""
+    gap_accepted: bool
+    """gap_p_value <= alpha."""
+    accepted: bool
+    """gap_accepted and peak_accepted: what ``traced_layer`` accepts."""
 
 
 class GuardRate(TypedDict):
@@ -538,7 +548,13 @@ class GuardRate(TypedDict):
 class GuardSet(TypedDict):
     definition: str
     old: GuardRate
-    new: GuardRate
+    """The peak above 2 s.e. of its layer (the guard before issue 37)."""
+    peak: GuardRate
+    """The peak test alone."""
+    gap: GuardRate
+    """The gap test alone."""
+    guard: GuardRate
+    """Both: ``traced_layer``'s guard."""
     positive_peaks: int
     """Traces whose peak effect is above zero."""
     clean_above_corrupted: int
@@ -557,5 +573,5 @@ class GuardNullData(TypedDict):
     """Traces with no fact: the share accepted is the false-positive rate."""
     known: GuardSet
     """Known facts for their true answer: the share accepted is the power."""
-    eiffel: list[GuardTrace]
+    eiffel: GuardSet
     """The editing fact of docs/editing.md at noise seeds 0-3."""
