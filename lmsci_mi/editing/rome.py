@@ -86,7 +86,8 @@ class ROMEConfig(Config):
     Attributes:
         layer: the MLP whose ``W_out`` is edited; None is :func:`default_rome_layer`.
         trace_layer: choose the layer per fact by a causal trace of its rewrite prompt
-            (:func:`traced_layer`; refuses a trace with no gap to locate, or a peak within noise). Only with ``layer`` None.
+            (:func:`traced_layer`; refuses a trace with no gap to locate, or a peak within
+            noise). Only with ``layer`` None.
         fit: ``"rome"``: δ added at the subject's last token only, as compute_v, so each step
             recomputes only the positions from there on (the prefix is the unedited run's);
             ``"edit_aware"``: δ added through the rank-one update that will be installed (each
