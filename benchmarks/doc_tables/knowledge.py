@@ -158,9 +158,10 @@ def tuned_lens_eiffel(data: TunedLensData) -> str:
     return markdown(["layer", *LENS_NAMES.values()], rows)
 
 
-def _below(s: dict, other: str, metric: str) -> int:
-    """Layers where the tuned lens's paired interval against ``other`` lies below 0."""
-    return sum(high < 0 for _, high in s["tuned_minus"][other][f"{metric}_ci"])
+def _below(s: dict, other: str, metric: str, *, above: bool = False) -> int:
+    """Layers where the tuned lens's paired interval against ``other`` lies below 0 (or above)."""
+    return sum(low > 0 if above else high < 0
+               for low, high in s["tuned_minus"][other][f"{metric}_ci"])
 
 
 @table("tuned_lens_summary")
@@ -183,8 +184,9 @@ def tuned_lens_summary(data: TunedLensData) -> str:
             f"- {s['set']} ({s['n_texts']} texts, {s['n_tokens']} tokens): tuned KL below the "
             f"least-squares map's at **{_below(s, 'least_squares', 'kl')} of {n}** layers and below "
             f"the logit lens's at {_below(s, 'logit', 'kl')} of {n}; calibration error below the "
-            f"least-squares map's at **{_below(s, 'least_squares', 'calibration')} of {n}** "
-            "(paired 95 % intervals below 0)."
+            f"least-squares map's at **{_below(s, 'least_squares', 'calibration')} of {n}** and "
+            f"above it at {_below(s, 'least_squares', 'calibration', above=True)} (paired 95 % "
+            "intervals below or above 0)."
         )
     e = data["eiffel"]
     upper = range(23, min(29, len(e["prob"]["tuned"])))
