@@ -38,7 +38,9 @@ __all__ = [
     "SCHEDULES",
     "TrainConfig",
     "TrainingRecord",
+    "load_checkpoint",
     "load_or_train",
+    "save_checkpoint",
     "train_model",
     "trained_folder",
     "training_key",
@@ -228,7 +230,7 @@ def _set_rng_state(tensors: Mapping[str, Tensor], plain: Mapping[str, Any]) -> N
     np.random.set_state((name, keys, position, has_gauss, cached))
 
 
-def _save_checkpoint(
+def save_checkpoint(
     path: Path,
     model: nn.Module,
     optimiser: torch.optim.Optimizer,
@@ -256,13 +258,15 @@ def _save_checkpoint(
         os.replace(temporary, path)
 
 
-def _load_checkpoint(
+def load_checkpoint(
     path: Path,
     model: nn.Module,
     optimiser: torch.optim.Optimizer,
     schedule: torch.optim.lr_scheduler.LRScheduler,
 ) -> dict[str, Any]:
-    """Restore a checkpoint written by :func:`_save_checkpoint`; returns its progress."""
+    """Restore a checkpoint written by :func:`save_checkpoint` into ``model``, ``optimiser`` and
+    ``schedule`` (and the global RNG state); returns its progress. Public for loops that need
+    their own step (the tuned lens's per-layer backward passes)."""
     with safe_open(str(path), framework="pt") as handle:
         meta = json.loads(handle.metadata()["state"])
     tensors = load_file(path)
@@ -354,7 +358,7 @@ def train_model(
     run = _Run()
     checkpoint = checkpoints / CHECKPOINT if checkpoints is not None else None
     if checkpoint is not None and checkpoint.is_file():
-        state = _load_checkpoint(checkpoint, built, optimiser, schedule)
+        state = load_checkpoint(checkpoint, built, optimiser, schedule)
         run = _Run(state["step"], state["losses"], state["seconds"], state["cpu_seconds"],
                    state["step"])
         log.info("resuming %s from step %d (%s)", desc, run.step, checkpoint)
@@ -417,7 +421,7 @@ def _run_steps(
         ):
             progress_state = {"step": run.step, "losses": run.losses, "seconds": run.seconds,
                               "cpu_seconds": run.cpu_seconds}
-            _save_checkpoint(checkpoint, model, optimiser, schedule, progress_state)
+            save_checkpoint(checkpoint, model, optimiser, schedule, progress_state)
         if on_step is not None:
             on_step(step, model)
             model.train()

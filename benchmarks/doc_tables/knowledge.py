@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import MODEL_SHORT, Renderer, markdown, minus, num, pm, table
+from . import MODEL_SHORT, Renderer, ci, markdown, minus, num, pm, table
 from .schemas.knowledge import (
     EiffelSubUpdates,
     KnowledgeNeuronsData,
@@ -95,21 +95,113 @@ def kn_table(data: KnowledgeNeuronsData) -> str:
 
 
 
+LENS_NAMES = {"logit": "logit", "least_squares": "least squares", "tuned": "tuned"}
+
+
+def _lens_table(data: TunedLensData, metric: str, digits: int) -> str:
+    """Per layer and held-out set, each lens's ``metric`` with its bootstrap interval."""
+    sets = data["sets"]
+    header, rows = ["layer"], []
+    for s in sets:
+        header += [f"{s['set']}: {name}" if i == 0 else name
+                   for i, name in enumerate(LENS_NAMES.values())]
+    for layer in range(len(sets[0]["lenses"]["logit"][metric])):
+        cells: list[object] = [layer]
+        for s in sets:
+            for lens in LENS_NAMES:
+                curve = s["lenses"][lens]
+                cells.append(ci(curve[metric][layer], *curve[f"{metric}_ci"][layer], digits))
+        rows.append(cells)
+    return markdown(header, rows)
+
+
 @table("tuned_lens_kl")
 def tuned_lens_kl(data: TunedLensData) -> str:
-    """benchmarks/tuned_lens.py: KL(final ‖ lens) per layer, logit and tuned lens, per held-out set."""
+    """benchmarks/tuned_lens.py: KL(final ‖ lens) per layer, logit, least-squares and tuned lens,
+    per held-out set, with bootstrap intervals over texts."""
+    return _lens_table(data, "kl", 2)
+
+
+@table("tuned_lens_calibration")
+def tuned_lens_calibration(data: TunedLensData) -> str:
+    """benchmarks/tuned_lens.py: mean |p_lens(model's top-1) − p_model(top-1)| per layer."""
+    return _lens_table(data, "calibration", 3)
+
+
+@table("tuned_lens_paired")
+def tuned_lens_paired(data: TunedLensData) -> str:
+    """benchmarks/tuned_lens.py: tuned minus least-squares KL and calibration per layer, paired
+    bootstrap intervals over texts (negative: the tuned lens is closer to the model)."""
     sets = data["sets"]
-    rows = []
-    for layer in range(len(sets[0]["logit_kl"])):
-        cells = []
-        for s in sets:
-            cells += [pm(s["logit_kl"][layer], s["logit_se"][layer], 3),
-                      pm(s["tuned_kl"][layer], s["tuned_se"][layer], 3)]
-        rows.append([layer, *cells])
     header = ["layer"]
     for s in sets:
-        header += [f"{s['set']}: logit", "tuned"]
+        header += [f"{s['set']}: KL", "calibration"]
+    rows = []
+    for layer in range(len(sets[0]["tuned_minus"]["least_squares"]["kl"])):
+        cells: list[object] = [layer]
+        for s in sets:
+            d = s["tuned_minus"]["least_squares"]
+            cells += [minus(ci(d["kl"][layer], *d["kl_ci"][layer], 2)),
+                      minus(ci(d["calibration"][layer], *d["calibration_ci"][layer], 3))]
+        rows.append(cells)
     return markdown(header, rows)
+
+
+@table("tuned_lens_eiffel")
+def tuned_lens_eiffel(data: TunedLensData) -> str:
+    """benchmarks/tuned_lens.py: p(' Paris') at the Eiffel prompt's last token, layers 23 on."""
+    e = data["eiffel"]
+    n = len(e["prob"]["logit"])
+    rows = [[layer, *(f"{e['prob'][lens][layer]:.3f} ({e['top'][lens][layer]!r})"
+                      for lens in LENS_NAMES)] for layer in range(min(23, n - 1), n)]
+    rows.append(["model", f"{e['model_prob']:.3f}", "", ""])
+    return markdown(["layer", *LENS_NAMES.values()], rows)
+
+
+def _below(s: dict, other: str, metric: str, *, above: bool = False) -> int:
+    """Layers where the tuned lens's paired interval against ``other`` lies below 0 (or above)."""
+    return sum(low > 0 if above else high < 0
+               for low, high in s["tuned_minus"][other][f"{metric}_ci"])
+
+
+@table("tuned_lens_summary")
+def tuned_lens_summary(data: TunedLensData) -> str:
+    """benchmarks/tuned_lens.py: what each lens cost, how often the tuned lens is below the others
+    (paired intervals), and the Eiffel prompt at layers 23-28."""
+    tuned, shortcut = data["training"]["tuned"], data["training"]["least_squares"]
+    c = tuned["config"]
+    lines = [
+        f"- Tuned lens: {c['steps']} SGD steps of {c['tokens_per_step']} tokens "
+        f"({tuned['train_tokens']:,} tokens; the paper's code: 250 × 262,144 = 65,536,000), "
+        f"**{tuned['train_seconds'] / 60:.0f} min** on this CPU; training KL (mean over layers) "
+        f"{tuned['losses'][0]:.2f} at the first step, {tuned['losses'][-1]:.2f} at the last.",
+        f"- Least-squares map: {shortcut['train_tokens']:,} tokens, "
+        f"{shortcut['train_seconds']:.0f} s.",
+    ]
+    for s in data["sets"]:
+        n = len(s["lenses"]["tuned"]["kl"])
+        lines.append(
+            f"- {s['set']} ({s['n_texts']} texts, {s['n_tokens']} tokens): tuned KL below the "
+            f"least-squares map's at **{_below(s, 'least_squares', 'kl')} of {n}** layers and below "
+            f"the logit lens's at {_below(s, 'logit', 'kl')} of {n}; calibration error below the "
+            f"least-squares map's at **{_below(s, 'least_squares', 'calibration')} of {n}** and "
+            f"above it at {_below(s, 'least_squares', 'calibration', above=True)} (paired 95 % "
+            "intervals below or above 0)."
+        )
+    e = data["eiffel"]
+    upper = range(23, min(29, len(e["prob"]["tuned"])))
+    if upper:
+        spans = {k: (min(e["prob"][k][i] for i in upper), max(e["prob"][k][i] for i in upper))
+                 for k in LENS_NAMES}
+        close = all(abs(e["prob"]["tuned"][i] - e["model_prob"]) <= 0.15 for i in upper)
+        lines.append(
+            f"- Eiffel prompt, p(' Paris') at layers {upper[0]}–{upper[-1]}: tuned "
+            f"{spans['tuned'][0]:.2f}–{spans['tuned'][1]:.2f}, least squares "
+            f"{spans['least_squares'][0]:.2f}–{spans['least_squares'][1]:.2f}, logit "
+            f"{spans['logit'][0]:.2f}–{spans['logit'][1]:.2f}; the model {e['model_prob']:.2f}. "
+            f"Tuned within 0.15 of the model at every one of these layers: **{'yes' if close else 'no'}**."
+        )
+    return "\n".join(lines)
 
 
 def _words(tokens: list[str]) -> str:

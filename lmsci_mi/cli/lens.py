@@ -32,7 +32,11 @@ def register(commands: Any) -> None:
     add_config_args(logit, LogitLensConfig)
     logit.set_defaults(run=_run_logit)
 
-    tuned = kinds.add_parser("tuned", help="the tuned lens (trained once on CPU, then cached)")
+    tuned = kinds.add_parser(
+        "tuned",
+        help="the tuned lens (Belrose et al.'s KL training, or --method least_squares for Din "
+        "et al.'s map; trained once on CPU, then cached)",
+    )
     _common(tuned)
     add_config_args(tuned, LogitLensConfig, skip=("site",))
     group = tuned.add_argument_group("training (TunedLensConfig)")
@@ -78,8 +82,9 @@ def _run_logit(args: argparse.Namespace) -> int:
 
 
 def _run_tuned(args: argparse.Namespace) -> int:
-    config = config_from_args(LogitLensConfig, args, site="resid_post")
     training = TunedLensConfig.from_args(args)
+    # The lens is read where it was trained: --site is the translators' site.
+    config = config_from_args(LogitLensConfig, args, site=training.site)
     lm = load_from_args(args)
     lens = tuned_lens_for(lm, training)
     print(f"tuned lens of {lm.name}: trained in {lens.train_seconds:.0f} s (cached)")

@@ -13,6 +13,7 @@ from lmsci_mi.lenses.logit_lens import final_norm as final_norm
 from lmsci_mi.lenses.logit_lens import logit_lens as logit_lens
 from lmsci_mi.lenses.tuned_lens import TunedLens as TunedLens
 from lmsci_mi.lenses.tuned_lens import TunedLensConfig as TunedLensConfig
+from lmsci_mi.lenses.tuned_lens import fit_least_squares_lens as fit_least_squares_lens
 from lmsci_mi.lenses.tuned_lens import train_tuned_lens as train_tuned_lens
 from lmsci_mi.lenses.tuned_lens import tuned_lens as tuned_lens
 from lmsci_mi.lenses.tuned_lens import tuned_lens_for as tuned_lens_for
@@ -29,6 +30,7 @@ __all__ = [
     "direct_logit_attribution",
     "dla_hook_names",
     "final_norm",
+    "fit_least_squares_lens",
     "logit_contributions",
     "logit_lens",
     "train_tuned_lens",

@@ -1,5 +1,5 @@
-"""Lenses on SmolLM2: a small tuned lens beats the logit lens on held-out text at every layer
-below the last, DLA sums to the logit difference, and the logit lens finds Paris by the top."""
+"""Lenses on SmolLM2: a small KL-trained tuned lens beats the logit lens on held-out text, DLA
+sums to the logit difference, and the logit lens finds Paris by the top."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch
 
 from lmsci_mi import LensModel
 from lmsci_mi.lenses import (
+    LogitLensConfig,
     TunedLensConfig,
     direct_logit_attribution,
     logit_lens,
@@ -29,15 +30,21 @@ def _mean_kl(kl: torch.Tensor) -> torch.Tensor:
     return per_layer[:, ~per_layer[0].isnan()].mean(1)
 
 
-def test_tuned_lens_beats_logit_lens_on_held_out_text(clean_smollm2: LensModel) -> None:
+def test_kl_trained_tuned_lens_beats_logit_lens_on_held_out_text(clean_smollm2: LensModel) -> None:
+    """Belrose et al.'s loop at a small budget (8 SGD steps of 64 tokens, some 30 s here): from
+    the identity, the translators already lower held-out KL below the logit lens's at the same
+    stream, at an early, a middle and a late layer. A least-squares map cannot pass this by
+    construction: the lens starts as the logit lens and only the KL steps move it."""
     lm = clean_smollm2
-    lens = train_tuned_lens(lm, TunedLensConfig(n_tokens=4096, steps=0))
-    # Three held-out documents (about 150 tokens) keep the claim at every layer; six cost 25 s more.
+    config = TunedLensConfig(steps=8, tokens_per_step=64, seq_len=32)
+    lens = train_tuned_lens(lm, config)
+    assert lens.site == "resid_pre" and lens.losses[-1] < lens.losses[0]
+    layers = (1, 15, 27)
+    read = LogitLensConfig(site="resid_pre", layers=layers)
     texts = [doc[:200] for doc in itertools.islice(heldout_documents(), 3)]
-    logit = _mean_kl(logit_lens(lm, texts).kl)
-    tuned = _mean_kl(tuned_lens(lm, texts, lens=lens).kl)
-    assert (tuned[:-1] < logit[:-1]).all(), (tuned, logit)
-    assert float(tuned[-1]) < 1e-3 and float(logit[-1]) < 1e-3
+    logit = _mean_kl(logit_lens(lm, texts, config=read).kl)
+    tuned = _mean_kl(tuned_lens(lm, texts, lens=lens, config=read).kl)
+    assert (tuned < logit).all(), (layers, tuned, logit)
 
 
 def test_logit_lens_and_dla_on_the_eiffel_prompt(clean_smollm2: LensModel) -> None:

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+import json
+
 import pytest
 import torch
+from safetensors.torch import save_file
 
 from lmsci_mi import LensModel, load_model
+from lmsci_mi.cache import weights_fingerprint
 from lmsci_mi.cli import main
 from lmsci_mi.lenses import (
     LogitLens,
@@ -13,12 +19,13 @@ from lmsci_mi.lenses import (
     TunedLens,
     TunedLensConfig,
     direct_logit_attribution,
+    fit_least_squares_lens,
     logit_lens,
     train_tuned_lens,
     tuned_lens,
     tuned_lens_for,
 )
-from lmsci_mi.lenses.tuned_lens import tuned_lens_path
+from lmsci_mi.lenses.tuned_lens import heldout_documents, tuned_lens_path
 
 PROMPTS = ["The Eiffel Tower is located in the city of", "The cat sat on the"]
 
@@ -151,7 +158,13 @@ def test_bad_input_raises_before_any_hook(tiny: LensModel, call, match: str) -> 
 
 # --------------------------------------------------------------------------- tuned lens
 
-TINY_TUNED = TunedLensConfig(n_tokens=256, seq_len=32, steps=2, batch_tokens=16)
+TINY_TUNED = TunedLensConfig(steps=2, seq_len=32, tokens_per_step=64)
+TINY_SHORTCUT = TunedLensConfig(method="least_squares", site="resid_post", n_tokens=256, seq_len=32)
+
+
+def _mean_kl(kl: torch.Tensor) -> torch.Tensor:
+    """Per layer, KL averaged over real tokens (the sink and padding left out)."""
+    return kl[:, :, 1:].nanmean((0, 2))
 
 
 def test_tuned_lens_cache_round_trip(tiny: LensModel, tmp_path, monkeypatch) -> None:
@@ -159,16 +172,61 @@ def test_tuned_lens_cache_round_trip(tiny: LensModel, tmp_path, monkeypatch) -> 
     lens = tuned_lens_for(tiny, TINY_TUNED)
     path = tuned_lens_path(tiny, TINY_TUNED)
     assert path.is_file() and path.is_relative_to(tmp_path)
+    assert not list(path.parent.glob("*.checkpoint.*"))  # the checkpoint goes once the lens is in
     again = tuned_lens_for(tiny, TINY_TUNED)  # from the cache: the same tensors and provenance
     assert torch.equal(again.weight, lens.weight) and torch.equal(again.bias, lens.bias)
     assert again.config == TINY_TUNED and again.train_seconds == lens.train_seconds
-    # The last layer's translator is the identity, so the tuned lens ends at the model's output.
-    assert torch.equal(lens.weight[-1], torch.eye(tiny.cfg.d_model))
-    result = tuned_lens(tiny, PROMPTS, " Paris", lens=again)
-    assert result.lens == "tuned" and float(result.kl[:, -1].nan_to_num(0).max()) < 1e-4
+    assert again.losses == lens.losses and len(lens.losses) == TINY_TUNED.steps
+    result = tuned_lens(tiny, PROMPTS, " Paris", lens=again)  # read at the lens's site
+    assert result.lens == "tuned" and result.site == "resid_pre" and result.kl.shape[1] == 2
     assert tiny.hooks.attached_count() == 0
     for param in tiny.model.parameters():
         assert param.grad is None  # the model got no gradient from training the translators
+
+
+def test_least_squares_lens_is_din_et_al_shortcut_at_resid_post(tiny: LensModel) -> None:
+    lens = fit_least_squares_lens(tiny, TINY_SHORTCUT)
+    assert lens.config.method == "least_squares" and lens.site == "resid_post"
+    # At resid_post the last layer's stream is the final one: its map is the identity, and the
+    # lens ends at the model's output.
+    assert torch.equal(lens.weight[-1], torch.eye(tiny.cfg.d_model))
+    result = tuned_lens(tiny, PROMPTS, " Paris", lens=lens,
+                        config=LogitLensConfig(site="resid_post"))
+    assert float(result.kl[:, -1].nan_to_num(0).max()) < 1e-4
+    # train_tuned_lens dispatches on the method; the pre-issue-37 lens is this config.
+    assert torch.equal(train_tuned_lens(tiny, TINY_SHORTCUT).weight, lens.weight)
+
+
+def test_kl_training_lowers_held_out_kl_below_the_logit_lens(tiny: LensModel) -> None:
+    """Belrose et al.'s loop starts at the identity (the logit lens at resid_pre) and lowers the
+    KL on documents it never saw, at every layer."""
+    texts = [doc[:100] for doc in itertools.islice(heldout_documents(), 3)]
+    logit = _mean_kl(logit_lens(tiny, texts, config=LogitLensConfig(site="resid_pre")).kl)
+    start = TunedLens(torch.eye(64).expand(2, 64, 64).clone(), torch.zeros(2, 64), tiny.name,
+                      weights_fingerprint(tiny), TINY_TUNED, 0.0)  # fmt: skip
+    torch.testing.assert_close(_mean_kl(tuned_lens(tiny, texts, lens=start).kl), logit)
+    lens = train_tuned_lens(tiny, dataclasses.replace(TINY_TUNED, steps=6))
+    tuned = _mean_kl(tuned_lens(tiny, texts, lens=lens).kl)
+    # A random toy's layer 1 is already close to its output (KL 0.20): 1 % there, 5 % at layer 0.
+    assert (tuned < logit * torch.tensor([0.95, 0.99])).all(), (tuned, logit)
+    assert lens.losses[-1] < lens.losses[0]
+
+
+def test_kl_training_resumes_bit_identically(tiny: LensModel, tmp_path) -> None:
+    config = dataclasses.replace(TINY_TUNED, steps=3)
+    whole = train_tuned_lens(tiny, config)
+
+    def stop(step: int, progress: dict) -> None:
+        if step == 0:
+            raise KeyboardInterrupt
+
+    checkpoint = tmp_path / "lens.checkpoint.safetensors"
+    with pytest.raises(KeyboardInterrupt):
+        train_tuned_lens(tiny, config, checkpoint=checkpoint, on_step=stop)
+    torch.manual_seed(123)  # a resumed run restores the RNG state it saved
+    resumed = train_tuned_lens(tiny, config, checkpoint=checkpoint)
+    assert torch.equal(resumed.weight, whole.weight) and torch.equal(resumed.bias, whole.bias)
+    assert resumed.losses == whole.losses
 
 
 def test_tuned_lens_of_another_model_is_refused(tiny: LensModel, tmp_path) -> None:
@@ -182,8 +240,20 @@ def test_tuned_lens_of_another_model_is_refused(tiny: LensModel, tmp_path) -> No
     (tmp_path / "junk.safetensors").write_text("not a lens")
     with pytest.raises(ValueError, match="not a tuned-lens file"):
         TunedLens.load(tmp_path / "junk.safetensors", tiny)
-    with pytest.raises(ValueError, match="resid_post"):
+    with pytest.raises(ValueError, match="resid_pre"):
         tuned_lens(tiny, "The cat", lens=lens, config=LogitLensConfig(site="resid_mid"))
+
+
+def test_first_format_lens_file_loads_as_a_least_squares_map(tiny: LensModel, tmp_path) -> None:
+    lens = fit_least_squares_lens(tiny, TINY_SHORTCUT)
+    old = {"format": "lmsci-mi-tuned-lens/1", "model": tiny.name,
+           "fingerprint": weights_fingerprint(tiny), "train_seconds": "1.5",
+           "config": json.dumps({"config": "TunedLensConfig", "n_tokens": 256, "seq_len": 32,
+                                 "ridge": 0.001, "steps": 0, "lr": 0.001, "batch_tokens": 128,
+                                 "seed": 0})}  # fmt: skip
+    save_file({"weight": lens.weight, "bias": lens.bias}, tmp_path / "old.safetensors", old)
+    loaded = TunedLens.load(tmp_path / "old.safetensors", tiny)
+    assert loaded.config == dataclasses.replace(TINY_SHORTCUT, n_tokens=256) and loaded.losses == ()
 
 
 # --------------------------------------------------------------------------- CLI
@@ -214,7 +284,8 @@ def test_cli_lens_commands(tmp_path, monkeypatch) -> None:
     )
     assert (tmp_path / "d.csv").is_file()
     assert (
-        main(["lens", "tuned", *toy, "--n-tokens", "256", "--seq-len", "32", "--steps", "1"]) == 0
+        main(["lens", "tuned", *toy, "--tokens-per-step", "64", "--seq-len", "32", "--steps", "1"])
+        == 0
     )
     assert main(["lens", "logit", *toy, "--layers", "9"]) == 2
     assert main(["lens", "dla", *toy, "--answer", ""]) == 2

@@ -30,7 +30,8 @@ from lmsci_mi.errors import UserInputError
 from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.hooks import PositionScope, RunningExclusion
 from lmsci_mi.knowledge.triggers import TriggerConfig, top_coefficients
-from lmsci_mi.lenses.tuned_lens import TunedLensConfig, _normal_equations, tuned_lens_path
+from lmsci_mi.lenses.least_squares import normal_equations
+from lmsci_mi.lenses.tuned_lens import TunedLensConfig, tuned_lens_path
 from lmsci_mi.positions import Exclude, resolve_exclude
 from lmsci_mi.sae.core import LensSAE
 from lmsci_mi.sae.intervene import clamp_sae_feature, steer_with_sae_feature
@@ -146,7 +147,7 @@ def test_key_statistics_default_and_an_extra_position(tiny: LensModel) -> None:
 
 def test_tuned_lens_fit_default_and_an_extra_position(tiny: LensModel) -> None:
     rows = text_chunks(tiny, 120, 16)[:8]
-    xtx, _, _ = _normal_equations(tiny, rows, TunedLensConfig())
+    xtx, _ = normal_equations(tiny, rows, "resid_post")
     # Layer 0's X^T X as the fit computed it before the mechanism: every position from 1 on.
     names = [hook_name("resid_post", layer) for layer in range(tiny.cfg.n_layers)]
     with tiny.hooks.capture(names) as cap:
@@ -155,7 +156,7 @@ def test_tuned_lens_fit_default_and_an_extra_position(tiny: LensModel) -> None:
     weight = 1 / readout.final_norm_scale(tiny, streams[:, -1])
     x = torch.cat([streams[:, 0], torch.ones(len(streams), 1)], 1) * weight
     assert torch.allclose(xtx[0], (x.T @ x).double(), rtol=1e-5, atol=1e-4)
-    other, _, _ = _normal_equations(tiny, rows, TunedLensConfig(exclude=Exclude(positions=(3,))))
+    other, _ = normal_equations(tiny, rows, "resid_post", Exclude(positions=(3,)))
     assert not torch.allclose(other[0], xtx[0])
     # The default keeps the cache key lenses were saved under; another exclusion gets its own.
     assert "exclude" not in TunedLensConfig().key_params()

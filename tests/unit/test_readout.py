@@ -202,8 +202,8 @@ def _check_lenses(run: _Run) -> None:
     d = lm.cfg.d_model
     identity = TunedLens(torch.eye(d).expand(lm.cfg.n_layers, d, d).clone(),
                          torch.zeros(lm.cfg.n_layers, d), lm.name, weights_fingerprint(lm),
-                         TunedLensConfig(), 0.0)  # fmt: skip
-    tuned = tuned_lens(lm, PROMPT, ANSWER, lens=identity)
+                         TunedLensConfig(site="resid_post"), 0.0)  # fmt: skip
+    tuned = tuned_lens(lm, PROMPT, ANSWER, lens=identity)  # read at resid_post, as the lens
     _close(tuned.values, lens.values)
     _close(tuned.kl, lens.kl)
     # What its translators are trained against reads the same logits (soft cap included).

@@ -165,16 +165,27 @@ class KVMemoriesData(TypedDict):
 # --- benchmarks/tuned_lens.py -> docs/data/tuned_lens.json ------------------------------------
 
 
+class LensCurve(TypedDict):
+    """Per layer: the mean over texts of each text's mean over its tokens, and a 95 % percentile
+    bootstrap interval over texts (or, under ``tuned_minus``, the paired difference)."""
+
+    kl: list[float]
+    kl_ci: list[list[float]]
+    calibration: list[float]
+    calibration_ci: list[list[float]]
+
+
 class LensSet(TypedDict):
-    """One held-out set: KL(final ‖ lens) per layer, mean and standard error over tokens."""
+    """One held-out set of a kind the lenses never trained on."""
 
     set: str
+    source: str
     n_texts: int
     n_tokens: int
-    logit_kl: list[float]
-    logit_se: list[float]
-    tuned_kl: list[float]
-    tuned_se: list[float]
+    lenses: dict[str, LensCurve]
+    """``logit``, ``least_squares``, ``tuned``."""
+    tuned_minus: dict[str, LensCurve]
+    """Paired differences, tuned minus ``least_squares`` and minus ``logit``."""
     seconds: float
 
 
@@ -183,20 +194,34 @@ class LensEiffel(TypedDict):
 
     prompt: str
     answer: str
-    logit_prob: list[float]
-    logit_rank: list[int]
-    logit_top: list[str]
-    tuned_prob: list[float]
-    tuned_rank: list[int]
-    tuned_top: list[str]
+    model_prob: float
+    prob: dict[str, list[float]]
+    rank: dict[str, list[int]]
+    top: dict[str, list[str]]
+
+
+class LensTraining(TypedDict):
+    """How one lens of the comparison was trained, and what it cost here."""
+
+    method: str
+    config: dict[str, Any]
+    train_seconds: float
+    train_tokens: int
+    losses: list[float]
+    """The KL training curve (mean KL over layers per step; empty for least squares)."""
 
 
 class TunedLensData(TypedDict):
     model: str
-    lens_config: dict[str, Any]
-    train_seconds: float
+    site: str
     train_text: str
+    training: dict[str, LensTraining]
+    """``least_squares`` and ``tuned``."""
     metric: str
+    calibration: str
     sets: list[LensSet]
     eiffel: LensEiffel
-    tuned_beats_logit_below_last: dict[str, bool]
+    tuned_below_least_squares: dict[str, list[int]]
+    """Per set, the layers whose paired KL interval (tuned minus least squares) lies below 0."""
+    calibration_below_least_squares: dict[str, list[int]]
+    """Per set, the layers whose paired calibration interval lies below 0."""
