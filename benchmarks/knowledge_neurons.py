@@ -348,6 +348,8 @@ def paraphrases(run: harness.Run, lm: LensModel) -> NeuronsParaphrases | None:
         with run.timed("paraphrases"):
             rows.append(cache.get(item, lambda fact=fact: paraphrase_fact(lm, fact, PARAPHRASE_SIZES, cfg)))
         print(f"{fact.subject}: neurons per k " + ", ".join(f"{k}: {len(v)}" for k, v in rows[-1]["neurons"].items()))
+    if len(rows) < len(facts):
+        print(f"{len(rows)} of {len(facts)} facts done: run again to resume")
     if not rows:
         return None
     summary = []
