@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 from . import MODEL_SHORT, Renderer, markdown, minus, num, pm, table
 from .schemas.knowledge import (
     EiffelSubUpdates,
@@ -106,11 +108,8 @@ def _interval(cell: EstimateCI) -> str:
 
 def _sizes(sizes: list[int]) -> str:
     """Neurons per fact: mean, median, and how many facts have none."""
-    ordered = sorted(sizes)
-    mid = len(ordered) // 2
-    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
     empty = sum(1 for n in sizes if n == 0)
-    return f"{sum(sizes) / len(sizes):.1f} (median {median:g}; none for {empty})"
+    return f"{statistics.fmean(sizes):.1f} (median {statistics.median(sizes):g}; none for {empty})"
 
 
 PROTOCOL_LABELS = {

@@ -105,15 +105,15 @@ class KnowledgeNeuronsConfig(Config):
             "le": 1,
         },
     )
-    baseline_threshold: float = field(
-        default=0.5,
-        metadata={"paper": 0.5, "paper_source": "Dai et al. 2022, code: Hunter-DDM/knowledge-neurons src/2_get_kn.py (threshold_ratio of the second loop, on the activation values 'base')",
-            "help": "activation baseline (activation_neurons): keep neurons activated above this share "
-            "of the prompt's largest activation (Dai et al.'s code: 0.5)",
-            "gt": 0,
-            "le": 1,
-        },
-    )
+    # Dai et al.'s baseline neurons come from the same refinement on the activations, with a
+    # higher threshold (their code's second loop over 'base' values).
+    baseline_threshold: float = field(default=0.5, metadata={
+        "paper": 0.5, "gt": 0, "le": 1,
+        "paper_source": "Dai et al. 2022, code: Hunter-DDM/knowledge-neurons src/2_get_kn.py "
+        "(threshold_ratio of the second loop, on the activation values 'base')",
+        "help": "activation baseline (activation_neurons): keep neurons activated above this "
+        "share of the prompt's largest activation (Dai et al.'s code: 0.5)",
+    })
     min_prompts: int = field(
         default=3, metadata={"paper": 3, "paper_source": "Dai et al. 2022, code: Hunter-DDM/knowledge-neurons src/2_get_kn.py (at least 3 prompts share a neuron)", "help": "refinement needs at least this many prompts", "ge": 2}
     )
