@@ -108,7 +108,7 @@ class KnowledgeNeuronsConfig(Config):
     # Dai et al.'s baseline neurons come from the same refinement on the activations, with a
     # higher threshold (their code's second loop over 'base' values).
     baseline_threshold: float = field(default=0.5, metadata={
-        "paper": 0.5, "gt": 0, "le": 1,
+        "paper": 0.5, "gt": 0, "le": 1, "cli": False,  # the CLI command refines no baseline
         "paper_source": "Dai et al. 2022, code: Hunter-DDM/knowledge-neurons src/2_get_kn.py "
         "(threshold_ratio of the second loop, on the activation values 'base')",
         "help": "activation baseline (activation_neurons): keep neurons activated above this "
