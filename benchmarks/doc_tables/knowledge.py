@@ -112,6 +112,11 @@ def _sizes(sizes: list[int]) -> str:
     return f"{statistics.fmean(sizes):.1f} (median {statistics.median(sizes):g}; none for {empty})"
 
 
+def _not_run(flag: str) -> str:
+    """The table of a part the data file does not hold yet."""
+    return markdown(["measured"], [[f"not yet: `python benchmarks/knowledge_neurons.py {flag}`"]])
+
+
 PROTOCOL_LABELS = {
     "knowledge": ("knowledge neurons (integrated gradients)", "own"),
     "random": ("random neurons, same layers and number", "own"),
@@ -126,6 +131,8 @@ def kn_protocol(data: KnowledgeNeuronsData) -> str:
     """benchmarks/knowledge_neurons.py --table: each neuron set under our measure (mean and median
     over facts of the mean per-prompt ratio) and Dai et al.'s (ratio of means per relation,
     averaged over relations), 95 % bootstrap intervals."""
+    if "protocol" not in data:
+        return _not_run("--table")
     t = data["protocol"]
     prompts = {"own": "the fact's 4 prompts", "other": f"{OTHER_FACTS} facts of other relations"}
     rows = []
@@ -151,6 +158,8 @@ OTHER_FACTS = 5
 def kn_paraphrases(data: KnowledgeNeuronsData) -> str:
     """benchmarks/knowledge_neurons.py --paraphrases: the knowledge neurons refined on the first k
     prompts of each fact, measured on all its prompts, 95 % bootstrap intervals over facts."""
+    if "paraphrases" not in data:
+        return _not_run("--paraphrases")
     t = data["paraphrases"]
     largest = max(t["sizes"])
     rows = []

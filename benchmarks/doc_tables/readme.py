@@ -265,9 +265,35 @@ def _aie(docs: dict) -> str:
             "finely; the window-1 runs are pending")
 
 
+def _kn_ours(t: dict) -> str:
+    """The row from our measure alone: what the data has before Dai et al.'s protocol is run."""
+    c = t["cells"]
+    refined = [f for f in t["facts"] if f["neurons"]]
+    medians = " / ".join(minus(f"{100 * statistics.median(f['knowledge'][k] for f in refined):+.1f} %")
+                         for k in ("suppress", "enhance"))
+    falls = sum(f["knowledge"]["enhance"] < 0 for f in refined)
+
+    def rel(cell: dict) -> str:
+        low, high = cell["ci95"]
+        return minus(f"{100 * cell['mean']:+.1f} % [{100 * low:+.1f}, {100 * high:+.1f}]")
+
+    def pct(cell: dict) -> str:
+        return minus(f"{100 * cell['mean']:+.1f} %")
+
+    return (f"SmolLM2, {t['n_facts']} facts, {t['prompts_per_fact']} prompts each: means "
+            f"{rel(c['knowledge']['suppress'])} / {rel(c['knowledge']['enhance'])}, medians {medians} "
+            f"({falls} of {len(refined)} facts lose probability when enhanced; means of per-prompt ratios); "
+            f"random neurons {pct(c['random']['suppress'])}; other facts "
+            f"{pct(c['other_facts']['suppress'])} under suppression; Dai et al.'s "
+            "measure and baseline: not yet run (`benchmarks/knowledge_neurons.py --table`)")
+
+
 def _kn(docs: dict) -> str:
     data: KnowledgeNeuronsData = docs["knowledge_neurons"]
-    t, proto = data["table"], data["protocol"]
+    t = data["table"]
+    if "protocol" not in data:
+        return _kn_ours(t)
+    proto = data["protocol"]
     rows = {row["neurons"]: row for row in proto["rows"]}
 
     def est(cell: dict) -> str:
@@ -600,7 +626,7 @@ PUBLISHED: tuple[tuple[str | Callable[[dict], str], str | Callable[[dict], str],
      "amplification as a ratio of means per relation, (mean p_new − mean p_orig) / mean p_orig, averaged "
      "over relations, against baseline neurons selected by activation (their code, "
      "`Hunter-DDM/knowledge-neurons` `src/2_get_kn.py`, `src/3_modify_activation.py`, "
-     "`src/8_plot_fig_erase_enhance.py`); the measured column uses that measure and baseline. The averages "
+     "`src/8_plot_fig_erase_enhance.py`); the measured column gives that measure and baseline beside ours. The averages "
      "often quoted for the paper are not in its code (the plotting script prints them, no file keeps "
      "them) and the paper's results section was not reachable, so they are not confirmed", _kn, "[knowledge neurons](docs/knowledge_neurons.md)"),
     ("IOI logit difference logit(IO) − logit(S)",
