@@ -1,10 +1,12 @@
 """Knowledge neurons (Dai et al. 2022) on SmolLM2-135M: speed against the EleutherAI package's
-scheme, and the paper's suppress/enhance table with random-neuron and other-fact controls.
+scheme, the paper's suppress/enhance table under our measure and under Dai et al.'s, and the
+refinement's sensitivity to the number of paraphrases.
 
     python benchmarks/knowledge_neurons.py --speed          # (a) one prompt, 30 layers x 1536, m=20
     python benchmarks/knowledge_neurons.py --table          # (b) resumable: run until it says done
     python benchmarks/knowledge_neurons.py --table --max-seconds 240   # one piece of a few minutes
-    python benchmarks/knowledge_neurons.py --quick --model toy-2l --speed --table   # a check
+    python benchmarks/knowledge_neurons.py --paraphrases    # (c) resumable, as (b)
+    python benchmarks/knowledge_neurons.py --quick --model toy-2l --speed --table --paraphrases
 
 (a) times ``integrated_gradients`` and, in the same run on the same inputs, the scheme of the
 ``knowledge-neurons`` package written here on our model: per layer, one forward for the baseline
@@ -12,11 +14,22 @@ activations, then the IG steps in batches of 10, each batch recomputing the whol
 unembedding every position, with a backward pass to that layer. Both use our Riemann rule
 (alpha = k/m), so their scores are compared too.
 
-(b) finds each fact's knowledge neurons and runs ``lmsci_mi.knowledge.suppression_test`` on them
-(the fact's 4 prompts; random neurons of the same layers; 5 facts of other relations), caching each
-fact in the harness's per-item cache, so a stopped run resumes; every piece rewrites the table of
-the facts done so far ("complete" says whether all are). Each part keeps the other's section of
-docs/data/knowledge_neurons.json. --quick: 1 timed run, 2 facts.
+(b) finds each fact's knowledge neurons and measures p(answer) on each of the fact's 4 prompts
+before and with four neuron sets suppressed (x0) and enhanced (x2): the knowledge neurons; as many
+random neurons of the same layers; Dai et al.'s baseline (their refinement on the activations,
+``activation_neurons``); and as many neurons as the knowledge neurons with the largest
+activations (``top_activation_neurons``); and the knowledge neurons on 5 facts of other
+relations. ``lmsci_mi.knowledge.summarise_change`` turns these into our measure (mean and median
+over facts of the mean per-prompt ratio) and Dai et al.'s (ratio of means per relation, averaged
+over relations), each with a bootstrap interval. Each fact is cached in the harness's per-item
+cache, so a stopped run resumes; every piece rewrites the table of the facts done so far
+("complete" says whether all are).
+
+(c) on the 10 facts of ``lmsci_mi/data/kn_paraphrases.json`` (8 prompts each), refines the
+knowledge neurons on the first 2, 3, 4, 6 and 8 prompts and measures each set on all 8 prompts.
+
+Each part keeps the others' sections of docs/data/knowledge_neurons.json. --quick: 1 timed run,
+2 facts, 4 prompts.
 """
 
 from __future__ import annotations
@@ -26,27 +39,42 @@ import math
 import random
 import statistics
 import time
+from pathlib import Path
 
 import harness
 import torch
-from doc_tables.knowledge import kn_speed, kn_table
+from doc_tables.knowledge import kn_paraphrases, kn_protocol, kn_speed, kn_table
 from doc_tables.schemas.knowledge import (
     KnowledgeNeuronsData,
     MeanCI,
     NeuronsCells,
     NeuronsFact,
+    NeuronsParaphrases,
+    NeuronsProtocol,
     NeuronsSpeed,
     NeuronsTable,
+    ParaphraseFact,
+    ParaphraseSize,
+    Probabilities,
+    ProtocolRow,
     ScalingCell,
 )
 
+import lmsci_mi.data
 from lmsci_mi import LensModel, load_model
 from lmsci_mi.data import Fact, load_facts
 from lmsci_mi.knowledge import (
+    FactScaling,
     KnowledgeNeuronsConfig,
+    ScaledProbabilities,
+    activation_neurons,
     integrated_gradients,
-    knowledge_neurons,
-    suppression_test,
+    paraphrase_sensitivity,
+    random_neurons_like,
+    refine_neurons,
+    scaled_probabilities,
+    summarise_change,
+    top_activation_neurons,
 )
 from lmsci_mi.sites import hook_name
 from lmsci_mi.stats import bootstrap_interval
@@ -54,6 +82,10 @@ from lmsci_mi.stats import bootstrap_interval
 EIFFEL = ("The Eiffel Tower is located in the city of", " Paris")
 N_OTHER = 5  # unrelated facts (other relations) each fact's neurons are tested on
 QUICK_FACTS = 2
+N_RESAMPLES = 10_000
+PARAPHRASE_FILE = Path(lmsci_mi.data.__file__).parent / "kn_paraphrases.json"
+PARAPHRASE_SIZES = (2, 3, 4, 6, 8)
+GROUPS = ("knowledge", "random", "activation", "activation_top", "other_facts")
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -63,6 +95,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--facts", type=int, default=30, help="(b) facts spread over the shipped set")
     parser.add_argument("--max-seconds", type=float, default=float("inf"),
                         help="(b) start no fact after this many seconds (run again to resume)")
+    parser.add_argument("--paraphrases", action="store_true",
+                        help="(c) the refinement's sensitivity to the number of paraphrases")
     parser.add_argument("--model", default="smollm2-135m")
 
 
@@ -148,20 +182,41 @@ def others_of(facts: list[Fact], index: int, n: int) -> list[int]:
     return random.Random(index).sample(pool, n)
 
 
+def fact_neurons(lm: LensModel, cases: list[tuple[str, str]], cfg: KnowledgeNeuronsConfig, seed: int) -> dict:
+    """The fact's knowledge neurons and its three control sets, from one attribution per prompt:
+    random neurons of the same layers (drawn with ``seed``), Dai et al.'s activation baseline,
+    and the same number of neurons with the largest activations."""
+    attributions = [integrated_gradients(lm, prompt, answer, cfg) for prompt, answer in cases]
+    kn = refine_neurons(attributions, cfg).neurons
+    return {
+        "knowledge": list(kn),
+        "random": random_neurons_like(kn, int(lm.cfg.d_mlp or 0), seed=seed),
+        "activation": list(activation_neurons(attributions, cfg).neurons),
+        "activation_top": top_activation_neurons(attributions, len(kn)),
+    }
+
+
 def one_fact(lm: LensModel, facts: list[Fact], index: int, cfg: KnowledgeNeuronsConfig) -> NeuronsFact:
-    """The fact's knowledge neurons, and the suppression test with both controls (the random
-    neurons drawn with the fact's index as seed)."""
+    """The fact's neuron sets, and p(answer) per prompt with each set scaled: on the fact's own
+    prompts, and (the knowledge neurons) on facts of other relations."""
     fact = facts[index]
     cases = fact_cases(fact)
     start = time.perf_counter()
-    kn = knowledge_neurons(lm, fact, config=cfg)
+    sets = fact_neurons(lm, cases, cfg, seed=index)
     ig_s = time.perf_counter() - start
     other = [fact_cases(facts[j])[0] for j in others_of(facts, index, N_OTHER)]
-    test = suppression_test(lm, kn.neurons, cases, other, seed=index)
+    probabilities = {group: scaled_probabilities(lm, sets[group], cases)
+                     for group in ("knowledge", "random", "activation", "activation_top")}
+    probabilities["other_facts"] = scaled_probabilities(lm, sets["knowledge"], other)
     return NeuronsFact(
         index=index, subject=fact.subject, relation=fact.relation, target=fact.target_true,
-        neurons=[list(n) for n in test.neurons], ig_seconds=ig_s, knowledge=test.knowledge.as_dict(),
-        random=test.random.as_dict(), other_facts=test.other_facts.as_dict(),
+        neurons=[list(n) for n in sets["knowledge"]], ig_seconds=ig_s,
+        knowledge=probabilities["knowledge"].effect().as_dict(),
+        random=probabilities["random"].effect().as_dict(),
+        other_facts=probabilities["other_facts"].effect().as_dict(),
+        activation_neurons=[list(n) for n in sets["activation"]],
+        activation_top=[list(n) for n in sets["activation_top"]],
+        probabilities={group: p.as_dict() for group, p in probabilities.items()},  # type: ignore[misc]
     )
 
 
@@ -195,13 +250,52 @@ def summarise(model: str, rows: list[NeuronsFact], cfg: KnowledgeNeuronsConfig, 
     )
 
 
-def table(run: harness.Run, lm: LensModel) -> NeuronsTable | None:
+def scalings(rows: list, group: str, sizes: list[int]) -> list[FactScaling]:
+    """Each row's measurements of one neuron set (``row["probabilities"][group]``), with the
+    set's size per row (an empty set is left out of our measure, kept in Dai et al.'s)."""
+    out = []
+    for r, size in zip(rows, sizes, strict=True):
+        p: Probabilities = r["probabilities"][group]
+        probs = ScaledProbabilities(tuple(p["before"]), tuple(p["suppress"]), tuple(p["enhance"]))
+        out.append(FactScaling(r["relation"], size > 0, probs))
+    return out
+
+
+def cells_of(facts: list[FactScaling], n_resamples: int) -> dict:
+    """``{"suppress", "enhance"}``: both measures of one neuron set."""
+    return {op: summarise_change(facts, op, n_resamples=n_resamples).as_dict() for op in ("suppress", "enhance")}
+
+
+def set_sizes(rows: list[NeuronsFact], group: str) -> list[int]:
+    """Neurons per fact in one set (the other-facts row scales the knowledge neurons)."""
+    key = {"knowledge": "neurons", "random": "neurons", "other_facts": "neurons",
+           "activation": "activation_neurons", "activation_top": "activation_top"}[group]
+    return [len(r[key]) for r in rows]  # type: ignore[literal-required]
+
+
+def protocol(model: str, rows: list[NeuronsFact], *, complete: bool, n_resamples: int) -> NeuronsProtocol:
+    """Every neuron set under both measures, over the facts done so far."""
+    table_rows = [
+        ProtocolRow(neurons=group, neurons_per_fact=set_sizes(rows, group),  # type: ignore[typeddict-item]
+                    **cells_of(scalings(rows, group, set_sizes(rows, group)), n_resamples))
+        for group in GROUPS
+    ]
+    relations = [r["relation"] for r in rows]
+    return NeuronsProtocol(
+        model=model, complete=complete, n_facts=len(rows), n_resamples=n_resamples,
+        relations={rel: relations.count(rel) for rel in dict.fromkeys(relations)}, rows=table_rows,
+    )
+
+
+def table(run: harness.Run, lm: LensModel) -> list[NeuronsFact]:
     """Every chosen fact, each cached as it finishes; the summary of the facts done so far
     ("complete" says whether all are), or None when none is."""
     facts = single_token_facts(lm)
     cfg = KnowledgeNeuronsConfig()
     wanted = chosen_facts(len(facts), QUICK_FACTS if run.quick else run.args.facts)
-    cache = run.cache({"model": run.args.model, "quick": run.quick})  # each item names its fact
+    # protocol 2: per-prompt probabilities of every neuron set (issue 37); rows of the first
+    # protocol lack them, so they sit in another cache folder.
+    cache = run.cache({"model": run.args.model, "quick": run.quick, "protocol": 2})
     deadline = time.perf_counter() + run.args.max_seconds
     rows = []
     for index in wanted:
@@ -215,8 +309,61 @@ def table(run: harness.Run, lm: LensModel) -> NeuronsTable | None:
               f"suppress {row['knowledge']['suppress']:+.1%}, enhance {row['knowledge']['enhance']:+.1%}")
     if len(rows) < len(wanted):
         print(f"{len(rows)} of {len(wanted)} facts done: run again to resume")
-    # Every piece rewrites the summary from the facts done so far.
-    return summarise(run.args.model, rows, cfg, complete=len(rows) == len(wanted)) if rows else None
+    return rows
+
+
+# ----------------------------------------------------------------------------- (c) paraphrases
+
+
+def paraphrase_fact(lm: LensModel, fact: Fact, sizes: tuple[int, ...], cfg: KnowledgeNeuronsConfig) -> ParaphraseFact:
+    """The fact's knowledge neurons refined on its first k prompts for each k, each set
+    measured on all the fact's prompts."""
+    cases = fact_cases(fact)
+    start = time.perf_counter()
+    attributions = [integrated_gradients(lm, prompt, answer, cfg) for prompt, answer in cases]
+    ig_s = time.perf_counter() - start
+    found = paraphrase_sensitivity(attributions, sizes, cfg)
+    return ParaphraseFact(
+        subject=fact.subject, relation=fact.relation, target=fact.target_true, prompts=len(cases),
+        ig_seconds=ig_s, neurons={str(k): [list(n) for n in found.neurons[k]] for k in found.sizes},
+        jaccard_to_largest={str(k): found.jaccard_to_largest[k] for k in found.sizes},
+        probabilities={str(k): scaled_probabilities(lm, found.neurons[k], cases).as_dict()  # type: ignore[misc]
+                       for k in found.sizes},
+    )
+
+
+def paraphrases(run: harness.Run, lm: LensModel) -> NeuronsParaphrases | None:
+    """(c) every fact of the paraphrase file, each cached as it finishes; the summary per prompt
+    count of the facts done so far, or None when none is."""
+    facts = [f for f in load_facts(PARAPHRASE_FILE) if len(lm.continuation_ids(f.target_true)) == 1]
+    facts = facts[:QUICK_FACTS] if run.quick else facts
+    cfg = KnowledgeNeuronsConfig()
+    cache = run.cache({"model": run.args.model, "quick": run.quick, "part": "paraphrases"})
+    deadline = time.perf_counter() + run.args.max_seconds
+    rows: list[ParaphraseFact] = []
+    for i, fact in enumerate(facts):
+        item = f"paraphrase{i:02d}"
+        if item not in cache and time.perf_counter() > deadline:
+            continue
+        with run.timed("paraphrases"):
+            rows.append(cache.get(item, lambda fact=fact: paraphrase_fact(lm, fact, PARAPHRASE_SIZES, cfg)))
+        print(f"{fact.subject}: neurons per k " + ", ".join(f"{k}: {len(v)}" for k, v in rows[-1]["neurons"].items()))
+    if len(rows) < len(facts):
+        print(f"{len(rows)} of {len(facts)} facts done: run again to resume")
+    if not rows:
+        return None
+    summary = []
+    for k in PARAPHRASE_SIZES:
+        sizes = [len(r["neurons"][str(k)]) for r in rows]
+        summary.append(ParaphraseSize(
+            k=k, neurons_per_fact=sizes, jaccard_to_largest=[r["jaccard_to_largest"][str(k)] for r in rows],
+            **cells_of(scalings(rows, str(k), sizes), N_RESAMPLES)))  # type: ignore[typeddict-item]
+    document = harness.read_json(PARAPHRASE_FILE, {})
+    return NeuronsParaphrases(
+        model=run.args.model, complete=len(rows) == len(facts), source=document["source"], n_facts=len(rows),
+        sizes=list(PARAPHRASE_SIZES), evaluated_on=f"all {max(PARAPHRASE_SIZES)} prompts of each fact",
+        sizes_summary=summary, facts=rows,
+    )
 
 
 def main() -> None:
@@ -229,13 +376,22 @@ def main() -> None:
     if args.speed:
         with run.timed("speed"):
             document["speed"] = speed(lm, 1 if run.quick else args.repeats)
-    if args.table and (summary := table(run, lm)) is not None:
-        document["table"] = summary
+    if args.table and (rows := table(run, lm)):
+        # Every piece rewrites the summaries from the facts done so far.
+        complete = len(rows) == len(chosen_facts(len(single_token_facts(lm)), QUICK_FACTS if run.quick else args.facts))
+        document["table"] = summarise(args.model, rows, KnowledgeNeuronsConfig(), complete=complete)
+        document["protocol"] = protocol(args.model, rows, complete=complete, n_resamples=N_RESAMPLES)
+    if args.paraphrases and (found := paraphrases(run, lm)) is not None:
+        document["paraphrases"] = found
     run.write(document)
     if "speed" in document:
         print(kn_speed(document))
     if "table" in document:
         print(kn_table(document))
+    if "protocol" in document:
+        print(kn_protocol(document))
+    if "paraphrases" in document:
+        print(kn_paraphrases(document))
 
 
 if __name__ == "__main__":

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import statistics
+
 from . import MODEL_SHORT, Renderer, ci, markdown, minus, num, pm, table
 from .schemas.knowledge import (
     EiffelSubUpdates,
+    EstimateCI,
     KnowledgeNeuronsData,
     KVMemoriesData,
     Trigger,
@@ -113,6 +116,86 @@ def _lens_table(data: TunedLensData, metric: str, digits: int) -> str:
                 cells.append(ci(curve[metric][layer], *curve[f"{metric}_ci"][layer], digits))
         rows.append(cells)
     return markdown(header, rows)
+
+
+def _interval(cell: EstimateCI) -> str:
+    """``−80.9 % [−87.6, −73.7]``; a dash when no fact has the set."""
+    if cell["n"] == 0 or cell["estimate"] != cell["estimate"]:
+        return "–"
+    low, high = cell["ci95"]
+    return f"{_relative(cell['estimate'])} % [{_relative(low)}, {_relative(high)}]"
+
+
+def _sizes(sizes: list[int]) -> str:
+    """Neurons per fact: mean, median, and how many facts have none."""
+    empty = sum(1 for n in sizes if n == 0)
+    return f"{statistics.fmean(sizes):.1f} (median {statistics.median(sizes):g}; none for {empty})"
+
+
+def _not_run(flag: str) -> str:
+    """The table of a part the data file does not hold yet."""
+    return markdown(["measured"], [[f"not yet: `python benchmarks/knowledge_neurons.py {flag}`"]])
+
+
+PROTOCOL_LABELS = {
+    "knowledge": ("knowledge neurons (integrated gradients)", "own"),
+    "random": ("random neurons, same layers and number", "own"),
+    "activation": ("Dai et al.'s baseline: the refinement on activations (0.5 × max)", "own"),
+    "activation_top": ("largest mean activations, as many as the knowledge neurons", "own"),
+    "other_facts": ("knowledge neurons", "other"),
+}
+
+
+@table("kn_protocol")
+def kn_protocol(data: KnowledgeNeuronsData) -> str:
+    """benchmarks/knowledge_neurons.py --table: each neuron set under our measure (mean and median
+    over facts of the mean per-prompt ratio) and Dai et al.'s (ratio of means per relation,
+    averaged over relations), 95 % bootstrap intervals."""
+    if "protocol" not in data:
+        return _not_run("--table")
+    t = data["protocol"]
+    prompts = {"own": "the fact's 4 prompts", "other": f"{OTHER_FACTS} facts of other relations"}
+    rows = []
+    for row in t["rows"]:
+        label, where = PROTOCOL_LABELS[row["neurons"]]
+        cells = []
+        for op in ("suppress", "enhance"):
+            c = row[op]
+            cells += [_interval(c["mean"]), _interval(c["median"]), _interval(c["dai"])]
+        rows.append([label, prompts[where], _sizes(row["neurons_per_fact"]), *cells])
+    return markdown(
+        ["neurons scaled", "prompts measured", "neurons per fact", "suppress: ours, mean",
+         "ours, median", "Dai et al.", "enhance: ours, mean", "ours, median", "Dai et al."],
+        rows,
+    )
+
+
+OTHER_FACTS = 5
+"""Facts of other relations each fact's neurons are tested on (benchmarks/knowledge_neurons.py)."""
+
+
+@table("kn_paraphrases")
+def kn_paraphrases(data: KnowledgeNeuronsData) -> str:
+    """benchmarks/knowledge_neurons.py --paraphrases: the knowledge neurons refined on the first k
+    prompts of each fact, measured on all its prompts, 95 % bootstrap intervals over facts."""
+    if "paraphrases" not in data:
+        return _not_run("--paraphrases")
+    t = data["paraphrases"]
+    largest = max(t["sizes"])
+    rows = []
+    for size in t["sizes_summary"]:
+        jaccard = size["jaccard_to_largest"]
+        rows.append([
+            size["k"], _sizes(size["neurons_per_fact"]), f"{sum(jaccard) / len(jaccard):.2f}",
+            _interval(size["suppress"]["mean"]), _interval(size["suppress"]["median"]),
+            _interval(size["suppress"]["dai"]), _interval(size["enhance"]["mean"]),
+            _interval(size["enhance"]["dai"]),
+        ])
+    return markdown(
+        ["prompts refined on", "neurons per fact", f"overlap with k = {largest} (Jaccard, mean)",
+         "suppress: ours, mean", "ours, median", "Dai et al.", "enhance: ours, mean", "Dai et al."],
+        rows,
+    )
 
 
 @table("tuned_lens_kl")

@@ -265,31 +265,61 @@ def _aie(docs: dict) -> str:
             "finely; the window-1 runs are pending")
 
 
-def _kn(docs: dict) -> str:
-    data: KnowledgeNeuronsData = docs["knowledge_neurons"]
-    t = data["table"]
-
-    def rel(cell: dict) -> str:
-        low, high = cell["ci95"]
-        return minus(f"{100 * cell['mean']:+.1f} % [{100 * low:+.1f}, {100 * high:+.1f}]")
-
-    def mean(cell: dict) -> str:
-        return minus(f"{100 * cell['mean']:+.1f} %")
-
+def _kn_ours(t: dict) -> str:
+    """The row from our measure alone: what the data has before Dai et al.'s protocol is run."""
     c = t["cells"]
     refined = [f for f in t["facts"] if f["neurons"]]
     medians = " / ".join(minus(f"{100 * statistics.median(f['knowledge'][k] for f in refined):+.1f} %")
                          for k in ("suppress", "enhance"))
     falls = sum(f["knowledge"]["enhance"] < 0 for f in refined)
+
+    def rel(cell: dict) -> str:
+        low, high = cell["ci95"]
+        return minus(f"{100 * cell['mean']:+.1f} % [{100 * low:+.1f}, {100 * high:+.1f}]")
+
+    def pct(cell: dict) -> str:
+        return minus(f"{100 * cell['mean']:+.1f} %")
+
+    return (f"SmolLM2, {t['n_facts']} facts, {t['prompts_per_fact']} prompts each: means "
+            f"{rel(c['knowledge']['suppress'])} / {rel(c['knowledge']['enhance'])}, medians {medians} "
+            f"({falls} of {len(refined)} facts lose probability when enhanced; means of per-prompt ratios); "
+            f"random neurons {pct(c['random']['suppress'])}; other facts "
+            f"{pct(c['other_facts']['suppress'])} under suppression; Dai et al.'s "
+            "measure and baseline: not yet run (`benchmarks/knowledge_neurons.py --table`)")
+
+
+def _kn(docs: dict) -> str:
+    data: KnowledgeNeuronsData = docs["knowledge_neurons"]
+    t = data["table"]
+    if "protocol" not in data:
+        return _kn_ours(t)
+    proto = data["protocol"]
+    rows = {row["neurons"]: row for row in proto["rows"]}
+
+    def est(cell: dict) -> str:
+        return minus(f"{100 * cell['estimate']:+.1f} %")
+
+    def interval(cell: dict) -> str:
+        low, high = cell["ci95"]
+        return minus(f"{100 * cell['estimate']:+.1f} % [{100 * low:+.1f}, {100 * high:+.1f}]")
+
+    def both(group: str, stat: str, show: Callable[[dict], str] = est) -> str:
+        return f"{show(rows[group]['suppress'][stat])} / {show(rows[group]['enhance'][stat])}"
+
+    know = rows["knowledge"]
     counts = Counter(tuple(n) for f in t["facts"] for n in {tuple(x) for x in f["neurons"]})
     (layer, neuron), k = counts.most_common(1)[0]
-    return (f"SmolLM2, {t['n_facts']} facts, {t['prompts_per_fact']} prompts each: "
-            f"means {rel(c['knowledge']['suppress'])} / {rel(c['knowledge']['enhance'])}, medians {medians} "
-            f"({falls} of {len(refined)} facts lose probability when enhanced; means of per-prompt ratios); "
-            f"random neurons "
-            f"{mean(c['random']['suppress'])} / {mean(c['random']['enhance'])}; other facts "
-            f"{mean(c['other_facts']['suppress'])} under suppression (not specific); L{layer}.N{neuron} "
-            f"is refined for {k} of {t['n_facts_with_neurons']} facts")
+    act_sizes = rows["activation"]["neurons_per_fact"]
+    return (f"SmolLM2, {proto['n_facts']} facts ({len(proto['relations'])} relations), {t['prompts_per_fact']} "
+            f"prompts each. Dai et al.'s measure (ratio of means per relation, averaged over relations): "
+            f"knowledge neurons {both('knowledge', 'dai', interval)}; their activation-selected baseline "
+            f"({statistics.fmean(act_sizes):.1f} neurons per fact) {both('activation', 'dai')}; as many "
+            f"top-activation neurons as knowledge neurons {both('activation_top', 'dai')}. Ours (mean over "
+            f"facts of per-prompt ratios): means {both('knowledge', 'mean', interval)}, medians "
+            f"{both('knowledge', 'median')} ({know['enhance']['n_negative']} of {know['enhance']['mean']['n']} "
+            f"facts lose probability when enhanced); random neurons {both('random', 'mean')}; other facts "
+            f"{est(rows['other_facts']['suppress']['dai'])} under suppression by Dai et al.'s measure (not "
+            f"specific); L{layer}.N{neuron} is refined for {k} of {t['n_facts_with_neurons']} facts")
 
 
 def _ioi_logit_diff(docs: dict) -> str:
@@ -592,11 +622,13 @@ PUBLISHED: tuple[tuple[str | Callable[[dict], str], str | Callable[[dict], str],
      "noise, Meng et al. 2022, and is much weaker under STR, Zhang & Nanda 2024, their Fig. 2)",
      _aie, "[aie](docs/aie.md)"),
     ("Knowledge neurons: suppress (×0) / enhance (×2)",
-     "not comparable yet: Dai et al. 2022 (BERT-base, PARAREL) report suppression and amplification "
-     "as a ratio of means per relation, (mean p_new − mean p_orig) / mean p_orig, averaged over relations, "
-     "against baseline neurons selected by activation (their code, `Hunter-DDM/knowledge-neurons` "
-     "`src/3_modify_activation.py`, `src/8_plot_fig_erase_enhance.py`); the averages often quoted for "
-     "them are unverified in our notes. Re-measured under Dai et al.'s protocol: pending", _kn, "[knowledge neurons](docs/knowledge_neurons.md)"),
+     "no published figure quoted: Dai et al. 2022 (BERT-base-cased, PARAREL) measure suppression and "
+     "amplification as a ratio of means per relation, (mean p_new − mean p_orig) / mean p_orig, averaged "
+     "over relations, against baseline neurons selected by activation (their code, "
+     "`Hunter-DDM/knowledge-neurons` `src/2_get_kn.py`, `src/3_modify_activation.py`, "
+     "`src/8_plot_fig_erase_enhance.py`); the measured column gives that measure and baseline beside ours. The averages "
+     "often quoted for the paper are not in its code (the plotting script prints them, no file keeps "
+     "them) and the paper's results section was not reachable, so they are not confirmed", _kn, "[knowledge neurons](docs/knowledge_neurons.md)"),
     ("IOI logit difference logit(IO) − logit(S)",
      "no published figure (the GPT-2 small value usually quoted comes from the TransformerLens demo, "
      "not a paper)", _ioi_logit_diff, "[ioi](docs/ioi.md)"),

@@ -1,14 +1,26 @@
 """Where knowledge is stored: FFN key-value memories (Geva et al. 2021, 2022) and knowledge neurons
-(Dai et al. 2022). Re-exports only."""
+(Dai et al. 2022), with their suppression measured as we do and as Dai et al.'s code does.
+Re-exports only."""
 
 from lmsci_mi.knowledge.agreement import AgreementConfig, KeyValueAgreement, key_value_agreement
+from lmsci_mi.knowledge.effects import (
+    ChangeSummary,
+    FactScaling,
+    ParaphraseSensitivity,
+    dai_change,
+    jaccard,
+    paraphrase_sensitivity,
+    summarise_change,
+)
 from lmsci_mi.knowledge.neurons import (
     KnowledgeNeurons,
     KnowledgeNeuronsConfig,
     NeuronAttribution,
     NeuronScore,
+    ScaledProbabilities,
     ScalingEffect,
     SuppressionTest,
+    activation_neurons,
     answer_probability,
     enhance_neurons,
     integrated_gradients,
@@ -16,9 +28,11 @@ from lmsci_mi.knowledge.neurons import (
     random_neurons_like,
     refine_neurons,
     scale_neurons,
+    scaled_probabilities,
     scaling_effect,
     suppress_neurons,
     suppression_test,
+    top_activation_neurons,
 )
 from lmsci_mi.knowledge.subupdates import SubUpdateConfig, SubUpdates, sub_updates
 from lmsci_mi.knowledge.triggers import TriggerConfig, TriggerExamples, trigger_examples
@@ -26,11 +40,15 @@ from lmsci_mi.knowledge.values import ValueVectorConfig, ValueVectors, neuron_la
 
 __all__ = [
     "AgreementConfig",
+    "ChangeSummary",
+    "FactScaling",
     "KeyValueAgreement",
     "KnowledgeNeurons",
     "KnowledgeNeuronsConfig",
     "NeuronAttribution",
     "NeuronScore",
+    "ParaphraseSensitivity",
+    "ScaledProbabilities",
     "ScalingEffect",
     "SubUpdateConfig",
     "SubUpdates",
@@ -39,19 +57,26 @@ __all__ = [
     "TriggerExamples",
     "ValueVectorConfig",
     "ValueVectors",
+    "activation_neurons",
     "answer_probability",
+    "dai_change",
     "enhance_neurons",
     "integrated_gradients",
+    "jaccard",
     "key_value_agreement",
     "knowledge_neurons",
     "neuron_label",
+    "paraphrase_sensitivity",
     "random_neurons_like",
     "refine_neurons",
     "scale_neurons",
+    "scaled_probabilities",
     "scaling_effect",
     "sub_updates",
+    "summarise_change",
     "suppress_neurons",
     "suppression_test",
+    "top_activation_neurons",
     "trigger_examples",
     "value_vectors",
 ]

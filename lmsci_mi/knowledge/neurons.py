@@ -43,8 +43,10 @@ __all__ = [
     "KnowledgeNeuronsConfig",
     "NeuronAttribution",
     "NeuronScore",
+    "ScaledProbabilities",
     "ScalingEffect",
     "SuppressionTest",
+    "activation_neurons",
     "answer_probability",
     "enhance_neurons",
     "integrated_gradients",
@@ -52,9 +54,11 @@ __all__ = [
     "random_neurons_like",
     "refine_neurons",
     "scale_neurons",
+    "scaled_probabilities",
     "scaling_effect",
     "suppress_neurons",
     "suppression_test",
+    "top_activation_neurons",
 ]
 
 Neuron = tuple[int, int]
@@ -101,6 +105,15 @@ class KnowledgeNeuronsConfig(Config):
             "le": 1,
         },
     )
+    # Dai et al.'s baseline neurons come from the same refinement on the activations, with a
+    # higher threshold (their code's second loop over 'base' values).
+    baseline_threshold: float = field(default=0.5, metadata={
+        "paper": 0.5, "gt": 0, "le": 1, "cli": False,  # the CLI command refines no baseline
+        "paper_source": "Dai et al. 2022, code: Hunter-DDM/knowledge-neurons src/2_get_kn.py "
+        "(threshold_ratio of the second loop, on the activation values 'base')",
+        "help": "activation baseline (activation_neurons): keep neurons activated above this "
+        "share of the prompt's largest activation (Dai et al.'s code: 0.5)",
+    })
     min_prompts: int = field(
         default=3, metadata={"paper": 3, "paper_source": "Dai et al. 2022, code: Hunter-DDM/knowledge-neurons src/2_get_kn.py (at least 3 prompts share a neuron)", "help": "refinement needs at least this many prompts", "ge": 2}
     )
@@ -405,9 +418,18 @@ def refine_neurons(
         A :class:`KnowledgeNeurons`.
     """
     cfg = config or KnowledgeNeuronsConfig()
-    if len(attributions) < cfg.min_prompts:
+    first = _checked(attributions, cfg)
+    scores = torch.stack([a.values for a in attributions])
+    return _refined(attributions, scores, cfg.threshold, cfg, first.objective)
+
+
+def _checked(
+    attributions: Sequence[NeuronAttribution], config: KnowledgeNeuronsConfig
+) -> NeuronAttribution:
+    """The first attribution, once all are checked to share a target and layers and to be enough."""
+    if len(attributions) < config.min_prompts:
         raise UserInputError(
-            f"refinement across paraphrases needs at least {cfg.min_prompts} prompts, got "
+            f"refinement across paraphrases needs at least {config.min_prompts} prompts, got "
             f"{len(attributions)}: add paraphrases of the fact, or lower min_prompts (at least 2)"
         )
     first = attributions[0]
@@ -416,10 +438,22 @@ def refine_neurons(
             "attributions differ in target or layers: attribute every paraphrase "
             "of one fact with the same config"
         )
-    scores = torch.stack([a.values for a in attributions])
+    return first
+
+
+def _refined(
+    attributions: Sequence[NeuronAttribution],
+    scores: Tensor,
+    threshold: float,
+    cfg: KnowledgeNeuronsConfig,
+    objective: str,
+) -> KnowledgeNeurons:
+    """Dai et al.'s refinement of ``scores [prompt, layer, neuron]``: per prompt, above
+    ``threshold`` x that prompt's largest value; then in at least ``cfg.share`` of the prompts."""
+    first = attributions[0]
     peak = scores.flatten(1).max(1).values.clamp_min(0)[:, None, None]
-    # Only positive scores can pass: a prompt whose every score is <= 0 contributes no neuron.
-    passed = (scores > cfg.threshold * peak) & (scores > 0)
+    # Only positive values can pass: a prompt whose every value is <= 0 contributes no neuron.
+    passed = (scores > threshold * peak) & (scores > 0)
     shared = passed.float().mean(0)
     keep = (shared >= cfg.share - 1e-9).nonzero().tolist()
     mean = scores.mean(0)
@@ -432,14 +466,60 @@ def refine_neurons(
             first.meta, prompts=tuple(a.prompt for a in attributions), params=cfg.params()
         ),
         target=first.target,
-        objective=first.objective,
+        objective=objective,
         steps=first.steps,
         layers=first.layers,
-        threshold=cfg.threshold,
+        threshold=threshold,
         share=cfg.share,
         neurons=tuple((first.layers[row], neuron) for row, neuron in keep),
         scores=scores,
     )
+
+
+def activation_neurons(
+    attributions: Sequence[NeuronAttribution], config: KnowledgeNeuronsConfig | None = None
+) -> KnowledgeNeurons:
+    """Dai et al. 2022's baseline neurons: their refinement run on the activations instead of
+    the attribution scores (their code, ``src/2_get_kn.py``: ``threshold_ratio`` 0.5 on ``base``).
+
+    Per prompt, the neurons activated above ``baseline_threshold`` x the prompt's largest
+    ``mlp_post`` activation (over every attributed layer, at the attributed position); then
+    those kept in at least ``share`` of the prompts. The activations come with each
+    :class:`NeuronAttribution`, so this costs no model run. How many neurons it keeps is
+    whatever the rule gives, as in their code: compare the count with the knowledge neurons'.
+
+    Args:
+        attributions: :func:`integrated_gradients` of each prompt of one fact.
+        config: ``baseline_threshold``, ``share`` and ``min_prompts``.
+
+    Returns:
+        A :class:`KnowledgeNeurons` whose ``objective`` is ``"activation"`` and whose ``scores``
+        are the activations ``[prompt, layer, neuron]``.
+    """
+    cfg = config or KnowledgeNeuronsConfig()
+    _checked(attributions, cfg)
+    acts = torch.stack([a.activations for a in attributions])
+    return _refined(attributions, acts, cfg.baseline_threshold, cfg, "activation")
+
+
+def top_activation_neurons(attributions: Sequence[NeuronAttribution], k: int) -> list[Neuron]:
+    """The ``k`` neurons with the largest mean activation over the prompts (every attributed
+    layer, the attributed position): Dai et al.'s activation criterion with the count matched
+    to another set, so that a comparison does not rest on how many neurons each rule keeps.
+
+    >>> import torch
+    >>> from lmsci_mi import load_model
+    >>> lm = load_model("toy-2l")
+    >>> res = integrated_gradients(lm, "The Eiffel Tower is in", " Paris")
+    >>> top = top_activation_neurons([res], 3)
+    >>> len(top), float(res.activations[top[0][0]].max()) == float(res.activations.max())
+    (3, True)
+    """
+    if k <= 0:
+        return []
+    first = attributions[0]
+    mean = torch.stack([a.activations for a in attributions]).mean(0)
+    return [(item.layer, item.neuron) for item in _top(mean, first.layers, k)]
 
 
 def knowledge_neurons(
@@ -599,6 +679,34 @@ class ScalingEffect:
 
 
 @dataclass(frozen=True)
+class ScaledProbabilities:
+    """p(answer) on each prompt before and after scaling a set of neurons: the measurements both
+    our metric (:meth:`effect`) and Dai et al.'s ratio of means
+    (:func:`lmsci_mi.knowledge.effects.dai_change`) are computed from.
+
+    Attributes:
+        before: ``[prompt]`` p(answer) with no neuron scaled.
+        suppress / enhance: ``[prompt]`` p(answer) with the neurons x0 / x2.
+    """
+
+    before: tuple[float, ...]
+    suppress: tuple[float, ...]
+    enhance: tuple[float, ...]
+
+    def effect(self) -> ScalingEffect:
+        """Our per-fact measure: the mean over prompts of ``(p_after - p_before) / p_before``."""
+        changes = [
+            statistics.fmean((a - b) / b for a, b in zip(after, self.before, strict=True))
+            for after in (self.suppress, self.enhance)
+        ]
+        return ScalingEffect(changes[0], changes[1], len(self.before))
+
+    def as_dict(self) -> dict[str, list[float]]:
+        """``{"before", "suppress", "enhance"}``, the shape a data file keeps."""
+        return {key: list(getattr(self, key)) for key in ("before", "suppress", "enhance")}
+
+
+@dataclass(frozen=True)
 class SuppressionTest:
     """Dai et al. 2022's suppress/enhance test of one fact's knowledge neurons, with controls.
 
@@ -633,11 +741,36 @@ def answer_probability(lm: LensModel, prompt: str, answer: str) -> float:
     return float(logits.softmax(-1)[lm.continuation_ids(answer)[0]])
 
 
+def scaled_probabilities(
+    lm: LensModel, neurons: Sequence[tuple[int, int]], cases: Sequence[tuple[str, str]]
+) -> ScaledProbabilities:
+    """p(answer) on each ``(prompt, answer)`` case before, and with ``neurons`` suppressed (x0)
+    and enhanced (x2) at each prompt's last token; with no neurons, every p is the clean one.
+
+    Reads the model only: the neurons are scaled by hooks that are removed on exit.
+
+    >>> from lmsci_mi import load_model
+    >>> lm = load_model("toy-2l")
+    >>> probs = scaled_probabilities(lm, [(1, 3)], [("The Eiffel Tower is in", " Paris")])
+    >>> len(probs.before), probs.suppress != probs.before
+    (1, True)
+    """
+    base = tuple(answer_probability(lm, prompt, answer) for prompt, answer in cases)
+    if not neurons:
+        return ScaledProbabilities(base, base, base)
+    after = {}
+    for kind, scaled in (("suppress", suppress_neurons), ("enhance", enhance_neurons)):
+        with scaled(lm, neurons):
+            after[kind] = tuple(answer_probability(lm, prompt, answer) for prompt, answer in cases)
+    return ScaledProbabilities(base, after["suppress"], after["enhance"])
+
+
 def scaling_effect(
     lm: LensModel, neurons: Sequence[tuple[int, int]], cases: Sequence[tuple[str, str]]
 ) -> ScalingEffect:
     """How suppressing and enhancing ``neurons`` changes p(answer) over ``(prompt, answer)``
-    cases: the mean relative change under each (0 for both when there are no neurons).
+    cases: the mean relative change under each (0 for both when there are no neurons), i.e.
+    ``scaled_probabilities(...).effect()``.
 
     Reads the model only: the neurons are scaled by hooks that are removed on exit.
 
@@ -655,15 +788,7 @@ def scaling_effect(
     >>> effect.n_prompts, effect.suppress != 0
     (1, True)
     """
-    if not neurons:
-        return ScalingEffect(0.0, 0.0, len(cases))
-    base = [answer_probability(lm, prompt, answer) for prompt, answer in cases]
-    changes = {}
-    for kind, scaled in (("suppress", suppress_neurons), ("enhance", enhance_neurons)):
-        with scaled(lm, neurons):
-            after = [answer_probability(lm, prompt, answer) for prompt, answer in cases]
-        changes[kind] = statistics.fmean((a - b) / b for a, b in zip(after, base, strict=True))
-    return ScalingEffect(changes["suppress"], changes["enhance"], len(cases))
+    return scaled_probabilities(lm, neurons, cases).effect()
 
 
 def random_neurons_like(

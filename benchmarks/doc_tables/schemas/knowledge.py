@@ -33,8 +33,36 @@ class Scaling(TypedDict):
     enhance: float
 
 
-class NeuronsFact(TypedDict):
-    """One fact's knowledge neurons and ``suppression_test``."""
+class Probabilities(TypedDict):
+    """p(answer) per prompt before and with the neurons x0 / x2
+    (``lmsci_mi.knowledge.ScaledProbabilities.as_dict()``)."""
+
+    before: list[float]
+    suppress: list[float]
+    enhance: list[float]
+
+
+class NeuronsProbabilities(TypedDict):
+    """Per neuron set, p(answer) per prompt: the measurements both measures are computed from."""
+
+    knowledge: Probabilities
+    random: Probabilities
+    activation: Probabilities
+    activation_top: Probabilities
+    other_facts: Probabilities
+
+
+class _NeuronsFactOptional(TypedDict, total=False):
+    # Written since issue 37 (Dai et al.'s protocol); absent from rows of earlier runs.
+    activation_neurons: list[list[int]]
+    """Dai et al.'s baseline: their refinement on the activations (``activation_neurons``)."""
+    activation_top: list[list[int]]
+    """As many neurons as ``neurons``, the largest mean activations (``top_activation_neurons``)."""
+    probabilities: NeuronsProbabilities
+
+
+class NeuronsFact(_NeuronsFactOptional):
+    """One fact's knowledge neurons and the suppress/enhance test with its controls."""
 
     index: int
     subject: str
@@ -83,11 +111,91 @@ class NeuronsTable(TypedDict):
     facts: list[NeuronsFact]
 
 
+class EstimateCI(TypedDict):
+    """A statistic over facts with its 95 % percentile-bootstrap interval (``n`` facts)."""
+
+    estimate: float
+    ci95: list[float]
+    n: int
+
+
+class ChangeCell(TypedDict):
+    """``lmsci_mi.knowledge.ChangeSummary.as_dict()``: one neuron set, one operation."""
+
+    mean: EstimateCI
+    median: EstimateCI
+    n_negative: int
+    dai: EstimateCI
+    dai_by_relation: dict[str, float]
+
+
+class ProtocolRow(TypedDict):
+    """One neuron set on one set of prompts, under both measures."""
+
+    neurons: str
+    """``knowledge``, ``random``, ``activation``, ``activation_top`` or ``other_facts``."""
+    neurons_per_fact: list[int]
+    suppress: ChangeCell
+    enhance: ChangeCell
+
+
+class NeuronsProtocol(TypedDict):
+    """--table: our measure (mean and median over facts of the mean per-prompt ratio) beside Dai
+    et al.'s (ratio of means per relation, averaged over relations), per neuron set."""
+
+    model: str
+    complete: bool
+    n_facts: int
+    relations: dict[str, int]
+    """Facts per relation."""
+    n_resamples: int
+    rows: list[ProtocolRow]
+
+
+class ParaphraseSize(TypedDict):
+    """The knowledge neurons refined on the first ``k`` prompts, over the facts."""
+
+    k: int
+    neurons_per_fact: list[int]
+    jaccard_to_largest: list[float]
+    """Per fact, the overlap with the set refined on the most prompts."""
+    suppress: ChangeCell
+    enhance: ChangeCell
+
+
+class ParaphraseFact(TypedDict):
+    subject: str
+    relation: str
+    target: str
+    prompts: int
+    ig_seconds: float
+    neurons: dict[str, list[list[int]]]
+    """``{str(k): [[layer, neuron], ...]}``."""
+    jaccard_to_largest: dict[str, float]
+    probabilities: dict[str, Probabilities]
+    """``{str(k): p(answer) on all the fact's prompts with the k-prompt set scaled}``."""
+
+
+class NeuronsParaphrases(TypedDict):
+    """--paraphrases: the refinement's sensitivity to the number of prompts per fact."""
+
+    model: str
+    complete: bool
+    source: str
+    n_facts: int
+    sizes: list[int]
+    evaluated_on: str
+    sizes_summary: list[ParaphraseSize]
+    facts: list[ParaphraseFact]
+
+
 class KnowledgeNeuronsData(TypedDict, total=False):
-    """Each part writes its own section and keeps the other's."""
+    """Each part writes its own section and keeps the others'."""
 
     speed: NeuronsSpeed
     table: NeuronsTable
+    protocol: NeuronsProtocol
+    paraphrases: NeuronsParaphrases
 
 
 # --- benchmarks/kv_memories.py -> docs/data/kv_memories.json ----------------------------------
