@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
+from typing import Any, Literal, Protocol, get_args
 
 import torch
 from jaxtyping import Bool, Float, Int
@@ -26,9 +26,6 @@ from lmsci_mi.generation import decoding_step
 from lmsci_mi.positions import Exclude, resolve_exclude
 from lmsci_mi.sites import hook_name, layout_of
 from lmsci_mi.typecheck import shape_checked
-
-if TYPE_CHECKING:
-    from lmsci_mi.model import LensModel
 
 __all__ = [
     "ActiveHook",
@@ -95,7 +92,7 @@ class PositionScope:
         if self.exclude is not None and not self.exclude.by_position:
             raise UserInputError(
                 "a PositionScope selects by position and never sees the tokens: leave tokens "
-                f"{self.exclude.token_ids} out with RunningExclusion(lm, exclude) in the hook"
+                f"{self.exclude.token_ids} out with lm.running_exclusion(exclude) (a RunningExclusion) in the hook"
             )
         if self.skip:  # the alias: the first `skip` positions are an exclusion like any other
             merged = Exclude.leading(self.skip).union(self.exclude)
@@ -177,7 +174,7 @@ class RunningExclusion:
 
     >>> from lmsci_mi import load_model
     >>> lm = load_model("toy-2l")
-    >>> running = RunningExclusion(lm, Exclude(positions=(2,)))
+    >>> running = lm.running_exclusion(Exclude(positions=(2,)))
     >>> seen = []
     >>> with lm.hooks.hooks(fwd=[*running.hooks(), ("blocks.1.hook_resid_post",
     ...                          lambda act, hook: seen.append(running.keep(act)))]):
@@ -189,22 +186,22 @@ class RunningExclusion:
     sink_site = hook_name("resid_pre", 0)
     token_site = "hook_embed"
 
-    def __init__(self, lm: LensModel, exclude: Exclude | None = None) -> None:
+    def __init__(
+        self,
+        exclude: Exclude | None = None,
+        *,
+        sink_reference: Tensor | None = None,
+        token_references: Tensor | None = None,
+    ) -> None:
+        """``sink_reference``: the sink token's first-block input (None: the model has no sink
+        token); ``token_references``: the embeddings of ``exclude.token_ids``. A model computes
+        both (:meth:`lmsci_mi.model.LensModel.running_exclusion`)."""
         self.exclude = resolve_exclude(exclude)
         self._sink: Tensor | None = None
         self._tokens: Tensor | None = None
         self._pending: Tensor | None = None
-        self.sink_reference: Tensor | None = None
-        self.token_references: Tensor | None = None
-        with torch.no_grad():
-            if self.exclude.sink and lm.sink_token_id is not None:
-                tokens = torch.tensor([[lm.sink_token_id]], device=lm.device)
-                with lm.hooks.capture([self.sink_site]) as captured:
-                    lm.model(tokens, stop_at_layer=1)
-                self.sink_reference = captured[self.sink_site][0, 0]
-            if self.exclude.token_ids:
-                ids = torch.tensor([self.exclude.token_ids], device=lm.device)
-                self.token_references = lm.model.embed(ids)[0]  # what hook_embed sees, exactly
+        self.sink_reference = sink_reference if self.exclude.sink else None
+        self.token_references = token_references if self.exclude.token_ids else None
 
     def hooks(self) -> list[tuple[str, HookFn]]:
         """The recording hooks, for :meth:`HookRegistry.hooks`'s ``fwd``."""

@@ -26,7 +26,8 @@ from transformer_lens import HookedTransformer
 from lmsci_mi import readout
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.generation import GenerationConfig, generate
-from lmsci_mi.hooks import HookRegistry, registry_for
+from lmsci_mi.hooks import HookRegistry, RunningExclusion, registry_for
+from lmsci_mi.positions import Exclude, resolve_exclude
 from lmsci_mi.results import Meta, Result, result_type
 from lmsci_mi.typecheck import shape_checked
 
@@ -431,6 +432,22 @@ class LensModel:
     # ------------------------------------------------------------------ predictions
 
     @torch.no_grad()
+    @torch.no_grad()
+    def running_exclusion(self, exclude: Exclude | None = None) -> RunningExclusion:
+        """A :class:`~lmsci_mi.hooks.RunningExclusion` for this model: the sink token's
+        first-block input and the excluded tokens' embeddings, computed once here."""
+        exclude = resolve_exclude(exclude)
+        sink = tokens = None
+        if exclude.sink and self.sink_token_id is not None:
+            site = RunningExclusion.sink_site
+            with self.hooks.capture([site]) as captured:
+                self.model(torch.tensor([[self.sink_token_id]], device=self.device), stop_at_layer=1)
+            sink = captured[site][0, 0]
+        if exclude.token_ids:
+            # What hook_embed sees, exactly.
+            tokens = self.model.embed(torch.tensor([exclude.token_ids], device=self.device))[0]
+        return RunningExclusion(exclude, sink_reference=sink, token_references=tokens)
+
     def top_tokens(self, prompt: str, k: int = 10) -> TokenPredictions:
         """The ``k`` most likely next tokens after ``prompt``. Reads the model only.
 

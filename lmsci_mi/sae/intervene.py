@@ -19,7 +19,6 @@ import torch
 from torch import Tensor
 
 from lmsci_mi.config import validate_choice
-from lmsci_mi.hooks import RunningExclusion
 from lmsci_mi.model import LensModel
 from lmsci_mi.positions import Exclude
 from lmsci_mi.sae.compact import check_not_dropped
@@ -75,7 +74,7 @@ def steer_with_sae_feature(
     check_not_dropped(sae, i)
     vector = float(coefficient) * float(sae.feature_scale[i]) * sae.direction(i)
     vector = vector.to(lm.device)
-    running = RunningExclusion(lm, exclude)
+    running = lm.running_exclusion(exclude)
 
     def add(activation: Tensor, hook: Any) -> Tensor:
         return activation + running.keep(activation) * vector.to(activation.dtype)
@@ -124,7 +123,7 @@ def clamp_sae_feature(
     i = sae.feature(feature)
     check_not_dropped(sae, i)
     target = float(value) * float(sae.feature_scale[i])
-    running = RunningExclusion(lm, exclude)
+    running = lm.running_exclusion(exclude)
 
     def clamp(activation: Tensor, hook: Any) -> Tensor:
         x = activation.float()

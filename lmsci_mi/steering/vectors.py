@@ -21,7 +21,7 @@ from torch import Tensor
 from lmsci_mi.collect import CollectConfig, collect_activations
 from lmsci_mi.config import Config, config
 from lmsci_mi.errors import UserInputError
-from lmsci_mi.hooks import PositionScope, RunningExclusion
+from lmsci_mi.hooks import PositionScope
 from lmsci_mi.model import LensModel
 from lmsci_mi.positions import Exclude, resolve_exclude
 from lmsci_mi.results import Result, result_type
@@ -185,7 +185,7 @@ def _add_where_kept(
 ) -> Iterator[None]:
     """Add ``shift`` at hook ``site`` over ``scope`` but where ``exclude`` leaves a position out,
     tokens included: a scope sees positions only, so the tokens are marked in each pass."""
-    running = RunningExclusion(lm, exclude)
+    running = lm.running_exclusion(exclude)
 
     def add(activation: Tensor, hook: object) -> Tensor:
         batch, n_pos = activation.shape[:2]

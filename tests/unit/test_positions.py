@@ -28,7 +28,7 @@ from lmsci_mi.data.text_corpus import text_chunks
 from lmsci_mi.editing.stats import STDLIB_TEXT, StatsConfig, _cache_key, key_statistics
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.generation import GenerationConfig, generate
-from lmsci_mi.hooks import PositionScope, RunningExclusion
+from lmsci_mi.hooks import PositionScope
 from lmsci_mi.knowledge.triggers import TriggerConfig, top_coefficients
 from lmsci_mi.lenses.least_squares import normal_equations
 from lmsci_mi.lenses.tuned_lens import TunedLensConfig, tuned_lens_path
@@ -106,7 +106,7 @@ def test_the_running_mask_under_cached_generation_equals_the_token_mask(sink: st
     assert len(ids[0]) == len(ids[1])  # equal lengths: the grid has no row past its own end
     exclude = Exclude(positions=(3,), token_ids=(ids[0][2], ids[1][4]))
     for use_kv_cache in (True, False):
-        running = RunningExclusion(lm, exclude)
+        running = lm.running_exclusion(exclude)
         seen: list[torch.Tensor] = []
 
         def record(activation: torch.Tensor, hook: object, running=running, seen=seen) -> None:
