@@ -241,7 +241,7 @@ def editing_floor(data: EditingSpeedData) -> str:
         "" if memit_s is None else f"{memit_s:.0f} s", f"≤ {f['memit_target_s']} s",
     ])
     return markdown(
-        ["edit", "floating-point operations (counted)", "padded positions", f"floor at {num(rate, 1)} GFLOP/s",
+        ["edit", "floating-point operations (counted)", "padded positions", f"this code's count at {num(rate, 1)} GFLOP/s",
          "measured (median, tables above)", "target"],
         rows,
     )
