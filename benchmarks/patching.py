@@ -1,27 +1,33 @@
-"""Benchmark: lmsci-mi's batched patching and tracing against TransformerLens and a naive loop.
+"""Benchmark: lmsci-mi's batched patching and tracing against TransformerLens, nnsight and a naive loop.
 
 On SmolLM2-135M, in one run and on the same inputs:
-  (a) residual sweep over (layer, position) vs ``transformer_lens.patching.get_act_patch_resid_pre``;
-  (b) head-output sweep over (layer, head), all positions, vs ``get_act_patch_attn_head_out_all_pos``;
-      both again on layers 0, 5, ..., 25 only (TransformerLens's generic patcher on the same grid);
+  (a) residual sweep over (layer, position) vs ``transformer_lens.patching.get_act_patch_resid_pre``
+      (on a layer subset, ``--layer-step``: TransformerLens's generic patcher on the same grid);
+  (b) head-output sweep over (layer, head), all positions, vs ``get_act_patch_attn_head_out_all_pos``
+      (likewise);
   (c) batched causal tracing vs a naive loop of one forward pass per restoration (same noise);
   (d) attribution patching over all heads: cost in forward-pass equivalents, rank correlation;
   (e) the head sweep of (b) against nnsight (the peer many users pick instead of TransformerLens) on
       the Hugging Face SmolLM2 that the GGUF loads into: its natural loop of one trace per patch,
       and its batched form (many invokes in one trace), on the same token ids.
-It prints seconds, speed-ups, the max abs difference, and the compute floor: the FLOPs the batched
-sweep must do divided by this machine's float32 matmul throughput, measured in the same run, and
-writes what it measured to docs/data/patching.json (sections not run keep their last numbers):
-``transformer_lens`` (the sweeps of (a) and (b), one row each, with their floors), ``trace`` (c),
-``attribution`` (d) and ``nnsight`` (e).
+(a), (b) and (e) are peer comparisons under benchmarks/timing.py's protocol: every side warmed up
+(on one layer), then ``--rounds`` rounds (at least 5) of every side once in alternating order,
+per-side median and spread, the ratio of medians with a bootstrap interval over rounds; each on two
+kinds of pair (``--pairs``): the IOI pair, which shares its first 10 of 15 tokens (lmsci-mi does not
+recompute them), and a pair that differs from the first token (nothing to reuse). ``--quiet`` marks
+a run made with nothing else running. It prints seconds, ratios, the max abs difference, and the
+compute floors: the FLOPs a sweep must do divided by this machine's float32 matmul throughput,
+measured in the same run. It writes what it measured to docs/data/patching.json (sections not run
+keep their last numbers): ``transformer_lens`` ((a) and (b), one row per sweep and pair),
+``trace`` (c), ``attribution`` (d) and ``nnsight`` (e).
 
 nnsight is no dependency of lmsci-mi; (e) runs where it is installed, i.e. in the peers venv of
-scripts/install_peers.sh, which has lmsci-mi and the same torch/transformers/TransformerLens:
+scripts/install_peers.sh, which has lmsci-mi and the same torch/TransformerLens:
 
-    .venv/bin/python benchmarks/patching.py              # (a)-(d); the naive trace on 6 layers
-    .venv/bin/python benchmarks/patching.py --no-trace   # the patching sweeps alone
-    .venv-peers/bin/python benchmarks/patching.py --only nnsight   # (e)
-    PYTHONPATH=. python benchmarks/patching.py --quick --model toy-2l   # a check of (a)-(d)
+    .venv/bin/python benchmarks/patching.py --only transformer_lens --layer-step 10 --quiet   # (a)-(b)
+    .venv-peers/bin/python benchmarks/patching.py --only nnsight --layer-step 10 --quiet      # (e)
+    .venv/bin/python benchmarks/patching.py --no-trace   # (a), (b), (d) on all 30 layers (over 10 min)
+    PYTHONPATH=. python benchmarks/patching.py --quick --model toy-2l --rounds 2   # a check of (a)-(d)
 """
 
 from __future__ import annotations
