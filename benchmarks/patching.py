@@ -1,27 +1,33 @@
-"""Benchmark: lmsci-mi's batched patching and tracing against TransformerLens and a naive loop.
+"""Benchmark: lmsci-mi's batched patching and tracing against TransformerLens, nnsight and a naive loop.
 
 On SmolLM2-135M, in one run and on the same inputs:
-  (a) residual sweep over (layer, position) vs ``transformer_lens.patching.get_act_patch_resid_pre``;
-  (b) head-output sweep over (layer, head), all positions, vs ``get_act_patch_attn_head_out_all_pos``;
-      both again on layers 0, 5, ..., 25 only (TransformerLens's generic patcher on the same grid);
+  (a) residual sweep over (layer, position) vs ``transformer_lens.patching.get_act_patch_resid_pre``
+      (on a layer subset, ``--layer-step``: TransformerLens's generic patcher on the same grid);
+  (b) head-output sweep over (layer, head), all positions, vs ``get_act_patch_attn_head_out_all_pos``
+      (likewise);
   (c) batched causal tracing vs a naive loop of one forward pass per restoration (same noise);
   (d) attribution patching over all heads: cost in forward-pass equivalents, rank correlation;
   (e) the head sweep of (b) against nnsight (the peer many users pick instead of TransformerLens) on
       the Hugging Face SmolLM2 that the GGUF loads into: its natural loop of one trace per patch,
       and its batched form (many invokes in one trace), on the same token ids.
-It prints seconds, speed-ups, the max abs difference, and the compute floor: the FLOPs the batched
-sweep must do divided by this machine's float32 matmul throughput, measured in the same run, and
-writes what it measured to docs/data/patching.json (sections not run keep their last numbers):
-``transformer_lens`` (the sweeps of (a) and (b), one row each, with their floors), ``trace`` (c),
-``attribution`` (d) and ``nnsight`` (e).
+(a), (b) and (e) are peer comparisons under benchmarks/timing.py's protocol: every side warmed up
+(on one layer), then ``--rounds`` rounds (at least 5) of every side once in alternating order,
+per-side median and spread, the ratio of medians with a bootstrap interval over rounds; each on two
+kinds of pair (``--pairs``): the IOI pair, which shares its first 10 of 15 tokens (lmsci-mi does not
+recompute them), and a pair that differs from the first token (nothing to reuse). ``--quiet`` marks
+a run made with nothing else running. It prints seconds, ratios, the max abs difference, and the
+compute floors: the FLOPs a sweep must do divided by this machine's float32 matmul throughput,
+measured in the same run. It writes what it measured to docs/data/patching.json (sections not run
+keep their last numbers): ``transformer_lens`` ((a) and (b), one row per sweep and pair),
+``trace`` (c), ``attribution`` (d) and ``nnsight`` (e).
 
 nnsight is no dependency of lmsci-mi; (e) runs where it is installed, i.e. in the peers venv of
-scripts/install_peers.sh, which has lmsci-mi and the same torch/transformers/TransformerLens:
+scripts/install_peers.sh, which has lmsci-mi and the same torch/TransformerLens:
 
-    .venv/bin/python benchmarks/patching.py              # (a)-(d); the naive trace on 6 layers
-    .venv/bin/python benchmarks/patching.py --no-trace   # the patching sweeps alone
-    .venv-peers/bin/python benchmarks/patching.py --only nnsight   # (e)
-    PYTHONPATH=. python benchmarks/patching.py --quick --model toy-2l   # a check of (a)-(d)
+    .venv/bin/python benchmarks/patching.py --only transformer_lens --layer-step 10 --quiet   # (a)-(b)
+    .venv-peers/bin/python benchmarks/patching.py --only nnsight --layer-step 10 --quiet      # (e)
+    .venv/bin/python benchmarks/patching.py --no-trace   # (a), (b), (d) on all 30 layers (over 10 min)
+    PYTHONPATH=. python benchmarks/patching.py --quick --model toy-2l --rounds 2   # a check of (a)-(d)
 """
 
 from __future__ import annotations
@@ -36,10 +42,11 @@ from pathlib import Path
 
 import harness
 import pandas as pd
+import timing
 import torch
 from doc_tables.schemas.circuits import (
     AttributionSection,
-    NNsightRow,
+    NNsightPair,
     NNsightSection,
     PatchingData,
     SectionMeta,
@@ -53,7 +60,6 @@ from lmsci_mi import LensModel, load_model
 from lmsci_mi.circuits import (
     LogitDiff,
     PatchingConfig,
-    PatchingResult,
     TraceConfig,
     attribution_patch,
     causal_trace,
@@ -65,6 +71,12 @@ from lmsci_mi.data.pairs import as_pairs
 
 IOI_CLEAN = "When Mary and John went to the store, John gave a drink to"
 IOI_CORRUPTED = "When Mary and John went to the store, Mary gave a drink to"
+IOI_FIRST_TOKEN = "After John and Mary went to the store, Mary gave a drink to"
+"""A corrupted prompt that differs from the clean one from its first token on (the names swapped
+too, so the logit difference flips): no prefix to reuse."""
+PAIRS = {"shared_prefix": IOI_CORRUPTED, "first_token": IOI_FIRST_TOKEN}
+"""The pair kinds every peer sweep runs on: IOI_CLEAN against each corrupted prompt. The IOI pair
+shares its first 10 of 15 tokens, which lmsci-mi's engine does not recompute."""
 EIFFEL = "The Eiffel Tower is located in the city of"
 
 
@@ -150,35 +162,36 @@ def _hf_smollm2():
     ).eval()
 
 
-def _nnsight_clean_z(nn, clean, n_layers: int) -> list:
+def _nnsight_clean_z(nn, clean, layers: list[int]) -> dict[int, object]:
     """Each layer's head outputs before W_O (o_proj's input) on the clean prompt."""
-    zs: list = []  # appended inside the trace: nnsight hands saved values back through it
+    zs: dict[int, object] = {}  # filled inside the trace: nnsight hands saved values back through it
     with nn.trace(clean):
-        for layer in range(n_layers):
-            zs.append(nn.model.layers[layer].self_attn.o_proj.input.save())
+        for layer in layers:
+            zs[layer] = nn.model.layers[layer].self_attn.o_proj.input.save()
     return zs
 
 
-def nnsight_loop(nn, clean, corrupted, metric, n_layers: int, n_heads: int, d_head: int):
+def nnsight_loop(nn, clean, corrupted, metric, layers: list[int], n_heads: int, d_head: int):
     """nnsight's natural form, as in its tutorials: one trace per patched head."""
-    zs = _nnsight_clean_z(nn, clean, n_layers)
-    values = torch.zeros(n_layers, n_heads)
-    for layer in range(n_layers):
+    zs = _nnsight_clean_z(nn, clean, layers)
+    values = torch.zeros(len(layers), n_heads)
+    for row, layer in enumerate(layers):
         for head in range(n_heads):
             cols = slice(head * d_head, (head + 1) * d_head)
             box: list = []
             with nn.trace(corrupted):
                 nn.model.layers[layer].self_attn.o_proj.input[:, :, cols] = zs[layer][:, :, cols]
                 box.append(nn.lm_head.output[:, -1].save())
-            values[layer, head] = metric(box[0]).mean()
+            values[row, head] = metric(box[0]).mean()
     return values
 
 
-def nnsight_batched(nn, clean, corrupted, metric, n_layers: int, n_heads: int, d_head: int,
+def nnsight_batched(nn, clean, corrupted, metric, layers: list[int], n_heads: int, d_head: int,
                     per_trace: int):
-    """nnsight's batched form: ``per_trace`` invokes (one patched head each) in one trace."""
-    zs = _nnsight_clean_z(nn, clean, n_layers)
-    cells = [(layer, head) for layer in range(n_layers) for head in range(n_heads)]
+    """nnsight's batched form (its own speed option): ``per_trace`` invokes (one patched head
+    each) in one trace."""
+    zs = _nnsight_clean_z(nn, clean, layers)
+    cells = [(layer, head) for layer in layers for head in range(n_heads)]
     outs: list = []
     for start in range(0, len(cells), per_trace):
         with nn.trace() as tracer:
@@ -187,11 +200,39 @@ def nnsight_batched(nn, clean, corrupted, metric, n_layers: int, n_heads: int, d
                 with tracer.invoke(corrupted):
                     nn.model.layers[layer].self_attn.o_proj.input[:, :, cols] = zs[layer][:, :, cols]
                     outs.append(nn.lm_head.output[:, -1].save())
-    return torch.stack([metric(o).mean() for o in outs]).reshape(n_layers, n_heads)
+    return torch.stack([metric(o).mean() for o in outs]).reshape(len(layers), n_heads)
 
 
-def nnsight_section(lm, clean, corrupted, metric, per_trace: tuple[int, ...], meta: SectionMeta) -> NNsightSection:
-    """(e): our head sweep against nnsight's loop and batched form, same token ids."""
+def _nnsight_sides(lm, nn, clean, corrupted, metric, forms: tuple[str, ...], layers: list[int]) -> dict:
+    """Side key -> the head sweep on ``layers``: lmsci-mi's, then each nnsight form's."""
+    cfg, pairs = lm.cfg, as_pairs(clean, corrupted)
+    config = PatchingConfig(site="z", positions="all", layers=tuple(layers))
+    sides = {"lmsci_mi": lambda: patch_activations(lm, pairs, metric, config).values}
+    for form in forms:
+        if form == "loop":
+            sides["nnsight_loop"] = lambda: nnsight_loop(nn, clean, corrupted, metric, layers, cfg.n_heads, cfg.d_head)
+        else:
+            sides[f"nnsight_batched_{form}"] = lambda size=int(form): nnsight_batched(
+                nn, clean, corrupted, metric, layers, cfg.n_heads, cfg.d_head, size)
+    return sides
+
+
+def _nnsight_labels(forms: tuple[str, ...], cells: int) -> dict[str, str]:
+    labels = {}
+    for form in forms:
+        if form == "loop":
+            labels["nnsight_loop"] = f"nnsight, one trace per patch ({cells} traces)"
+        else:
+            traces = -(-cells // int(form))
+            labels[f"nnsight_batched_{form}"] = (f"nnsight batched, {form} invokes per trace "
+                                                 f"({traces} trace{'s' if traces > 1 else ''})")
+    return labels
+
+
+def nnsight_section(lm, pairs: dict, metric, forms: tuple[str, ...], layers: list[int], rounds: int,
+                    quiet: bool, meta: SectionMeta) -> NNsightSection:
+    """(e): our head sweep against nnsight's loop and batched forms, same token ids, each kind
+    of pair timed under benchmarks/timing.py's protocol."""
     from nnsight import TransformersModel, __version__  # pyright: ignore[reportMissingImports]
 
     cfg = lm.cfg
@@ -201,40 +242,41 @@ def nnsight_section(lm, clean, corrupted, metric, per_trace: tuple[int, ...], me
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         nn = TransformersModel(_hf_smollm2(), tokenizer=lm.model.tokenizer)
-    config = PatchingConfig(site="z", positions="all")
-    patch_activations(lm, as_pairs(clean, corrupted), metric, config)  # warm-up
-    t_ours = min(timed(lambda: patch_activations(lm, as_pairs(clean, corrupted), metric, config))[1]
-                 for _ in range(3))
-    ours = patch_activations(lm, as_pairs(clean, corrupted), metric, config).values
-    nnsight_batched(nn, clean, corrupted, metric, 1, cfg.n_heads, cfg.d_head, cfg.n_heads)  # warm-up
-    forms = {"nnsight, one trace per patch (loop)": lambda: nnsight_loop(
-        nn, clean, corrupted, metric, cfg.n_layers, cfg.n_heads, cfg.d_head)}
-    for size in per_trace:
-        traces = -(-cfg.n_layers * cfg.n_heads // size)
-        forms[f"nnsight batched, {size} invokes per trace ({traces} traces)"] = (
-            lambda size=size: nnsight_batched(nn, clean, corrupted, metric, cfg.n_layers, cfg.n_heads,
-                                              cfg.d_head, size))
-    rows = []
-    for form, fn in forms.items():
-        values, seconds = timed(fn)
-        rows.append(NNsightRow(form=form, seconds=seconds, max_abs_diff=float((values - ours).abs().max()),
-                               ratio_vs_lmsci_mi=seconds / t_ours))
+    out = []
+    for kind, (clean, corrupted, shared) in pairs.items():
+        sides = _nnsight_sides(lm, nn, clean, corrupted, metric, forms, layers)
+        warm = _nnsight_sides(lm, nn, clean, corrupted, metric, forms, layers[-1:])
+        compared = timing.compare(sides, warm=warm, rounds=rounds, quiet=quiet,
+                                  note="warm-up: every side's sweep on one layer")
+        record, ours = compared.record, compared.outputs["lmsci_mi"]
+        peers = [key for key in sides if key != "lmsci_mi"]
+        out.append(NNsightPair(
+            pair=kind, shared_prefix=shared, timing=record,
+            ratios={key: timing.ratio(record, key, "lmsci_mi") for key in peers},
+            max_abs_diff={key: float((compared.outputs[key] - ours).abs().max()) for key in peers}))
     return NNsightSection(
-        **meta, sweep=f"head z, all positions, {cfg.n_layers} x {cfg.n_heads} heads, IOI pair",
-        lmsci_mi_seconds=t_ours, lmsci_mi_timing="best of 3 after a warm-up",
-        nnsight_version=__version__, peers=rows,
+        **meta, sweep=f"head z, all positions, {_layers_words(layers)} × {cfg.n_heads} heads",
+        nnsight_version=__version__, forms=_nnsight_labels(forms, len(layers) * cfg.n_heads), pairs=out,
         model="nnsight: transformers LlamaForCausalLM dequantised from the bundled GGUF; "
               "lmsci-mi: the same weights converted to TransformerLens")
 
 
-def _print_nnsight(section: dict) -> None:
+def _print_comparison(label: str, pair: str, shared: int, record, ratios: dict) -> None:
+    sides = record["sides"]
+    ours = sides["lmsci_mi"]
+    tokens = "token" if shared == 1 else "tokens"
+    print(f"{label} [{pair}, shares {shared} {tokens}] lmsci-mi median {ours['median']:.2f} s "
+          f"({ours['min']:.2f}-{ours['max']:.2f})")
+    for key, r in ratios.items():
+        side = sides[key]
+        print(f"    {key:28s} median {side['median']:8.2f} s ({side['min']:.2f}-{side['max']:.2f}): "
+              f"{r['estimate']:.1f}x [{r['low']:.1f}, {r['high']:.1f}] over {r['rounds']} rounds")
+
+
+def _print_nnsight(section: NNsightSection) -> None:
     print(f"\n(e) {section['sweep']} against nnsight {section['nnsight_version']}:")
-    print(f"{'form':52s} {'s':>8s} {'× lmsci-mi':>10s} {'max |diff|':>10s}")
-    print(f"{'lmsci-mi patch_activations (' + section['lmsci_mi_timing'] + ')':52s} "
-          f"{section['lmsci_mi_seconds']:8.2f} {1.0:9.1f}× {0.0:10.1e}")
-    for row in section["peers"]:
-        print(f"{row['form']:52s} {row['seconds']:8.2f} {row['ratio_vs_lmsci_mi']:9.1f}× "
-              f"{row['max_abs_diff']:10.1e}")
+    for pair in section["pairs"]:
+        _print_comparison("nnsight", pair["pair"], pair["shared_prefix"], pair["timing"], pair["ratios"])
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -242,51 +284,86 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace-layers", type=int, default=6,
                         help="layers the naive trace loop is timed on (extrapolated; default 6)")
     parser.add_argument("--no-trace", action="store_true", help="skip (c), whose naive loop is slow")
-    parser.add_argument("--only", choices=("nnsight",), default=None,
-                        help="run only (e), the nnsight comparison (in the peers venv)")
-    parser.add_argument("--per-trace", default="27,270",
-                        help="nnsight batched form: invokes per trace (comma-separated)")
+    parser.add_argument("--only", choices=("transformer_lens", "nnsight"), default=None,
+                        help="run only (a)-(b), the TransformerLens comparison, or (e), the nnsight "
+                             "comparison (in the peers venv)")
+    parser.add_argument("--nnsight-forms", default="27,loop",
+                        help="nnsight forms: invokes per trace of the batched form, and/or 'loop' "
+                             "(one trace per patch); comma-separated")
+    parser.add_argument("--pairs", default=",".join(PAIRS), help=f"pair kinds (of {', '.join(PAIRS)})")
+    parser.add_argument("--layer-step", type=int, default=1,
+                        help="the peer sweeps run on layers 0, step, 2*step, ... (default: all)")
+    parser.add_argument("--rounds", type=int, default=timing.MIN_ROUNDS, help="timed rounds per side")
+    parser.add_argument("--quiet", action="store_true", help="say that nothing else ran on the machine")
     parser.add_argument("--model", default="smollm2-135m")
 
 
-def _sweep_label(key: str, layers: list[int], all_layers: list[int], n_pos: int, n_heads: int) -> str:
+def _layers_words(layers: list[int]) -> str:
+    """``30 layers``, ``layers 0, 10, 20`` or ``layers 0, 5, …, 25``."""
+    if layers == list(range(layers[-1] + 1)) and len(layers) > 3:
+        return f"{len(layers)} layers"
+    if len(layers) < 4:
+        return "layers " + ", ".join(str(layer) for layer in layers)
+    return f"layers {layers[0]}, {layers[1]}, …, {layers[-1]}"
+
+
+def _sweep_label(key: str, layers: list[int], n_pos: int, n_heads: int) -> str:
     """The docs' words for one sweep of (a) or (b)."""
-    if layers == all_layers:
-        return (f"resid_pre, {len(layers)} layers × {n_pos} positions" if key == "resid"
-                else f"head z, all positions, {len(layers)} × {n_heads} heads")
-    shown = ("layers " + ", ".join(str(layer) for layer in layers) if len(layers) < 4
-             else f"layers {layers[0]}, {layers[1]}, …, {layers[-1]}")
-    return f"resid_pre, {shown}" if key == "resid" else f"head z, all positions, {shown}"
+    return (f"resid_pre, {_layers_words(layers)} × {n_pos} positions" if key == "resid"
+            else f"head z, all positions, {_layers_words(layers)} × {n_heads} heads")
 
 
-def tl_rows(lm: LensModel, clean, corrupted, metric, gflops: float) -> tuple[list[TLRow], PatchingResult]:
-    """(a) and (b): each sweep, ours and TransformerLens's, on all layers and on every fifth;
-    also returns our head sweep over all layers (attribution patching is ranked against it)."""
+def pair_tokens(lm: LensModel, kinds: list[str]) -> dict[str, tuple[torch.Tensor, torch.Tensor, int]]:
+    """Kind -> (clean, corrupted, tokens they share before they differ); same length on both sides."""
+    clean = lm.to_tokens(IOI_CLEAN)
+    out = {}
+    for kind in kinds:
+        corrupted = lm.to_tokens(PAIRS[kind])
+        if corrupted.shape != clean.shape:
+            raise ValueError(f"{kind}: {PAIRS[kind]!r} has {corrupted.shape[1]} tokens, the clean "
+                             f"prompt {clean.shape[1]}; patching needs equal lengths")
+        out[kind] = (clean, corrupted, int((clean != corrupted).int().argmax()))
+    return out
+
+
+def _no_grad(fn):
+    def run():
+        with torch.no_grad():
+            return fn()
+    return run
+
+
+def _tl_pair_rows(lm: LensModel, kind: str, tokens, metric, gflops: float, layers: list[int],
+                  rounds: int, quiet: bool) -> list[TLRow]:
+    """(a) and (b) on one kind of pair: each sweep, ours and TransformerLens's, timed together."""
     cfg, model = lm.cfg, lm.model
-    n_pos = clean.shape[1]
-    all_layers = list(range(cfg.n_layers))
+    clean, corrupted, shared = tokens
+    n_pos, all_layers = clean.shape[1], list(range(cfg.n_layers))
     with torch.no_grad():
         _, cache = model.run_with_cache(clean)
     tl_metric = lambda logits: metric(logits[:, -1]).mean()  # noqa: E731
-    rows, heads_all = [], None
-    for layers in (all_layers, all_layers[::5]):
-        peers = _tl_sweeps(model, corrupted, cache, tl_metric, layers, n_pos, cfg.n_heads, all_layers)
-        for key, config, per_layer in (
-            ("resid", PatchingConfig(site="resid_pre", layers=tuple(layers)), n_pos),
-            ("heads", PatchingConfig(site="z", positions="all", layers=tuple(layers)), cfg.n_heads),
-        ):
-            ours, t_ours = timed(lambda config=config: patch_activations(lm, as_pairs(clean, corrupted), metric, config))
-            with torch.no_grad():
-                peer, t_peer = timed(peers[key])
-            resume, prefix = _floors(cfg, ours, n_pos, layers, per_layer)
-            rows.append(TLRow(
-                sweep=_sweep_label(key, layers, all_layers, n_pos, cfg.n_heads), lmsci_mi_s=t_ours,
-                transformer_lens_s=t_peer, max_abs_diff=float((ours.values.float() - peer.cpu().float()).abs().max()),
-                floor_s=resume / (gflops * 1e9), prefix_floor_s=prefix / (gflops * 1e9), passes=ours.work.passes))
-            if key == "heads" and layers == all_layers:
-                heads_all = ours
-    assert heads_all is not None
-    return rows, heads_all
+    peers = _tl_sweeps(model, corrupted, cache, tl_metric, layers, n_pos, cfg.n_heads, all_layers)
+    # Warm-ups on one layer: TransformerLens's full sweeps are its generic patcher on every layer.
+    warm_peers = _tl_sweeps(model, corrupted, cache, tl_metric, layers[-1:], n_pos, cfg.n_heads, all_layers)
+    rows = []
+    for key, site, per_layer in (("resid", {"site": "resid_pre"}, n_pos),
+                                 ("heads", {"site": "z", "positions": "all"}, cfg.n_heads)):
+        def ours(on: list[int], site=site):
+            return lambda: patch_activations(lm, as_pairs(clean, corrupted), metric,
+                                             PatchingConfig(**site, layers=tuple(on)))
+        compared = timing.compare(
+            {"lmsci_mi": ours(layers), "transformer_lens": _no_grad(peers[key])},
+            warm={"lmsci_mi": ours(layers[-1:]), "transformer_lens": _no_grad(warm_peers[key])},
+            rounds=rounds, quiet=quiet, note="warm-up: the same sweep on one layer")
+        result, peer = compared.outputs["lmsci_mi"], compared.outputs["transformer_lens"]
+        resume, prefix = _floors(cfg, result, n_pos, layers, per_layer)
+        rows.append(TLRow(
+            timing=compared.record, ratio=timing.ratio(compared.record, "transformer_lens", "lmsci_mi"),
+            sweep=_sweep_label(key, layers, n_pos, cfg.n_heads), pair=kind, shared_prefix=shared,
+            max_abs_diff=float((result.values.float() - peer.cpu().float()).abs().max()),
+            floor_s=resume / (gflops * 1e9), prefix_floor_s=prefix / (gflops * 1e9), passes=result.work.passes))
+        _print_comparison(rows[-1]["sweep"], kind, shared, compared.record, {"transformer_lens": rows[-1]["ratio"]})
+    return rows
 
 
 def trace_section(lm: LensModel, gflops: float, samples: int, trace_layers: int, meta: SectionMeta) -> TraceSection:
@@ -307,38 +384,38 @@ def trace_section(lm: LensModel, gflops: float, samples: int, trace_layers: int,
 
 
 def print_sections(lm: LensModel, n_pos: int, gflops: float, sections: dict) -> None:
-    tl, at = sections["transformer_lens"], sections["attribution"]
-    print(f"\n{lm.name} on CPU ({torch.get_num_threads()} threads); IOI pair of {n_pos} tokens.")
-    print(f"float32 matmul: {gflops:.0f} GFLOP/s; one forward pass: {tl['forward_s'] * 1000:.0f} ms.\n")
-    print(f"{'sweep':44s} {'lmsci-mi s':>10s} {'TL s':>8s} {'speed-up':>9s} {'max |diff|':>10s} "
-          f"{'floor s':>8s} {'prefix floor s':>14s} {'passes':>6s}")
-    for r in tl["rows"]:
-        print(f"{r['sweep']:44s} {r['lmsci_mi_s']:10.2f} {r['transformer_lens_s']:8.2f} "
-              f"{r['transformer_lens_s'] / r['lmsci_mi_s']:8.1f}× {r['max_abs_diff']:10.2e} "
-              f"{r['floor_s']:8.2f} {r['prefix_floor_s']:14.2f} {r['passes']:6d}")
-    print("\nfloor: FLOPs of resuming each row at its layer / matmul throughput; prefix floor: FLOPs "
-          "of the positions from each row's first change on (what prefix reuse allows).")
+    print(f"\n{lm.name} on CPU ({torch.get_num_threads()} threads); IOI prompts of {n_pos} tokens; "
+          f"float32 matmul: {gflops:.0f} GFLOP/s.")
     if "trace" in sections:
         tr = sections["trace"]
         print(f"(c) {tr['sweep']}: {tr['lmsci_mi_s']:.2f} s vs naive loop {tr['naive_s']:.1f} s (timed on "
               f"{tr['naive_timed_layers']} layers, extrapolated) = {tr['speedup']:.1f}×; max |diff| "
               f"{tr['max_abs_diff']:.1e}; prefix floor {tr['prefix_floor_s']:.2f} s")
-    print(f"(d) attribution patching over all {at['heads']} heads: {at['seconds']:.2f} s = "
-          f"{at['forward_pass_equivalents']:.1f} forward-pass equivalents; Spearman vs exact head "
-          f"patching: {at['spearman_vs_exact']:.3f}")
+    if "attribution" in sections:
+        at = sections["attribution"]
+        print(f"(d) attribution patching over all {at['heads']} heads: {at['seconds']:.2f} s = "
+              f"{at['forward_pass_equivalents']:.1f} forward-pass equivalents; Spearman vs exact head "
+              f"patching: {at['spearman_vs_exact']:.3f}")
 
 
-def tl_and_trace(lm: LensModel, clean, corrupted, metric, gflops: float, args, meta: SectionMeta) -> dict:
-    """(a)-(d), printed, and returned as the data file's sections."""
+def tl_and_trace(lm: LensModel, pairs: dict, metric, gflops: float, args, meta: SectionMeta) -> dict:
+    """(a)-(d), printed, and returned as the data file's sections ((a)-(b) alone with --only)."""
+    clean, corrupted, _ = next(iter(pairs.values()))
     with torch.no_grad():
         lm.model(clean)  # warm-up
         _, t_forward = timed(lambda: lm.model(corrupted))
-    rows, heads_all = tl_rows(lm, clean, corrupted, metric, gflops)
+    layers = list(range(lm.cfg.n_layers))[::args.layer_step]
+    rows = [row for kind, tokens in pairs.items()
+            for row in _tl_pair_rows(lm, kind, tokens, metric, gflops, layers, args.rounds, args.quiet)]
     sections: dict = {"transformer_lens": TLSection(**meta, rows=rows, forward_s=t_forward,
                                                     transformer_lens_version=_version("transformer_lens"))}
+    if args.only == "transformer_lens":
+        return sections
     if not args.no_trace:
         sections["trace"] = trace_section(lm, gflops, args.samples, args.trace_layers, meta)
-    attr, t_attr = timed(lambda: attribution_patch(lm, as_pairs(clean, corrupted), metric))
+    ioi = as_pairs(lm.to_tokens(IOI_CLEAN), lm.to_tokens(IOI_CORRUPTED))
+    heads_all = patch_activations(lm, ioi, metric, PatchingConfig(site="z", positions="all"))
+    attr, t_attr = timed(lambda: attribution_patch(lm, ioi, metric))
     sections["attribution"] = AttributionSection(
         **meta, heads=lm.cfg.n_layers * lm.cfg.n_heads, seconds=t_attr, forward_s=t_forward,
         forward_pass_equivalents=t_attr / t_forward,
@@ -359,20 +436,22 @@ def main() -> None:
     args = run.args
     lm = load_model(args.model, device="cpu")
     metric = LogitDiff(lm.token_id(" Mary"), lm.token_id(" John"))
-    clean, corrupted = lm.to_tokens(IOI_CLEAN), lm.to_tokens(IOI_CORRUPTED)
+    pairs = pair_tokens(lm, args.pairs.split(","))
     gflops = matmul_gflops(512 if run.quick else 2048)
+    n_tokens = int(next(iter(pairs.values()))[0].shape[1])
     meta = SectionMeta(date=datetime.date.today().isoformat(), threads=torch.get_num_threads(),
-                       matmul_gflops=round(gflops, 1), n_tokens=int(clean.shape[1]), command=run.command)
+                       matmul_gflops=round(gflops, 1), n_tokens=n_tokens, command=run.command)
     if run.quick:
         args.samples, args.trace_layers = 2, 1
     sections = {}
     if args.only != "nnsight":
-        sections.update(tl_and_trace(lm, clean, corrupted, metric, gflops, args, meta))
-    if args.only == "nnsight" or importlib.util.find_spec("nnsight") is not None:
-        per_trace = tuple(int(x) for x in args.per_trace.split(","))
-        sections["nnsight"] = nnsight_section(lm, clean, corrupted, metric, per_trace, meta)
+        sections.update(tl_and_trace(lm, pairs, metric, gflops, args, meta))
+    if args.only == "nnsight" or (args.only is None and importlib.util.find_spec("nnsight") is not None):
+        layers = list(range(lm.cfg.n_layers))[::args.layer_step]
+        sections["nnsight"] = nnsight_section(lm, pairs, metric, tuple(args.nnsight_forms.split(",")), layers,
+                                              args.rounds, args.quiet, meta)
         _print_nnsight(sections["nnsight"])
-    else:
+    elif args.only is None:
         print("\n(e) skipped: nnsight is not installed here; run `.venv-peers/bin/python "
               "benchmarks/patching.py --only nnsight` (scripts/install_peers.sh makes that venv)")
     # Merge this run's sections into the file: the others keep their numbers.

@@ -91,6 +91,7 @@ from . import (  # noqa: E402, F401
     defaults,
     editing,
     knowledge,
+    peers,
     probes,
     probes_cfg,
     project,

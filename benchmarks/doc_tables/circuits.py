@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import re
-
 from . import bold, ci, markdown, num, pm, sci, table
 from .schemas.circuits import (
     AIEData,
     CausalTraceData,
     EdgesData,
-    EdgesPeersData,
     GuardNullData,
     GuardRate,
     InductionData,
@@ -17,30 +14,6 @@ from .schemas.circuits import (
     PatchingData,
 )
 from .schemas.project import PublishedEAPData
-
-# The page's words for the forms benchmarks/patching.py --only nnsight writes.
-NNSIGHT_LABELS = {
-    "nnsight, one trace per patch (loop)": "nnsight, one trace per patch (270 traces)",
-    "nnsight batched, 270 invokes per trace (1 traces)": "nnsight batched, 270 invokes in one trace",
-}
-
-
-@table("patching_nnsight")
-def patching_nnsight(data: PatchingData) -> str:
-    """benchmarks/patching.py --only nnsight: the head sweep in nnsight's forms against lmsci-mi."""
-    run = data["sections"]["nnsight"]
-    best = re.search(r"best of \d+", run["lmsci_mi_timing"])
-    ours = 'lmsci-mi `patch_activations(site="z", positions="all")`' + (
-        f" ({best.group(0)})" if best else ""
-    )
-    rows = [[ours, num(run["lmsci_mi_seconds"], 2), "1.0×", "—"]]
-    rows += [
-        [NNSIGHT_LABELS.get(p["form"], p["form"]), num(p["seconds"], 2),
-         bold(f"{p['ratio_vs_lmsci_mi']:.1f}×"), sci(p["max_abs_diff"])]
-        for p in run["peers"]
-    ]
-    return markdown(["form", "s", "× lmsci-mi", "max abs diff vs lmsci-mi"], rows)
-
 
 EAP_IG_STEPS = 5
 """benchmarks/edges.py scores with EAP-IG at m = 5 (MIB's default); edges.json does not record m."""
@@ -165,28 +138,6 @@ def published_eap_ig(data: PublishedEAPData) -> str:
     rows.append(["the file's largest", *(c for m in methods for c in cells(last["edges"][m], last["faithfulness"][m]))])
     header = ["nearest to", *(h for m in methods for h in (f"{m} edges kept", f"{m} faithfulness"))]
     return markdown(header, rows)
-
-
-AUTO_CIRCUIT = "auto-circuit 1.0.1"
-"""The version benchmarks/peers_auto_circuit.py ran against (the peers venv's; not in the file)."""
-
-
-@table("edges_auto_circuit")
-def edges_auto_circuit(data: EdgesPeersData) -> str:
-    """benchmarks/peers_auto_circuit.py: EAP and exact patching against auto-circuit."""
-    t = data["timing"]
-    model = t["model"].split(" (")[0]
-
-    def row(label: str, key: str) -> list[str]:
-        return [label, f"{num(t[key]['lmsci_mi'], 1)} s", f"{num(t[key]['auto_circuit'], 1)} s",
-                f"{t[key]['ratio']:.1f}× faster"]
-
-    return markdown(
-        [f"{model}, {t['edges']:,} edges, {t['prompts']} prompts × {t['tokens']} tokens",
-         "lmsci-mi", AUTO_CIRCUIT, "ratio"],
-        [row("EAP over all edges", "eap_s"),
-         row("exact patching of 10 circuits (MIB budgets, top-n)", "patch_10_circuits_s")],
-    )
 
 
 @table("ioi_seeds")
@@ -369,26 +320,6 @@ def aie_runs(data: AIEData) -> str:
         ["run", "model", "corruption, metric",
          f"restored (window {', '.join(str(w) for w in sorted(windows))})", "facts traced",
          "s per fact (wall, setup included)"],
-        rows,
-    )
-
-
-@table("patching_transformer_lens")
-def patching_transformer_lens(data: PatchingData) -> str:
-    """benchmarks/patching.py: the sweeps against TransformerLens's patchers, with compute floors."""
-    run = data["sections"]["transformer_lens"]
-    rows = []
-    for r in run["rows"]:
-        rows.append([
-            r["sweep"], num(r["lmsci_mi_s"], 2), num(r["transformer_lens_s"], 2),
-            bold(f"{r['transformer_lens_s'] / r['lmsci_mi_s']:.1f}×"), sci(r["max_abs_diff"]),
-            f"{num(r['floor_s'], 2)} ({100 * r['floor_s'] / r['lmsci_mi_s']:.0f} %)",
-            f"{num(r['prefix_floor_s'], 2)} ({100 * r['prefix_floor_s'] / r['lmsci_mi_s']:.0f} %)",
-            str(r["passes"]),
-        ])
-    return markdown(
-        ["sweep", "lmsci-mi s", "TransformerLens s", "speed-up", "max abs diff", "floor s (%)",
-         "prefix floor s (%)", "passes"],
         rows,
     )
 

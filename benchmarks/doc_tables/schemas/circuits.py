@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TypedDict
 
 from . import MeanSD
+from .timing import PairKind, PeerComparison, RatioRecord, TimingRecord
 
 # --- benchmarks/induction.py -> docs/data/induction.json ---------------------------------------
 
@@ -372,10 +373,16 @@ class PeerScores(TypedDict):
     max_abs_score: float
 
 
-class PeerSeconds(TypedDict):
-    lmsci_mi: float
-    auto_circuit: float
-    ratio: float
+class AutoCircuitPair(PairKind):
+    """One kind of prompt pair (one token swapped half-way, or at position 0), both measurements
+    timed under benchmarks/timing.py's protocol."""
+
+    peer_options: str
+    """auto-circuit's own speed options as run (its prefix option: ``diverge_idx`` and KV cache)."""
+    eap: PeerComparison
+    patch_10_circuits: PeerComparison
+    agree_eap: float
+    """max |ours + auto-circuit's| over edges (its score is minus ours), same inputs."""
 
 
 class PeerTiming(TypedDict):
@@ -383,8 +390,8 @@ class PeerTiming(TypedDict):
     edges: int
     prompts: int
     tokens: int
-    eap_s: PeerSeconds
-    patch_10_circuits_s: PeerSeconds
+    auto_circuit_version: str
+    pairs: list[AutoCircuitPair]
 
 
 class _EdgesPeersData(TypedDict):
@@ -435,12 +442,12 @@ class SectionMeta(TypedDict):
     command: str
 
 
-class TLRow(TypedDict):
-    """One sweep against TransformerLens's patcher, with its compute floors."""
+class TLRow(PeerComparison, PairKind):
+    """One sweep on one kind of pair (the IOI pair, sharing its first 10 of 15 tokens, or one that
+    differs from the first token) against TransformerLens's patcher, both sides timed under
+    benchmarks/timing.py's protocol, with its compute floors."""
 
     sweep: str
-    lmsci_mi_s: float
-    transformer_lens_s: float
     max_abs_diff: float
     floor_s: float
     """FLOPs of resuming each row at its layer over the measured matmul rate."""
@@ -473,19 +480,22 @@ class AttributionSection(SectionMeta):
     spearman_vs_exact: float
 
 
-class NNsightRow(TypedDict):
-    form: str
-    seconds: float
-    max_abs_diff: float
-    ratio_vs_lmsci_mi: float
+class NNsightPair(PairKind):
+    """The head sweep on one kind of pair: lmsci-mi and each nnsight form timed together."""
+
+    timing: TimingRecord
+    """Sides: ``lmsci_mi`` and the keys of the section's ``forms``."""
+    ratios: dict[str, RatioRecord]
+    """By form: its median over lmsci-mi's."""
+    max_abs_diff: dict[str, float]
 
 
 class NNsightSection(SectionMeta):
     sweep: str
-    lmsci_mi_seconds: float
-    lmsci_mi_timing: str
     nnsight_version: str
-    peers: list[NNsightRow]
+    forms: dict[str, str]
+    """Side key -> what the form runs ("nnsight batched, 27 invokes per trace (2 traces)")."""
+    pairs: list[NNsightPair]
     model: str
 
 
