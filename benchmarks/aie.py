@@ -5,11 +5,16 @@ Zhang & Nanda 2024), on SmolLM2-135M and Gemma 3 270M. Resumable: each fact's tr
     python benchmarks/aie.py --piece gemma3-str --budget 420    # (repeat until it says complete)
     python benchmarks/aie.py --piece smollm2-gaussian --budget 420
     python benchmarks/aie.py --piece smollm2-sever --budget 420
+    python benchmarks/aie.py --piece smollm2-str-w1 --budget 420 --threads 1   # issue 37's windows:
+    #   1 and max(1, round(0.2 x depth)), MLP and attention only; also gemma3-str-w1,
+    #   smollm2-str-w0.2, gemma3-str-w0.2, smollm2-gaussian-w0.2, smollm2-gaussian-w1
     python benchmarks/aie.py --write      # all pieces complete: docs/data/aie.json + docs/img/aie_*.png
 
 Each piece prints its seconds per new fact (wall-clock, on the shared 2-core CPU); the seconds
 and facts of every piece's runs add up in the harness's cache, and --write records them per fact.
-The traces themselves are cached by ``trace_facts`` (under the lmsci-mi cache root). --quick with
+The traces themselves are cached by ``trace_facts`` (under the lmsci-mi cache root, in a folder
+keyed by the trace config, window and kinds included, so no piece reuses another's traces); --write
+keeps, with its provenance, the entry of any piece this machine holds no traces of. --quick with
 --piece traces for 30 s at most; with --write it writes under out/quick/ (figures beside it).
 """
 
@@ -66,9 +71,10 @@ class Piece:
 
 FIFTH = 0.2
 """The short window: ``max(1, round(0.2 × n_layers))`` layers (SmolLM2's 30 → 6, Gemma 3's 18 → 4)."""
-GAUSSIAN_CAP = None
+GAUSSIAN_CAP = 20
 """Facts of the 30 planned that the Gaussian window pieces trace (the first ones, both windows
-alike): as many as the compute budget allowed after the STR pieces, set from their measured cost."""
+alike; σ stays the 30 facts' σ): what issue 37's ~100 minutes of tracing left after the four STR
+pieces, at the Gaussian pieces' measured 30–40 s per fact (one thread, shared machine)."""
 MLP_ATTN = ("mlp", "attn")
 """The new windows' kinds: restoring the stream (``resid``) does not depend on the window."""
 
@@ -258,15 +264,18 @@ def mlp_check(result: AverageIndirectEffect) -> AIEMLPCheck:
         n_layers=n_layers,
         # A window that still holds layer 0 is an early-layer effect, wherever its centre.
         window_holds_layer_0=layer - result.window // 2 <= 0,
-        mid_layer=n_layers // 6 <= layer <= (5 * n_layers) // 6 and layer - result.window // 2 > 0,
+        # The middle third, as ``localisation``'s rule (runs written before 2026-11-28 used
+        # n_layers // 6 to 5 · n_layers // 6; every one of them reads False under either).
+        mid_layer=n_layers // 3 <= layer <= (2 * n_layers) // 3 and layer - result.window // 2 > 0,
         peak_over_last_token_mlp_at_that_layer=round(float(subject[layer] - last[layer]), 4),
     )
 
 
 BUMP_RULE = (
-    "a mid-layer MLP peak: the largest value among the middle layers (n_layers // 6 to "
-    "5 · n_layers // 6) lies after the first of them and exceeds the value there by more than "
-    "the two 95 % half-bands added"
+    "a mid-layer MLP peak: the largest value among the middle third of the layers "
+    "(n_layers // 3 to 2 · n_layers // 3) exceeds the largest value before them by more than the "
+    "two 95 % half-bands added, so the curve rises in the middle layers above every earlier one "
+    "(the shape of ROME's Fig. 2)"
 )
 
 
@@ -288,10 +297,11 @@ def localisation(run: AIERun) -> AIELocalisation | None:
     mlp, attn = run["curves"]["mlp"]["last subject"], run["curves"]["attn"]["last token"]
     n_layers, window = len(mlp), run["window"]
     at = lambda curve, layers: max(layers, key=lambda i: curve[i])  # noqa: E731
-    middle = range(n_layers // 6, (5 * n_layers) // 6 + 1)
+    middle = range(n_layers // 3, (2 * n_layers) // 3 + 1)
     # A window leaves layer 0 out once its first layer, centre − window // 2, is above 0.
     peak, without_0 = at(mlp, range(n_layers)), at(mlp, range(window // 2 + 1, n_layers))
-    mid, start = point(run, "mlp", "last subject", at(mlp, middle)), point(run, "mlp", "last subject", middle[0])
+    mid = point(run, "mlp", "last subject", at(mlp, middle))
+    before = point(run, "mlp", "last subject", at(mlp, range(middle[0])))
     top = at(attn, range(n_layers))
     half = next(i for i in range(n_layers) if attn[i] >= attn[top] / 2)
     return AIELocalisation(
@@ -299,9 +309,8 @@ def localisation(run: AIERun) -> AIELocalisation | None:
         mlp_peak=point(run, "mlp", "last subject", peak),
         mlp_peak_without_layer_0=point(run, "mlp", "last subject", without_0),
         mlp_middle_max=mid,
-        mlp_middle_start=start,
-        mlp_middle_bump=mid["layer"] > start["layer"]
-        and mid["aie"] - start["aie"] > mid["band95"] + start["band95"],
+        mlp_before_middle=before,
+        mlp_middle_bump=mid["aie"] - before["aie"] > mid["band95"] + before["band95"],
         middle=[middle[0], middle[-1]],
         attn_peak=point(run, "attn", "last token", top),
         attn_half=point(run, "attn", "last token", half),

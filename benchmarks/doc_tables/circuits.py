@@ -420,13 +420,13 @@ def aie_windows(data: AIEData) -> str:
             bump = "yes" if loc["mlp_middle_bump"] else "no"
             rows.append([who, run["window"], run["n_facts"], num(loc["gap"], d),
                          _aie_point(loc["mlp_peak"], d), _aie_point(loc["mlp_peak_without_layer_0"], d),
-                         f"{bump}: max {_aie_point(loc['mlp_middle_max'], d, False)} vs "
-                         f"{_aie_point(loc['mlp_middle_start'], d, False)}",
+                         f"{bump}: {_aie_point(loc['mlp_middle_max'], d, False)} vs "
+                         f"{_aie_point(loc['mlp_before_middle'], d, False)}",
                          _aie_point(loc["attn_peak"], d), _aie_point(loc["attn_half"], d)])
     return markdown(
         ["model, corruption", "window", "facts", "gap (clean − corrupted)",
          "MLP at last subject: peak, centre (layers): AIE ± 95 %, % of gap",
-         "MLP: largest window without layer 0", "MLP: mid-layer peak? (middle max vs first middle layer)",
+         "MLP: largest window without layer 0", "MLP: mid-layer peak? (largest in the middle third vs largest before it)",
          "attention at last token: peak", "attention: first window reaching half the peak"],
         rows,
     )
@@ -437,21 +437,26 @@ def _aie_finding(runs: list[dict]) -> str:
     first, d = runs[0], 1 if runs[0]["metric"] == "logit_diff" else 2
     unit = " logits" if d == 1 else " in p"
     who = f"{AIE_MODELS.get(first['model'], first['model'])}, {'STR' if first['corruption'] == 'str' else 'Gaussian noise'}"
-    facts = ", ".join(f"{r['n_facts']} at window {r['window']}" for r in runs)  # widest first
+    facts = ", ".join(f"{r['n_facts']} at window {r['window']} (gap {num(r['localisation']['gap'], d)})"
+                      for r in runs)  # widest first
+    single = next((r["curves"]["mlp"]["last subject"] for r in runs if r["window"] == 1), None)
     mlp, attn = [], []
     for r in runs:
         loc = r["localisation"]
         p, w0 = loc["mlp_peak"], loc["mlp_peak_without_layer_0"]
+        # Single layers' effects added over the window's layers: does a window sum its layers?
+        added = "" if single is None or r["window"] == 1 else (
+            f", its layers' single-layer effects added: {num(sum(single[w0['layers'][0]:w0['layers'][1] + 1]), d)}")
         where = f"layer {p['layer']}" if r["window"] == 1 else f"centre {p['layer']} (layers {p['layers'][0]}–{p['layers'][1]})"
         mid = "a mid-layer peak" if loc["mlp_middle_bump"] else "no mid-layer peak"
         mlp.append(f"window {r['window']}: largest at {where}, {pm(p['aie'], p['band95'], d)}{unit} "
                    f"({round(100 * p['of_gap'])} % of the gap); without layer 0 at most "
                    f"{num(w0['aie'], d)} ({round(100 * w0['of_gap'])} %, {'layer' if r['window'] == 1 else 'centre'} "
-                   f"{w0['layer']}); {mid}")
+                   f"{w0['layer']}{added}); {mid}")
         a, h = loc["attn_peak"], loc["attn_half"]
         attn.append(f"window {r['window']}: peak at {'layer' if r['window'] == 1 else 'centre'} {a['layer']} "
                     f"({pm(a['aie'], a['band95'], d)}{unit}), half of it first at {h['layer']}")
-    return (f"- **{who}** (facts: {facts}; gap clean − corrupted {num(first['localisation']['gap'], d)}{unit}). "
+    return (f"- **{who}** (facts: {facts}; the gap is clean − corrupted, in{unit}). "
             f"MLP at the last subject token — {'; '.join(mlp)}. Attention at the last token — "
             f"{'; '.join(attn)}.")
 

@@ -53,17 +53,17 @@ def test_the_trace_cache_is_keyed_by_the_window_and_kinds() -> None:
 
 
 def test_localisation_finds_a_mid_layer_bump_and_the_best_window_without_layer_0() -> None:
-    # 12 layers, middle 2..10; window 4 leaves layer 0 out from centre 3 on.
+    # 12 layers, middle third 4..8; window 4 leaves layer 0 out from centre 3 on.
     decay = [1.0, 0.9, 0.8, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0, 0.0, 0.0]
     attn = [0.0] * 6 + [0.5, 1.0, 1.8, 2.0, 1.9, 0.3]
     loc = _aie().localisation(_run(decay, attn, window=4))
     assert (loc["mlp_peak"]["layer"], loc["mlp_peak"]["layers"]) == (0, [0, 1])
     assert loc["mlp_peak_without_layer_0"]["layer"] == 3 and loc["mlp_peak_without_layer_0"]["of_gap"] == 0.3
-    assert loc["middle"] == [2, 10] and not loc["mlp_middle_bump"]
+    assert loc["middle"] == [4, 8] and not loc["mlp_middle_bump"]
     assert (loc["attn_peak"]["layer"], loc["attn_half"]["layer"]) == (9, 7)
-    bump = [*decay[:5], 1.2, *decay[6:]]  # 1.2 at layer 5 against 0.8 at layer 2: 0.4 > 0.1 + 0.1
+    bump = [*decay[:5], 1.4, *decay[6:]]  # 1.4 at layer 5 against 1.0 at layer 0: 0.4 > 0.1 + 0.1
     assert _aie().localisation(_run(bump, attn, window=1))["mlp_middle_bump"]
-    small = [*decay[:5], 0.95, *decay[6:]]  # 0.15 above layer 2: inside the two bands
+    small = [*decay[:5], 1.15, *decay[6:]]  # 0.15 above layer 0: inside the two bands
     assert not _aie().localisation(_run(small, attn, window=1))["mlp_middle_bump"]
     assert _aie().localisation({**_run(decay, attn, 1), "kinds": ["resid"]}) is None
 

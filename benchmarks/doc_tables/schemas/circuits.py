@@ -295,13 +295,13 @@ class AIELocalisation(TypedDict):
     """The largest MLP window that leaves layer 0 out."""
     mlp_middle_max: AIEPoint
     """The largest MLP value among the middle layers (``middle`` below)."""
-    mlp_middle_start: AIEPoint
-    """The MLP value at the first middle layer."""
+    mlp_before_middle: AIEPoint
+    """The largest MLP value before the middle layers."""
     mlp_middle_bump: bool
-    """A mid-layer peak: ``mlp_middle_max`` lies after the first middle layer and exceeds its
-    value by more than the two 95 % half-bands added (``rule``)."""
+    """A mid-layer peak: ``mlp_middle_max`` exceeds ``mlp_before_middle`` by more than the two
+    95 % half-bands added (``rule``)."""
     middle: list[int]
-    """The middle layers: n_layers // 6 to (5 · n_layers) // 6, as ``mlp_check``."""
+    """The middle third of the layers: n_layers // 3 to (2 · n_layers) // 3, as ``mlp_check``."""
     attn_peak: AIEPoint
     attn_half: AIEPoint
     """The first window whose attention effect at the last token reaches half of the peak."""
