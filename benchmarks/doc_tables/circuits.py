@@ -456,7 +456,7 @@ def _aie_finding(runs: list[dict]) -> str:
         a, h = loc["attn_peak"], loc["attn_half"]
         attn.append(f"window {r['window']}: peak at {'layer' if r['window'] == 1 else 'centre'} {a['layer']} "
                     f"({pm(a['aie'], a['band95'], d)}{unit}), half of it first at {h['layer']}")
-    return (f"- **{who}** (facts: {facts}; the gap is clean − corrupted, in{unit}). "
+    return (f"- **{who}** (facts: {facts}; the gap is clean − corrupted, in {'logits' if d == 1 else 'p'}). "
             f"MLP at the last subject token — {'; '.join(mlp)}. Attention at the last token — "
             f"{'; '.join(attn)}.")
 
