@@ -291,14 +291,41 @@ AIE_KINDS = {"resid": "resid", "mlp": "MLP", "attn": "attention", "sever_mlp": "
              "sever_attn": "attention severed"}
 
 
+AIE_THREADS_BEFORE = 2
+"""Torch threads of the pieces traced before the data file recorded ``threads``."""
+
+
+def _aie_traced(run: dict) -> str:
+    """How many facts a run traced, and how they were chosen."""
+    if run.get("n_cap") is not None:
+        return (f"{run['n_facts']} (the first {run['n_facts']} of the {run['n_planned']} planned; "
+                "cut to fit the compute budget)")
+    if run["n_facts"] < run["n_known"] - run["n_unpaired"]:
+        traced = f"{run['n_facts']} (the first {run['n_facts']} known"
+        traced += " and paired)" if run["corruption"] == "str" else ")"
+    else:
+        traced = f"{run['n_facts']} ({run['n_known']} of {run['n_candidates']} known top-1"
+        traced += f", {run['n_unpaired']} without an STR partner)" if run["n_unpaired"] else ")"
+    if not run.get("complete", True):
+        traced += f", PARTIAL of {run['n_planned']}"
+    return traced
+
+
+def _aie_window(run: dict) -> str:
+    """The mlp/attn window in layers, and the rule when it came from the model's depth."""
+    if not {"mlp", "attn"} & set(run["kinds"]):
+        return "–"
+    rule = run.get("window_rule")
+    return f"{run['window']} (= {rule})" if rule else str(run["window"])
+
+
 @table("aie_runs")
 def aie_runs(data: AIEData) -> str:
-    """benchmarks/aie.py --write: each run's model, corruption, facts traced and cost per fact."""
-    rows, windows = [], set()
+    """benchmarks/aie.py --write: each run's model, corruption, window, facts traced and cost."""
+    rows = []
     for name, run in data.items():
         if not isinstance(run, dict) or "corruption" not in run:
             continue
-        windows.add(run["window"])
         metric = "logit diff" if run["metric"] == "logit_diff" else "p(target)"
         if run["corruption"] == "gaussian":
             samples = run.get("n_samples", AIE_SAMPLES.get(name))
@@ -306,22 +333,110 @@ def aie_runs(data: AIEData) -> str:
         else:
             how = f"STR, {metric}"
         kinds = ", ".join(AIE_KINDS.get(k, k) for k in run["kinds"])
-        if run["n_facts"] < run["n_known"] - run["n_unpaired"]:
-            traced = f"{run['n_facts']} (the first {run['n_facts']} known"
-            traced += " and paired)" if run["corruption"] == "str" else ")"
-        else:
-            traced = f"{run['n_facts']} ({run['n_known']} of {run['n_candidates']} known top-1"
-            traced += f", {run['n_unpaired']} without an STR partner)" if run["n_unpaired"] else ")"
-        if not run.get("complete", True):
-            traced += f", PARTIAL of {run['n_planned']}"
         cost = "" if run.get("seconds_per_fact") is None else num(run["seconds_per_fact"], 1)
-        rows.append([name, AIE_MODELS.get(run["model"], run["model"]), how, kinds, traced, cost])
+        threads = run.get("threads") or AIE_THREADS_BEFORE
+        rows.append([name, AIE_MODELS.get(run["model"], run["model"]), how, kinds, _aie_window(run),
+                     _aie_traced(run), threads, cost])
     return markdown(
-        ["run", "model", "corruption, metric",
-         f"restored (window {', '.join(str(w) for w in sorted(windows))})", "facts traced",
-         "s per fact (wall, setup included)"],
+        ["run", "model", "corruption, metric", "restored", "MLP/attention window (layers)",
+         "facts traced", "torch threads", "s per fact (wall, setup included)"],
         rows,
     )
+
+
+def aie_groups(data: AIEData) -> dict[str, list[dict]]:
+    """Runs with their localisation, by model and corruption, widest window first."""
+    groups: dict[str, list[dict]] = {}
+    for run in data.values():
+        if isinstance(run, dict) and "localisation" in run:
+            groups.setdefault(f"{run['model']}/{run['corruption']}", []).append(run)
+    return {k: sorted(v, key=lambda r: -r["window"]) for k, v in groups.items()}
+
+
+def _aie_point(p: dict, digits: int, share: bool = True) -> str:
+    """A window's value: its centre and layers, AIE ± band, and its share of the gap."""
+    span = f"{p['layers'][0]}" if p["layers"][0] == p["layers"][1] else f"{p['layers'][0]}–{p['layers'][1]}"
+    out = f"{p['layer']} ({span}): {pm(p['aie'], p['band95'], digits)}"
+    return out + (f", {round(100 * p['of_gap'])} %" if share else "")
+
+
+@table("aie_windows")
+def aie_windows(data: AIEData) -> str:
+    """benchmarks/aie.py --write: where the MLP and attention effects peak at each window."""
+    rows = []
+    for runs in aie_groups(data).values():
+        for run in runs:
+            loc, d = run["localisation"], 1 if run["metric"] == "logit_diff" else 2
+            who = f"{AIE_MODELS.get(run['model'], run['model'])}, {'STR' if run['corruption'] == 'str' else 'GN'}"
+            bump = "yes" if loc["mlp_middle_bump"] else "no"
+            rows.append([who, run["window"], run["n_facts"], num(loc["gap"], d),
+                         _aie_point(loc["mlp_peak"], d), _aie_point(loc["mlp_peak_without_layer_0"], d),
+                         f"{bump}: {_aie_point(loc['mlp_middle_max'], d, False)} vs "
+                         f"{_aie_point(loc['mlp_before_middle'], d, False)}",
+                         _aie_point(loc["attn_peak"], d), _aie_point(loc["attn_half"], d)])
+    return markdown(
+        ["model, corruption", "window", "facts", "gap (clean − corrupted)",
+         "MLP at last subject: peak, centre (layers): AIE ± 95 %, % of gap",
+         "MLP: largest window without layer 0", "MLP: mid-layer peak? (largest in the middle third vs largest before it)",
+         "attention at last token: peak", "attention: first window reaching half the peak"],
+        rows,
+    )
+
+
+def _aie_finding(runs: list[dict]) -> str:
+    """One model and corruption's bullet: the MLP and attention effects at every window."""
+    first, d = runs[0], 1 if runs[0]["metric"] == "logit_diff" else 2
+    unit = " logits" if d == 1 else " in p"
+    who = f"{AIE_MODELS.get(first['model'], first['model'])}, {'STR' if first['corruption'] == 'str' else 'Gaussian noise'}"
+    facts = ", ".join(f"{r['n_facts']} at window {r['window']} (gap {num(r['localisation']['gap'], d)})"
+                      for r in runs)  # widest first
+    single = next((r["curves"]["mlp"]["last subject"] for r in runs if r["window"] == 1), None)
+    mlp, attn = [], []
+    for r in runs:
+        loc = r["localisation"]
+        p, w0 = loc["mlp_peak"], loc["mlp_peak_without_layer_0"]
+        # Single layers' effects added over the window's layers: does a window sum its layers?
+        added = "" if single is None or r["window"] == 1 else (
+            f", its layers' single-layer effects added: {num(sum(single[w0['layers'][0]:w0['layers'][1] + 1]), d)}")
+        where = f"layer {p['layer']}" if r["window"] == 1 else f"centre {p['layer']} (layers {p['layers'][0]}–{p['layers'][1]})"
+        mid = "a mid-layer peak" if loc["mlp_middle_bump"] else "no mid-layer peak"
+        mlp.append(f"window {r['window']}: largest at {where}, {pm(p['aie'], p['band95'], d)}{unit} "
+                   f"({round(100 * p['of_gap'])} % of the gap); without layer 0 at most "
+                   f"{num(w0['aie'], d)} ({round(100 * w0['of_gap'])} %, {'layer' if r['window'] == 1 else 'centre'} "
+                   f"{w0['layer']}{added}); {mid}")
+        a, h = loc["attn_peak"], loc["attn_half"]
+        attn.append(f"window {r['window']}: peak at {'layer' if r['window'] == 1 else 'centre'} {a['layer']} "
+                    f"({pm(a['aie'], a['band95'], d)}{unit}), half of it first at {h['layer']}")
+    return (f"- **{who}** (facts: {facts}; the gap is clean − corrupted, in {'logits' if d == 1 else 'p'}). "
+            f"MLP at the last subject token — {'; '.join(mlp)}. Attention at the last token — "
+            f"{'; '.join(attn)}.")
+
+
+@table("aie_findings")
+def aie_findings(data: AIEData) -> str:
+    """benchmarks/aie.py --write: the page's conclusions, every number read from the runs."""
+    return "\n".join(_aie_finding(runs) for runs in aie_groups(data).values())
+
+
+@table("aie_stream")
+def aie_stream(data: AIEData) -> str:
+    """benchmarks/aie.py --write: where the restored stream hands the fact from the last subject
+    token to the last token, per run that restores the stream beside MLP and attention."""
+    lines = []
+    for runs in aie_groups(data).values():
+        for run in (r for r in runs if "resid" in r["kinds"]):
+            subject, last = run["curves"]["resid"]["last subject"], run["curves"]["resid"]["last token"]
+            d, unit = (1, " logits") if run["metric"] == "logit_diff" else (2, " in p")
+            hand = next(i for i in range(len(last)) if last[i] >= subject[i])
+            held, taken = subject[1:hand], last[hand:]
+            lines.append(
+                f"- **{AIE_MODELS.get(run['model'], run['model'])}, "
+                f"{'STR' if run['corruption'] == 'str' else 'Gaussian noise'} ({run['n_facts']} facts).** "
+                f"The last subject token's stream restores {num(min(held), d)}–{num(max(held), d)}{unit} "
+                f"after layers 1–{hand - 1}; the last token's stream takes over from layer {hand} "
+                f"({num(min(taken), d)}–{num(max(taken), d)}{unit} to the last layer)."
+            )
+    return "\n".join(lines)
 
 
 @table("patching_trace_attribution")

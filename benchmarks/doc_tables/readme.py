@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from . import METHOD_NAMES, bold, ci, markdown, minus, num, pm, table
-from .circuits import EAP_IG_STEPS, published_near, published_source
+from .circuits import AIE_MODELS, EAP_IG_STEPS, aie_groups, published_near, published_source
 from .project import framing
 from .schemas.circuits import SinkData
 from .schemas.editing import EditingTableData, RomeLayersData, SequentialEditingData
@@ -246,23 +246,23 @@ def _trace(docs: dict) -> str:
 
 
 def _aie(docs: dict) -> str:
-    data = docs["aie"]
-    s, g = data["smollm2-str"], data["smollm2-gaussian"]
-
-    def shape(run: dict, digits: int, unit: str) -> str:
-        peak = run["peaks"]["mlp/last subject"]
-        after = run["window"] // 2 + 1
-        left = run["curves"]["mlp"]["last subject"][after]
-        holds = "windows holding layer 0" if run["mlp_check"]["window_holds_layer_0"] else "a window above layer 0"
-        mid = "a mid-layer peak" if run["mlp_check"]["mid_layer"] else "no mid-layer peak"
-        return (f"largest for {holds} ({num(peak['aie'], digits)} ± {num(peak['band95'], digits)}{unit}, "
-                f"centre {peak['layer']}), {num(left, digits)} once the window leaves layer 0 (centre "
-                f"{after}), {mid}")
-
-    return (f"SmolLM2, MLP windows of {s['window']} layers at the last subject token; STR on {s['n_facts']} "
-            f"facts: {shape(s, 1, ' logits')}; Gaussian noise on {g['n_facts']} facts: {shape(g, 2, ' in p')}. "
-            f"Windows of {s['window']} of {s['mlp_check']['n_layers']} layers cannot place the peak more "
-            "finely; the window-1 runs are pending")
+    """SmolLM2 (STR, Gaussian) and Gemma 3 (STR) at the narrowest window traced, single layers
+    once those runs exist; the wider windows are on the page."""
+    parts = []
+    for runs in aie_groups(docs["aie"]).values():
+        r = runs[-1]
+        loc, d = r["localisation"], 1 if r["metric"] == "logit_diff" else 2
+        unit, peak, w0 = (" logits" if d == 1 else " in p"), loc["mlp_peak"], loc["mlp_peak_without_layer_0"]
+        at = "layer" if r["window"] == 1 else "window centre"
+        parts.append(
+            f"{AIE_MODELS.get(r['model'], r['model'])}, {'STR' if r['corruption'] == 'str' else 'Gaussian noise'}, "
+            f"{r['n_facts']} facts, MLP window {r['window']}: largest at {at} {peak['layer']} "
+            f"({pm(peak['aie'], peak['band95'], d)}{unit}, {round(100 * peak['of_gap'])} % of the gap), "
+            f"at most {round(100 * w0['of_gap'])} % without layer 0, "
+            + ("a mid-layer peak" if loc["mlp_middle_bump"] else "no mid-layer peak")
+        )
+    widths = sorted({r["window"] for runs in aie_groups(docs["aie"]).values() for r in runs})
+    return "; ".join(parts) + f". Windows {', '.join(map(str, widths))} side by side on the page"
 
 
 def _kn_ours(t: dict) -> str:

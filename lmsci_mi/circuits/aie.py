@@ -489,10 +489,13 @@ class AverageIndirectEffect(Result):
         unit = "logit diff" if self.metric == "logit_diff" else "p(target)"
         axes[0].set_ylabel(f"average indirect effect ({unit})")
         handles, names = axes[0].get_legend_handles_labels()
-        # Below the panels: inside, the legend hides the early-layer curves that matter most.
-        fig.legend(handles, names, loc="lower center", ncol=len(names), fontsize=8, frameon=False)
+        # Below the panels: inside, the legend hides the early-layer curves that matter most. Two
+        # entries a row per panel fit the figure's width; with fewer panels it takes two rows.
+        ncol = min(len(names), 2 * len(self.kinds))
+        rows = -(-len(names) // max(ncol, 1))
+        fig.legend(handles, names, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
         fig.suptitle(title, fontsize=11)
-        fig.tight_layout(rect=(0, 0.07, 1, 1))
+        fig.tight_layout(rect=(0, 0.035 + 0.035 * rows, 1, 1))
         return fig
 
     def plot_severing(

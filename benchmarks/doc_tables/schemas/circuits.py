@@ -4,9 +4,9 @@ doc_tables/circuits.py (and readme.py's ``sink``) reads them."""
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
-from . import MeanSD
+from . import MeanSD, Provenance
 from .timing import PairKind, PeerComparison, RatioRecord, TimingRecord
 
 # --- benchmarks/induction.py -> docs/data/induction.json ---------------------------------------
@@ -274,6 +274,41 @@ class AIEMLPCheck(TypedDict, total=False):
     peak_over_last_token_mlp_at_that_layer: float
 
 
+class AIEPoint(TypedDict):
+    """One window's value on a curve: its centre layer, the layers it restores, AIE and band."""
+
+    layer: int
+    layers: list[int]
+    """The window's first and last layer restored."""
+    aie: float
+    band95: float
+    of_gap: float
+    """aie / (clean_mean − corrupted_mean): the share of the clean-to-corrupted gap restored."""
+
+
+class AIELocalisation(TypedDict):
+    """Where the MLP (last subject token) and attention (last token) effects sit, from the run's
+    curves: the numbers docs/aie.md's conclusions quote, computed alike for every window."""
+
+    gap: float
+    mlp_peak: AIEPoint
+    mlp_peak_without_layer_0: AIEPoint
+    """The largest MLP window that leaves layer 0 out."""
+    mlp_middle_max: AIEPoint
+    """The largest MLP value among the middle layers (``middle`` below)."""
+    mlp_before_middle: AIEPoint
+    """The largest MLP value before the middle layers."""
+    mlp_middle_bump: bool
+    """A mid-layer peak: ``mlp_middle_max`` exceeds ``mlp_before_middle`` by more than the two
+    95 % half-bands added (``rule``)."""
+    middle: list[int]
+    """The middle third of the layers: n_layers // 3 to (2 · n_layers) // 3, as ``mlp_check``."""
+    attn_peak: AIEPoint
+    attn_half: AIEPoint
+    """The first window whose attention effect at the last token reaches half of the peak."""
+    rule: str
+
+
 class AIERun(TypedDict):
     """One piece (a model and a corruption) over the shipped fact set."""
 
@@ -300,6 +335,14 @@ class AIERun(TypedDict):
     n_samples: int
     complete: bool
     n_planned: int
+    localisation: NotRequired[AIELocalisation]
+    """Written for every run with mlp and attn kinds (those kept from an earlier file too)."""
+    window_rule: NotRequired[str]
+    """How a window given as a fraction of depth became layers."""
+    n_cap: NotRequired[int]
+    """Only the first this many of the ``n_planned`` facts were traced (the compute budget)."""
+    threads: NotRequired[int | None]
+    """Torch threads of the tracing runs (absent: written before it was recorded, 2 threads)."""
 
 
 AIEData = TypedDict("AIEData", {
@@ -308,8 +351,16 @@ AIEData = TypedDict("AIEData", {
     "gemma3-str": AIERun,
     "smollm2-gaussian": AIERun,
     "smollm2-sever": AIERun,
+    "smollm2-str-w1": AIERun,
+    "gemma3-str-w1": AIERun,
+    "smollm2-str-w0.2": AIERun,
+    "gemma3-str-w0.2": AIERun,
+    "smollm2-gaussian-w0.2": AIERun,
+    "smollm2-gaussian-w1": AIERun,
+    "run_provenance": dict[str, Provenance],
 }, total=False)
-"""The token categories, and each piece written so far by its name (``PIECES`` of the script)."""
+"""The token categories, each piece written so far by its name (``PIECES`` of the script), and
+each piece's provenance (a piece kept from an earlier file keeps the run that wrote it)."""
 
 
 # --- benchmarks/edges.py -> docs/data/edges.json; peers_auto_circuit.py -> edges_peers.json -------
