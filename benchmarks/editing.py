@@ -125,11 +125,14 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--n-rome", type=int, default=5, help="--speed and --floor: ROME edits timed or counted")
     parser.add_argument("--rome-only", action="store_true", help="--speed: time ROME only (no MEMIT, no evaluation)")
+    parser.add_argument("--memit-only", action="store_true",
+                        help="--speed and --floor: MEMIT only (ROME's and the evaluation's last figures kept)")
     parser.add_argument("--quiet", action="store_true",
                         help="--speed: record that nothing else ran (default: the data says the CPU was shared)")
     parser.add_argument("--n-memit", type=int, default=50, help="--speed: facts in the MEMIT batch")
     parser.add_argument("--memit-before", type=int, default=0, metavar="N",
-                        help="--speed: also time MEMIT on N facts with and without the prefix reuse")
+                        help="--speed: also time MEMIT on N facts with the fit's passes of before issue 38 "
+                             "(8 facts a call) and the default, alternated")
     parser.add_argument("--floor-memit", type=int, default=8,
                         help="--floor: facts whose MEMIT FLOPs are counted (0: keep the last count)")
     parser.add_argument("--keep-rate", action="store_true",
@@ -247,22 +250,44 @@ def time_rome(s: Setup, facts: list[EditRequest], warm: EditRequest) -> tuple[li
     return rows, runs
 
 
-def time_memit(s: Setup, facts: list[EditRequest], n: int, before: int) -> list[CostRow]:
-    """MEMIT on ``n`` facts in one batch; with ``before``, also on that many facts with the fit's
-    prefix reuse on and off (off is how it was done before)."""
-    runs = [(n, True)] if n else []
+MEMIT_FITS = {
+    "after": ("the paper's fit (compute_z), all facts' rows in shared passes (the default)", CONFIGS["memit"]),
+    "passes": ("the same fit, 8 facts a call (the passes of before issue 38)",
+               CONFIGS["memit"].replace(batch_size=8, pass_tokens=10**9)),
+    "before": ("stop on the NLL, decay (‖δ‖/‖h̄₀‖)², 8 facts a call (the defaults before issue 38)",
+               CONFIGS["memit"].replace(batch_size=8, pass_tokens=10**9, stop_on="nll", decay="squared")),
+}
+"""MEMIT's fits: "passes" differs from "after" only in how rows share passes (the same δ);
+"before" also in the stop rule and the decay (the fit of before issue 38)."""
+
+
+def memit_run(label: str, hp: MEMITConfig, n: int, wall: float, cpu: float, details: dict) -> dict:
+    """One timed MEMIT edit as the data file holds it: its fit's steps and positions run."""
+    real, padded = details["real_tokens"], details["padded_tokens"]
+    return {"label": label, "config": hp.params(), "n_facts": n, "wall_s": wall, "cpu_s": cpu,
+            "fit_steps_each": details["fit_steps"], "real_tokens": real, "padded_tokens": padded,
+            "padding_share": padded / max(1, real + padded)}
+
+
+def time_memit(s: Setup, facts: list[EditRequest], n: int, before: int) -> tuple[list[CostRow], list[dict]]:
+    """MEMIT on ``n`` facts in one batch at the default; with ``before``, also on that many facts
+    with the passes of before issue 38 and the default, alternated (untimed warm-up first)."""
+    runs = [(n, "after")] if n else []
     if before:
-        runs += [(before, True), (before, False)]
-    rows = []
-    for count, reuse in runs:
-        hp = s.configs["memit"].replace(reuse_prefix=reuse, cache_fits=False)
+        runs += [(before, "passes"), (before, "after")]
+        warm = s.configs["memit"].replace(cache_fits=False, steps=2)
+        memit_edit(s.lm, facts[:2], warm, stats=s.stats).restore()
+    rows, fits = [], []
+    for count, key in runs:
+        label, hp = MEMIT_FITS[key]
+        hp = hp.replace(cache_fits=False, **{k: getattr(s.configs["memit"], k) for k in QUICK_FIT})
         handle, wall, cpu = clocked(lambda hp=hp, count=count: memit_edit(s.lm, facts[:count], hp, stats=s.stats))
         handle.restore()
-        label = "fit from the subject on" if reuse else "fit over every position (before)"
+        fits.append(memit_run(label, hp, count, wall, cpu, handle.details))
         rows.append(CostRow(what=f"MEMIT, {count} facts in one batch, {label}", wall_s=wall, cpu_s=cpu,
-                            target_s=120 if count == 50 and reuse else None, date=""))
-        print(f"{rows[-1]['what']}: {wall:.1f} s", flush=True)
-    return rows
+                            target_s=150 if count == 50 and key == "after" else None, date=""))
+        print(f"{rows[-1]['what']}: {wall:.1f} s, steps {handle.details['fit_steps']}", flush=True)
+    return rows, fits
 
 
 def time_evaluation(s: Setup, fact: EditRequest) -> list[CostRow]:
@@ -286,42 +311,58 @@ def time_evaluation(s: Setup, fact: EditRequest) -> list[CostRow]:
     return rows
 
 
-def kept_rows(previous: EditingSpeedData | None, rows: list[CostRow], rome_only: bool) -> list[CostRow]:
+def kept_rows(previous: EditingSpeedData | None, rows: list[CostRow], rome_only: bool,
+              memit_only: bool = False) -> list[CostRow]:
     """A partial run (say --n-memit 0) keeps the rows it did not measure: not ROME's, which every
-    run measures, nor the evaluation's unless this run (--rome-only) did not measure it."""
+    run but --memit-only measures, nor the evaluation's unless this run (--rome-only,
+    --memit-only) did not measure it."""
     measured = {r["what"] for r in rows}
 
     def evaluation(what: str) -> bool:
         return "evaluation" in what or what.startswith("…")
 
     return [r for r in (previous or {}).get("rows", [])
-            if r["what"] not in measured and (rome_only or not evaluation(r["what"]))
-            and not r["what"].startswith("one ROME edit")]
+            if r["what"] not in measured and (rome_only or memit_only or not evaluation(r["what"]))
+            and (memit_only or not r["what"].startswith("one ROME edit"))]
 
 
 def speed(run: harness.Run, s: Setup) -> None:
     args, quick = run.args, run.quick
     facts = with_true_targets(s.lm, load_facts())  # the set issue 21's "before" figures come from
     n_rome = QUICK["n_rome"] if quick else args.n_rome
+    rows, fits, memit = [], [], []
     with run.timed("speed"):
-        rows, fits = time_rome(s, facts[:n_rome], facts[n_rome])
+        if not args.memit_only:
+            rows, fits = time_rome(s, facts[:n_rome], facts[n_rome])
         if not args.rome_only:
-            rows += [*time_memit(s, facts, QUICK["n_memit"] if quick else args.n_memit,
-                                 0 if quick else args.memit_before),
-                     *time_evaluation(s, facts[0])]
+            memit_rows, memit = time_memit(s, facts, QUICK["n_memit"] if quick else args.n_memit,
+                                           0 if quick else args.memit_before)
+            rows += memit_rows
+        if not (args.rome_only or args.memit_only):
+            rows += time_evaluation(s, facts[0])
     today = time.strftime("%Y-%m-%d")
     rows = [CostRow(**{**row, "date": today}) for row in rows]
     previous = harness.read_json(speed_file(run))
+    kept = kept_rows(previous, rows, args.rome_only, args.memit_only)
     data = EditingSpeedData(model=s.lm.name, stats_tokens=s.stats.n_tokens, rome_layer=s.rome_layer,
-                            memit_layers=s.memit_layers, rows=kept_rows(previous, rows, args.rome_only) + rows,
-                            before_issue_21=BEFORE_ISSUE_21)
-    if previous and "arithmetic_floor" in previous:
-        data["arithmetic_floor"] = previous["arithmetic_floor"]
-    data["rome_fits"] = RomeFits(date=today, threads=torch.get_num_threads(), quiet=args.quiet,
-                                 facts=[f.subject for f in facts[:n_rome]], runs=fits)
+                            memit_layers=s.memit_layers, rows=kept + rows, before_issue_21=BEFORE_ISSUE_21)
+    for key in ("arithmetic_floor", "rome_fits", "memit_fits"):  # what this run did not measure
+        if previous and key in previous:
+            data[key] = previous[key]  # type: ignore[literal-required]
+    if fits:
+        data["rome_fits"] = RomeFits(date=today, threads=torch.get_num_threads(), quiet=args.quiet,
+                                     facts=[f.subject for f in facts[:n_rome]], runs=fits)
+    if memit:  # the runs of another fact count stay
+        done = {(r["label"], r["n_facts"]) for r in memit}
+        runs = [r for r in data.get("memit_fits", {}).get("runs", []) if (r["label"], r["n_facts"]) not in done]
+        for r in memit:
+            r["date"] = today
+        data["memit_fits"] = {"threads": torch.get_num_threads(), "quiet": args.quiet,  # type: ignore[typeddict-unknown-key]
+                              "runs": runs + memit}
     run.write(data, speed_file(run))
     print(editing_cost(data))
-    print(editing_rome_fits(data))
+    if "rome_fits" in data:
+        print(editing_rome_fits(data))
 
 
 # --- --floor --------------------------------------------------------------------------------------
@@ -373,6 +414,59 @@ def rome_floor(s: Setup, facts: list[EditRequest], key: str) -> RomeFloor:
                      padding_share=sum(padded) / max(1, sum(real) + sum(padded)))
 
 
+def compute_z_pass_gflop(s: Setup, fact: EditRequest, templates: tuple[str, ...]) -> float:
+    """GFLOPs of one pass of MEMIT's own code (kmeng01/memit compute_z) on ``fact``: every row
+    (the prefixed prompts ⊕ target[:-1] and "{subject} is a") right-padded, through the whole
+    model with δ added at the top layer's subject token, logits at every position, and the
+    backward to δ. Its step count is the same loop's as ours."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from lmsci_mi.editing.fit import subject_row
+    from lmsci_mi.sites import hook_name
+
+    lm, top = s.lm, s.memit_layers[-1]
+    target = lm.continuation_ids(fact.target_new)
+    rows = [subject_row(lm, t, fact.prompt, fact.subject, target) for t in templates]
+    rows.append(subject_row(lm, "{}", "{} is a", fact.subject))
+    tokens = lm.pad_batch([r.ids for r in rows]).tokens
+    delta = torch.zeros(lm.cfg.d_model, requires_grad=True)
+    index = torch.tensor([r.subject_last for r in rows])
+
+    def add(resid: torch.Tensor, hook: object) -> torch.Tensor:
+        return resid.index_put((torch.arange(len(rows)), index), resid[torch.arange(len(rows)), index] + delta)
+
+    params = [p for p in lm.model.parameters() if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        with FlopCounterMode(display=False) as counter, lm.hooks.hooks(fwd=[(hook_name("resid_post", top), add)]):
+            lm.model(tokens).log_softmax(-1).sum().backward()
+    finally:
+        for p in params:
+            p.requires_grad_(True)
+    return counter.get_total_flops() / 1e9
+
+
+def memit_floor(s: Setup, facts: list[EditRequest], key: str) -> dict:
+    """The counted FLOPs per fact of MEMIT (the whole edit, every δ fitted) with one of
+    ``MEMIT_FITS``, its fit's steps and positions; with, for the paper's fit, the arithmetic of
+    MEMIT's own code (:func:`compute_z_pass_gflop` times each fact's passes)."""
+    label, hp = MEMIT_FITS[key]
+    hp = hp.replace(cache_fits=False, **{k: getattr(s.configs["memit"], k) for k in QUICK_FIT})
+    count, details = gflop(lambda: memit_edit(s.lm, facts, hp, stats=s.stats))
+    real, padded = details["real_tokens"], details["padded_tokens"]
+    out = {"label": label, "config": hp.params(), "n_facts": len(facts), "gflop_per_fact": count / len(facts),
+           "fit_steps_each": details["fit_steps"], "real_tokens": real, "padded_tokens": padded,
+           "padding_share": padded / max(1, real + padded)}
+    if hp.stop_on == "loss":  # compute_z's loop: each fact runs its updates and one checking pass
+        templates = context_templates(s.lm, hp.n_contexts, hp.context_lengths, seed=hp.seed)
+        code = [compute_z_pass_gflop(s, f, templates) * (steps + 1)
+                for f, steps in zip(facts, details["fit_steps"], strict=True)]
+        out["compute_z_gflop_per_fact"] = sum(code) / len(code)
+    print(f"MEMIT {key}: {out['gflop_per_fact']:.0f} GFLOP per fact, {real} + {padded} positions", flush=True)
+    return out
+
+
 def floor(run: harness.Run, s: Setup, rates: dict[str, float]) -> None:
     """The arithmetic of the speed targets: FLOPs of one ROME edit at the paper's settings (only
     the positions they need) and as implemented before issue 38 (with its padding share), and of
@@ -382,23 +476,28 @@ def floor(run: harness.Run, s: Setup, rates: dict[str, float]) -> None:
     facts = load_facts()
     data = harness.read_json(speed_file(run), {})
     last = data.get("arithmetic_floor", {})
-    rome = [rome_floor(s, facts[: QUICK["n_rome"] if quick else args.n_rome], key) for key in ("after", "before")]
+    if args.memit_only:  # ROME's last counts stand
+        rome = last["rome"]
+    else:
+        rome = [rome_floor(s, facts[: QUICK["n_rome"] if quick else args.n_rome], key) for key in ("after", "before")]
     n = QUICK["n_memit"] if quick else args.floor_memit
+    memit_fits = last.get("memit", [])
     if n:  # no cached fits: every fact's δ is fitted, as in the timed run
-        memit_hp = s.configs["memit"].replace(cache_fits=False)
-        memit = gflop(lambda: memit_edit(s.lm, facts[:n], memit_hp, stats=s.stats))[0] / n
-        print(f"MEMIT: {memit:.0f} GFLOP per fact ({n} facts)", flush=True)
+        memit_fits = [memit_floor(s, facts[:n], key) for key in ("after", "before")]
+        memit = memit_fits[0]["gflop_per_fact"]
     else:  # --floor-memit 0: the last count stands
         memit, n = last["memit_gflop_per_fact"], last["memit_facts_counted"]
     data["arithmetic_floor"] = ArithmeticFloor(
         date=time.strftime("%Y-%m-%d"), matmul_gflops=rates, rome=rome, rome_layer=s.rome_layer,
         memit_gflop_per_fact=memit, memit_facts_counted=n, rome_target_s=5,
-        memit_50_floor_s=50 * memit / rates["2"], memit_target_s=120,
+        memit_50_floor_s=50 * memit / rates["2"], memit_target_s=150,
         how="FLOPs counted by torch.utils.flop_counter.FlopCounterMode (matmuls and convolutions only); "
             "floor = FLOPs / the 2-thread float32 matmul rate: the least time these settings take at that "
             "rate; ROME's 'paper' row runs only the positions its fit needs, the 'before' row is the "
             "implementation before issue 38 (its padded positions counted)",
     )
+    if memit_fits:
+        data["arithmetic_floor"]["memit"] = memit_fits  # type: ignore[typeddict-unknown-key]
     data.pop("timings", None)  # this run's own timings replace the last run's
     run.write(data, speed_file(run))
     print(editing_floor(data))

@@ -19,6 +19,7 @@ from lmsci_mi.circuits.edges.eap import EAPConfig
 from lmsci_mi.circuits.ioi import IOIConfig
 from lmsci_mi.circuits.tracing import TraceConfig
 from lmsci_mi.config import paper_defaults
+from lmsci_mi.editing.memit import MEMITConfig
 from lmsci_mi.editing.rome import ROMEConfig
 from lmsci_mi.knowledge.neurons import KnowledgeNeuronsConfig
 from lmsci_mi.lenses.logit_lens import LogitLensConfig
@@ -54,8 +55,9 @@ METHODS: dict[str, tuple[str, str, tuple[type, ...]]] = {
                  (CausalInnerProductConfig, ConceptConfig, ConceptInterventionConfig)),
     "reading": ("Representation reading, LAT (Zou et al. 2023)", "representations", (ReadingConfig,)),
     "rome": ("ROME (Meng et al. 2022)", "editing", (ROMEConfig,)),
+    "memit": ("MEMIT (Meng et al. 2023)", "editing", (MEMITConfig,)),
 }
-"""Every paper-named method with a table (in editing, ROME so far). Not here: direct logit
+"""Every paper-named method with a table (in editing, ROME and MEMIT's δ fit so far). Not here: direct logit
 attribution (``DLAConfig`` has no setting a paper fixes) and the mean-difference (ActAdd-style)
 vector (``MeanDifferenceConfig``: its settings are CAA's and ActAdd's reading choices, not a
 paper's defaults)."""

@@ -355,6 +355,7 @@ class _Layout:
     suffix: bool
     grouped: bool
     tokens: _Tokens
+    pass_tokens: int | None = None  # grouped: most positions one pass runs (None: a whole group)
 
 
 def _place(
@@ -389,13 +390,21 @@ def _read(
 
 
 def _groups(live: Tensor, start: Tensor, end: Tensor, layout: _Layout) -> list[tuple[Tensor, Tensor, int]]:
-    """(rows, first position per row, width) of each pass. Grouped: rows of one width together,
-    each from its own start, so no position is padded. Padded (before issue 38): the full path
+    """(rows, first position per row, width) of each pass. Grouped: rows of one width together
+    (across requests), each from its own start, so no position is padded; at most
+    ``layout.pass_tokens`` positions a pass. Padded (before issue 38): the full path
     runs every row over the longest; the suffix path a few buckets of subject position, each
     from its smallest."""
     if layout.grouped:
         width = end[live] - start[live] + 1
-        return [(live[width == w], start[live[width == w]], int(w)) for w in torch.unique(width)]
+        out = []
+        for w in torch.unique(width).tolist():
+            rows = live[width == w]
+            # Rows of every request share a pass, so its matmuls are large; a cap on the
+            # positions per pass bounds the memory the backward keeps.
+            step = len(rows) if layout.pass_tokens is None else max(1, layout.pass_tokens // w)
+            out += [(rows[i : i + step], start[rows[i : i + step]], w) for i in range(0, len(rows), step)]
+        return out
     if not layout.suffix:
         rows = torch.arange(len(start), device=start.device)
         return [(rows, torch.zeros_like(rows), int(end.max()) + 1)]
@@ -462,13 +471,18 @@ def _losses(
     """(loss, mean target NLL) per request with δ added after ``layer`` (only the ``active``
     requests' values are meaningful)."""
     at_targets, at_kl = _readouts(lm, layer, batch, base, delta, active, layout)
-    log_probs = lm.unembed(at_targets).float().log_softmax(-1)
-    token_nll = -log_probs.gather(-1, batch.tok_gold[:, None]).squeeze(-1)
+    # Only the active requests' readouts are unembedded: a converged request's loss is never
+    # used, and the unembedding (49k words) is the fit's largest matmul per position.
+    tok = torch.nonzero(active[batch.tok_owner]).squeeze(-1)
+    log_probs = lm.unembed(at_targets[tok]).float().log_softmax(-1)
+    token_nll = -log_probs.gather(-1, batch.tok_gold[tok, None]).squeeze(-1)
     n = batch.n_requests
     count = torch.bincount(batch.tok_owner, minlength=n).float()
-    nll = torch.zeros(n, device=lm.device).index_add(0, batch.tok_owner, token_nll) / count
-    kl_now = lm.unembed(at_kl).float().log_softmax(-1)
-    kl = (kl_now.exp() * (kl_now - base.init_kl)).sum(-1)  # KL(current ‖ unedited)
+    nll = torch.zeros(n, device=lm.device).index_add(0, batch.tok_owner[tok], token_nll) / count
+    req = torch.nonzero(active).squeeze(-1)
+    kl_now = lm.unembed(at_kl[req]).float().log_softmax(-1)
+    kl_req = (kl_now.exp() * (kl_now - base.init_kl[req])).sum(-1)  # KL(current ‖ unedited)
+    kl = torch.zeros(n, device=lm.device).index_put((req,), kl_req)
     if loop.decay == "rome":  # compute_v: ‖δ‖ / ‖target_init‖², target_init the first row's
         decay = delta.norm(dim=-1) / base.v0_first.norm(dim=-1) ** 2
     else:
@@ -539,6 +553,7 @@ def fit_deltas(
     key_dirs: Float[Tensor, "request d_mlp"] | None = None,
     reuse_prefix: bool = True,
     grouped: bool = True,
+    pass_tokens: int | None = None,
 ) -> DeltaFit:
     """Fit, per request, the δ added after ``layer`` at ``site`` that makes the model say
     ``target_new``. Reads the model only (weights' gradients are switched off meanwhile).
@@ -564,14 +579,16 @@ def fit_deltas(
     token): each step recomputes only the positions from there on, attending to the unedited
     run's cached keys and values, and leaves out the rows of converged requests. ``grouped``:
     rows run in groups of one width, each over exactly the positions it needs (no padding);
-    ``False`` is the padded layout of before issue 38 (for comparisons). Either choice gives the
-    same δ (to float rounding).
+    ``False`` is the padded layout of before issue 38 (for comparisons). A group holds the rows
+    of every request in the call, so fitting many requests in one call makes the passes'
+    matmuls larger; ``pass_tokens`` caps the positions of one pass (a larger group is split by
+    rows). Every choice gives the same δ (to float rounding).
     """
     loop = _Loop.of(settings)
     batch = _batch(lm, requests, templates)
     suffix = reuse_prefix and key_dirs is None
     base = _unedited(lm, layer, batch, site, key_dirs, suffix)
-    layout = _Layout(suffix=suffix, grouped=grouped, tokens=_Tokens())
+    layout = _Layout(suffix=suffix, grouped=grouped, tokens=_Tokens(), pass_tokens=pass_tokens)
     delta = torch.zeros_like(base.v0, requires_grad=True)
     optimiser = torch.optim.Adam([delta], lr=loop.lr)
     scale = base.v0_first if loop.decay == "rome" else base.v0

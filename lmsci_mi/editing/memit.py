@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from jaxtyping import Float
@@ -22,8 +22,9 @@ from tqdm.auto import tqdm
 
 from lmsci_mi._deprecation import renamed
 from lmsci_mi.cache import cache_key, cache_root, weights_fingerprint
-from lmsci_mi.config import Config, config
+from lmsci_mi.config import Config, config, paper
 from lmsci_mi.editing.fit import (
+    DeltaFit,
     SubjectRow,
     check_layer,
     check_requests,
@@ -59,20 +60,40 @@ logger = logging.getLogger(__name__)
 __getattr__ = renamed(__name__, {"MEMITHyperParams": "MEMITConfig"})  # the old name, deprecated
 
 
+_CODE = "Meng et al. 2023 (MEMIT), code: kmeng01/memit"
+_HPARAMS = f"{_CODE} hparams/MEMIT/gpt2-xl.json and EleutherAI_gpt-j-6B.json"
+_COMPUTE_Z = f"{_CODE} memit/compute_z.py"
+
+
+def _as_paper(default: Any, help: str, source: str, **rules: Any) -> Any:
+    """A field whose default is the paper's value, declared with its source."""
+    return field(default=default, metadata={"help": help, **rules, **paper(default, source)})
+
+
 @config
 class MEMITConfig(Config):
-    """MEMIT's settings (after the paper's GPT-J config; λ and the clamp checked on SmolLM2).
+    """MEMIT's settings: the paper's code (kmeng01/memit ``compute_z``, GPT-2 XL and GPT-J
+    hparams) for the δ fit; λ checked on SmolLM2.
 
     Attributes:
         layers: the MLP layers to spread the edit over (None: :func:`default_memit_layers`).
         n_contexts: generated prefixes (MEMIT uses 5 of 10 tokens, plus the bare prompt).
         context_lengths: their token lengths.
-        steps, lr, early_stop_nll, kl_factor, weight_decay: as in ROME's config.
-        clamp_norm: ‖δ‖ ≤ clamp_norm·‖h‖ (h = the residual at the last layer).
+        steps, lr, kl_factor, weight_decay: as in ROME's config (compute_z is compute_v's loop).
+        early_stop_nll: stop a request once what ``stop_on`` watches is below this.
+        stop_on: ``"loss"`` (the total loss, compute_z) or ``"nll"`` (the target's mean NLL,
+            this library's MEMIT before issue 38).
+        decay: ``"rome"``: ‖δ‖/‖h₀‖², h₀ the bare prompt's residual (compute_z's
+            ``target_init``); ``"squared"``: (‖δ‖/‖h̄₀‖)², h̄₀ the mean over the rewrite rows
+            (before issue 38). The clamp is against the same h₀.
+        clamp_norm: ‖δ‖ ≤ clamp_norm·‖h₀‖ (h₀ = the residual at the last layer).
         mom2_weight: λ in λC + KKᵀ: how strongly the keys of ordinary text are preserved (the
             paper's 15000 left 20% of 10 SmolLM2 edits uninstalled; 5000 installs them all).
         seed: seed for the prefixes.
-        batch_size: requests whose δ are fitted together in one forward per step.
+        batch_size: requests whose δ are fitted in one call: their rows of one width share a
+            pass through the blocks, so more requests make larger matmuls (docs/editing.md, Cost).
+        pass_tokens: most positions one pass runs (a larger width group is split by rows): a
+            bound on the memory the backward keeps.
         reuse_prefix: each fit step recomputes only the positions from the subject's last token
             on, and only for requests not yet converged (the same δ; off: every position of
             every row, the slower way it was done before).
@@ -86,27 +107,36 @@ class MEMITConfig(Config):
 
     layers: tuple[int, ...] | None = field(
         default=None,
-        metadata={"help": "MLP layers (none: default range)", "ge": 0, "min_length": 1},
+        metadata={"help": "MLP layers (none: default range)", "ge": 0, "min_length": 1,
+                  **paper("3…8 of 28 (GPT-J), 13…17 of 48 (GPT-2 XL)", _HPARAMS + " layers",
+                          why="default_memit_layers: 2…6 of 30, the band after the causal trace's "
+                              "early-MLP peak; no layer sweep yet")},
     )
-    n_contexts: int = field(default=5, metadata={"help": "generated context prefixes", "ge": 1})
-    context_lengths: tuple[int, ...] = field(
-        default=(10,), metadata={"help": "prefix lengths", "ge": 1, "min_length": 1}
+    n_contexts: int = _as_paper(5, "generated context prefixes",
+                                f"{_CODE} memit/memit_main.py get_context_templates: [(10, 5)]", ge=1)
+    context_lengths: tuple[int, ...] = _as_paper(
+        (10,), "prefix lengths", f"{_CODE} memit/memit_main.py get_context_templates: [(10, 5)]",
+        ge=1, min_length=1,
     )
-    steps: int = field(default=20, metadata={"help": "Adam steps for delta", "ge": 1})
-    lr: float = field(default=0.5, metadata={"help": "Adam learning rate", "gt": 0})
-    early_stop_nll: float = field(
-        default=0.05, metadata={"help": "stop below this target NLL", "ge": 0}
-    )
-    kl_factor: float = field(default=0.0625, metadata={"help": "weight of the KL term", "ge": 0})
-    weight_decay: float = field(
-        default=0.5, metadata={"help": "weight of (|delta|/|h|)^2", "ge": 0}
-    )
-    clamp_norm: float = field(default=0.75, metadata={"help": "|delta| <= clamp_norm*|h|", "gt": 0})
+    steps: int = _as_paper(20, "forward passes of the delta fit",
+                           _HPARAMS + " v_num_grad_steps (GPT-2 XL; GPT-J 25)", ge=1)
+    lr: float = _as_paper(0.5, "Adam learning rate", _HPARAMS + " v_lr", gt=0)
+    early_stop_nll: float = _as_paper(0.05, "stop below this (see --stop-on)",
+                                      f"{_COMPUTE_Z}: if loss < 5e-2: break", ge=0)
+    stop_on: str = _as_paper("loss", "what early_stop_nll watches: loss (total) or nll (target)",
+                             f"{_COMPUTE_Z}: the total loss", choices=("loss", "nll"))
+    kl_factor: float = _as_paper(0.0625, "weight of the KL term", _HPARAMS + " kl_factor", ge=0)
+    weight_decay: float = _as_paper(0.5, "weight of the decay term", _HPARAMS + " v_weight_decay", ge=0)
+    decay: str = _as_paper("rome", "rome: |delta|/|h0|^2 (compute_z); squared: (|delta|/|mean h0|)^2",
+                           f"{_COMPUTE_Z}: norm(delta) / norm(target_init) ** 2",
+                           choices=("rome", "squared"))
+    clamp_norm: float = _as_paper(0.75, "|delta| <= clamp_norm*|h0|", _HPARAMS + " clamp_norm_factor", gt=0)
     mom2_weight: float = field(
         default=5000.0, metadata={"help": "lambda in lambda*C + K K^T", "ge": 0}
     )
     seed: int = field(default=0, metadata={"help": "seed of the context prefixes"})
-    batch_size: int = field(default=8, metadata={"help": "requests fitted together", "ge": 1})
+    batch_size: int = field(default=64, metadata={"help": "requests fitted together", "ge": 1})
+    pass_tokens: int = field(default=1024, metadata={"help": "most positions per fit pass", "ge": 1})
     reuse_prefix: bool = field(
         default=True,
         metadata={"help": "fit steps recompute only from the subject's last token (exact)"},
@@ -151,6 +181,9 @@ def memit_edit(
 
     Returns:
         An :class:`EditHandle` holding one delta per layer; ``restore()`` undoes all of them.
+        ``details`` report the δ fits: requests fitted (not read from ``cache_fits``), their
+        Adam steps, and the positions run above the top layer (``real_tokens``,
+        ``padded_tokens``).
 
     >>> import tempfile
     >>> from lmsci_mi import load_model
@@ -171,9 +204,11 @@ def memit_edit(
         return torch.linalg.solve(hp.mom2_weight * c + keys.T @ keys, keys.T @ remaining)
 
     handles = spread_edit(lm, requests, layers, hp, solve)
-    return EditHandle.combine(
+    handle = EditHandle.combine(
         handles, method="memit", requests=requests, seconds=time.perf_counter() - begin
     )
+    handle.details.update(handles[0].details)
+    return handle
 
 
 LayerSolver = Callable[[int, Tensor, Tensor], Tensor]
@@ -207,13 +242,14 @@ def spread_edit(
 ) -> list[EditHandle]:
     """MEMIT's pipeline with a given per-layer solver: fit each request's residual change at the
     top layer, then install it layer by layer (:func:`_spread`). Returns the applied per-layer
-    handles (restored, all of them, on error)."""
+    handles (restored, all of them, on error); the first one's ``details`` report the fit."""
     templates = context_templates(lm, hp.n_contexts, hp.context_lengths, seed=hp.seed)
     plain = [subject_row(lm, "{}", r.prompt, r.subject, lm.continuation_ids(r.target_new)) for r in requests]
-    targets = subject_activations(lm, "resid_post", layers[-1], plain) + _fit_top_deltas(
-        lm, layers[-1], requests, templates, hp
-    )
-    return _spread(lm, requests, templates, targets, plain, layers, solve)
+    deltas, summary = _fit_top_deltas(lm, layers[-1], requests, templates, hp)
+    targets = subject_activations(lm, "resid_post", layers[-1], plain) + deltas
+    handles = _spread(lm, requests, templates, targets, plain, layers, solve)
+    handles[0].details.update(summary)  # the first layer's handle carries the fit's report
+    return handles
 
 
 @EDITING_METHODS.register("memit", MEMITConfig, "many facts in one edit, spread over MLP layers")
@@ -231,47 +267,58 @@ def memit_requests(
 def _fit_top_deltas(
     lm: LensModel, top: int, requests: Sequence[EditRequest], templates: Sequence[str],
     hp: MEMITConfig,
-) -> Float[Tensor, "request d_model"]:
-    """δ per request on the top layer's residual, fitted in batches of ``hp.batch_size``.
+) -> tuple[Float[Tensor, "request d_model"], dict[str, Any]]:
+    """δ per request on the top layer's residual, fitted in batches of ``hp.batch_size``, and
+    what the fits report (:func:`_fit_summary`).
 
     A request's δ depends only on the weights, the request, the prefixes and the fit settings
     (it never sees its batch-mates), so with ``hp.cache_fits`` each is cached on disk under
     those: MEMIT and AlphaEdit on the same facts, or a resumed run, fit each request once. An
     edited model has other weights, so a sequential session never reads a δ of the model before
     its edits."""
+
+    def fit(chunk: Sequence[EditRequest]) -> DeltaFit:
+        return fit_deltas(lm, top, chunk, templates, hp, site="resid_post", reuse_prefix=hp.reuse_prefix,
+                          pass_tokens=hp.pass_tokens)
+
     if not hp.cache_fits:
         chunks = range(0, len(requests), hp.batch_size)
-        fits = [
-            fit_deltas(lm, top, requests[s : s + hp.batch_size], templates, hp, site="resid_post",
-                       reuse_prefix=hp.reuse_prefix).delta
-            for s in tqdm(chunks, desc="MEMIT targets", unit="batch", disable=len(chunks) < 2)
-        ]
-        return torch.cat(fits)
+        fits = [fit(requests[s : s + hp.batch_size])
+                for s in tqdm(chunks, desc="MEMIT targets", unit="batch", disable=len(chunks) < 2)]
+        return torch.cat([f.delta for f in fits]), _fit_summary(fits)
     settings = {
-        "version": 1, "top": top, "templates": list(templates),
+        "version": 2, "top": top, "templates": list(templates),
         **{k: v for k, v in hp.params().items() if k in _FIT_FIELDS},
     }
     folder = cache_root() / "edit-fits" / cache_key(weights_fingerprint(lm), settings)
     paths = [folder / f"{cache_key(r.to_json())}.pt" for r in requests]
     missing = [i for i, path in enumerate(paths) if not path.exists()]
     chunks = range(0, len(missing), hp.batch_size)
+    fits = []
     for start in tqdm(chunks, desc="MEMIT targets", unit="batch", disable=len(chunks) < 2):
         chunk = missing[start : start + hp.batch_size]
-        fit = fit_deltas(
-            lm, top, [requests[i] for i in chunk], templates, hp, site="resid_post",
-            reuse_prefix=hp.reuse_prefix,
-        )
+        fits.append(fit([requests[i] for i in chunk]))
         folder.mkdir(parents=True, exist_ok=True)
-        for i, delta in zip(chunk, fit.delta, strict=True):
+        for i, delta in zip(chunk, fits[-1].delta, strict=True):
             partial = paths[i].with_suffix(f".{os.getpid()}.partial")
             torch.save(delta.detach().cpu().clone(), partial)
             os.replace(partial, paths[i])  # never a half-written δ
-    return torch.stack([torch.load(path) for path in paths]).to(lm.device)
+    deltas = torch.stack([torch.load(path) for path in paths]).to(lm.device)
+    return deltas, _fit_summary(fits)
 
 
-_FIT_FIELDS = ("n_contexts", "context_lengths", "steps", "lr", "early_stop_nll", "kl_factor",
-               "weight_decay", "clamp_norm", "seed")
-"""The settings a δ depends on (not the batch size, the prefix reuse or the solve's λ)."""
+def _fit_summary(fits: Sequence[DeltaFit]) -> dict[str, Any]:
+    """What a MEMIT handle reports about the δ fits it ran (none for requests read from the
+    cache): Adam steps per fitted request, and the positions run through the blocks above the
+    top layer, real and padded."""
+    return {"fitted": sum(len(f.steps) for f in fits), "fit_steps": [s for f in fits for s in f.steps],
+            "real_tokens": sum(f.real_tokens for f in fits), "padded_tokens": sum(f.padded_tokens for f in fits)}
+
+
+_FIT_FIELDS = ("n_contexts", "context_lengths", "steps", "lr", "early_stop_nll", "stop_on", "kl_factor",
+               "weight_decay", "decay", "clamp_norm", "seed")
+"""The settings a δ depends on (not the batch size, the pass size, the prefix reuse or the solve's
+λ)."""
 
 
 def _spread(

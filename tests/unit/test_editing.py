@@ -351,6 +351,30 @@ def test_a_delta_fitted_in_a_batch_equals_it_fitted_alone(tiny: LensModel) -> No
     assert torch.allclose(batch.delta[0], alone.delta[0], rtol=1e-4, atol=1e-4)
 
 
+def test_facts_fitted_in_one_pass_equal_them_fitted_one_by_one(tiny: LensModel) -> None:
+    """Issue 38: the rows of several facts share each pass (rows of one width together, across
+    facts; split by rows under ``pass_tokens``), and each fact's δ, NLL and steps are those of
+    its fit alone."""
+    facts = [
+        EditRequest("{} is located in the city of", "The Eiffel Tower", " the", " Paris"),
+        EditRequest("{} is a city in the country of", "Berlin", " Czechoslovakia Republic", " Germany"),
+        EditRequest("{} is a city in the country of", "Lyon", " Spain", " France"),
+        EditRequest("The mother tongue of {} is", "Vladimir Putin", " French", " Russian"),
+    ]
+    hp = MEMITConfig(n_contexts=2, steps=8, early_stop_nll=10.4, stop_on="nll", clamp_norm=10.0,
+                     weight_decay=0.1)
+    templates = context_templates(tiny, hp.n_contexts, hp.context_lengths, seed=hp.seed)
+    alone = [fit_deltas(tiny, 0, [fact], templates, hp, site="resid_post") for fact in facts]
+    for pass_tokens in (None, 7):  # 7: a width group runs in several passes
+        together = fit_deltas(tiny, 0, facts, templates, hp, site="resid_post", pass_tokens=pass_tokens)
+        assert together.steps == tuple(a.steps[0] for a in alone)
+        assert len(set(together.steps)) > 1  # facts stop on their own, at different steps
+        for i, a in enumerate(alone):
+            assert torch.allclose(together.delta[i], a.delta[0], rtol=1e-4, atol=1e-5 * a.delta.norm())
+            assert torch.allclose(together.nll[i], a.nll[0], rtol=1e-4)
+        assert together.padded_tokens == 0
+
+
 @pytest.mark.parametrize("model", ["toy-2l", "toy-gpt2-2l"])
 @pytest.mark.parametrize("layer", [0, 1])
 def test_reusing_the_prefix_fits_the_same_deltas(model: str, layer: int) -> None:

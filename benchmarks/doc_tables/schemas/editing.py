@@ -48,7 +48,50 @@ class RomeFloor(TypedDict):
     passes; the unedited run and the unembedding are not positions of the blocks)."""
 
 
-class ArithmeticFloor(TypedDict):
+class MemitFloor(TypedDict, total=False):
+    """MEMIT's counted arithmetic with one fit (issue 38: the paper's fit, and the defaults of
+    before), per fact over a whole edit with every δ fitted."""
+
+    label: str
+    config: dict[str, Any]
+    n_facts: int
+    gflop_per_fact: float
+    fit_steps_each: list[int]
+    real_tokens: int
+    padded_tokens: int
+    padding_share: float
+    compute_z_gflop_per_fact: float
+    """The paper's fit only: MEMIT's own code (every row padded through the whole model, logits
+    at every position) for the same steps: the method's arithmetic as its code runs it."""
+
+
+class MemitFitRun(TypedDict):
+    """One timed MEMIT edit (--speed): its fit's steps and the positions it ran."""
+
+    label: str
+    config: dict[str, Any]
+    n_facts: int
+    wall_s: float
+    cpu_s: float
+    fit_steps_each: list[int]
+    real_tokens: int
+    padded_tokens: int
+    padding_share: float
+    date: str
+
+
+class MemitFits(TypedDict):
+    threads: int
+    quiet: bool
+    runs: list[MemitFitRun]
+
+
+class _ArithmeticFloorOptional(TypedDict, total=False):
+    memit: list[MemitFloor]
+    """Written by --floor with --floor-memit N (issue 38)."""
+
+
+class ArithmeticFloor(_ArithmeticFloorOptional):
     """FLOPs per edit over the CPU's float32 matmul rate: the least time an edit can take here,
     with these settings, at that rate."""
 
@@ -104,6 +147,8 @@ class _EditingSpeedOptional(TypedDict, total=False):
     """Written by --floor, kept by --speed."""
     rome_fits: RomeFits
     """Written by --speed (ROME's rows), kept by a run that does not time ROME."""
+    memit_fits: MemitFits
+    """Written by --speed (MEMIT's rows), kept by a run that does not time MEMIT."""
 
 
 class EditingSpeedData(_EditingSpeedOptional):
