@@ -36,7 +36,7 @@ from typing import Any
 import harness
 import torch
 from doc_tables.editing_wild import editing_wild
-from doc_tables.schemas.editing_wild import EditingWildData, SequentialWildData, WildRow
+from doc_tables.schemas.editing_wild import EditingWildData, Gap, SequentialWildData, WildRow
 from editing import CONFIGS, QUICK_FIT, Setup, ordered_edit_facts, prepare, saved_atomically
 
 from lmsci_mi.editing import PER_FACT, EditHandle, EditRequest, EvaluationConfig, WildConfig
@@ -67,6 +67,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--methods", nargs="+", default=["rome", "memit", "alphaedit"], choices=sorted(CONFIGS))
     parser.add_argument("--facts", type=int, default=30, help="the first N facts of the editing table's order")
+    parser.add_argument("--rome-facts", type=int, default=None,
+                        help="ROME on the first N of those facts only (default all; its row says how many)")
     parser.add_argument("--sequential", action="store_true", help="the sequential curves' protocol")
     parser.add_argument("--every", type=int, default=20, help="--sequential: evaluate every N edits")
     parser.add_argument("--max-seconds", type=float, default=float("inf"),
@@ -172,8 +174,8 @@ def row(label: str, n_edits: int, seconds: Sequence[float], tf: torch.Tensor, fa
     gaps = {}
     for gap, (a, b) in GAPS.items():
         both = ~(columns[a].isnan() | columns[b].isnan())
-        gaps[gap] = paired_bootstrap_interval(columns[a][both] * 100, columns[b][both] * 100,
-                                              n_resamples=2000, seed=0).as_dict()
+        interval = paired_bootstrap_interval(columns[a][both] * 100, columns[b][both] * 100, n_resamples=2000, seed=0)
+        gaps[gap] = Gap(estimate=interval.estimate, low=interval.low, high=interval.high, n=interval.n)
     return WildRow(
         model=label, n_facts=len(facts), n_edits=n_edits,
         seconds_per_edit=sum(seconds) / len(seconds) if seconds else None,
@@ -214,7 +216,8 @@ def single(run: harness.Run, s: Setup, facts: list[EditRequest], wild: WildConfi
         tf_before = unedited_scores(s.lm, unedited_plan, range(len(facts)))[:, [PER_FACT.index(m) for m in TEACHER_FORCED]]
     rows, generations, configs = [row("unedited", 0, [], tf_before.double(), before)], {}, {}
     for name in args.methods:
-        plan = plan_evaluation(s.lm, facts, s.configs[name], NO_GE)
+        own = facts[: args.rome_facts] if name == "rome" else facts
+        plan = plan_evaluation(s.lm, own, s.configs[name], NO_GE)
         with run.timed(name):
             items = (rome_items(s, cache, plan, reference, wild, deadline) if name == "rome"
                      else batch_items(s, cache, plan, reference, wild, chunk, deadline))
@@ -225,7 +228,7 @@ def single(run: harness.Run, s: Setup, facts: list[EditRequest], wild: WildConfi
         seconds = [t for item in items for t in item.get("seconds", [])]
         tf = as_tensor([r for item in items for r in item["tf"]])
         rows.append(row(name, len(plan.batches), seconds, tf, after))
-        generations[name], configs[name] = examples(before, after), s.configs[name].params()
+        generations[name], configs[name] = examples(before[: len(own)], after), s.configs[name].params()
         print(f"{name}: ES {rows[-1]['metrics']['ES']:.1f}, WILD rewrite {rows[-1]['metrics']['rewrite']:.1f}", flush=True)
     run.write(EditingWildData(
         model=args.model, facts="lmsci_mi/data/edit_facts.json", order="editing.py --table's: shuffled with seed 0",

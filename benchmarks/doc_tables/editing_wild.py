@@ -6,11 +6,13 @@ from . import METHOD_NAMES, MODEL_NAMES, ci, markdown, table
 from .schemas.editing_wild import EditingWildData, WildRow
 
 
-def _label(row: WildRow, model: str) -> str:
+def _label(row: WildRow, data: EditingWildData) -> str:
     if row["model"] == "unedited":
-        return f"{MODEL_NAMES.get(model, model)} unedited"
-    how = "one batch" if row["n_edits"] == 1 else "one fact at a time"
-    return f"+ {METHOD_NAMES.get(row['model'], row['model'])}, {how}"
+        label = f"{MODEL_NAMES.get(data['model'], data['model'])} unedited"
+    else:
+        how = "one fact at a time" if row["n_edits"] == row["n_facts"] else "one batch"
+        label = f"+ {METHOD_NAMES.get(row['model'], row['model'])}, {how}"
+    return label if row["n_facts"] == data["n_facts"] else f"{label} (first {row['n_facts']} facts)"
 
 
 def _cell(row: WildRow, metric: str) -> str:
@@ -26,7 +28,7 @@ def editing_wild(data: EditingWildData) -> str:
     rows = []
     for row in data["rows"]:
         gap = {name: ci(g["estimate"], g["low"], g["high"], 1) for name, g in row["gaps"].items()}
-        rows.append([_label(row, data["model"]), _cell(row, "ES"), _cell(row, "rewrite"), gap["ES - rewrite"],
+        rows.append([_label(row, data), _cell(row, "ES"), _cell(row, "rewrite"), gap["ES - rewrite"],
                      _cell(row, "PS"), _cell(row, "paraphrase"), gap["PS - paraphrase"], _cell(row, "NS"),
                      _cell(row, "locality"), _cell(row, "true_answer")])
     return markdown(header, rows)
@@ -42,7 +44,7 @@ def editing_wild_examples(data: EditingWildData) -> str:
     """benchmarks/editing_wild.py: the first five facts' rewrite prompts and greedy generations,
     unedited and after each method's edit (cut before the stop)."""
     methods = list(data["generations"])
-    first = data["generations"][methods[0]][:5]
+    first = min((data["generations"][m] for m in methods), key=len)[:5]
     rows = [[f"{ex['prompt']} → {ex['target_new'].strip()}", _text(ex["unedited"]),
              *(_text(data["generations"][m][i]["edited"]) for m in methods)]
             for i, ex in enumerate(first)]
