@@ -8,7 +8,7 @@ prompt samples the same tokens alone or in a batch. Every forward pass publishes
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -147,7 +147,7 @@ def generate(
     prompts: Sequence[Prompt],
     config: GenerationConfig | None = None,
     *,
-    stop_at: int | None = None,
+    stop_at: int | Collection[int] | None = None,
     use_kv_cache: bool = True,
     keep_logits: bool = False,
     streams: Sequence[int] | None = None,
@@ -165,7 +165,8 @@ def generate(
         lm: a ``LensModel``.
         prompts: texts, or token-id sequences used as they are (no sink added).
         config: length, temperature, top-k / top-p, seed and batch size.
-        stop_at: a token id that ends a row (kept as its last token), e.g. a grammar's EOS.
+        stop_at: a token id that ends a row (kept as its last token), e.g. a grammar's EOS, or
+            several (any of them ends the row: EOS and every token holding a stop string).
         use_kv_cache: False recomputes the whole sequence at each step (same tokens; slower).
         keep_logits: also return the logits of each new token.
         streams: the random stream of each prompt (default: its index). A caller that samples
@@ -186,6 +187,7 @@ def generate(
     if len(streams) != len(sequences):
         raise UserInputError(f"{len(streams)} streams for {len(sequences)} prompts: give one per prompt")
     generators = [_row_generator(config.seed, s, lm.device) for s in streams]
+    stops = _stop_ids(stop_at)
     tokens: list[tuple[int, ...]] = [() for _ in sequences]
     logits: list[Tensor] = [torch.empty(0) for _ in sequences]
     # Rows of similar length share a batch, so few steps are spent feeding prompt tokens.
@@ -195,10 +197,10 @@ def generate(
             rows = order[start : start + config.batch_size]
             batch = _Batch.start(lm, [sequences[i] for i in rows], config.max_new_tokens)
             _decode(
-                lm, batch, config, [generators[i] for i in rows], stop_at, use_kv_cache, keep_logits
+                lm, batch, config, [generators[i] for i in rows], stops, use_kv_cache, keep_logits
             )
             for r, i in enumerate(rows):
-                tokens[i], logits[i] = batch.row(r, stop_at)
+                tokens[i], logits[i] = batch.row(r, stops)
     return Generations(
         prompts=tuple(p if isinstance(p, str) else tuple(int(t) for t in p) for p in prompts),
         tokens=tuple(tokens),
@@ -212,6 +214,13 @@ def _prompt_ids(lm: _Model, prompt: Prompt) -> list[int]:
     if not ids:
         raise UserInputError(f"prompt {prompt!r} has no tokens to continue (give at least one)")
     return ids
+
+
+def _stop_ids(stop_at: int | Collection[int] | None) -> frozenset[int]:
+    """The ids that end a row (none: rows run to ``max_new_tokens``)."""
+    if stop_at is None:
+        return frozenset()
+    return frozenset([int(stop_at)] if isinstance(stop_at, int) else (int(t) for t in stop_at))
 
 
 def _row_generator(seed: int | None, row: int, device: torch.device) -> torch.Generator:
@@ -249,12 +258,13 @@ class _Batch:
         lengths = torch.tensor([len(s) for s in sequences])
         return cls(tokens.to(lm.device), lengths.to(lm.device), max_new_tokens)
 
-    def row(self, r: int, stop_at: int | None) -> tuple[tuple[int, ...], Tensor]:
-        """Row ``r``'s new tokens (cut after ``stop_at``) and, if kept, their logits."""
+    def row(self, r: int, stops: frozenset[int]) -> tuple[tuple[int, ...], Tensor]:
+        """Row ``r``'s new tokens (cut after the first of ``stops``) and, if kept, their logits."""
         n = int(self.lengths[r])
         new = self.tokens[r, n : n + self.max_new_tokens].tolist()
-        if stop_at is not None and stop_at in new:
-            new = new[: new.index(stop_at) + 1]
+        ends = [k for k, t in enumerate(new) if t in stops]
+        if ends:
+            new = new[: ends[0] + 1]
         if not self.step_logits:
             return tuple(new), torch.empty(0)
         # step_logits[s] chose the token at position first_step + s.
@@ -267,7 +277,7 @@ def _decode(
     batch: _Batch,
     config: GenerationConfig,
     generators: Sequence[torch.Generator],
-    stop_at: int | None,
+    stops: frozenset[int],
     use_kv_cache: bool,
     keep_logits: bool,
 ) -> None:
@@ -285,14 +295,15 @@ def _decode(
     )
     logits = _forward(model, tokens[:, :shortest], cache, 0, lengths)
     ended = torch.zeros_like(lengths, dtype=torch.bool)
+    stop_ids = torch.tensor(sorted(stops), dtype=torch.long, device=tokens.device)
     for t in range(shortest, width):
         if keep_logits:
             batch.step_logits.append(logits.clone())  # a view would keep the whole pass alive
         in_prompt = t < lengths
         drawn = _choose(logits, config, generators, ~in_prompt)
         tokens[:, t] = torch.where(in_prompt, tokens[:, t], drawn)
-        if stop_at is not None:
-            ended |= ~in_prompt & (drawn == stop_at)
+        if stops:
+            ended |= ~in_prompt & torch.isin(drawn, stop_ids)
         # A row is finished once it met the stop token or has all its new tokens.
         if bool((ended | (t + 1 >= lengths + config.max_new_tokens)).all()):
             break

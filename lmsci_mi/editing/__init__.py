@@ -1,4 +1,5 @@
-"""Fact editing: ROME, MEMIT and AlphaEdit on any HookedTransformer, and CounterFact-style metrics.
+"""Fact editing: ROME, MEMIT and AlphaEdit on any HookedTransformer, CounterFact-style metrics, and
+WILD-EM (edits judged by greedy generation, without teacher forcing: :func:`evaluate_wild`).
 
 Methods register in :data:`EDITING_METHODS` (importing their modules here registers them).
 ``ROMEHyperParams``, ``MEMITHyperParams`` and ``AlphaEditHyperParams`` are deprecated names of
@@ -42,6 +43,11 @@ from lmsci_mi.editing.stats import KeyStatistics as KeyStatistics
 from lmsci_mi.editing.stats import StatsConfig as StatsConfig
 from lmsci_mi.editing.stats import TextSource as TextSource
 from lmsci_mi.editing.stats import key_statistics as key_statistics
+from lmsci_mi.editing.wild import WILD_METRICS as WILD_METRICS
+from lmsci_mi.editing.wild import WildConfig as WildConfig
+from lmsci_mi.editing.wild import WildEvaluation as WildEvaluation
+from lmsci_mi.editing.wild import evaluate_wild as evaluate_wild
+from lmsci_mi.editing.wild import wild_generate as wild_generate
 
 __getattr__ = _renamed(
     __name__,
@@ -58,6 +64,7 @@ __all__ = [
     "METRICS",
     "PER_FACT",
     "SESSION_METRICS",
+    "WILD_METRICS",
     "AlphaEditConfig",
     "DeltaFit",
     "EditEvaluation",
@@ -72,12 +79,15 @@ __all__ = [
     "SessionResult",
     "StatsConfig",
     "TextSource",
+    "WildConfig",
+    "WildEvaluation",
     "alphaedit_edit",
     "apply_delta",
     "context_templates",
     "default_memit_layers",
     "default_rome_layer",
     "evaluate_edits",
+    "evaluate_wild",
     "fact_fluency",
     "fit_deltas",
     "generation_entropy",
@@ -89,4 +99,5 @@ __all__ = [
     "next_token_top1",
     "rome_edit",
     "target_nll",
+    "wild_generate",
 ]
