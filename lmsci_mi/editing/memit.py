@@ -42,6 +42,7 @@ from lmsci_mi.editing.stats import (
     check_statistics,
     key_statistics,
 )
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import weight_name
 
@@ -51,6 +52,7 @@ __all__ = [
     "checked_layers",
     "default_memit_layers",
     "memit_edit",
+    "memit_targets",
     "spread_edit",
 ]
 
@@ -137,6 +139,7 @@ def memit_edit(
     config: MEMITConfig | None = None,
     *,
     stats: KeyStatistics | None = None,
+    targets: Tensor | None = None,
 ) -> EditHandle:
     """Install many facts at once with MEMIT. **Changes ``lm``'s weights in place** (one
     ``W_out`` per layer of the range).
@@ -148,6 +151,8 @@ def memit_edit(
         requests: the facts (distinct subjects work best, as in the paper).
         config: :class:`MEMITConfig` (its ``layers`` pick the range).
         stats: key statistics covering the layers (default: computed or read from the cache).
+        targets: the requests' target residuals from :func:`memit_targets` (same model, layers
+            and fit settings), to solve again without fitting; None fits them.
 
     Returns:
         An :class:`EditHandle` holding one delta per layer; ``restore()`` undoes all of them.
@@ -170,7 +175,7 @@ def memit_edit(
         c = stats.for_layer(layer).double().to(keys.device)
         return torch.linalg.solve(hp.mom2_weight * c + keys.T @ keys, keys.T @ remaining)
 
-    handles = spread_edit(lm, requests, layers, hp, solve)
+    handles = spread_edit(lm, requests, layers, hp, solve, targets=targets)
     return EditHandle.combine(
         handles, method="memit", requests=requests, seconds=time.perf_counter() - begin
     )
@@ -201,19 +206,62 @@ def checked_layers(
     return layers, stats
 
 
-def spread_edit(
-    lm: LensModel, requests: Sequence[EditRequest], layers: Sequence[int], hp: MEMITConfig,
-    solve: LayerSolver,
-) -> list[EditHandle]:
-    """MEMIT's pipeline with a given per-layer solver: fit each request's residual change at the
-    top layer, then install it layer by layer (:func:`_spread`). Returns the applied per-layer
-    handles (restored, all of them, on error)."""
+def memit_targets(
+    lm: LensModel,
+    requests: Sequence[EditRequest],
+    config: MEMITConfig | None = None,
+    *,
+    layers: Sequence[int] | None = None,
+) -> Float[Tensor, "request d_model"]:
+    """MEMIT's target residuals z = h + δ at the top layer of the range, one per request: the
+    fit, most of an edit's cost. No solver setting (λ, AlphaEdit's projection and α) changes
+    them, so several settings can be solved from one fit (``memit_edit(..., targets=z)``).
+    Reads the model only.
+
+    Args:
+        lm: the model.
+        requests: the facts.
+        config: the fit settings (:class:`MEMITConfig` or :class:`AlphaEditConfig`).
+        layers: the range (default: ``config.layers``, else :func:`default_memit_layers`).
+
+    >>> from lmsci_mi import load_model
+    >>> lm = load_model("toy-2l")
+    >>> memit_targets(lm, [EditRequest("{} is in", "Paris", " Rome")], MEMITConfig(steps=2), layers=(0, 1)).shape
+    torch.Size([1, 64])
+    """
+    hp = config or MEMITConfig()
+    requests = list(requests)
+    check_requests(lm, requests)
+    chosen = layers if layers is not None else hp.layers or default_memit_layers(lm)
+    top = max(chosen)
+    check_layer(lm, top)
     templates = context_templates(lm, hp.n_contexts, hp.context_lengths, seed=hp.seed)
     plain = [subject_row(lm, "{}", r.prompt, r.subject, lm.continuation_ids(r.target_new)) for r in requests]
-    targets = subject_activations(lm, "resid_post", layers[-1], plain) + _fit_top_deltas(
-        lm, layers[-1], requests, templates, hp
-    )
-    return _spread(lm, requests, templates, targets, plain, layers, solve)
+    return subject_activations(lm, "resid_post", top, plain) + _fit_top_deltas(lm, top, requests, templates, hp)
+
+
+def spread_edit(
+    lm: LensModel, requests: Sequence[EditRequest], layers: Sequence[int], hp: MEMITConfig,
+    solve: LayerSolver, *, targets: Tensor | None = None,
+) -> list[EditHandle]:
+    """MEMIT's pipeline with a given per-layer solver: fit each request's residual change at the
+    top layer (or take the given ``targets``, :func:`memit_targets`), then install it layer by
+    layer (:func:`_spread`). Returns the applied per-layer handles (restored, all of them, on
+    error).
+
+    Raises:
+        ValueError: ``targets`` is not one ``d_model`` vector per request.
+    """
+    templates = context_templates(lm, hp.n_contexts, hp.context_lengths, seed=hp.seed)
+    plain = [subject_row(lm, "{}", r.prompt, r.subject, lm.continuation_ids(r.target_new)) for r in requests]
+    if targets is None:
+        targets = memit_targets(lm, requests, hp, layers=layers)
+    elif tuple(targets.shape) != (len(requests), lm.cfg.d_model):
+        raise UserInputError(
+            f"targets must be [request, d_model] = [{len(requests)}, {lm.cfg.d_model}], not "
+            f"{list(targets.shape)}: pass memit_targets(lm, requests, config) of the same requests"
+        )
+    return _spread(lm, requests, templates, targets.to(lm.device), plain, layers, solve)
 
 
 @EDITING_METHODS.register("memit", MEMITConfig, "many facts in one edit, spread over MLP layers")
