@@ -25,6 +25,7 @@ import argparse
 import dataclasses
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import harness
@@ -49,7 +50,7 @@ from lmsci_mi.editing import (
 from lmsci_mi.editing.alphaedit import alphaedit_edit
 from lmsci_mi.editing.memit import memit_edit, memit_targets
 from lmsci_mi.editing.metrics import edited_scores, plan_evaluation, unedited_scores
-from lmsci_mi.stats import bootstrap_interval, paired_bootstrap_interval
+from lmsci_mi.stats import bootstrap_each, percentile_bounds
 
 SETTINGS: dict[str, tuple[str, dict[str, float]]] = {
     # name: (method, changes to its default config)
@@ -85,6 +86,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 @dataclass
 class Setup:
+    """What every setting shares: the model, C, the layers, the facts, the fit behind the targets
+    and the evaluation (teacher-forced scores only: GE skipped)."""
+
     lm: LensModel
     stats: KeyStatistics
     layers: list[int]
@@ -137,19 +141,38 @@ def solve_and_score(s: Setup, name: str, z: torch.Tensor) -> dict:
     return {"config": config.params(), "seconds": seconds, "per_fact": after.tolist(), "null_space": null}
 
 
+def score_s(per_fact: torch.Tensor, index: torch.Tensor | None = None) -> float:
+    """The score S of the facts ``index`` (all when None): the harmonic mean of the ES, PS and
+    NS means in percent, 0 when one is 0 (as ``EditEvaluation``'s S)."""
+    rows = per_fact if index is None else per_fact[index]
+    means = [100 * float(rows[:, PER_FACT.index(m)].mean()) for m in METRICS]
+    return statistics.harmonic_mean(means) if min(means) > 0 else 0.0
+
+
+def _statistic(per_fact: torch.Tensor, metric: str) -> Callable[[torch.Tensor], float]:
+    """``metric`` (S, or a per-fact column in percent) of the facts an index picks."""
+    if metric == "S":
+        return lambda index: score_s(per_fact, index)
+    return lambda index: 100 * float(per_fact[index, PER_FACT.index(metric)].mean())
+
+
 def row(name: str, item: dict, reference: dict | None) -> SweepRow:
-    """The setting's ES/PS/NS (percent) with bootstrap intervals over facts, and paired
-    differences against its method's reference row."""
+    """The setting's S, ES, PS, NS (percent) with bootstrap intervals over facts, and paired
+    differences against its method's reference row (the same resampled facts for both)."""
     per_fact = torch.tensor(item["per_fact"])
+    base = None if reference is None else torch.tensor(reference["per_fact"])
     metrics, ci95, vs = {}, {}, {}
-    for m in METRICS:
-        values = 100 * per_fact[:, PER_FACT.index(m)]
-        interval = bootstrap_interval(values, n_resamples=2000, seed=0)
-        metrics[m], ci95[m] = interval.estimate, [interval.low, interval.high]
-        if reference is not None:
-            base = 100 * torch.tensor(reference["per_fact"])[:, PER_FACT.index(m)]
-            paired = paired_bootstrap_interval(values, base, n_resamples=2000, seed=0)
-            vs[m] = [paired.estimate, paired.low, paired.high]
+    everything = torch.arange(len(per_fact))
+    for m in ("S", *METRICS):
+        mine = _statistic(per_fact, m)
+        low, high = percentile_bounds(bootstrap_each(mine, len(per_fact), n_resamples=2000, seed=0)).tolist()
+        metrics[m], ci95[m] = mine(everything), [low, high]
+        if base is not None:
+            theirs = _statistic(base, m)
+            replicates = bootstrap_each(lambda i, a=mine, b=theirs: a(i) - b(i), len(per_fact),
+                                        n_resamples=2000, seed=0)
+            low, high = percentile_bounds(replicates).tolist()
+            vs[m] = [metrics[m] - theirs(everything), low, high]
     method, changes = SETTINGS[name]
     return SweepRow(name=name, method=method, changes=changes, metrics=metrics, ci95=ci95,
                     vs_reference=vs, seconds=item["seconds"], null_space=item["null_space"])
@@ -194,7 +217,7 @@ def main() -> None:
         n_facts=len(s.facts), layers=s.layers, stats_tokens=s.stats.n_tokens, stats_source=s.stats.source,
         fit=s.fit.params(), interval="percentile bootstrap over facts, 2000 resamples, 95%; "
         "vs_reference: paired, the same facts", reference=REFERENCE,
-        unedited={m: 100 * float(before[:, PER_FACT.index(m)].mean()) for m in METRICS},
+        unedited={"S": score_s(before), **{m: 100 * float(before[:, PER_FACT.index(m)].mean()) for m in METRICS}},
         rows=[row(name, items[name], items.get(REFERENCE[SETTINGS[name][0]]) if name != REFERENCE[SETTINGS[name][0]]
                   else None) for name in names],
     )

@@ -9,7 +9,7 @@ from . import markdown, table
 from .schemas.project import PaperDefaultRow, PaperDefaultsData
 
 METHODS = ("tuned_lens", "causal_tracing", "eap", "knowledge_neurons", "lm_steer", "caa", "sae", "logit_lens",
-           "ioi", "probes", "concepts", "reading", "rome")
+           "ioi", "probes", "concepts", "reading", "rome", "memit")
 """The methods with a table, by their key in the data file; each is a renderer ``paper_defaults_<key>``."""
 
 

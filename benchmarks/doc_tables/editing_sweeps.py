@@ -21,19 +21,19 @@ def _range(values: list[float], digits: int) -> str:
 
 @table("editing_sweeps")
 def editing_sweeps(data: EditingSweepsData) -> str:
-    """benchmarks/editing_sweeps.py: ES, PS, NS per setting with intervals, the paired difference
-    in NS against the method's default, and AlphaEdit's null space over the layers."""
-    header = ["setting", "ES", "PS", "NS", "NS − default [95% CI]", "null-space directions",
+    """benchmarks/editing_sweeps.py: S, ES, PS, NS per setting with intervals, the paired
+    differences in S and NS against the method's default, and AlphaEdit's null space over the
+    layers (ranges over layers 2-6)."""
+    header = ["setting", "S", "ES", "PS", "NS", "S − default", "NS − default", "null-space directions",
               "share of trace(C)", "‖Pk‖/‖k‖ (mean)"]
-    rows = [["unedited", *(f"{data['unedited'][m]:.1f}" for m in ("ES", "PS", "NS")), "", "", "", ""]]
+    rows = [["unedited", *(f"{data['unedited'][m]:.1f}" for m in ("S", "ES", "PS", "NS")), "", "", "", "", ""]]
     for row in data["rows"]:
         reference = data["reference"][row["method"]]
-        vs = row["vs_reference"].get("NS")
         null = list(row["null_space"].values())
         rows.append([
             _setting(row, reference),
-            *(ci(row["metrics"][m], *row["ci95"][m], 1) for m in ("ES", "PS", "NS")),
-            "" if vs is None else ci(vs[0], vs[1], vs[2], 1),
+            *(ci(row["metrics"][m], *row["ci95"][m], 1) for m in ("S", "ES", "PS", "NS")),
+            *(ci(*row["vs_reference"][m], 1) if m in row["vs_reference"] else "" for m in ("S", "NS")),
             _range([n["direction_share"] for n in null], 2) if null else "",
             _range([n["trace_share"] for n in null], 3) if null else "",
             _range([n["key_norm_kept_mean"] for n in null], 2) if null else "",

@@ -28,7 +28,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from lmsci_mi._deprecation import renamed
-from lmsci_mi.config import config
+from lmsci_mi.config import config, paper
 from lmsci_mi.editing.handle import EditHandle
 from lmsci_mi.editing.memit import MEMITConfig, checked_layers, spread_edit
 from lmsci_mi.editing.methods import EDITING_METHODS
@@ -50,6 +50,9 @@ __all__ = [
 __getattr__ = renamed(__name__, {"AlphaEditHyperParams": "AlphaEditConfig"})  # deprecated name
 
 
+_CODE = "Fang et al. 2025 (AlphaEdit), code: jianghoucheng/AlphaEdit"
+
+
 @config
 class AlphaEditConfig(MEMITConfig):
     """AlphaEdit's settings: MEMIT's (targets, layers, contexts) plus the projection.
@@ -65,14 +68,21 @@ class AlphaEditConfig(MEMITConfig):
     """
 
     nullspace_threshold: float = field(
-        default=2e-2, metadata={"help": "eigenvalues of C below this span the null space", "gt": 0}
+        default=2e-2,
+        metadata={"help": "eigenvalues of C below this span the null space", "gt": 0,
+                  **paper(2e-2, f"{_CODE} hparams/AlphaEdit/*.json nullspace_threshold (the paper's "
+                          "§3.2 footnote 1 says 1e-2)")},
     )
     nullspace_trace_share: float | None = field(
         default=None,
         metadata={"help": "instead of the threshold: the null space holds at most this share of "
                   "trace(C) (smallest eigenvalues first)", "gt": 0, "lt": 1},
     )
-    l2: float = field(default=10.0, metadata={"help": "alpha in P(K1K1 + KpKp) + alpha I", "gt": 0})
+    l2: float = field(
+        default=10.0,
+        metadata={"help": "alpha in P(K1K1 + KpKp) + alpha I", "gt": 0,
+                  **paper(10.0, f"{_CODE} AlphaEdit_main.py: L2 in solve(P(K1K1' + cache_c) + L2 I, ...)")},
+    )
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ class SweepRow(TypedDict):
     changes: dict[str, float]
     """The setting's fields that differ from its method's default config."""
     metrics: dict[str, float]
-    """ES, PS, NS in percent."""
+    """S (the harmonic mean of ES, PS, NS), ES, PS, NS in percent."""
     ci95: dict[str, list[float]]
     vs_reference: dict[str, list[float]]
     """Per metric, [difference, low, high] against the method's reference row (paired over
@@ -51,4 +51,5 @@ class EditingSweepsData(TypedDict):
     reference: dict[str, str]
     """Per method, the row the others are compared with (the code default)."""
     unedited: dict[str, float]
+    """S, ES, PS, NS of the unedited model on the same facts."""
     rows: list[SweepRow]
