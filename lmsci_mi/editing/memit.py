@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from lmsci_mi._deprecation import renamed
 from lmsci_mi.cache import cache_key, cache_root, weights_fingerprint
-from lmsci_mi.config import Config, config
+from lmsci_mi.config import Config, config, paper
 from lmsci_mi.editing.fit import (
     SubjectRow,
     check_layer,
@@ -71,8 +71,10 @@ class MEMITConfig(Config):
         context_lengths: their token lengths.
         steps, lr, early_stop_nll, kl_factor, weight_decay: as in ROME's config.
         clamp_norm: ‖δ‖ ≤ clamp_norm·‖h‖ (h = the residual at the last layer).
-        mom2_weight: λ in λC + KKᵀ: how strongly the keys of ordinary text are preserved (the
-            paper's 15000 left 20% of 10 SmolLM2 edits uninstalled; 5000 installs them all).
+        mom2_weight: λ in λC + KKᵀ: how strongly the keys of ordinary text are preserved
+            against installing the batch. The paper's 15000 (GPT-J; 20000 for GPT-2 XL, batches
+            of up to 10,000 edits) installs fewer facts of a 50-fact SmolLM2 batch and scores a
+            lower S than 5000, for a higher NS (the λ sweep, docs/data/editing_sweeps.json).
         seed: seed for the prefixes.
         batch_size: requests whose δ are fitted together in one forward per step.
         reuse_prefix: each fit step recomputes only the positions from the subject's last token
@@ -105,7 +107,11 @@ class MEMITConfig(Config):
     )
     clamp_norm: float = field(default=0.75, metadata={"help": "|delta| <= clamp_norm*|h|", "gt": 0})
     mom2_weight: float = field(
-        default=5000.0, metadata={"help": "lambda in lambda*C + K K^T", "ge": 0}
+        default=5000.0,
+        metadata={"help": "lambda in lambda*C + K K^T (AlphaEdit does not use it)", "ge": 0,
+                  **paper(15000.0, "Meng et al. 2023 (MEMIT), code: kmeng01/memit hparams/MEMIT/"
+                          "EleutherAI_gpt-j-6B.json mom2_update_weight (gpt2-xl.json: 20000)",
+                          why="docs/data/editing_sweeps.json (benchmarks/editing_sweeps.py)")},
     )
     seed: int = field(default=0, metadata={"help": "seed of the context prefixes"})
     batch_size: int = field(default=8, metadata={"help": "requests fitted together", "ge": 1})
