@@ -19,6 +19,7 @@ from lmsci_mi.circuits.edges.eap import EAPConfig
 from lmsci_mi.circuits.ioi import IOIConfig
 from lmsci_mi.circuits.tracing import TraceConfig
 from lmsci_mi.config import paper_defaults
+from lmsci_mi.editing.alphaedit import AlphaEditConfig
 from lmsci_mi.editing.memit import MEMITConfig
 from lmsci_mi.editing.rome import ROMEConfig
 from lmsci_mi.knowledge.neurons import KnowledgeNeuronsConfig
@@ -55,19 +56,26 @@ METHODS: dict[str, tuple[str, str, tuple[type, ...]]] = {
                  (CausalInnerProductConfig, ConceptConfig, ConceptInterventionConfig)),
     "reading": ("Representation reading, LAT (Zou et al. 2023)", "representations", (ReadingConfig,)),
     "rome": ("ROME (Meng et al. 2022)", "editing", (ROMEConfig,)),
-    "memit": ("MEMIT (Meng et al. 2023)", "editing", (MEMITConfig,)),
+    "memit": ("MEMIT (Meng et al. 2023) and AlphaEdit (Fang et al. 2025)", "editing", (MEMITConfig, AlphaEditConfig)),
 }
-"""Every paper-named method with a table (in editing, ROME and MEMIT's δ fit so far). Not here: direct logit
+"""Every paper-named method with a table (in editing, ROME, and MEMIT with AlphaEdit). Not here: direct logit
 attribution (``DLAConfig`` has no setting a paper fixes) and the mean-difference (ActAdd-style)
 vector (``MeanDifferenceConfig``: its settings are CAA's and ActAdd's reading choices, not a
 paper's defaults)."""
 
 
 def collect() -> dict[str, Any]:
-    """The methods' declared paper values, as the data file holds them."""
+    """The methods' declared paper values, as the data file holds them. A field a config inherits
+    from an earlier config of the same method (AlphaEditConfig's MEMIT fields) is listed once,
+    under the earlier."""
     out = {}
     for key, (method, page, configs) in METHODS.items():
-        rows = [d.to_dict() for cls in configs for d in paper_defaults(cls)]
+        rows, seen = [], set()
+        for cls in configs:
+            for d in paper_defaults(cls):
+                if d.field not in seen:
+                    seen.add(d.field)
+                    rows.append(d.to_dict())
         out[key] = {"method": method, "page": page, "rows": rows}
     return out
 

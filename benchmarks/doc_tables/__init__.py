@@ -90,6 +90,7 @@ from . import (  # noqa: E402, F401
     cluster,
     defaults,
     editing,
+    editing_sweeps,
     editing_wild,
     knowledge,
     peers,

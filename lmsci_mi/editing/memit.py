@@ -43,6 +43,7 @@ from lmsci_mi.editing.stats import (
     check_statistics,
     key_statistics,
 )
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import weight_name
 
@@ -52,6 +53,7 @@ __all__ = [
     "checked_layers",
     "default_memit_layers",
     "memit_edit",
+    "memit_targets",
     "spread_edit",
 ]
 
@@ -87,8 +89,10 @@ class MEMITConfig(Config):
             ``target_init``); ``"squared"``: (‖δ‖/‖h̄₀‖)², h̄₀ the mean over the rewrite rows
             (before issue 38). The clamp is against the same h₀.
         clamp_norm: ‖δ‖ ≤ clamp_norm·‖h₀‖ (h₀ = the residual at the last layer).
-        mom2_weight: λ in λC + KKᵀ: how strongly the keys of ordinary text are preserved (the
-            paper's 15000 left 20% of 10 SmolLM2 edits uninstalled; 5000 installs them all).
+        mom2_weight: λ in λC + KKᵀ: how strongly the keys of ordinary text are preserved
+            against installing the batch. The paper's 15000 (GPT-J; 20000 for GPT-2 XL, batches
+            of up to 10,000 edits) installs fewer facts of a 50-fact SmolLM2 batch and scores a
+            lower S than 5000, for a higher NS (the λ sweep, docs/data/editing_sweeps.json).
         seed: seed for the prefixes.
         batch_size: requests whose δ are fitted in one call: their rows of one width share a
             pass through the blocks, so more requests make larger matmuls (docs/editing.md, Cost).
@@ -132,7 +136,11 @@ class MEMITConfig(Config):
                            choices=("rome", "squared"))
     clamp_norm: float = _as_paper(0.75, "|delta| <= clamp_norm*|h0|", _HPARAMS + " clamp_norm_factor", gt=0)
     mom2_weight: float = field(
-        default=5000.0, metadata={"help": "lambda in lambda*C + K K^T", "ge": 0}
+        default=5000.0,
+        metadata={"help": "lambda in lambda*C + K K^T (AlphaEdit does not use it)", "ge": 0,
+                  **paper(15000.0, "Meng et al. 2023 (MEMIT), code: kmeng01/memit hparams/MEMIT/"
+                          "EleutherAI_gpt-j-6B.json mom2_update_weight (gpt2-xl.json: 20000)",
+                          why="docs/data/editing_sweeps.json (benchmarks/editing_sweeps.py)")},
     )
     seed: int = field(default=0, metadata={"help": "seed of the context prefixes"})
     batch_size: int = field(default=64, metadata={"help": "requests fitted together", "ge": 1})
@@ -167,6 +175,7 @@ def memit_edit(
     config: MEMITConfig | None = None,
     *,
     stats: KeyStatistics | None = None,
+    targets: Tensor | None = None,
 ) -> EditHandle:
     """Install many facts at once with MEMIT. **Changes ``lm``'s weights in place** (one
     ``W_out`` per layer of the range).
@@ -178,6 +187,8 @@ def memit_edit(
         requests: the facts (distinct subjects work best, as in the paper).
         config: :class:`MEMITConfig` (its ``layers`` pick the range).
         stats: key statistics covering the layers (default: computed or read from the cache).
+        targets: the requests' target residuals from :func:`memit_targets` (same model, layers
+            and fit settings), to solve again without fitting; None fits them.
 
     Returns:
         An :class:`EditHandle` holding one delta per layer; ``restore()`` undoes all of them.
@@ -203,7 +214,7 @@ def memit_edit(
         c = stats.for_layer(layer).double().to(keys.device)
         return torch.linalg.solve(hp.mom2_weight * c + keys.T @ keys, keys.T @ remaining)
 
-    handles = spread_edit(lm, requests, layers, hp, solve)
+    handles = spread_edit(lm, requests, layers, hp, solve, targets=targets)
     handle = EditHandle.combine(
         handles, method="memit", requests=requests, seconds=time.perf_counter() - begin
     )
@@ -236,18 +247,71 @@ def checked_layers(
     return layers, stats
 
 
-def spread_edit(
-    lm: LensModel, requests: Sequence[EditRequest], layers: Sequence[int], hp: MEMITConfig,
-    solve: LayerSolver,
-) -> list[EditHandle]:
-    """MEMIT's pipeline with a given per-layer solver: fit each request's residual change at the
-    top layer, then install it layer by layer (:func:`_spread`). Returns the applied per-layer
-    handles (restored, all of them, on error); the first one's ``details`` report the fit."""
+def memit_targets(
+    lm: LensModel,
+    requests: Sequence[EditRequest],
+    config: MEMITConfig | None = None,
+    *,
+    layers: Sequence[int] | None = None,
+) -> Float[Tensor, "request d_model"]:
+    """MEMIT's target residuals z = h + δ at the top layer of the range, one per request: the
+    fit, most of an edit's cost. No solver setting (λ, AlphaEdit's projection and α) changes
+    them, so several settings can be solved from one fit (``memit_edit(..., targets=z)``).
+    Reads the model only.
+
+    Args:
+        lm: the model.
+        requests: the facts.
+        config: the fit settings (:class:`MEMITConfig` or :class:`AlphaEditConfig`).
+        layers: the range (default: ``config.layers``, else :func:`default_memit_layers`).
+
+    >>> from lmsci_mi import load_model
+    >>> lm = load_model("toy-2l")
+    >>> memit_targets(lm, [EditRequest("{} is in", "Paris", " Rome")], MEMITConfig(steps=2), layers=(0, 1)).shape
+    torch.Size([1, 64])
+    """
+    hp = config or MEMITConfig()
+    requests = list(requests)
+    check_requests(lm, requests)
+    chosen = layers if layers is not None else hp.layers or default_memit_layers(lm)
+    top = max(chosen)
+    check_layer(lm, top)
+    return _fit_targets(lm, requests, hp, top)[0]
+
+
+def _fit_targets(
+    lm: LensModel, requests: Sequence[EditRequest], hp: MEMITConfig, top: int
+) -> tuple[Tensor, dict[str, object]]:
+    """z = h + δ at layer ``top`` for every request, and the fit's report (steps, positions)."""
     templates = context_templates(lm, hp.n_contexts, hp.context_lengths, seed=hp.seed)
     plain = [subject_row(lm, "{}", r.prompt, r.subject, lm.continuation_ids(r.target_new)) for r in requests]
-    deltas, summary = _fit_top_deltas(lm, layers[-1], requests, templates, hp)
-    targets = subject_activations(lm, "resid_post", layers[-1], plain) + deltas
-    handles = _spread(lm, requests, templates, targets, plain, layers, solve)
+    deltas, summary = _fit_top_deltas(lm, top, requests, templates, hp)
+    return subject_activations(lm, "resid_post", top, plain) + deltas, summary
+
+
+def spread_edit(
+    lm: LensModel, requests: Sequence[EditRequest], layers: Sequence[int], hp: MEMITConfig,
+    solve: LayerSolver, *, targets: Tensor | None = None,
+) -> list[EditHandle]:
+    """MEMIT's pipeline with a given per-layer solver: fit each request's residual change at the
+    top layer (or take the given ``targets``, :func:`memit_targets`), then install it layer by
+    layer (:func:`_spread`). Returns the applied per-layer handles (restored, all of them, on
+    error); when it fits, the first one's ``details`` report the fit.
+
+    Raises:
+        ValueError: ``targets`` is not one ``d_model`` vector per request.
+    """
+    templates = context_templates(lm, hp.n_contexts, hp.context_lengths, seed=hp.seed)
+    plain = [subject_row(lm, "{}", r.prompt, r.subject, lm.continuation_ids(r.target_new)) for r in requests]
+    summary: dict[str, object] = {}
+    if targets is None:
+        targets, summary = _fit_targets(lm, requests, hp, layers[-1])
+    elif tuple(targets.shape) != (len(requests), lm.cfg.d_model):
+        raise UserInputError(
+            f"targets must be [request, d_model] = [{len(requests)}, {lm.cfg.d_model}], not "
+            f"{list(targets.shape)}: pass memit_targets(lm, requests, config) of the same requests"
+        )
+    handles = _spread(lm, requests, templates, targets.to(lm.device), plain, layers, solve)
     handles[0].details.update(summary)  # the first layer's handle carries the fit's report
     return handles
 

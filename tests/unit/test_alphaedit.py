@@ -1,4 +1,5 @@
-"""AlphaEdit: the closed form, the preserved keys, the reduction to MEMIT, and bad input."""
+"""AlphaEdit: the closed form, the preserved keys, the reduction to MEMIT, the trace-share rule,
+solving from given targets, and bad input."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ from lmsci_mi import LensModel, load_model
 from lmsci_mi.editing import EDITING_METHODS, EditRequest, StatsConfig, key_statistics
 from lmsci_mi.editing.alphaedit import (
     AlphaEditConfig,
+    NullSpace,
     alphaedit_edit,
     alphaedit_update,
+    null_space,
     null_space_projector,
+    trace_share_rank,
 )
 from tests.conftest import TEST_DEVICE, weights_fingerprint
 
@@ -109,3 +113,112 @@ def test_bad_input_leaves_the_weights_alone(tiny: LensModel, tiny_gpt2: LensMode
         AlphaEditConfig(nullspace_threshold=0.0)
     assert weights_fingerprint(tiny) == before
     assert tiny.hooks.attached_count() == 0
+
+
+# ---------------------------------------------------------------------- the trace-share rule
+
+SPECTRUM = torch.tensor([4.0, 3.0, 2.0, 1.0], dtype=torch.float64)  # trace 10
+
+
+def _rotated(values: torch.Tensor, seed: int = 7) -> tuple[torch.Tensor, torch.Tensor]:
+    """C = Q diag(values) Qᵀ for a random rotation Q, and Q."""
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.linalg.qr(torch.randn(len(values), len(values), generator=gen, dtype=torch.float64))[0]
+    return q @ torch.diag(values) @ q.T, q
+
+
+@pytest.mark.parametrize(("share", "dims"), [(0.1, 1), (0.29, 1), (0.3, 2), (0.6, 3), (0.99, 3)])
+def test_a_trace_share_keeps_the_smallest_directions_within_it(share: float, dims: int) -> None:
+    c, q = _rotated(SPECTRUM)
+    projector, record = null_space(c, trace_share=share)
+    assert trace_share_rank(SPECTRUM, share) == dims
+    assert (record.rule, record.dims, record.d_mlp) == ("trace_share", dims, 4)
+    assert record.direction_share == dims / 4
+    held = float(SPECTRUM.sort().values[:dims].sum() / SPECTRUM.sum())
+    assert record.trace_share == pytest.approx(held) and record.trace_share <= share * (1 + 1e-9)
+    # P projects onto the eigenvectors of the `dims` smallest eigenvalues (q's last columns).
+    smallest = q[:, list(range(4 - dims, 4))]
+    torch.testing.assert_close(projector, smallest @ smallest.T, atol=1e-10, rtol=1e-9)
+
+
+def test_the_two_rules_agree_where_their_cuts_meet() -> None:
+    preserved = _keys(300, 18, seed=8) + 1e-2 * torch.randn(300, D_K, generator=torch.Generator().manual_seed(9),
+                                                            dtype=torch.float64)
+    c = preserved.T @ preserved / 300
+    _, by_threshold = null_space(c, 1e-3)
+    _, by_share = null_space(c, trace_share=by_threshold.trace_share * (1 + 1e-9))
+    assert 0 < by_threshold.dims == by_share.dims < D_K
+    assert by_threshold.rule == "threshold" and by_share.trace_share == pytest.approx(by_threshold.trace_share)
+
+
+@pytest.mark.parametrize(("share", "message"), [
+    (0.0, "a share of 0 leaves no null space"),
+    (-0.1, "a share of 0 leaves no null space"),
+    (1.0, r"P = I"),
+    (1.5, r"P = I"),
+])
+def test_a_share_outside_zero_one_is_refused_with_the_fix(share: float, message: str) -> None:
+    c, _ = _rotated(SPECTRUM)
+    with pytest.raises(ValueError, match=message) as info:
+        null_space(c, trace_share=share)
+    assert "give a share such as 1e-2" in str(info.value)
+    with pytest.raises(ValueError, match="nullspace_trace_share"):
+        AlphaEditConfig(nullspace_trace_share=share)
+
+
+def test_a_share_below_the_smallest_eigenvalue_names_the_field_to_raise() -> None:
+    c, _ = _rotated(SPECTRUM)
+    with pytest.raises(ValueError, match="raise nullspace_trace_share"):
+        null_space(c, trace_share=0.05, layer=3)  # the smallest eigenvalue is 10 % of the trace
+    with pytest.raises(ValueError, match=r"raise nullspace_threshold \(or set nullspace_trace_share\)"):
+        null_space(c, 0.5)
+
+
+def test_an_edit_under_a_trace_share_records_its_null_space(tiny: LensModel, stats) -> None:
+    before = weights_fingerprint(tiny)
+    hp = AlphaEditConfig(layers=(0, 1), steps=2, nullspace_trace_share=0.05)
+    with alphaedit_edit(tiny, REQUESTS, hp, stats=stats) as handle:
+        records = handle.details["null_space"]
+        assert set(records) == {0, 1}
+        for layer, record in records.items():
+            assert isinstance(record, NullSpace) and record.layer == layer
+            assert record.rule == "trace_share" and record.cut == 0.05
+            assert 0 < record.trace_share <= 0.05 and 0 < record.direction_share < 1
+            assert record.dims == handle.details["null_space_dims"][layer]
+            keys = handle.details["keys"][layer]
+            assert len(record.key_norm_kept) == len(REQUESTS)
+            assert all(0 <= k <= 1 + 1e-9 for k in record.key_norm_kept)
+            # The batch's share is the per-key shares weighted by the keys' squared norms.
+            norms = keys.norm(dim=1) ** 2
+            pooled = float((torch.tensor(record.key_norm_kept, dtype=torch.float64) ** 2 * norms).sum() / norms.sum()) ** 0.5
+            assert handle.details["key_share_kept"][layer] == pytest.approx(pooled, rel=1e-9)
+    assert weights_fingerprint(tiny) == before
+
+
+# ---------------------------------------------------------------------- solving from given targets
+
+
+@pytest.mark.parametrize("method", ["memit", "alphaedit"])
+def test_solving_from_given_targets_equals_fitting_them(
+    tiny: LensModel, stats, method: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lmsci_mi.editing import memit
+
+    edit = alphaedit_edit if method == "alphaedit" else memit.memit_edit
+    hp = (AlphaEditConfig if method == "alphaedit" else memit.MEMITConfig)(layers=(0, 1), steps=2)
+    with edit(tiny, REQUESTS, hp, stats=stats) as fitted:
+        expected = {k: v.clone() for k, v in fitted.deltas.items()}
+    targets = memit.memit_targets(tiny, REQUESTS, hp)
+    assert targets.shape == (len(REQUESTS), tiny.cfg.d_model)
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("given targets were fitted again")
+
+    monkeypatch.setattr(memit, "fit_deltas", no_fit)
+    with edit(tiny, REQUESTS, hp, stats=stats, targets=targets) as given:
+        for name, delta in expected.items():
+            torch.testing.assert_close(given.deltas[name], delta, atol=1e-6, rtol=1e-5)
+    before = weights_fingerprint(tiny)
+    with pytest.raises(ValueError, match="memit_targets"):
+        edit(tiny, REQUESTS, hp, stats=stats, targets=targets[:1])
+    assert weights_fingerprint(tiny) == before and tiny.hooks.attached_count() == 0
