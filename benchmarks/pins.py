@@ -6,8 +6,16 @@ count made, and the tolerance the tests apply: max(5 × that difference, 1e-4 ×
 CPU (a list's: over its elements); on CUDA at least 2e-2 × |value| (TF32; tests/pins.py says why).
 
     HF_HUB_OFFLINE=1 PYTHONPATH=. OMP_NUM_THREADS=1 flock /work/model.lock \\
-        python benchmarks/pins.py                       # every pin (about 10 minutes)
+        python benchmarks/pins.py                       # every pin, at 1 and 2 threads
     python benchmarks/pins.py --only aie,reading        # some pins; the others stay as they were
+    python benchmarks/pins.py --only memit --thread-counts 1   # no thread difference (floors)
+
+Cost: about 5 minutes for every pin at 1 thread on the project's 2-core CPU (the probes, steering,
+MEMIT and the tuned lens take most); a 2-thread pass on a shared machine took 2-8x longer. The
+first file (2026-11-28) measured both counts for core, ioi_prompts, ioi_circuit, attribution,
+eiffel_trace and both probes: the largest difference was 9e-7 (p(Paris)), most were 0, so the
+1e-4 relative floor sets those tolerances; the other pins were run at 1 thread only (their
+``thread_difference`` is null), for lack of machine time.
 
 Regenerate the pins after an intended change of a method, a default or a data set (a test then
 fails on its pin), and say in the commit message why the pinned values moved: a regenerated pin
