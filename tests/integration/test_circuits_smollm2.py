@@ -1,5 +1,6 @@
 """Circuits on SmolLM2 (slow): batched patching equals TransformerLens's own patcher on a reduced
-sweep, the Eiffel Tower trace behaves like the paper's, and bad input leaves no hook behind."""
+sweep, the Eiffel Tower trace behaves like the paper's, and bad input leaves no hook behind. The
+deterministic figures are pinned (tests/data/pins.json, benchmarks/pins.py)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,13 @@ from transformer_lens import patching as tl_patching
 
 from lmsci_mi import LensModel
 from lmsci_mi.circuits import (
-    AttributionConfig,
     LogitDiff,
     PatchingConfig,
     TraceConfig,
-    attribution_patch,
     causal_trace,
     patch_activations,
 )
+from tests.pins import Measured, check_pins, measure
 
 pytestmark = pytest.mark.slow
 
@@ -78,21 +78,30 @@ def test_head_out_all_pos_equals_transformer_lens(clean_smollm2: LensModel) -> N
     torch.testing.assert_close(ours.values, expected, atol=1e-4, rtol=0)
 
 
-def test_attribution_ranks_heads_like_exact_patching(clean_smollm2: LensModel) -> None:
-    lm = clean_smollm2
-    metric = LogitDiff(lm.token_id(" Mary"), lm.token_id(" John"))
-    res = attribution_patch(lm, CLEAN, CORRUPTED, metric, AttributionConfig(compare_exact=True))
+@pytest.fixture(scope="module")
+def attribution(smollm2: LensModel) -> Measured:
+    return measure("attribution", smollm2)
+
+
+def test_attribution_ranks_heads_like_exact_patching(clean_smollm2: LensModel, attribution: Measured) -> None:
+    res = attribution.result
     assert res.rank_correlation is not None and res.values.numel() == 270  # every head
-    # docs/circuits.md and the README: Spearman 0.963 with exact head patching on this pair, over
-    # all 270 heads. Measured: 0.9634; a bootstrap over the 270 heads (2,000 resamples) gives s.d.
-    # 0.014 (three other name pairs of the same template: 0.954, 0.974, 0.953). The bound is the
-    # measured value - 3 s.d.
-    assert res.rank_correlation > 0.922
+    # docs/circuits.md and the README: Spearman 0.963 with exact head patching on this pair.
+    check_pins("attribution", attribution, clean_smollm2.device)
+
+
+def test_attribution_robustness_band(attribution: Measured) -> None:
+    """Robustness, not the pin: a bootstrap over the 270 heads (2,000 resamples) gives s.d. 0.014
+    around 0.9634 (three other name pairs of the same template: 0.954, 0.974, 0.953). The bound
+    is the measured value - 3 s.d."""
+    assert attribution.result.rank_correlation > 0.922
 
 
 def test_eiffel_trace_is_sensible(clean_smollm2: LensModel) -> None:
     lm = clean_smollm2
-    trace = causal_trace(lm, EIFFEL, "Eiffel Tower", TraceConfig(target=" Paris", n_samples=4, kinds=("resid",)))
+    measured = measure("eiffel_trace", lm)  # resid only, 4 noise samples, seed 0
+    trace = measured.result
+    check_pins("eiffel_trace", measured, lm.device)
     assert trace.clean_prob > 0.5
     assert trace.corrupted_prob < trace.clean_prob / 2  # the noise destroys the fact
     resid = trace.kind_values("resid")

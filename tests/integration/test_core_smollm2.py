@@ -9,6 +9,7 @@ import torch
 
 from lmsci_mi import LensModel, load_model
 from lmsci_mi.cache import cache_root
+from tests.pins import check_pins, measure
 
 EIFFEL = "The Eiffel Tower is located in the city of"
 
@@ -41,6 +42,13 @@ def test_the_sink_flips_a_hand_written_ioi_prompt(clean_smollm2: LensModel) -> N
         diffs[lm.sink] = float(logits[lm.token_id(" Sarah")] - logits[lm.token_id(" Peter")])
     assert tokens.shape[1] == clean_smollm2.to_tokens(prompt).shape[1] - 1
     assert diffs["<|endoftext|>"] < 0 < diffs[None], diffs
+
+
+def test_core_figures_match_their_pins(clean_smollm2: LensModel) -> None:
+    """p(Paris) on the Eiffel prompt and the IOI logit difference above, pinned
+    (tests/data/pins.json, benchmarks/pins.py): the thresholds above are the claims, the pin
+    catches a drift that stays above them."""
+    check_pins("core", measure("core", clean_smollm2), clean_smollm2.device)
 
 
 def test_second_load_comes_from_the_cache(clean_smollm2: LensModel) -> None:
