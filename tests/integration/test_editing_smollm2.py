@@ -132,16 +132,16 @@ def test_memit_small_batch(clean_smollm2: LensModel, memit: Measured) -> None:
 
 
 def test_memit_robustness_band(memit: Measured) -> None:
-    """Robustness, not the pin. docs/editing.md, MEMIT on 80 facts in one batch: ES 92.5, PS
-    91.7, NS 96.2; EM 83.3, PM 64.0, NM 41.6 points. Measured on this batch (15 steps; prefix
-    seeds 0, 1, 2; seed 0 is the pinned one): ES 100 and PS 100 at every seed, NS 91.67 at every
-    seed (Calgary keeps 2 of its 3 neighbours); EM 82.6 / 85.0 / 86.6 (s.d. 2.0), PM 61.4 / 60.6 /
-    64.1 (s.d. 1.8), NM 47.0 / 44.2 / 46.1 (s.d. 1.4). ES, PS and NS are 4 facts' shares with no
-    spread over seeds: the bound is one step of their resolution below the measured value (one
-    fact, or one of the 12 neighbour prompts). The bands in points are seed 0's value ± 3 s.d."""
+    """Robustness, not the pin. Measured on this batch with MEMIT's defaults since issue 38
+    (compute_z's total-loss stop and decay; 15 steps; prefix seeds 0, 1, 2; seed 0 is the pinned
+    one): ES 100 and PS 100 at every seed; NS 91.67 / 91.67 / 83.33 (one of the 12 neighbour
+    prompts apart); EM 83.7 / 86.9 / 94.0 (s.d. 5.2), PM 67.5 / 65.5 / 73.0 (s.d. 3.9), NM 43.1 /
+    41.4 / 40.1 (s.d. 1.5). ES, PS and NS are shares of 4 facts and 12 prompts: the bound is one
+    step of their resolution below the lowest seed's value. The bands in points are seed 0's
+    value ± 3 s.d. (the fit of before issue 38 spread less: EM s.d. 2.0, PM 1.8, NM 1.4)."""
     ev = memit.result
     assert ev.metric("ES") >= 75 and ev.metric("PS") >= 75, ev.values
-    assert ev.metric("NS") >= 83, ev.values
-    assert 76.6 < ev.metric("EM") < 88.6, ev.values
-    assert 55.9 < ev.metric("PM") < 66.9, ev.values
-    assert 42.8 < ev.metric("NM") < 51.1, ev.values
+    assert ev.metric("NS") >= 75, ev.values
+    assert 68.0 < ev.metric("EM") < 99.4, ev.values
+    assert 55.9 < ev.metric("PM") < 79.1, ev.values
+    assert 38.6 < ev.metric("NM") < 47.6, ev.values
