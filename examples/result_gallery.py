@@ -44,6 +44,7 @@ from lmsci_mi.editing.metrics import METRICS as EDIT_METRICS
 from lmsci_mi.editing.metrics import EditEvaluation
 from lmsci_mi.editing.session import SESSION_METRICS, SessionResult
 from lmsci_mi.editing.stats import StatsConfig, key_statistics
+from lmsci_mi.editing.wild import WILD_METRICS, WildEvaluation, WildFact, WildGeneration
 from lmsci_mi.knowledge import (
     AgreementConfig,
     KnowledgeNeuronsConfig,
@@ -245,6 +246,33 @@ def edit_evaluation(lm: LensModel) -> Result:
         n_edits=4,
         seconds_per_edit=2.5,
         stats_tokens=100_000,
+        excluded_neighbours=0,
+    )
+
+
+def wild_evaluation(lm: LensModel) -> Result:
+    # rewrite, paraphrase, locality, true answer: the generations say what each score read
+    def fact(rewrite: str, paraphrase: str, neighbour: str, kept: bool) -> WildFact:
+        return WildFact(
+            "Eiffel Tower", " Rome", " Paris",
+            WildGeneration("The Eiffel Tower is in", (), rewrite),
+            (WildGeneration("Where is the Eiffel Tower? It is in", (), paraphrase),),
+            (WildGeneration("The Louvre is in", (), neighbour),), (kept,),
+        )
+
+    unedited = fact(" Paris, France", " Paris", " Paris", True)
+    edited = fact(" Rome, Italy", " Paris", " Paris", True)
+    per_fact = torch.tensor([[unedited.scores()], [edited.scores()]])
+    return WildEvaluation(
+        values=per_fact.nanmean(1) * 100,
+        axes=("model", "metric"),
+        labels=(("unedited", "rome"), WILD_METRICS),
+        meta=_meta(method="rome"),
+        per_fact=per_fact,
+        facts=((unedited,), (edited,)),
+        method="rome",
+        n_edits=1,
+        seconds_per_edit=2.5,
         excluded_neighbours=0,
     )
 
@@ -554,6 +582,7 @@ BUILDERS: dict[str, Callable[[LensModel], Result]] = {
     "CFGProbeTable": cfg_probes,
     "KeyStatistics": key_stats,
     "EditEvaluation": edit_evaluation,
+    "WildEvaluation": wild_evaluation,
     "SessionResult": session_result,
     "Highlight": highlight,
     "SteerSVD": svd,
