@@ -4,7 +4,7 @@ each renderer in doc_tables/knowledge.py (and readme.py's knowledge-neuron row) 
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 # --- benchmarks/knowledge_neurons.py -> docs/data/knowledge_neurons.json ----------------------
 
@@ -317,6 +317,10 @@ class LensTraining(TypedDict):
     train_tokens: int
     losses: list[float]
     """The KL training curve (mean KL over layers per step; empty for least squares)."""
+    layer_losses: NotRequired[list[list[float]]]
+    """Per step, each layer's KL (empty where the lens file predates the record)."""
+    grad_norms: NotRequired[list[list[float]]]
+    """Per step, each layer's gradient norm before clipping."""
 
 
 class TunedLensData(TypedDict):
@@ -333,3 +337,5 @@ class TunedLensData(TypedDict):
     """Per set, the layers whose paired KL interval (tuned minus least squares) lies below 0."""
     calibration_below_least_squares: dict[str, list[int]]
     """Per set, the layers whose paired calibration interval lies below 0."""
+    in_domain: NotRequired[list[LensSet]]
+    """Diagnostic: held-out text of the training kind (odd-numbered stdlib docstrings)."""
