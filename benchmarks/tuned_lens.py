@@ -29,7 +29,14 @@ import time
 import harness
 import torch
 from doc_tables.knowledge import tuned_lens_eiffel, tuned_lens_kl, tuned_lens_paired
-from doc_tables.schemas.knowledge import LensCurve, LensEiffel, LensSet, LensTraining, TunedLensData
+from doc_tables.schemas.knowledge import (
+    ClipRun,
+    LensCurve,
+    LensEiffel,
+    LensSet,
+    LensTraining,
+    TunedLensData,
+)
 
 from lmsci_mi import LensModel, load_model
 from lmsci_mi.data import load_facts
@@ -214,8 +221,57 @@ def below_zero(rows: list[LensSet], metric: str) -> dict[str, list[int]]:
             for r in rows}
 
 
+def lens_cache(run: harness.Run, lm: LensModel, chosen: dict[str, TunedLensConfig],
+               sizes: dict[str, int]) -> harness.ItemCache:
+    """The per-set cache of one pair of lenses (their file names hold the weights and configs)."""
+    lens_files = {k: tuned_lens_path(lm, c).name for k, c in chosen.items()}
+    return run.cache({"model": run.args.model, "lenses": lens_files,
+                      "sizes": {k: sizes[k] for k in SETS}})
+
+
+def item_name(name: str, sizes: dict[str, int]) -> str:
+    """A diagnostic set's size is in its item name (the cache key holds the acceptance sets')."""
+    return name if name in SETS else f"{name}-{sizes[name]}"
+
+
+PAPER_CLIP = dataclasses.replace(TUNED, clip="global", steps=250)
+"""The first KL run: the paper's global clip, 250 steps (the diagnostic's reference)."""
+
+
+def clip_runs(run: harness.Run, lm: LensModel, trained: dict[str, TunedLens],
+              sizes: dict[str, int]) -> list[ClipRun]:
+    """The diagnostic: each cached KL lens among the paper's global clip (250 steps) and this
+    run's, with its training record, its translators' size and its in-domain held-out KL."""
+    out = []
+    configs_seen = {PAPER_CLIP.clip + str(PAPER_CLIP.steps): PAPER_CLIP}
+    configs_seen.setdefault(trained["tuned"].config.clip + str(trained["tuned"].config.steps),
+                            trained["tuned"].config)
+    for config in configs_seen.values():
+        path = tuned_lens_path(lm, config)
+        if not path.is_file():
+            continue
+        lens = TunedLens.load(path, lm)
+        pair = {"least_squares": trained["least_squares"], "tuned": lens}
+        cache = lens_cache(run, lm, {k: v.config for k, v in pair.items()}, sizes)
+        docs = cache.get(item_name("docstrings", sizes),
+                         lambda pair=pair: lens_set(lm, "docstrings", sizes["docstrings"], pair))
+        moved = lens.weight - torch.eye(lens.weight.shape[-1])
+        losses = list(lens.losses)
+        out.append(ClipRun(
+            clip=config.clip, steps=config.steps, train_tokens=config.steps * config.tokens_per_step,
+            train_seconds=lens.train_seconds, lens_file=path.name,
+            loss_windows=[sum(losses[i:i + 25]) / len(losses[i:i + 25])
+                          for i in range(0, len(losses), 25)],
+            translator_norm=[round(float(m.norm()), 4) for m in moved],
+            bias_norm=[round(float(b.norm()), 4) for b in lens.bias],
+            first_grad_norms=[round(x, 4) for x in lens.grad_norms[0]] if lens.grad_norms else [],
+            in_domain=docs,
+        ))
+    return out
+
+
 def report(run: harness.Run, lm: LensModel, trained: dict[str, TunedLens],
-           every: dict[str, LensSet]) -> None:
+           every: dict[str, LensSet], clips: list[ClipRun]) -> None:
     rows = [every[name] for name in SETS]
     data = TunedLensData(
         model=run.args.model, site=SITE,
@@ -230,6 +286,7 @@ def report(run: harness.Run, lm: LensModel, trained: dict[str, TunedLens],
         tuned_below_least_squares=below_zero(rows, "kl"),
         calibration_below_least_squares=below_zero(rows, "calibration"),
         in_domain=[every[name] for name in DIAGNOSTIC],
+        clip_runs=clips,
     )
     run.write(data)
     for name, lens in trained.items():
@@ -258,22 +315,20 @@ def main() -> None:
     if piece == "train":
         return
     sizes = dict.fromkeys(SIZES, QUICK_SIZE) if run.quick else SIZES
-    # The sets depend on the lenses (their file names hold the weights and the configs).
-    lens_files = {k: tuned_lens_path(lm, c).name for k, c in chosen.items()}
-    cache = run.cache({"model": run.args.model, "lenses": lens_files,
-                       "sizes": {k: sizes[k] for k in SETS}})
+    cache = lens_cache(run, lm, chosen, sizes)
     rows: dict[str, LensSet] = {}
     everything = piece in ("report", "all")
     for name in (*SETS, *DIAGNOSTIC) if everything else [piece]:
         with run.timed(name):
             # A diagnostic set's size is in its item name (the key holds the acceptance sets').
-            item = name if name in SETS else f"{name}-{sizes[name]}"
-            rows[name] = cache.get(item, lambda name=name: lens_set(lm, name, sizes[name], trained))
+            rows[name] = cache.get(item_name(name, sizes),
+                                   lambda name=name: lens_set(lm, name, sizes[name], trained))
         print(f"{name}: {rows[name]['n_tokens']} tokens in {rows[name]['seconds']:.0f} s")
     if not everything:
         print(tuned_lens_kl({"sets": list(rows.values())}))  # type: ignore[typeddict-item]
     else:
-        report(run, lm, trained, rows)
+        report(run, lm, trained, rows, clip_runs(run, lm, trained, sizes))
+
 
 if __name__ == "__main__":
     main()

@@ -323,6 +323,26 @@ class LensTraining(TypedDict):
     """Per step, each layer's gradient norm before clipping."""
 
 
+class ClipRun(TypedDict):
+    """Diagnostic: one KL-trained lens (the paper's global clip, or per-layer clipping)."""
+
+    clip: str
+    steps: int
+    train_tokens: int
+    train_seconds: float
+    lens_file: str
+    loss_windows: list[float]
+    """Training KL (mean over layers), averaged over windows of 25 steps; each step's KL is on
+    rows the lens had not yet trained on."""
+    translator_norm: list[float]
+    """Per layer, ‖A_l‖_F: how far training moved the translator from the identity."""
+    bias_norm: list[float]
+    first_grad_norms: list[float]
+    """Per layer, the gradient norm at the first step (before clipping; empty if not recorded)."""
+    in_domain: LensSet
+    """Held-out docstrings: logit, least squares and this lens."""
+
+
 class TunedLensData(TypedDict):
     model: str
     site: str
@@ -339,3 +359,4 @@ class TunedLensData(TypedDict):
     """Per set, the layers whose paired calibration interval lies below 0."""
     in_domain: NotRequired[list[LensSet]]
     """Diagnostic: held-out text of the training kind (odd-numbered stdlib docstrings)."""
+    clip_runs: NotRequired[list[ClipRun]]
