@@ -82,6 +82,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
                         help="the tuned lens's gradient clipping")
     parser.add_argument("--train-log", default=None,
                         help="append each KL step's per-layer KL and gradient norms (JSON lines)")
+    parser.add_argument("--diagnose", type=int, default=0,
+                        help="report: add the per-layer-clip lens of this many steps (if cached) "
+                             "to the clip diagnostic")
     parser.add_argument("--stop-at", type=float, default=None,
                         help="stop training at this Unix time (the checkpoint resumes it)")
 
@@ -240,16 +243,18 @@ PAPER_CLIP = dataclasses.replace(TUNED, clip="global", steps=250)
 
 def clip_runs(run: harness.Run, lm: LensModel, trained: dict[str, TunedLens],
               sizes: dict[str, int]) -> list[ClipRun]:
-    """The diagnostic: each cached KL lens among the paper's global clip (250 steps) and this
-    run's, with its training record, its translators' size and its in-domain held-out KL."""
-    out = []
-    configs_seen = {PAPER_CLIP.clip + str(PAPER_CLIP.steps): PAPER_CLIP}
-    configs_seen.setdefault(trained["tuned"].config.clip + str(trained["tuned"].config.steps),
-                            trained["tuned"].config)
-    for config in configs_seen.values():
+    """The diagnostic: each cached KL lens among the paper's global clip (250 steps), this run's
+    and the per-layer clip of ``--diagnose`` steps, with its training record, its translators'
+    size, its in-domain held-out KL and whichever acceptance sets are cached for it."""
+    variants = [PAPER_CLIP, trained["tuned"].config]
+    if run.args.diagnose:
+        variants.append(dataclasses.replace(TUNED, clip="per_layer", steps=run.args.diagnose))
+    out, seen = [], set()
+    for config in variants:
         path = tuned_lens_path(lm, config)
-        if not path.is_file():
+        if path.name in seen or not path.is_file():
             continue
+        seen.add(path.name)
         lens = TunedLens.load(path, lm)
         pair = {"least_squares": trained["least_squares"], "tuned": lens}
         cache = lens_cache(run, lm, {k: v.config for k, v in pair.items()}, sizes)
@@ -266,6 +271,7 @@ def clip_runs(run: harness.Run, lm: LensModel, trained: dict[str, TunedLens],
             bias_norm=[round(float(b.norm()), 4) for b in lens.bias],
             first_grad_norms=[round(x, 4) for x in lens.grad_norms[0]] if lens.grad_norms else [],
             in_domain=docs,
+            held_out=[cache.load(name) for name in SETS if name in cache],
         ))
     return out
 

@@ -341,6 +341,8 @@ class ClipRun(TypedDict):
     """Per layer, the gradient norm at the first step (before clipping; empty if not recorded)."""
     in_domain: LensSet
     """Held-out docstrings: logit, least squares and this lens."""
+    held_out: list[LensSet]
+    """The acceptance sets (other kinds of text) measured for this lens so far."""
 
 
 class TunedLensData(TypedDict):
