@@ -12,9 +12,16 @@ over texts, and paired intervals of the tuned lens minus each other lens. Every 
 resumable piece (the harness's per-item cache); `report` adds the Eiffel prompt and writes
 docs/data/tuned_lens.json.
 
+A diagnostic beside the acceptance sets: `--piece docstrings` measures the lenses on held-out
+text of the training kind (the odd-numbered stdlib documents), and the report's `clip_runs` set
+the paper's global gradient clip (250 steps) beside per-layer clipping (`--clip per_layer
+--steps N` trains and measures that lens; `--diagnose N` adds it to the report): training curve,
+first-step gradient norms, how far the translators moved, and held-out KL.
+
     PYTHONPATH=. flock /work/model.lock .venv/bin/python benchmarks/tuned_lens.py --piece train --threads 2
     PYTHONPATH=. flock /work/model.lock .venv/bin/python benchmarks/tuned_lens.py --piece all --threads 2
     PYTHONPATH=. python benchmarks/tuned_lens.py --quick --model toy-2l      # a check (4 texts a set)
+    PYTHONPATH=. flock /work/model.lock .venv/bin/python benchmarks/tuned_lens.py --piece report --diagnose 97 --threads 1
 
 ``--piece all`` runs whatever is missing (training included), then the report.
 """

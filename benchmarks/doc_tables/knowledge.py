@@ -330,6 +330,11 @@ def kv_value_table(data: KVMemoriesData) -> str:
 _LENS_NOT_RUN = markdown(["measured"], [["not yet: `python benchmarks/tuned_lens.py --piece report`"]])
 
 
+def _mean_gap(s: dict) -> float:
+    gap = s["tuned_minus"]["least_squares"]["kl"]
+    return sum(gap) / len(gap)
+
+
 def _clip_label(run: dict) -> str:
     return f"{run['clip'].replace('_', '-')} clip, {run['steps']} steps"
 
@@ -380,9 +385,17 @@ def tuned_lens_diagnostic_summary(data: TunedLensData) -> str:
             f"{run['train_seconds'] / 60:.0f} min): training KL by 25-step window {windows}; on "
             f"held-out docstrings ({s['n_texts']} rows, {s['n_tokens']} tokens) below the "
             f"least-squares map at **{_below(s, 'least_squares', 'kl')} of {n}** layers, above it "
-            f"at {_below(s, 'least_squares', 'kl', above=True)}; ‖A‖_F median over layers "
+            f"at {_below(s, 'least_squares', 'kl', above=True)} (tuned minus least squares "
+            f"{_mean_gap(s):.2f} nats, mean over layers); ‖A‖_F median over layers "
             f"{statistics.median(run['translator_norm']):.1f}."
         )
+        for other in run.get("held_out", []):
+            lines.append(
+                f"  {other['set']} ({other['n_texts']} texts): below the least-squares map at "
+                f"{_below(other, 'least_squares', 'kl')} of {n} layers, above it at "
+                f"{_below(other, 'least_squares', 'kl', above=True)}; tuned minus least squares "
+                f"{_mean_gap(other):.2f} nats, mean over layers."
+            )
         norms = run["first_grad_norms"]
         if norms:
             total = sum(x * x for x in norms) ** 0.5
