@@ -12,9 +12,16 @@ over texts, and paired intervals of the tuned lens minus each other lens. Every 
 resumable piece (the harness's per-item cache); `report` adds the Eiffel prompt and writes
 docs/data/tuned_lens.json.
 
+A diagnostic beside the acceptance sets: `--piece docstrings` measures the lenses on held-out
+text of the training kind (the odd-numbered stdlib documents), and the report's `clip_runs` set
+the paper's global gradient clip (250 steps) beside per-layer clipping (`--clip per_layer
+--steps N` trains and measures that lens; `--diagnose N` adds it to the report): training curve,
+first-step gradient norms, how far the translators moved, and held-out KL.
+
     PYTHONPATH=. flock /work/model.lock .venv/bin/python benchmarks/tuned_lens.py --piece train --threads 2
     PYTHONPATH=. flock /work/model.lock .venv/bin/python benchmarks/tuned_lens.py --piece all --threads 2
     PYTHONPATH=. python benchmarks/tuned_lens.py --quick --model toy-2l      # a check (4 texts a set)
+    PYTHONPATH=. flock /work/model.lock .venv/bin/python benchmarks/tuned_lens.py --piece report --diagnose 97 --threads 1
 
 ``--piece all`` runs whatever is missing (training included), then the report.
 """
@@ -23,32 +30,47 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import time
 
 import harness
 import torch
 from doc_tables.knowledge import tuned_lens_eiffel, tuned_lens_kl, tuned_lens_paired
-from doc_tables.schemas.knowledge import LensCurve, LensEiffel, LensSet, LensTraining, TunedLensData
+from doc_tables.schemas.knowledge import (
+    ClipRun,
+    LensCurve,
+    LensEiffel,
+    LensSet,
+    LensTraining,
+    TunedLensData,
+)
 
 from lmsci_mi import LensModel, load_model
 from lmsci_mi.data import load_facts
 from lmsci_mi.data.ioi import ioi_dataset
 from lmsci_mi.data.steering_texts import steering_texts
+from lmsci_mi.data.text_corpus import text_chunks
 from lmsci_mi.lenses import LogitLensConfig, TunedLens, TunedLensConfig, logit_lens, tuned_lens
 from lmsci_mi.lenses.logit_lens import lens_readout
-from lmsci_mi.lenses.tuned_lens import tuned_lens_for, tuned_lens_path
+from lmsci_mi.lenses.tuned_lens import heldout_documents, tuned_lens_for, tuned_lens_path
 from lmsci_mi.sites import hook_name
 from lmsci_mi.stats import bootstrap_interval, paired_bootstrap_interval
 
 SETS = ("facts", "ioi", "steering")
-SIZES = {"facts": 55, "ioi": 40, "steering": 40}
+SIZES = {"facts": 55, "ioi": 40, "steering": 40, "docstrings": 16}
 """Texts per set: every other shipped fact prompt, 40 IOI prompts (seed 0, every template), every
 eighth steering sentence of both attributes; each set about 500 tokens."""
 SOURCES = {
     "facts": "lmsci_mi/data/facts.json, every other rewrite prompt",
     "ioi": "lmsci_mi.data.ioi.ioi_dataset(lm, 40, seed=0), the clean prompts",
     "steering": "lmsci_mi.data.steering_texts (sentiment and topic), every eighth sentence",
+    "docstrings": "held-out stdlib docstrings (lmsci_mi.lenses.tuned_lens.heldout_documents, the "
+                  "odd-numbered documents), the first rows of 32 tokens (sink included)",
 }
+DIAGNOSTIC = ("docstrings",)
+"""In-domain held-out text: the kind the lenses trained on, documents they never saw. Not an
+acceptance set (those are of other kinds); it separates domain shift from optimisation."""
+DOC_SEQ_LEN = 32
 QUICK_SIZE = 4
 LENSES = ("logit", "least_squares", "tuned")
 SITE = "resid_pre"
@@ -59,17 +81,42 @@ BATCH = 8
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--piece", choices=["train", *SETS, "report", "all"], default="all")
+    parser.add_argument("--piece", choices=["train", *SETS, *DIAGNOSTIC, "report", "all"],
+                        default="all")
     parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--steps", type=int, default=TUNED.steps, help="the tuned lens's SGD steps")
+    parser.add_argument("--clip", choices=["global", "per_layer"], default=TUNED.clip,
+                        help="the tuned lens's gradient clipping")
+    parser.add_argument("--train-log", default=None,
+                        help="append each KL step's per-layer KL and gradient norms (JSON lines)")
+    parser.add_argument("--diagnose", type=int, default=0,
+                        help="report: add the per-layer-clip lens of this many steps (if cached) "
+                             "to the clip diagnostic")
+    parser.add_argument("--stop-at", type=float, default=None,
+                        help="stop training at this Unix time (the checkpoint resumes it)")
 
 
-def configs(quick: bool) -> dict[str, TunedLensConfig]:
+def step_logger(path: str | None, stop_at: float | None):
+    """The KL loop's on_step: logs a step's per-layer record, stops at ``stop_at``."""
+    def on_step(step: int, progress: dict) -> None:
+        if path is not None:
+            with open(path, "a") as out:
+                out.write(json.dumps({k: progress[k] for k in ("step", "seconds", "layer_losses",
+                                                              "grad_norms")}) + "\n")
+        if stop_at is not None and time.time() > stop_at:
+            raise SystemExit(f"stopped at step {step + 1} (--stop-at); the checkpoint resumes it")
+    return on_step
+
+
+def configs(quick: bool, steps: int = TUNED.steps, clip: str = TUNED.clip
+            ) -> dict[str, TunedLensConfig]:
     """The two trained lenses (a --quick run trains small ones)."""
+    tuned = dataclasses.replace(TUNED, steps=steps, clip=clip)
     if not quick:
-        return {"least_squares": LEAST_SQUARES, "tuned": TUNED}
+        return {"least_squares": LEAST_SQUARES, "tuned": tuned}
     small = {"n_tokens": 256, "steps": 3, "tokens_per_step": 64, "seq_len": 32}
     return {"least_squares": dataclasses.replace(LEAST_SQUARES, **small),
-            "tuned": dataclasses.replace(TUNED, **small)}
+            "tuned": dataclasses.replace(tuned, **small)}
 
 
 def texts(lm: LensModel, name: str, n: int) -> list[str]:
@@ -81,22 +128,33 @@ def texts(lm: LensModel, name: str, n: int) -> list[str]:
     return list(steering_texts(["sentiment", "topic"]).texts[::8][:n])
 
 
+def text_batches(lm: LensModel, chosen: list[str]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``(tokens, mask)`` batches of prompts, right-padded."""
+    padded = [lm.encode_batch(chosen[start:start + BATCH]) for start in range(0, len(chosen), BATCH)]
+    return [(p.tokens, p.mask) for p in padded]
+
+
+def docstring_batches(lm: LensModel, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``n`` rows of held-out docstrings (every token real, the sink first), in batches."""
+    rows = text_chunks(lm, n * (DOC_SEQ_LEN - 1), DOC_SEQ_LEN, documents=heldout_documents())[:n]
+    return [(b, torch.ones_like(b, dtype=torch.bool)) for b in rows.split(BATCH)]
+
+
 @torch.no_grad()
-def per_text(lm: LensModel, chosen: list[str], lenses: dict[str, TunedLens | None]
-             ) -> tuple[dict[str, dict[str, torch.Tensor]], int]:
+def per_text(lm: LensModel, batches: list[tuple[torch.Tensor, torch.Tensor]],
+             lenses: dict[str, TunedLens | None]) -> tuple[dict[str, dict[str, torch.Tensor]], int]:
     """``{lens: {"kl" | "calibration": [text, layer]}}`` (each text's mean over its tokens, the
     sink left out) and the number of tokens."""
     n_layers = lm.cfg.n_layers
     names = [hook_name(SITE, layer) for layer in range(n_layers)]
     out: dict[str, dict[str, list[torch.Tensor]]] = {k: {"kl": [], "calibration": []} for k in lenses}
     n_tokens = 0
-    for start in range(0, len(chosen), BATCH):
-        padded = lm.encode_batch(chosen[start:start + BATCH])
+    for tokens, padding in batches:
         with lm.hooks.capture(names) as cap:
-            final = lm(padded.tokens).float()
+            final = lm(tokens.to(lm.device)).float()
         top = final.argmax(-1)
         p_model = final.softmax(-1).gather(-1, top[..., None])[..., 0]
-        mask = padded.mask.clone()
+        mask = padding.clone().to(final.device)
         mask[:, 0] = False  # the sink
         weight = (mask / mask.sum(1, keepdim=True)).float()[:, None, :]  # [text, 1, pos]
         n_tokens += int(mask.sum())
@@ -127,10 +185,14 @@ def _curve(values: dict[str, torch.Tensor], other: dict[str, torch.Tensor] | Non
 def lens_set(lm: LensModel, name: str, n: int, trained: dict[str, TunedLens]) -> LensSet:
     """The three lenses' KL and calibration per layer on one held-out set."""
     start = time.perf_counter()
-    chosen = sorted(texts(lm, name, n), key=len)  # a batch's rows pad little
-    values, n_tokens = per_text(lm, chosen, {"logit": None, **trained})
+    if name in DIAGNOSTIC:
+        batches = docstring_batches(lm, n)
+    else:
+        batches = text_batches(lm, sorted(texts(lm, name, n), key=len))  # rows pad little
+    values, n_tokens = per_text(lm, batches, {"logit": None, **trained})
     return LensSet(
-        set=name, source=SOURCES[name], n_texts=len(chosen), n_tokens=n_tokens,
+        set=name, source=SOURCES[name], n_texts=sum(len(t) for t, _ in batches),
+        n_tokens=n_tokens,
         lenses={k: _curve(values[k]) for k in LENSES},
         tuned_minus={k: _curve(values["tuned"], values[k]) for k in ("least_squares", "logit")},
         seconds=time.perf_counter() - start,
@@ -155,8 +217,11 @@ def eiffel(lm: LensModel, trained: dict[str, TunedLens]) -> LensEiffel:
 def training(lens: TunedLens) -> LensTraining:
     c = lens.config
     tokens = c.n_tokens if c.method == "least_squares" else c.steps * c.tokens_per_step
+    rounded = [[[round(x, 4) for x in row] for row in rows]
+               for rows in (lens.layer_losses, lens.grad_norms)]
     return LensTraining(method=c.method, config=c.params(), train_seconds=lens.train_seconds,
-                        train_tokens=tokens, losses=list(lens.losses))
+                        train_tokens=tokens, losses=list(lens.losses), layer_losses=rounded[0],
+                        grad_norms=rounded[1])
 
 
 def below_zero(rows: list[LensSet], metric: str) -> dict[str, list[int]]:
@@ -166,8 +231,61 @@ def below_zero(rows: list[LensSet], metric: str) -> dict[str, list[int]]:
             for r in rows}
 
 
-def report(run: harness.Run, lm: LensModel, trained: dict[str, TunedLens], rows: list[LensSet]
-           ) -> None:
+def lens_cache(run: harness.Run, lm: LensModel, chosen: dict[str, TunedLensConfig],
+               sizes: dict[str, int]) -> harness.ItemCache:
+    """The per-set cache of one pair of lenses (their file names hold the weights and configs)."""
+    lens_files = {k: tuned_lens_path(lm, c).name for k, c in chosen.items()}
+    return run.cache({"model": run.args.model, "lenses": lens_files,
+                      "sizes": {k: sizes[k] for k in SETS}})
+
+
+def item_name(name: str, sizes: dict[str, int]) -> str:
+    """A diagnostic set's size is in its item name (the cache key holds the acceptance sets')."""
+    return name if name in SETS else f"{name}-{sizes[name]}"
+
+
+PAPER_CLIP = dataclasses.replace(TUNED, clip="global", steps=250)
+"""The first KL run: the paper's global clip, 250 steps (the diagnostic's reference)."""
+
+
+def clip_runs(run: harness.Run, lm: LensModel, trained: dict[str, TunedLens],
+              sizes: dict[str, int]) -> list[ClipRun]:
+    """The diagnostic: each cached KL lens among the paper's global clip (250 steps), this run's
+    and the per-layer clip of ``--diagnose`` steps, with its training record, its translators'
+    size, its in-domain held-out KL and whichever acceptance sets are cached for it."""
+    variants = [PAPER_CLIP, trained["tuned"].config]
+    if run.args.diagnose:
+        variants.append(dataclasses.replace(TUNED, clip="per_layer", steps=run.args.diagnose))
+    out, seen = [], set()
+    for config in variants:
+        path = tuned_lens_path(lm, config)
+        if path.name in seen or not path.is_file():
+            continue
+        seen.add(path.name)
+        lens = TunedLens.load(path, lm)
+        pair = {"least_squares": trained["least_squares"], "tuned": lens}
+        cache = lens_cache(run, lm, {k: v.config for k, v in pair.items()}, sizes)
+        docs = cache.get(item_name("docstrings", sizes),
+                         lambda pair=pair: lens_set(lm, "docstrings", sizes["docstrings"], pair))
+        moved = lens.weight - torch.eye(lens.weight.shape[-1])
+        losses = list(lens.losses)
+        out.append(ClipRun(
+            clip=config.clip, steps=config.steps, train_tokens=config.steps * config.tokens_per_step,
+            train_seconds=lens.train_seconds, lens_file=path.name,
+            loss_windows=[sum(losses[i:i + 25]) / len(losses[i:i + 25])
+                          for i in range(0, len(losses), 25)],
+            translator_norm=[round(float(m.norm()), 4) for m in moved],
+            bias_norm=[round(float(b.norm()), 4) for b in lens.bias],
+            first_grad_norms=[round(x, 4) for x in lens.grad_norms[0]] if lens.grad_norms else [],
+            in_domain=docs,
+            held_out=[cache.load(name) for name in SETS if name in cache],
+        ))
+    return out
+
+
+def report(run: harness.Run, lm: LensModel, trained: dict[str, TunedLens],
+           every: dict[str, LensSet], clips: list[ClipRun]) -> None:
+    rows = [every[name] for name in SETS]
     data = TunedLensData(
         model=run.args.model, site=SITE,
         train_text="stdlib docstrings, even-numbered documents (lmsci_mi.data.text_corpus)",
@@ -180,6 +298,8 @@ def report(run: harness.Run, lm: LensModel, trained: dict[str, TunedLens], rows:
         sets=rows, eiffel=eiffel(lm, trained),
         tuned_below_least_squares=below_zero(rows, "kl"),
         calibration_below_least_squares=below_zero(rows, "calibration"),
+        in_domain=[every[name] for name in DIAGNOSTIC],
+        clip_runs=clips,
     )
     run.write(data)
     for name, lens in trained.items():
@@ -198,24 +318,29 @@ def main() -> None:
     with run.timed("load"):
         lm = load_model(run.args.model)
     trained = {}
-    for name, config in configs(run.quick).items():
+    chosen = configs(run.quick, run.args.steps, run.args.clip)
+    for name, config in chosen.items():
         with torch.enable_grad(), run.timed(f"train {name}"):
-            trained[name] = tuned_lens_for(lm, config)
+            trained[name] = tuned_lens_for(lm, config, on_step=step_logger(run.args.train_log,
+                                                                           run.args.stop_at))
         print(f"{name} lens at {tuned_lens_path(lm, config)}: trained in "
               f"{trained[name].train_seconds:.1f} s")
     if piece == "train":
         return
-    sizes = dict.fromkeys(SETS, QUICK_SIZE) if run.quick else SIZES
-    # The sets depend on the lenses (their file names hold the weights and the configs).
-    lens_files = {k: tuned_lens_path(lm, c).name for k, c in configs(run.quick).items()}
-    cache = run.cache({"model": run.args.model, "lenses": lens_files, "sizes": sizes})
-    rows = []
-    for name in SETS if piece in ("report", "all") else [piece]:
+    sizes = dict.fromkeys(SIZES, QUICK_SIZE) if run.quick else SIZES
+    cache = lens_cache(run, lm, chosen, sizes)
+    rows: dict[str, LensSet] = {}
+    everything = piece in ("report", "all")
+    for name in (*SETS, *DIAGNOSTIC) if everything else [piece]:
         with run.timed(name):
-            rows.append(cache.get(name, lambda name=name: lens_set(lm, name, sizes[name], trained)))
-        print(f"{name}: {rows[-1]['n_tokens']} tokens in {rows[-1]['seconds']:.0f} s")
-    if piece in ("report", "all"):
-        report(run, lm, trained, rows)
+            # A diagnostic set's size is in its item name (the key holds the acceptance sets').
+            rows[name] = cache.get(item_name(name, sizes),
+                                   lambda name=name: lens_set(lm, name, sizes[name], trained))
+        print(f"{name}: {rows[name]['n_tokens']} tokens in {rows[name]['seconds']:.0f} s")
+    if not everything:
+        print(tuned_lens_kl({"sets": list(rows.values())}))  # type: ignore[typeddict-item]
+    else:
+        report(run, lm, trained, rows, clip_runs(run, lm, trained, sizes))
 
 
 if __name__ == "__main__":

@@ -325,3 +325,83 @@ def kv_value_table(data: KVMemoriesData) -> str:
             ])
     return markdown(["model", "neuron", "side", "coherence", "words among the 10 tokens (normed projection)",
                      "two strongest triggers (coefficient)"], rows)
+
+
+_LENS_NOT_RUN = markdown(["measured"], [["not yet: `python benchmarks/tuned_lens.py --piece report`"]])
+
+
+def _mean_gap(s: dict) -> float:
+    gap = s["tuned_minus"]["least_squares"]["kl"]
+    return sum(gap) / len(gap)
+
+
+def _clip_label(run: dict) -> str:
+    return f"{run['clip'].replace('_', '-')} clip, {run['steps']} steps"
+
+
+@table("tuned_lens_diagnostic")
+def tuned_lens_diagnostic(data: TunedLensData) -> str:
+    """benchmarks/tuned_lens.py: per layer, on held-out docstrings (the training kind), the KL of
+    the logit lens, the least-squares map and each KL-trained lens (tuned minus least squares,
+    paired); how far each lens's translator moved from the identity (‖A‖_F), and the gradient
+    norm at the first step."""
+    runs = data.get("clip_runs", [])
+    if not runs:
+        return _LENS_NOT_RUN
+    first = runs[0]["in_domain"]["lenses"]
+    header = ["layer", "logit KL", "least-squares KL"]
+    for run in runs:
+        label = _clip_label(run)
+        header += [f"{label}: KL", "minus least squares", "‖A‖"]
+    header.append("first-step gradient norm")
+    norms = next((r["first_grad_norms"] for r in runs if r["first_grad_norms"]), [])
+    rows = []
+    for layer in range(len(first["logit"]["kl"])):
+        cells: list[object] = [layer, ci(first["logit"]["kl"][layer], *first["logit"]["kl_ci"][layer], 2),
+                               ci(first["least_squares"]["kl"][layer],
+                                  *first["least_squares"]["kl_ci"][layer], 2)]
+        for run in runs:
+            tuned = run["in_domain"]["lenses"]["tuned"]
+            paired = run["in_domain"]["tuned_minus"]["least_squares"]
+            cells += [ci(tuned["kl"][layer], *tuned["kl_ci"][layer], 2),
+                      minus(ci(paired["kl"][layer], *paired["kl_ci"][layer], 2)),
+                      f"{run['translator_norm'][layer]:.1f}"]
+        cells.append(f"{norms[layer]:.3g}" if norms else "–")
+        rows.append(cells)
+    return markdown(header, rows)
+
+
+@table("tuned_lens_diagnostic_summary")
+def tuned_lens_diagnostic_summary(data: TunedLensData) -> str:
+    """benchmarks/tuned_lens.py: each KL-trained lens's cost, its training curve in 25-step
+    windows and how often it is below the least-squares map on held-out docstrings."""
+    lines = []
+    for run in data.get("clip_runs", []):
+        s = run["in_domain"]
+        n = len(s["lenses"]["tuned"]["kl"])
+        windows = ", ".join(f"{x:.2f}" for x in run["loss_windows"])
+        lines.append(
+            f"- {_clip_label(run)} ({run['train_tokens']:,} tokens, "
+            f"{run['train_seconds'] / 60:.0f} min): training KL by 25-step window {windows}; on "
+            f"held-out docstrings ({s['n_texts']} rows, {s['n_tokens']} tokens) below the "
+            f"least-squares map at **{_below(s, 'least_squares', 'kl')} of {n}** layers, above it "
+            f"at {_below(s, 'least_squares', 'kl', above=True)} (tuned minus least squares "
+            f"{_mean_gap(s):.2f} nats, mean over layers); ‖A‖_F median over layers "
+            f"{statistics.median(run['translator_norm']):.1f}."
+        )
+        for other in run.get("held_out", []):
+            lines.append(
+                f"  {other['set']} ({other['n_texts']} texts): below the least-squares map at "
+                f"{_below(other, 'least_squares', 'kl')} of {n} layers, above it at "
+                f"{_below(other, 'least_squares', 'kl', above=True)}; tuned minus least squares "
+                f"{_mean_gap(other):.2f} nats, mean over layers."
+            )
+        norms = run["first_grad_norms"]
+        if norms:
+            total = sum(x * x for x in norms) ** 0.5
+            lines.append(
+                f"  First step: gradient norm {total:.3g} over all layers (the paper's clip scales "
+                f"it by {1 / max(total, 1):.2g}); layer 0 holds {norms[0] ** 2 / total ** 2:.0%} of "
+                f"its square; median layer {statistics.median(norms):.3g}."
+            )
+    return "\n".join(lines) if lines else _LENS_NOT_RUN

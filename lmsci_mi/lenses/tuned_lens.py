@@ -161,6 +161,16 @@ class TunedLensConfig(Config):
             "gt": 0,
         },
     )
+    clip: Literal["global", "per_layer"] = dataclasses.field(
+        default="global",
+        metadata={
+            "paper": "global",
+            "paper_source": f"{_BELROSE} scripts/train_loop.py (clip_grad_norm_ over all the "
+            "lens's parameters together)",
+            "help": "global: one norm over every layer's translator; per_layer: each translator's "
+                    "gradient clipped on its own",
+        },
+    )
     n_tokens: int = dataclasses.field(
         default=16384,
         metadata={"help": "training tokens of the least-squares map (method least_squares)",
@@ -190,6 +200,8 @@ class TunedLensConfig(Config):
         params = self.params()
         if resolve_exclude(self.exclude).is_default:
             params.pop("exclude")
+        if params["clip"] == "global":  # the clip before it was a field: lenses cached then
+            params.pop("clip")
         return params
 
 
@@ -219,6 +231,8 @@ class TunedLens:
         config: how it was trained; train_seconds: what training cost on this machine (summed
             over resumptions).
         losses: the KL training curve, mean KL over layers per step (empty for least squares).
+        layer_losses, grad_norms: per step, each layer's KL and its gradient norm before
+            clipping (empty for least squares and for lenses saved before they were recorded).
     """
 
     weight: Tensor
@@ -228,6 +242,8 @@ class TunedLens:
     config: TunedLensConfig
     train_seconds: float
     losses: tuple[float, ...] = ()
+    layer_losses: tuple[tuple[float, ...], ...] = ()
+    grad_norms: tuple[tuple[float, ...], ...] = ()
 
     @property
     def site(self) -> str:
@@ -252,6 +268,8 @@ class TunedLens:
             "config": json.dumps(self.config.key_params()),
             "train_seconds": repr(self.train_seconds),
             "losses": json.dumps(list(self.losses)),
+            "layer_losses": json.dumps([list(r) for r in self.layer_losses]),
+            "grad_norms": json.dumps([list(r) for r in self.grad_norms]),
         }
         # Written under a private name and renamed: a reader never sees half a lens.
         partial = out.with_name(f".{out.name}.{os.getpid()}.partial")
@@ -298,7 +316,13 @@ class TunedLens:
             _config_from(meta["config"], first_format=meta["format"] != _FORMAT),
             float(meta["train_seconds"]),
             tuple(json.loads(meta.get("losses", "[]"))),
+            _rows(meta.get("layer_losses")),
+            _rows(meta.get("grad_norms")),
         )
+
+
+def _rows(text: str | None) -> tuple[tuple[float, ...], ...]:
+    return tuple(tuple(row) for row in json.loads(text or "[]"))
 
 
 def _config_from(text: str, *, first_format: bool = False) -> TunedLensConfig:
@@ -383,6 +407,21 @@ def _kl_step(
     return losses
 
 
+def _clip(translators: _Translators, config: TunedLensConfig) -> list[float]:
+    """Clip the gradient (one norm over every layer, or each layer's own); returns each layer's
+    gradient norm before clipping. Under one global norm the layer with the largest gradient
+    (the embedding's) sets every layer's step."""
+    grads = torch.cat([translators.weight.grad.flatten(1), translators.bias.grad], dim=1)
+    norms = grads.norm(dim=1)
+    if config.clip == "global":
+        torch.nn.utils.clip_grad_norm_(translators.parameters(), config.grad_clip)
+    else:
+        scale = (config.grad_clip / (norms + 1e-6)).clamp(max=1.0)
+        translators.weight.grad.mul_(scale[:, None, None])
+        translators.bias.grad.mul_(scale[:, None])
+    return norms.tolist()
+
+
 def _sgd(translators: _Translators, config: TunedLensConfig) -> tuple[Any, Any]:
     """SGD with Nesterov momentum and a linear decay to 0 after the warm-up (the paper's)."""
     optimiser = torch.optim.SGD(translators.parameters(), lr=config.lr, momentum=config.momentum,
@@ -404,7 +443,8 @@ def _train_kl(
     n_layers, d = lm.cfg.n_layers, lm.cfg.d_model
     translators = _Translators(n_layers, d).to(lm.device)
     optimiser, schedule = _sgd(translators, config)
-    progress: dict[str, Any] = {"step": 0, "losses": [], "seconds": 0.0, "layer_losses": []}
+    progress: dict[str, Any] = {"step": 0, "losses": [], "seconds": 0.0, "layer_losses": [],
+                                "history": []}
     if checkpoint is not None and checkpoint.is_file():
         progress = load_checkpoint(checkpoint, translators, optimiser, schedule)
         log.info("tuned lens: resuming from step %d (%s)", progress["step"], checkpoint)
@@ -413,13 +453,14 @@ def _train_kl(
     for step in range(progress["step"], config.steps):
         optimiser.zero_grad(set_to_none=True)
         layer_losses = _kl_step(lm, translators, rows[step].to(lm.device), config)
-        torch.nn.utils.clip_grad_norm_(translators.parameters(), config.grad_clip)
+        grad_norms = _clip(translators, config)
         optimiser.step()
         schedule.step()
         now = time.perf_counter()
         progress = {"step": step + 1, "losses": [*progress["losses"], sum(layer_losses) /
                     len(layer_losses)], "seconds": progress["seconds"] + now - start,
-                    "layer_losses": layer_losses}
+                    "layer_losses": layer_losses, "grad_norms": grad_norms,
+                    "history": [*progress.get("history", []), [layer_losses, grad_norms]]}
         if checkpoint is not None:
             save_checkpoint(checkpoint, translators, optimiser, schedule, progress)
         log.info("tuned lens: step %d of %d, mean KL %.3f", step + 1, config.steps,
@@ -468,8 +509,10 @@ def train_tuned_lens(
     weight, bias, progress = _train_kl(lm, config, None if checkpoint is None else Path(checkpoint),
                                        on_step)
     log.info("trained a tuned lens for %s in %.1f s", lm.name, progress["seconds"])
+    history = progress.get("history", [])
     return TunedLens(weight, bias, lm.name, weights_fingerprint(lm), config, progress["seconds"],
-                     tuple(progress["losses"]))
+                     tuple(progress["losses"]), tuple(tuple(kl) for kl, _ in history),
+                     tuple(tuple(norms) for _, norms in history))
 
 
 def fit_least_squares_lens(lm: LensModel, config: TunedLensConfig = _LEAST_SQUARES) -> TunedLens:

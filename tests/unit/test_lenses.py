@@ -177,6 +177,10 @@ def test_tuned_lens_cache_round_trip(tiny: LensModel, tmp_path, monkeypatch) -> 
     assert torch.equal(again.weight, lens.weight) and torch.equal(again.bias, lens.bias)
     assert again.config == TINY_TUNED and again.train_seconds == lens.train_seconds
     assert again.losses == lens.losses and len(lens.losses) == TINY_TUNED.steps
+    assert again.layer_losses == lens.layer_losses and again.grad_norms == lens.grad_norms
+    assert len(lens.grad_norms) == TINY_TUNED.steps and len(lens.grad_norms[0]) == 2
+    torch.testing.assert_close(torch.tensor(lens.layer_losses).mean(1),
+                               torch.tensor(lens.losses), rtol=1e-6, atol=0)
     result = tuned_lens(tiny, PROMPTS, " Paris", lens=again)  # read at the lens's site
     assert result.lens == "tuned" and result.site == "resid_pre" and result.kl.shape[1] == 2
     assert tiny.hooks.attached_count() == 0
@@ -212,6 +216,25 @@ def test_kl_training_lowers_held_out_kl_below_the_logit_lens(tiny: LensModel) ->
     assert lens.losses[-1] < lens.losses[0]
 
 
+@pytest.mark.parametrize("clip", ["global", "per_layer"])
+def test_gradient_clip_global_or_per_layer(tiny: LensModel, clip: str) -> None:
+    """One step from the identity moves the translators by lr × (1 + momentum) × the clipped
+    gradient (Nesterov's first step, no decay on zeros): under the paper's global clip the layers
+    share one norm; per layer, each gets its own."""
+    config = dataclasses.replace(TINY_TUNED, steps=1, grad_clip=1e-3, lr=0.1, clip=clip)
+    norms: list[list[float]] = []
+    lens = train_tuned_lens(tiny, config, on_step=lambda _, p: norms.append(p["grad_norms"]))
+    assert len(norms[0]) == 2 and min(norms[0]) > 1e-2  # both raw norms well above the clip
+    step = torch.cat([(lens.weight - torch.eye(64)).flatten(1), lens.bias], dim=1).norm(dim=1)
+    expected = 0.1 * 1.9 * 1e-3
+    if clip == "per_layer":
+        torch.testing.assert_close(step, torch.full((2,), expected), rtol=1e-3, atol=0)
+    else:
+        torch.testing.assert_close(step.norm(), torch.tensor(expected), rtol=1e-3, atol=0)
+        ratio = torch.tensor(norms[0][0] / norms[0][1])  # the direction of the raw gradient kept
+        torch.testing.assert_close(step[0] / step[1], ratio, rtol=1e-3, atol=0)
+
+
 def test_kl_training_resumes_bit_identically(tiny: LensModel, tmp_path) -> None:
     config = dataclasses.replace(TINY_TUNED, steps=3)
     whole = train_tuned_lens(tiny, config)
@@ -226,7 +249,8 @@ def test_kl_training_resumes_bit_identically(tiny: LensModel, tmp_path) -> None:
     torch.manual_seed(123)  # a resumed run restores the RNG state it saved
     resumed = train_tuned_lens(tiny, config, checkpoint=checkpoint)
     assert torch.equal(resumed.weight, whole.weight) and torch.equal(resumed.bias, whole.bias)
-    assert resumed.losses == whole.losses
+    assert resumed.losses == whole.losses and resumed.grad_norms == whole.grad_norms
+    assert resumed.layer_losses == whole.layer_losses
 
 
 def test_tuned_lens_of_another_model_is_refused(tiny: LensModel, tmp_path) -> None:

@@ -4,7 +4,7 @@ each renderer in doc_tables/knowledge.py (and readme.py's knowledge-neuron row) 
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 # --- benchmarks/knowledge_neurons.py -> docs/data/knowledge_neurons.json ----------------------
 
@@ -317,6 +317,32 @@ class LensTraining(TypedDict):
     train_tokens: int
     losses: list[float]
     """The KL training curve (mean KL over layers per step; empty for least squares)."""
+    layer_losses: NotRequired[list[list[float]]]
+    """Per step, each layer's KL (empty where the lens file predates the record)."""
+    grad_norms: NotRequired[list[list[float]]]
+    """Per step, each layer's gradient norm before clipping."""
+
+
+class ClipRun(TypedDict):
+    """Diagnostic: one KL-trained lens (the paper's global clip, or per-layer clipping)."""
+
+    clip: str
+    steps: int
+    train_tokens: int
+    train_seconds: float
+    lens_file: str
+    loss_windows: list[float]
+    """Training KL (mean over layers), averaged over windows of 25 steps; each step's KL is on
+    rows the lens had not yet trained on."""
+    translator_norm: list[float]
+    """Per layer, ‖A_l‖_F: how far training moved the translator from the identity."""
+    bias_norm: list[float]
+    first_grad_norms: list[float]
+    """Per layer, the gradient norm at the first step (before clipping; empty if not recorded)."""
+    in_domain: LensSet
+    """Held-out docstrings: logit, least squares and this lens."""
+    held_out: list[LensSet]
+    """The acceptance sets (other kinds of text) measured for this lens so far."""
 
 
 class TunedLensData(TypedDict):
@@ -333,3 +359,6 @@ class TunedLensData(TypedDict):
     """Per set, the layers whose paired KL interval (tuned minus least squares) lies below 0."""
     calibration_below_least_squares: dict[str, list[int]]
     """Per set, the layers whose paired calibration interval lies below 0."""
+    in_domain: NotRequired[list[LensSet]]
+    """Diagnostic: held-out text of the training kind (odd-numbered stdlib docstrings)."""
+    clip_runs: NotRequired[list[ClipRun]]
