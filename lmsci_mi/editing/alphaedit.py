@@ -231,15 +231,12 @@ def alphaedit_edit(
             (same model, layers and fit settings), to solve again without fitting.
 
     Returns:
-        An :class:`EditHandle`. ``details`` holds ``null_space``: per layer a :class:`NullSpace`
-        (its dimension and share of the directions, the share of trace(C) it holds, and
-        ‖Pk‖/‖k‖ per edit key); and, per layer, the null-space dimension, the share ‖PK₁‖/‖K₁‖
-        of the edit's keys that survives the projection, the keys themselves (for a session's
-        ``previous_keys``), and the statistics' token count and source.
+        An :class:`EditHandle`; ``details``: the fit's report (as MEMIT's), per layer a
+        :class:`NullSpace` (``null_space``), its dimension, ‖PK₁‖/‖K₁‖ (``key_share_kept``), the
+        keys (a session's ``previous_keys``), and the statistics' token count and source.
 
     Raises:
-        ValueError: bad requests or layers, statistics of another model, or a threshold (or
-            trace share) that leaves no null space; the weights are untouched.
+        ValueError: bad requests, layers or statistics, or an empty null space (weights untouched).
 
     >>> import tempfile
     >>> from lmsci_mi import load_model
@@ -256,11 +253,8 @@ def alphaedit_edit(
     requests = list(requests)
     begin = time.perf_counter()
     layers, stats = checked_layers(lm, requests, hp, stats)
-    projectors = {
-        layer: null_space(stats.for_layer(layer), hp.nullspace_threshold,
-                          trace_share=hp.nullspace_trace_share, layer=layer)
-        for layer in layers
-    }
+    rule = {"trace_share": hp.nullspace_trace_share}
+    projectors = {i: null_space(stats.for_layer(i), hp.nullspace_threshold, **rule, layer=i) for i in layers}
     used: dict[int, Tensor] = {}
     records: dict[int, NullSpace] = {}
     survives: dict[int, float] = {}
@@ -277,13 +271,12 @@ def alphaedit_edit(
         records[layer] = dataclasses.replace(record, key_norm_kept=tuple(kept.tolist()))
         return alphaedit_update(keys, residual, projector, earlier, hp.l2)
 
+    handles = spread_edit(lm, requests, layers, hp, solve, targets=targets)
     handle = EditHandle.combine(
-        spread_edit(lm, requests, layers, hp, solve, targets=targets),
-        method="alphaedit",
-        requests=requests,
-        seconds=time.perf_counter() - begin,
+        handles, method="alphaedit", requests=requests, seconds=time.perf_counter() - begin
     )
     handle.details = {
+        **handles[0].details,  # the fit's report, when it fitted
         "null_space": records,
         "null_space_dims": {layer: projectors[layer][1].dims for layer in layers},
         "key_share_kept": survives,
