@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import Any, Literal, Protocol, get_args
 
 import torch
 import torch.nn.functional as F
@@ -22,8 +22,17 @@ from transformer_lens.utilities.activation_functions import apply_softcap, softc
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.sites import hook_name
 
-if TYPE_CHECKING:
-    from lmsci_mi.model import LensModel
+
+class _Model(Protocol):
+    """What a readout uses of a :class:`lmsci_mi.model.LensModel` (``model`` imports this module,
+    so this one names the attributes it reads instead of importing it back)."""
+
+    model: Any
+    cfg: Any
+    hooks: Any
+    name: str
+
+    def to_tokens(self, *args: Any, **kwargs: Any) -> Tensor: ...
 
 __all__ = [
     "NORM_MODES",
@@ -71,7 +80,7 @@ TokenIds = Int[Tensor, " n"] | Sequence[int]
 # --------------------------------------------------------------------------- the norms
 
 
-def final_norm_module(lm: LensModel) -> nn.Module | None:
+def final_norm_module(lm: _Model) -> nn.Module | None:
     """The model's final norm (``ln_final``), or None for a model without one.
 
     This is the one place that asks whether there is a final norm.
@@ -79,7 +88,7 @@ def final_norm_module(lm: LensModel) -> nn.Module | None:
     return getattr(lm.model, "ln_final", None)
 
 
-def has_final_norm(lm: LensModel) -> bool:
+def has_final_norm(lm: _Model) -> bool:
     """Whether the model normalises the stream before the unembedding.
 
     >>> from lmsci_mi import load_model
@@ -112,7 +121,7 @@ def norm_gain(norm: nn.Module | None) -> Float[Tensor, " d_model"] | None:
     return weight.detach() if isinstance(weight, Tensor) else None
 
 
-def final_norm_gain(lm: LensModel) -> Float[Tensor, " d_model"] | None:
+def final_norm_gain(lm: _Model) -> Float[Tensor, " d_model"] | None:
     """The final norm's gain, or None when ``load_model(fold_ln=True)`` has folded it into ``W_U``
     (or the model has no final norm).
 
@@ -123,7 +132,7 @@ def final_norm_gain(lm: LensModel) -> Float[Tensor, " d_model"] | None:
     return norm_gain(final_norm_module(lm))
 
 
-def post_mlp_norm(lm: LensModel, layer: int) -> nn.Module | None:
+def post_mlp_norm(lm: _Model, layer: int) -> nn.Module | None:
     """The norm a block applies to its MLP's output before it enters the stream (Gemma 2/3
     ``ln2_post``), or None for a model without post-norms."""
     if not getattr(lm.cfg, "use_normalization_before_and_after", False):
@@ -131,7 +140,7 @@ def post_mlp_norm(lm: LensModel, layer: int) -> nn.Module | None:
     return getattr(lm.model.blocks[layer], "ln2_post", None)
 
 
-def post_mlp_gain(lm: LensModel, layer: int) -> Float[Tensor, " d_model"] | None:
+def post_mlp_gain(lm: _Model, layer: int) -> Float[Tensor, " d_model"] | None:
     """The post-MLP norm's gain (Gemma 2/3 ``ln2_post``, which ``fold_ln`` never folds), or None
     for a model without post-norms.
 
@@ -142,7 +151,7 @@ def post_mlp_gain(lm: LensModel, layer: int) -> Float[Tensor, " d_model"] | None
     return norm_gain(post_mlp_norm(lm, layer))
 
 
-def gains_folded(lm: LensModel) -> bool:
+def gains_folded(lm: _Model) -> bool:
     """Whether the final norm's gain sits inside ``W_U`` (a final norm without a gain of its own).
 
     >>> from lmsci_mi import load_model
@@ -174,7 +183,7 @@ def _at_least_float32(x: Tensor) -> Tensor:
 
 
 def final_norm_scale(
-    lm: LensModel, resid: Float[Tensor, "... d_model"]
+    lm: _Model, resid: Float[Tensor, "... d_model"]
 ) -> Float[Tensor, "... 1"]:
     """The final norm's divisor recomputed on ``resid`` (what ``ln_final.hook_scale`` would hold):
     the root mean square after centring (LayerNorm) or without (RMSNorm), with the norm's eps;
@@ -234,7 +243,7 @@ def _check(space: str, norm: str, scale: Tensor | None) -> None:
 
 
 def normalized(
-    lm: LensModel,
+    lm: _Model,
     resid: Float[Tensor, "... d_model"],
     *,
     norm: NormMode = "recompute",
@@ -275,7 +284,7 @@ def normalized(
 
 
 def unembed_input(
-    lm: LensModel,
+    lm: _Model,
     x: Float[Tensor, "... d_model"],
     *,
     space: Space,
@@ -315,12 +324,12 @@ def unembed_input(
 # --------------------------------------------------------------------------- logits
 
 
-def soft_cap(lm: LensModel, logits: Float[Tensor, "... vocab"]) -> Float[Tensor, "... vocab"]:
+def soft_cap(lm: _Model, logits: Float[Tensor, "... vocab"]) -> Float[Tensor, "... vocab"]:
     """The model's output soft cap, ``cap * tanh(logits / cap)`` (Gemma 2), or ``logits`` itself."""
     return apply_softcap(logits, lm.cfg.output_logits_soft_cap)
 
 
-def undo_soft_cap(lm: LensModel, logits: Float[Tensor, "... vocab"]) -> Float[Tensor, "... vocab"]:
+def undo_soft_cap(lm: _Model, logits: Float[Tensor, "... vocab"]) -> Float[Tensor, "... vocab"]:
     """The logits before the model's soft cap (``cap * atanh(logits / cap)``): what a sum of
     direct contributions adds up to. ``logits`` itself for a model without a cap."""
     cap = lm.cfg.output_logits_soft_cap
@@ -329,7 +338,7 @@ def undo_soft_cap(lm: LensModel, logits: Float[Tensor, "... vocab"]) -> Float[Te
     return cap * torch.atanh((logits / cap).clamp(-1 + 1e-7, 1 - 1e-7))
 
 
-def _unembedding(lm: LensModel, token_ids: TokenIds | None) -> tuple[Tensor, Tensor]:
+def _unembedding(lm: _Model, token_ids: TokenIds | None) -> tuple[Tensor, Tensor]:
     """``W_U`` and ``b_U`` (detached), only the columns of ``token_ids`` when given."""
     w_u, b_u = lm.model.W_U.detach(), lm.model.b_U.detach()
     if token_ids is None:
@@ -339,7 +348,7 @@ def _unembedding(lm: LensModel, token_ids: TokenIds | None) -> tuple[Tensor, Ten
 
 
 def logits(
-    lm: LensModel,
+    lm: _Model,
     x: Float[Tensor, "... d_model"],
     *,
     space: Space,
@@ -403,7 +412,7 @@ class LogitDirections:
 
 
 def logit_directions(
-    lm: LensModel,
+    lm: _Model,
     answers: TokenIds,
     wrongs: TokenIds | None = None,
     *,
@@ -465,7 +474,7 @@ def logit_directions(
     return LogitDirections(vectors, bias)
 
 
-def _gained(lm: LensModel, directions: Tensor, space: str) -> Tensor:
+def _gained(lm: _Model, directions: Tensor, space: str) -> Tensor:
     """Directions carried through the final norm's linear part, up to its divisor: centred
     (``"resid"``, LayerNorm) and times the gain where it is not folded into ``W_U``."""
     if space not in SPACES:
@@ -479,7 +488,7 @@ def _gained(lm: LensModel, directions: Tensor, space: str) -> Tensor:
 
 
 def vocab_projection(
-    lm: LensModel,
+    lm: _Model,
     directions: Float[Tensor, "n d_model"],
     *,
     space: Space,
@@ -524,7 +533,7 @@ def vocab_projection(
 
 
 def unembedding_vectors(
-    lm: LensModel,
+    lm: _Model,
     token_ids: TokenIds | None = None,
     *,
     space: Space,
