@@ -37,7 +37,16 @@ import harness
 import torch
 from doc_tables.editing_wild import editing_wild
 from doc_tables.schemas.editing_wild import EditingWildData, Gap, SequentialWildData, WildRow
-from editing import CONFIGS, QUICK_FIT, Setup, ordered_edit_facts, prepare, saved_atomically
+from editing import (
+    CONFIGS,
+    QUICK_FIT,
+    Setup,
+    ordered_edit_facts,
+    prepare,
+    rome_edits,
+    rome_fact_edit,
+    saved_atomically,
+)
 
 from lmsci_mi.editing import PER_FACT, EditHandle, EditRequest, EvaluationConfig, WildConfig
 from lmsci_mi.editing.methods import EDITING_METHODS
@@ -95,18 +104,12 @@ def scored(s: Setup, plan: EvaluationPlan, indices: list[int], deltas: dict[str,
             "wild": [dataclasses.asdict(f) for f in facts]}
 
 
-def rome_items(s: Setup, cache: harness.ItemCache, plan: EvaluationPlan, reference: dict, wild: WildConfig,
-               deadline: float) -> list[dict] | None:
+def rome_items(s: Setup, cache: harness.ItemCache, edits: harness.ItemCache, plan: EvaluationPlan,
+               reference: dict, wild: WildConfig, deadline: float) -> list[dict] | None:
     """ROME one fact at a time, each fact an item (its edit, its scores, its seconds); None while
     some fact is not done."""
-    function = EDITING_METHODS.get(plan.method).function
-
     def item(i: int) -> dict[str, Any]:
-        begin = time.perf_counter()
-        handle = function(s.lm, [plan.requests[i]], plan.config, stats=s.stats)
-        seconds = time.perf_counter() - begin
-        deltas = dict(handle.deltas)
-        handle.restore()
+        deltas, seconds = rome_fact_edit(s, edits, plan.requests[i])  # shared with editing.py --table
         print(f"rome fact {i} ({plan.requests[i].subject}): edit {seconds:.1f} s", flush=True)
         return {**scored(s, plan, [i], deltas, reference, wild), "seconds": [seconds]}
 
@@ -219,7 +222,7 @@ def single(run: harness.Run, s: Setup, facts: list[EditRequest], wild: WildConfi
         own = facts[: args.rome_facts] if name == "rome" else facts
         plan = plan_evaluation(s.lm, own, s.configs[name], NO_GE)
         with run.timed(name):
-            items = (rome_items(s, cache, plan, reference, wild, deadline) if name == "rome"
+            items = (rome_items(s, cache, rome_edits(s, args.model), plan, reference, wild, deadline) if name == "rome"
                      else batch_items(s, cache, plan, reference, wild, chunk, deadline))
         if items is None:
             print(f"{name}: not done; run again to resume")
