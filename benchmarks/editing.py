@@ -106,6 +106,16 @@ CONFIGS: dict[str, Config] = {
     "memit": MEMITConfig(cache_fits=True),
     "alphaedit": AlphaEditConfig(cache_fits=True),
 }
+BEFORE_38: dict[str, Config] = {
+    "rome": ROMEConfig(fit="edit_aware", n_contexts=5, steps=40, stop_on="nll", weight_decay=0.05,
+                       decay="squared"),
+    "memit": MEMITConfig(cache_fits=True, stop_on="nll", decay="squared"),
+    "alphaedit": AlphaEditConfig(cache_fits=True, stop_on="nll", decay="squared"),
+}
+"""Each method's defaults before issue 38, for --table --before: ROME's edit-aware fit (5 prefixes,
+up to 40 steps stopped on the NLL, decay 0.05·(‖δ‖/‖v̄₀‖)²) and MEMIT's and AlphaEdit's fit
+stopped on the NLL with the squared decay. ROME's rows run grouped, not padded as they were: the
+same δ to float rounding (tested), in less time."""
 ROME_CHUNK = 10
 SCORE_CHUNK = 25
 PROBES = ("NEG", "REV", "2HOP", "ORL")
@@ -148,6 +158,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
                         help="--table: write the table from the methods done so far (ROME on its first facts)")
     parser.add_argument("--max-seconds", type=float, default=float("inf"),
                         help="--table: start no chunk after this many seconds (run again to resume)")
+    parser.add_argument("--before", action="store_true",
+                        help="--table: also each method at its defaults before issue 38 (rows '<method> before "
+                             "38'), and the paired differences new - before of S, ES, PS and NS")
 
 
 # --- what every part shares ----------------------------------------------------------------------
@@ -170,6 +183,7 @@ def prepare(run: harness.Run) -> Setup:
     and sample the context prefixes once (they are per model, not part of an edit's time)."""
     quick = run.quick
     configs = {name: c.replace(**QUICK_FIT) if quick else c for name, c in CONFIGS.items()}
+    configs |= {f"{name}-before-38": c.replace(**QUICK_FIT) if quick else c for name, c in BEFORE_38.items()}
     with run.timed("load"):
         lm = load_model(run.args.model)
     layer, layers = default_rome_layer(lm), list(default_memit_layers(lm))
@@ -197,10 +211,8 @@ def speed_file(run: harness.Run) -> Path:
 # --- --speed --------------------------------------------------------------------------------------
 
 
-BEFORE_ROME = ROMEConfig(fit="edit_aware", n_contexts=5, steps=40, stop_on="nll", weight_decay=0.05,
-                         decay="squared", pad_rows=True)
-"""ROME's defaults before issue 38: the edit-aware fit, rows padded to the longest, 5 prefixes, up
-to 40 steps stopped on the NLL, weight decay 0.05·(‖δ‖/‖v̄₀‖)²."""
+BEFORE_ROME = BEFORE_38["rome"].replace(pad_rows=True)
+"""ROME's defaults before issue 38 as they ran: :data:`BEFORE_38`'s, rows padded to the longest."""
 ROME_FITS = {"before": ("edit-aware fit, rows padded (the defaults before issue 38)", BEFORE_ROME),
              "after": ("the paper's fit, rows grouped (the default)", CONFIGS["rome"]),
              "decay": ("the paper's fit with the decay of before (0.05·(‖δ‖/‖v̄₀‖)²)",
@@ -514,42 +526,45 @@ def ordered_edit_facts(n: int | None) -> list[EditRequest]:
     return facts[:n]
 
 
-def rome_edits(s: Setup, model: str) -> harness.ItemCache:
-    """The folder of ROME's per-fact edits at ``s``'s ROME config, shared by --table and
+def rome_edits(s: Setup, model: str, label: str = "rome") -> harness.ItemCache:
+    """The folder of ROME's per-fact edits at ``s.configs[label]``, shared by --table and
     editing_wild.py: keyed by the model, the config and the key statistics, so each fact is
     fitted once whichever benchmark reaches it first (a fit at the paper's settings is ~17 s)."""
     from lmsci_mi.cache import cache_key, cache_root
 
-    settings = {"model": model, "rome": s.configs["rome"].params(),
+    settings = {"model": model, "rome": s.configs[label].params(),
                 "stats": {"tokens": s.stats.n_tokens, "source": s.stats.source}}
     folder = cache_root() / "benchmarks" / "rome-edits" / cache_key(settings)
     harness.write_json(folder / "settings.json", settings)
     return harness.ItemCache(folder)
 
 
-def rome_fact_edit(s: Setup, edits: harness.ItemCache, request: EditRequest) -> tuple[dict[str, torch.Tensor], float]:
-    """One fact's ROME deltas and the edit's wall-clock seconds, from ``edits`` (computed and
-    saved there first when missing; the weights are restored either way)."""
+def rome_fact_edit(s: Setup, edits: harness.ItemCache, request: EditRequest,
+                   label: str = "rome") -> tuple[dict[str, torch.Tensor], float]:
+    """One fact's ROME deltas at ``s.configs[label]`` and the edit's wall-clock seconds, from
+    ``edits`` (:func:`rome_edits` of the same label; computed and saved there first when
+    missing; the weights are restored either way)."""
     from lmsci_mi.cache import cache_key
 
     path = edits.path(f"rome-{cache_key(request.to_json(), length=16)}", ".safetensors")
     if not path.is_file():
         begin = time.perf_counter()
-        with EDITING_METHODS.get("rome").function(s.lm, [request], s.configs["rome"], stats=s.stats) as handle:
+        with EDITING_METHODS.get("rome").function(s.lm, [request], s.configs[label], stats=s.stats) as handle:
             seconds = time.perf_counter() - begin
             saved_atomically(lambda p: handle.save(p, {"seconds": repr(seconds)}), path)
     deltas, metadata = read_deltas(path)
     return dict(deltas), float(metadata["seconds"])
 
 
-def rome_chunk(s: Setup, edits: harness.ItemCache, facts: list[EditRequest]) -> EditEvaluation:
-    """``evaluate_edits`` of ROME on ``facts`` (one fact per edit, restored between), each fact's
-    edit read from ``edits``: the same scores, without fitting a fact twice."""
-    plan = plan_evaluation(s.lm, facts, s.configs["rome"], s.evaluation)
+def rome_chunk(s: Setup, edits: harness.ItemCache, facts: list[EditRequest], label: str = "rome") -> EditEvaluation:
+    """``evaluate_edits`` of ROME at ``s.configs[label]`` on ``facts`` (one fact per edit,
+    restored between), each fact's edit read from ``edits``: the same scores, without fitting a
+    fact twice."""
+    plan = plan_evaluation(s.lm, facts, s.configs[label], s.evaluation)
     before = unedited_scores(s.lm, plan, range(len(facts)))
     parts, seconds = [], []
     for i, request in enumerate(plan.requests):
-        deltas, took = rome_fact_edit(s, edits, request)
+        deltas, took = rome_fact_edit(s, edits, request, label)
         parts.append(edited_scores(s.lm, plan, [[i]], deltas=deltas))
         seconds.append(took)
     after = EditedScores(tuple(range(len(facts))), torch.cat([p.scores for p in parts]),
@@ -558,14 +573,14 @@ def rome_chunk(s: Setup, edits: harness.ItemCache, facts: list[EditRequest]) -> 
 
 
 def rome_evaluation(run: harness.Run, cache: harness.ItemCache, s: Setup, facts: list[EditRequest],
-                    chunk: int, deadline: float) -> EditEvaluation | None:
+                    chunk: int, deadline: float, label: str = "rome") -> EditEvaluation | None:
     """ROME one fact at a time, cached a chunk of facts at a time, combined in the facts' order
     as far as the chunks are done (None when none is, or when not all are and not --partial)."""
     firsts = list(range(0, len(facts), chunk))
-    edits = rome_edits(s, run.args.model)
+    edits = rome_edits(s, run.args.model, label)
 
     def item(first: int) -> str:
-        return f"rome-{first:04d}-{min(first + chunk, len(facts)) - 1:04d}"
+        return f"{label}-{first:04d}-{min(first + chunk, len(facts)) - 1:04d}"
 
     # --backward: a second process can take the chunks from the end while the first goes
     # forward; each skips a chunk the other has written.
@@ -573,9 +588,9 @@ def rome_evaluation(run: harness.Run, cache: harness.ItemCache, s: Setup, facts:
         path = cache.path(item(first))
         if path.is_file() or time.perf_counter() > deadline:
             continue
-        ev = rome_chunk(s, edits, facts[first : first + chunk])
+        ev = rome_chunk(s, edits, facts[first : first + chunk], label)
         ev.save(path)
-        print(f"rome facts {first}..{first + len(ev.subjects) - 1}: S {ev.metric('S'):.1f}, "
+        print(f"{label} facts {first}..{first + len(ev.subjects) - 1}: S {ev.metric('S'):.1f}, "
               f"{ev.seconds_per_edit:.1f} s/edit", flush=True)
     parts = []
     for first in firsts:
@@ -586,7 +601,7 @@ def rome_evaluation(run: harness.Run, cache: harness.ItemCache, s: Setup, facts:
     if not parts or (done < len(facts) and not run.args.partial):
         return None
     if done < len(facts):
-        print(f"rome: {done} of {len(facts)} facts so far")
+        print(f"{label}: {done} of {len(facts)} facts so far")
     return EditEvaluation.combine(parts)
 
 
@@ -669,26 +684,47 @@ def table_rows(results: dict[str, EditEvaluation], facts: list[EditRequest]) -> 
     return rows
 
 
-def table(run: harness.Run, s: Setup) -> None:
+BEFORE_DIFFERENCES = ("S", "ES", "PS", "NS")
+"""--table --before: the metrics whose paired difference new - before is written."""
+
+
+def table_evaluations(run: harness.Run, s: Setup, facts: list[EditRequest]) -> dict[str, EditEvaluation]:
+    """Each method's evaluation (and with --before its defaults' before issue 38) as far as done."""
     args, quick = run.args, run.quick
-    facts = ordered_edit_facts(QUICK["facts"] if quick else args.facts)
-    rome_chunk, score_chunk = (QUICK["chunk"],) * 2 if quick else (ROME_CHUNK, SCORE_CHUNK)
+    rome_size, score_size = (QUICK["chunk"],) * 2 if quick else (ROME_CHUNK, SCORE_CHUNK)
     # Every item names its method and facts; the configs are in the key, so a changed default
     # (issue 38: ROME's fit) never resumes from items of another.
     cache = run.cache({"model": args.model, "quick": quick,
                        "configs": {name: s.configs[name].params() for name in sorted(s.configs)}})
     deadline = time.perf_counter() + args.max_seconds
+    labels = [*args.methods, *(f"{name}-before-38" for name in args.methods if args.before)]
     results: dict[str, EditEvaluation] = {}
-    for name in args.methods:
-        with run.timed(name):
-            if name == "rome":
-                ev = rome_evaluation(run, cache, s, facts[: args.rome_facts], rome_chunk, deadline)
+    for label in labels:
+        with run.timed(label):
+            if getattr(s.configs[label], "one_fact_per_edit", False):  # ROME
+                ev = rome_evaluation(run, cache, s, facts[: args.rome_facts], rome_size, deadline, label)
             else:
-                ev = cached_batch_evaluation(cache, s, name, facts, score_chunk, deadline)
+                ev = cached_batch_evaluation(cache, s, label, facts, score_size, deadline)
         if ev is not None:
-            results[name] = ev
-    if set(results) != set(args.methods) and not (args.partial and results):
+            results[label] = ev
+    if set(results) != set(labels) and not (args.partial and results):
         print(f"done so far: {sorted(results)}; run again to resume")
+        return {}
+    return results
+
+
+def before_differences(results: dict[str, EditEvaluation]) -> dict[str, dict[str, dict]]:
+    """Per method evaluated at both: new - before of each :data:`BEFORE_DIFFERENCES` metric on
+    the same facts, with its paired bootstrap interval (2,000 resamples, seed 0)."""
+    return {name: {m: ev.difference(results[f"{name}-before-38"], m).as_dict() for m in BEFORE_DIFFERENCES}
+            for name, ev in results.items() if f"{name}-before-38" in results}
+
+
+def table(run: harness.Run, s: Setup) -> None:
+    args = run.args
+    facts = ordered_edit_facts(QUICK["facts"] if run.quick else args.facts)
+    results = table_evaluations(run, s, facts)
+    if not results:
         return
     data = EditingTableData(
         model=args.model, facts="lmsci_mi/data/edit_facts.json", n_facts=len(facts),
@@ -697,6 +733,8 @@ def table(run: harness.Run, s: Setup) -> None:
         interval="percentile bootstrap over facts, 2000 resamples, 95%",
         configs={name: s.configs[name].params() for name in results}, rows=table_rows(results, facts),
     )
+    if differences := before_differences(results):
+        data["before_38"] = differences
     run.write(data)
     print(editing_table(data))
     print("done")

@@ -209,7 +209,7 @@ def single(run: harness.Run, s: Setup, facts: list[EditRequest], wild: WildConfi
     # Items name their facts (ROME: its index in the fixed order; a batch edit: its fact count), so
     # runs on more facts reuse the items of fewer.
     cache = run.cache({"model": args.model, "quick": run.quick, "wild": wild.params(),
-                       "configs": {name: s.configs[name].params() for name in sorted(s.configs)}})
+                       "configs": {name: s.configs[name].params() for name in sorted(CONFIGS)}})
     deadline = time.perf_counter() + args.max_seconds
     unedited_plan = plan_evaluation(s.lm, facts, s.configs["rome"], NO_GE)  # every neighbour, as ROME's
     every = [p for r in facts for p in (r.rewrite_prompt, *r.paraphrase_prompts, *r.neighborhood_prompts)]

@@ -159,8 +159,27 @@ def _edit_label(row: EditRow, n_facts: int) -> str:
         how = ("one batch" if row["n_edits"] == 1
                else "one fact at a time" if row["n_edits"] == row["n_facts"]
                else f"{row['n_edits']} edits")
-        label = f"+ {METHOD_NAMES.get(row['model'], row['model'])}, {how}"
+        label = f"+ {_method_name(row['model'])}, {how}"
     return label if row["n_facts"] == n_facts else f"{label} ({row['n_facts']} facts)"
+
+
+def _method_name(label: str) -> str:
+    """A table row's method for a reader: "rome-before-38" is ROME at its defaults before issue 38."""
+    base, before = label.removesuffix("-before-38"), label.endswith("-before-38")
+    name = METHOD_NAMES.get(base, base)
+    return f"{name} (defaults before issue 38)" if before else name
+
+
+@table("editing_before_38")
+def editing_before_38(data: EditingTableData) -> str:
+    """benchmarks/editing.py --table --before: each method's new defaults minus its defaults before
+    issue 38 on the same facts, in points, with paired 95 % bootstrap intervals."""
+    differences = data.get("before_38", {})
+    metrics = ("S", "ES", "PS", "NS")
+    rows = [[METHOD_NAMES.get(name, name), str(next(iter(gaps.values()))["n"]),
+             *(ci(gaps[m]["estimate"], gaps[m]["low"], gaps[m]["high"], 1) for m in metrics)]
+            for name, gaps in differences.items()]
+    return markdown(["method", "facts", *(f"Δ{m} (new − before)" for m in metrics)], rows)
 
 
 def _metric_cells(row: EditRow, metrics: Sequence[str]) -> list[str]:

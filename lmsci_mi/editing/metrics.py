@@ -35,7 +35,7 @@ from lmsci_mi.errors import UnknownNameError, UserInputError
 from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
-from lmsci_mi.stats import bootstrap_each, percentile_bounds
+from lmsci_mi.stats import Interval, bootstrap_each, percentile_bounds
 
 if TYPE_CHECKING:
 
@@ -162,6 +162,37 @@ class EditEvaluation(Result):
         )
         low, high = percentile_bounds(values, level, nan_policy="omit").tolist()
         return low, high
+
+    def difference(
+        self, other: EditEvaluation, name: str, *, edited: bool = True, samples: int = 2000,
+        level: float = 0.95, seed: int = 0,
+    ) -> Interval:
+        """This evaluation's metric minus ``other``'s on the same facts (two configs or methods
+        compared), with a paired percentile bootstrap interval: one resample of facts serves
+        both, so what the facts share cancels (S recomputed per resample, as :meth:`interval`).
+
+        Raises:
+            UserInputError: the two evaluations are not of the same facts in the same order.
+        """
+        if name not in METRICS:
+            raise UnknownNameError(f"unknown metric {name!r}: choose from {METRICS}")
+        if self.subjects != other.subjects:
+            raise UserInputError(
+                f"a paired difference needs the same facts in the same order: {len(self.subjects)} "
+                f"vs {len(other.subjects)} facts, first differing subject "
+                f"{next((a for a, b in zip(self.subjects, other.subjects, strict=False) if a != b), None)!r}; "
+                "evaluate both on one request list"
+            )
+        side, column = 1 if edited else 0, METRICS.index(name)
+        mine, theirs = self.per_fact[side], other.per_fact[side]
+
+        def gap(d: Tensor) -> float:
+            return float(_summary(mine[d])[column] - _summary(theirs[d])[column])
+
+        values = bootstrap_each(gap, len(mine), n_resamples=samples, seed=seed)
+        low, high = percentile_bounds(values, level, nan_policy="omit").tolist()
+        estimate = self.metric(name, edited=edited) - other.metric(name, edited=edited)
+        return Interval(estimate, low, high, level, len(mine), "paired percentile bootstrap")
 
     def default_title(self, **options: object) -> str:
         return f"{self.method} on {len(self.subjects)} facts — {self.meta.model}"

@@ -4,7 +4,7 @@ reads them."""
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 # --- benchmarks/editing.py --speed and --floor -> docs/data/editing_speed.json ----------------
 
@@ -192,6 +192,9 @@ class EditingTableData(TypedDict):
     configs: dict[str, dict[str, Any]]
     """Each method's hyperparameters (``Config.params()``)."""
     rows: list[EditRow]
+    before_38: NotRequired[dict[str, dict[str, dict[str, Any]]]]
+    """--before: per method, new - before issue 38 of S, ES, PS and NS on the same facts
+    (``Interval.as_dict()``: estimate, paired percentile bootstrap bounds, n)."""
 
 
 # --- benchmarks/rome_layers.py -> docs/data/rome_layers.json ----------------------------------
