@@ -418,6 +418,28 @@ def aie_findings(data: AIEData) -> str:
     return "\n".join(_aie_finding(runs) for runs in aie_groups(data).values())
 
 
+@table("aie_gaussian")
+def aie_gaussian(data: AIEData) -> str:
+    """benchmarks/aie.py --write: the Gaussian-noise runs' setting, σ and clean/corrupted means per
+    fact set (runs on the same facts share one clause)."""
+    runs = [r for group in aie_groups(data).values() for r in group if r["corruption"] == "gaussian"]
+    if not runs:
+        return "No Gaussian-noise run yet."
+    first = runs[0]
+    samples = next((r["n_samples"] for r in runs if r.get("n_samples")), None)
+    sets: dict[tuple, list[dict]] = {}
+    for run in runs:
+        sets.setdefault((run["model"], run["n_facts"], run["clean_mean"], run["corrupted_mean"]), []).append(run)
+    means = "; ".join(
+        f"clean {num(clean, 3)}, corrupted {num(corrupted, 3)} on the {n} facts of the "
+        + " and ".join(f"{r['window']}-layer" for r in group) + (" runs" if len(group) > 1 else " run")
+        for (_, n, clean, corrupted), group in sets.items()
+    )
+    return (f"**Gaussian noise (σ = 3 × the subject-embedding std = {num(first['noise_scale'], 3)}"
+            + (f", {samples} samples" if samples else "")
+            + f", p(target); {means}; ± is the 95 % band over facts).**")
+
+
 @table("aie_stream")
 def aie_stream(data: AIEData) -> str:
     """benchmarks/aie.py --write: where the restored stream hands the fact from the last subject
