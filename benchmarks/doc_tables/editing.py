@@ -98,6 +98,50 @@ def sequential_editing(data: SequentialEditingData) -> str:
     )
 
 
+WILD_BESIDE = (("ES", "rewrite"), ("PS", "paraphrase"), ("NS", "locality"))
+"""Each teacher-forced metric and the WILD-EM rate of the same prompts."""
+WILD_AT = 100
+"""The step shown besides each method's last: this many edits."""
+
+
+def _step_cells(curve: dict, step: int) -> list[str]:
+    """A step's teacher-forced rate ± s.e. and WILD-EM rate [95 % Wilson] (with its count) side by
+    side; "not measured yet" where the file holds no WILD-EM for the step."""
+    cells = []
+    for metric, wild in WILD_BESIDE:
+        errors = curve.get("se", {}).get(metric)
+        value, se = curve["metrics"][metric][step], errors[step] if errors else math.nan
+        cells.append(num(value, 1) if math.isnan(se) else pm(value, se, 1))
+        rate = curve.get("wild", {}).get(wild, [None] * (step + 1))[step]
+        if rate is None:
+            cells.append("not measured yet")
+        else:
+            low, high = curve["wild_ci95"][wild][step]
+            cells.append(f"{ci(rate, low, high, 1)} (n={curve['wild_n'][wild][step]})")
+    return cells
+
+
+@table("sequential_wild")
+def sequential_wild(data: SequentialEditingData) -> str:
+    """benchmarks/sequential_editing.py: ES, PS and NS beside WILD-EM's rewrite, paraphrase and
+    locality on the same weights, at 100 edits and at each method's last step."""
+    methods = data["methods"]
+    names = [m for m in SEQUENTIAL_ORDER if m in methods] + [m for m in methods if m not in SEQUENTIAL_ORDER]
+    rows = []
+    for name in names:
+        curve = methods[name]
+        edits = curve["n_edited"]
+        steps = [edits.index(WILD_AT)] if WILD_AT in edits[:-1] else []
+        for step in [*steps, len(edits) - 1]:
+            rows.append([f"{METHOD_NAMES.get(name, name)} (b={curve['batch_size']})", edits[step],
+                         *_step_cells(curve, step)])
+    return markdown(
+        ["method", "edits", "ES ± s.e.", "WILD-EM rewrite [95 % Wilson]", "PS ± s.e.",
+         "WILD-EM paraphrase [95 % Wilson]", "NS ± s.e.", "WILD-EM locality [95 % Wilson]"],
+        rows,
+    )
+
+
 # The page's words for the rows benchmarks/editing.py --speed writes; a row it does not know
 # keeps the script's own words.
 COST_LABELS = {
