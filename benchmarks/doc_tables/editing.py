@@ -165,10 +165,13 @@ COST_BEFORE = {
 }
 
 
+COST_ORDER = ("one ROME edit", "MEMIT", "AlphaEdit")
+"""The page's order of the cost rows by how their ``what`` starts; the evaluation's come last."""
+
+
 def _cost_rank(row: CostRow) -> int:
-    """ROME first, then MEMIT, then the evaluation (the page's order); ties keep the file's."""
-    what = row["what"]
-    return 0 if what.startswith("one ROME edit") else 1 if what.startswith("MEMIT") else 2
+    """ROME first, then MEMIT, AlphaEdit beside it, then the evaluation; ties keep the file's order."""
+    return next((i for i, start in enumerate(COST_ORDER) if row["what"].startswith(start)), len(COST_ORDER))
 
 
 @table("editing_cost")
@@ -282,19 +285,22 @@ def editing_rome_fits(data: EditingSpeedData) -> str:
 @table("editing_memit_fits")
 def editing_memit_fits(data: EditingSpeedData) -> str:
     """benchmarks/editing.py --speed --memit-only: MEMIT's timed edits, with their fits' steps and
-    the positions run (issue 38: the paper's fit in shared passes; the passes of before)."""
-    fits = data["memit_fits"]
+    the positions run (issue 38: the paper's fit in shared passes; the passes of before), and
+    AlphaEdit's beside them when the file has them (--speed, --alphaedit-only)."""
+    alphaedit = data.get("alphaedit_fits", {}).get("runs", [])
+    fits = data.get("memit_fits") or data["alphaedit_fits"]
+    runs = [("", run) for run in data.get("memit_fits", {}).get("runs", [])] + [("AlphaEdit: ", r) for r in alphaedit]
     rows = []
-    for run in fits["runs"]:
+    for method, run in runs:
         steps = run["fit_steps_each"]
         rows.append([
-            run["label"], str(run["n_facts"]), num(run["wall_s"], 1), num(run["cpu_s"], 1),
+            method + run["label"], str(run["n_facts"]), num(run["wall_s"], 1), num(run["cpu_s"], 1),
             f"{min(steps)}–{max(steps)} (mean {statistics.mean(steps):.1f})",
             f"{run['real_tokens']:,} + {run['padded_tokens']:,} ({100 * run['padding_share']:.0f} %)",
             run["date"],
         ])
     return markdown(
-        [f"MEMIT ({fits['threads']} thread{'s' if fits['threads'] > 1 else ''}, "
+        [f"MEMIT{' and AlphaEdit' if alphaedit else ''} ({fits['threads']} thread{'s' if fits['threads'] > 1 else ''}, "
          f"{'quiet' if fits['quiet'] else 'shared CPU'})", "facts", "wall s", "CPU s", "Adam steps per fact",
          "positions run: real + padded (share)", "measured"],
         rows,

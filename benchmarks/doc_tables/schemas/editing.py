@@ -149,6 +149,9 @@ class _EditingSpeedOptional(TypedDict, total=False):
     """Written by --speed (ROME's rows), kept by a run that does not time ROME."""
     memit_fits: MemitFits
     """Written by --speed (MEMIT's rows), kept by a run that does not time MEMIT."""
+    alphaedit_fits: MemitFits
+    """Written by --speed (AlphaEdit's rows, its δ fits included), kept by a run that does not
+    time AlphaEdit."""
 
 
 class EditingSpeedData(_EditingSpeedOptional):
