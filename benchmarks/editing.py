@@ -12,8 +12,11 @@ default layer (5 facts) with the fit of before issue 38 and with the default, al
 fact, each with its steps, positions run (real and padded) and p(new), p(true) after the edit
 (``rome_fits``; --rome-only: nothing else; the data says the CPU was shared unless --quiet),
 MEMIT on 50 facts in one batch (and, with --memit-before N, on N facts with the fit's prefix reuse
-on and off: off is how it was done before), and the full evaluation of one fact with 50-token
-generation entropy (unedited baseline uncached, the edit, the edited scores). Wall-clock and CPU seconds; writes
+on and off: off is how it was done before), AlphaEdit on the same facts after it, timed as a user
+runs it (its own δ fits included, ``cache_fits=False`` as for MEMIT: none reused from MEMIT's), and
+the full evaluation of one fact with 50-token generation entropy (unedited baseline uncached, the
+edit, the edited scores). --rome-only, --memit-only and --alphaedit-only time that part alone (give
+several to time several) and keep the other rows. Wall-clock and CPU seconds; writes
 editing_speed.json beside --out (docs/data/), keeping the rows it did not measure and the floor.
 
 --floor counts the floating-point operations of one ROME edit (the same 5 facts) at the paper's
@@ -33,8 +36,8 @@ unedited baseline is cached per fact and shared. --partial writes the table from
 (ROME on its first facts). When every method is done it writes --out, docs/data/editing_table.json
 (every metric with a 95% percentile-bootstrap interval over facts), and prints the markdown table.
 
---quick: 4 fit steps, 2,048 statistics tokens, 5 tokens of GE; --speed times 1 ROME edit and MEMIT
-on 2 facts, --floor probes the rate for 0.5 s and counts 1 ROME edit and MEMIT on 2 facts, --table
+--quick: 4 fit steps, 2,048 statistics tokens, 5 tokens of GE; --speed times 1 ROME edit, MEMIT
+and AlphaEdit on 2 facts, --floor probes the rate for 0.5 s and counts 1 ROME edit and MEMIT on 2 facts, --table
 runs 4 facts in chunks of 2.
 """
 
@@ -80,6 +83,7 @@ from lmsci_mi.editing import (
     MEMITConfig,
     ROMEConfig,
     StatsConfig,
+    alphaedit_edit,
     context_templates,
     default_memit_layers,
     default_rome_layer,
@@ -137,9 +141,11 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rome-only", action="store_true", help="--speed: time ROME only (no MEMIT, no evaluation)")
     parser.add_argument("--memit-only", action="store_true",
                         help="--speed and --floor: MEMIT only (ROME's and the evaluation's last figures kept)")
+    parser.add_argument("--alphaedit-only", action="store_true",
+                        help="--speed: AlphaEdit only, on --n-memit facts (the other rows' last figures kept)")
     parser.add_argument("--quiet", action="store_true",
                         help="--speed: record that nothing else ran (default: the data says the CPU was shared)")
-    parser.add_argument("--n-memit", type=int, default=50, help="--speed: facts in the MEMIT batch")
+    parser.add_argument("--n-memit", type=int, default=50, help="--speed: facts in the MEMIT and AlphaEdit batch")
     parser.add_argument("--memit-before", type=int, default=0, metavar="N",
                         help="--speed: also time MEMIT on N facts with the fit's passes of before issue 38 "
                              "(8 facts a call) and the default, alternated")
@@ -302,6 +308,22 @@ def time_memit(s: Setup, facts: list[EditRequest], n: int, before: int) -> tuple
     return rows, fits
 
 
+ALPHAEDIT_FIT = "the paper's fit (compute_z), all facts' rows in shared passes, its own δ fits (the default)"
+"""--speed's AlphaEdit row: MEMIT's default fit, fitted again rather than read from MEMIT's."""
+
+
+def time_alphaedit(s: Setup, facts: list[EditRequest], n: int) -> tuple[list[CostRow], list[dict]]:
+    """AlphaEdit on ``n`` facts in one batch at the default, as a user runs it: ``cache_fits=False``
+    as MEMIT is timed, so its δ fits are in the time (the null-space projectors too)."""
+    hp = s.configs["alphaedit"].replace(cache_fits=False)
+    handle, wall, cpu = clocked(lambda: alphaedit_edit(s.lm, facts[:n], hp, stats=s.stats))
+    handle.restore()
+    row = CostRow(what=f"AlphaEdit, {n} facts in one batch, {ALPHAEDIT_FIT}", wall_s=wall, cpu_s=cpu,
+                  target_s=None, date="")
+    print(f"{row['what']}: {wall:.1f} s, steps {handle.details['fit_steps']}", flush=True)
+    return [row], [memit_run(ALPHAEDIT_FIT, hp, n, wall, cpu, handle.details)]
+
+
 def time_evaluation(s: Setup, fact: EditRequest) -> list[CostRow]:
     """The evaluation of one fact with GE: the unedited baseline computed, then from its cache."""
     hp = s.configs["rome"].replace(layer=s.rome_layer)
@@ -323,54 +345,71 @@ def time_evaluation(s: Setup, fact: EditRequest) -> list[CostRow]:
     return rows
 
 
-def kept_rows(previous: EditingSpeedData | None, rows: list[CostRow], rome_only: bool,
-              memit_only: bool = False) -> list[CostRow]:
-    """A partial run (say --n-memit 0) keeps the rows it did not measure: not ROME's, which every
-    run but --memit-only measures, nor the evaluation's unless this run (--rome-only,
-    --memit-only) did not measure it."""
+SPEED_PARTS = ("rome", "memit", "alphaedit", "evaluation")
+"""What --speed times; the --*-only flags choose some of them."""
+
+
+def speed_parts(args: argparse.Namespace) -> set[str]:
+    """Every part, or those the --rome-only, --memit-only and --alphaedit-only flags name."""
+    only = {part for part in SPEED_PARTS[:3] if getattr(args, f"{part}_only")}
+    return only or set(SPEED_PARTS)
+
+
+def row_part(what: str) -> str:
+    """The part of --speed a row of ``rows`` belongs to."""
+    starts = {"one ROME edit": "rome", "MEMIT": "memit", "AlphaEdit": "alphaedit"}
+    return next((part for start, part in starts.items() if what.startswith(start)), "evaluation")
+
+
+def kept_rows(previous: EditingSpeedData | None, rows: list[CostRow], parts: set[str]) -> list[CostRow]:
+    """A partial run keeps the rows it did not measure: ROME's and the evaluation's rows go as a
+    whole when this run times that part; MEMIT's and AlphaEdit's one by one (a run on another
+    fact count keeps the others)."""
     measured = {r["what"] for r in rows}
+    return [r for r in (previous or {}).get("rows", []) if r["what"] not in measured
+            and (row_part(r["what"]) not in parts or row_part(r["what"]) in ("memit", "alphaedit"))]
 
-    def evaluation(what: str) -> bool:
-        return "evaluation" in what or what.startswith("…")
 
-    return [r for r in (previous or {}).get("rows", [])
-            if r["what"] not in measured and (rome_only or memit_only or not evaluation(r["what"]))
-            and (memit_only or not r["what"].startswith("one ROME edit"))]
+def merged_fits(previous: dict | None, runs: list[dict], today: str, quiet: bool) -> dict:
+    """``memit_fits`` or ``alphaedit_fits`` with this run's timed edits, keeping the runs of
+    another label or fact count."""
+    done = {(r["label"], r["n_facts"]) for r in runs}
+    kept = [r for r in (previous or {}).get("runs", []) if (r["label"], r["n_facts"]) not in done]
+    return {"threads": torch.get_num_threads(), "quiet": quiet, "runs": kept + [{**r, "date": today} for r in runs]}
 
 
 def speed(run: harness.Run, s: Setup) -> None:
     args, quick = run.args, run.quick
     facts = with_true_targets(s.lm, load_facts())  # the set issue 21's "before" figures come from
-    n_rome = QUICK["n_rome"] if quick else args.n_rome
-    rows, fits, memit = [], [], []
+    n_rome, n_batch = (QUICK["n_rome"], QUICK["n_memit"]) if quick else (args.n_rome, args.n_memit)
+    parts = speed_parts(args)
+    rows, fits, batch_fits = [], [], {}
     with run.timed("speed"):
-        if not args.memit_only:
+        if "rome" in parts:
             rows, fits = time_rome(s, facts[:n_rome], facts[n_rome])
-        if not args.rome_only:
-            memit_rows, memit = time_memit(s, facts, QUICK["n_memit"] if quick else args.n_memit,
-                                           0 if quick else args.memit_before)
+        if "memit" in parts:
+            memit_rows, batch_fits["memit_fits"] = time_memit(s, facts, n_batch, 0 if quick else args.memit_before)
             rows += memit_rows
-        if not (args.rome_only or args.memit_only):
+        if "alphaedit" in parts and n_batch:  # after MEMIT, on the same facts
+            alphaedit_rows, batch_fits["alphaedit_fits"] = time_alphaedit(s, facts, n_batch)
+            rows += alphaedit_rows
+        if "evaluation" in parts:
             rows += time_evaluation(s, facts[0])
     today = time.strftime("%Y-%m-%d")
     rows = [CostRow(**{**row, "date": today}) for row in rows]
     previous = harness.read_json(speed_file(run))
-    kept = kept_rows(previous, rows, args.rome_only, args.memit_only)
+    kept = kept_rows(previous, rows, parts)
     data = EditingSpeedData(model=s.lm.name, stats_tokens=s.stats.n_tokens, rome_layer=s.rome_layer,
                             memit_layers=s.memit_layers, rows=kept + rows, before_issue_21=BEFORE_ISSUE_21)
-    for key in ("arithmetic_floor", "rome_fits", "memit_fits"):  # what this run did not measure
+    for key in ("arithmetic_floor", "rome_fits", "memit_fits", "alphaedit_fits"):  # what this run did not measure
         if previous and key in previous:
             data[key] = previous[key]  # type: ignore[literal-required]
     if fits:
         data["rome_fits"] = RomeFits(date=today, threads=torch.get_num_threads(), quiet=args.quiet,
                                      facts=[f.subject for f in facts[:n_rome]], runs=fits)
-    if memit:  # the runs of another fact count stay
-        done = {(r["label"], r["n_facts"]) for r in memit}
-        runs = [r for r in data.get("memit_fits", {}).get("runs", []) if (r["label"], r["n_facts"]) not in done]
-        for r in memit:
-            r["date"] = today
-        data["memit_fits"] = {"threads": torch.get_num_threads(), "quiet": args.quiet,  # type: ignore[typeddict-unknown-key]
-                              "runs": runs + memit}
+    for key, runs in batch_fits.items():
+        if runs:
+            data[key] = merged_fits(data.get(key), runs, today, args.quiet)  # type: ignore[literal-required]
     run.write(data, speed_file(run))
     print(editing_cost(data))
     if "rome_fits" in data:

@@ -2,7 +2,6 @@
 
     PYTHONPATH=. .venv/bin/python benchmarks/editing_wild.py --threads 1 --facts 30     # resumable
     PYTHONPATH=. .venv/bin/python benchmarks/editing_wild.py --facts 250                # the 250-fact table's facts
-    PYTHONPATH=. .venv/bin/python benchmarks/editing_wild.py --sequential --facts 200   # along the sequential curves
     PYTHONPATH=. python benchmarks/editing_wild.py --quick --model toy-2l               # a check
 
 The first --facts facts of the editing table's order (editing.py --table: the editing fact set
@@ -17,11 +16,8 @@ unedited generations are cached per prompt and shared by every method and run. R
 fact, a batch method's edit once and its scores in chunks of 10 facts, so a stopped run resumes
 (--max-seconds: start no item after that many seconds). Writes docs/data/editing_wild.json.
 
---sequential: the sequential curves' protocol instead (sequential_editing.py: edits applied one
-batch after another, never restored; ROME 1 fact per edit, MEMIT and AlphaEdit 10), with WILD-EM
-every --every edits over the facts edited so far, locality on the neighbourhood prompts of the
-first --every facts that name no edited subject, beside the session's own ES/PS/NS; writes
-docs/data/editing_wild_sequential.json. --quick: 4 facts, chunks of 2, 4 fit steps, 8 new tokens.
+Along the sequential curves, WILD-EM is measured by sequential_editing.py, in the same sessions.
+--quick: 4 facts, chunks of 2, 4 fit steps, 8 new tokens.
 """
 
 from __future__ import annotations
@@ -29,17 +25,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import harness
 import torch
 from doc_tables.editing_wild import editing_wild
-from doc_tables.schemas.editing_wild import EditingWildData, Gap, SequentialWildData, WildRow
+from doc_tables.schemas.editing_wild import EditingWildData, Gap, WildRow
 from editing import (
     CONFIGS,
-    QUICK_FIT,
     Setup,
     ordered_edit_facts,
     prepare,
@@ -55,19 +49,18 @@ from lmsci_mi.editing.wild import (
     WILD_METRICS,
     WildFact,
     WildGeneration,
-    answer_matches,
     score_facts,
     wild_facts,
     wild_generate,
 )
-from lmsci_mi.stats import bootstrap_interval, paired_bootstrap_interval, wilson_interval
+from lmsci_mi.stats import bootstrap_interval, paired_bootstrap_interval
 from lmsci_mi.weights import read_deltas
 
 TEACHER_FORCED = ("ES", "PS", "NS")
 GAPS = {"ES - rewrite": ("ES", "rewrite"), "PS - paraphrase": ("PS", "paraphrase")}
 """The WILD-vs-teacher-forcing gaps: a teacher-forced rate minus the WILD-EM rate of the same prompts."""
 CHUNK = 10
-QUICK = {"facts": 4, "chunk": 2, "max_new_tokens": 8, "every": 2, "batch": 2}
+QUICK = {"facts": 4, "chunk": 2, "max_new_tokens": 8}
 NO_GE = EvaluationConfig(generation_tokens=0)
 """GE is the editing table's; here only ES/PS/NS are read, so no sampling."""
 
@@ -78,14 +71,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--facts", type=int, default=30, help="the first N facts of the editing table's order")
     parser.add_argument("--rome-facts", type=int, default=None,
                         help="ROME on the first N of those facts only (default all; its row says how many)")
-    parser.add_argument("--sequential", action="store_true", help="the sequential curves' protocol")
-    parser.add_argument("--every", type=int, default=20, help="--sequential: evaluate every N edits")
     parser.add_argument("--max-seconds", type=float, default=float("inf"),
                         help="start no item after this many seconds (run again to resume)")
-
-
-def out_file(args: argparse.Namespace) -> Path:
-    return harness.DATA / ("editing_wild_sequential.json" if args.sequential else "editing_wild.json")
 
 
 # --- scoring one edit twice ------------------------------------------------------------------------
@@ -244,87 +231,13 @@ def single(run: harness.Run, s: Setup, facts: list[EditRequest], wild: WildConfi
     print("done")
 
 
-# --- --sequential ---------------------------------------------------------------------------------------
-
-
-def sequential(run: harness.Run, s: Setup, facts: list[EditRequest], wild: WildConfig) -> None:
-    """WILD-EM along sequential editing (edits never restored), every ``every`` edits."""
-    from sequential_editing import METHODS
-
-    from lmsci_mi.editing import EditingSession, SessionConfig
-
-    args = run.args
-    every = QUICK["every"] if run.quick else args.every
-    cache = run.cache({"model": args.model, "quick": run.quick, "facts": len(facts), "every": every,
-                       "wild": wild.params()})
-    deadline = time.perf_counter() + args.max_seconds
-    subjects = {r.subject for r in facts}
-    near = [p for r in facts[:every] for p in r.neighborhood_prompts
-            if not any(other in p for other in subjects - {r.subject})]
-    reference = {g.prompt: g for g in wild_generate(s.lm, near, wild, use_cache=True)}
-    curves = {}
-    for name in args.methods:
-        config, batch = METHODS[name]
-        config, batch = (config.replace(**QUICK_FIT), min(batch, QUICK["batch"])) if run.quick else (config, batch)
-        folder, session_config = cache.folder / name, SessionConfig(batch_size=batch, evaluation=NO_GE)
-        session = (EditingSession.resume(s.lm, folder, config, session_config, stats=s.stats)
-                   if (folder / "session.json").exists() else EditingSession(s.lm, config, session_config, stats=s.stats))
-        try:
-            with run.timed(name):
-                steps = sequential_steps(session, cache, name, facts, every, near, reference, wild, deadline)
-        finally:
-            session.restore()
-        if steps is None:
-            print(f"{name}: not done; run again to resume")
-            return
-        curves[name] = {"batch_size": batch, "config": config.params(), "steps": steps}
-    run.write(SequentialWildData(model=args.model, n_facts=len(facts), every=every, wild=wild.params(),
-                                 neighbour_prompts=len(near), methods=curves))
-    print("done")
-
-
-def sequential_steps(session: Any, cache: harness.ItemCache, name: str, facts: list[EditRequest], every: int,
-                     near: list[str], reference: dict, wild: WildConfig, deadline: float) -> list[dict] | None:
-    """Run the session on, ``every`` facts at a time; after each, WILD-EM over the facts edited so
-    far and locality on ``near``, beside the session's ES/PS/NS (each step an item)."""
-    def step(done: int) -> dict[str, Any]:
-        if len(session.order) != done:
-            raise RuntimeError(f"{name}: the session holds {len(session.order)} edits, not {done}: run with --fresh")
-        edited = wild_facts(session.lm, facts[:done], [()] * done, reference, wild)
-        counts = {  # successes over prompts: rewrite per fact, paraphrases and neighbours pooled
-            "rewrite": [answer_matches(f.rewrite.text, f.target_new) for f in edited],
-            "paraphrase": [answer_matches(g.text, f.target_new) for f in edited for g in f.paraphrases],
-            "locality": [g.tokens == reference[g.prompt].tokens for g in wild_generate(session.lm, near, wild)],
-        }
-        result = session.result()
-        values = dict(zip(result.labels[1], result.values[-1].tolist(), strict=True))
-        intervals = {m: wilson_interval(sum(flags), len(flags)) for m, flags in counts.items()}
-        return {"n_edited": done, **{m: values[m] for m in TEACHER_FORCED},
-                **{m: 100 * w.estimate for m, w in intervals.items()},
-                "ci95": {m: [100 * w.low, 100 * w.high] for m, w in intervals.items()},
-                "n": {m: w.n for m, w in intervals.items()}}
-
-    steps = []
-    for done in range(every, len(facts) + 1, every):
-        item = f"{name}-{done:04d}"
-        if item not in cache:
-            if time.perf_counter() > deadline:
-                return None
-            if len(session.order) < done:
-                session.run(facts[len(session.order):done])
-                session.save(cache.folder / name)
-        steps.append(cache.get(item, lambda done=done: step(done)))
-    return steps
-
-
 def main() -> None:
-    run = harness.start(__doc__, __file__, threads=2, flags=add_flags, out=out_file)
+    run = harness.start(__doc__, __file__, threads=2, flags=add_flags)
     args = run.args
     s = prepare(run)
     wild = WildConfig(max_new_tokens=QUICK["max_new_tokens"]) if run.quick else WildConfig()
     facts = ordered_edit_facts(QUICK["facts"] if run.quick else args.facts)
-    go: Callable[..., None] = sequential if args.sequential else single
-    go(run, s, facts, wild)
+    single(run, s, facts, wild)
 
 
 if __name__ == "__main__":

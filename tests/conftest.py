@@ -12,6 +12,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 from collections.abc import Iterator
+from types import ModuleType
 
 import pytest
 import torch
@@ -179,3 +180,23 @@ def toy_known_facts(lm: LensModel) -> list:
         if text.strip() and lm.continuation_ids(text)[:1] == [top]:
             facts.append(Fact(prompt, subject, target_true=text))
     return facts
+
+
+def benchmark_script(name: str) -> ModuleType:
+    """benchmarks/NAME.py imported (not run) the way `python benchmarks/NAME.py` sees its
+    siblings: benchmarks/ on the path for `harness` and `doc_tables`; once per session."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    benchmarks = Path(__file__).resolve().parents[1] / "benchmarks"
+    if str(benchmarks) not in sys.path:
+        sys.path.insert(0, str(benchmarks))
+    key = f"bench_script_{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, benchmarks / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]

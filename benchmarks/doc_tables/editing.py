@@ -98,6 +98,50 @@ def sequential_editing(data: SequentialEditingData) -> str:
     )
 
 
+WILD_BESIDE = (("ES", "rewrite"), ("PS", "paraphrase"), ("NS", "locality"))
+"""Each teacher-forced metric and the WILD-EM rate of the same prompts."""
+WILD_AT = 100
+"""The step shown besides each method's last: this many edits."""
+
+
+def _step_cells(curve: dict, step: int) -> list[str]:
+    """A step's teacher-forced rate ± s.e. and WILD-EM rate [95 % Wilson] (with its count) side by
+    side; "not measured yet" where the file holds no WILD-EM for the step."""
+    cells = []
+    for metric, wild in WILD_BESIDE:
+        errors = curve.get("se", {}).get(metric)
+        value, se = curve["metrics"][metric][step], errors[step] if errors else math.nan
+        cells.append(num(value, 1) if math.isnan(se) else pm(value, se, 1))
+        rate = curve.get("wild", {}).get(wild, [None] * (step + 1))[step]
+        if rate is None:
+            cells.append("not measured yet")
+        else:
+            low, high = curve["wild_ci95"][wild][step]
+            cells.append(f"{ci(rate, low, high, 1)} (n={curve['wild_n'][wild][step]})")
+    return cells
+
+
+@table("sequential_wild")
+def sequential_wild(data: SequentialEditingData) -> str:
+    """benchmarks/sequential_editing.py: ES, PS and NS beside WILD-EM's rewrite, paraphrase and
+    locality on the same weights, at 100 edits and at each method's last step."""
+    methods = data["methods"]
+    names = [m for m in SEQUENTIAL_ORDER if m in methods] + [m for m in methods if m not in SEQUENTIAL_ORDER]
+    rows = []
+    for name in names:
+        curve = methods[name]
+        edits = curve["n_edited"]
+        steps = [edits.index(WILD_AT)] if WILD_AT in edits[:-1] else []
+        for step in [*steps, len(edits) - 1]:
+            rows.append([f"{METHOD_NAMES.get(name, name)} (b={curve['batch_size']})", edits[step],
+                         *_step_cells(curve, step)])
+    return markdown(
+        ["method", "edits", "ES ± s.e.", "WILD-EM rewrite [95 % Wilson]", "PS ± s.e.",
+         "WILD-EM paraphrase [95 % Wilson]", "NS ± s.e.", "WILD-EM locality [95 % Wilson]"],
+        rows,
+    )
+
+
 # The page's words for the rows benchmarks/editing.py --speed writes; a row it does not know
 # keeps the script's own words.
 COST_LABELS = {
@@ -121,10 +165,13 @@ COST_BEFORE = {
 }
 
 
+COST_ORDER = ("one ROME edit", "MEMIT", "AlphaEdit")
+"""The page's order of the cost rows by how their ``what`` starts; the evaluation's come last."""
+
+
 def _cost_rank(row: CostRow) -> int:
-    """ROME first, then MEMIT, then the evaluation (the page's order); ties keep the file's."""
-    what = row["what"]
-    return 0 if what.startswith("one ROME edit") else 1 if what.startswith("MEMIT") else 2
+    """ROME first, then MEMIT, AlphaEdit beside it, then the evaluation; ties keep the file's order."""
+    return next((i for i, start in enumerate(COST_ORDER) if row["what"].startswith(start)), len(COST_ORDER))
 
 
 @table("editing_cost")
@@ -238,19 +285,22 @@ def editing_rome_fits(data: EditingSpeedData) -> str:
 @table("editing_memit_fits")
 def editing_memit_fits(data: EditingSpeedData) -> str:
     """benchmarks/editing.py --speed --memit-only: MEMIT's timed edits, with their fits' steps and
-    the positions run (issue 38: the paper's fit in shared passes; the passes of before)."""
-    fits = data["memit_fits"]
+    the positions run (issue 38: the paper's fit in shared passes; the passes of before), and
+    AlphaEdit's beside them when the file has them (--speed, --alphaedit-only)."""
+    alphaedit = data.get("alphaedit_fits", {}).get("runs", [])
+    fits = data.get("memit_fits") or data["alphaedit_fits"]
+    runs = [("", run) for run in data.get("memit_fits", {}).get("runs", [])] + [("AlphaEdit: ", r) for r in alphaedit]
     rows = []
-    for run in fits["runs"]:
+    for method, run in runs:
         steps = run["fit_steps_each"]
         rows.append([
-            run["label"], str(run["n_facts"]), num(run["wall_s"], 1), num(run["cpu_s"], 1),
+            method + run["label"], str(run["n_facts"]), num(run["wall_s"], 1), num(run["cpu_s"], 1),
             f"{min(steps)}–{max(steps)} (mean {statistics.mean(steps):.1f})",
             f"{run['real_tokens']:,} + {run['padded_tokens']:,} ({100 * run['padding_share']:.0f} %)",
             run["date"],
         ])
     return markdown(
-        [f"MEMIT ({fits['threads']} thread{'s' if fits['threads'] > 1 else ''}, "
+        [f"MEMIT{' and AlphaEdit' if alphaedit else ''} ({fits['threads']} thread{'s' if fits['threads'] > 1 else ''}, "
          f"{'quiet' if fits['quiet'] else 'shared CPU'})", "facts", "wall s", "CPU s", "Adam steps per fact",
          "positions run: real + padded (share)", "measured"],
         rows,

@@ -4,34 +4,18 @@ benchmarks/harness.py and parses its defaults; benchmarks/ioi.py's tour draw is 
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 import torch
 
 from lmsci_mi import LensModel
+from tests.conftest import benchmark_script
 
-ROOT = Path(__file__).resolve().parents[2]
-BENCHMARKS = ROOT / "benchmarks"
 ON_THE_HARNESS = ("induction", "sink", "causal_trace", "ioi", "heads", "cluster", "aie", "edges", "patching", "peers_auto_circuit")
 
 
-def _script(name: str) -> ModuleType:
-    """benchmarks/NAME.py imported (not run) the way `python benchmarks/NAME.py` sees its
-    siblings: benchmarks/ on the path for `harness` and `doc_tables`."""
-    if str(BENCHMARKS) not in sys.path:
-        sys.path.insert(0, str(BENCHMARKS))
-    key = f"bench_script_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, BENCHMARKS / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
+_script = benchmark_script
 
 
 @pytest.mark.parametrize("name", ON_THE_HARNESS)

@@ -149,6 +149,9 @@ class _EditingSpeedOptional(TypedDict, total=False):
     """Written by --speed (ROME's rows), kept by a run that does not time ROME."""
     memit_fits: MemitFits
     """Written by --speed (MEMIT's rows), kept by a run that does not time MEMIT."""
+    alphaedit_fits: MemitFits
+    """Written by --speed (AlphaEdit's rows, its δ fits included), kept by a run that does not
+    time AlphaEdit."""
 
 
 class EditingSpeedData(_EditingSpeedOptional):
@@ -273,6 +276,15 @@ class AlphaEditTokensData(TypedDict):
 class _CurveOptional(TypedDict, total=False):
     complete: bool
     """False on a --partial write of a method whose session has not reached the last edit."""
+    wild: dict[str, list[float | None]]
+    """Issue 38: WILD-EM per step (percent): rewrite, paraphrase, locality; null where a --partial
+    write found the step not judged yet. Absent in a file written before (or with --no-wild)."""
+    wild_n: dict[str, list[int | None]]
+    """Prompts each WILD-EM rate counts, per step."""
+    wild_ci95: dict[str, list[list[float] | None]]
+    """Each WILD-EM rate's 95 % Wilson interval ``[low, high]`` in percent, per step."""
+    wild_seconds: list[float | None]
+    """Seconds of WILD-EM generation at each step (not part of the edits' seconds)."""
 
 
 class SequentialCurve(_CurveOptional):
@@ -299,6 +311,10 @@ class SequentialEditingData(TypedDict):
     stats_tokens: int | None
     metrics: str
     methods: dict[str, SequentialCurve]
+    wild: NotRequired[dict[str, Any]]
+    """``WildConfig.params()`` of the WILD-EM columns (issue 38); absent when not measured."""
+    wild_metrics: NotRequired[str]
+    """What the WILD-EM fields of each curve count."""
 
 
 # --- benchmarks/fact_sets.py -> docs/data/fact_sets.json --------------------------------------

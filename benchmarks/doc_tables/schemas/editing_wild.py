@@ -1,4 +1,4 @@
-"""Schemas of benchmarks/editing_wild.py's data files (docs/editing.md, "Judged without teacher
+"""Schemas of benchmarks/editing_wild.py's data file (docs/editing.md, "Judged without teacher
 forcing"): the writer builds these, doc_tables/editing_wild.py reads them."""
 
 from __future__ import annotations
@@ -65,36 +65,3 @@ class EditingWildData(TypedDict):
     rows: list[WildRow]
     generations: dict[str, list[WildExample]]
     """Per method, every fact's rewrite generation before and after its edit."""
-
-
-# --- benchmarks/editing_wild.py --sequential -> docs/data/editing_wild_sequential.json ----------
-
-
-class SequentialWildStep(TypedDict):
-    """One evaluation along a session: the session's own ES/PS/NS and WILD-EM (percent), with
-    Wilson intervals and counts (rewrite over facts, paraphrase and locality over prompts)."""
-
-    n_edited: int
-    ES: float
-    PS: float
-    NS: float
-    rewrite: float
-    paraphrase: float
-    locality: float
-    ci95: dict[str, list[float]]
-    n: dict[str, int]
-
-
-class SequentialWildCurve(TypedDict):
-    batch_size: int
-    config: dict[str, Any]
-    steps: list[SequentialWildStep]
-
-
-class SequentialWildData(TypedDict):
-    model: str
-    n_facts: int
-    every: int
-    wild: dict[str, Any]
-    neighbour_prompts: int
-    methods: dict[str, SequentialWildCurve]
