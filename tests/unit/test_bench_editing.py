@@ -41,6 +41,7 @@ FACTS = [
 _script = benchmark_script
 
 
+@pytest.mark.slow  # a session, its WILD generations and a resume: ~5 s, more than the fast part's share
 def test_wild_steps_judge_the_sessions_facts_and_ns_prompts(tiny: LensModel, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("LMSCI_MI_CACHE", str(tmp_path / "cache"))
     seq = _script("sequential_editing")
