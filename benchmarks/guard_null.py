@@ -5,7 +5,7 @@
 
 ``ROMEConfig(trace_layer=True)`` edits the MLP layer where a causal trace peaks at the last
 subject token (Gaussian noise 3 × the embedding std, 10 noise samples, window 10, noise seed 0:
-what ``traced_layer`` runs) and refuses a trace that does not single one out. Six guards, on the
+what ``traced_layer`` runs) and refuses a trace that does not single one out. Seven guards, on the
 same traces:
 
 - old: the peak layer's effect (restored minus corrupted p(target)) above two standard errors
@@ -19,12 +19,16 @@ same traces:
 - material: ``traced_gap_is_material``, the gap (clean minus the mean corrupted p) at least
   ``MIN_TRACED_GAP`` (0.05) and at least ``MIN_TRACED_GAP_SHARE`` (half) of the clean p: what a
   fact's trace must show (the model gives the answer, and the answer rests on the subject);
-- guard: gap, material and peak, what ``traced_layer`` accepts now.
+- guard: gap, material and peak, what ``traced_layer`` accepts now;
+- confident: the guard and a confident answer, clean p >= CONFIDENT_P (0.5): measured here, not
+  in ``traced_layer`` (it costs a quarter of the power).
 
 The bounds of the material gap are round numbers stated from what a fact's trace must show
 (lmsci_mi/editing/rome.py), after draw 0 and the known facts below had been seen (the draw-0
 accepts are why a size condition exists) and before the made-up subjects and draw 1 were run:
-those two sets are its held-out test. No threshold is fitted to any of these traces.
+those two sets are its held-out test. The confident-answer condition was stated after the
+made-up subjects' draw 0 had been seen, before their draw 1 was run (its held-out test). No
+threshold is fitted to the traces it is judged on.
 
 Sets. Null traces ("no fact"), each a false-positive rate:
 - null (draw 0) and null_fresh (draws 1 on): each known fact's rewrite prompt
@@ -34,9 +38,10 @@ Sets. Null traces ("no fact"), each a false-positive rate:
   the answer is not one the prompt carries. ``--draws`` per fact (default 2), draw j with noise
   seed j. No such target can pass the material gap (its clean p is below 0.05), so these sets
   test the two tests and show what the material gap removes; the next set tests the rule.
-- made_up: what a user hits: each known fact's prompt template about a made-up subject of the
-  same shape (MADE_UP_RULE: pseudo-words from seeded syllables, "The" kept), traced for its
-  clean top-1, as ``traced_layer`` traces, noise seed 0.
+- made_up (draw 0) and made_up_fresh (draws 1 on, ``--made-up-draws``, default 2): what a user
+  hits: each known fact's prompt template about a made-up subject of the same shape
+  (MADE_UP_RULE: pseudo-words from seeded syllables, "The" kept), traced for its clean top-1, as
+  ``traced_layer`` traces, draw m with noise seed m.
 Known traces: every ``--known-every``-th prompt (default 2nd) for its clean top-1 (the first
 token of its true answer), noise seed 0 (the guard's power), and the editing fact of
 docs/editing.md ("The Eiffel Tower", noise seeds 0-3).
@@ -46,10 +51,11 @@ tracing per run, then it stops without writing: run it again); it writes docs/da
 per set the share each guard accepts with a Wilson 95 % interval, and every trace (its corrupted
 samples included, so every condition can be recomputed). 4-10 s per trace at one thread (traced
 at the last subject token only, which is all the guard reads; the range is the shared machine's
-load). Items cached before the gap test get it from the clean and corrupted runs alone (the
-trace's own code, noise and seed, its restorations skipped: about 1 s each), which must reproduce
-the cached trace's target and probabilities; items cached before the material gap get it from
-their clean and corrupted p. --quick traces 3 facts, 5 noise samples.
+load; 325 new traces took 37 minutes over five --budget runs). Items cached before the gap test
+get it from the clean and corrupted runs alone (the trace's own code, noise and seed, its
+restorations skipped: about 1 s each), which must reproduce the cached trace's target and
+probabilities; items cached before the material gap get it from their clean and corrupted p.
+--quick traces 3 facts, 5 noise samples.
 
 "No fact" is not "no effect": restoring one clean MLP window at the subject's last token into a
 noised run moves a random token's probability too, mostly upwards (``positive_peaks`` counts the

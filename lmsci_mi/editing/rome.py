@@ -392,7 +392,11 @@ def traced_layer(lm: LensModel, request: EditRequest) -> int:
        non-positive peak reach it).
 
     Each alone passes traces with no fact; their rates, and the guard's, on SmolLM2 are in
-    docs/circuits.md ("The traced-layer guard", docs/data/guard_null.json).
+    docs/circuits.md ("The traced-layer guard", docs/data/guard_null.json). The guard asks
+    whether the trace locates an answer that flows from the subject, not whether the answer is a
+    fact: on the facts' prompts about made-up names the model guesses from the name (a made-up
+    city "in the country of" Italy), and the guard accepts over half of those traces. Whether
+    the model knows the fact is the caller's question.
 
     Raises:
         ValueError: a condition does not hold: the trace does not single out a layer, and an

@@ -56,6 +56,14 @@ def _traced_with(
     return trace
 
 
+def _refused_before_any_edit(tiny: LensModel, match: str) -> None:
+    """A traced ROME edit raises ``match`` and leaves every weight and hook as it was."""
+    before = weights_fingerprint(tiny)
+    with pytest.raises(ValueError, match=match):
+        rome_edit(tiny, REQUEST, ROMEConfig(trace_layer=True, n_contexts=2, steps=2))
+    assert weights_fingerprint(tiny) == before and tiny.hooks.attached_count() == 0
+
+
 def _clear_peak_at_layer_1() -> torch.Tensor:
     """Every sample restores 0.2 at layer 1 and nothing at layer 0: peak p = 1/1024, the least."""
     noise = 0.01 * torch.randn(10, 2, generator=torch.Generator().manual_seed(0))
@@ -70,10 +78,7 @@ def test_a_peak_within_noise_is_refused_and_nothing_is_edited(
     signs = torch.tensor([(-1.0) ** s for s in range(10)])
     trace = _traced_with(tiny, monkeypatch, 0.01 * signs[:, None] * torch.tensor([1.0, 2.0]))
     assert trace.peak_test("mlp").p_value > 0.5 and trace.gap_test().p_value == 1 / 1024
-    before = weights_fingerprint(tiny)
-    with pytest.raises(ValueError, match=r"no MLP peak above noise.*p = 0\.\d+ > 0\.05.*give a layer"):
-        rome_edit(tiny, REQUEST, ROMEConfig(trace_layer=True, n_contexts=2, steps=2))
-    assert weights_fingerprint(tiny) == before and tiny.hooks.attached_count() == 0
+    _refused_before_any_edit(tiny, r"no MLP peak above noise.*p = 0\.\d+ > 0\.05.*give a layer")
 
 
 def test_a_clear_peak_with_no_gap_is_refused_and_nothing_is_edited(
@@ -83,10 +88,7 @@ def test_a_clear_peak_with_no_gap_is_refused_and_nothing_is_edited(
     sample: the noise destroyed nothing, so the gap test refuses the trace first."""
     trace = _traced_with(tiny, monkeypatch, _clear_peak_at_layer_1(), gap=-0.01)
     assert trace.peak_test("mlp").p_value == 1 / 1024 and trace.gap_test().p_value == 1.0
-    before = weights_fingerprint(tiny)
-    with pytest.raises(ValueError, match=r"no gap to locate.*does not lower p.*p = 1 > 0\.05.*give a layer"):
-        rome_edit(tiny, REQUEST, ROMEConfig(trace_layer=True, n_contexts=2, steps=2))
-    assert weights_fingerprint(tiny) == before and tiny.hooks.attached_count() == 0
+    _refused_before_any_edit(tiny, r"no gap to locate.*does not lower p.*p = 1 > 0\.05.*give a layer")
 
 
 def test_a_material_gap_is_5_points_and_half_the_clean_p() -> None:
@@ -109,10 +111,7 @@ def test_a_significant_but_tiny_gap_is_refused_and_nothing_is_edited(
     corrupted = torch.linspace(1e-7, 2e-7, 10)
     trace = _traced_with(tiny, monkeypatch, 1e-6 * _clear_peak_at_layer_1(), gap=1e-5, corrupted=corrupted)
     assert trace.peak_test("mlp").p_value == 1 / 1024 and trace.gap_test().p_value == 1 / 1024
-    before = weights_fingerprint(tiny)
-    with pytest.raises(ValueError, match=r"no material answer to locate.*under 0\.05 or under 50%.*give a layer"):
-        rome_edit(tiny, REQUEST, ROMEConfig(trace_layer=True, n_contexts=2, steps=2))
-    assert weights_fingerprint(tiny) == before and tiny.hooks.attached_count() == 0
+    _refused_before_any_edit(tiny, r"no material answer to locate.*under 0\.05 or under 50%.*give a layer")
 
 
 def test_a_gap_that_leaves_most_of_the_answer_is_refused(
