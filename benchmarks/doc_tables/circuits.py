@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from . import bold, ci, markdown, num, pm, sci, table
 from .schemas.circuits import (
     AIEData,
@@ -9,6 +11,7 @@ from .schemas.circuits import (
     EdgesData,
     GuardNullData,
     GuardRate,
+    GuardTrace,
     InductionData,
     IOIData,
     PatchingData,
@@ -596,22 +599,66 @@ def _share(r: GuardRate) -> str:
     return f"{r['accepted']} / {r['n']} = {100 * r['rate']:.1f} % [{100 * low:.1f}, {100 * high:.1f}]"
 
 
+GUARD_SETS = (
+    ("null", "no fact: a random target (clean p < {max_clean_p:g}), draw 0 (seen before the material gap)"),
+    ("null_fresh", "no fact: fresh random targets (draw 1, held out)"),
+    ("made_up", "no fact: a made-up subject, its clean top-1, draw 0 (held out from the material gap)"),
+    ("made_up_fresh", "no fact: fresh made-up subjects, draw 1 (held out from both conditions)"),
+    ("known", "known facts, clean top-1 (the true answer): the power"),
+    ("eiffel", "the editing fact (Eiffel Tower), noise seeds 0-3"),
+)
+
+
 @table("guard_null")
 def guard_null(data: GuardNullData) -> str:
     """benchmarks/guard_null.py: the share of traces each traced-layer guard accepts, on traces
     with no fact (the false-positive rate), on known facts (the power) and on the editing fact's
     noise seeds, Wilson 95 %."""
     alpha = data["alpha"]
-    sets = [("null", "no fact: a random target (clean p < " + f"{data['max_clean_p']:g}), the false-positive rate"),
-            ("known", "known facts, clean top-1 (the true answer): the power"),
-            ("eiffel", "the editing fact (Eiffel Tower), noise seeds 0-3")]
+    guards = ("old", "peak", "gap", "gap_and_peak", "material", "guard", "confident")
     return markdown(
         ["traces (MLP, last subject token)", "old guard: peak > 2 s.e. of its layer",
          f"peak: max-over-layers sign-flip p ≤ {alpha:g}", f"gap: clean > corrupted, sign-flip p ≤ {alpha:g}",
-         "gap and peak (`traced_layer`)"],
-        [[label, *(_share(data[name][guard]) for guard in ("old", "peak", "gap", "guard"))]
-         for name, label in sets],
+         "gap and peak (the guard before the material gap)",
+         f"material gap: ≥ {data['min_gap']:g} and ≥ {data['min_gap_share']:.0%} of the clean p",
+         "gap, material gap and peak (`traced_layer`)",
+         f"`traced_layer` and a confident answer, clean p ≥ {data['confident_p']:g} (measured only)"],
+        [[label.format(**data), *(_share(data[name][guard]) for guard in guards)] for name, label in GUARD_SETS],
     )
+
+
+@table("guard_null_accepts")
+def guard_null_accepts(data: GuardNullData) -> str:
+    """benchmarks/guard_null.py: every random-target trace that the gap and peak tests accept,
+    and whether ``traced_layer`` (the material gap too) does."""
+    rows = [[draw, f"{t['prompt']} → {t['target']!r}", sci(t["clean_prob"]), sci(t["corrupted_prob"]),
+             f"{(t['clean_prob'] - t['corrupted_prob']) / t['clean_prob']:.0%}", f"{t['gap_p_value']:.3g}",
+             f"{t['p_value']:.3g}", "yes" if t["accepted"] else "no (refused)"]
+            for name, draw in (("null", 0), ("null_fresh", 1)) for t in data[name]["traces"] if t["gap_peak_accepted"]]
+    return markdown(["draw", "prompt → random target", "clean p", "corrupted p (mean)", "gap ÷ clean p",
+                     "gap sign-flip p", "peak sign-flip p", "`traced_layer` accepts"], rows)
+
+
+@table("guard_made_up")
+def guard_made_up(data: GuardNullData) -> str:
+    """benchmarks/guard_null.py: the made-up-subject traces (both draws) per prompt template:
+    what ``traced_layer`` accepts, with and without a confident answer, and the commonest clean
+    top-1 answers among those it accepts."""
+    traces = data["made_up"]["traces"] + data["made_up_fresh"]["traces"]
+    by_template: dict[str, list[GuardTrace]] = {}
+    for t in traces:
+        by_template.setdefault(t["prompt"].replace(t["subject"], "{}", 1), []).append(t)
+    rows = []
+    for template, group in by_template.items():
+        accepted = [t for t in group if t["accepted"]]
+        answers = Counter(t["target"] for t in accepted).most_common(4)
+        median = sorted(t["clean_prob"] for t in accepted)[len(accepted) // 2] if accepted else float("nan")
+        rows.append([f"`{template}`", len(group), sum(t["gap_peak_accepted"] for t in group), len(accepted),
+                     num(median, 2), sum(t["confident_accepted"] for t in group),
+                     ", ".join(f"{a!r} ({n})" for a, n in answers)])
+    return markdown(["template (made-up subject)", "traces", "gap and peak", "`traced_layer` accepts",
+                     "median clean p of those", f"… and clean p ≥ {data['confident_p']:g}",
+                     "commonest answers it accepts (count)"], rows)
 
 
 @table("guard_eiffel")
@@ -622,9 +669,9 @@ def guard_eiffel(data: GuardNullData) -> str:
 
     rows = [[t["seed"], t["layer"], pm(t["effect"], t["se"], 4), yes(t["old_accepted"]),
              f"{t['p_value']:.3g}", f"{t['clean_prob']:.3f} − {t['corrupted_prob']:.3f}",
-             f"{t['gap_p_value']:.3g}", "yes" if t["accepted"] else "no (refused)"]
+             f"{t['gap_p_value']:.3g}", yes(t["material_accepted"]), "yes" if t["accepted"] else "no (refused)"]
             for t in data["eiffel"]["traces"]]
     samples = data["noise_samples"]
     return markdown(["noise seed", "peak layer", "effect ± s.e.", "old guard (> 2 s.e.)",
                      f"peak sign-flip p ({samples} samples)", "p clean − corrupted",
-                     f"gap sign-flip p ({samples} samples)", "`traced_layer` accepts"], rows)
+                     f"gap sign-flip p ({samples} samples)", "material gap", "`traced_layer` accepts"], rows)

@@ -75,8 +75,9 @@ def test_the_traced_layer_of_the_eiffel_fact(
 ) -> None:
     """ROMEConfig(trace_layer=True) edits at the MLP peak at the last subject token only when
     the clean run beats the corrupted runs (``CausalTrace.gap_test``, one-sided sign-flip over
-    the 10 noise samples) and the peak passes ``CausalTrace.peak_test`` (the largest of the 30
-    layers' effects under the 1,024 sign flips), each at p <= 0.05. Pinned from
+    the 10 noise samples) by a material gap (``traced_gap_is_material``: at least 0.05 and half
+    the clean p) and the peak passes ``CausalTrace.peak_test`` (the largest of the 30 layers'
+    effects under the 1,024 sign flips), each test at p <= 0.05. Pinned from
     docs/data/guard_null.json (``eiffel``, noise seed 0, written by benchmarks/guard_null.py): the
     peak layer, its effect and the gap (relative 1e-3: thread-count rounding) and the exact
     p-values (within two flips of 1,024: a flip whose statistic ties the observed one may fall
@@ -88,7 +89,7 @@ def test_the_traced_layer_of_the_eiffel_fact(
 
     import lmsci_mi.circuits
     from lmsci_mi.circuits import TraceConfig, causal_trace
-    from lmsci_mi.editing.rome import traced_layer
+    from lmsci_mi.editing.rome import traced_gap_is_material, traced_layer
 
     data = Path(__file__).resolve().parents[2] / "docs" / "data" / "guard_null.json"
     pinned = json.loads(data.read_text(encoding="utf-8"))["eiffel"]["traces"][0]
@@ -104,6 +105,7 @@ def test_the_traced_layer_of_the_eiffel_fact(
     assert gap.statistic == pytest.approx(pinned["gap"], rel=1e-3)
     assert gap.p_value == pytest.approx(pinned["gap_p_value"], abs=2 / 1024)
     assert effect < 0.02 * (trace.clean_prob - trace.corrupted_prob)
+    assert pinned["material_accepted"] and traced_gap_is_material(trace.clean_prob, trace.corrupted_prob)
 
     def same_trace(lm_, prompt, subject, config):  # handed back instead of traced again
         assert (prompt, subject, config) == (EIFFEL.rewrite_prompt, EIFFEL.subject, guard)

@@ -594,8 +594,15 @@ class GuardTrace(TypedDict):
     """``gap_test``: the one-sided sign-flip p-value of clean minus each corrupted sample."""
     gap_accepted: bool
     """gap_p_value <= alpha."""
+    gap_peak_accepted: bool
+    """gap_accepted and peak_accepted: ``traced_layer``'s guard before the material gap."""
+    material_accepted: bool
+    """``traced_gap_is_material(clean_prob, corrupted_prob)``: the gap at least min_gap and at
+    least min_gap_share of clean_prob."""
     accepted: bool
-    """gap_accepted and peak_accepted: what ``traced_layer`` accepts."""
+    """gap_accepted, material_accepted and peak_accepted: what ``traced_layer`` accepts."""
+    confident_accepted: bool
+    """accepted and clean_prob >= confident_p (measured, not in ``traced_layer``)."""
 
 
 class GuardRate(TypedDict):
@@ -614,8 +621,14 @@ class GuardSet(TypedDict):
     """The peak test alone."""
     gap: GuardRate
     """The gap test alone."""
+    gap_and_peak: GuardRate
+    """The gap and peak tests: ``traced_layer``'s guard before the material gap."""
+    material: GuardRate
+    """The material-gap condition alone."""
     guard: GuardRate
-    """Both: ``traced_layer``'s guard."""
+    """Gap, material gap and peak: ``traced_layer``'s guard."""
+    confident: GuardRate
+    """The guard and a confident answer (clean p >= confident_p): measured, not in ``traced_layer``."""
     positive_peaks: int
     """Traces whose peak effect is above zero."""
     clean_above_corrupted: int
@@ -630,8 +643,22 @@ class GuardNullData(TypedDict):
     window: int
     noise: float
     max_clean_p: float
+    min_gap: float
+    """``MIN_TRACED_GAP``: the least clean − corrupted p(answer) of a material gap."""
+    min_gap_share: float
+    """``MIN_TRACED_GAP_SHARE``: the least share of the clean p(answer) the gap must be."""
+    confident_p: float
+    """The least clean p(answer) of the confident-answer condition (benchmarks/guard_null.py)."""
     null: GuardSet
-    """Traces with no fact: the share accepted is the false-positive rate."""
+    """Traces with no fact, a random target (draw 0, seen before the material-gap rule was
+    stated): the share accepted is the false-positive rate."""
+    null_fresh: GuardSet
+    """The same prompts, fresh random targets (draws 1 on, run after the rule was fixed)."""
+    made_up: GuardSet
+    """The facts' templates about made-up subjects, traced for the clean top-1 (run after the
+    material-gap rule was fixed)."""
+    made_up_fresh: GuardSet
+    """Fresh made-up subjects (run after the confident-answer condition was stated)."""
     known: GuardSet
     """Known facts for their true answer: the share accepted is the power."""
     eiffel: GuardSet
