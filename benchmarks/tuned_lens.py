@@ -244,8 +244,9 @@ def item_name(name: str, sizes: dict[str, int]) -> str:
     return name if name in SETS else f"{name}-{sizes[name]}"
 
 
-PAPER_CLIP = dataclasses.replace(TUNED, clip="global", steps=250)
-"""The first KL run: the paper's global clip, 250 steps (the diagnostic's reference)."""
+FIRST_RUN = TunedLensConfig(shuffle=False, steps=250, tokens_per_step=128, micro_batch_tokens=128)
+"""The first KL run (issue 37's first session): the paper's global clip, 250 steps of two rows
+in document order (the diagnostic's reference; its cached file keeps its key)."""
 
 
 def clip_runs(run: harness.Run, lm: LensModel, trained: dict[str, TunedLens],
@@ -253,9 +254,9 @@ def clip_runs(run: harness.Run, lm: LensModel, trained: dict[str, TunedLens],
     """The diagnostic: each cached KL lens among the paper's global clip (250 steps), this run's
     and the per-layer clip of ``--diagnose`` steps, with its training record, its translators'
     size, its in-domain held-out KL and whichever acceptance sets are cached for it."""
-    variants = [PAPER_CLIP, trained["tuned"].config]
+    variants = [FIRST_RUN, trained["tuned"].config]
     if run.args.diagnose:
-        variants.append(dataclasses.replace(TUNED, clip="per_layer", steps=run.args.diagnose))
+        variants.append(dataclasses.replace(FIRST_RUN, clip="per_layer", steps=run.args.diagnose))
     out, seen = [], set()
     for config in variants:
         path = tuned_lens_path(lm, config)
@@ -271,6 +272,7 @@ def clip_runs(run: harness.Run, lm: LensModel, trained: dict[str, TunedLens],
         losses = list(lens.losses)
         out.append(ClipRun(
             clip=config.clip, steps=config.steps, train_tokens=config.steps * config.tokens_per_step,
+            tokens_per_step=config.tokens_per_step, shuffle=config.shuffle,
             train_seconds=lens.train_seconds, lens_file=path.name,
             loss_windows=[sum(losses[i:i + 25]) / len(losses[i:i + 25])
                           for i in range(0, len(losses), 25)],

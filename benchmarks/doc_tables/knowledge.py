@@ -336,7 +336,9 @@ def _mean_gap(s: dict) -> float:
 
 
 def _clip_label(run: dict) -> str:
-    return f"{run['clip'].replace('_', '-')} clip, {run['steps']} steps"
+    rows = "shuffled rows" if run.get("shuffle") else "rows in document order"
+    per_step = run.get("tokens_per_step", run["train_tokens"] // run["steps"])
+    return f"{run['clip'].replace('_', '-')} clip, {run['steps']} steps of {per_step}, {rows}"
 
 
 @table("tuned_lens_diagnostic")

@@ -324,11 +324,15 @@ class LensTraining(TypedDict):
 
 
 class ClipRun(TypedDict):
-    """Diagnostic: one KL-trained lens (the paper's global clip, or per-layer clipping)."""
+    """Diagnostic: one KL-trained lens (the paper's global clip, or per-layer clipping; rows in
+    document order or shuffled; its tokens per step)."""
 
     clip: str
     steps: int
     train_tokens: int
+    tokens_per_step: NotRequired[int]
+    shuffle: NotRequired[bool]
+    """Rows drawn at random from many documents (absent: in document order, the first runs)."""
     train_seconds: float
     lens_file: str
     loss_windows: list[float]
