@@ -244,7 +244,8 @@ def item_name(name: str, sizes: dict[str, int]) -> str:
     return name if name in SETS else f"{name}-{sizes[name]}"
 
 
-FIRST_RUN = TunedLensConfig(shuffle=False, steps=250, tokens_per_step=128, micro_batch_tokens=128)
+FIRST_RUN = TunedLensConfig(shuffle=False, steps=250, tokens_per_step=128, micro_batch_tokens=128,
+                            lr=0.1)
 """The first KL run (issue 37's first session): the paper's global clip, 250 steps of two rows
 in document order (the diagnostic's reference; its cached file keeps its key)."""
 
