@@ -349,6 +349,22 @@ class ClipRun(TypedDict):
     """The acceptance sets (other kinds of text) measured for this lens so far."""
 
 
+class LrProbe(TypedDict):
+    """The default loop for a few steps on a few layers at one learning rate (the clip scaled to
+    a layer's share among all layers), held-out KL on held-out docstrings."""
+
+    lr: float
+    layers: list[int]
+    steps: int
+    train_tokens: int
+    losses: list[float]
+    heldout_kl: list[float]
+    heldout_kl_identity: list[float]
+    heldout_tokens: int
+    translator_norm: list[float]
+    seconds: float
+
+
 class TunedLensData(TypedDict):
     model: str
     site: str
@@ -366,3 +382,5 @@ class TunedLensData(TypedDict):
     in_domain: NotRequired[list[LensSet]]
     """Diagnostic: held-out text of the training kind (odd-numbered stdlib docstrings)."""
     clip_runs: NotRequired[list[ClipRun]]
+    lr_probes: NotRequired[list[LrProbe]]
+    """The learning-rate probe (``--piece probes``), one entry per rate."""
