@@ -91,7 +91,7 @@ class TunedLensConfig(Config):
         metadata={
             "paper": 250,
             "paper_source": f"{_BELROSE} scripts/train_loop.py Train.num_steps",
-            "why": f"the CPU budget (a step of 128 tokens costs about 11 s at 1 thread): {_TUNED_DATA}",
+            "why": f"{_BUDGET}, about half an hour at 1 thread beside other jobs",
             "help": "SGD steps on KL (method kl)",
             "ge": 1,
         },
@@ -123,9 +123,9 @@ class TunedLensConfig(Config):
             "paper_source": f"{_BELROSE} scripts/ingredients.py Optimizer (lr_scale 1.0 × "
             "(1 − momentum))",
             "why": "the gradient norm (10–330) is above the clip at every step here, so a step "
-                   "moves the translators by lr whatever the data: at 1/2500 of the paper's "
-                   f"tokens lr 0.1 leaves them near the identity ({_TUNED_DATA}, clip_runs; "
-                   "docs/lenses.md, the probes)",
+                   "moves the translators by lr whatever the data: at 1/3200 of the paper's "
+                   f"tokens lr 0.1 leaves them near the identity ({_TUNED_DATA}: clip_runs, "
+                   "lr_probes)",
             "help": "SGD learning rate (PyTorch's, so the paper's lr_scale × (1 − momentum))",
             "gt": 0,
         },
@@ -193,8 +193,8 @@ class TunedLensConfig(Config):
         metadata={
             "paper": "the whole dataset (the Pile's validation split)",
             "paper_source": f"{_BELROSE} scripts/ingredients.py Data (name, split)",
-            "why": "2^17 tokens of the training documents: 4 times the rows a default run reads, "
-                   "so no row repeats (the stdlib text holds about 2.5 × 10^5 training tokens)",
+            "why": "the stdlib text is all there is; 2^17 of its training tokens are 6 times "
+                   "what a default run reads, so no row repeats",
             "help": "text tokens of the training documents the shuffled rows are drawn from",
             "ge": 64,
         },
@@ -205,6 +205,8 @@ class TunedLensConfig(Config):
             "paper": "per_gpu_batch_size 1 row of 2048 tokens, accumulated to tokens_per_step",
             "paper_source": f"{_BELROSE} scripts/train_loop.py "
                             "calculate_gradient_accumulation_steps",
+            "why": "memory, not results: the step's gradient is the same mean over its tokens "
+                   "(tests/unit/test_lenses.py, micro-batches accumulate to the full batch's)",
             "help": "tokens per forward and backward pass; a step accumulates tokens_per_step "
                     "of them, each micro-batch's loss divided by their number (the paper's)",
             "ge": 8,
