@@ -14,14 +14,18 @@ docs/data/tuned_lens.json.
 
 A diagnostic beside the acceptance sets: `--piece docstrings` measures the lenses on held-out
 text of the training kind (the odd-numbered stdlib documents), and the report's `clip_runs` set
-the paper's global gradient clip (250 steps) beside per-layer clipping (`--clip per_layer
---steps N` trains and measures that lens; `--diagnose N` adds it to the report): training curve,
-first-step gradient norms, how far the translators moved, and held-out KL.
+each cached KL lens side by side: the first run (the paper's global clip and rate, 250 steps of
+two rows in document order), this config's, and per-layer clipping (`--clip per_layer --steps N`
+trains and measures that lens; `--diagnose N` adds it): training curve, first-step gradient
+norms, how far the translators moved, and held-out KL. `--piece probes` runs the learning-rate
+probe (the default loop for 40 steps on 4 layers at each of PROBE_LRS; the report carries it).
 
-    PYTHONPATH=. flock /work/model.lock .venv/bin/python benchmarks/tuned_lens.py --piece train --threads 2
-    PYTHONPATH=. flock /work/model.lock .venv/bin/python benchmarks/tuned_lens.py --piece all --threads 2
+    # repeat until the lens is written: each chunk stops after 11 min, the next resumes it
+    PYTHONPATH=. flock /work/model.lock sh -c '.venv/bin/python benchmarks/tuned_lens.py --piece train --threads 1 --stop-at $(( $(date +%s) + 660 ))'
+    PYTHONPATH=. flock /work/model.lock .venv/bin/python benchmarks/tuned_lens.py --piece all --threads 1
+    PYTHONPATH=. flock /work/model.lock .venv/bin/python benchmarks/tuned_lens.py --piece probes --threads 1
+    PYTHONPATH=. flock /work/model.lock .venv/bin/python benchmarks/tuned_lens.py --piece report --threads 1
     PYTHONPATH=. python benchmarks/tuned_lens.py --quick --model toy-2l      # a check (4 texts a set)
-    PYTHONPATH=. flock /work/model.lock .venv/bin/python benchmarks/tuned_lens.py --piece report --diagnose 97 --threads 1
 
 ``--piece all`` runs whatever is missing (training included), then the report.
 """
