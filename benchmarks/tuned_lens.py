@@ -14,14 +14,18 @@ docs/data/tuned_lens.json.
 
 A diagnostic beside the acceptance sets: `--piece docstrings` measures the lenses on held-out
 text of the training kind (the odd-numbered stdlib documents), and the report's `clip_runs` set
-the paper's global gradient clip (250 steps) beside per-layer clipping (`--clip per_layer
---steps N` trains and measures that lens; `--diagnose N` adds it to the report): training curve,
-first-step gradient norms, how far the translators moved, and held-out KL.
+each cached KL lens side by side: the first run (the paper's global clip and rate, 250 steps of
+two rows in document order), this config's, and per-layer clipping (`--clip per_layer --steps N`
+trains and measures that lens; `--diagnose N` adds it): training curve, first-step gradient
+norms, how far the translators moved, and held-out KL. `--piece probes` runs the learning-rate
+probe (the default loop for 40 steps on 4 layers at each of PROBE_LRS; the report carries it).
 
-    PYTHONPATH=. flock /work/model.lock .venv/bin/python benchmarks/tuned_lens.py --piece train --threads 2
-    PYTHONPATH=. flock /work/model.lock .venv/bin/python benchmarks/tuned_lens.py --piece all --threads 2
+    # repeat until the lens is written: each chunk stops after 11 min, the next resumes it
+    PYTHONPATH=. flock /work/model.lock sh -c '.venv/bin/python benchmarks/tuned_lens.py --piece train --threads 1 --stop-at $(( $(date +%s) + 660 ))'
+    PYTHONPATH=. flock /work/model.lock .venv/bin/python benchmarks/tuned_lens.py --piece all --threads 1
+    PYTHONPATH=. flock /work/model.lock .venv/bin/python benchmarks/tuned_lens.py --piece probes --threads 1
+    PYTHONPATH=. flock /work/model.lock .venv/bin/python benchmarks/tuned_lens.py --piece report --threads 1
     PYTHONPATH=. python benchmarks/tuned_lens.py --quick --model toy-2l      # a check (4 texts a set)
-    PYTHONPATH=. flock /work/model.lock .venv/bin/python benchmarks/tuned_lens.py --piece report --diagnose 97 --threads 1
 
 ``--piece all`` runs whatever is missing (training included), then the report.
 """
@@ -52,7 +56,15 @@ from lmsci_mi.data.steering_texts import steering_texts
 from lmsci_mi.data.text_corpus import text_chunks
 from lmsci_mi.lenses import LogitLensConfig, TunedLens, TunedLensConfig, logit_lens, tuned_lens
 from lmsci_mi.lenses.logit_lens import lens_readout
-from lmsci_mi.lenses.tuned_lens import heldout_documents, tuned_lens_for, tuned_lens_path
+from lmsci_mi.lenses.tuned_lens import (  # the loop's own pieces: the probe runs the same
+    _lens_logits,
+    _sgd,
+    _training_rows,
+    _Translators,
+    heldout_documents,
+    tuned_lens_for,
+    tuned_lens_path,
+)
 from lmsci_mi.sites import hook_name
 from lmsci_mi.stats import bootstrap_interval, paired_bootstrap_interval
 
@@ -81,7 +93,7 @@ BATCH = 8
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--piece", choices=["train", *SETS, *DIAGNOSTIC, "report", "all"],
+    parser.add_argument("--piece", choices=["train", *SETS, *DIAGNOSTIC, "probes", "report", "all"],
                         default="all")
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--steps", type=int, default=TUNED.steps, help="the tuned lens's SGD steps")
@@ -244,8 +256,10 @@ def item_name(name: str, sizes: dict[str, int]) -> str:
     return name if name in SETS else f"{name}-{sizes[name]}"
 
 
-PAPER_CLIP = dataclasses.replace(TUNED, clip="global", steps=250)
-"""The first KL run: the paper's global clip, 250 steps (the diagnostic's reference)."""
+FIRST_RUN = TunedLensConfig(shuffle=False, steps=250, tokens_per_step=128, micro_batch_tokens=128,
+                            lr=0.1)
+"""The first KL run (issue 37's first session): the paper's global clip, 250 steps of two rows
+in document order (the diagnostic's reference; its cached file keeps its key)."""
 
 
 def clip_runs(run: harness.Run, lm: LensModel, trained: dict[str, TunedLens],
@@ -253,9 +267,9 @@ def clip_runs(run: harness.Run, lm: LensModel, trained: dict[str, TunedLens],
     """The diagnostic: each cached KL lens among the paper's global clip (250 steps), this run's
     and the per-layer clip of ``--diagnose`` steps, with its training record, its translators'
     size, its in-domain held-out KL and whichever acceptance sets are cached for it."""
-    variants = [PAPER_CLIP, trained["tuned"].config]
+    variants = [FIRST_RUN, trained["tuned"].config]
     if run.args.diagnose:
-        variants.append(dataclasses.replace(TUNED, clip="per_layer", steps=run.args.diagnose))
+        variants.append(dataclasses.replace(FIRST_RUN, clip="per_layer", steps=run.args.diagnose))
     out, seen = [], set()
     for config in variants:
         path = tuned_lens_path(lm, config)
@@ -271,6 +285,7 @@ def clip_runs(run: harness.Run, lm: LensModel, trained: dict[str, TunedLens],
         losses = list(lens.losses)
         out.append(ClipRun(
             clip=config.clip, steps=config.steps, train_tokens=config.steps * config.tokens_per_step,
+            tokens_per_step=config.tokens_per_step, shuffle=config.shuffle,
             train_seconds=lens.train_seconds, lens_file=path.name,
             loss_windows=[sum(losses[i:i + 25]) / len(losses[i:i + 25])
                           for i in range(0, len(losses), 25)],
@@ -280,6 +295,97 @@ def clip_runs(run: harness.Run, lm: LensModel, trained: dict[str, TunedLens],
             in_domain=docs,
             held_out=[cache.load(name) for name in SETS if name in cache],
         ))
+    return out
+
+
+PROBE_LAYERS = (2, 10, 20, 27)
+PROBE_LRS = (0.1, 1.0, 3.0, 10.0)
+PROBE = TunedLensConfig(steps=40)
+"""The learning-rate probe: the default loop (shuffled rows, 128 tokens a step, global clip,
+linear decay) for 40 steps on four layers only, the clip scaled by sqrt(4/30) so that a layer's
+share of a step is about what it is among 30 layers; held-out KL on 8 rows of held-out
+docstrings. A probe of what breaks and which way the rate helps, not a trained lens."""
+
+
+def probe_layers(lm: LensModel) -> tuple[int, ...]:
+    """PROBE_LAYERS, or every layer of a model too small for them (a --quick toy)."""
+    return tuple(x for x in PROBE_LAYERS if x < lm.cfg.n_layers) or tuple(range(lm.cfg.n_layers))
+
+
+def _probe_streams(lm: LensModel, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Each probed layer's stream and the final stream of ``rows``, sink left out, [token, d]."""
+    names = [hook_name(SITE, layer) for layer in probe_layers(lm)]
+    final = hook_name("resid_post", lm.cfg.n_layers - 1)
+    out: dict[str, list[torch.Tensor]] = {n: [] for n in [*names, final]}
+    for chunk in rows.split(2):
+        with lm.hooks.capture([*names, final]) as cap:
+            lm.model(chunk.to(lm.device), stop_at_layer=lm.cfg.n_layers)
+        for name in out:
+            out[name].append(cap[name][:, 1:].float())
+    return {n: torch.cat(v).flatten(0, 1) for n, v in out.items()}
+
+
+def _probe_kl(lm: LensModel, translate, streams: dict[str, torch.Tensor], rows: slice
+              ) -> list[torch.Tensor]:
+    """Per probed layer, KL(final ‖ lens) over ``rows`` of the cached streams (with gradient)."""
+    *names, final = streams
+    target = _lens_logits(lm, streams[final][rows]).log_softmax(-1).detach()
+    return [(target.exp() * (target - _lens_logits(lm, translate(i, streams[n][rows]))
+                             .log_softmax(-1))).sum(-1).mean() for i, n in enumerate(names)]
+
+
+def probe_lr(lm: LensModel, lr: float, train: dict, held: dict) -> dict:
+    """One probe run at ``lr``: its training curve, held-out KL per layer and ‖A‖_F."""
+    start = time.perf_counter()
+    layers = probe_layers(lm)
+    translators = _Translators(len(layers), lm.cfg.d_model).to(lm.device)
+    config = dataclasses.replace(PROBE, lr=lr)
+    optimiser, schedule = _sgd(translators, config)
+    per_step = PROBE.tokens_per_step // PROBE.seq_len * (PROBE.seq_len - 1)
+    curve = []
+    for step in range(PROBE.steps):
+        optimiser.zero_grad(set_to_none=True)
+        losses = _probe_kl(lm, translators, train, slice(step * per_step, (step + 1) * per_step))
+        sum(losses).backward()
+        curve.append(float(sum(losses).detach()) / len(losses))
+        torch.nn.utils.clip_grad_norm_(translators.parameters(),
+                                       PROBE.grad_clip * (len(layers) / lm.cfg.n_layers) ** 0.5)
+        optimiser.step()
+        schedule.step()
+    with torch.no_grad():
+        kl = [float(x) for x in _probe_kl(lm, translators, held, slice(None))]
+        identity = [float(x) for x in _probe_kl(lm, lambda i, h: h, held, slice(None))]
+    return {"lr": lr, "layers": list(layers), "steps": PROBE.steps,
+            "train_tokens": PROBE.steps * per_step, "losses": curve, "heldout_kl": kl,
+            "heldout_kl_identity": identity, "heldout_tokens": int(held[next(iter(held))].shape[0]),
+            "translator_norm": [round(float(w.norm()), 3) for w in translators.weight.detach()],
+            "seconds": time.perf_counter() - start}
+
+
+def probe_cache(run: harness.Run) -> harness.ItemCache:
+    return run.cache({"model": run.args.model, "probe": PROBE.key_params(),
+                      "layers": list(PROBE_LAYERS)})
+
+
+def probes(run: harness.Run, lm: LensModel) -> list[dict]:
+    """The learning-rate probe at each of PROBE_LRS (one cached item each)."""
+    cache = probe_cache(run)
+    streams: dict[str, dict] = {}
+
+    def compute(lr: float) -> dict:
+        if not streams:  # one model pass for every rate
+            rows = _training_rows(lm, PROBE).flatten(0, 1)
+            held = text_chunks(lm, 8 * (PROBE.seq_len - 1), PROBE.seq_len,
+                               documents=heldout_documents())[:8]
+            streams.update(train=_probe_streams(lm, rows), held=_probe_streams(lm, held))
+        with torch.enable_grad():
+            return probe_lr(lm, lr, streams["train"], streams["held"])
+
+    out = [cache.get(f"lr-{lr:g}", lambda lr=lr: compute(lr)) for lr in PROBE_LRS]
+    for r in out:
+        print(f"probe lr {r['lr']:g}: held-out KL {[round(x, 2) for x in r['heldout_kl']]} "
+              f"(identity {[round(x, 2) for x in r['heldout_kl_identity']]}), "
+              f"‖A‖ {r['translator_norm']}, {r['seconds']:.0f} s")
     return out
 
 
@@ -300,6 +406,8 @@ def report(run: harness.Run, lm: LensModel, trained: dict[str, TunedLens],
         calibration_below_least_squares=below_zero(rows, "calibration"),
         in_domain=[every[name] for name in DIAGNOSTIC],
         clip_runs=clips,
+        lr_probes=[probe_cache(run).load(f"lr-{lr:g}") for lr in PROBE_LRS
+                   if f"lr-{lr:g}" in probe_cache(run)],
     )
     run.write(data)
     for name, lens in trained.items():
@@ -317,6 +425,9 @@ def main() -> None:
     torch.set_grad_enabled(False)
     with run.timed("load"):
         lm = load_model(run.args.model)
+    if piece == "probes":  # needs no trained lens
+        probes(run, lm)
+        return
     trained = {}
     chosen = configs(run.quick, run.args.steps, run.args.clip)
     for name, config in chosen.items():

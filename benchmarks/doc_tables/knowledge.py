@@ -336,7 +336,9 @@ def _mean_gap(s: dict) -> float:
 
 
 def _clip_label(run: dict) -> str:
-    return f"{run['clip'].replace('_', '-')} clip, {run['steps']} steps"
+    rows = "shuffled rows" if run.get("shuffle") else "rows in document order"
+    per_step = run.get("tokens_per_step", run["train_tokens"] // run["steps"])
+    return f"{run['clip'].replace('_', '-')} clip, {run['steps']} steps of {per_step}, {rows}"
 
 
 @table("tuned_lens_diagnostic")
@@ -405,3 +407,24 @@ def tuned_lens_diagnostic_summary(data: TunedLensData) -> str:
                 f"its square; median layer {statistics.median(norms):.3g}."
             )
     return "\n".join(lines) if lines else _LENS_NOT_RUN
+
+
+@table("tuned_lens_lr_probes")
+def tuned_lens_lr_probes(data: TunedLensData) -> str:
+    """benchmarks/tuned_lens.py --piece probes: the default loop for a few steps on a few layers
+    at each learning rate; held-out KL per layer (the identity's beside it) and ‖A‖_F."""
+    probes = data.get("lr_probes", [])
+    if not probes:
+        return _LENS_NOT_RUN
+    layers = probes[0]["layers"]
+    header = ["lr", *(f"layer {x}: KL" for x in layers), "mean", "‖A‖_F per layer",
+              "training KL, last 5 steps"]
+    rows: list[list[object]] = [["identity (logit lens)",
+                                 *(f"{x:.2f}" for x in probes[0]["heldout_kl_identity"]),
+                                 f"{statistics.mean(probes[0]['heldout_kl_identity']):.2f}", "0", ""]]
+    for p in probes:
+        rows.append([f"{p['lr']:g}", *(f"{x:.2f}" for x in p["heldout_kl"]),
+                     f"{statistics.mean(p['heldout_kl']):.2f}",
+                     ", ".join(f"{x:.1f}" for x in p["translator_norm"]),
+                     f"{statistics.mean(p['losses'][-5:]):.2f}"])
+    return markdown(header, rows)

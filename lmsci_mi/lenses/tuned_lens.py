@@ -55,16 +55,18 @@ log = logging.getLogger(__name__)
 _FORMAT = "lmsci-mi-tuned-lens/2"
 _FORMATS = ("lmsci-mi-tuned-lens/1", _FORMAT)  # /1: least-squares lenses at resid_post
 _BELROSE = "Belrose et al. 2023, code: AlignmentResearch/tuned-lens"
-_BUDGET = "the CPU budget: docs/data/tuned_lens.json (training.tuned.train_seconds)"
+_TUNED_DATA = "docs/data/tuned_lens.json"
+_BUDGET = f"the CPU budget: {_TUNED_DATA} (training.tuned.train_seconds)"
 
 
 @config
 class TunedLensConfig(Config):
     """How a tuned lens is trained (every field is part of its cache key).
 
-    The defaults are Belrose et al.'s, but for the token budget (250 steps of 128 tokens: 1/2048 of
-    the paper's tokens, 29 min for SmolLM2 on this 2-core CPU, within the hour issue 37 allows), the
-    row length and the sink, which is left out.
+    The defaults are Belrose et al.'s, but for the token budget (160 steps of 128 tokens: 1/3200 of
+    the paper's tokens, about 30 min for SmolLM2 at 1 thread on this 2-core CPU, within the hour
+    issue 37 allows), the learning rate that budget needs, the row length and the sink, which is
+    left out (each difference in docs/lenses.md's paper-defaults table, with its data).
     """
 
     method: Literal["kl", "least_squares"] = dataclasses.field(
@@ -85,10 +87,11 @@ class TunedLensConfig(Config):
         },
     )
     steps: int = dataclasses.field(
-        default=250,
+        default=160,
         metadata={
             "paper": 250,
             "paper_source": f"{_BELROSE} scripts/train_loop.py Train.num_steps",
+            "why": f"{_BUDGET}, about half an hour at 1 thread beside other jobs",
             "help": "SGD steps on KL (method kl)",
             "ge": 1,
         },
@@ -114,12 +117,17 @@ class TunedLensConfig(Config):
         },
     )
     lr: float = dataclasses.field(
-        default=0.1,
+        default=0.5,
         metadata={
             "paper": 0.1,
             "paper_source": f"{_BELROSE} scripts/ingredients.py Optimizer (lr_scale 1.0 × "
             "(1 − momentum))",
-            "help": "SGD learning rate (PyTorch's, so the paper's 1 × (1 − momentum))",
+            "why": "the gradient norm over all layers (324 at the first step, never below 14) "
+                   "is above the clip at every step here, so a step moves the translators by "
+                   "lr whatever the data: at 1/3200 of the paper's "
+                   f"tokens lr 0.1 leaves them near the identity ({_TUNED_DATA}: clip_runs, "
+                   "lr_probes)",
+            "help": "SGD learning rate (PyTorch's, so the paper's lr_scale × (1 − momentum))",
             "gt": 0,
         },
     )
@@ -171,6 +179,40 @@ class TunedLensConfig(Config):
                     "gradient clipped on its own",
         },
     )
+    shuffle: bool = dataclasses.field(
+        default=True,
+        metadata={
+            "paper": True,
+            "paper_source": f"{_BELROSE} scripts/ingredients.py Distributed.dataloader_shuffle "
+            "(the tokenised rows of many documents, shuffled)",
+            "help": "draw each step's rows at random from a pool of many documents (False: in "
+                    "document order, one or two documents a step)",
+        },
+    )
+    pool_tokens: int = dataclasses.field(
+        default=131072,
+        metadata={
+            "paper": "the whole dataset (the Pile's validation split)",
+            "paper_source": f"{_BELROSE} scripts/ingredients.py Data (name, split)",
+            "why": "the stdlib text is all there is; 2^17 of its training tokens are 6 times "
+                   "what a default run reads, so no row repeats",
+            "help": "text tokens of the training documents the shuffled rows are drawn from",
+            "ge": 64,
+        },
+    )
+    micro_batch_tokens: int = dataclasses.field(
+        default=128,
+        metadata={
+            "paper": "per_gpu_batch_size 1 row of 2048 tokens, accumulated to tokens_per_step",
+            "paper_source": f"{_BELROSE} scripts/train_loop.py "
+                            "calculate_gradient_accumulation_steps",
+            "why": "memory, not results: the step's gradient is the same mean over its tokens "
+                   "(tests/unit/test_lenses.py, micro-batches accumulate to the full batch's)",
+            "help": "tokens per forward and backward pass; a step accumulates tokens_per_step "
+                    "of them, each micro-batch's loss divided by their number (the paper's)",
+            "ge": 8,
+        },
+    )
     n_tokens: int = dataclasses.field(
         default=16384,
         metadata={"help": "training tokens of the least-squares map (method least_squares)",
@@ -200,11 +242,26 @@ class TunedLensConfig(Config):
         params = self.params()
         if resolve_exclude(self.exclude).is_default:
             params.pop("exclude")
-        if params["clip"] == "global":  # the clip before it was a field: lenses cached then
+        # A field added later, at the value that reproduces the earlier loop, is left out: the
+        # lenses cached before it keep their file.
+        if params["clip"] == "global":
             params.pop("clip")
+        if params["method"] == "least_squares":  # the KL loop's fields: the map never reads them
+            for name in _KL_ONLY:
+                params.pop(name, None)
+            return params
+        if not params["shuffle"]:
+            params.pop("shuffle")
+            params.pop("pool_tokens")
+            if params["micro_batch_tokens"] >= params["tokens_per_step"]:
+                params.pop("micro_batch_tokens")
         return params
 
 
+_KL_ONLY = ("steps", "tokens_per_step", "lr", "momentum", "weight_decay", "warmup", "grad_clip",
+            "clip", "shuffle", "pool_tokens", "micro_batch_tokens")
+"""The KL loop's fields: out of a least-squares map's cache key, so a change of the loop's
+defaults leaves the cached map valid."""
 _DEFAULT_CONFIG = TunedLensConfig()
 _LEAST_SQUARES = TunedLensConfig(method="least_squares")
 
@@ -334,6 +391,9 @@ def _config_from(text: str, *, first_format: bool = False) -> TunedLensConfig:
         values = {k: v for k, v in values.items() if k in ("n_tokens", "seq_len", "ridge", "seed",
                                                            "exclude")}
         values.update(method="least_squares", site="resid_post")
+    if values.get("method", "kl") == "kl":  # absent from a KL lens's key: the earlier loop's
+        values.setdefault("shuffle", False)
+        values.setdefault("micro_batch_tokens", values.get("tokens_per_step", 128))
     if isinstance(values.get("exclude"), dict):
         values["exclude"] = Exclude.from_params(values["exclude"])
     return TunedLensConfig(**values)
@@ -373,19 +433,46 @@ class _Translators(nn.Module):
 
 def _training_rows(lm: LensModel, config: TunedLensConfig) -> Tensor:
     """Every step's rows, in order: step ``s`` reads the ``s``-th slice, so a resumed run reads
-    what an uninterrupted one would."""
+    what an uninterrupted one would. Shuffled (the paper's): rows drawn without replacement from
+    ``pool_tokens`` of the training documents by a permutation seeded with ``config.seed``, so a
+    step sees rows of as many documents as it has rows, not one or two neighbouring ones."""
     per_step = max(1, config.tokens_per_step // config.seq_len)
     needed = per_step * config.steps
     text_per_row = config.seq_len - (lm.sink_token_id is not None)
-    rows = text_chunks(lm, needed * text_per_row, config.seq_len, documents=_documents(0))
-    return rows[:needed].reshape(config.steps, per_step, config.seq_len)
+    if not config.shuffle:
+        rows = text_chunks(lm, needed * text_per_row, config.seq_len, documents=_documents(0))
+        return rows[:needed].reshape(config.steps, per_step, config.seq_len)
+    pool = text_chunks(lm, config.pool_tokens, config.seq_len, documents=_documents(0))
+    epochs = -(-needed // len(pool))
+    if epochs > 1:
+        log.warning("tuned lens: %d rows asked of a pool of %d: rows repeat (raise pool_tokens)",
+                    needed, len(pool))
+    generator = torch.Generator().manual_seed(config.seed)
+    order = torch.cat([torch.randperm(len(pool), generator=generator) for _ in range(epochs)])
+    return pool[order[:needed]].reshape(config.steps, per_step, config.seq_len)
 
 
 def _kl_step(
     lm: LensModel, translators: _Translators, batch: Tensor, config: TunedLensConfig
 ) -> list[float]:
-    """One step's gradients, layer by layer (one vocabulary-sized readout in memory at a time,
-    as the paper's loop does); returns each trained layer's KL."""
+    """One step's gradients, accumulated over micro-batches of ``config.micro_batch_tokens``
+    (each one's loss divided by their number, as the paper's loop does); returns each trained
+    layer's KL, the mean over the micro-batches."""
+    rows = max(1, config.micro_batch_tokens // config.seq_len)
+    chunks = batch.split(rows)
+    total: list[float] = []
+    for chunk in chunks:
+        losses = _kl_micro_step(lm, translators, chunk, config, 1 / len(chunks))
+        total = losses if not total else [a + b for a, b in zip(total, losses, strict=True)]
+    return [loss / len(chunks) for loss in total]
+
+
+def _kl_micro_step(
+    lm: LensModel, translators: _Translators, batch: Tensor, config: TunedLensConfig,
+    scale: float,
+) -> list[float]:
+    """One micro-batch's gradients (times ``scale``), layer by layer (one vocabulary-sized
+    readout in memory at a time, as the paper's loop does); returns each trained layer's KL."""
     n_layers = lm.cfg.n_layers
     names = [hook_name(config.site, layer) for layer in range(n_layers)]
     final_name = hook_name("resid_post", n_layers - 1)
@@ -402,7 +489,7 @@ def _kl_step(
     for layer in range(trained):
         stream = translators(layer, cap[names[layer]][keep].float())
         loss = _kl_to_final(lm, stream, final_logp, final_p)
-        loss.backward()
+        (loss * scale).backward()
         losses.append(float(loss.detach()))
     return losses
 
@@ -499,8 +586,8 @@ def train_tuned_lens(
         :class:`TunedLens`, with its training time and loss curve.
 
     >>> from lmsci_mi import load_model
-    >>> lens = train_tuned_lens(load_model("toy-2l"), TunedLensConfig(steps=2, seq_len=32,
-    ...                                                               tokens_per_step=64))
+    >>> lens = train_tuned_lens(load_model("toy-2l"), TunedLensConfig(
+    ...     steps=2, seq_len=32, tokens_per_step=64, pool_tokens=1024))
     >>> lens.weight.shape, lens.site, len(lens.losses)
     (torch.Size([2, 64, 64]), 'resid_pre', 2)
     """

@@ -13,6 +13,7 @@ from safetensors.torch import save_file
 from lmsci_mi import LensModel, load_model
 from lmsci_mi.cache import weights_fingerprint
 from lmsci_mi.cli import main
+from lmsci_mi.data.text_corpus import text_chunks
 from lmsci_mi.lenses import (
     LogitLens,
     LogitLensConfig,
@@ -25,7 +26,15 @@ from lmsci_mi.lenses import (
     tuned_lens,
     tuned_lens_for,
 )
-from lmsci_mi.lenses.tuned_lens import heldout_documents, tuned_lens_path
+from lmsci_mi.lenses.tuned_lens import (
+    _config_from,
+    _documents,
+    _kl_step,
+    _training_rows,
+    _Translators,
+    heldout_documents,
+    tuned_lens_path,
+)
 
 PROMPTS = ["The Eiffel Tower is located in the city of", "The cat sat on the"]
 
@@ -158,7 +167,7 @@ def test_bad_input_raises_before_any_hook(tiny: LensModel, call, match: str) -> 
 
 # --------------------------------------------------------------------------- tuned lens
 
-TINY_TUNED = TunedLensConfig(steps=2, seq_len=32, tokens_per_step=64)
+TINY_TUNED = TunedLensConfig(steps=2, seq_len=32, tokens_per_step=64, pool_tokens=1024)
 TINY_SHORTCUT = TunedLensConfig(method="least_squares", site="resid_post", n_tokens=256, seq_len=32)
 
 
@@ -251,6 +260,47 @@ def test_kl_training_resumes_bit_identically(tiny: LensModel, tmp_path) -> None:
     assert torch.equal(resumed.weight, whole.weight) and torch.equal(resumed.bias, whole.bias)
     assert resumed.losses == whole.losses and resumed.grad_norms == whole.grad_norms
     assert resumed.layer_losses == whole.layer_losses
+
+
+def test_kl_step_rows_are_shuffled_across_documents(tiny: LensModel) -> None:
+    """The paper's loader shuffles rows of many documents; in order, a step reads neighbours."""
+    config = dataclasses.replace(TINY_TUNED, steps=4)
+    rows = _training_rows(tiny, config)
+    ordered = _training_rows(tiny, dataclasses.replace(config, shuffle=False))
+    pool = text_chunks(tiny, config.pool_tokens, config.seq_len, documents=_documents(0))
+    assert rows.shape == ordered.shape == (4, 2, 32)
+    assert torch.equal(ordered.flatten(0, 1), pool[:8])  # in order: the pool's first rows
+    drawn = [int((pool == row).all(1).nonzero()) for row in rows.flatten(0, 1)]
+    assert len(set(drawn)) == 8 and max(drawn) > 8  # without replacement, from across the pool
+    assert torch.equal(rows, _training_rows(tiny, config))  # seeded: a resumed run reads the same
+
+
+def test_micro_batches_accumulate_to_the_full_batch_gradient(tiny: LensModel) -> None:
+    """Each micro-batch's loss divided by their number (the paper's accumulation): the step's
+    gradient is the full batch's mean-loss gradient."""
+    batch = _training_rows(tiny, dataclasses.replace(TINY_TUNED, tokens_per_step=128))[0]
+    grads = []
+    for micro in (128, 32):
+        translators = _Translators(2, 64)
+        config = dataclasses.replace(TINY_TUNED, tokens_per_step=128, micro_batch_tokens=micro)
+        losses = _kl_step(tiny, translators, batch, config)
+        grads.append((losses, translators.weight.grad.clone()))
+    torch.testing.assert_close(torch.tensor(grads[1][0]), torch.tensor(grads[0][0]))
+    torch.testing.assert_close(grads[1][1], grads[0][1], rtol=1e-4, atol=1e-7)
+
+
+def test_lenses_cached_before_shuffling_keep_their_key(tiny: LensModel) -> None:
+    """A field added at the value that reproduces the earlier loop stays out of the cache key,
+    and a file without it loads with that value."""
+    earlier = dataclasses.replace(TINY_TUNED, shuffle=False, micro_batch_tokens=64,
+                                  pool_tokens=TunedLensConfig().pool_tokens)
+    assert {"shuffle", "pool_tokens", "micro_batch_tokens"}.isdisjoint(earlier.key_params())
+    assert {"shuffle", "pool_tokens"} <= set(TINY_TUNED.key_params())
+    assert _config_from(json.dumps(earlier.key_params())) == earlier
+    assert _config_from(json.dumps(TINY_TUNED.key_params())) == TINY_TUNED
+    shortcut = TunedLensConfig(method="least_squares")  # the map reads no KL-loop field
+    assert {"shuffle", "steps", "lr"}.isdisjoint(shortcut.key_params())
+    assert shortcut.key_params() == dataclasses.replace(shortcut, steps=9).key_params()
 
 
 def test_tuned_lens_of_another_model_is_refused(tiny: LensModel, tmp_path) -> None:

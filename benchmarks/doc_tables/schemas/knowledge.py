@@ -324,11 +324,15 @@ class LensTraining(TypedDict):
 
 
 class ClipRun(TypedDict):
-    """Diagnostic: one KL-trained lens (the paper's global clip, or per-layer clipping)."""
+    """Diagnostic: one KL-trained lens (the paper's global clip, or per-layer clipping; rows in
+    document order or shuffled; its tokens per step)."""
 
     clip: str
     steps: int
     train_tokens: int
+    tokens_per_step: NotRequired[int]
+    shuffle: NotRequired[bool]
+    """Rows drawn at random from many documents (absent: in document order, the first runs)."""
     train_seconds: float
     lens_file: str
     loss_windows: list[float]
@@ -343,6 +347,22 @@ class ClipRun(TypedDict):
     """Held-out docstrings: logit, least squares and this lens."""
     held_out: list[LensSet]
     """The acceptance sets (other kinds of text) measured for this lens so far."""
+
+
+class LrProbe(TypedDict):
+    """The default loop for a few steps on a few layers at one learning rate (the clip scaled to
+    a layer's share among all layers), held-out KL on held-out docstrings."""
+
+    lr: float
+    layers: list[int]
+    steps: int
+    train_tokens: int
+    losses: list[float]
+    heldout_kl: list[float]
+    heldout_kl_identity: list[float]
+    heldout_tokens: int
+    translator_norm: list[float]
+    seconds: float
 
 
 class TunedLensData(TypedDict):
@@ -362,3 +382,5 @@ class TunedLensData(TypedDict):
     in_domain: NotRequired[list[LensSet]]
     """Diagnostic: held-out text of the training kind (odd-numbered stdlib docstrings)."""
     clip_runs: NotRequired[list[ClipRun]]
+    lr_probes: NotRequired[list[LrProbe]]
+    """The learning-rate probe (``--piece probes``), one entry per rate."""
