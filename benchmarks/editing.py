@@ -36,6 +36,12 @@ unedited baseline is cached per fact and shared. --partial writes the table from
 (ROME on its first facts). When every method is done it writes --out, docs/data/editing_table.json
 (every metric with a 95% percentile-bootstrap interval over facts), and prints the markdown table.
 
+ROME's per-fact edits are cached once per config (``rome_edits``) and read by --table and by
+editing_wild.py alike; --rome-edits only fills that cache, every --stride-th fact from --offset,
+so two one-thread processes (--offset 0 and 1, --stride 2) fit the 250 facts together:
+
+    PYTHONPATH=. .venv/bin/python benchmarks/editing.py --threads 1 --rome-edits --before --facts 250 --stride 2 --offset 0
+
 --quick: 4 fit steps, 2,048 statistics tokens, 5 tokens of GE; --speed times 1 ROME edit, MEMIT
 and AlphaEdit on 2 facts, --floor probes the rate for 0.5 s and counts 1 ROME edit and MEMIT on 2 facts, --table
 runs 4 facts in chunks of 2.
@@ -162,6 +168,12 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
                         help="--table: take ROME's chunks from the last (a second process beside a forward one)")
     parser.add_argument("--partial", action="store_true",
                         help="--table: write the table from the methods done so far (ROME on its first facts)")
+    parser.add_argument("--rome-edits", action="store_true",
+                        help="only fit and cache ROME's per-fact edits of the table's facts (with --before also "
+                             "at the defaults before issue 38), every --stride-th from --offset: two processes "
+                             "of one thread fill the cache that --table and editing_wild.py read")
+    parser.add_argument("--stride", type=int, default=1, help="--rome-edits: every N-th fact")
+    parser.add_argument("--offset", type=int, default=0, help="--rome-edits: starting at this fact")
     parser.add_argument("--max-seconds", type=float, default=float("inf"),
                         help="--table: start no chunk after this many seconds (run again to resume)")
     parser.add_argument("--before", action="store_true",
@@ -723,6 +735,23 @@ def table_rows(results: dict[str, EditEvaluation], facts: list[EditRequest]) -> 
     return rows
 
 
+def fill_rome_edits(run: harness.Run, s: Setup) -> None:
+    """--rome-edits: each of this process's facts edited once per ROME config and cached
+    (:func:`rome_fact_edit`); a fact another process has cached meanwhile is read, not refitted."""
+    args = run.args
+    facts = ordered_edit_facts(QUICK["facts"] if run.quick else args.facts)[: args.rome_facts]
+    deadline = time.perf_counter() + args.max_seconds
+    for label in ["rome", *(["rome-before-38"] if args.before else [])]:
+        edits = rome_edits(s, args.model, label)
+        for i in range(args.offset, len(facts), args.stride):
+            if time.perf_counter() > deadline:
+                print(f"{label}: stopped at fact {i} (--max-seconds); run again to resume")
+                return
+            _, seconds = rome_fact_edit(s, edits, facts[i], label)
+            print(f"{label} fact {i}: {seconds:.1f} s", flush=True)
+    print("done")
+
+
 BEFORE_DIFFERENCES = ("S", "ES", "PS", "NS")
 """--table --before: the metrics whose paired difference new - before is written."""
 
@@ -782,8 +811,8 @@ def table(run: harness.Run, s: Setup) -> None:
 def main() -> None:
     run = harness.start(__doc__, __file__, threads=2, flags=add_flags, out=harness.DATA / "editing_table.json")
     args = run.args
-    if not (args.speed or args.table or args.floor):
-        raise SystemExit("give --speed, --floor or --table")
+    if not (args.speed or args.table or args.floor or args.rome_edits):
+        raise SystemExit("give --speed, --floor, --table or --rome-edits")
     rates = {}
     if args.floor and args.keep_rate:  # a shared CPU: the last quiet probe's rate
         rates = harness.read_json(speed_file(run), {})["arithmetic_floor"]["matmul_gflops"]
@@ -796,6 +825,8 @@ def main() -> None:
         floor(run, s, rates)
     if args.speed:
         speed(run, s)
+    if args.rome_edits:
+        fill_rome_edits(run, s)
     if args.table:
         table(run, s)
 
