@@ -332,77 +332,23 @@ def test_cli_steer_round_trip(
 ) -> None:
     monkeypatch.setenv("LMSCI_MI_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "s.safetensors"
-    train = [
-        "steer",
-        "train",
-        "--model",
-        "toy-2l",
-        "--device",
-        "cpu",
-        "--steps",
-        "2",
-        "--rank",
-        "2",
-        "--steer-out",
-        str(out),
-    ]
+    train = ["steer", "train", "--model", "toy-2l", "--device", "cpu", "--steps", "2", "--rank", "2",
+             "--steer-out", str(out)]
     assert main(train) == 0
-    assert (
-        main(["steer", "generate", "--steer", str(out), "--value", "3", "--max-new-tokens", "3"])
-        == 0
-    )
+    assert main(["steer", "generate", "--steer", str(out), "--value", "3", "--max-new-tokens", "3"]) == 0
     assert main(["steer", "generate", "--steer", str(out), "--value", "3", "--value2", "1"]) == 2
     assert "out of range" in capsys.readouterr().err
     assert main(["steer", "generate", "--steer", str(out), "--model", "toy-gpt2-2l"]) == 2
     assert "belongs to toy-2l" in capsys.readouterr().err
     assert main(["steer", "svd", "--steer", str(out), "--export", str(tmp_path / "t.csv")]) == 0
     assert (tmp_path / "t.csv").read_text().startswith("direction,")
-    assert (
-        main(
-            [
-                "steer",
-                "highlight",
-                "--steer",
-                str(out),
-                "--text",
-                "A good day",
-                "--html",
-                str(tmp_path / "h.html"),
-            ]
-        )
-        == 0
-    )
-    assert (
-        main(
-            [
-                "steer",
-                "eval",
-                "--steer",
-                str(out),
-                "--n-prompts",
-                "2",
-                "--max-new-tokens",
-                "2",
-                "--values=-1,1",
-            ]
-        )
-        == 0
-    )
-    assert (
-        main(
-            [
-                "steer",
-                "transfer",
-                "--steer",
-                str(out),
-                "--to",
-                "toy-gpt2-2l",
-                "--steer-out",
-                str(tmp_path / "t.safetensors"),
-            ]
-        )
-        == 0
-    )
+    highlight = ["steer", "highlight", "--steer", str(out), "--text", "A good day", "--html", str(tmp_path / "h.html")]
+    assert main(highlight) == 0
+    evaluate = ["steer", "eval", "--steer", str(out), "--n-prompts", "2", "--max-new-tokens", "2", "--values=-1,1"]
+    assert main(evaluate) == 0
+    transfer = ["steer", "transfer", "--steer", str(out), "--to", "toy-gpt2-2l",
+                "--steer-out", str(tmp_path / "t.safetensors")]
+    assert main(transfer) == 0
     assert LMSteer.load(tmp_path / "t.safetensors").model_name == "toy-gpt2-2l"
     assert main(["steer", "svd", "--steer", str(tmp_path / "missing")]) == 2
     (tmp_path / "junk.json").write_text(json.dumps({}))
