@@ -1,0 +1,70 @@
+"""docs/editing.md's prose under the cost and sweep tables is generated from the data files: a
+changed figure changes the sentence, and what the data decide (whether a target is met, whether a
+fit stopped early, whether a setting beats the default) is read, not typed. Reads JSON only."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "docs" / "data"
+
+
+@functools.cache
+def _renderers() -> dict:
+    spec = importlib.util.spec_from_file_location("doc_tables_script_editing", ROOT / "scripts" / "doc_tables.py")
+    assert spec is not None and spec.loader is not None
+    module: ModuleType = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module._renderers()
+
+
+def _load(*names: str) -> dict:
+    return {name: json.loads((DATA / f"{name}.json").read_text()) for name in names}
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_the_cost_prose_reads_the_memit_run_and_its_count() -> None:
+    docs = _load("editing_speed", "model_cards")
+    render = _renderers()["editing_cost_findings"]
+    run = docs["editing_speed"]["memit_fits"]["runs"][0]
+    ran_all = sum(s == run["config"]["steps"] - 1 for s in run["fit_steps_each"])
+    assert f"{ran_all} of the {run['n_facts']} facts ran all" in _flat(render(docs))
+    changed = copy.deepcopy(docs)
+    changed["editing_speed"]["memit_fits"]["runs"][0]["wall_s"] = 140.0
+    text = _flat(render(changed))
+    assert "140.0 s, within the 150 s target" in text
+
+
+def test_the_rome_prose_says_whether_the_paper_fit_stopped_early() -> None:
+    speed = _load("editing_speed")["editing_speed"]
+    render = _renderers()["editing_rome_findings"]
+    assert "it never stopped early" in _flat(render(speed))
+    changed = copy.deepcopy(speed)
+    paper = next(r for r in changed["rome_fits"]["runs"] if r["config"]["fit"] == "rome")
+    paper["steps_each"][0] = 7
+    text = _flat(render(changed))
+    assert "never stopped early" not in text
+    assert "its total-loss stop fired on 1 of the" in text
+
+
+def test_the_sweep_prose_follows_the_paired_differences() -> None:
+    docs = _load("editing_sweeps", "alphaedit")
+    render = _renderers()["editing_sweeps_findings"]
+    assert "So the default stays 5,000." in _flat(render(docs))
+    changed = copy.deepcopy(docs)
+    lam = next(r for r in changed["editing_sweeps"]["rows"] if r["changes"].get("mom2_weight") == 1000.0)
+    lam["vs_reference"]["S"] = [3.0, 1.0, 5.0]
+    text = _flat(render(changed))
+    assert "At 1,000 S is 3.0 higher [1.0, 5.0]." in text
+    assert "So the default stays" not in text
