@@ -57,11 +57,11 @@ from lmsci_mi.data.text_corpus import text_chunks
 from lmsci_mi.lenses import LogitLensConfig, TunedLens, TunedLensConfig, logit_lens, tuned_lens
 from lmsci_mi.lenses.logit_lens import lens_readout
 from lmsci_mi.lenses.tuned_lens import (  # the loop's own pieces: the probe runs the same
-    _lens_logits,
-    _sgd,
-    _training_rows,
-    _Translators,
+    Translators,
     heldout_documents,
+    lens_logits,
+    lens_optimiser,
+    training_rows,
     tuned_lens_for,
     tuned_lens_path,
 )
@@ -329,8 +329,8 @@ def _probe_kl(lm: LensModel, translate, streams: dict[str, torch.Tensor], rows: 
               ) -> list[torch.Tensor]:
     """Per probed layer, KL(final ‖ lens) over ``rows`` of the cached streams (with gradient)."""
     *names, final = streams
-    target = _lens_logits(lm, streams[final][rows]).log_softmax(-1).detach()
-    return [(target.exp() * (target - _lens_logits(lm, translate(i, streams[n][rows]))
+    target = lens_logits(lm, streams[final][rows]).log_softmax(-1).detach()
+    return [(target.exp() * (target - lens_logits(lm, translate(i, streams[n][rows]))
                              .log_softmax(-1))).sum(-1).mean() for i, n in enumerate(names)]
 
 
@@ -338,9 +338,9 @@ def probe_lr(lm: LensModel, lr: float, train: dict, held: dict) -> dict:
     """One probe run at ``lr``: its training curve, held-out KL per layer and ‖A‖_F."""
     start = time.perf_counter()
     layers = probe_layers(lm)
-    translators = _Translators(len(layers), lm.cfg.d_model).to(lm.device)
+    translators = Translators(len(layers), lm.cfg.d_model).to(lm.device)
     config = dataclasses.replace(PROBE, lr=lr)
-    optimiser, schedule = _sgd(translators, config)
+    optimiser, schedule = lens_optimiser(translators, config)
     per_step = PROBE.tokens_per_step // PROBE.seq_len * (PROBE.seq_len - 1)
     curve = []
     for step in range(PROBE.steps):
@@ -374,7 +374,7 @@ def probes(run: harness.Run, lm: LensModel) -> list[dict]:
 
     def compute(lr: float) -> dict:
         if not streams:  # one model pass for every rate
-            rows = _training_rows(lm, PROBE).flatten(0, 1)
+            rows = training_rows(lm, PROBE).flatten(0, 1)
             held = text_chunks(lm, 8 * (PROBE.seq_len - 1), PROBE.seq_len,
                                documents=heldout_documents())[:8]
             streams.update(train=_probe_streams(lm, rows), held=_probe_streams(lm, held))

@@ -40,11 +40,15 @@ from lmsci_mi.sites import hook_name
 from lmsci_mi.training import SCHEDULES, TrainConfig, load_checkpoint, save_checkpoint
 
 __all__ = [
+    "Translators",
     "TunedLens",
     "TunedLensConfig",
     "fit_least_squares_lens",
     "heldout_documents",
+    "lens_logits",
+    "lens_optimiser",
     "train_tuned_lens",
+    "training_rows",
     "tuned_lens",
     "tuned_lens_for",
     "tuned_lens_path",
@@ -402,7 +406,7 @@ def _config_from(text: str, *, first_format: bool = False) -> TunedLensConfig:
 # --------------------------------------------------------------------------- training
 
 
-def _lens_logits(lm: LensModel, stream: Tensor) -> Tensor:
+def lens_logits(lm: LensModel, stream: Tensor) -> Tensor:
     """The lens's readout of a (translated) stream: the logit lens's own, soft cap included, so
     the translators are trained against the distribution they are later read with. The readout's
     weights are detached: the gradient reaches the translators only, never the model."""
@@ -413,12 +417,12 @@ def _kl_to_final(
     lm: LensModel, stream: Tensor, final_logp: Tensor, final_p: Tensor | None = None
 ) -> Tensor:
     """Mean KL(final ‖ lens) over tokens (``final_p``: ``final_logp.exp()``, if already made)."""
-    logp = _lens_logits(lm, stream).log_softmax(-1)
+    logp = lens_logits(lm, stream).log_softmax(-1)
     final_p = final_logp.exp() if final_p is None else final_p
     return (final_p * (final_logp - logp)).sum(-1).mean()
 
 
-class _Translators(nn.Module):
+class Translators(nn.Module):
     """Belrose et al.'s residual form, ``h + h @ A + b`` with ``A = b = 0`` at the start: the lens
     starts as the logit lens, and weight decay pulls it towards the identity, not towards zero."""
 
@@ -431,7 +435,7 @@ class _Translators(nn.Module):
         return stream + stream @ self.weight[layer] + self.bias[layer]
 
 
-def _training_rows(lm: LensModel, config: TunedLensConfig) -> Tensor:
+def training_rows(lm: LensModel, config: TunedLensConfig) -> Tensor:
     """Every step's rows, in order: step ``s`` reads the ``s``-th slice, so a resumed run reads
     what an uninterrupted one would. Shuffled (the paper's): rows drawn without replacement from
     ``pool_tokens`` of the training documents by a permutation seeded with ``config.seed``, so a
@@ -453,7 +457,7 @@ def _training_rows(lm: LensModel, config: TunedLensConfig) -> Tensor:
 
 
 def _kl_step(
-    lm: LensModel, translators: _Translators, batch: Tensor, config: TunedLensConfig
+    lm: LensModel, translators: Translators, batch: Tensor, config: TunedLensConfig
 ) -> list[float]:
     """One step's gradients, accumulated over micro-batches of ``config.micro_batch_tokens``
     (each one's loss divided by their number, as the paper's loop does); returns each trained
@@ -468,7 +472,7 @@ def _kl_step(
 
 
 def _kl_micro_step(
-    lm: LensModel, translators: _Translators, batch: Tensor, config: TunedLensConfig,
+    lm: LensModel, translators: Translators, batch: Tensor, config: TunedLensConfig,
     scale: float,
 ) -> list[float]:
     """One micro-batch's gradients (times ``scale``), layer by layer (one vocabulary-sized
@@ -481,7 +485,7 @@ def _kl_micro_step(
     # The sink is a resting place for attention, not a prediction: left out of the loss.
     keep = resolve_exclude(config.exclude).keep(batch).to(batch.device)
     with torch.no_grad():
-        final_logp = _lens_logits(lm, cap[final_name][keep].float()).log_softmax(-1)
+        final_logp = lens_logits(lm, cap[final_name][keep].float()).log_softmax(-1)
         final_p = final_logp.exp()
     # At resid_post the last layer's stream is the final one: its translator stays the identity.
     trained = n_layers - 1 if config.site == "resid_post" else n_layers
@@ -494,7 +498,7 @@ def _kl_micro_step(
     return losses
 
 
-def _clip(translators: _Translators, config: TunedLensConfig) -> list[float]:
+def _clip(translators: Translators, config: TunedLensConfig) -> list[float]:
     """Clip the gradient (one norm over every layer, or each layer's own); returns each layer's
     gradient norm before clipping. Under one global norm the layer with the largest gradient
     (the embedding's) sets every layer's step."""
@@ -509,8 +513,10 @@ def _clip(translators: _Translators, config: TunedLensConfig) -> list[float]:
     return norms.tolist()
 
 
-def _sgd(translators: _Translators, config: TunedLensConfig) -> tuple[Any, Any]:
-    """SGD with Nesterov momentum and a linear decay to 0 after the warm-up (the paper's)."""
+def lens_optimiser(translators: Translators, config: TunedLensConfig) -> tuple[Any, Any]:
+    """SGD with Nesterov momentum and a linear decay to 0 after the warm-up (the paper's): the
+    optimiser and its schedule, for a loop of one's own over :class:`Translators` (the
+    benchmark's learning-rate probe)."""
     optimiser = torch.optim.SGD(translators.parameters(), lr=config.lr, momentum=config.momentum,
                                 nesterov=True, weight_decay=config.weight_decay)
     decay = SCHEDULES.get("linear").function
@@ -528,15 +534,15 @@ def _train_kl(
     """Belrose et al.'s training loop, resuming ``checkpoint`` if there is one and writing it
     after every step; returns the full translators and the progress record."""
     n_layers, d = lm.cfg.n_layers, lm.cfg.d_model
-    translators = _Translators(n_layers, d).to(lm.device)
-    optimiser, schedule = _sgd(translators, config)
+    translators = Translators(n_layers, d).to(lm.device)
+    optimiser, schedule = lens_optimiser(translators, config)
     progress: dict[str, Any] = {"step": 0, "losses": [], "seconds": 0.0, "layer_losses": [],
                                 "history": []}
     if checkpoint is not None and checkpoint.is_file():
         progress = load_checkpoint(checkpoint, translators, optimiser, schedule)
         log.info("tuned lens: resuming from step %d (%s)", progress["step"], checkpoint)
     start = time.perf_counter()
-    rows = _training_rows(lm, config)
+    rows = training_rows(lm, config)
     for step in range(progress["step"], config.steps):
         optimiser.zero_grad(set_to_none=True)
         layer_losses = _kl_step(lm, translators, rows[step].to(lm.device), config)

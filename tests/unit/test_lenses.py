@@ -27,12 +27,12 @@ from lmsci_mi.lenses import (
     tuned_lens_for,
 )
 from lmsci_mi.lenses.tuned_lens import (
+    Translators,
     _config_from,
     _documents,
     _kl_step,
-    _training_rows,
-    _Translators,
     heldout_documents,
+    training_rows,
     tuned_lens_path,
 )
 
@@ -265,23 +265,23 @@ def test_kl_training_resumes_bit_identically(tiny: LensModel, tmp_path) -> None:
 def test_kl_step_rows_are_shuffled_across_documents(tiny: LensModel) -> None:
     """The paper's loader shuffles rows of many documents; in order, a step reads neighbours."""
     config = dataclasses.replace(TINY_TUNED, steps=4)
-    rows = _training_rows(tiny, config)
-    ordered = _training_rows(tiny, dataclasses.replace(config, shuffle=False))
+    rows = training_rows(tiny, config)
+    ordered = training_rows(tiny, dataclasses.replace(config, shuffle=False))
     pool = text_chunks(tiny, config.pool_tokens, config.seq_len, documents=_documents(0))
     assert rows.shape == ordered.shape == (4, 2, 32)
     assert torch.equal(ordered.flatten(0, 1), pool[:8])  # in order: the pool's first rows
     drawn = [int((pool == row).all(1).nonzero()) for row in rows.flatten(0, 1)]
     assert len(set(drawn)) == 8 and max(drawn) > 8  # without replacement, from across the pool
-    assert torch.equal(rows, _training_rows(tiny, config))  # seeded: a resumed run reads the same
+    assert torch.equal(rows, training_rows(tiny, config))  # seeded: a resumed run reads the same
 
 
 def test_micro_batches_accumulate_to_the_full_batch_gradient(tiny: LensModel) -> None:
     """Each micro-batch's loss divided by their number (the paper's accumulation): the step's
     gradient is the full batch's mean-loss gradient."""
-    batch = _training_rows(tiny, dataclasses.replace(TINY_TUNED, tokens_per_step=128))[0]
+    batch = training_rows(tiny, dataclasses.replace(TINY_TUNED, tokens_per_step=128))[0]
     grads = []
     for micro in (128, 32):
-        translators = _Translators(2, 64)
+        translators = Translators(2, 64)
         config = dataclasses.replace(TINY_TUNED, tokens_per_step=128, micro_batch_tokens=micro)
         losses = _kl_step(tiny, translators, batch, config)
         grads.append((losses, translators.weight.grad.clone()))

@@ -39,7 +39,7 @@ from lmsci_mi.lenses import (
     logit_lens,
     tuned_lens,
 )
-from lmsci_mi.lenses.tuned_lens import _lens_logits
+from lmsci_mi.lenses.tuned_lens import lens_logits
 from lmsci_mi.representations.concepts import unembedding_site, unembedding_vectors
 from lmsci_mi.sae.core import LensSAE
 from lmsci_mi.sae.features import promoted_tokens
@@ -207,7 +207,7 @@ def _check_lenses(run: _Run) -> None:
     _close(tuned.values, lens.values)
     _close(tuned.kl, lens.kl)
     # What its translators are trained against reads the same logits (soft cap included).
-    _close(_lens_logits(lm, run.cap[run.resid_hook]), run.logits)
+    _close(lens_logits(lm, run.cap[run.resid_hook]), run.logits)
 
 
 def _check_attribution(run: _Run) -> None:
