@@ -5,7 +5,6 @@ of a model's heads are :func:`lmsci_mi.circuits.attention.attention_html`; the r
 :mod:`lmsci_mi.cli.report`.
 """
 
-import warnings
 from typing import Any
 
 from lmsci_mi.viz.attention import attention_patterns_html as attention_patterns_html
@@ -22,16 +21,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """Deprecated names: ``attention_html`` and ``save_attention_html`` run the model, so they
-    moved to :mod:`lmsci_mi.circuits.attention`."""
-    if name not in ("attention_html", "save_attention_html"):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(
-        f"lmsci_mi.viz.{name} is deprecated: use lmsci_mi.circuits.attention.{name}",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    # A deprecated alias (tests/unit/test_import_layers.py lists it); it goes with it.
-    from lmsci_mi.circuits import attention
-
-    return getattr(attention, name)
+    """Names that moved: ``attention_html`` and ``save_attention_html`` run the model, so they
+    live in :mod:`lmsci_mi.circuits.attention` (no alias here: viz never imports circuits)."""
+    if name in ("attention_html", "save_attention_html"):
+        raise AttributeError(f"lmsci_mi.viz.{name} moved: use lmsci_mi.circuits.attention.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,7 +9,6 @@ is given; running the model to get them is :func:`lmsci_mi.circuits.attention.he
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -63,15 +62,8 @@ _MOVED = ("attention_html", "head_patterns", "parse_heads", "save_attention_html
 
 
 def __getattr__(name: str) -> Any:
-    """Deprecated names: running the model moved to :mod:`lmsci_mi.circuits.attention`."""
-    if name not in _MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(
-        f"lmsci_mi.viz.attention.{name} is deprecated: use lmsci_mi.circuits.attention.{name}",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    # A deprecated alias (tests/unit/test_import_layers.py lists it); it goes with it.
-    from lmsci_mi.circuits import attention
-
-    return getattr(attention, name)
+    """Names that moved: running the model is :mod:`lmsci_mi.circuits.attention`'s (no alias
+    here: viz never imports circuits)."""
+    if name in _MOVED:
+        raise AttributeError(f"lmsci_mi.viz.attention.{name} moved: use lmsci_mi.circuits.attention.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -56,10 +56,6 @@ imports the core, the cluster and viz, its own modules, and the features listed 
 A new use is one more row, with its reason; a use in both directions is a circle and fails."""
 
 DEPRECATED: dict[tuple[str, str], str] = {
-    ("lmsci_mi.viz", "circuits"): "lmsci_mi.viz.attention_html and save_attention_html, "
-    "now lmsci_mi.circuits.attention's (they run the model)",
-    ("lmsci_mi.viz.attention", "circuits"): "lmsci_mi.viz.attention.attention_html, "
-    "head_patterns, parse_heads and save_attention_html, now lmsci_mi.circuits.attention's",
     ("lmsci_mi.viz.report", "cli"): "the report page, now lmsci_mi.cli.report (it renders "
     "results, so it sits above them)",
     ("lmsci_mi.data.pairs", "circuits"): "PromptPairs.metric() (TextPairs.metric()), now "
@@ -351,10 +347,12 @@ def test_deprecated_aliases_resolve_to_the_new_homes() -> None:
     from lmsci_mi.cli import report
     from lmsci_mi.data.ioi import TextPairs
 
-    with pytest.warns(DeprecationWarning, match="circuits.attention"):
-        assert lmsci_mi.viz.save_attention_html is attention.save_attention_html
-    with pytest.warns(DeprecationWarning, match="circuits.attention"):
-        assert lmsci_mi.viz.attention.head_patterns is attention.head_patterns
+    # The viz -> circuits aliases are gone (they made a circle); the error names the new home.
+    with pytest.raises(AttributeError, match=r"circuits\.attention\.save_attention_html"):
+        lmsci_mi.viz.save_attention_html  # noqa: B018
+    with pytest.raises(AttributeError, match=r"circuits\.attention\.head_patterns"):
+        lmsci_mi.viz.attention.head_patterns  # noqa: B018
+    assert attention.head_patterns is not None
     with pytest.raises(AttributeError):
         lmsci_mi.viz.attention.no_such_name  # noqa: B018
     sys.modules.pop("lmsci_mi.viz.report", None)  # so that importing it runs it again
