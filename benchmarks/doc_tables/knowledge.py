@@ -338,7 +338,9 @@ def _mean_gap(s: dict) -> float:
 def _clip_label(run: dict) -> str:
     rows = "shuffled rows" if run.get("shuffle") else "rows in document order"
     per_step = run.get("tokens_per_step", run["train_tokens"] // run["steps"])
-    return f"{run['clip'].replace('_', '-')} clip, {run['steps']} steps of {per_step}, {rows}"
+    start = "least-squares start" if run.get("init") == "least_squares" else "identity start"
+    return (f"{start}, {run['clip'].replace('_', '-')} clip, {run['steps']} steps of {per_step}, "
+            f"{rows}")
 
 
 @table("tuned_lens_diagnostic")

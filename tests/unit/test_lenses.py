@@ -32,6 +32,7 @@ from lmsci_mi.lenses.tuned_lens import (
     _documents,
     _kl_step,
     heldout_documents,
+    starting_map,
     training_rows,
     tuned_lens_path,
 )
@@ -167,7 +168,8 @@ def test_bad_input_raises_before_any_hook(tiny: LensModel, call, match: str) -> 
 
 # --------------------------------------------------------------------------- tuned lens
 
-TINY_TUNED = TunedLensConfig(steps=2, seq_len=32, tokens_per_step=64, pool_tokens=1024)
+TINY_TUNED = TunedLensConfig(init="identity", steps=2, seq_len=32, tokens_per_step=64,
+                             pool_tokens=1024)  # the paper's start: these tests are of its loop
 TINY_SHORTCUT = TunedLensConfig(method="least_squares", site="resid_post", n_tokens=256, seq_len=32)
 
 
@@ -289,6 +291,23 @@ def test_micro_batches_accumulate_to_the_full_batch_gradient(tiny: LensModel) ->
     torch.testing.assert_close(grads[1][1], grads[0][1], rtol=1e-4, atol=1e-7)
 
 
+def test_kl_loop_can_start_at_the_least_squares_map(tiny: LensModel, tmp_path, monkeypatch) -> None:
+    """init="least_squares": the translators start at Din et al.'s map of the config's own
+    tokens and ridge (cached as that map), and the KL loop moves them from there."""
+    monkeypatch.setenv("LMSCI_MI_CACHE", str(tmp_path))
+    config = dataclasses.replace(TINY_TUNED, init="least_squares", n_tokens=256, steps=1)
+    shortcut = fit_least_squares_lens(tiny, starting_map(config))
+    assert shortcut.site == "resid_pre" and starting_map(config).n_tokens == 256
+    start = Translators(2, 64).start_at(shortcut)
+    stream = torch.randn(3, 64)
+    torch.testing.assert_close(start(1, stream), shortcut.translate(1, stream))
+    still = train_tuned_lens(tiny, dataclasses.replace(config, lr=1e-12))
+    torch.testing.assert_close(still.weight, shortcut.weight, rtol=0, atol=1e-6)
+    assert tuned_lens_path(tiny, starting_map(config)).is_file()  # the start is cached
+    moved = train_tuned_lens(tiny, dataclasses.replace(config, steps=3))
+    assert moved.losses[-1] < moved.losses[0] and not torch.equal(moved.weight, shortcut.weight)
+
+
 def test_lenses_cached_before_shuffling_keep_their_key(tiny: LensModel) -> None:
     """A field added at the value that reproduces the earlier loop stays out of the cache key,
     and a file without it loads with that value."""
@@ -296,6 +315,10 @@ def test_lenses_cached_before_shuffling_keep_their_key(tiny: LensModel) -> None:
                                   pool_tokens=TunedLensConfig().pool_tokens)
     assert {"shuffle", "pool_tokens", "micro_batch_tokens"}.isdisjoint(earlier.key_params())
     assert {"shuffle", "pool_tokens"} <= set(TINY_TUNED.key_params())
+    # init: "identity" (the loop before the field) stays out of the key, and a file without it
+    # is an identity start; the least-squares start is in it.
+    assert "init" not in TINY_TUNED.key_params() and "init" in TunedLensConfig().key_params()
+    assert _config_from(json.dumps(TINY_TUNED.key_params())).init == "identity"
     assert _config_from(json.dumps(earlier.key_params())) == earlier
     assert _config_from(json.dumps(TINY_TUNED.key_params())) == TINY_TUNED
     shortcut = TunedLensConfig(method="least_squares")  # the map reads no KL-loop field

@@ -325,9 +325,13 @@ class LensTraining(TypedDict):
 
 class ClipRun(TypedDict):
     """Diagnostic: one KL-trained lens (the paper's global clip, or per-layer clipping; rows in
-    document order or shuffled; its tokens per step)."""
+    document order or shuffled; its tokens per step; started at the identity or at the
+    least-squares map)."""
 
     clip: str
+    init: NotRequired[str]
+    """Where the loop started: ``identity`` (the paper's; absent: the runs before the field) or
+    ``least_squares`` (Din et al.'s map)."""
     steps: int
     train_tokens: int
     tokens_per_step: NotRequired[int]
