@@ -176,9 +176,11 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--offset", type=int, default=0, help="--rome-edits: starting at this fact")
     parser.add_argument("--max-seconds", type=float, default=float("inf"),
                         help="--table: start no chunk after this many seconds (run again to resume)")
-    parser.add_argument("--before", action="store_true",
-                        help="--table: also each method at its defaults before issue 38 (rows '<method> before "
-                             "38'), and the paired differences new - before of S, ES, PS and NS")
+    parser.add_argument("--before", nargs="*", choices=sorted(EDITING_METHODS.names()), default=None,
+                        metavar="METHOD",
+                        help="--table: also these methods (none named: every --methods one) at their defaults "
+                             "before issue 38 (rows '<method> before 38'), and the paired differences new - "
+                             "before of S, ES, PS and NS")
 
 
 # --- what every part shares ----------------------------------------------------------------------
@@ -741,7 +743,7 @@ def fill_rome_edits(run: harness.Run, s: Setup) -> None:
     args = run.args
     facts = ordered_edit_facts(QUICK["facts"] if run.quick else args.facts)[: args.rome_facts]
     deadline = time.perf_counter() + args.max_seconds
-    for label in ["rome", *(["rome-before-38"] if args.before else [])]:
+    for label in ["rome", *(["rome-before-38"] if "rome" in before_methods(args) else [])]:
         edits = rome_edits(s, args.model, label)
         for i in range(args.offset, len(facts), args.stride):
             if time.perf_counter() > deadline:
@@ -750,6 +752,13 @@ def fill_rome_edits(run: harness.Run, s: Setup) -> None:
             _, seconds = rome_fact_edit(s, edits, facts[i], label)
             print(f"{label} fact {i}: {seconds:.1f} s", flush=True)
     print("done")
+
+
+def before_methods(args: argparse.Namespace) -> list[str]:
+    """The methods --before asks for: those it names, or every --methods one when it names none."""
+    if args.before is None:
+        return []
+    return [name for name in args.methods if not args.before or name in args.before]
 
 
 BEFORE_DIFFERENCES = ("S", "ES", "PS", "NS")
@@ -765,7 +774,7 @@ def table_evaluations(run: harness.Run, s: Setup, facts: list[EditRequest]) -> d
     cache = run.cache({"model": args.model, "quick": quick,
                        "configs": {name: s.configs[name].params() for name in sorted(s.configs)}})
     deadline = time.perf_counter() + args.max_seconds
-    labels = [*args.methods, *(f"{name}-before-38" for name in args.methods if args.before)]
+    labels = [*args.methods, *(f"{name}-before-38" for name in before_methods(args))]
     results: dict[str, EditEvaluation] = {}
     for label in labels:
         with run.timed(label):
