@@ -226,6 +226,8 @@ def editing_before_38(data: EditingTableData) -> str:
     """benchmarks/editing.py --table --before: each method's new defaults minus its defaults before
     issue 38 on the same facts, in points, with paired 95 % bootstrap intervals."""
     differences = data.get("before_38", {})
+    if not differences:
+        return markdown(["measured"], [["not yet: `benchmarks/editing.py --table --before`"]])
     metrics = ("S", "ES", "PS", "NS")
     rows = [[METHOD_NAMES.get(name, name), str(next(iter(gaps.values()))["n"]),
              *(ci(gaps[m]["estimate"], gaps[m]["low"], gaps[m]["high"], 1) for m in metrics)]
@@ -889,4 +891,141 @@ def editing_sweeps_findings(data: dict[str, Any]) -> str:
         _sweep_default(refs["alphaedit"], thresholds, alphaedit if same_c else None),
         _sweep_smallest(smallest, refs["alphaedit"]),
         _sweep_trace_share(shares, by_method["alphaedit"], refs["alphaedit"]),
+    ]))
+
+
+# --- the editing table's findings (benchmarks/editing.py --table) ---------------------------------
+
+
+def _rows_by_method(data: EditingTableData) -> dict[str, EditRow]:
+    return {row["model"]: row for row in data["rows"]}
+
+
+def _overlap(a: EditRow, b: EditRow, metric: str) -> bool:
+    (low_a, high_a), (low_b, high_b) = a["ci95"][metric], b["ci95"][metric]
+    return low_a <= high_b and low_b <= high_a
+
+
+def _cell(row: EditRow, metric: str) -> str:
+    return ci(row["metrics"][metric], *row["ci95"][metric], 1)
+
+
+def _rome_fit(config: dict[str, Any]) -> str:
+    """Which ROME fit a table row ran: the paper's, or the edit-aware fit of before issue 38."""
+    if config.get("fit", "edit_aware" if config.get("edit_aware") else "rome") == "rome":
+        return f"the paper's fit ({config.get('n_contexts')} prefixes, up to {config.get('steps')} steps)"
+    return "the edit-aware fit and the settings of before issue 38"
+
+
+@table("editing_table_intro")
+def editing_table_intro(data: EditingTableData) -> str:
+    """benchmarks/editing.py --table: what the table ran (facts, C's tokens, GE's length, ROME's fit)."""
+    rows = _rows_by_method(data)
+    rome = (f" ROME edits one fact at a time and restores between facts, with "
+            f"**{_rome_fit(data['configs']['rome'])}**." if "rome" in rows else "")
+    before = ([_method_name(m) for m in data.get("before_38", {})])
+    also = (f" {' and '.join(before)} also run at their defaults before issue 38 on the same facts "
+            "(rows '(defaults before issue 38)'; the paired differences below)." if before else "")
+    return _prose(
+        f"The editing table on the first {data['n_facts']} facts of the editing fact set in a seeded "
+        f"random order (all 13 relations), C from {data['stats_tokens']:,} tokens, GE of "
+        f"{data['generation_tokens']} tokens, every row with a 95 % percentile-bootstrap interval over "
+        f"facts. MEMIT and AlphaEdit install all {data['n_facts']} facts in one edit.{rome}{also}")
+
+
+def _batch_findings(rows: dict[str, EditRow], n: int) -> list[str]:
+    memit, alpha = rows.get("memit"), rows.get("alphaedit")
+    if memit is None or alpha is None:
+        return []
+    s_overlap = "overlap" if _overlap(memit, alpha, "S") else "do not overlap"
+    margins = "just touch or overlap" if _overlap(memit, alpha, "EM") else "are apart"
+    larger = "AlphaEdit's" if alpha["metrics"]["EM"] > memit["metrics"]["EM"] else "MEMIT's"
+    return [
+        f"- **Both batch methods install {n} facts in one edit**: ES {num(memit['metrics']['ES'], 1)} "
+        f"(MEMIT) and {num(alpha['metrics']['ES'], 1)} (AlphaEdit), PS {num(memit['metrics']['PS'], 1)} "
+        f"and {num(alpha['metrics']['PS'], 1)}. Their S intervals {s_overlap} ({_cell(memit, 'S')} and "
+        f"{_cell(alpha, 'S')}); {larger} margins are larger (EM {num(alpha['metrics']['EM'], 1)} against "
+        f"{num(memit['metrics']['EM'], 1)}, PM {num(alpha['metrics']['PM'], 1)} against "
+        f"{num(memit['metrics']['PM'], 1)}), with intervals that {margins}.",
+        f"- **NS falls to {num(memit['metrics']['NS'], 1)} (MEMIT) and {num(alpha['metrics']['NS'], 1)} "
+        f"(AlphaEdit)** ({num(rows['unedited']['metrics']['NS'], 1)} unedited): one edit of {n} facts "
+        f"moves about one in {100 / max(100 - memit['metrics']['NS'], 1e-9):.0f} neighbourhood prompts "
+        "about held-out subjects. The threshold sweep below varies what AlphaEdit adds.",
+    ]
+
+
+def _rome_findings(rows: dict[str, EditRow]) -> list[str]:
+    rome = rows.get("rome")
+    if rome is None:
+        return []
+    m = rome["metrics"]
+    batch = [rows[k] for k in ("memit", "alphaedit") if k in rows]
+    above = [METHOD_NAMES.get(b["model"], b["model"]) for b in batch
+             if rome["ci95"]["S"][0] > b["ci95"]["S"][1]]
+    overlaps = [METHOD_NAMES.get(b["model"], b["model"]) for b in batch if _overlap(rome, b, "S")]
+    compare = (f"above {' and '.join(above)}'s S" if above else "not above the batch methods' S")
+    if overlaps:
+        compare += f", its interval overlapping {' and '.join(overlaps)}'s"
+    return [f"- **ROME, one fact at a time**: ES {num(m['ES'], 1)}, PS {num(m['PS'], 1)}, NS "
+            f"{num(m['NS'], 1)} (S {_cell(rome, 'S')}: {compare}); margins EM {num(m['EM'], 1)}, PM "
+            f"{num(m['PM'], 1)}, NM {num(m['NM'], 1)}: each fact is edited alone, so no neighbour shares "
+            "its edit with the others."]
+
+
+@table("editing_table_findings")
+def editing_table_findings(data: EditingTableData) -> str:
+    """benchmarks/editing.py --table: what the table and margins say, each sentence from the data."""
+    rows = _rows_by_method(data)
+    unedited = rows["unedited"]
+    edited = [r for r in data["rows"] if r["model"] != "unedited"]
+    in_ge = [_short_label(r, data["n_facts"]) for r in edited if _overlap(r, unedited, "GE")]
+    ge = (f"- **GE stays within the unedited interval** for {len(in_ge)} of {len(edited)} edited rows"
+          + (f" (not: {', '.join(_short_label(r, data['n_facts']) for r in edited if not _overlap(r, unedited, 'GE'))})"
+             if len(in_ge) < len(edited) else "") + ".")
+    seconds = ", ".join(f"{_method_name(r['model'])} {r['seconds_per_edit']:.1f} s" for r in edited
+                        if r["seconds_per_edit"] is not None)
+    cost = (f"- Seconds per edit (`seconds_per_edit` in the data): {seconds} (a batch method's one edit "
+            f"installs all {data['n_facts']} facts; ROME's is per fact). At one thread beside other jobs: "
+            "not speed figures (see Cost).")
+    return _prose("\n".join([*_batch_findings(rows, data["n_facts"]), ge, *_rome_findings(rows), cost]))
+
+
+def _and(items: Sequence[str]) -> str:
+    """"a", "a and b", "a, b and c"."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _span(values: Sequence[int]) -> str:
+    """"24" when every method gives the same count, else "min–max"."""
+    return str(min(values)) if min(values) == max(values) else f"{min(values)}–{max(values)}"
+
+
+@table("editing_messy_findings")
+def editing_messy_findings(data: EditingTableData) -> str:
+    """benchmarks/editing.py --table: the messy-knowledge reading, each rate from the data."""
+    rows = _rows_by_method(data)
+    edited = [r for r in data["rows"] if r["model"] != "unedited" and not r["model"].endswith("-before-38")]
+    names = _and([f"{num(r['metrics']['NEG'], 1)} % ({_method_name(r['model'])})" for r in edited])
+    probes = data["rows"][0]["probe_facts"]
+    rev = [r for r in edited if r["metrics"]["REV"] > 0]
+    hop = [round(r["metrics"]["2HOP"] * probes["2HOP"] / 100) for r in edited]
+    orl = [r["metrics"]["ORL"] for r in edited]
+    rev_text = ("none is reversed by any method" if not rev else
+                "reversed by " + ", ".join(_method_name(r["model"]) for r in rev))
+    return _prose("\n".join([
+        "What the \"messy knowledge\" story expects, and what SmolLM2 shows:",
+        f"- **Negation curse** (expected: an edit of \"X is in Y\" also moves \"X is not in Y\"): on "
+        f"{names} of the negated prompts the new target beats the true one after the edit "
+        f"({num(rows['unedited']['metrics']['NEG'], 1)} % before).",
+        f"- **Reversal curse** (expected: learning \"A is B\" does not give \"B is A\"): on the "
+        f"{probes['REV']} facts with a reverse probe, {rev_text}. So few facts are a small sample; "
+        "country → capital is the set's only one-to-one relation.",
+        f"- **Two-hop consequences** (expected to fail often): {_span(hop)} of the {probes['2HOP']} "
+        "two-hop facts move to the answer the edit implies (by method). The two-hop "
+        "prompt shares the subject and most of its wording with the edited one, so this may be the "
+        "subject's new association rather than reasoning over it.",
+        f"- **Over-ripple** (the edit leaks into unrelated relations of X): on average "
+        f"{_span([round(x) for x in orl])} % of a fact's other-relation prompts lose their top-1 answer "
+        f"after the edit ({rows['unedited']['other_relation_prompts']} prompts on {probes['ORL']} "
+        "facts): the edit rewrites what the model says about the subject beyond the edited relation.",
     ]))

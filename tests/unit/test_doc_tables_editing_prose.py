@@ -66,3 +66,28 @@ def test_the_sweep_prose_follows_the_paired_differences() -> None:
     text = _flat(render(changed))
     assert "At 1,000 S is 3.0 higher [1.0, 5.0]." in text
     assert "So the default stays" not in text
+
+
+def test_the_table_prose_reads_the_rows_and_rome_fit() -> None:
+    table = _load("editing_table")["editing_table"]
+    render = _renderers()
+    rows = {row["model"]: row for row in table["rows"]}
+    text = _flat(render["editing_table_findings"](table))
+    assert f"ES {rows['memit']['metrics']['ES']:.1f} (MEMIT)" in text
+    moved = copy.deepcopy(table)
+    moved_rows = {row["model"]: row for row in moved["rows"]}
+    moved_rows["memit"]["metrics"]["ES"] = 12.3
+    moved_rows["alphaedit"]["ci95"]["S"] = [0.0, 1.0]  # apart from MEMIT's: the sentence says so
+    changed = _flat(render["editing_table_findings"](moved))
+    assert "ES 12.3 (MEMIT)" in changed and "S intervals do not overlap" in changed
+    moved["configs"]["rome"] = {"fit": "rome", "n_contexts": 10, "steps": 20}
+    assert "the paper's fit (10 prefixes, up to 20 steps)" in _flat(render["editing_table_intro"](moved))
+
+
+def test_the_messy_prose_counts_two_hop_facts_per_method() -> None:
+    table = _load("editing_table")["editing_table"]
+    text = _flat(_renderers()["editing_messy_findings"](table))
+    n = table["rows"][0]["probe_facts"]["2HOP"]
+    hops = {round(r["metrics"]["2HOP"] * n / 100) for r in table["rows"] if r["model"] != "unedited"}
+    expected = str(min(hops)) if len(hops) == 1 else f"{min(hops)}–{max(hops)}"
+    assert f"{expected} of the {n} two-hop facts" in text
