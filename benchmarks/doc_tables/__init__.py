@@ -92,6 +92,7 @@ from . import (  # noqa: E402, F401
     editing,
     editing_sweeps,
     editing_wild,
+    icl_data,
     knowledge,
     peers,
     probes,

@@ -42,6 +42,7 @@ USES: dict[tuple[str, str], str] = {
     ("editing", "circuits"): "editing uses circuits' causal trace to pick ROME's layer",
     ("editing", "data"): "an edit request is the fact record, and the shipped facts; the key "
     "statistics read the text corpus",
+    ("icl", "data"): "ICL prompt sets are drawn from the shipped ICL tasks and fact relations",
     ("knowledge", "data"): "trigger search reads the text corpus; knowledge neurons take the "
     "fact record",
     ("lenses", "data"): "the tuned lens trains on the text corpus",
