@@ -48,7 +48,9 @@ QUICK = ICLRegressionConfig(d=3, n_points=8, n_layers=2, d_model=32, n_heads=2, 
 CURVE_EVERY = 50
 """Steps per point of the stored loss curve."""
 WITHIN = 0.2
-"""The issue's acceptance: the model's error at n = 2d within 20 % of least squares'."""
+"""The issue's acceptance: the model's error at n = 2d within 20 % of least squares', read as at
+most 20 % above it. With noise, ridge (λ = σ², the Bayes predictor) is itself about 24 % below
+least squares at n = 2d (d = 5, σ = 1), so a two-sided band would fail the optimal predictor."""
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -117,7 +119,8 @@ def evaluation_section(model: Any, config: ICLRegressionConfig, args: argparse.N
                                       "ci95": [round(v, 4) for v in model_ratio.as_list()]},
             ridge_over_least_squares={"estimate": round(ratios["ridge"].estimate, 4),
                                       "ci95": [round(v, 4) for v in ratios["ridge"].as_list()]},
-            within_20_percent=abs(model_ratio.estimate - 1) <= WITHIN,
+            within_20_percent=model_ratio.estimate <= 1 + WITHIN,
+            interval_within_20_percent=model_ratio.high <= 1 + WITHIN,
         ),
     }
 

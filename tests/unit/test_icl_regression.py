@@ -210,3 +210,11 @@ def test_the_error_ratio_is_paired_and_names_its_series(trained: regression.Regr
     assert ratio.low <= ratio.estimate <= ratio.high and ratio.n == 40
     with pytest.raises(UserInputError, match="no series"):
         result.error_ratio(1, "lasso")
+
+
+def test_the_probes_read_the_query_position(trained: regression.RegressionTransformer) -> None:
+    batch = sample_regression(4, TINY.d, 3, seed=5)
+    z = interleave(batch.xs, batch.ys)[:, :-1]  # two examples, then the query x
+    states, layers = regression._last_position_states(trained, z)
+    read_in = batch.xs[:, 2] @ trained.W_E + trained.W_pos[4]
+    assert layers == ("embed", "0") and torch.allclose(states[0], read_in, atol=1e-6)
