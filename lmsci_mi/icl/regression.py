@@ -81,7 +81,7 @@ _CHECKPOINT_EVERY = 500
 
 _EVAL_SEED = 2**40
 """Evaluation, dev and probe prompts draw from seeds at and above this; the trainer's are
-``seed * 1_000_003 + step``, far below it for any budget, so no test prompt was trained on."""
+``seed * 1_000_003 + step``, below it for any seed under 10⁶, so no test prompt was trained on."""
 
 
 @config
@@ -271,6 +271,8 @@ class RegressionTransformer(HookedTransformer):
                 f"{input.shape[1]} positions exceed the model's {self.cfg.n_ctx} "
                 f"({self.cfg.n_ctx // 2} points)"
             )
+        # Garg et al.'s read-in is Linear(d, d_model) with a bias; here the learned position
+        # embedding added next carries any constant offset, so W_E alone is as expressive.
         embed = self.hook_embed(input.to(self.embed.W_E) @ self.embed.W_E)
         residual, shortformer = self.get_residual(embed, 0, return_shortformer_pos_embed=True)
         return residual, None, shortformer, None
