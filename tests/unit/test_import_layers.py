@@ -40,6 +40,7 @@ USES: dict[tuple[str, str], str] = {
     "tokens; IOI and edge scores read the IOI prompts",
     ("circuits", "lenses"): "IOI uses the lenses' direct logit attribution to find name movers",
     ("editing", "circuits"): "editing uses circuits' causal trace to pick ROME's layer",
+    ("icl", "probes"): "the in-context regression transformer's probes fit the probes' ridge probe",
     ("editing", "data"): "an edit request is the fact record, and the shipped facts; the key "
     "statistics read the text corpus",
     ("icl", "data"): "ICL prompt sets are drawn from the shipped ICL tasks and fact relations",
