@@ -1,5 +1,5 @@
 """In-context learning: ICL prompt sets with the token spans of every demonstration (Han et al.
-2023's setting), and a transformer that learns regression in context. The tasks' data live in
+2023's setting), and a transformer that learns regression in context (:mod:`lmsci_mi.icl.regression`). The tasks' data live in
 ``lmsci_mi/data/icl/`` (:mod:`lmsci_mi.data.icl_tasks`)."""
 
 from lmsci_mi.data.icl_tasks import (
@@ -26,30 +26,78 @@ from lmsci_mi.icl.prompts import (
     label_token_ids,
     zero_shot_prompts,
 )
-
-# lmsci_mi.icl.regression (the in-context regression transformer, another helper's part) adds
-# its imports here and its names to __all__ below.
+from lmsci_mi.icl.regression import (
+    ALGORITHMS,
+    PROBE_TARGETS,
+    ICLRegressionConfig,
+    RegressionBatch,
+    RegressionCurves,
+    RegressionEvaluation,
+    RegressionProbes,
+    RegressionTransformer,
+    averaging,
+    best_step_sizes,
+    evaluate_regression,
+    gradient_descent_step,
+    interleave,
+    k_nearest_neighbours,
+    least_squares,
+    load_regression_model,
+    predict_regression,
+    random_regression_model,
+    regression_folder,
+    regression_probes,
+    ridge,
+    sample_regression,
+    squared_errors,
+    squared_prediction_difference,
+    train_regression_model,
+)
 
 __all__ = [
+    "ALGORITHMS",
     "ICL_CLASSIFICATION_TASKS",
     "ICL_FORMATS",
     "ICL_PAIR_TASKS",
     "ICL_TASKS",
     "LABEL_MODES",
+    "PROBE_TARGETS",
     "Demonstration",
     "ICLFormat",
     "ICLItem",
     "ICLPrompt",
     "ICLPromptConfig",
     "ICLPromptSet",
+    "ICLRegressionConfig",
     "ICLSplit",
     "ICLTask",
     "ICLTokenizer",
+    "RegressionBatch",
+    "RegressionCurves",
+    "RegressionEvaluation",
+    "RegressionProbes",
+    "RegressionTransformer",
+    "averaging",
+    "best_step_sizes",
+    "evaluate_regression",
     "fact_relation_task",
+    "gradient_descent_step",
     "icl_prompts",
     "icl_split",
+    "interleave",
+    "k_nearest_neighbours",
     "label_token_ids",
+    "least_squares",
     "load_icl_task",
+    "load_regression_model",
+    "predict_regression",
+    "random_regression_model",
+    "regression_folder",
+    "regression_probes",
+    "ridge",
+    "sample_regression",
+    "squared_errors",
+    "squared_prediction_difference",
+    "train_regression_model",
     "zero_shot_prompts",
-    # the regression transformer's names
 ]
