@@ -97,6 +97,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
                         default="all")
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--steps", type=int, default=TUNED.steps, help="the tuned lens's SGD steps")
+    parser.add_argument("--lr", type=float, default=TUNED.lr,
+                        help="the tuned lens's learning rate (Gemma 3: 0.001, its probe in the docs)")
     parser.add_argument("--clip", choices=["global", "per_layer"], default=TUNED.clip,
                         help="the tuned lens's gradient clipping")
     parser.add_argument("--train-log", default=None,
@@ -120,10 +122,10 @@ def step_logger(path: str | None, stop_at: float | None):
     return on_step
 
 
-def configs(quick: bool, steps: int = TUNED.steps, clip: str = TUNED.clip
+def configs(quick: bool, steps: int = TUNED.steps, clip: str = TUNED.clip, lr: float = TUNED.lr
             ) -> dict[str, TunedLensConfig]:
     """The two trained lenses (a --quick run trains small ones)."""
-    tuned = dataclasses.replace(TUNED, steps=steps, clip=clip)
+    tuned = dataclasses.replace(TUNED, steps=steps, clip=clip, lr=lr)
     if not quick:
         return {"least_squares": LEAST_SQUARES, "tuned": tuned}
     small = {"n_tokens": 256, "steps": 3, "tokens_per_step": 64, "seq_len": 32}
@@ -435,7 +437,7 @@ def main() -> None:
         probes(run, lm)
         return
     trained = {}
-    chosen = configs(run.quick, run.args.steps, run.args.clip)
+    chosen = configs(run.quick, run.args.steps, run.args.clip, run.args.lr)
     for name, config in chosen.items():
         with torch.enable_grad(), run.timed(f"train {name}"):
             trained[name] = tuned_lens_for(lm, config, on_step=step_logger(run.args.train_log,
