@@ -1,5 +1,6 @@
 """In-context learning: ICL prompt sets with the token spans of every demonstration (Han et al.
-2023's setting), and a transformer that learns regression in context. The tasks' data live in
+2023's setting), kernel-regression heads (:mod:`lmsci_mi.icl.kernel`), and a transformer that
+learns regression in context. The tasks' data live in
 ``lmsci_mi/data/icl/`` (:mod:`lmsci_mi.data.icl_tasks`)."""
 
 from lmsci_mi.data.icl_tasks import (
@@ -11,6 +12,22 @@ from lmsci_mi.data.icl_tasks import (
     fact_relation_task,
     load_icl_task,
 )
+
+# --- kernel-regression heads (issue 39, item 2); its names are added to __all__ at the end ---
+from lmsci_mi.icl.kernel import (
+    KR_SIMILARITIES,
+    KR_WEIGHTINGS,
+    KernelRegressionConfig,
+    KernelRegressionHeads,
+    KernelRegressionTable,
+    KRHeadChoice,
+    choose_kr_heads,
+    kernel_regression_heads,
+    kr_predictions,
+    kr_table,
+)
+
+# --- end of kernel-regression heads ---
 from lmsci_mi.icl.prompts import (
     ICL_FORMATS,
     LABEL_MODES,
@@ -52,4 +69,18 @@ __all__ = [
     "load_icl_task",
     "zero_shot_prompts",
     # the regression transformer's names
+]
+
+# --- kernel-regression heads (issue 39, item 2) ---
+__all__ += [
+    "KR_SIMILARITIES",
+    "KR_WEIGHTINGS",
+    "KRHeadChoice",
+    "KernelRegressionConfig",
+    "KernelRegressionHeads",
+    "KernelRegressionTable",
+    "choose_kr_heads",
+    "kernel_regression_heads",
+    "kr_predictions",
+    "kr_table",
 ]
