@@ -599,6 +599,18 @@ class KernelRegressionTable(Result):
     heads: tuple[tuple[str, ...], ...]
     choice: Mapping[str, Any]
 
+    def summary(self, rows: int = 20) -> str:
+        """The table as text: one line per row, ``estimate [low, high] head`` per task."""
+        tasks = self.axis_labels(1)
+        width = max(len(r) for r in self.axis_labels(0))
+        lines = [f"{type(self).__name__} on {self.meta.model}, held-out n = "
+                 + ", ".join(f"{t} {int(n)}" for t, n in zip(tasks, self.n, strict=True))]
+        for r, name in enumerate(self.axis_labels(0)[:rows]):
+            cells = [f"{self.values[r, t]:.2f} [{self.low[r, t]:.2f}, {self.high[r, t]:.2f}] {self.heads[r][t]}".rstrip()
+                     for t in range(len(tasks))]
+            lines.append(f"{name:<{width}}  " + " | ".join(cells))
+        return "\n".join(lines)
+
     def cell(self, row: str, task: str) -> Interval:
         r, t = self.axis_labels(0).index(row), self.axis_labels(1).index(task)
         return Interval(float(self.values[r, t]), float(self.low[r, t]), float(self.high[r, t]), 0.95,

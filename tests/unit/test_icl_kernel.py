@@ -139,3 +139,20 @@ def test_heads_are_chosen_on_dev_and_only_reported_on_held_out() -> None:
         choose_kr_heads({"t": held_out})
     with pytest.raises(UserInputError, match="no head chosen"):
         kr_table(choice, {"other": held_out})
+
+
+def test_the_benchmark_writes_rows_its_renderer_lays_out_like_the_tutorial() -> None:
+    from tests.conftest import benchmark_script
+
+    bench = benchmark_script("icl_kernel")
+    harness, doc_tables = (__import__(name) for name in ("harness", "doc_tables"))
+    run = harness.start(bench.__doc__, bench.__file__, flags=bench.add_flags, out=bench.data_file,
+                        argv=["--quick", "--threads", str(torch.get_num_threads())])
+    assert bench.settings(run.args).model == "toy-2l" and run.out.name == "icl_kernel_toy-2l.json"
+    table = kr_table(choose_kr_heads({"t": _synthetic("dev", (1, 0))}), {"t": _synthetic("held_out", (0, 1))})
+    data = {"model": "m", "tasks": ["t"], "n_prompts": {"t": {"held_out": 4}}, "rows": bench.table_rows(table),
+            "kernel_config": {"similarity": "char_ngram", "ngram": 3}, "quoted": bench.QUOTED}
+    rendered = doc_tables.RENDERERS["icl_kernel"](data).splitlines()
+    assert rendered[0] == "| held-out prompts | t (n=4) |"
+    assert "| task-specific best head KR (span max, the paper's) | 0.50 [0.15, 0.85] L1.H0 |" in rendered
+    assert "| 0.797 | 0.597 |" in doc_tables.RENDERERS["icl_kernel_quoted"](data)
