@@ -13,7 +13,7 @@ from lmsci_mi.data.icl_tasks import (
     load_icl_task,
 )
 
-# --- kernel-regression heads (issue 39, item 2); its names are added to __all__ at the end ---
+# --- kernel-regression heads (issue 39, item 2) ---
 from lmsci_mi.icl.kernel import (
     KR_SIMILARITIES,
     KR_WEIGHTINGS,
@@ -52,6 +52,8 @@ __all__ = [
     "ICL_FORMATS",
     "ICL_PAIR_TASKS",
     "ICL_TASKS",
+    "KR_SIMILARITIES",
+    "KR_WEIGHTINGS",
     "LABEL_MODES",
     "Demonstration",
     "ICLFormat",
@@ -62,25 +64,20 @@ __all__ = [
     "ICLSplit",
     "ICLTask",
     "ICLTokenizer",
+    "KRHeadChoice",
+    "KernelRegressionConfig",
+    "KernelRegressionHeads",
+    "KernelRegressionTable",
+    "choose_kr_heads",
     "fact_relation_task",
     "icl_prompts",
     "icl_split",
+    "kernel_regression_heads",
+    "kr_predictions",
+    "kr_table",
     "label_token_ids",
     "load_icl_task",
     "zero_shot_prompts",
     # the regression transformer's names
 ]
 
-# --- kernel-regression heads (issue 39, item 2) ---
-__all__ += [
-    "KR_SIMILARITIES",
-    "KR_WEIGHTINGS",
-    "KRHeadChoice",
-    "KernelRegressionConfig",
-    "KernelRegressionHeads",
-    "KernelRegressionTable",
-    "choose_kr_heads",
-    "kernel_regression_heads",
-    "kr_predictions",
-    "kr_table",
-]

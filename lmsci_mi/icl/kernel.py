@@ -45,10 +45,16 @@ __all__ = [
     "KernelRegressionConfig",
     "KernelRegressionHeads",
     "KernelRegressionTable",
+    "bag_of_words_similarity",
+    "char_ngram_similarity",
     "choose_kr_heads",
     "kernel_regression_heads",
     "kr_predictions",
     "kr_table",
+    "label_weights",
+    "pearson_r",
+    "prediction_similarity",
+    "span_max_weights",
 ]
 
 WeightFn = Callable[[Float[Tensor, "batch layer head key"], Sequence[ICLPrompt]], Float[Tensor, "batch layer head demo"]]
