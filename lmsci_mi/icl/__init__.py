@@ -1,6 +1,8 @@
-"""In-context learning: ICL prompt sets with the token spans of every demonstration (Han et al.
-2023's setting), and a transformer that learns regression in context (:mod:`lmsci_mi.icl.regression`). The tasks' data live in
-``lmsci_mi/data/icl/`` (:mod:`lmsci_mi.data.icl_tasks`)."""
+"""In-context learning (issue 39): ICL prompt sets with the token spans of every demonstration
+(Han et al. 2023's setting, :mod:`lmsci_mi.icl.prompts`), kernel-regression heads
+(:mod:`lmsci_mi.icl.kernel`), task and function vectors (:mod:`lmsci_mi.icl.vectors`) and a
+transformer that learns regression in context (:mod:`lmsci_mi.icl.regression`). The tasks' data
+live in ``lmsci_mi/data/icl/`` (:mod:`lmsci_mi.data.icl_tasks`)."""
 
 from lmsci_mi.data.icl_tasks import (
     ICL_CLASSIFICATION_TASKS,
@@ -10,6 +12,18 @@ from lmsci_mi.data.icl_tasks import (
     ICLTask,
     fact_relation_task,
     load_icl_task,
+)
+from lmsci_mi.icl.kernel import (
+    KR_SIMILARITIES,
+    KR_WEIGHTINGS,
+    KernelRegressionConfig,
+    KernelRegressionHeads,
+    KernelRegressionTable,
+    KRHeadChoice,
+    choose_kr_heads,
+    kernel_regression_heads,
+    kr_predictions,
+    kr_table,
 )
 from lmsci_mi.icl.prompts import (
     ICL_FORMATS,
@@ -60,6 +74,8 @@ __all__ = [
     "ICL_FORMATS",
     "ICL_PAIR_TASKS",
     "ICL_TASKS",
+    "KR_SIMILARITIES",
+    "KR_WEIGHTINGS",
     "LABEL_MODES",
     "PROBE_TARGETS",
     "Demonstration",
@@ -72,6 +88,10 @@ __all__ = [
     "ICLSplit",
     "ICLTask",
     "ICLTokenizer",
+    "KRHeadChoice",
+    "KernelRegressionConfig",
+    "KernelRegressionHeads",
+    "KernelRegressionTable",
     "RegressionBatch",
     "RegressionCurves",
     "RegressionEvaluation",
@@ -79,6 +99,7 @@ __all__ = [
     "RegressionTransformer",
     "averaging",
     "best_step_sizes",
+    "choose_kr_heads",
     "evaluate_regression",
     "fact_relation_task",
     "gradient_descent_step",
@@ -86,6 +107,9 @@ __all__ = [
     "icl_split",
     "interleave",
     "k_nearest_neighbours",
+    "kernel_regression_heads",
+    "kr_predictions",
+    "kr_table",
     "label_token_ids",
     "least_squares",
     "load_icl_task",
