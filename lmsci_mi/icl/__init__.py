@@ -1,5 +1,6 @@
 """In-context learning: ICL prompt sets with the token spans of every demonstration (Han et al.
-2023's setting), and a transformer that learns regression in context. The tasks' data live in
+2023's setting), task and function vectors (Hendel et al. 2023; Todd et al. 2024), and a
+transformer that learns regression in context. The tasks' data live in
 ``lmsci_mi/data/icl/`` (:mod:`lmsci_mi.data.icl_tasks`)."""
 
 from lmsci_mi.data.icl_tasks import (
@@ -27,6 +28,30 @@ from lmsci_mi.icl.prompts import (
     zero_shot_prompts,
 )
 
+# --- task and function vectors (Hendel et al. 2023; Todd et al. 2024): lmsci_mi.icl.vectors ---
+from lmsci_mi.icl.vectors import (
+    CONDITIONS,
+    ICL_VECTOR_METHODS,
+    FunctionVector,
+    FunctionVectorConfig,
+    HeadIndirectEffects,
+    ICLGainRecovery,
+    RecoveryReport,
+    TaskVectorConfig,
+    TaskVectors,
+    VectorRecovery,
+    function_vector,
+    function_vector_recovery,
+    head_indirect_effects,
+    icl_gain_recovery,
+    matched_random_vectors,
+    task_vector_recovery,
+    task_vectors,
+    vector_recovery,
+)
+
+# --- end of task and function vectors ---
+
 # lmsci_mi.icl.regression (the in-context regression transformer, another helper's part) adds
 # its imports here and its names to __all__ below.
 
@@ -52,4 +77,25 @@ __all__ = [
     "load_icl_task",
     "zero_shot_prompts",
     # the regression transformer's names
+]
+
+__all__ += [  # task and function vectors (lmsci_mi.icl.vectors)
+    "CONDITIONS",
+    "ICL_VECTOR_METHODS",
+    "FunctionVector",
+    "FunctionVectorConfig",
+    "HeadIndirectEffects",
+    "ICLGainRecovery",
+    "RecoveryReport",
+    "TaskVectorConfig",
+    "TaskVectors",
+    "VectorRecovery",
+    "function_vector",
+    "function_vector_recovery",
+    "head_indirect_effects",
+    "icl_gain_recovery",
+    "matched_random_vectors",
+    "task_vector_recovery",
+    "task_vectors",
+    "vector_recovery",
 ]
