@@ -93,6 +93,7 @@ from . import (  # noqa: E402, F401
     editing_sweeps,
     editing_wild,
     icl_data,
+    icl_vectors,
     knowledge,
     peers,
     probes,

@@ -47,6 +47,7 @@ from lmsci_mi.steering.vectors import SteeringVector, steering_vector
 from lmsci_mi.sweep import BaseRun, Intervention, Row, SweepConfig, run_rows
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 __all__ = [
@@ -311,11 +312,9 @@ class ICLGainRecovery(Result):
     def default_title(self, **options: object) -> str:
         return f"{self.method} on {self.task}: share of the ICL gain by layer ({self.meta.model})"
 
-    def _draw(self, title: str) -> Figure:
-        from matplotlib.figure import Figure
-
-        fig = Figure(figsize=(6, 3.2))
-        ax = fig.add_subplot()
+    def draw_curves(self, ax: Axes) -> None:
+        """Draw the share of the ICL gain by layer on ``ax``: the vector and the random control,
+        dev dashed and held-out solid, with the layer chosen on dev marked."""
         layers = [int(label) for label in self.labels[2]]
         for s, split in enumerate(SPLITS):
             for c, condition in enumerate(CONDITIONS):
@@ -323,8 +322,19 @@ class ICLGainRecovery(Result):
                         label=f"{condition} ({split})")
         ax.axvline(self.best_layer, color="grey", linewidth=0.8)
         ax.axhline(0, color="black", linewidth=0.5)
+        if self.values[1].isnan().all():  # an empty panel would read as "no data"
+            ax.text(0.5, 0.5, "no ICL gain over zero-shot on held-out:\nno share to recover",
+                    transform=ax.transAxes, ha="center", va="center", fontsize=7)
+        ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set_xlabel("layer (block output)")
         ax.set_ylabel("share of the ICL gain")
+
+    def _draw(self, title: str) -> Figure:
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(6, 3.2))
+        ax = fig.add_subplot()
+        self.draw_curves(ax)
         ax.set_title(title, fontsize=8)
         ax.legend(fontsize=7)
         fig.tight_layout()

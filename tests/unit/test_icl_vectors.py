@@ -169,3 +169,18 @@ def test_gain_recovery_reports_held_out_at_the_dev_layer_and_round_trips(tiny: L
     assert report.n == 3 and report.best_layer in (0, 1)
     assert report.vector.estimate == float(result.held_out.accuracy()[report.best_layer])
     assert ICLGainRecovery.load(result.save(tmp_path / "tv.json")) == result
+
+
+def test_the_benchmark_entry_is_json_and_renders(tiny: LensModel) -> None:
+    import json
+    import sys
+
+    from tests.conftest import benchmark_script
+
+    bench = benchmark_script("icl_vectors")
+    result = icl_gain_recovery(tiny, "antonyms", "task_vector", TaskVectorConfig(n_prompts=3))
+    record = bench.entry(result, 1.0)
+    text = json.dumps(record, allow_nan=False)  # a share where ICL gains nothing is null, not NaN
+    data = {"model": "toy-2l", "tasks": ["antonyms"], "methods": {}, "results": {"antonyms": {"task_vector": json.loads(text)}}}
+    table = sys.modules["doc_tables"].RENDERERS["icl_vectors"](data)
+    assert table.count("\n") == 2 and "`antonyms` | task vector (replace) | 3 |" in table
