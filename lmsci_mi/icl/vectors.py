@@ -94,7 +94,7 @@ class TaskVectorConfig(Config):
         "help": "demonstrations per ICL prompt", "ge": 1,
         **paper(5, f"{_HENDEL} scripts/experiments/main.py (num_examples = 5)")})
     format: str = field(default="hendel", metadata={
-        "help": "prompt format, a key of ICL_FORMATS",
+        "help": "prompt format, a key of ICL_FORMATS", "choices": tuple(ICL_FORMATS),
         **paper("hendel", f"{_HENDEL} core/data/datasets/few_shot_format.py ('example:{{x}}->{{y}}')")})
     n_prompts: int = field(default=50, metadata={
         "help": "ICL prompts per split (every item of a smaller split)", "ge": 1,
@@ -111,9 +111,6 @@ class TaskVectorConfig(Config):
     seed: int = field(default=0, metadata={"help": "seed of the prompts, dummy queries and random control"})
     token_budget: int = field(default=4096, metadata={"help": "tokens per block call", "ge": 1})
 
-    def validate(self) -> None:
-        validate_choice("format", self.format, tuple(ICL_FORMATS))
-
 
 @config
 class FunctionVectorConfig(Config):
@@ -123,7 +120,7 @@ class FunctionVectorConfig(Config):
         "help": "demonstrations per ICL prompt", "ge": 1,
         **paper(10, f"{_TODD} src/compute_indirect_effect.py (--n_shots 10)")})
     format: str = field(default="todd", metadata={
-        "help": "prompt format, a key of ICL_FORMATS",
+        "help": "prompt format, a key of ICL_FORMATS", "choices": tuple(ICL_FORMATS),
         **paper("todd", f"{_TODD} src/compute_indirect_effect.py (--prefixes Q:/A:, --separators \\n/\\n\\n)")})
     n_mean_prompts: int = field(default=100, metadata={
         "help": "clean dev prompts the mean head outputs average over (every dev item of a smaller split)",
@@ -149,9 +146,6 @@ class FunctionVectorConfig(Config):
         "help": "where the indirect effects are cached (None: <cache root>/icl_indirect_effects)"})
     batch_size: int = field(default=8, metadata={"help": "shuffled prompts per base run", "ge": 1})
     token_budget: int = field(default=4096, metadata={"help": "tokens per block call", "ge": 1})
-
-    def validate(self) -> None:
-        validate_choice("format", self.format, tuple(ICL_FORMATS))
 
 
 def _prompt_config(cfg: TaskVectorConfig | FunctionVectorConfig, n_prompts: int | None,
