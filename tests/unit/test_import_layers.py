@@ -44,6 +44,8 @@ USES: dict[tuple[str, str], str] = {
     ("editing", "data"): "an edit request is the fact record, and the shipped facts; the key "
     "statistics read the text corpus",
     ("icl", "data"): "ICL prompt sets are drawn from the shipped ICL tasks and fact relations",
+    ("icl", "steering"): "a function vector is a steering vector added after one block (issue 39: "
+    "reuse the activation-intervention code)",
     ("knowledge", "data"): "trigger search reads the text corpus; knowledge neurons take the "
     "fact record",
     ("lenses", "data"): "the tuned lens trains on the text corpus",
