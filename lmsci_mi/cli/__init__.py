@@ -19,6 +19,7 @@ from lmsci_mi.cli import (
     edges,
     editing,
     heads,
+    icl,
     knowledge,
     lens,
     probe,
@@ -47,7 +48,7 @@ USER_ERRORS: tuple[type[Exception], ...] = (
 KeyError or ValueError included, is a bug: it is raised on, with its traceback."""
 
 _FEATURES = (
-    core, circuits, edges, heads, lens, knowledge, editing, probe, steer, concepts, sae, report
+    core, circuits, edges, heads, lens, knowledge, editing, probe, steer, concepts, icl, sae, report
 )
 
 
