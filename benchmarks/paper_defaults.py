@@ -22,6 +22,9 @@ from lmsci_mi.config import paper_defaults
 from lmsci_mi.editing.alphaedit import AlphaEditConfig
 from lmsci_mi.editing.memit import MEMITConfig
 from lmsci_mi.editing.rome import ROMEConfig
+from lmsci_mi.icl.kernel import KernelRegressionConfig
+from lmsci_mi.icl.regression import ICLRegressionConfig
+from lmsci_mi.icl.vectors import FunctionVectorConfig, TaskVectorConfig
 from lmsci_mi.knowledge.neurons import KnowledgeNeuronsConfig
 from lmsci_mi.lenses.logit_lens import LogitLensConfig
 from lmsci_mi.lenses.tuned_lens import TunedLensConfig
@@ -57,11 +60,17 @@ METHODS: dict[str, tuple[str, str, tuple[type, ...]]] = {
     "reading": ("Representation reading, LAT (Zou et al. 2023)", "representations", (ReadingConfig,)),
     "rome": ("ROME (Meng et al. 2022)", "editing", (ROMEConfig,)),
     "memit": ("MEMIT (Meng et al. 2023) and AlphaEdit (Fang et al. 2025)", "editing", (MEMITConfig, AlphaEditConfig)),
+    "icl_kernel": ("Kernel-regression heads (Han et al. 2023; the tutorial's baseline rows)", "icl",
+                   (KernelRegressionConfig,)),
+    "task_vectors": ("Task vectors (Hendel et al. 2023)", "icl", (TaskVectorConfig,)),
+    "function_vectors": ("Function vectors (Todd et al. 2024)", "icl", (FunctionVectorConfig,)),
+    "icl_regression": ("In-context linear regression (Garg et al. 2022)", "icl", (ICLRegressionConfig,)),
 }
 """Every paper-named method with a table (in editing, ROME, and MEMIT with AlphaEdit). Not here: direct logit
 attribution (``DLAConfig`` has no setting a paper fixes) and the mean-difference (ActAdd-style)
 vector (``MeanDifferenceConfig``: its settings are CAA's and ActAdd's reading choices, not a
-paper's defaults)."""
+paper's defaults), and the ICL prompt sets (``ICLPromptConfig``: how every ICL analysis draws its prompts;
+the task and function vectors' configs declare their papers' formats, demonstrations and counts)."""
 
 
 def collect() -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """Renderers of each paper-named method's defaults beside its paper's (docs/lenses.md, aie.md,
-edges.md, knowledge_neurons.md, steering.md, sae.md, ioi.md, probes.md, representations.md), from
+edges.md, knowledge_neurons.md, steering.md, sae.md, ioi.md, probes.md, representations.md, icl.md), from
 docs/data/paper_defaults.json, which benchmarks/paper_defaults.py writes from the configs' field
 metadata."""
 
@@ -9,7 +9,8 @@ from . import markdown, table
 from .schemas.project import PaperDefaultRow, PaperDefaultsData
 
 METHODS = ("tuned_lens", "causal_tracing", "eap", "knowledge_neurons", "lm_steer", "caa", "sae", "logit_lens",
-           "ioi", "probes", "concepts", "reading", "rome", "memit")
+           "ioi", "probes", "concepts", "reading", "rome", "memit", "icl_kernel", "task_vectors", "function_vectors",
+           "icl_regression")
 """The methods with a table, by their key in the data file; each is a renderer ``paper_defaults_<key>``."""
 
 
