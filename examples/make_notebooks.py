@@ -700,6 +700,126 @@ CONCEPTS = [
     """),
 ]
 
+ICL = [
+    md("""
+    # In-context learning: which heads do it, and how
+
+    After Han, Wang, Zhao & Ji, "Explaining Emergent In-Context Learning as Kernel Regression"
+    (arXiv:2305.12766), and the tutorial it grew into (Han & Ji, AAAI-25), on SmolLM2-135M:
+
+    1. **ICL prompt sets**: demonstrations `[x_1, y_1, delim, …, x_n, y_n, delim, x_test]` with the
+       token span of every part, drawn with a seed, split into dev and held-out items.
+    2. **Kernel-regression heads**: a head whose attention from the test position, summed per
+       label over the demonstrations, predicts the model's answer; chosen on dev, reported on
+       held-out, beside the model's ICL accuracy.
+    3. **A task vector** (Hendel et al. 2023): the ICL prompt's last state, put into a zero-shot
+       prompt, layer by layer, against a random vector of the same norm.
+    4. **A transformer that learns regression in context** (Garg et al. 2022), against least
+       squares, ridge, one step of gradient descent and nearest neighbours.
+    """),
+    setup("icl"),
+    code("""
+    from lmsci_mi.icl import ICLPromptConfig, icl_prompts
+
+    TASKS = ('sentiment', 'animal_plant', 'parity')
+    config = ICLPromptConfig(n_demonstrations=8, n_prompts=12 if QUICK else 60)
+    prompts = {task: {split: icl_prompts(lm, task, config, split=split) for split in ('dev', 'held_out')}
+               for task in TASKS}
+    p = prompts['sentiment']['held_out'][0]
+    print(p.text)
+    print('expected answer:', repr(p.answer), '| label words:', p.label_words)
+    first = p.demonstrations[0]
+    for part in ('input', 'label', 'delimiter'):
+        span = getattr(first, part)
+        print(f'{part:>9}: tokens {span.start}-{span.stop - 1}',
+              [lm.tokenizer.decode([t]) for t in p.tokens[span.start:span.stop]])
+    """),
+    md("""
+    ## Kernel-regression heads, and the head map
+
+    One forward pass per batch keeps every head's attention row at the test position. Each
+    demonstration's weight is the largest attention inside its span `[x_i, y_i]` (the paper's,
+    `span_max`) or the attention on its label token (the tutorial's, `label`); a head's prediction
+    is the label with the largest summed weight. The map: attention on the label tokens, and how
+    often each head's prediction agrees with the model's answer, on held-out prompts.
+    """),
+    code("""
+    from lmsci_mi.icl import KernelRegressionConfig, kernel_regression_heads
+
+    # Pearson r needs a standalone run of every item: left out in quick mode.
+    kr_config = KernelRegressionConfig(pearson=not QUICK)
+    heads = {task: {split: kernel_regression_heads(lm, sets[split], kr_config) for split in sets}
+             for task, sets in prompts.items()}
+    heads['sentiment']['held_out'].plot();
+    """),
+    md("""
+    ## The kernel-regression table
+
+    The tutorial's table: per task, the model's ICL accuracy, a kernel regression on an offline
+    similarity (character 3-grams; the tutorial's sentence-embedding rows are not comparable),
+    and the heads chosen on dev (each task's best, and the best over tasks) reported on held-out,
+    with 95 % Wilson intervals.
+    """),
+    code("""
+    from lmsci_mi.icl import choose_kr_heads, kr_table
+
+    choice = choose_kr_heads({task: runs['dev'] for task, runs in heads.items()})
+    table = kr_table(choice, {task: runs['held_out'] for task, runs in heads.items()})
+    print(table.summary())
+    if not QUICK:
+        r = heads['sentiment']['held_out'].pearson('logit')
+        print(f'largest Pearson r (attention logit vs predicted similarity): {float(r.nan_to_num(-1).max()):.2f}')
+    """),
+    md("""
+    ## A task vector
+
+    Hendel et al.'s task vector: the last token's residual stream after block L of an antonyms ICL
+    prompt *replaces* that state in a zero-shot prompt. The curve is the share of the ICL gain
+    over zero-shot it recovers, by layer, against a random vector of the same norm; the layer is
+    chosen on dev and the figures are held-out.
+    """),
+    code("""
+    from lmsci_mi.icl import TaskVectorConfig, task_vector_recovery
+
+    layers = tuple(range(0, lm.cfg.n_layers, 3)) if QUICK else None
+    vectors = task_vector_recovery(lm, 'antonyms', TaskVectorConfig(n_prompts=8 if QUICK else 50, layers=layers))
+    print(vectors.summary())
+    vectors.plot();
+    """),
+    md("""
+    ## A transformer that learns regression in context
+
+    A small GPT trained on prompts `x_1, y_1, …, x_n, y_n` with `y = w·x + noise` and a fresh `w`
+    per prompt. The default model trains 10,000 steps on the CPU (about 20 minutes at one thread)
+    once, then loads from the cache; quick mode trains 200 steps. Its squared error per number of
+    examples, beside least squares, ridge, one gradient step, nearest neighbours and averaging.
+    """),
+    code("""
+    from lmsci_mi.icl import ICLRegressionConfig, evaluate_regression, load_regression_model
+
+    regression = ICLRegressionConfig(steps=200, warmup=20) if QUICK else ICLRegressionConfig()
+    model, record = load_regression_model(regression)
+    evaluation = evaluate_regression(model, regression, n_prompts=200 if QUICK else 1000,
+                                     n_dev=200 if QUICK else 1000)
+    n = 2 * regression.d
+    print(f'trained {record["run"]["steps"]} steps in {record["run"]["seconds"]:.0f} s; '
+          f'model / least squares at n = {n}: {evaluation.error_ratio(n)}')
+    evaluation.errors.plot();
+    """),
+    md("""
+    The squared prediction difference (Akyürek et al. 2022) says which algorithm the model's
+    predictions are closest to as the number of examples grows.
+    """),
+    code("""
+    evaluation.differences.plot();
+    """),
+    md("""
+    `benchmarks/icl_kernel.py`, `benchmarks/icl_vectors.py` and `benchmarks/icl_regression.py`
+    run these on every task and both bundled models, with intervals (docs/icl.md); from the
+    command line, `lmsci-mi icl kernel|vectors|regression` does each.
+    """),
+]
+
 NOTEBOOKS = [
     Notebook("circuits", "script a circuit discovery", "circuit_discovery.py", CIRCUITS),
     Notebook("edit_fact", "edit a fact in a model", "edit_fact.py", EDIT),
@@ -709,6 +829,7 @@ NOTEBOOKS = [
     Notebook("sae", "find and steer SAE features", "sae_features.py", SAE),
     Notebook("knowledge", "where is this fact stored", "where_is_the_fact.py", KNOWLEDGE),
     Notebook("concept_steering", "find a concept direction and steer with it", "concept_steering.py", CONCEPTS),
+    Notebook("icl", "find the heads that do in-context learning", "in_context_learning.py", ICL),
     Notebook("results", "see every result in a notebook", "result_gallery.py", _results_cells()),
 ]
 
