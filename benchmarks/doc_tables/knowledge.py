@@ -232,11 +232,12 @@ def tuned_lens_paired(data: TunedLensData) -> str:
 
 @table("tuned_lens_eiffel")
 def tuned_lens_eiffel(data: TunedLensData) -> str:
-    """benchmarks/tuned_lens.py: p(' Paris') at the Eiffel prompt's last token, layers 23 on."""
+    """benchmarks/tuned_lens.py: p(' Paris') at the Eiffel prompt's last token, the last seven
+    layers (23 on for SmolLM2's 30, as issue 37 reads them)."""
     e = data["eiffel"]
     n = len(e["prob"]["logit"])
     rows = [[layer, *(f"{e['prob'][lens][layer]:.3f} ({e['top'][lens][layer]!r})"
-                      for lens in LENS_NAMES)] for layer in range(min(23, n - 1), n)]
+                      for lens in LENS_NAMES)] for layer in range(max(0, n - 7), n)]
     rows.append(["model", f"{e['model_prob']:.3f}", "", ""])
     return markdown(["layer", *LENS_NAMES.values()], rows)
 
@@ -250,7 +251,7 @@ def _below(s: dict, other: str, metric: str, *, above: bool = False) -> int:
 @table("tuned_lens_summary")
 def tuned_lens_summary(data: TunedLensData) -> str:
     """benchmarks/tuned_lens.py: what each lens cost, how often the tuned lens is below the others
-    (paired intervals), and the Eiffel prompt at layers 23-28."""
+    (paired intervals), and the Eiffel prompt at the six layers before the last (23-28 for SmolLM2)."""
     tuned, shortcut = data["training"]["tuned"], data["training"]["least_squares"]
     c = tuned["config"]
     lines = [
@@ -272,7 +273,8 @@ def tuned_lens_summary(data: TunedLensData) -> str:
             "intervals below or above 0)."
         )
     e = data["eiffel"]
-    upper = range(23, min(29, len(e["prob"]["tuned"])))
+    n = len(e["prob"]["tuned"])
+    upper = range(max(0, n - 7), n - 1)
     if upper:
         spans = {k: (min(e["prob"][k][i] for i in upper), max(e["prob"][k][i] for i in upper))
                  for k in LENS_NAMES}
