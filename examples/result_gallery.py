@@ -45,6 +45,23 @@ from lmsci_mi.editing.metrics import EditEvaluation
 from lmsci_mi.editing.session import SESSION_METRICS, SessionResult
 from lmsci_mi.editing.stats import StatsConfig, key_statistics
 from lmsci_mi.editing.wild import WILD_METRICS, WildEvaluation, WildFact, WildGeneration
+from lmsci_mi.icl import (
+    FunctionVectorConfig,
+    ICLPromptConfig,
+    ICLRegressionConfig,
+    KernelRegressionConfig,
+    TaskVectorConfig,
+    choose_kr_heads,
+    evaluate_regression,
+    function_vector,
+    function_vector_recovery,
+    icl_prompts,
+    kernel_regression_heads,
+    kr_table,
+    regression_probes,
+    task_vectors,
+    train_regression_model,
+)
 from lmsci_mi.knowledge import (
     AgreementConfig,
     KnowledgeNeuronsConfig,
@@ -125,6 +142,18 @@ def _pairs(lm: LensModel) -> PromptPairs:
     """PAIRS with each pair's answer and wrong token (the analyses' default metric reads them)."""
     return PromptPairs(*PAIRS, answers=(lm.token_id(" Mary"), lm.token_id(" mat")),
                        wrongs=(lm.token_id(" John"), lm.token_id(" rug")))
+
+
+ICL_PROMPTS = ICLPromptConfig(n_demonstrations=4, n_prompts=8)
+ICL_VECTORS = {"n_prompts": 3}
+ICL_REGRESSION = ICLRegressionConfig(d=2, n_points=5, n_layers=1, d_model=16, n_heads=2, steps=12,
+                                     batch_size=16, lr=1e-2, warmup=2, noise_std=0.0, seed=3)
+"""Small ICL settings: the toy runs each ICL analysis in about a second."""
+
+
+def _regression_model():
+    """The in-context regression transformer at ICL_REGRESSION, trained for 12 steps (cached)."""
+    return train_regression_model(ICL_REGRESSION, threads=1)[0]
 
 
 # ---------------------------------------------------------------------- builders
@@ -566,6 +595,46 @@ def steering_vector_result(lm: LensModel) -> Result:
     return mean_difference_vector(lm, pairs.positive, pairs.negative, MeanDifferenceConfig(layer=1))
 
 
+def kr_heads(lm: LensModel, split: str = "dev") -> Result:
+    prompts = icl_prompts(lm, "parity", ICL_PROMPTS, split=split)  # type: ignore[arg-type]
+    return kernel_regression_heads(lm, prompts, KernelRegressionConfig(batch_size=8))
+
+
+def kr_table_result(lm: LensModel) -> Result:
+    return kr_table(choose_kr_heads({"parity": kr_heads(lm)}), {"parity": kr_heads(lm, "held_out")})
+
+
+def task_vectors_result(lm: LensModel) -> Result:
+    prompts = icl_prompts(lm, "antonyms", ICLPromptConfig(n_demonstrations=3, n_prompts=3))
+    return task_vectors(lm, prompts, TaskVectorConfig(**ICL_VECTORS))
+
+
+def function_vector_result(lm: LensModel) -> Result:
+    return function_vector(lm, "antonyms", FunctionVectorConfig(**ICL_VECTORS, n_top_heads=2))
+
+
+def indirect_effects(lm: LensModel) -> Result:
+    return function_vector_result(lm).effects  # type: ignore[attr-defined]
+
+
+def gain_recovery(lm: LensModel) -> Result:
+    return function_vector_recovery(lm, "antonyms", FunctionVectorConfig(**ICL_VECTORS, n_top_heads=2))
+
+
+def vector_recovery_result(lm: LensModel) -> Result:
+    return gain_recovery(lm).dev  # type: ignore[attr-defined]
+
+
+def regression_curves(lm: LensModel) -> Result:
+    return evaluate_regression(_regression_model(), ICL_REGRESSION, n_prompts=40, n_dev=40,
+                               n_resamples=20).errors
+
+
+def regression_probes_result(lm: LensModel) -> Result:
+    return regression_probes(_regression_model(), ICL_REGRESSION, n_prompts=150, n_examples=3,
+                             n_resamples=50)
+
+
 BUILDERS: dict[str, Callable[[LensModel], Result]] = {
     "TokenPredictions": token_predictions,
     "CausalTrace": causal_trace_result,
@@ -611,6 +680,15 @@ BUILDERS: dict[str, Callable[[LensModel], Result]] = {
     "ConceptIntervention": intervention,
     "RepresentationReading": reading,
     "SteeringVector": steering_vector_result,
+    "KernelRegressionHeads": kr_heads,
+    "KernelRegressionTable": kr_table_result,
+    "TaskVectors": task_vectors_result,
+    "FunctionVector": function_vector_result,
+    "HeadIndirectEffects": indirect_effects,
+    "ICLGainRecovery": gain_recovery,
+    "VectorRecovery": vector_recovery_result,
+    "RegressionCurves": regression_curves,
+    "RegressionProbes": regression_probes_result,
 }
 """One builder per registered result type, by type name."""
 

@@ -639,9 +639,17 @@ class HeadIndirectEffects(Result):
         return f"average indirect effect per head ({self.meta.model}, n={self.values.shape[0]})"
 
     def _draw(self, title: str) -> Figure:
+        from matplotlib.figure import Figure
+
         from lmsci_mi.viz.plots import heatmap
 
-        return heatmap(self.aie(), x_label="head", y_label="layer", title=title)
+        aie = self.aie()
+        fig = Figure(figsize=(max(4, 0.5 * aie.shape[1] + 2), max(3, 0.22 * aie.shape[0] + 1.5)))
+        heatmap(fig.subplots(), aie, row_labels=[str(i) for i in range(aie.shape[0])],
+                col_labels=[f"H{i}" for i in range(aie.shape[1])], row_name="layer",
+                col_name="head", title=title)
+        fig.tight_layout()
+        return fig
 
 
 def _mean_head_activations(lm: LensModel, clean: ICLPromptSet, token_budget: int) -> Tensor:

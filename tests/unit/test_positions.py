@@ -438,6 +438,10 @@ ALLOWED: dict[tuple[str, str], str] = {
     "one key after the duplicate",
     ("circuits/toy_induction.py", "tokens[:, 1:, None]"): "targets: the next token",
     ("circuits/toy_induction.py", "predictable[:, 1:]"): "targets: the next token",
+    ("icl/prompts.py", "words[1:] + words[:1]"): "flipped labels: each label shows the next "
+    "label's word",
+    ("icl/vectors.py", "``hidden[:, 1:]``"): "a docstring quoting Hendel et al.'s code, which "
+    "drops the embedding layer, not a position",
 }
 """Slices from 1 that are not about the sink, each with its reason (matched by file and code)."""
 
