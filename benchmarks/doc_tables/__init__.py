@@ -94,6 +94,7 @@ from . import (  # noqa: E402, F401
     editing_wild,
     icl_data,
     icl_kernel,
+    icl_regression,
     icl_vectors,
     knowledge,
     peers,
