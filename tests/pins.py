@@ -231,8 +231,9 @@ def tuned_lens_kl(lm: LensModel) -> Measured:
     from lmsci_mi.lenses.tuned_lens import heldout_documents
 
     # A small pool: the default's 2^17 tokens take ~9 s to cut, more than these 8 steps need.
-    # The paper's start (the identity): the loop itself is pinned, not the least-squares fit.
-    lens = train_tuned_lens(lm, TunedLensConfig(init="identity", steps=8, tokens_per_step=64,
+    # The paper's start (the identity) at the rate the pin was taken with: the loop itself is
+    # pinned, not the least-squares fit or the default rate (0.1 since the start moved).
+    lens = train_tuned_lens(lm, TunedLensConfig(init="identity", lr=0.5, steps=8, tokens_per_step=64,
                                                 seq_len=32, pool_tokens=4096))
     read = LogitLensConfig(site="resid_pre")  # every layer: the same forward pass
     texts = [doc[:200] for doc in itertools.islice(heldout_documents(), 3)]
