@@ -2,9 +2,9 @@
 
 One affine translator per layer reads the stream entering that block (``resid_pre``, so layer 0
 is the embedding) and is trained by SGD with Nesterov momentum on KL(model's final distribution ‖
-lens) at the same position, read out as the logit lens reads
-(:func:`lmsci_mi.readout.logits`). The paper starts the translators at the identity; at this
-CPU's token budget ours start at Din et al.'s map (``init``; docs/lenses.md says why). Din et al. 2023's one-shot least-squares map
+lens) at the same position, read out as the logit lens reads (:func:`lmsci_mi.readout.logits`).
+The paper starts the translators at the identity; at this CPU's token budget ours start at Din et
+al.'s map (``init``; docs/lenses.md says why). Din et al. 2023's one-shot least-squares map
 (:mod:`lmsci_mi.lenses.least_squares`) is ``method="least_squares"``. Trained on the bundled stdlib
 text on CPU, checkpointed every step and cached by the model's weights fingerprint and the config.
 """
@@ -70,9 +70,10 @@ class TunedLensConfig(Config):
     """How a tuned lens is trained (every field is part of its cache key).
 
     The defaults are Belrose et al.'s, but for the token budget (160 steps of 128 tokens: 1/3200 of
-    the paper's tokens, about 30 min for SmolLM2 at 1 thread on this 2-core CPU, within the hour
-    issue 37 allows), the start that budget needs (Din et al.'s map, not the identity), the row
-    length and the sink, which is left out (each difference in docs/lenses.md's paper-defaults table, with its data).
+    the paper's tokens, within the hour issue 37 allows for SmolLM2 at 1 thread on this 2-core
+    CPU), the start that budget needs (Din et al.'s map, not the identity), the row length and the
+    sink, which is left out (each difference in docs/lenses.md's paper-defaults table, with its
+    data).
     """
 
     method: Literal["kl", "least_squares"] = dataclasses.field(
@@ -110,7 +111,7 @@ class TunedLensConfig(Config):
         metadata={
             "paper": 250,
             "paper_source": f"{_BELROSE} scripts/train_loop.py Train.num_steps",
-            "why": f"{_BUDGET}, about half an hour at 1 thread beside other jobs",
+            "why": f"{_BUDGET}, within the issue's hour at 1 thread beside other jobs",
             "help": "SGD steps on KL (method kl)",
             "ge": 1,
         },
@@ -275,8 +276,8 @@ class TunedLensConfig(Config):
         return params
 
 
-_KL_ONLY = ("init", "steps", "tokens_per_step", "lr", "momentum", "weight_decay", "warmup", "grad_clip",
-            "clip", "shuffle", "pool_tokens", "micro_batch_tokens")
+_KL_ONLY = ("init", "steps", "tokens_per_step", "lr", "momentum", "weight_decay", "warmup",
+            "grad_clip", "clip", "shuffle", "pool_tokens", "micro_batch_tokens")
 """The KL loop's fields: out of a least-squares map's cache key, so a change of the loop's
 defaults leaves the cached map valid."""
 _DEFAULT_CONFIG = TunedLensConfig()
