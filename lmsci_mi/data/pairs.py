@@ -185,18 +185,11 @@ class PromptPairs:
                                           padding_side=padding_side, pairs=self)  # fmt: skip
 
     def metric(self) -> Any:
-        """Deprecated: ``LogitDiff.of_pairs(pairs)`` (:mod:`lmsci_mi.circuits.metrics`). The
-        data holds the answer and wrong tokens; the metric is built where the metrics live."""
-        warnings.warn(
-            "TextPairs.metric() is deprecated: use "
-            "lmsci_mi.circuits.metrics.LogitDiff.of_pairs(pairs)",
-            DeprecationWarning,
-            stacklevel=2,
+        """Removed: the metric is built where the metrics live, ``LogitDiff.of_pairs(pairs)``
+        (:mod:`lmsci_mi.circuits.metrics`). Data importing the metrics made an import circle."""
+        raise AttributeError(
+            "TextPairs.metric() was removed: use lmsci_mi.circuits.metrics.LogitDiff.of_pairs(pairs)"
         )
-        # A deprecated alias (tests/unit/test_import_layers.py lists it); it goes with it.
-        from lmsci_mi.circuits.metrics import LogitDiff
-
-        return LogitDiff.of_pairs(self)
 
 
 def _pad(rows: list[list[int]], side: PaddingSide, device: torch.device | str) -> PaddedBatch:

@@ -62,8 +62,6 @@ A new use is one more row, with its reason; a use in both directions is a circle
 DEPRECATED: dict[tuple[str, str], str] = {
     ("lmsci_mi.viz.report", "cli"): "the report page, now lmsci_mi.cli.report (it renders "
     "results, so it sits above them)",
-    ("lmsci_mi.data.pairs", "circuits"): "PromptPairs.metric() (TextPairs.metric()), now "
-    "LogitDiff.of_pairs(pairs) (the metric is built where the metrics live)",
 }
 """Deprecated aliases: (module, the unit it imports back up) -> what moved where."""
 
@@ -364,8 +362,9 @@ def test_deprecated_aliases_resolve_to_the_new_homes() -> None:
         old = importlib.import_module("lmsci_mi.viz.report")
     assert old.write_report is report.write_report
     pairs = TextPairs(("a",), ("b",), (3,), (4,), "demo")
-    with pytest.warns(DeprecationWarning, match="of_pairs"):
-        assert repr(pairs.metric()) == repr(LogitDiff.of_pairs(pairs))
+    with pytest.raises(AttributeError, match=r"LogitDiff\.of_pairs"):
+        pairs.metric()
+    assert LogitDiff.of_pairs(pairs) is not None
 
 
 @pytest.mark.parametrize("old", sorted(MOVED))
