@@ -69,6 +69,8 @@ def test_kernel_names_the_heads_dev_chooses_and_writes_the_held_out_result(
     assert loaded.hooks.attached_count() == 0
 
 
+# Each method on the toy, a few seconds together: the whole suite runs it; the tour step's test stays fast.
+@pytest.mark.slow
 def test_vectors_runs_each_registered_method_and_saves_its_curves(
     loaded: LensModel, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -85,6 +87,7 @@ def test_vectors_runs_each_registered_method_and_saves_its_curves(
     assert loaded.hooks.attached_count() == 0
 
 
+@pytest.mark.slow  # trains twice (about 1.5 s): the whole suite runs it
 def test_regression_trains_once_then_loads_and_compares_with_least_squares(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -132,8 +132,10 @@ def test_the_prompt_tokens_are_the_models_encoding() -> None:
     assert all(list(p.tokens) == lm.encode(p.text) for p in prompts)
 
 
-# Gemma's tokenizer takes about 6 s to load (a 262k-token vocabulary): the whole suite checks it.
-@pytest.mark.parametrize("prefix", ["SmolLM2", pytest.param("gemma", marks=pytest.mark.slow)])
+# A check of the shipped label words (about 2 s for SmolLM2's tokenizer, 6 s for Gemma's 262k-token
+# vocabulary): the whole suite runs it; the fast suite's tokenizer tests check the mechanism.
+@pytest.mark.slow
+@pytest.mark.parametrize("prefix", ["SmolLM2", "gemma"])
 def test_label_words_are_single_tokens_for_both_tokenizers(prefix: str) -> None:
     encoder = _cached(prefix)
     for name in ICL_CLASSIFICATION_TASKS:

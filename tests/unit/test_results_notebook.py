@@ -45,11 +45,17 @@ def _check_html(page: str, kind: str) -> None:
 
 
 @functools.cache
+def _toy() -> object:
+    """One toy for every builder, as the notebook has one ``lm`` for every cell (a toy's load reads
+    its tokenizer twice, about 1 s: once per type was the file's largest cost)."""
+    return _gallery().toy()
+
+
+@functools.cache
 def _built(kind: str) -> Result:
     """The gallery's result of type ``kind``, built once for this file's tests: the repr test and
     the page test read the same result (the whole suite built each type twice, 25 s)."""
-    gallery = _gallery()
-    return gallery.BUILDERS[kind](gallery.toy())
+    return _gallery().BUILDERS[kind](_toy())
 
 
 def _library_types() -> set[str]:
