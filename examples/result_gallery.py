@@ -75,6 +75,15 @@ from lmsci_mi.knowledge import (
     value_vectors,
 )
 from lmsci_mi.lenses import direct_logit_attribution, logit_lens
+from lmsci_mi.outliers import (
+    ExclusionEffectConfig,
+    FirstTokenMaskConfig,
+    SinkScoreConfig,
+    first_token_mask_effect,
+    lens_kl_without,
+    sink_heads,
+)
+from lmsci_mi.positions import Exclude
 from lmsci_mi.probes.cfg import (
     AttentionTransitionConfig,
     CFGProbeConfig,
@@ -648,6 +657,20 @@ def regression_probes_result(lm: LensModel) -> Result:
                              n_resamples=50)
 
 
+def sinks(lm: LensModel) -> Result:
+    return sink_heads(lm, SinkScoreConfig(n_texts=2, seq_len=16))
+
+
+def first_token_mask(lm: LensModel) -> Result:
+    config = FirstTokenMaskConfig(n_texts=2, seq_len=12, n_random_draws=1, n_resamples=20)
+    return first_token_mask_effect(lm, ["L1.H0", "L1.H2"], config)
+
+
+def exclusion(lm: LensModel) -> Result:
+    config = ExclusionEffectConfig(n_texts=2, seq_len=16, n_resamples=20)
+    return lens_kl_without(lm, Exclude(positions=(1,)), config=config)
+
+
 BUILDERS: dict[str, Callable[[LensModel], Result]] = {
     "TokenPredictions": token_predictions,
     "CausalTrace": causal_trace_result,
@@ -702,6 +725,9 @@ BUILDERS: dict[str, Callable[[LensModel], Result]] = {
     "VectorRecovery": vector_recovery_result,
     "RegressionCurves": regression_curves,
     "RegressionProbes": regression_probes_result,
+    "SinkHeads": sinks,
+    "FirstTokenMaskEffect": first_token_mask,
+    "ExclusionEffect": exclusion,
 }
 """One builder per registered result type, by type name."""
 

@@ -21,6 +21,7 @@ from lmsci_mi import readout
 from lmsci_mi.config import NOT_IN_NOTES, Config, config, paper
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel, PaddedBatch
+from lmsci_mi.positions import Exclude
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import hook_name
 
@@ -161,6 +162,9 @@ class LogitLens(Result):
         tokens: each prompt's tokens (sink included); ``top_text``: each top token's text,
             ``[prompt][layer][position]``.
         site: the residual site read; ``lens``: ``"logit"`` or ``"tuned"``.
+        token_ids: ``[prompt, position]`` the prompts' token ids (0 at padding), which
+            :meth:`mean_kl` and :meth:`kl_per_prompt` need to leave tokens out (None in results
+            saved before they were kept).
     """
 
     rank: Tensor
@@ -172,6 +176,7 @@ class LogitLens(Result):
     answers: tuple[str, ...]
     site: str
     lens: str
+    token_ids: Tensor | None = None
 
     def _length(self, prompt: int) -> int:
         return len(self.tokens[prompt])
@@ -180,9 +185,34 @@ class LogitLens(Result):
         """The answer's probability at each layer, at the prompt's last token."""
         return self.values[prompt, :, self._length(prompt) - 1]
 
-    def mean_kl(self) -> Float[Tensor, " layer"]:
-        """KL(final ‖ lens) per layer, averaged over every real token of every prompt."""
-        return self.kl.nanmean((0, 2))
+    def _kl_kept(self, exclude: Exclude | None) -> Float[Tensor, "prompt layer position"]:
+        """``kl`` with NaN at the positions ``exclude`` leaves out (padding is NaN already)."""
+        if exclude is None:
+            return self.kl
+        if self.token_ids is None:
+            if exclude.token_ids:
+                raise UserInputError("this result was saved before lens results kept their token ids: "
+                                     "run the lens again to leave tokens out")
+            kept = exclude.keep_positions(self.kl.shape[0], self.kl.shape[2])
+        else:
+            kept = exclude.keep(self.token_ids)
+        return self.kl.masked_fill(~kept[:, None, :], float("nan"))
+
+    def mean_kl(self, exclude: Exclude | None = None) -> Float[Tensor, " layer"]:
+        """KL(final ‖ lens) per layer, averaged over every real token of every prompt (but the
+        positions ``exclude`` leaves out, when one is given: :class:`~lmsci_mi.positions.Exclude`)."""
+        return self._kl_kept(exclude).nanmean((0, 2))
+
+    def kl_per_prompt(self, exclude: Exclude | None = None) -> Float[Tensor, "prompt layer"]:
+        """Each prompt's KL(final ‖ lens) per layer, averaged over its real tokens (but the
+        positions ``exclude`` leaves out); NaN for a prompt with no token left.
+
+        >>> from lmsci_mi import load_model
+        >>> lens = logit_lens(load_model("toy-2l"), ["The cat sat on the", "A dog"])
+        >>> lens.kl_per_prompt(Exclude()).shape
+        torch.Size([2, 2])
+        """
+        return self._kl_kept(exclude).nanmean(-1)
 
     def summary(self, rows: int = 40) -> str:
         """Per layer at the first prompt's last token: answer probability and rank, KL, top token."""
@@ -315,7 +345,7 @@ def _lens_result(
     lens: str,
 ) -> LogitLens:
     width = max(p.tokens.shape[1] for _, _, p in parts)
-    prob, rank, kl, top, ans = [], [], [], [], []
+    prob, rank, kl, top, ans, ids = [], [], [], [], [], []
     for stats, answers, padded in parts:
         pad = ~padded.mask.cpu()[:, None, :]
         prob.append(_pad(stats.prob.cpu().masked_fill(pad, float("nan")), width, float("nan")))
@@ -323,6 +353,7 @@ def _lens_result(
         rank.append(_pad(stats.rank.cpu().masked_fill(pad, -1), width, -1))
         top.append(_pad(stats.top.cpu(), width, 0))
         ans.append(_pad(answers.cpu(), width, 0))
+        ids.append(_pad(padded.tokens.masked_fill(~padded.mask, 0).cpu(), width, 0))
     tokens = tuple(tuple(lm.to_str_tokens(p)) for p in prompts)
     top_ids = torch.cat(top)
     decode = lm.tokenizer.decode
@@ -353,6 +384,7 @@ def _lens_result(
         answers=answers,
         site=config.site,
         lens=lens,
+        token_ids=torch.cat(ids),
     )
 
 

@@ -35,7 +35,8 @@ def test_config_validates_and_builds_flags() -> None:
 
 
 def test_every_kind_dispatches_through_the_registry(tiny: LensModel) -> None:
-    assert set(HEAD_SCORES.names()) == {
+    # Feature packages register more kinds (lmsci_mi.outliers: "sink"); these five are the core's.
+    assert set(HEAD_SCORES.names()) >= {
         "induction", "previous_token", "duplicate_token", "prefix_matching", "copying"
     }
     config = HeadScoreConfig(n_sequences=2, half_length=4, seed=3)
@@ -43,7 +44,7 @@ def test_every_kind_dispatches_through_the_registry(tiny: LensModel) -> None:
         result = method.function(tiny, config=config)
         assert result.head_kind == method.name
         assert result.values.shape == (tiny.cfg.n_layers, tiny.cfg.n_heads)
-        if method.name != "copying":  # copying reads weights only
+        if result.meta.data_source.startswith("repeated random tokens"):  # the seeded kinds
             assert result.meta.params["seed"] == 3 and result.meta.seed == 3
     induction = HEAD_SCORES.get("induction").function(tiny, config=config)
     prefix = HEAD_SCORES.get("prefix_matching").function(tiny, config=config)
