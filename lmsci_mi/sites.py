@@ -110,6 +110,8 @@ _TABLE = (
              "post-attention norm's per-token divisor (Gemma 2/3)"),
         Site("ln2_post_scale", "blocks.{layer}.ln2_post.hook_scale", _VECTOR,
              "post-MLP norm's per-token divisor (Gemma 2/3)"),
+        Site("ln2_post_normalized", "blocks.{layer}.ln2_post.hook_normalized", _VECTOR,
+             "MLP output over the post-MLP norm's divisor, before its weight (Gemma 2/3)"),
 )
 if len({s.name for s in _TABLE}) != len(_TABLE):  # a second row of one name would hide the first
     raise RuntimeError("the site table names a site twice")

@@ -1,10 +1,22 @@
-"""Attention and outliers (issue 40): massive activations, super weights, attention sinks and length."""
+"""Outliers of the forward pass: massive activations, super weights and attention sinks, their
+causal role, and why length generalisation fails (issue 40).
+
+Sun et al. 2024's massive activations and Yu et al. 2024's super weights are found here from
+hooked forward passes; each analysis says whether the prepended sink token was there.
+"""
 
 from lmsci_mi.outliers.consequences import (
     ExclusionEffect,
     ExclusionEffectConfig,
     lens_kl_without,
     sae_explained_variance_without,
+)
+from lmsci_mi.outliers.massive import (
+    MassiveActivations,
+    MassiveConfig,
+    MassiveEntry,
+    RecurringDimension,
+    find_massive_activations,
 )
 from lmsci_mi.outliers.sinks import (
     FirstTokenMaskConfig,
@@ -16,14 +28,33 @@ from lmsci_mi.outliers.sinks import (
     sink_heads,
     sink_scores,
 )
+from lmsci_mi.outliers.super_weights import (
+    YU_PROMPT,
+    SuperWeightCandidate,
+    SuperWeightCandidates,
+    SuperWeightConfig,
+    down_proj_output_hooks,
+    find_super_weights,
+)
 
 __all__ = [
+    "YU_PROMPT",
     "ExclusionEffect",
     "ExclusionEffectConfig",
     "FirstTokenMaskConfig",
     "FirstTokenMaskEffect",
+    "MassiveActivations",
+    "MassiveConfig",
+    "MassiveEntry",
+    "RecurringDimension",
     "SinkHeads",
     "SinkScoreConfig",
+    "SuperWeightCandidate",
+    "SuperWeightCandidates",
+    "SuperWeightConfig",
+    "down_proj_output_hooks",
+    "find_massive_activations",
+    "find_super_weights",
     "first_token_mask_effect",
     "lens_kl_without",
     "mask_first_tokens",
