@@ -78,7 +78,11 @@ from lmsci_mi.lenses import direct_logit_attribution, logit_lens
 from lmsci_mi.outliers import (
     ExclusionEffectConfig,
     FirstTokenMaskConfig,
+    MassiveConfig,
     SinkScoreConfig,
+    SuperWeightConfig,
+    find_massive_activations,
+    find_super_weights,
     first_token_mask_effect,
     lens_kl_without,
     sink_heads,
@@ -657,6 +661,15 @@ def regression_probes_result(lm: LensModel) -> Result:
                              n_resamples=50)
 
 
+def massive_activations(lm: LensModel) -> Result:
+    # The random toy has no activation 1,000 times its median: a low rule shows the table's shape.
+    return find_massive_activations(lm, TEXTS, MassiveConfig(threshold=1.0, ratio=4.0))
+
+
+def super_weights(lm: LensModel) -> Result:
+    return find_super_weights(lm, SuperWeightConfig(threshold=0.5, max_candidates=2))
+
+
 def sinks(lm: LensModel) -> Result:
     return sink_heads(lm, SinkScoreConfig(n_texts=2, seq_len=16))
 
@@ -725,6 +738,8 @@ BUILDERS: dict[str, Callable[[LensModel], Result]] = {
     "VectorRecovery": vector_recovery_result,
     "RegressionCurves": regression_curves,
     "RegressionProbes": regression_probes_result,
+    "MassiveActivations": massive_activations,
+    "SuperWeightCandidates": super_weights,
     "SinkHeads": sinks,
     "FirstTokenMaskEffect": first_token_mask,
     "ExclusionEffect": exclusion,
