@@ -74,6 +74,12 @@ from lmsci_mi.knowledge import (
     value_vectors,
 )
 from lmsci_mi.lenses import direct_logit_attribution, logit_lens
+from lmsci_mi.outliers import (
+    MassiveActivationAblation,
+    OutlierAblationConfig,
+    SuperWeightRestoreActivation,
+    outlier_ablations,
+)
 from lmsci_mi.probes.cfg import (
     AttentionTransitionConfig,
     CFGProbeConfig,
@@ -635,6 +641,17 @@ def regression_probes_result(lm: LensModel) -> Result:
                              n_resamples=50)
 
 
+def outlier_ablations_result(lm: LensModel) -> Result:
+    # The toy has no massive activations or super weights: these coordinates are arbitrary, so
+    # the view is a real run's shape, not a finding. The text is TEXTS, not the stdlib prose.
+    small = OutlierAblationConfig(n_texts=4, seq_len=12, text_start=2, n_reference_texts=1,
+                                  n_control_draws=2, n_facts=4, n_ioi=2, n_resamples=100)
+    return outlier_ablations(lm, {
+        "zero L0.d5": MassiveActivationAblation(((0, 5),)),
+        "remove L1 weight, restore SA": SuperWeightRestoreActivation((1, 7, 30)),
+    }, small, documents=TEXTS * 3)
+
+
 BUILDERS: dict[str, Callable[[LensModel], Result]] = {
     "TokenPredictions": token_predictions,
     "CausalTrace": causal_trace_result,
@@ -689,6 +706,7 @@ BUILDERS: dict[str, Callable[[LensModel], Result]] = {
     "VectorRecovery": vector_recovery_result,
     "RegressionCurves": regression_curves,
     "RegressionProbes": regression_probes_result,
+    "OutlierAblations": outlier_ablations_result,
 }
 """One builder per registered result type, by type name."""
 

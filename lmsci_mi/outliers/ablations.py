@@ -25,7 +25,7 @@ from torch import Tensor
 from lmsci_mi.circuits.metrics import LogitDiff
 from lmsci_mi.config import Config, config, paper
 from lmsci_mi.data.facts import load_facts
-from lmsci_mi.data.ioi import IOIDataset, ioi_dataset
+from lmsci_mi.data.ioi import ioi_dataset
 from lmsci_mi.data.text_corpus import STDLIB_TEXT_SOURCE, text_chunks
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
@@ -183,6 +183,18 @@ class OutlierPositions(Config):
     def validate(self) -> None:
         if not self.positions and not self.token_ids:
             raise UserInputError("OutlierPositions selects nothing: give positions=(0,) or token_ids")
+
+    @classmethod
+    def from_exclude(cls, exclude: Exclude) -> OutlierPositions:
+        """The positions an :class:`~lmsci_mi.positions.Exclude` leaves out (what a finder of
+        massive activations reports for other tools to skip), as the positions to act on; the
+        sink is position 0.
+
+        >>> OutlierPositions.from_exclude(Exclude(token_ids=(13,)))
+        OutlierPositions(positions=(0,), token_ids=(13,))
+        """
+        positions = tuple(sorted({0, *exclude.positions} if exclude.sink else set(exclude.positions)))
+        return cls(positions=positions, token_ids=exclude.token_ids)
 
     def exclusion(self) -> Exclude:
         """The same positions as an :class:`~lmsci_mi.positions.Exclude` (what the running pass's
@@ -539,7 +551,7 @@ class MassiveActivationAblation:
         object.__setattr__(self, "activations", coords)
 
     def describe(self, lm: LensModel) -> str:
-        fill = "0" if self.values is None else "their means " + str([round(v, 4) for v in self.values])
+        fill = "0" if self.values is None else str([round(v, 4) for v in self.values])
         return f"{', '.join(map(str, self.activations))} at {self.positions.describe()} set to {fill}"
 
     def prepared(self, lm: LensModel, reference: Tensor, config: OutlierAblationConfig) -> MassiveActivationAblation:
@@ -673,23 +685,35 @@ class OutlierAblationConfig(Config):
 
 @dataclass(frozen=True)
 class _EvalData:
+    """The held-out chunks, and the prompts read at their last token: the facts, then the IOI
+    prompts, in one padded list (one pass serves both sets)."""
+
     texts: Int[Tensor, "text pos"]
-    fact_prompts: tuple[str, ...]
-    fact_answers: Int[Tensor, " fact"]
-    ioi: IOIDataset
+    prompts: tuple[tuple[int, ...], ...]
+    answers: Int[Tensor, " prompt"]
+    wrongs: Int[Tensor, " prompt"]
+    n_facts: int
+    n_ioi: int
 
 
 def _evaluation_data(
     lm: LensModel, cfg: OutlierAblationConfig, documents: Sequence[str] | None
 ) -> tuple[_EvalData, Tensor]:
-    """The held-out chunks, the reference chunks, the facts (first token of each true answer) and
-    the IOI prompts."""
+    """The held-out chunks, the reference chunks, the facts (the first token of each true answer
+    is the answer) and the IOI prompts (indirect object over subject)."""
     per_row = cfg.seq_len - 1 if lm.sink_token_id is not None else cfg.seq_len
     rows = text_chunks(lm, (cfg.text_start + cfg.n_texts) * per_row, seq_len=cfg.seq_len, documents=documents)
     facts = load_facts("facts")[: cfg.n_facts]
-    answers = torch.tensor([lm.continuation_ids(f.target_true)[0] for f in facts])
-    data = _EvalData(rows[cfg.text_start : cfg.text_start + cfg.n_texts], tuple(f.rewrite_prompt for f in facts),
-                     answers, ioi_dataset(lm, cfg.n_ioi, seed=cfg.seed))
+    prompts = [tuple(lm.encode(f.rewrite_prompt)) for f in facts]
+    answers = [lm.continuation_ids(f.target_true)[0] for f in facts]
+    wrongs = list(answers)  # a fact has no wrong token: its logit difference is never read
+    ioi = ioi_dataset(lm, cfg.n_ioi, seed=cfg.seed)
+    for batch in ioi.batches:
+        prompts += [tuple(row) for row in batch.tokens.tolist()]
+        answers += batch.io_token.tolist()
+        wrongs += batch.s_token.tolist()
+    data = _EvalData(rows[cfg.text_start : cfg.text_start + cfg.n_texts], tuple(prompts),
+                     torch.tensor(answers), torch.tensor(wrongs), len(facts), len(ioi))
     return data, rows[: cfg.n_reference_texts]
 
 
@@ -706,11 +730,11 @@ def _text_nll(lm: LensModel, tokens: Tensor) -> Float[Tensor, " batch"]:
     return nll.view(targets.shape).double().mean(-1).cpu()
 
 
-def _last_logits(lm: LensModel, tokens: Tensor, lengths: Tensor | None = None) -> Float[Tensor, "batch vocab"]:
+def _last_logits(lm: LensModel, tokens: Tensor, lengths: Tensor) -> Float[Tensor, "batch vocab"]:
+    """Logits at each row's last real token (right padding never reaches it)."""
     resid = _final_resid(lm, tokens)
     rows = torch.arange(resid.shape[0], device=resid.device)
-    last = (lengths.to(resid.device) - 1) if lengths is not None else torch.full_like(rows, resid.shape[1] - 1)
-    return lm.unembed(resid[rows, last]).float()
+    return lm.unembed(resid[rows, lengths.to(resid.device) - 1]).float()
 
 
 @torch.no_grad()
@@ -727,22 +751,17 @@ def _evaluate(
         batch = data.texts[start : start + batch_size].to(lm.device)
         with under(batch):
             nll.append(_text_nll(lm, batch))
-    hits = []
-    for start in range(0, len(data.fact_prompts), batch_size):
-        padded = lm.encode_batch(data.fact_prompts[start : start + batch_size])
+    top, diff = [], []
+    for start in range(0, len(data.prompts), batch_size):
+        padded = lm.pad_batch(data.prompts[start : start + batch_size])
         with under(padded.tokens):
-            top = _last_logits(lm, padded.tokens, padded.lengths).argmax(-1).cpu()
-        hits.append(top == data.fact_answers[start : start + batch_size])
-    diffs = []
-    for ioi in data.ioi.batches:
-        for start in range(0, len(ioi), batch_size):
-            tokens = ioi.tokens[start : start + batch_size]
-            with under(tokens):
-                logits = _last_logits(lm, tokens)
-            metric = LogitDiff(ioi.io_token[start : start + batch_size], ioi.s_token[start : start + batch_size])
-            diffs.append(metric(logits).double().cpu())
-    empty = torch.zeros(0, dtype=torch.float64)
-    return torch.cat(nll), torch.cat(hits or [torch.zeros(0, dtype=torch.bool)]), torch.cat(diffs or [empty])
+            logits = _last_logits(lm, padded.tokens, padded.lengths)
+        top.append(logits.argmax(-1).cpu())
+        answers, wrongs = data.answers[start : start + batch_size], data.wrongs[start : start + batch_size]
+        diff.append(LogitDiff(answers, wrongs)(logits).double().cpu())
+    predicted, logit_diff = torch.cat(top), torch.cat(diff)
+    hits = predicted[: data.n_facts] == data.answers[: data.n_facts]
+    return torch.cat(nll), hits, logit_diff[data.n_facts :]
 
 
 def _named(
@@ -811,8 +830,8 @@ def outlier_ablations(
     stop = cfg.text_start + cfg.n_texts
     text = STDLIB_TEXT_SOURCE if documents is None else f"{len(documents)} given documents"
     source = (f"{text}: chunks {cfg.text_start}..{stop - 1} of {cfg.seq_len} tokens (held out; "
-              f"chunks 0..{cfg.text_start - 1} left for finding outliers); facts: {len(data.fact_prompts)} of "
-              f"the shipped set (selected on SmolLM2); IOI: {len(data.ioi)} prompts, seed {cfg.seed}")
+              f"chunks 0..{cfg.text_start - 1} left for finding outliers); facts: {data.n_facts} of "
+              f"the shipped set (selected on SmolLM2); IOI: {data.n_ioi} prompts, seed {cfg.seed}")
     return OutlierAblations(
         values=torch.stack(nll),
         axes=("condition", "text"),
@@ -1002,9 +1021,11 @@ class OutlierAblations(Result):
                        label="random control draws" if y == 0 else None)
         ax.set_yticks(range(len(report)), [e.intervention for e in report])
         ax.invert_yaxis()
-        ax.set_xscale("log")
+        shown = [v for e in report for v in (e.perplexity_ratio.low, e.perplexity_ratio.high, *e.control_ratio.draws)]
+        if shown and max(shown) / max(min(shown), 1e-12) > 20:  # a model destroyed: orders of magnitude
+            ax.set_xscale("log")
         ax.axvline(1.0, color="black", linewidth=0.5)
-        ax.set_xlabel("perplexity / clean perplexity (held-out text)")
+        ax.set_xlabel(f"perplexity / clean perplexity ({self.values.shape[1]} held-out texts)")
         ax.set_title(title, fontsize=9)
         ax.legend(fontsize=7)
         fig.tight_layout()

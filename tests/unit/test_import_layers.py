@@ -49,6 +49,10 @@ USES: dict[tuple[str, str], str] = {
     ("knowledge", "data"): "trigger search reads the text corpus; knowledge neurons take the "
     "fact record",
     ("lenses", "data"): "the tuned lens trains on the text corpus",
+    ("outliers", "circuits"): "outlier ablations read IOI accuracy through circuits' LogitDiff, the "
+    "project's IOI metric",
+    ("outliers", "data"): "outlier ablations are measured on the text corpus, the shipped facts and "
+    "the IOI prompts",
     ("probes", "data"): "probing tasks and the CFG probes read their datasets",
     ("representations", "data"): "concept pairs and contrasts come from the shipped data",
     ("representations", "probes"): "representation reading fits the probes' linear probe",

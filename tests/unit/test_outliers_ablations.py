@@ -208,7 +208,9 @@ def test_ablations_measure_against_clean_and_controls(tiny: LensModel, tmp_path:
     assert result.values.shape == (7, 2) and result.fact_correct.shape == (7, 2)
     assert result.kinds == ("clean", *("intervention", "control") * 3)
     assert result.controls_of("massive") == ("massive / random 0",)
-    assert "means" in result.descriptions[result.conditions.index("massive")]  # set_mean was applied
+    reference = text_chunks(tiny, 7, seq_len=8, documents=PROSE)[:1]  # chunk 0: set_mean's means
+    (mean,) = massive_means(tiny, reference, [(0, 5)])
+    assert f"[{round(mean, 4)}]" in result.descriptions[result.conditions.index("massive")]
     # The clean NLL is the model's own: next-token log-probs of the held-out chunk.
     chunk = text_chunks(tiny, 3 * 7, seq_len=8, documents=PROSE)[1:3]
     log_probs = tiny(chunk).float().log_softmax(-1)[:, :-1].gather(-1, chunk[:, 1:, None])[..., 0]
