@@ -140,7 +140,7 @@ def _weight_coords(lm: LensModel, items: Sequence[WeightLike]) -> tuple[SuperWei
         raise UserInputError("no super weights given: pass (layer, row, col) triples, e.g. [(1, 7, 30)]")
     if lm.cfg.attn_only:
         raise UserInputError(f"{lm.name} has no MLPs, so no down-projection to hold a super weight")
-    n_layers, d_model, d_mlp = lm.cfg.n_layers, lm.cfg.d_model, lm.cfg.d_mlp
+    n_layers, d_model, d_mlp = lm.cfg.n_layers, lm.cfg.d_model, int(lm.cfg.d_mlp or 0)
     for c in coords:
         if not 0 <= c.layer < n_layers:
             raise UserInputError(f"super weight {c}: layer {c.layer} does not exist; "
@@ -157,9 +157,15 @@ def _weight_coords(lm: LensModel, items: Sequence[WeightLike]) -> tuple[SuperWei
     return coords
 
 
+def _mlp(lm: LensModel, layer: int) -> Any:
+    """Block ``layer``'s MLP module (``W_out``, ``b_out``)."""
+    blocks: Any = lm.model.blocks
+    return blocks[layer].mlp
+
+
 def _w_out(lm: LensModel, layer: int) -> Tensor:
     """Block ``layer``'s ``W_out`` ``[d_mlp, d_model]``, detached (read, never written through)."""
-    return lm.model.blocks[layer].mlp.W_out.detach()
+    return _mlp(lm, layer).W_out.detach()
 
 
 # ------------------------------------------------------------------------------ positions
@@ -310,7 +316,7 @@ def scale_super_weights(
 def _down_proj_row(lm: LensModel, layer: int, row: int, post: Tensor) -> Float[Tensor, "batch pos"]:
     """Channel ``row`` of the raw down-projection output from its input ``post`` (``mlp_post``):
     what ``F.linear(post, W_out.T, b_out)`` gives there, with the weights as they are now."""
-    mlp = lm.model.blocks[layer].mlp
+    mlp = _mlp(lm, layer)
     return post @ mlp.W_out[:, row].to(post) + mlp.b_out[row].to(post)
 
 
@@ -384,11 +390,12 @@ def remove_super_weight_restore_activation(
             out[..., coord.row] = torch.where(chosen, clean_row(activation), activation[..., coord.row])
             return out
         post = seen.pop("post")
-        raw = F.linear(post, lm.model.blocks[coord.layer].mlp.W_out.T, lm.model.blocks[coord.layer].mlp.b_out)
+        mlp = _mlp(lm, coord.layer)
+        raw = F.linear(post, mlp.W_out.T, mlp.b_out)
         raw[..., coord.row] = torch.where(chosen, clean_row(raw), raw[..., coord.row])
         # The post-norm's divisor moves with the restored channel: recomputed, as the norm would.
         centred = raw - raw.mean(-1, keepdim=True) if centres(norm) else raw
-        scale = (centred.pow(2).mean(-1, keepdim=True) + float(norm.eps)).sqrt()
+        scale = (centred.pow(2).mean(-1, keepdim=True) + float(getattr(norm, "eps", lm.cfg.eps))).sqrt()
         recomputed = frozen_norm(norm, raw, scale, bias=True).to(activation.dtype)
         return torch.where(chosen[..., None], recomputed, activation)
 
@@ -542,7 +549,7 @@ class MassiveActivationAblation:
     says ``massive_fill="mean"`` (or to ``values`` given here), at ``positions``; the control sets
     as many random dimensions of the same layers at the same positions the same way."""
 
-    activations: tuple[MassiveCoordinate, ...]
+    activations: tuple[MassiveLike, ...]
     positions: OutlierPositions = field(default_factory=OutlierPositions)
     values: tuple[float, ...] | None = None
 
@@ -567,8 +574,10 @@ class MassiveActivationAblation:
         return ablate_massive_activations(lm, self.activations, positions=self.positions, values=self.values)
 
 
-def _weights_text(lm: LensModel, weights: Sequence[SuperWeightCoordinate]) -> str:
-    return ", ".join(f"{w} (|w| {float(_w_out(lm, w.layer)[w.col, w.row].abs()):.4g})" for w in weights)
+def _weights_text(lm: LensModel, weights: Sequence[WeightLike]) -> str:
+    """Each weight with its |value| now (a control's magnitude is read beside its candidate's)."""
+    coords = _weight_coords(lm, weights)
+    return ", ".join(f"{w} (|w| {float(_w_out(lm, w.layer)[w.col, w.row].abs()):.4g})" for w in coords)
 
 
 @dataclass(frozen=True)
@@ -577,7 +586,7 @@ class SuperWeightScaling:
     :func:`sensitivity_interventions`); the control scales random weights of equal magnitude in
     the same matrices (:func:`random_weight_controls`) by the same factor."""
 
-    weights: tuple[SuperWeightCoordinate, ...]
+    weights: tuple[WeightLike, ...]
     scale: float = 0.0
 
     def __post_init__(self) -> None:
@@ -604,7 +613,7 @@ class SuperWeightRestoreActivation:
     ``positions`` from a clean pass over the same tokens; the control does the same to a random
     weight of equal magnitude in the same matrix (restoring that weight's output channel)."""
 
-    weight: SuperWeightCoordinate
+    weight: WeightLike
     positions: OutlierPositions = field(default_factory=OutlierPositions)
 
     def __post_init__(self) -> None:
@@ -959,16 +968,20 @@ class OutlierAblations(Result):
         return tuple(c for c, k, p in zip(self.conditions, self.kinds, self.parents, strict=True)
                      if k == "control" and p == intervention)
 
+    @property
+    def _n_resamples(self) -> int:
+        value = self.meta.params.get("n_resamples")
+        return value if isinstance(value, int) else 1000
+
     def perplexity(self, condition: str = "clean", *, seed: int = 0) -> Interval:
         """exp(mean per-text NLL), with a percentile-bootstrap interval over texts."""
         return bootstrap_interval(self.values[self._row(condition)].double(), _perplexity, seed=seed,
-                                  n_resamples=int(self.meta.params.get("n_resamples", 1000)))
+                                  n_resamples=self._n_resamples)
 
     def perplexity_ratio(self, condition: str, *, seed: int = 0) -> Interval:
         """Perplexity of ``condition`` over the clean one, with a paired bootstrap over texts."""
         pair = (self.values[self._row(condition)].double(), self.values[self._row("clean")].double())
-        return bootstrap_interval(pair, _perplexity_ratio, seed=seed,
-                                  n_resamples=int(self.meta.params.get("n_resamples", 1000)))
+        return bootstrap_interval(pair, _perplexity_ratio, seed=seed, n_resamples=self._n_resamples)
 
     def fact_accuracy(self, condition: str = "clean") -> Interval:
         hits = self.fact_correct[self._row(condition)]
