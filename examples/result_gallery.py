@@ -78,13 +78,17 @@ from lmsci_mi.lenses import direct_logit_attribution, logit_lens
 from lmsci_mi.outliers import (
     ExclusionEffectConfig,
     FirstTokenMaskConfig,
+    MassiveActivationAblation,
     MassiveConfig,
+    OutlierAblationConfig,
     SinkScoreConfig,
     SuperWeightConfig,
+    SuperWeightRestoreActivation,
     find_massive_activations,
     find_super_weights,
     first_token_mask_effect,
     lens_kl_without,
+    outlier_ablations,
     sink_heads,
 )
 from lmsci_mi.positions import Exclude
@@ -682,6 +686,15 @@ def first_token_mask(lm: LensModel) -> Result:
 def exclusion(lm: LensModel) -> Result:
     config = ExclusionEffectConfig(n_texts=2, seq_len=16, n_resamples=20)
     return lens_kl_without(lm, Exclude(positions=(1,)), config=config)
+def outlier_ablations_result(lm: LensModel) -> Result:
+    # The toy has no massive activations or super weights: these coordinates are arbitrary, so
+    # the view is a real run's shape, not a finding. The text is TEXTS, not the stdlib prose.
+    small = OutlierAblationConfig(n_texts=4, seq_len=12, text_start=2, n_reference_texts=1,
+                                  n_control_draws=2, n_facts=4, n_ioi=2, n_resamples=100)
+    return outlier_ablations(lm, {
+        "zero L0.d5": MassiveActivationAblation(((0, 5),)),
+        "remove L1 weight, restore SA": SuperWeightRestoreActivation((1, 7, 30)),
+    }, small, documents=TEXTS * 3)
 
 
 BUILDERS: dict[str, Callable[[LensModel], Result]] = {
@@ -743,6 +756,7 @@ BUILDERS: dict[str, Callable[[LensModel], Result]] = {
     "SinkHeads": sinks,
     "FirstTokenMaskEffect": first_token_mask,
     "ExclusionEffect": exclusion,
+    "OutlierAblations": outlier_ablations_result,
 }
 """One builder per registered result type, by type name."""
 

@@ -49,10 +49,11 @@ USES: dict[tuple[str, str], str] = {
     ("knowledge", "data"): "trigger search reads the text corpus; knowledge neurons take the "
     "fact record",
     ("lenses", "data"): "the tuned lens trains on the text corpus",
-    ("outliers", "circuits"): "the sink score registers as a head score (circuits' HEAD_SCORES); "
-    "its random-head control draws from circuits' all_heads",
-    ("outliers", "data"): "sink scores, the first-token mask's NLL and the lenses' KL read the "
-    "text corpus",
+    ("outliers", "circuits"): "the sink score registers as a head score (circuits' HEAD_SCORES), "
+    "its random-head control draws from circuits' all_heads, and outlier ablations read IOI "
+    "accuracy through circuits' LogitDiff",
+    ("outliers", "data"): "sink scores, the first-token mask's NLL, the lenses' KL and the outlier "
+    "ablations read the text corpus; the ablations also the shipped facts and IOI prompts",
     ("outliers", "lenses"): "massive activations' consequences report the lenses' KL without them",
     ("probes", "data"): "probing tasks and the CFG probes read their datasets",
     ("representations", "data"): "concept pairs and contrasts come from the shipped data",

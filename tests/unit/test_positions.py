@@ -421,6 +421,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("steering/caa.py", "rows[1::2]"): "every second row: the A/B items' other-letter answers",
     ("config.py", "low[1:]"): "a string: the bound after its bracket",
     ("probes/cfg/model.py", "tokens[:, 1:]"): "targets: the next token",
+    ("outliers/ablations.py", "tokens[:, 1:]"): "targets: the next token (the sink's prediction "
+    "of the first text token counts)",
     ("probes/cfg/model.py", "mask[:, 1:]"): "the next token is predictable",
     ("probes/cfg/probing.py", "ceilings[target][1:]"): "a table's rows after its header",
     ("steering/highlight.py", "targets = tokens[0, 1:]"): "targets: the next token",
