@@ -421,6 +421,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("steering/caa.py", "rows[1::2]"): "every second row: the A/B items' other-letter answers",
     ("config.py", "low[1:]"): "a string: the bound after its bracket",
     ("probes/cfg/model.py", "tokens[:, 1:]"): "targets: the next token",
+    ("outliers/consequences.py", "replicates[1:]"): "bootstrap replicates after row 0, the estimate",
+    ("outliers/sinks.py", "rows[:, 1:]"): "the same texts tokenised without the sink, to score "
+    "heads with and without it (not leaving the sink out of a statistic)",
     ("outliers/ablations.py", "tokens[:, 1:]"): "targets: the next token (the sink's prediction "
     "of the first text token counts)",
     ("probes/cfg/model.py", "mask[:, 1:]"): "the next token is predictable",
