@@ -96,6 +96,31 @@ def tiny_post_norm(tiny: LensModel) -> LensModel:
 
 
 @pytest.fixture
+def tiny_gemma3(tiny: LensModel) -> LensModel:
+    """A Gemma-3-shaped toy with what long inputs meet: a sliding-window (local) layer 0 of 6 keys
+    and a global layer 1, their two rotary bases (10,000 and 1,000,000), q/k norms, one K/V head
+    for four query heads, pre- and post-norms with random weights."""
+    return _random_toy(
+        tiny,
+        "toy-gemma3",
+        ("b_O",),
+        act_fn="gelu_pytorch_tanh",
+        gated_mlp=True,
+        normalization_type="RMS",
+        use_normalization_before_and_after=True,
+        positional_embedding_type="rotary",
+        rotary_dim=16,
+        rotary_base=1_000_000,
+        rotary_base_local=10_000,
+        use_local_attn=True,
+        attn_types=["local", "global"],
+        window_size=6,
+        use_qk_norm=True,
+        n_key_value_heads=1,
+    )
+
+
+@pytest.fixture
 def tiny_parallel(tiny: LensModel) -> LensModel:
     """A Pythia/GPT-NeoX-shaped toy: attention and MLP in parallel (the MLP reads the block's
     input; TransformerLens has no hook_resid_mid there), LayerNorm, partial rotary (a quarter of
