@@ -1,5 +1,5 @@
 """Outliers of the forward pass: massive activations, super weights and attention sinks, their
-causal role, and why length generalisation fails (issue 40).
+causal role; why length generalisation fails, and LM-Infinite's Λ-shaped mask (issue 40).
 
 Sun et al. 2024's massive activations and Yu et al. 2024's super weights are found here from
 hooked forward passes; each analysis says whether the prepended sink token was there.
@@ -28,6 +28,30 @@ from lmsci_mi.outliers.consequences import (
     lens_kl_without,
     sae_explained_variance_without,
 )
+from lmsci_mi.outliers.lambda_mask import (
+    LambdaMask,
+    LambdaMaskConfig,
+    lambda_mask,
+)
+from lmsci_mi.outliers.length import (
+    TRAINED_CONTEXT,
+    AttentionCurvesConfig,
+    AttentionLengthCurves,
+    FirstTokenSeparation,
+    LengthCurve,
+    LongText,
+    NLLByPosition,
+    NLLByPositionConfig,
+    NLLRise,
+    SeparationConfig,
+    TrainedContext,
+    attention_length_curves,
+    first_token_separation,
+    long_text,
+    nll_by_position,
+    nll_rise,
+    trained_context,
+)
 from lmsci_mi.outliers.massive import (
     MassiveActivations,
     MassiveConfig,
@@ -55,21 +79,33 @@ from lmsci_mi.outliers.super_weights import (
 )
 
 __all__ = [
+    "TRAINED_CONTEXT",
     "YU_PROMPT",
     "AblationEffect",
+    "AttentionCurvesConfig",
+    "AttentionLengthCurves",
     "ExclusionEffect",
     "ExclusionEffectConfig",
     "FirstTokenMaskConfig",
     "FirstTokenMaskEffect",
+    "FirstTokenSeparation",
+    "LambdaMask",
+    "LambdaMaskConfig",
+    "LengthCurve",
+    "LongText",
     "MassiveActivationAblation",
     "MassiveActivations",
     "MassiveConfig",
     "MassiveCoordinate",
     "MassiveEntry",
+    "NLLByPosition",
+    "NLLByPositionConfig",
+    "NLLRise",
     "OutlierAblationConfig",
     "OutlierAblations",
     "OutlierPositions",
     "RecurringDimension",
+    "SeparationConfig",
     "SinkHeads",
     "SinkScoreConfig",
     "SuperWeightCandidate",
@@ -78,13 +114,20 @@ __all__ = [
     "SuperWeightCoordinate",
     "SuperWeightRestoreActivation",
     "SuperWeightScaling",
+    "TrainedContext",
     "ablate_massive_activations",
+    "attention_length_curves",
     "down_proj_output_hooks",
     "find_massive_activations",
     "find_super_weights",
     "first_token_mask_effect",
+    "first_token_separation",
+    "lambda_mask",
     "lens_kl_without",
+    "long_text",
     "mask_first_tokens",
+    "nll_by_position",
+    "nll_rise",
     "outlier_ablations",
     "remove_super_weight_restore_activation",
     "sae_explained_variance_without",
@@ -93,4 +136,5 @@ __all__ = [
     "sink_heads",
     "sink_scores",
     "super_activation",
+    "trained_context",
 ]
