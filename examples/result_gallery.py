@@ -76,18 +76,24 @@ from lmsci_mi.knowledge import (
 )
 from lmsci_mi.lenses import direct_logit_attribution, logit_lens
 from lmsci_mi.outliers import (
+    AttentionCurvesConfig,
     ExclusionEffectConfig,
     FirstTokenMaskConfig,
     MassiveActivationAblation,
     MassiveConfig,
+    NLLByPositionConfig,
     OutlierAblationConfig,
     SinkScoreConfig,
     SuperWeightConfig,
     SuperWeightRestoreActivation,
+    attention_length_curves,
     find_massive_activations,
     find_super_weights,
     first_token_mask_effect,
+    first_token_separation,
     lens_kl_without,
+    long_text,
+    nll_by_position,
     outlier_ablations,
     sink_heads,
 )
@@ -674,6 +680,24 @@ def super_weights(lm: LensModel) -> Result:
     return find_super_weights(lm, SuperWeightConfig(threshold=0.5, max_candidates=2))
 
 
+def _long_toy_text(lm: LensModel):
+    """Two rows of 96 tokens of the standard library's prose: the toy's n_ctx is far longer."""
+    return long_text(lm, 2, 96)
+
+
+def length_curve(lm: LensModel) -> Result:
+    return attention_length_curves(lm, _long_toy_text(lm), AttentionCurvesConfig(chunk_size=32)).max_logit
+
+
+def first_tokens(lm: LensModel) -> Result:
+    return first_token_separation(lm, _long_toy_text(lm))
+
+
+def nll_positions(lm: LensModel) -> Result:
+    return nll_by_position(lm, _long_toy_text(lm), NLLByPositionConfig(window=16, in_context_start=8,
+                                                                       in_context_stop=40))
+
+
 def sinks(lm: LensModel) -> Result:
     return sink_heads(lm, SinkScoreConfig(n_texts=2, seq_len=16))
 
@@ -753,6 +777,9 @@ BUILDERS: dict[str, Callable[[LensModel], Result]] = {
     "RegressionProbes": regression_probes_result,
     "MassiveActivations": massive_activations,
     "SuperWeightCandidates": super_weights,
+    "LengthCurve": length_curve,
+    "FirstTokenSeparation": first_tokens,
+    "NLLByPosition": nll_positions,
     "SinkHeads": sinks,
     "FirstTokenMaskEffect": first_token_mask,
     "ExclusionEffect": exclusion,
