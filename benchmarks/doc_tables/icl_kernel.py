@@ -67,6 +67,22 @@ def _quoted_agreement(data: ICLKernelData) -> str:
     return f"{min(values):.2f}–{max(values):.2f}" if values else "(not quoted)"
 
 
+ONE_ANSWER = 0.9
+"""A model that gives one answer on this share of a task's prompts or more barely uses the demonstrations."""
+
+
+def _one_answer(data: ICLKernelData) -> list[str]:
+    """Where the model gives (nearly) one answer to every prompt, a head that votes that label agrees
+    with it by default: the agreement is no evidence there."""
+    answers = data.get("model_answers", {})
+    flat = {t: a for t, a in answers.items() if a["share"] >= ONE_ANSWER}
+    if not flat:
+        return []
+    return ["- Where the explanation says little: the model answers one label on "
+            + ", ".join(f"{t} ('{a['label']}' on {a['share']:.0%} of {a['n']} prompts)" for t, a in flat.items())
+            + "; a head voting that label agrees with it by default, so agreement there is no evidence."]
+
+
 @table("icl_kernel_findings")
 def icl_kernel_findings(data: ICLKernelData) -> str:
     """Per task, whether ICL beats the baseline and whether the paper's best head reconstructs the
@@ -89,6 +105,7 @@ def icl_kernel_findings(data: ICLKernelData) -> str:
         "- Agreement of that head with the model's own answer: "
         + ", ".join(f"{t} {num(agree[t]['estimate'], 2)} ({agree[t]['head']})" for t in data["tasks"])
         + f". The paper's GPT-J head agrees {_quoted_agreement(data)} on its tasks (quoted below).",
+        *_one_answer(data),
         f"- Attention logit vs predicted similarity (§5.3): the largest |r| of any head is "
         f"{max(abs(v) for _, v in data['pearson']['top']):.2f} ({data['pearson']['top'][0][0]}); "
         "the paper also finds these correlations low in absolute value.",

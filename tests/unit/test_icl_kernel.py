@@ -156,3 +156,17 @@ def test_the_benchmark_writes_rows_its_renderer_lays_out_like_the_tutorial() -> 
     assert rendered[0] == "| held-out prompts | t (n=4) |"
     assert "| task-specific best head KR (span max, the paper's) | 0.50 [0.15, 0.85] L1.H0 |" in rendered
     assert "| 0.797 | 0.597 |" in doc_tables.RENDERERS["icl_kernel_quoted"](data)
+
+
+def test_one_answer_tasks_are_named_where_agreement_is_no_evidence() -> None:
+    from tests.conftest import benchmark_script
+
+    bench = benchmark_script("icl_kernel")
+    # The synthetic model answers gold: half x, half y.
+    assert bench.majority_answer(_synthetic("held_out", (0, 1))) == {"label": "x", "share": 0.5, "n": 4}
+    from doc_tables.icl_kernel import _one_answer
+
+    flat = {"parity": {"label": "even", "share": 1.0, "n": 60}, "topic": {"label": "sports", "share": 0.4, "n": 60}}
+    [line] = _one_answer({"model_answers": flat})  # type: ignore[typeddict-item]
+    assert "parity ('even' on 100% of 60 prompts)" in line and "topic" not in line
+    assert _one_answer({}) == []  # type: ignore[typeddict-item]  # a file written before the field

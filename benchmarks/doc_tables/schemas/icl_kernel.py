@@ -3,7 +3,7 @@ docs/data/icl_kernel_<model>.json, the renderers in doc_tables/icl_kernel.py (do
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 
 class KRCell(TypedDict):
@@ -44,6 +44,14 @@ class HeadMap(TypedDict):
     """``[head, value]``, the five largest."""
 
 
+class MajorityAnswer(TypedDict):
+    """The model's most frequent ICL answer on a task's held-out prompts."""
+
+    label: str
+    share: float
+    n: int
+
+
 class ICLKernelData(TypedDict):
     paper: str
     tutorial: str
@@ -63,3 +71,5 @@ class ICLKernelData(TypedDict):
     quoted: dict[str, QuotedTable]
     figures: dict[str, str]
     seconds_per_task: dict[str, float]
+    model_answers: NotRequired[dict[str, MajorityAnswer]]
+    """task -> the model's most frequent held-out answer (files before it lack it)."""
