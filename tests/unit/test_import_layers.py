@@ -49,6 +49,7 @@ USES: dict[tuple[str, str], str] = {
     ("knowledge", "data"): "trigger search reads the text corpus; knowledge neurons take the "
     "fact record",
     ("lenses", "data"): "the tuned lens trains on the text corpus",
+    ("outliers", "data"): "the short-context LM trains and is evaluated on the text corpus",
     ("probes", "data"): "probing tasks and the CFG probes read their datasets",
     ("representations", "data"): "concept pairs and contrasts come from the shipped data",
     ("representations", "probes"): "representation reading fits the probes' linear probe",
