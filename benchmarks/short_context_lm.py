@@ -6,9 +6,10 @@ short_context_lm.py: 4 layers, d_model 128, rotary positions, rows of 256 tokens
 library's prose; cached under the lmsci-mi cache folder, keyed by its config; a stopped run resumes
 from its last checkpoint), then on held-out documents writes docs/data/short_context_lm.json: the
 training cost and loss curve, and the held-out NLL by position on rows of 8x the training length
-(2,048 tokens) in position bins, each with a 95 % percentile-bootstrap interval over rows, and two
-paired differences: how much the NLL falls inside the training length, and how much worse it is
-near 8x that length. The Λ-mask's curve and the "starts to rise" rule are the length diagnostics'
+(2,048 tokens) in position bins, each with a 95 % percentile-bootstrap interval over rows, and three
+paired differences over rows against positions 128-255: positions 1-7 (the NLL falls with
+position), 16-31 (the model uses context further back) and 1,536-2,047 (worse beyond the training
+length). The Λ-mask's curve and the "starts to rise" rule are the length diagnostics'
 (lmsci_mi/outliers/length.py, lambda_mask.py).
 
     HF_HUB_OFFLINE=1 PYTHONPATH=. python benchmarks/short_context_lm.py --threads 1
@@ -85,12 +86,25 @@ def binned(nll: torch.Tensor, edges: list[int]) -> list[list[float]]:
             for row in nll]
 
 
-def difference(per_row: torch.Tensor, edges: list[int], first: int, second: int,
-               n_resamples: int) -> Difference:
-    interval = paired_bootstrap_interval(per_row[:, first], per_row[:, second],
-                                         n_resamples=n_resamples)
-    return Difference(first=[edges[first], edges[first + 1]], second=[edges[second], edges[second + 1]],
-                      estimate=round(interval.estimate, 4), ci95=[round(v, 4) for v in interval.as_list()])
+def span_mean(per_row: torch.Tensor, edges: list[int], span: tuple[int, int]) -> torch.Tensor:
+    """Per row, the mean NLL over the targets of ``span`` (a union of whole bins), from the bins'
+    means weighted by their widths."""
+    inside = [(i, b - a) for i, (a, b) in enumerate(itertools.pairwise(edges))
+              if span[0] <= a and b <= span[1]]
+    if not inside:
+        raise ValueError(f"no whole bin inside {span} (edges {edges})")
+    columns, widths = zip(*inside, strict=True)
+    weights = torch.tensor(widths, dtype=per_row.dtype)
+    return (per_row[:, list(columns)] * weights).sum(1) / weights.sum()
+
+
+def difference(per_row: torch.Tensor, edges: list[int], first: tuple[int, int],
+               second: tuple[int, int], n_resamples: int) -> Difference:
+    """NLL over ``first`` minus NLL over ``second``, paired over rows."""
+    interval = paired_bootstrap_interval(span_mean(per_row, edges, first),
+                                         span_mean(per_row, edges, second), n_resamples=n_resamples)
+    return Difference(first=list(first), second=list(second), estimate=round(interval.estimate, 4),
+                      ci95=[round(v, 4) for v in interval.as_list()])
 
 
 def training_section(record: dict[str, Any], config: ShortLMConfig, quiet: bool) -> ShortLMTraining:
@@ -127,18 +141,20 @@ def main() -> None:
     values = torch.tensor(per_row, dtype=torch.float64)
     intervals = [bootstrap_interval(values[:, i], n_resamples=args.bootstrap)
                  for i in range(values.shape[1])]
-    last_inside = edges.index(config.context) - 1
-    # the bin from a sixteenth of the training length: past what a few bytes of context give
-    early = max(i for i, e in enumerate(edges) if e <= max(1, config.context // 16))
+    context, length = config.context, config.n_ctx
+    last_inside = (context // 2, context)  # [128, 256) at 256
     run.write(ShortLMData(
         config=config.params(), model=lm.name, data=record["data"],
-        trained_context=record["trained_context"], eval_length=config.n_ctx, n_rows=n_rows,
+        trained_context=record["trained_context"], eval_length=length, n_rows=n_rows,
         training=training_section(record, config, args.quiet_machine),
         nll=PositionBins(starts=edges[:-1], ends=edges[1:],
                          mean=[round(i.estimate, 4) for i in intervals],
                          ci95=[[round(v, 4) for v in i.as_list()] for i in intervals]),
-        in_context_gain=difference(values, edges, early, last_inside, args.bootstrap),
-        beyond_training=difference(values, edges, len(edges) - 2, last_inside, args.bootstrap),
+        in_context_gain=difference(values, edges, (1, max(2, context // 32)), last_inside,
+                                   args.bootstrap),
+        long_context_gain=difference(values, edges, (context // 16, context // 8), last_inside,
+                                     args.bootstrap),
+        beyond_training=difference(values, edges, (edges[-2], length), last_inside, args.bootstrap),
     ))
 
 

@@ -36,7 +36,8 @@ class PositionBins(TypedDict):
 
 
 class Difference(TypedDict):
-    """A paired difference of two bins' NLL over the same rows: estimate and 95 % interval."""
+    """The NLL over the target positions ``first`` ``[start, end)`` minus that over ``second``,
+    paired over the same rows: the estimate and its 95 % percentile-bootstrap interval."""
 
     first: list[int]
     second: list[int]
@@ -56,8 +57,11 @@ class ShortLMData(TypedDict):
     training: ShortLMTraining
     nll: PositionBins
     in_context_gain: Difference
-    """NLL in an early bin minus NLL in the last bin inside the training length: positive when
-    the held-out NLL falls with position beyond what a few bytes of context give."""
+    """Positions 1 to 1/32 of the training length (1-7 at 256) minus the second half of the
+    training length (128-255): positive when the held-out NLL falls with position."""
+    long_context_gain: Difference
+    """Positions 1/16 to 1/8 of the training length (16-31) minus 128-255: positive when the
+    model gains from context further back than a few dozen bytes."""
     beyond_training: Difference
-    """NLL in the last bin (near 8x the training length) minus NLL in the last bin inside it:
-    positive when the model does worse beyond its training length."""
+    """The last bin (1,536-2,047 at 2,048) minus 128-255: positive when the model does worse
+    beyond its training length."""
