@@ -22,7 +22,7 @@ from lmsci_mi.config import Config, config
 from lmsci_mi.data.text_corpus import STDLIB_TEXT_SOURCE, stdlib_documents, text_chunks
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.loading import default_device
-from lmsci_mi.model import LensModel
+from lmsci_mi.model import DEFAULT_SINK, LensModel, SinkChoice, resolve_sink
 from lmsci_mi.training import (
     TrainConfig,
     TrainingRecord,
@@ -296,8 +296,11 @@ def heldout_rows(
     ``<|endoftext|>`` (:func:`~lmsci_mi.data.text_corpus.text_chunks`).
 
     Raises:
-        UserInputError: more rows than the held-out text holds (about 95 rows of 2,048).
+        UserInputError: no rows asked for, or more than the held-out text holds (about 95 rows
+            of 2,048).
     """
+    if n_rows < 1:
+        raise UserInputError(f"n_rows must be at least 1, not {n_rows}")
     config = config if config is not None else ShortLMConfig()
     length = length if length is not None else config.n_ctx
     docs = short_lm_documents("heldout", config, documents)
@@ -353,10 +356,18 @@ def short_context_lm_folder(config: ShortLMConfig | None = None) -> Path:
     return trained_folder("outliers", f"short-lm-{key}")
 
 
-def wrap_short_context_lm(model: HookedTransformer, config: ShortLMConfig | None = None,
-                          *, source: str = "random init") -> LensModel:
-    """The model as a :class:`LensModel` with the byte tokenizer and ``<|endoftext|>`` as its
-    sink, named by its config's key.
+def wrap_short_context_lm(
+    model: HookedTransformer,
+    config: ShortLMConfig | None = None,
+    *,
+    source: str = "random init",
+    sink: SinkChoice = DEFAULT_SINK,
+) -> LensModel:
+    """The model as a :class:`LensModel` with the byte tokenizer, named by its config's key.
+
+    Args:
+        sink: by default ``<|endoftext|>``, which starts every training row; a token's text or
+            id, or None for no sink (see :func:`~lmsci_mi.model.resolve_sink`).
 
     >>> lm = wrap_short_context_lm(HookedTransformer(ShortLMConfig().hooked_config()))
     >>> lm.encode("Hi"), lm.sink, lm.cfg.n_ctx
@@ -364,8 +375,9 @@ def wrap_short_context_lm(model: HookedTransformer, config: ShortLMConfig | None
     """
     config = config if config is not None else ShortLMConfig()
     name = short_context_lm_folder(config).name  # "short-lm-<key>"
-    return LensModel(model, name=name, source=source, tokenizer=ByteTokenizer(),
-                     sink_token_id=ByteTokenizer.bos_token_id)
+    tokenizer = ByteTokenizer()
+    sink_id = resolve_sink(tokenizer, sink, ByteTokenizer.bos_token_id, tokenizer.vocab_size)
+    return LensModel(model, name=name, source=source, tokenizer=tokenizer, sink_token_id=sink_id)
 
 
 def load_short_context_lm(
@@ -376,10 +388,12 @@ def load_short_context_lm(
     threads: int | None = None,
     progress: bool = False,
     device: torch.device | str | None = None,
+    sink: SinkChoice = DEFAULT_SINK,
 ) -> tuple[LensModel, dict[str, Any]]:
     """The trained model as a :class:`LensModel`, from the cache, else trained (resuming an
     interrupted run) and cached (:func:`lmsci_mi.training.load_or_train`); with its record: the
-    config, the data source and the run's cost and loss curve.
+    config, the data source and the run's cost and loss curve. ``sink`` as in
+    :func:`wrap_short_context_lm` (``<|endoftext|>`` by default: every training row starts with it).
 
     Raises:
         FileNotFoundError: nothing cached and ``train`` is False.
@@ -399,4 +413,4 @@ def load_short_context_lm(
                                     "(train=True, or benchmarks/short_context_lm.py)"),
     )
     model.to(device if device is not None else default_device(), print_details=False)
-    return wrap_short_context_lm(model, config, source=str(folder)), record
+    return wrap_short_context_lm(model, config, source=str(folder), sink=sink), record

@@ -57,6 +57,8 @@ def test_the_lens_model_policy_works_on_bytes(tiny_lm) -> None:
     assert lm.token_id("x") == 120
     with pytest.raises(UserInputError, match="2 tokens"):
         lm.token_id("é")
+    bare = wrap_short_context_lm(lm.model, TINY, sink=None)
+    assert bare.encode("hé") == [104, 195, 169] and bare.sink is None
     assert lm.sample(["ab"], 3, seed=0)[0] is not None
 
 
@@ -109,4 +111,6 @@ def test_training_loads_as_a_lens_model_that_runs_at_8x(
     assert lm.hooks.attached_count() == 0
     with pytest.raises(UserInputError, match="held-out stdlib text holds"):
         heldout_rows(lm, 1000, config=TINY, documents=DOCS)
+    with pytest.raises(UserInputError, match="n_rows must be at least 1"):
+        heldout_rows(lm, 0, config=TINY, documents=DOCS)
 
