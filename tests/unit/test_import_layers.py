@@ -53,7 +53,7 @@ USES: dict[tuple[str, str], str] = {
     "its random-head control draws from circuits' all_heads, and outlier ablations read IOI "
     "accuracy through circuits' LogitDiff",
     ("outliers", "data"): "sink scores, the first-token mask's NLL, the lenses' KL and the outlier "
-    "ablations and the length diagnostics read the text corpus; the ablations also the shipped facts and "
+    "ablations the length diagnostics and the short-context LM read the text corpus; the ablations also the shipped facts and "
     "IOI prompts",
     ("outliers", "lenses"): "massive activations' consequences report the lenses' KL without them",
     ("probes", "data"): "probing tasks and the CFG probes read their datasets",
