@@ -28,3 +28,40 @@ def icl_vectors(data: ICLVectorsData) -> str:
                          _cell(r["share"]), _cell(r["random_share"])])
     return markdown(["task", "method", "n", "zero-shot", "ICL", "vector (layer chosen on dev)",
                      "random, same norm", "share of the ICL gain", "random's share"], rows)
+
+
+def _short(method: str) -> str:
+    """'task vector' from 'task vector (replace)'."""
+    return METHODS.get(method, method).split(" (")[0]
+
+
+def _above(share: IntervalRecord, random: IntervalRecord) -> bool:
+    """The vector's share interval lies wholly above the random control's."""
+    return share["low"] is not None and random["high"] is not None and share["low"] > random["high"]
+
+
+@table("icl_vectors_findings")
+def icl_vectors_findings(data: ICLVectorsData) -> str:
+    """Which tasks a vector recovers above its random control (the acceptance's count), by method,
+    and where ICL itself barely beats zero-shot, so there is little gain to recover."""
+    recovered: dict[str, list[str]] = {}
+    weak = []
+    for task in data["tasks"]:
+        for method, entry in data["results"].get(task, {}).items():
+            r = entry["report"]
+            if _above(r["share"], r["random_share"]):
+                share = minus(f"{r['share']['estimate']:.2f}")
+                recovered.setdefault(task, []).append(f"{_short(method)} {share}")
+            if r["icl"]["low"] is not None and r["zero_shot"]["high"] is not None \
+                    and r["icl"]["low"] <= r["zero_shot"]["high"]:
+                weak.append(f"{task} ({_short(method)})")
+    lines = [f"- A vector recovers a share of the ICL gain above its random control's interval on "
+             f"{len(recovered)} of {len(data['tasks'])} tasks"
+             + (": " + "; ".join(f"{t} ({', '.join(v)})" for t, v in recovered.items()) if recovered else "")
+             + "."]
+    missing = [t for t in data["tasks"] if t not in recovered]
+    if missing:
+        lines.append(f"- Not recovered above random: {', '.join(missing)}.")
+    if weak:
+        lines.append("- ICL's interval overlaps zero-shot's (little gain to recover) on " + ", ".join(weak) + ".")
+    return "\n".join(lines)

@@ -184,3 +184,26 @@ def test_the_benchmark_entry_is_json_and_renders(tiny: LensModel) -> None:
     data = {"model": "toy-2l", "tasks": ["antonyms"], "methods": {}, "results": {"antonyms": {"task_vector": json.loads(text)}}}
     table = sys.modules["doc_tables"].RENDERERS["icl_vectors"](data)
     assert table.count("\n") == 2 and "`antonyms` | task vector (replace) | 3 |" in table
+
+
+def test_the_findings_count_tasks_recovered_above_random() -> None:
+    from tests.conftest import benchmark_script
+
+    benchmark_script("icl_vectors")  # puts benchmarks/ on the path
+    from doc_tables.icl_vectors import icl_vectors_findings
+
+    def rec(estimate: float, low: float, high: float) -> dict:
+        return {"estimate": estimate, "low": low, "high": high}
+
+    def report(share: dict, icl: dict) -> dict:
+        return {"report": {"share": share, "random_share": rec(0.0, -0.1, 0.05), "icl": icl,
+                           "zero_shot": rec(0.0, 0.0, 0.1)}}
+
+    data = {"tasks": ["a", "b"], "results": {
+        "a": {"task_vector": report(rec(0.9, 0.7, 1.1), rec(0.6, 0.5, 0.7))},
+        "b": {"task_vector": report(rec(0.2, 0.0, 0.4), rec(0.15, 0.05, 0.3))}}}
+    text = icl_vectors_findings(data)  # type: ignore[arg-type]
+    assert "on 1 of 2 tasks: a (task vector 0.90)" in text and "Not recovered above random: b." in text
+    assert "overlaps zero-shot's (little gain to recover) on b (task vector)" in text
+    data["results"]["b"]["task_vector"]["report"]["share"] = rec(0.5, 0.3, 0.7)
+    assert "on 2 of 2 tasks" in icl_vectors_findings(data)  # type: ignore[arg-type]
