@@ -50,6 +50,7 @@ from lmsci_mi.outliers.length import (
     long_text,
     nll_by_position,
     nll_rise,
+    token_nll,
     trained_context,
 )
 from lmsci_mi.outliers.massive import (
@@ -136,5 +137,6 @@ __all__ = [
     "sink_heads",
     "sink_scores",
     "super_activation",
+    "token_nll",
     "trained_context",
 ]
