@@ -28,6 +28,14 @@ from lmsci_mi.icl.vectors import FunctionVectorConfig, TaskVectorConfig
 from lmsci_mi.knowledge.neurons import KnowledgeNeuronsConfig
 from lmsci_mi.lenses.logit_lens import LogitLensConfig
 from lmsci_mi.lenses.tuned_lens import TunedLensConfig
+from lmsci_mi.outliers import (
+    LambdaMaskConfig,
+    MassiveConfig,
+    NLLByPositionConfig,
+    OutlierAblationConfig,
+    SinkScoreConfig,
+    SuperWeightConfig,
+)
 from lmsci_mi.probes.linear import ProbeConfig
 from lmsci_mi.representations.concepts import ConceptConfig
 from lmsci_mi.representations.inner_product import CausalInnerProductConfig
@@ -65,6 +73,12 @@ METHODS: dict[str, tuple[str, str, tuple[type, ...]]] = {
     "task_vectors": ("Task vectors (Hendel et al. 2023)", "icl", (TaskVectorConfig,)),
     "function_vectors": ("Function vectors (Todd et al. 2024)", "icl", (FunctionVectorConfig,)),
     "icl_regression": ("In-context linear regression (Garg et al. 2022)", "icl", (ICLRegressionConfig,)),
+    "massive_activations": ("Massive activations (Sun et al. 2024)", "outliers", (MassiveConfig,)),
+    "super_weights": ("Super weights (Yu et al. 2024)", "outliers", (SuperWeightConfig,)),
+    "outlier_ablations": ("Outlier ablations (Sun et al. 2024; Yu et al. 2024)", "outliers", (OutlierAblationConfig,)),
+    "sink_scores": ("Attention sinks (Xiao et al. 2024)", "outliers", (SinkScoreConfig,)),
+    "lambda_mask": ("LM-Infinite's Λ-shaped mask (Han et al. 2024)", "outliers", (LambdaMaskConfig,)),
+    "nll_by_position": ("NLL by position (Han et al. 2024)", "outliers", (NLLByPositionConfig,)),
 }
 """Every paper-named method with a table (in editing, ROME, and MEMIT with AlphaEdit). Not here: direct logit
 attribution (``DLAConfig`` has no setting a paper fixes) and the mean-difference (ActAdd-style)

@@ -15,7 +15,8 @@ indentation. Comments inside fenced code blocks are text, not blocks.
     python scripts/doc_tables.py            # rewrite every stale block in place
     python scripts/doc_tables.py --check    # rewrite nothing; exit 1 listing each stale block
 
-An unknown renderer, a missing data file, a command that names no script of the repository and
+An unknown renderer, a missing data file (unless its renderer is registered with ``missing_ok``:
+then it receives None and says "not yet"), a command that names no script of the repository and
 an unterminated or malformed block are errors naming the file and line (exit 2).
 """
 
@@ -163,13 +164,17 @@ def render(block: Block, root: Path = ROOT) -> tuple[str, ...]:
     documents = {}
     for name in block.files:
         path = root / name
+        if not path.is_file() and getattr(renderers[block.name], "missing_ok", False):
+            documents[path.stem] = None  # the renderer says "not yet: <command>"
+            continue
         if not path.is_file():
             raise DocTableError(f"{where}: data file {name} does not exist")
         try:
             documents[path.stem] = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as error:
             raise DocTableError(f"{where}: data file {name} is not JSON: {error}") from error
-    data = next(iter(documents.values())) if len(documents) == 1 else documents
+    # A file not written yet stays keyed by its stem, so the renderer can name what writes it.
+    data = next(iter(documents.values())) if len(documents) == 1 and None not in documents.values() else documents
     try:
         table = renderers[block.name](data)
     except (KeyError, IndexError, TypeError, ValueError) as error:

@@ -22,12 +22,17 @@ MODEL_SHORT = {"smollm2-135m": "SmolLM2", "gemma3-270m": "Gemma 3"}
 METHOD_NAMES = {"rome": "ROME", "memit": "MEMIT", "alphaedit": "AlphaEdit"}
 
 
-def table(name: str) -> Callable[[Renderer], Renderer]:
-    """Register a renderer under ``name``; a second renderer of the same name is a mistake."""
+def table(name: str, *, missing_ok: bool = False) -> Callable[[Renderer], Renderer]:
+    """Register a renderer under ``name``; a second renderer of the same name is a mistake.
+
+    ``missing_ok``: a data file of its blocks that does not exist yet reaches it as None, keyed by
+    the file's stem even when the block names one file (it then renders "not yet: <command>"); for
+    any other renderer a missing file is an error."""
 
     def register(fn: Renderer) -> Renderer:
         if name in RENDERERS:
             raise ValueError(f"two doc-table renderers named {name!r}")
+        fn.missing_ok = missing_ok  # type: ignore[attr-defined]
         RENDERERS[name] = fn
         return fn
 
@@ -97,6 +102,7 @@ from . import (  # noqa: E402, F401
     icl_regression,
     icl_vectors,
     knowledge,
+    outliers,
     peers,
     probes,
     probes_cfg,

@@ -50,6 +50,7 @@ from lmsci_mi.outliers.length import (
     long_text,
     nll_by_position,
     nll_rise,
+    token_nll,
     trained_context,
 )
 from lmsci_mi.outliers.massive import (
@@ -152,6 +153,7 @@ __all__ = [
     "sink_heads",
     "sink_scores",
     "super_activation",
+    "token_nll",
     "train_short_context_lm",
     "trained_context",
     "wrap_short_context_lm",

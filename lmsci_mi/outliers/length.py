@@ -22,7 +22,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from lmsci_mi import readout
-from lmsci_mi.config import Config, config
+from lmsci_mi.config import NOT_IN_NOTES, Config, config, paper
 from lmsci_mi.data.text_corpus import STDLIB_TEXT_SOURCE, text_chunks
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.long_context import attention_layers, long_input_path, score_query_positions
@@ -48,6 +48,7 @@ __all__ = [
     "long_text",
     "nll_by_position",
     "nll_rise",
+    "token_nll",
     "trained_context",
 ]
 
@@ -407,7 +408,10 @@ def _pca2(x: Float[Tensor, "pos d"]) -> tuple[Tensor, Tensor]:
 class NLLByPositionConfig(Config):
     """Settings of :func:`nll_by_position` and its rule for "the NLL starts to rise"."""
 
-    window: int = field(default=256, metadata={"help": "tokens per window of the windowed mean", "ge": 1})
+    window: int = field(default=256, metadata={
+        "help": "tokens per window of the windowed mean", "ge": 1,
+        **paper(NOT_IN_NOTES, "Han et al. 2024 (arXiv:2308.16137): NLL rises past the training length (the "
+                "tutorial's length-generalisation section); how they smooth the curve is not in our notes")})
     stride: int | None = field(default=None, metadata={"help": "step between windows (default: window)", "ge": 1})
     in_context_start: int = field(default=64, metadata={"help": "first position of the in-context range", "ge": 1})
     in_context_stop: int | None = field(
@@ -520,7 +524,7 @@ def nll_by_position(
     n_pos = tokens.shape[1]
     context = trained_context(lm)
     stop = cfg.in_context_stop if cfg.in_context_stop is not None else min(context.trained_length, n_pos)
-    per_text = torch.cat([_token_nll(lm, batch, cfg) for batch in _batches(tokens, cfg.batch_size, lm.device)])
+    per_text = token_nll(lm, tokens, cfg)
     rise = nll_rise(per_text, window=cfg.window, in_context=(cfg.in_context_start, stop),
                     stride=cfg.stride, n_se=cfg.n_se)
     return NLLByPosition(
@@ -528,6 +532,23 @@ def nll_by_position(
         meta=lm.meta(data_source=source, params=cfg.params()), per_text=per_text, rise=rise,
         trained_length=context.trained_length, trained_length_source=context.source,
     )
+
+
+def token_nll(
+    lm: LensModel, text: LongText | Tensor, cfg: NLLByPositionConfig | None = None
+) -> Float[Tensor, "text pos"]:
+    """Per-token NLL ``[text, position]`` of each token given those before it (NaN at position 0),
+    :func:`nll_by_position`'s curves before they are averaged: one text is enough (a benchmark
+    caches text by text; the rise needs two). Reads the model only.
+
+    >>> from lmsci_mi import load_model
+    >>> lm = load_model("toy-2l")
+    >>> token_nll(lm, long_text(lm, 1, 20)).shape
+    torch.Size([1, 20])
+    """
+    cfg = cfg or NLLByPositionConfig()
+    tokens, _ = _tokens(lm, text)
+    return torch.cat([_token_nll(lm, batch, cfg) for batch in _batches(tokens, cfg.batch_size, lm.device)])
 
 
 def _token_nll(lm: LensModel, batch: Tensor, cfg: NLLByPositionConfig) -> Tensor:
