@@ -13,8 +13,12 @@ Writes docs/data/outliers_length_<model>.json and docs/img/outliers_{nll,attenti
 The text is the standard library's prose (``lmsci_mi.outliers.long_text``: docstrings and pydoc
 topics, documents joined by the end-of-text token, the sink first), rows of --max-length tokens;
 the trained length and its source come from ``lmsci_mi.outliers.TRAINED_CONTEXT`` (a model not in
-it, a toy or the short-context LM, stands in with its loaded ``n_ctx``, so stated). --model takes
-any registered name (``load_model``'s), the short-context LM's too once it is registered.
+it, a toy, stands in with its loaded ``n_ctx``, so stated). --model takes any registered name
+(``load_model``'s) or ``short-context-lm``: the byte-level model trained here at 256 tokens
+(``lmsci_mi.outliers.short_context_lm``; train it first with benchmarks/short_context_lm.py), where
+twice and eight times the trained length cost seconds:
+
+    PYTHONPATH=. OMP_NUM_THREADS=1 python benchmarks/outliers_length.py --model short-context-lm --threads 1 --max-length 2048 --n-texts 16
 
 Long inputs run through the query-chunked attention path (``--chunk-size`` queries at a time), so
 memory stays near the model's and the activations of one block of queries. Time does not: at twice
@@ -60,6 +64,7 @@ from lmsci_mi.outliers import (
     attention_length_curves,
     first_token_separation,
     lambda_mask,
+    load_short_context_lm,
     long_text,
     nll_rise,
     token_nll,
@@ -70,10 +75,24 @@ QUICK = {"model": "toy-2l", "n_texts": 2, "curve_texts": 2, "separation_texts": 
          "window": 32, "in_context_start": 16, "n_global": 4}
 """--quick: the toy (n_ctx 256 stands in for a trained length), to 512 tokens, small windows."""
 PASSES = ("curves", "nll", "nll-lambda")
+SHORT_LM = "short-context-lm"
+"""--model's name for the byte-level model trained here at a short context."""
+
+
+def load(name: str) -> LensModel:
+    """``load_model(name)``, or the short-context LM from its cache (it is not trained here)."""
+    if name != SHORT_LM:
+        return load_model(name)
+    try:
+        return load_short_context_lm(train=False)[0]
+    except FileNotFoundError:
+        raise SystemExit("the short-context LM is not trained yet: run "
+                         "`PYTHONPATH=. python benchmarks/short_context_lm.py --threads 1` first") from None
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="smollm2-135m", help="a registered model name (load_model's)")
+    parser.add_argument("--model", default="smollm2-135m",
+                        help=f"a registered model name (load_model's) or {SHORT_LM!r} (trained here)")
     parser.add_argument("--img-dir", type=Path, default=Path("docs/img"), help="where the figures go")
     parser.add_argument("--max-length", type=int, default=None, help="tokens per text (default: 2x the trained length)")
     parser.add_argument("--n-texts", type=int, default=4, help="texts of the NLL curves (>= 2 for the rise)")
@@ -302,7 +321,7 @@ def earlier_seconds(path: Path, model: str) -> dict[str, float]:
 def main() -> None:
     run = harness.start(__doc__, __file__, threads=1, flags=add_flags, out=data_file)
     args = settings(run.args, QUICK)
-    lm = load_model(args.model)
+    lm = load(args.model)
     context = trained_context(lm)
     trained = context.trained_length
     length = args.max_length or 2 * trained

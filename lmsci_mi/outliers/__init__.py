@@ -50,6 +50,7 @@ from lmsci_mi.outliers.length import (
     long_text,
     nll_by_position,
     nll_rise,
+    register_trained_context,
     token_nll,
     trained_context,
 )
@@ -144,6 +145,7 @@ __all__ = [
     "nll_by_position",
     "nll_rise",
     "outlier_ablations",
+    "register_trained_context",
     "remove_super_weight_restore_activation",
     "sae_explained_variance_without",
     "scale_super_weights",

@@ -117,7 +117,14 @@ TRAINED_CONTEXT: dict[str, TrainedContext] = {
         ),
     ),
 }
-"""Each bundled model's context facts, by registered name (``load_model``'s)."""
+"""Each bundled model's context facts, by registered name (``load_model``'s); a model trained here
+adds its own row (:func:`register_trained_context`)."""
+
+
+def register_trained_context(context: TrainedContext) -> None:
+    """Record a model's context facts under its name, for a model whose loaded ``n_ctx`` is not the
+    length it was trained at (the short-context LM is loaded at 8x its training length)."""
+    TRAINED_CONTEXT[context.model] = context
 
 
 def trained_context(lm: LensModel) -> TrainedContext:

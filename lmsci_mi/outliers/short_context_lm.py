@@ -23,6 +23,7 @@ from lmsci_mi.data.text_corpus import STDLIB_TEXT_SOURCE, stdlib_documents, text
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.loading import default_device
 from lmsci_mi.model import DEFAULT_SINK, LensModel, SinkChoice, resolve_sink
+from lmsci_mi.outliers.length import TrainedContext, register_trained_context
 from lmsci_mi.training import (
     TrainConfig,
     TrainingRecord,
@@ -377,6 +378,12 @@ def wrap_short_context_lm(
     name = short_context_lm_folder(config).name  # "short-lm-<key>"
     tokenizer = ByteTokenizer()
     sink_id = resolve_sink(tokenizer, sink, ByteTokenizer.bos_token_id, tokenizer.vocab_size)
+    # Loaded at eval_factor x its training length: the length diagnostics must know the shorter one.
+    register_trained_context(TrainedContext(
+        model=name, trained_length=config.context, max_position_embeddings=None, n_ctx=config.n_ctx,
+        rotary_base=config.rotary_base, rotary_base_local=None, sliding_window=None, pretraining_length=None,
+        source=f"trained here (lmsci_mi.outliers.short_context_lm): rows of ShortLMConfig.context = "
+               f"{config.context} tokens; loaded with n_ctx = {config.eval_factor} x that"))
     return LensModel(model, name=name, source=source, tokenizer=tokenizer, sink_token_id=sink_id)
 
 

@@ -13,6 +13,7 @@ from transformer_lens import HookedTransformer
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import resolve_sink
 from lmsci_mi.outliers import short_context_lm as slm
+from lmsci_mi.outliers import trained_context
 from lmsci_mi.outliers.short_context_lm import (
     ByteTokenizer,
     ShortLMConfig,
@@ -60,6 +61,9 @@ def test_the_lens_model_policy_works_on_bytes(tiny_lm) -> None:
     bare = wrap_short_context_lm(lm.model, TINY, sink=None)
     assert bare.encode("hé") == [104, 195, 169] and bare.sink is None
     assert lm.sample(["ab"], 3, seed=0)[0] is not None
+    # The length diagnostics read the training length, not the 8x-longer n_ctx it is loaded with.
+    context = trained_context(lm)
+    assert (context.trained_length, context.n_ctx) == (8, 64) and "trained here" in context.source
 
 
 def test_documents_split_by_blocks_and_rows_start_with_the_sink() -> None:
