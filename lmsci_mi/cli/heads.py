@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import lmsci_mi.outliers.sinks  # noqa: F401  (registers the "sink" head score the --kind choices list)
 from lmsci_mi.circuits.heads import HEAD_SCORES, HeadScoreConfig
 from lmsci_mi.circuits.ioi import IOIConfig
 from lmsci_mi.cli.common import (
