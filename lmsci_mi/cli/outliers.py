@@ -9,7 +9,7 @@ step reads the massive activations, the first super-weight candidate and the sin
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +18,12 @@ from lmsci_mi.cli.common import (
     add_model_args,
     add_output_args,
     config_from_args,
+    head_list,
     load_from_args,
     write_outputs,
 )
 from lmsci_mi.cli.tour import StepOutput, TourStep
+from lmsci_mi.config import Config
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.outliers import (
@@ -54,7 +56,6 @@ from lmsci_mi.outliers import (
     trained_context,
 )
 from lmsci_mi.results import Result
-from lmsci_mi.sites import Head
 
 __all__ = [
     "TOUR_MASSIVE",
@@ -113,8 +114,8 @@ def _register_massive(kinds: Any) -> None:
 
 
 def _register_super_weights(kinds: Any) -> None:
-    weights = kinds.add_parser(
-        "super-weights",
+    _register_simple(
+        kinds, "super-weights", SuperWeightConfig, find_super_weights, "the search",
         help="super-weight candidates (Yu et al. 2024) from one forward pass, removed and searched "
         "again up to --max-candidates",
         description="Yu et al.'s search: each layer's MLP down-projection read at its input and its "
@@ -123,15 +124,11 @@ def _register_super_weights(kinds: Any) -> None:
         "bit for bit before the command prints. --out writes the result (`lmsci-mi outliers ablate "
         "--super-weights-from` reads it).",
     )
-    add_model_args(weights)
-    add_output_args(weights)
-    add_config_args(weights.add_argument_group("the search (SuperWeightConfig)"), SuperWeightConfig)
-    weights.set_defaults(run=_run_super_weights)
 
 
 def _register_sinks(kinds: Any) -> None:
-    sinks = kinds.add_parser(
-        "sinks",
+    _register_simple(
+        kinds, "sinks", SinkScoreConfig, sink_heads, "the score",
         help="sink heads (Xiao et al. 2024): each head's attention on the first tokens, with and "
         "without the prepended sink token",
         description="Each head's mean attention mass on the first k positions, on rows of the "
@@ -139,10 +136,32 @@ def _register_sinks(kinds: Any) -> None:
         "sink removed; the difference with its standard error over texts. `lmsci-mi heads --kind "
         "sink` gives the scores with the sink alone.",
     )
-    add_model_args(sinks)
-    add_output_args(sinks)
-    add_config_args(sinks.add_argument_group("the score (SinkScoreConfig)"), SinkScoreConfig)
-    sinks.set_defaults(run=_run_sinks)
+
+
+def _register_simple(
+    kinds: Any,
+    name: str,
+    config_type: type[Config],
+    analysis: Callable[[LensModel, Any], Result],
+    group: str,
+    **text: str,
+) -> None:
+    """A command that runs ``analysis(lm, config)`` with the config of its flags, prints the
+    result's summary and writes its outputs."""
+    parser = kinds.add_parser(name, **text)
+    add_model_args(parser)
+    add_output_args(parser)
+    add_config_args(parser.add_argument_group(f"{group} ({config_type.__name__})"), config_type)
+
+    def run(args: argparse.Namespace) -> int:
+        config = config_from_args(config_type, args)
+        lm = load_from_args(args)
+        result = analysis(lm, config)
+        print(result.summary())
+        write_outputs(result, args)
+        return 0
+
+    parser.set_defaults(run=run)
 
 
 def _register_mask(kinds: Any) -> None:
@@ -157,7 +176,7 @@ def _register_mask(kinds: Any) -> None:
     )
     add_model_args(mask)
     chosen = mask.add_mutually_exclusive_group()
-    chosen.add_argument("--heads", type=_head_list, default=None, metavar="L1.H2,...",
+    chosen.add_argument("--heads", type=head_list, default=None, metavar="L1.H2,...",
                         help="the heads to mask (default: the --top heads by sink score)")
     chosen.add_argument("--top", type=int, default=3,
                         help="mask the TOP heads of highest sink score (default 3)")
@@ -251,16 +270,6 @@ def _weight_list(text: str) -> list[SuperWeightCoordinate]:
     return [SuperWeightCoordinate(*item) for item in _parts(text, 3, "layer:row:col triples", "1:7:30")]
 
 
-def _head_list(text: str) -> list[Head]:
-    try:
-        heads = [Head.parse(part) for part in text.split(",") if part.strip()]
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    if not heads:
-        raise argparse.ArgumentTypeError("no heads given; write e.g. L5.H1,L6.H0")
-    return heads
-
-
 def _add_text_args(parser: argparse.ArgumentParser, *, n_texts: int, seq_len: int, paper: str) -> None:
     parser.add_argument("--n-texts", type=int, default=n_texts,
                         help=f"rows of the standard library's prose ({paper}; default {n_texts})")
@@ -292,24 +301,6 @@ def _run_massive(args: argparse.Namespace) -> int:
     print(f"text: {source}")
     print(found.summary())
     write_outputs(found, args)
-    return 0
-
-
-def _run_super_weights(args: argparse.Namespace) -> int:
-    config = config_from_args(SuperWeightConfig, args)
-    lm = load_from_args(args)
-    found = find_super_weights(lm, config)
-    print(found.summary())
-    write_outputs(found, args)
-    return 0
-
-
-def _run_sinks(args: argparse.Namespace) -> int:
-    config = config_from_args(SinkScoreConfig, args)
-    lm = load_from_args(args)
-    heads = sink_heads(lm, config)
-    print(heads.summary())
-    write_outputs(heads, args)
     return 0
 
 
