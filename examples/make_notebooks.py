@@ -820,6 +820,227 @@ ICL = [
     """),
 ]
 
+OUTLIERS = [
+    md("""
+    # Outliers: massive activations, super weights, sinks, and what breaks past the trained length
+
+    On SmolLM2-135M (loaded with its `<|endoftext|>` sink token in front of every text, as
+    lmsci-mi does by default), after Sun et al. 2024 (arXiv:2402.17762), Yu et al. 2024
+    (arXiv:2411.07191), Xiao et al. 2024 (arXiv:2309.17453) and LM-Infinite (Han et al., NAACL
+    2024, arXiv:2308.16137):
+
+    1. **Massive activations**: where they are, at which positions and on which tokens.
+    2. **Super-weight candidates**: Yu et al.'s one-pass search of the MLP down-projections.
+    3. **Their causal role**: zeroing them against random coordinates of the same layers (or
+       random weights of equal magnitude), on held-out text, the fact set and IOI.
+    4. **Sink heads** with and without the sink token, and what masking the first token costs.
+    5. **Length**: a small model trained here at 256 tokens, read to 8 times that, with and
+       without LM-Infinite's Λ-shaped mask; and the first tokens' separation in SmolLM2.
+
+    The text is the standard library's prose (docstrings and `pydoc_data` topics), offline.
+    """),
+    setup("outliers", "from IPython.display import Image"),
+    code("""
+    from lmsci_mi.outliers import find_massive_activations, long_text
+
+    text = long_text(lm, 8 if QUICK else 32, 128)  # rows 0.. of 128 tokens, the sink first
+    massive = find_massive_activations(lm, text.tokens)  # Sun et al.'s rule: |a| > 100 and >= 1,000 x median
+    print(text.source)
+    print(massive.summary(rows=6))
+    massive.plot(OUT / 'massive.png')
+    Image(OUT / 'massive.png')
+    """),
+    md("""
+    ## Which tokens carry them
+
+    The rule is the paper's; at 135M parameters its absolute part (100) may not trigger, so the
+    cell falls back to the ratio alone and says so, rather than changing the definition. Position 0
+    is the sink token here: a "first token" finding on this model is a finding about the sink.
+    """),
+    code("""
+    rule = 'paper' if massive.selected('paper') else 'ratio'
+    print(f'rule: {rule}; sink at position 0 in {sum(massive.sink_at_zero)} of {massive.n_texts} texts')
+    for role, (hits, having) in massive.role_counts(rule).items():
+        print(f'{role:>14}: entries in {hits} of {having} texts')
+    print('tokens carrying entries (texts):', massive.token_counts(rule).most_common(6))
+    massive.dimension_frame().sort_values('cv').head(8)
+    """),
+    md("""
+    ## Super-weight candidates
+
+    One forward pass on Yu et al.'s prompt reads every down-projection's input and raw output; a
+    layer where both spike points at one weight `W_down[row, col]`. It is zeroed, the pass
+    repeated, and every weight restored bit for bit at the end. (The paper's rule is |value| > 50;
+    the cell falls back to our ratio rule when it finds nothing, and says so.)
+    """),
+    code("""
+    from lmsci_mi.outliers import SuperWeightConfig, find_super_weights
+
+    weights = find_super_weights(lm, SuperWeightConfig(max_candidates=2))
+    if not weights.candidates:
+        print('no candidate by the paper threshold; the ratio rule instead')
+        weights = find_super_weights(lm, SuperWeightConfig(max_candidates=2, rule='ratio'))
+    print(weights.summary(rows=0))
+    weights.plot(OUT / 'super_weights.png')
+    Image(OUT / 'super_weights.png')
+    """),
+    md("""
+    ## Zeroing them, against random
+
+    The massive activations are zeroed at the first layer where each dimension carries one (Sun
+    et al. intervene at LLaMA2-7B's layer 2, where theirs appear), at the positions and tokens
+    that carry them; each super weight is zeroed, and zeroed with its super activation restored
+    (Yu et al.'s `removeSW_restoreSA`). Each beside as many random dimensions of the same layers,
+    or random weights of equal magnitude in the same matrix. Perplexity on chunks 64.. of the
+    prose (the outliers were found on chunks 0..31), accuracy on the fact and IOI sets.
+    """),
+    code("""
+    from lmsci_mi.outliers import (MassiveActivationAblation, OutlierAblationConfig, OutlierPositions,
+                                   SuperWeightRestoreActivation, SuperWeightScaling, outlier_ablations)
+
+    first = {}
+    for entry in massive.selected(rule):
+        first[entry.dim] = min(entry.layer, first.get(entry.dim, entry.layer))
+    coords = tuple(sorted((layer, dim) for dim, layer in first.items()))
+    where = OutlierPositions.from_exclude(massive.exclude(rule)) if coords else OutlierPositions()
+    plan = {f'zero {len(coords)} massive': MassiveActivationAblation(coords, where)} if coords else {}
+    for c in weights.coordinates():
+        plan[f'zero SW {c}'] = SuperWeightScaling((c,), 0.0)
+        plan[f'zero SW {c}, restore SA'] = SuperWeightRestoreActivation(c, where)
+    print('massive activations:', coords, '| at', where.describe())
+    config = OutlierAblationConfig(n_texts=8 if QUICK else 16, seq_len=128, text_start=64, n_reference_texts=8,
+                                   n_control_draws=2 if QUICK else 3, n_facts=20 if QUICK else None,
+                                   n_ioi=10 if QUICK else 40)
+    if plan:
+        ablations = outlier_ablations(lm, plan, config)
+        print(ablations.summary())
+        ablations.plot(OUT / 'ablations.png')
+    else:
+        print('nothing found to ablate')
+    Image(OUT / 'ablations.png') if plan else None
+    """),
+    md("""
+    ## Sink heads, with and without the sink token
+
+    Each head's mean attention on the first position, on the same rows with the sink token in
+    front and with it removed (so the first position is then the text's first word).
+    """),
+    code("""
+    from matplotlib.figure import Figure
+
+    from lmsci_mi.outliers import SinkScoreConfig, sink_heads
+
+    sinks = sink_heads(lm, SinkScoreConfig(n_texts=8 if QUICK else 32))
+    print(sinks.summary(rows=6))
+    fig = Figure(figsize=(9, 3.6), layout='constrained')
+    for ax, i in zip(fig.subplots(1, 2), (0, 1)):
+        image = ax.imshow(sinks.values[i].T.numpy(), vmin=0, vmax=1, aspect='auto', cmap='viridis')
+        ax.set(title=f'{sinks.labels[0][i]}: mass on position 0', xlabel='layer', ylabel='head')
+    fig.colorbar(image, ax=fig.axes)
+    fig.savefig(OUT / 'sinks.png')
+    Image(OUT / 'sinks.png')
+    """),
+    md("""
+    Masking attention to the first token in the three strongest sink heads, alone and together,
+    against as many random heads and against every head; held-out rows after the scored ones,
+    NLL changes with 95 % paired bootstrap intervals.
+    """),
+    code("""
+    from lmsci_mi.outliers import FirstTokenMaskConfig, first_token_mask_effect
+
+    top = [head for head, _ in sinks.top(3)]
+    mask = first_token_mask_effect(lm, top, FirstTokenMaskConfig(
+        n_texts=8 if QUICK else 32, skip_texts=sinks.n_texts, n_random_draws=2 if QUICK else 5))
+    print(mask.summary())
+    """),
+    md("""
+    ## Past the trained length, with and without the Λ-mask
+
+    SmolLM2 was trained to 8,192 tokens: twice that is minutes per text on a CPU
+    (`lmsci-mi outliers length` runs it). Here a small byte-level model trained on this machine
+    at 256 tokens (`lmsci_mi.outliers.short_context_lm`; the full model trains once, about 20
+    minutes at one thread, then loads from the cache; quick mode trains a tiny one for seconds)
+    is read on held-out rows of 8 times its training length. LM-Infinite's mask keeps the first
+    10 tokens (the paper's 10–100; 10 of a 256-token window here) and a window of the training
+    length, with distances capped there.
+    """),
+    code("""
+    from lmsci_mi.outliers import LambdaMaskConfig, NLLByPositionConfig, lambda_mask, nll_by_position
+    from lmsci_mi.outliers.short_context_lm import ShortLMConfig, heldout_rows, load_short_context_lm
+
+    short_config = (ShortLMConfig(n_layers=2, d_model=32, n_heads=2, n_key_value_heads=1, d_mlp=64, context=32,
+                                  steps=40, batch_size=8, warmup=5) if QUICK else ShortLMConfig())
+    short, record = load_short_context_lm(short_config)
+    context = record['trained_context']
+    rows = heldout_rows(short, 4 if QUICK else 16, config=short_config)  # 8 x the training length
+    nll_config = NLLByPositionConfig(window=context // 2, in_context_start=context // 8, in_context_stop=context)
+    curves = {'no mask': nll_by_position(short, rows, nll_config)}
+    with lambda_mask(short, LambdaMaskConfig(local_window=context, n_global=10)):
+        curves['Λ-mask'] = nll_by_position(short, rows, nll_config)
+    print(f"{record['run']['steps']} training steps at {context} tokens; {rows.shape[0]} held-out rows of {rows.shape[1]}")
+    for name, curve in curves.items():
+        rise = curve.rise
+        print(f'{name}: in-context mean NLL {rise.in_context_mean:.3f} nats/byte; starts to rise at',
+              rise.length or f'no length up to {rows.shape[1]}')
+    """),
+    code("""
+    import torch
+
+    fig = Figure(figsize=(7, 3.6), layout='tight')
+    ax = fig.subplots()
+    width = max(1, context // 8)
+    for name, curve in curves.items():
+        binned = curve.values[1:].unfold(0, width, width).mean(1)
+        ax.plot(torch.arange(len(binned)) * width + width / 2, binned.numpy(), label=name)
+    ax.axvline(context, color='grey', linestyle=':', label=f'training length {context}')
+    ax.set(xlabel='position', ylabel=f'NLL (nats/byte), mean over {rows.shape[0]} rows', title='NLL by position')
+    ax.legend()
+    fig.savefig(OUT / 'nll_by_position.png')
+    Image(OUT / 'nll_by_position.png')
+    """),
+    md("""
+    Why: LM-Infinite's diagnostics on the same rows. The largest attention logit grows with the
+    query-key distance past what training showed, and attention entropy grows with the number of
+    tokens attended; under the mask both stay at their in-range values.
+    """),
+    code("""
+    from lmsci_mi.outliers import attention_length_curves
+
+    unmasked = attention_length_curves(short, rows[:2])
+    with lambda_mask(short, LambdaMaskConfig(local_window=context, n_global=10)):
+        masked = attention_length_curves(short, rows[:2])
+    fig = Figure(figsize=(10, 3.6), layout='tight')
+    last = short.cfg.n_layers - 1
+    titles = {'max_logit': ('query-key distance', 'largest attention logit (running max)'),
+              'entropy': ('query position', 'attention entropy (nats, mean over heads)')}
+    for ax, (kind, (xlabel, title)) in zip(fig.subplots(1, 2), titles.items()):
+        for name, result in (('no mask', unmasked), ('Λ-mask', masked)):
+            ax.plot(getattr(result, kind).values[last].numpy(), label=f'{name}, layer {last}')
+        ax.axvline(context, color='grey', linestyle=':')
+        ax.set(xlabel=xlabel, title=title)
+        ax.legend(fontsize=8)
+    fig.savefig(OUT / 'attention_length.png')
+    Image(OUT / 'attention_length.png')
+    """),
+    md("""
+    The first tokens occupy their own region of feature space (LM-Infinite's third diagnostic): in
+    SmolLM2, each layer's distance of the first four positions (the sink among them) from the other
+    positions' centroid, in units of the others' spread.
+    """),
+    code("""
+    from lmsci_mi.outliers import first_token_separation
+
+    separation = first_token_separation(lm, long_text(lm, 4, 256 if QUICK else 1024))
+    separation.plot(OUT / 'separation.png')
+    print('largest separation: layer', int(separation.values.argmax()), f'{float(separation.values.max()):.1f} spreads')
+    Image(OUT / 'separation.png')
+    """),
+    md("""
+    From the command line: `lmsci-mi outliers massive|super-weights|sinks|mask|ablate|length` and
+    `lmsci-mi heads --kind sink`; `examples/outliers.py` runs these steps as a script.
+    """),
+]
+
 NOTEBOOKS = [
     Notebook("circuits", "script a circuit discovery", "circuit_discovery.py", CIRCUITS),
     Notebook("edit_fact", "edit a fact in a model", "edit_fact.py", EDIT),
@@ -830,6 +1051,7 @@ NOTEBOOKS = [
     Notebook("knowledge", "where is this fact stored", "where_is_the_fact.py", KNOWLEDGE),
     Notebook("concept_steering", "find a concept direction and steer with it", "concept_steering.py", CONCEPTS),
     Notebook("icl", "find the heads that do in-context learning", "in_context_learning.py", ICL),
+    Notebook("outliers", "find the outliers of the forward pass and see length fail", "outliers.py", OUTLIERS),
     Notebook("results", "see every result in a notebook", "result_gallery.py", _results_cells()),
 ]
 

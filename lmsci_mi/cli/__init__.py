@@ -22,6 +22,7 @@ from lmsci_mi.cli import (
     icl,
     knowledge,
     lens,
+    outliers,
     probe,
     report,
     sae,
@@ -48,7 +49,8 @@ USER_ERRORS: tuple[type[Exception], ...] = (
 KeyError or ValueError included, is a bug: it is raised on, with its traceback."""
 
 _FEATURES = (
-    core, circuits, edges, heads, lens, knowledge, editing, probe, steer, concepts, icl, sae, report
+    core, circuits, edges, heads, lens, knowledge, editing, probe, steer, concepts, icl, outliers, sae,
+    report
 )
 
 

@@ -21,6 +21,7 @@ from lmsci_mi.generation import GenerationConfig, Generations, generate
 from lmsci_mi.loading import DEFAULT_MODEL, load_model
 from lmsci_mi.model import DEFAULT_SINK, LensModel, SinkChoice
 from lmsci_mi.results import Result
+from lmsci_mi.sites import Head
 
 if TYPE_CHECKING:
     from lmsci_mi.cluster import ClusterConfig
@@ -36,6 +37,7 @@ __all__ = [
     "check_outputs",
     "config_from_args",
     "generate_from_args",
+    "head_list",
     "load_from_args",
     "output_path",
     "parse_sink",
@@ -73,6 +75,21 @@ def parse_sink(text: str) -> SinkChoice:
     if text.isdigit():
         return int(text)
     return text
+
+
+def head_list(text: str) -> list[Head]:
+    """The argparse ``type`` of a comma-separated list of heads (``L5.H1,L6.H9``).
+
+    >>> head_list("L5.H1, L6.H9")
+    [Head('L5.H1'), Head('L6.H9')]
+    """
+    try:
+        heads = [Head.parse(part) for part in text.split(",") if part.strip()]
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if not heads:
+        raise argparse.ArgumentTypeError("no heads given; write e.g. L5.H1,L6.H9")
+    return heads
 
 
 def read_text_file(path: Path, flag: str) -> str:

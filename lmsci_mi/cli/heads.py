@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import lmsci_mi.outliers.sinks  # noqa: F401  (registers the "sink" head score the --kind choices list)
 from lmsci_mi.circuits.heads import HEAD_SCORES, HeadScoreConfig
 from lmsci_mi.circuits.ioi import IOIConfig
 from lmsci_mi.cli.common import (
@@ -14,13 +15,13 @@ from lmsci_mi.cli.common import (
     add_model_args,
     add_output_args,
     config_from_args,
+    head_list,
     load_from_args,
     output_path,
     write_outputs,
 )
 from lmsci_mi.cli.tour import StepOutput, TourStep
 from lmsci_mi.model import LensModel
-from lmsci_mi.sites import Head
 
 if TYPE_CHECKING:
     from lmsci_mi.data.ioi import IOIDataset
@@ -50,7 +51,7 @@ def register(commands: Any) -> None:
     add_model_args(attention)
     attention.add_argument("--prompt", required=True)
     attention.add_argument(
-        "--heads", required=True, type=_head_list, help="comma-separated heads, e.g. L5.H1,L6.H9"
+        "--heads", required=True, type=head_list, help="comma-separated heads, e.g. L5.H1,L6.H9"
     )
     # No result here: the page is the command's one output, so --html is required.
     attention.add_argument(
@@ -60,16 +61,6 @@ def register(commands: Any) -> None:
         help="where to write the page",
     )
     attention.set_defaults(run=_run_attention)
-
-
-def _head_list(text: str) -> list[Head]:
-    try:
-        heads = [Head.parse(part) for part in text.split(",") if part.strip()]
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    if not heads:
-        raise argparse.ArgumentTypeError("no heads given; write e.g. L5.H1,L6.H9")
-    return heads
 
 
 def _run_heads(args: argparse.Namespace) -> int:
