@@ -36,6 +36,7 @@ def test_setting_a_feature_adds_its_decoder_row(tiny: LensModel, tmp_path) -> No
     vector = -activation * tcs[0].W_dec[index].detach()
     with torch.no_grad(), tiny.hooks.add_vector(tcs.hook_names(0)[1], vector, positions=[2]):
         expected = last_logits(tiny, tokens)[0]
+    expected = expected.cpu()
     torch.testing.assert_close(effect.new_logits, expected, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(effect.values, (expected - effect.clean_logits)[[3, 4, 5]])
     assert effect.token_ids.tolist() == [3, 4, 5] and effect.freeze == "none"

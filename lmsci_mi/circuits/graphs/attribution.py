@@ -195,7 +195,8 @@ class _Rows:
             at = trace.final if layer == self.n_layers else trace.inputs[layer]
             chosen = layers == layer
             grad = torch.zeros_like(at)
-            grad[rows[chosen], positions[chosen]] = vectors[chosen].to(grad)
+            picked = vectors[chosen.to(vectors.device)].to(grad)
+            grad[rows[chosen].to(grad.device), positions[chosen].to(grad.device)] = picked
             roots.append(at)
             grads.append(grad)
         (embed_grad,) = torch.autograd.grad(roots, [trace.embed], grads, retain_graph=True)
