@@ -66,7 +66,7 @@ class TrainConfig(Config):
     steps: int = field(default=1000, metadata={"help": "optimiser steps", "ge": 1})
     batch_size: int = field(default=32, metadata={"help": "rows per step", "ge": 1})
     lr: float = field(default=3e-3, metadata={"help": "peak AdamW learning rate", "gt": 0})
-    schedule: Literal["constant", "linear", "cosine"] = field(
+    schedule: Literal["constant", "linear", "cosine", "warmup_linear"] = field(
         default="cosine", metadata={"help": "learning-rate schedule (SCHEDULES)"}
     )
     warmup: int = field(default=0, metadata={"help": "linear warm-up steps", "ge": 0})
@@ -102,6 +102,16 @@ def _linear(step: int, config: TrainConfig) -> float:
     # model was trained with exactly this product.
     ramp = min(1.0, (step + 1) / config.warmup) if config.warmup else 1.0
     return ramp * max(config.final_lr_fraction, 1 - step / config.steps)
+
+
+@SCHEDULES.register("warmup_linear", TrainConfig, "linear warm-up, then linear decay to the floor")
+def _warmup_linear(step: int, config: TrainConfig) -> float:
+    # transformers' get_linear_schedule_with_warmup (sparsify's Adam schedule): the decay starts
+    # where the warm-up ends, unlike "linear"'s product.
+    if step < config.warmup:
+        return (step + 1) / config.warmup
+    left = (config.steps - step) / max(1, config.steps - config.warmup)
+    return max(config.final_lr_fraction, left)
 
 
 @SCHEDULES.register("cosine", TrainConfig, "linear warm-up, then cosine decay to the floor")

@@ -9,7 +9,7 @@ measure leaves out the positions of one :class:`~lmsci_mi.positions.Exclude` (``
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -27,7 +27,7 @@ from lmsci_mi.sae.core import LensSAE
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["SAEStats", "reconstruction_loss", "sae_stats"]
+__all__ = ["SAEStats", "SpliceHooks", "reconstruction_loss", "sae_stats", "spliced_token_losses"]
 
 _TOP = 10  # a feature's typical maximum is the mean of its 10 largest held-out activations
 
@@ -147,6 +147,51 @@ def feature_summary(
     return explained, l0, density, torch.where(alive, scale, fallback)
 
 
+SpliceHooks = Callable[[Tensor, int], list[tuple[str, Callable[..., Any]]]]
+"""``hooks(keep, lo)`` -> the (hook name, function) pairs that splice one batch: ``keep`` is the
+batch's ``[batch, pos]`` keep-mask, ``lo`` the first column any row keeps."""
+
+
+def spliced_token_losses(
+    lm: LensModel,
+    rows: list[list[int]],
+    hooks: SpliceHooks | None,
+    *,
+    batch_size: int = 16,
+    progress: bool = False,
+    exclude: Exclude | None = None,
+    label: str = "splice",
+) -> Iterator[tuple[Tensor, Tensor]]:
+    """Batch by batch of ``rows``: the next-token losses with the hooks ``hooks(keep, lo)``
+    builds attached (None: the clean model), and the mask of the predictions that count, those
+    made from the positions ``exclude`` keeps (None: every position but the sink).
+
+    The loop behind :func:`reconstruction_loss`, shared with the transcoders' splice (an input
+    hook read, an output hook replaced). Reads the model only; hooks go through the registry.
+
+    Yields:
+        (``[batch, pos]`` float32 losses, ``[batch, pos]`` bool mask), rows in order.
+    """
+    chosen = resolve_exclude(exclude)
+    for start in tqdm(range(0, len(rows), batch_size), desc=label, disable=not progress):
+        batch = lm.pad_batch(rows[start : start + batch_size])
+        tokens = batch.tokens.to(lm.device)
+        keep = chosen.keep(tokens)
+        # Columns before `lo` are left out in every row, so the default (the sink) splices
+        # exactly the positions it always did.
+        lo = _first_kept(keep)
+        attached = [] if hooks is None else hooks(keep, lo)
+        with torch.no_grad(), lm.hooks.hooks(fwd=attached, label=label):
+            logits = lm.model(tokens)
+        # The prediction from position p (of token p + 1) counts where p is kept and p + 1 real.
+        targets = tokens[:, lo + 1 :]
+        mask = keep[:, lo:-1] & batch.mask[:, lo + 1 :].to(lm.device)
+        losses = F.cross_entropy(
+            logits[:, lo:-1].float().transpose(1, 2), targets, reduction="none"
+        )
+        yield losses, mask
+
+
 @torch.no_grad()
 def reconstruction_loss(
     lm: LensModel,
@@ -165,37 +210,25 @@ def reconstruction_loss(
 
     Reads the model only; the hook goes through the registry.
     """
-    chosen = resolve_exclude(exclude)
-    kept: list[Tensor] = []  # the keep-mask of the batch running now
 
-    def splice(activation: Tensor, hook: Any) -> Tensor:
-        out = activation.clone()
-        keep, lo = kept[-1], _first_kept(kept[-1])
-        # Columns before `lo` are left out in every row: computed from `lo` on only, so the
-        # default (the sink) encodes exactly the positions it always did.
-        part = keep[:, lo:, None]
-        if mode == "sae":
-            new = sae.decode(sae.encode(activation[:, lo:].float())).to(activation.dtype)
-        else:
-            new = torch.zeros_like(activation[:, lo:])
-        out[:, lo:] = torch.where(part, new, activation[:, lo:])
-        return out
+    def hooks(keep: Tensor, lo: int) -> list[tuple[str, Callable[..., Any]]]:
+        def splice(activation: Tensor, hook: Any) -> Tensor:
+            out = activation.clone()
+            part = keep[:, lo:, None]
+            if mode == "sae":
+                new = sae.decode(sae.encode(activation[:, lo:].float())).to(activation.dtype)
+            else:
+                new = torch.zeros_like(activation[:, lo:])
+            out[:, lo:] = torch.where(part, new, activation[:, lo:])
+            return out
+
+        return [(sae.hook, splice)]
 
     total, count = 0.0, 0
-    for start in tqdm(range(0, len(rows), batch_size), desc=f"loss ({mode})", disable=not progress):
-        batch = lm.pad_batch(rows[start : start + batch_size])
-        tokens = batch.tokens.to(lm.device)
-        kept.append(chosen.keep(tokens))
-        hooks = [] if mode == "clean" else [(sae.hook, splice)]
-        with lm.hooks.hooks(fwd=hooks, label=f"sae-{mode}"):
-            logits = lm.model(tokens)
-        # The prediction from position p (of token p + 1) counts where p is kept and p + 1 real.
-        lo = _first_kept(kept[-1])
-        targets = tokens[:, lo + 1 :]
-        mask = kept.pop()[:, lo:-1] & batch.mask[:, lo + 1 :].to(lm.device)
-        losses = F.cross_entropy(
-            logits[:, lo:-1].float().transpose(1, 2), targets, reduction="none"
-        )
+    for losses, mask in spliced_token_losses(
+        lm, rows, None if mode == "clean" else hooks, batch_size=batch_size, progress=progress,
+        exclude=exclude, label=f"sae-{mode}",
+    ):
         total += float((losses * mask).sum())
         count += int(mask.sum())
     return total / max(count, 1)
