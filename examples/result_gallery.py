@@ -25,6 +25,7 @@ from lmsci_mi.circuits.attribution import AttributionConfig, attribution_patch
 from lmsci_mi.circuits.edges.eap import EAPConfig, edge_attribution
 from lmsci_mi.circuits.edges.faithfulness import CurveConfig, faithfulness_curve
 from lmsci_mi.circuits.edges.graph import edge_graph
+from lmsci_mi.circuits.graphs import GraphConfig, attribution_graph, feature_intervention
 from lmsci_mi.circuits.heads import (
     HeadScoreConfig,
     InductionAblationConfig,
@@ -126,6 +127,7 @@ from lmsci_mi.steering.svd import SVDConfig, steer_svd
 from lmsci_mi.steering.train import SteerTraining
 from lmsci_mi.steering.transfer import SteerTransfer
 from lmsci_mi.steering.vectors import MeanDifferenceConfig, mean_difference_vector
+from lmsci_mi.transcoders import TranscoderSet
 
 SYNTHETIC = "synthetic numbers of a real run's shape (a picture of the view, not a measurement)"
 PROMPT = "The Eiffel Tower is in the city of"
@@ -671,6 +673,20 @@ def regression_probes_result(lm: LensModel) -> Result:
                              n_resamples=50)
 
 
+@functools.cache
+def _toy_transcoders(lm: LensModel):
+    """Random TopK-4 transcoders with skips, one per layer: the graph's shape, not a finding."""
+    return TranscoderSet.random(lm, 64, k=4)
+
+
+def attribution_graph_result(lm: LensModel) -> Result:
+    return attribution_graph(lm, _toy_transcoders(lm), PROMPT, GraphConfig(max_feature_nodes=40, batch_size=64))
+
+
+def feature_intervention_result(lm: LensModel) -> Result:
+    return feature_intervention(lm, _toy_transcoders(lm), PROMPT, [(1, 3, 5, 0.0)])
+
+
 def massive_activations(lm: LensModel) -> Result:
     # The random toy has no activation 1,000 times its median: a low rule shows the table's shape.
     return find_massive_activations(lm, TEXTS, MassiveConfig(threshold=1.0, ratio=4.0))
@@ -775,6 +791,8 @@ BUILDERS: dict[str, Callable[[LensModel], Result]] = {
     "VectorRecovery": vector_recovery_result,
     "RegressionCurves": regression_curves,
     "RegressionProbes": regression_probes_result,
+    "AttributionGraph": attribution_graph_result,
+    "InterventionEffect": feature_intervention_result,
     "MassiveActivations": massive_activations,
     "SuperWeightCandidates": super_weights,
     "LengthCurve": length_curve,
