@@ -31,6 +31,9 @@ class Result(Protocol):
     def to_dataframe(self) -> pd.DataFrame: ...
     def summary(self, rows: int = 10) -> str: ...
 
+    # Optional: ``interactive_html() -> str``, an HTML view (script inlined) shown instead of the
+    # plot; read with getattr, so results without one need nothing.
+
 
 Meta = Any
 
@@ -63,8 +66,12 @@ def result_html(name: str, result: Result, *, rows: int = TABLE_ROWS, summary: b
     parts = [f"<div class='result'><h3>{esc(name)} <span class='kind'>{esc(kind)}</span></h3>"]
     if summary:
         parts.append(f"<pre class='text'>{esc(_summary_text(result))}</pre>")
+    interactive = _interactive_html(result)
+    if interactive is not None:  # the interactive view takes the page's width, the numbers follow
+        parts.append(interactive)
     # The plot and its numbers side by side (they wrap on a narrow window).
-    parts.append(f"<div class='pair'><div>{_plot_html(result)}</div><div>")
+    plot = _plot_html(result) if interactive is None else ""
+    parts.append(f"<div class='pair'><div>{plot}</div><div>")
     parts.append(_table_html(result, rows))
     parts.append(_meta_html(result.meta))
     parts.append("</div></div></div>")
@@ -124,6 +131,18 @@ def _summary_text(result: Result) -> str:
         return f"(no summary: {type(error).__name__}: {error})"
     own = type(result).summary is not type(result).__mro__[-2].summary  # Result, under object
     return text if own else text.splitlines()[0]
+
+
+def _interactive_html(result: Result) -> str | None:
+    """The result's interactive view (``interactive_html()``, e.g. a circuit's viewer), which
+    replaces its static plot; None when it has none, or it failed (the plot is shown then)."""
+    make = getattr(result, "interactive_html", None)
+    if not callable(make):
+        return None
+    try:
+        return str(make())
+    except Exception:  # the static plot still shows the result
+        return None
 
 
 def _plot_html(result: Result) -> str:
