@@ -38,6 +38,8 @@ from typing import Any
 from lmsci_mi.config import Config, config
 from lmsci_mi.errors import UnknownNameError, UserInputError
 from lmsci_mi.viz.circuit_graph import INPUT_COLOURS, CircuitEdge, CircuitNode
+from lmsci_mi.viz.result_html import esc as _esc
+from lmsci_mi.viz.result_html import html_page, save_page
 
 __all__ = [
     "CircuitViewer",
@@ -104,6 +106,7 @@ class CircuitViewer:
             f"<span class='lmsci-cv-count'>{start} of {len(nodes)} nodes</span></div>"
             "<div class='lmsci-cv-legend'></div>"
             + (f"<p class='lmsci-cv-note'>{_esc(note)}</p>" if note else "")
+            + ("" if nodes else "<p class='lmsci-cv-note'>No nodes: the graph is empty.</p>")
             + f"<div class='lmsci-cv-scroll'{scroll}><svg class='lmsci-cv-svg' "
             "role='img' aria-label='circuit graph'></svg></div><div class='lmsci-cv-tip'></div>"
             "<p class='lmsci-cv-fallback lmsci-cv-note'>The interactive circuit needs JavaScript "
@@ -115,19 +118,12 @@ class CircuitViewer:
 
     def page(self) -> str:
         """A self-contained HTML page of the view (it opens from disk with no network)."""
-        return (
-            "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-            f"<title>{_esc(self.title or 'circuit')}</title>"
-            "<meta name='viewport' content='width=device-width'></head>"
-            f"<body style='margin:8px'>{self.html()}</body></html>\n"
-        )
+        viewport = "<meta name='viewport' content='width=device-width'>"
+        return html_page(self.html(), title=self.title or "circuit", head=viewport)
 
     def save(self, path: str | Path) -> Path:
         """Write :meth:`page` to ``path`` (folders are made) and return the path."""
-        out = Path(path)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(self.page(), encoding="utf-8")
-        return out
+        return save_page(path, self.page())
 
     def _repr_html_(self) -> str:
         return self.html()
@@ -326,9 +322,3 @@ def _json(value: Any) -> str:
     no label can end the element or open a comment."""
     text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
-def _esc(text: object) -> str:
-    import html
-
-    return html.escape(str(text), quote=True)

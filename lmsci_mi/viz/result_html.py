@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -43,9 +44,11 @@ __all__ = [
     "TABLE_ROWS",
     "clip",
     "esc",
+    "html_page",
     "notebook_html",
     "plot_png",
     "result_html",
+    "save_page",
     "truncate",
 ]
 
@@ -116,6 +119,22 @@ def truncate(frame: pd.DataFrame, rows: int = TABLE_ROWS) -> tuple[pd.DataFrame,
 def esc(text: object) -> str:
     """``text`` escaped for HTML text and attribute values."""
     return html.escape(str(text), quote=True)
+
+
+def html_page(body: str, *, title: str = "", head: str = "") -> str:
+    """A whole HTML document around ``body`` (UTF-8; ``head`` goes in its head)."""
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{esc(title)}</title>{head}</head><body>{body}</body></html>\n"
+    )
+
+
+def save_page(path: str | Path, page: str) -> Path:
+    """Write ``page`` to ``path`` (folders are made) and return the path."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(page, encoding="utf-8")
+    return out
 
 
 def clip(text: str, limit: int = 600) -> str:

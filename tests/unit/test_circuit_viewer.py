@@ -5,17 +5,16 @@ on a click, and no network request."""
 
 from __future__ import annotations
 
+import html
 import json
-import os
 import random
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from headless_chromium import chromium_or_skip, dump_dom, screenshot
 
 from lmsci_mi.circuits.edges.faithfulness import Circuit
 from lmsci_mi.circuits.edges.graph import EdgeGraph
@@ -135,8 +134,8 @@ def edge_circuit(n_edges: int = 100, seed: int = 0) -> Circuit:
     )
 
 
-def page_data(html: str) -> dict:
-    found = re.search(r"<script type='application/json' class='lmsci-cv-data'>(.*?)</script>", html)
+def page_data(page: str) -> dict:
+    found = re.search(r"<script type='application/json' class='lmsci-cv-data'>(.*?)</script>", page)
     assert found is not None
     return json.loads(found.group(1))
 
@@ -147,9 +146,9 @@ def page_data(html: str) -> dict:
 def test_the_view_starts_at_40_nodes_and_carries_the_checked_graph() -> None:
     graph = attribution_like_graph()
     view = circuit_viewer(graph)
-    html = view.html()
-    assert "value='40'" in html and f"max='{len(graph['nodes'])}'" in html
-    assert page_data(html) == check_graph(graph)
+    fragment = view.html()
+    assert "value='40'" in fragment and f"max='{len(graph['nodes'])}'" in fragment
+    assert page_data(fragment) == check_graph(graph)
     assert "value='7'" in circuit_viewer(graph, ViewerConfig(max_nodes=7)).html()
     assert view._repr_html_().startswith("<div class='lmsci-cv'")
 
@@ -271,53 +270,16 @@ window.addEventListener('load', function () { setTimeout(function () {
 }, 50); });
 </script>"""
 
-_CHROMIUM_FLAGS = [
-    "--headless",
-    "--disable-gpu",
-    "--no-sandbox",
-    "--no-first-run",
-    "--disable-background-networking",
-    # No network: a dead proxy and no name resolution.
-    "--proxy-server=127.0.0.1:9",
-    "--host-resolver-rules=MAP * ~NOTFOUND",
-    "--virtual-time-budget=5000",
-    "--hide-scrollbars",
-    "--window-size=900,1400",
-]
-
 
 @pytest.fixture(scope="module")
 def chromium() -> str:
-    """Debian's chromium, installed with apt-get where it is missing and we may; missing after
-    that, the test fails in CI (``CI`` set) and is skipped elsewhere."""
-    found = shutil.which("chromium")
-    if found is None and shutil.which("apt-get") and hasattr(os, "geteuid") and os.geteuid() == 0:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        install = ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]
-        if subprocess.run(install, env=env, capture_output=True, check=False).returncode != 0:
-            subprocess.run(["apt-get", "update"], env=env, capture_output=True, check=False)
-            subprocess.run(install, env=env, capture_output=True, check=False)
-        found = shutil.which("chromium")
-    if found is None:
-        reason = "needs Chromium (Debian package chromium; apt-get install chromium)"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return found
+    return chromium_or_skip()
 
 
 def _probe(chromium: str, page: Path) -> dict:
-    dom = subprocess.run(
-        [chromium, *_CHROMIUM_FLAGS, "--dump-dom", page.as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    ).stdout
+    dom = dump_dom(chromium, page)
     found = re.search(r'<pre id="probe">(.*?)</pre>', dom, re.DOTALL)
     assert found is not None, dom[-2000:]
-    import html
-
     return json.loads(html.unescape(found.group(1)))
 
 
@@ -359,16 +321,5 @@ def test_the_viewer_reads_well_in_headless_chromium(chromium: str, tmp_path: Pat
         assert view["after_slider"] == 10 and view["edges_after"] < view["edges"]
         assert view["highlighted"] == view["lit"] >= 1 and view["tip"]
     assert any("\u2026" in b["text"] for b in probe["views"][0]["labels"])  # long ones cut
-    shot = tmp_path / "viewer.png"
-    subprocess.run(
-        [
-            chromium,
-            *_CHROMIUM_FLAGS,
-            f"--screenshot={shot}",
-            views[0].save(tmp_path / "a.html").as_uri(),
-        ],
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
+    shot = screenshot(chromium, views[0].save(tmp_path / "a.html"), tmp_path / "viewer.png")
     assert shot.exists() and max(ImageStat.Stat(Image.open(shot).convert("L")).stddev) > 10
