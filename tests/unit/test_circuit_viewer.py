@@ -265,6 +265,9 @@ window.addEventListener('load', function () { setTimeout(function () {
     out.views.push(r);
   });
   out.resources = performance.getEntriesByType('resource').map(function (e) { return e.name; });
+  out.linked = Array.prototype.map.call(document.querySelectorAll('[src],[href]'), function (e) {
+    return e.getAttribute('src') || e.getAttribute('href');
+  }).filter(function (u) { return !/^(data:|#|$)/.test(u); });
   var pre = document.createElement('pre'); pre.id = 'probe';
   pre.textContent = JSON.stringify(out); document.body.appendChild(pre);
 }, 50); });
@@ -309,7 +312,7 @@ def test_the_viewer_reads_well_in_headless_chromium(chromium: str, tmp_path: Pat
         encoding="utf-8",
     )
     probe = _probe(chromium, page)
-    assert probe["resources"] == []  # nothing fetched
+    assert probe["resources"] == [] and probe["linked"] == []  # nothing fetched, nothing linked
     assert len(probe["views"]) == 2
     for view in probe["views"]:
         assert view["fallback"] == 0  # the script ran

@@ -316,7 +316,9 @@
     var svg = this.svg, node = this.selected;
     this.root.classList.toggle("lmsci-cv-focus", !!node);
     if (!node || !this.view) {
-      svg.querySelectorAll(".lmsci-cv-on").forEach(function (x) { x.classList.remove("lmsci-cv-on"); });
+      svg.querySelectorAll(".lmsci-cv-on").forEach(function (x) {
+        x.classList.remove("lmsci-cv-on", "lmsci-cv-selected");
+      });
       this.root.removeAttribute("data-highlighted");
       return;
     }
@@ -324,6 +326,7 @@
     svg.querySelectorAll("g.lmsci-cv-node").forEach(function (g) {
       var id = g.getAttribute("data-id"), on = !!(p.up[id] || p.down[id]);
       g.classList.toggle("lmsci-cv-on", on);
+      g.classList.toggle("lmsci-cv-selected", id === node.id);
       lit += on ? 1 : 0;
     });
     svg.querySelectorAll("path.lmsci-cv-edge").forEach(function (e) {
@@ -348,8 +351,11 @@
     details(node.details, tip);
     tip.style.display = "block";
     var host = this.root.getBoundingClientRect(), scroll = this.svg.parentNode;
-    var x = node._x - scroll.scrollLeft + node._w + 8, y = node._y + scroll.offsetTop;
+    var x = node._x - scroll.scrollLeft + node._w + 8;
+    var y = node._y + scroll.offsetTop - scroll.scrollTop;
     if (x + 300 > host.width) x = Math.max(0, node._x - scroll.scrollLeft - 308);
+    // Kept inside the viewer: a node near the bottom gets its details above it.
+    if (y + tip.offsetHeight > host.height) y = Math.max(0, host.height - tip.offsetHeight);
     tip.style.left = x + "px";
     tip.style.top = y + "px";
   };
