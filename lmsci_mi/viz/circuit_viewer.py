@@ -14,11 +14,14 @@ The graph is plain data, so any producer can draw through it::
               "show_coordinates"}}
 
 ``layer`` is a number (larger is later), ``position`` a number or None (centred in its row),
-``score`` ranks nodes for the slider (by its absolute value; ``pinned`` nodes, such as the tokens
-and the logits, come first), ``details`` is text, a list, or a mapping of either; an edge's
-``kind`` picks its colour from ``meta["edge_colours"]`` (else its sign does). Row and column
-labels map a layer or a position to its name (a list indexed by it, or a mapping);
-``show_coordinates: False`` leaves a node's layer and position out of its tooltip.
+``score`` ranks nodes for the slider (by its absolute value; ``pinned`` nodes come first, by
+default those of kind token, input, embedding, logit or logits), ``details`` is text, a list, or a
+mapping of either; an edge's ``kind`` picks its colour from ``meta["edge_colours"]`` (else its
+sign does). Row and column labels map a layer or a position to its name (a list indexed by it, or
+a mapping); without them, ``meta["tokens"]`` labels the columns and ``meta["layers"]`` (names of
+special layers, ``{"token": -1, "logit": 12}``) the rows, as an attribution graph's
+``to_viewer_json`` gives them. ``show_coordinates: False`` leaves a node's layer and position out
+of its tooltip. The title is ``meta["title"]``, else the model and the prompt.
 """
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ __all__ = [
     "circuit_viewer",
     "graph_from_circuit",
 ]
+
+_PINNED_KINDS = ("input", "token", "embedding", "logit", "logits")
+"""Kinds pinned when a node does not say: the prompt's tokens and the logits, which
+circuit-tracer's pruning always keeps."""
 
 _DETAIL_EDGES = 8
 """Incoming and outgoing edges listed in an edge-circuit node's details."""
@@ -83,7 +90,10 @@ class CircuitViewer:
 
     @property
     def title(self) -> str:
-        return str(self.graph["meta"].get("title", ""))
+        meta = self.graph["meta"]
+        if meta.get("title"):
+            return str(meta["title"])
+        return ": ".join(str(meta[k]) for k in ("model", "prompt") if meta.get(k))
 
     def html(self) -> str:
         """The view as an HTML fragment with its style and script (each view carries its own
@@ -193,7 +203,7 @@ def _check_node(index: int, node: Any) -> dict[str, Any]:
         "label": str(node.get("label", node["id"])),
         "score": _finite(node.get("score", 0.0), f"{where}'s score"),
         "details": node.get("details"),
-        "pinned": bool(node.get("pinned", False)),
+        "pinned": bool(node.get("pinned", str(node.get("kind")) in _PINNED_KINDS)),
     }
     _json_or_error(out["details"], f"{where}'s details")
     return out

@@ -151,6 +151,15 @@ def test_the_view_starts_at_40_nodes_and_carries_the_checked_graph() -> None:
     assert page_data(fragment) == check_graph(graph)
     assert "value='7'" in circuit_viewer(graph, ViewerConfig(max_nodes=7)).html()
     assert view._repr_html_().startswith("<div class='lmsci-cv'")
+    # An attribution graph's export names no pins and no title: its tokens and logits are pinned,
+    # and the model and prompt title it.
+    plain = {
+        "nodes": [{"id": k, "kind": k, "layer": 0} for k in ("token", "feature", "logit")],
+        "edges": [],
+        "meta": {"model": "toy-2l", "prompt": "The cat"},
+    }
+    assert [n["pinned"] for n in check_graph(plain)["nodes"]] == [True, False, True]
+    assert circuit_viewer(plain).title == "toy-2l: The cat"
 
 
 def test_the_page_fetches_nothing_and_no_label_can_end_its_script() -> None:
@@ -212,13 +221,9 @@ def test_results_with_a_viewer_show_it_instead_of_the_static_plot() -> None:
     assert "Numbers:" in block  # the table and the meta stay
 
 
-def test_the_report_and_a_notebook_cell_show_a_circuit_interactively() -> None:
-    from lmsci_mi.cli.report import Section, build_report
-
-    circuit = edge_circuit(40)
-    page = build_report([Section("Edge circuit", results={"circuit": circuit})])
-    assert page.count("lmsciCircuitViewer.mount('lmsci-cv-") == 1 and "data:image/png" not in page
-    assert "lmsciCircuitViewer.mount(" in circuit._repr_html_()
+def test_a_notebook_cell_shows_a_circuit_interactively() -> None:
+    # (the report's page: tests/unit/test_report.py, where the report is imported anyway)
+    assert "lmsciCircuitViewer.mount('lmsci-cv-" in edge_circuit(40)._repr_html_()
 
 
 def test_the_assets_are_packaged() -> None:

@@ -57,6 +57,7 @@
   function label(map, key) {
     // meta.row_labels / meta.column_labels: a list indexed by the value, or an object keyed by it.
     if (!map || key === null || key === undefined) return null;
+    if (map._named) return map._named[key] !== undefined ? String(map._named[key]) : "L" + key;
     var value = Array.isArray(map) ? map[key] : map[String(key)];
     return value === undefined || value === null ? null : String(value);
   }
@@ -144,10 +145,24 @@
     return "M" + x1 + "," + y1 + " C" + x1 + "," + mid + " " + x2 + "," + mid + " " + x2 + "," + y2;
   }
 
+  function labelsFrom(meta) {
+    // Row and column labels where the graph names them another way: the prompt's tokens for the
+    // columns, and named layers ({"token": -1, "logit": 12}) with "L<n>" between for the rows.
+    var out = {};
+    for (var key in meta) out[key] = meta[key];
+    if (!out.column_labels && Array.isArray(meta.tokens)) out.column_labels = meta.tokens;
+    if (!out.row_labels && meta.layers && typeof meta.layers === "object") {
+      var named = {};
+      for (var name in meta.layers) named[meta.layers[name]] = name;
+      out.row_labels = { _named: named };
+    }
+    return out;
+  }
+
   function Viewer(root) {
     this.root = root;
     this.graph = JSON.parse(root.querySelector("script.lmsci-cv-data").textContent);
-    this.meta = this.graph.meta || {};
+    this.meta = labelsFrom(this.graph.meta || {});
     this.order = rank(this.graph);
     this.byId = {};
     var self = this;
@@ -353,7 +368,8 @@
     var host = this.root.getBoundingClientRect(), scroll = this.svg.parentNode;
     var x = node._x - scroll.scrollLeft + node._w + 8;
     var y = node._y + scroll.offsetTop - scroll.scrollTop;
-    if (x + 300 > host.width) x = Math.max(0, node._x - scroll.scrollLeft - 308);
+    if (x + 300 > host.width) x = node._x - scroll.scrollLeft - 308;
+    x = Math.max(0, Math.min(x, host.width - 310));
     // Kept inside the viewer: a node near the bottom gets its details above it.
     if (y + tip.offsetHeight > host.height) y = Math.max(0, host.height - tip.offsetHeight);
     tip.style.left = x + "px";
