@@ -5,8 +5,9 @@
 The notebooks are generated from the cell lists below, so they stay reviewable as code. Each reads
 ``LMSCI_MI_QUICK`` through :func:`lmsci_mi.config.quick_mode` to run a smaller workload on the
 same model (the test suite runs them so). Files a notebook writes go to ``out/<name>/`` under the
-folder it runs in; circuitsvis views are saved there as offline pages and shown in an IFrame with a
-link, so a notebook never carries the 1.3 MB script bundle in its outputs.
+folder it runs in. Attention views render inline (``attention_view``): the 1.3 MB circuitsvis
+script bundle comes once per notebook, in the first view's output, so the views show in any front
+end and in an exported HTML file, wherever it is saved.
 
 To add a story's notebook, add one :class:`Notebook` entry to ``NOTEBOOKS``; an entry whose cells
 are still ``None`` is listed as pending (tests skip it with the reason).
@@ -80,11 +81,11 @@ CIRCUITS = [
     corrupted one (the second name changed to *Mary*) and measure how much of the logit
     difference `logit(Mary) − logit(John)` each patch restores (1 = all of it).
     """),
-    setup("circuits", "from IPython.display import IFrame, Image"),
+    setup("circuits", "from IPython.display import Image"),
     code("""
     from lmsci_mi.circuits import (AttributionConfig, PatchingConfig, PatchingResult,
                                    attribution_patch, patch_activations)
-    from lmsci_mi.circuits.attention import save_attention_html
+    from lmsci_mi.circuits.attention import attention_view
     from lmsci_mi.data.pairs import PromptPairs
 
     clean = 'When Mary and John went to the store, John gave a drink to'
@@ -128,15 +129,13 @@ CIRCUITS = [
     md("""
     ## 3. What the top heads attend to
 
-    The view is saved as an offline circuitsvis page (script inlined, no network) and shown in
-    an IFrame, so this notebook does not carry the script bundle itself. The file is written
-    when the cell runs.
+    The circuitsvis view renders inline, from the notebook itself: its script is included once,
+    in the first view's output, so it shows in JupyterLab, VS Code and an exported HTML file alike,
+    with no network and no file beside the notebook.
     """),
     code("""
     top = [head for head, _ in exact.top(3)]
-    view = save_attention_html(lm, clean, top, OUT / 'top_heads.html')
-    print('open', view)
-    IFrame(view, width='100%', height=420)
+    attention_view(lm, clean, top)
     """),
     md("""
     ## 4. Keep the results
@@ -277,14 +276,14 @@ HEADS = [
     trained to have them, with circuitsvis views that work offline. Everything here runs on CPU
     in a few minutes.
     """),
-    setup("heads", "from IPython.display import IFrame, Image"),
+    setup("heads", "from IPython.display import Image"),
     code("""
     from lmsci_mi.circuits.heads import (HeadScoreConfig, composition_scores, induction_scores,
                                          previous_token_scores)
     from lmsci_mi.circuits.toy_induction import load_toy_induction, training_record
     from lmsci_mi.data.repeated_tokens import repeated_random_tokens
     from lmsci_mi.sites import Head
-    from lmsci_mi.circuits.attention import save_attention_html
+    from lmsci_mi.circuits.attention import attention_view
 
     n_sequences = 4 if QUICK else 8
     """),
@@ -303,24 +302,23 @@ HEADS = [
     md("""
     ## What the top induction heads look at
 
-    `save_attention_html` writes circuitsvis's self-contained page (`local_src`, script inlined),
-    which opens with no network; the IFrame shows it here without copying the script bundle into
-    the notebook. The file is written when the cell runs.
+    `attention_view` shows circuitsvis's view inline, with no network: the script bundle is
+    included once per notebook (in the first view's output), not in every cell, so the views also
+    render in an exported HTML file. `save_attention_html` writes the same view as a page of its
+    own.
     """),
     code("""
     tokens = repeated_random_tokens(1, 12, vocab=(1000, 10000), sink_token_id=0, seed=3)
     top = [head for head, _ in scores.top(3)]
-    view = save_attention_html(lm, tokens[0], top, OUT / 'induction_heads.html')
-    IFrame(view, width='100%', height=420)
+    attention_view(lm, tokens[0], top)
     """),
     md("## Previous-token heads on a sentence"),
     code("""
     prev = previous_token_scores(
         lm, config=HeadScoreConfig(n_sequences=n_sequences, half_length=12, exclude_bos=True))
     print(prev.top(4))
-    view = save_attention_html(lm, 'When Mary and John went to the store, John gave a drink to',
-                               [head for head, _ in prev.top(2)], OUT / 'previous_token_heads.html')
-    IFrame(view, width='100%', height=420)
+    attention_view(lm, 'When Mary and John went to the store, John gave a drink to',
+                   [head for head, _ in prev.top(2)])
     """),
     md("""
     ## The toy model with a known answer

@@ -10,6 +10,7 @@ from lmsci_mi.circuits.aie import average_indirect_effect as average_indirect_ef
 from lmsci_mi.circuits.attention import AttentionSummary as AttentionSummary
 from lmsci_mi.circuits.attention import attention_html as attention_html
 from lmsci_mi.circuits.attention import attention_summary as attention_summary
+from lmsci_mi.circuits.attention import attention_view as attention_view
 from lmsci_mi.circuits.attention import head_patterns as head_patterns
 from lmsci_mi.circuits.attention import save_attention_html as save_attention_html
 from lmsci_mi.circuits.attribution import AttributionConfig as AttributionConfig
@@ -97,6 +98,7 @@ __all__ = [
     "TraceConfig",
     "attention_html",
     "attention_summary",
+    "attention_view",
     "attribution_patch",
     "average_indirect_effect",
     "causal_trace",

@@ -1,6 +1,6 @@
 """Where attention heads look: per head, the mean attention to the sink, the previous token and
-the token itself on one prompt; the patterns of chosen heads, and their circuitsvis view saved as
-offline HTML.
+the token itself on one prompt; the patterns of chosen heads, and their circuitsvis view inline in
+a notebook cell or saved as offline HTML.
 
 A first look at a model's heads before any causal analysis, as in the attention-pattern surveys
 of Elhage et al. (2021) and Xiao et al. (2023, "attention sinks"). The drawing itself is
@@ -21,11 +21,13 @@ from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.sites import Head, hook_name
 from lmsci_mi.viz.attention import attention_patterns_html
+from lmsci_mi.viz.circuitsvis_inline import CircuitsView
 
 __all__ = [
     "AttentionSummary",
     "attention_html",
     "attention_summary",
+    "attention_view",
     "head_patterns",
     "parse_heads",
     "save_attention_html",
@@ -163,6 +165,27 @@ def attention_html(
         else:
             token_labels = [str(int(t)) for t in tokens]
     return attention_patterns_html(patterns, token_labels, [Head.parse(h).label for h in heads])
+
+
+def attention_view(
+    lm: LensModel,
+    prompt: str | Int[Tensor, " pos"],
+    heads: Sequence[Head | tuple[int, int]],
+    *,
+    token_labels: Sequence[str] | None = None,
+    caption: str = "",
+) -> CircuitsView:
+    """:func:`attention_html`'s view, inline: a notebook cell shows it (circuitsvis's script
+    bundle is included once per notebook, not per cell), in any front end and in an exported file.
+    Reads the model; takes :func:`attention_html`'s arguments.
+
+    >>> from lmsci_mi import load_model
+    >>> view = attention_view(load_model("toy-2l"), "The cat sat", [(0, 1), (1, 2)])
+    >>> view.element, "L1.H2" in view.props
+    ('AttentionHeads', True)
+    """
+    page = attention_html(lm, prompt, heads, token_labels=token_labels)
+    return CircuitsView.from_html(page, caption)
 
 
 def save_attention_html(

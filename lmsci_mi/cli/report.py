@@ -2,8 +2,9 @@
 results so a researcher can share their own analyses (the same kind of page as the tour's report).
 
 Each section shows a title, a one-line summary, every result's plot (PNG as a data URI), a table
-of its numbers, its ``meta`` and the one line of Python that reproduces it. circuitsvis views share
-ONE inlined copy of the offline bundle (circuitsvis's own ``local_src`` inlines it in every view),
+of its numbers, its ``meta`` and the one line of Python that reproduces it; a circuit shows the
+interactive viewer instead of a plot. circuitsvis views share ONE inlined copy of the offline bundle
+(:mod:`lmsci_mi.viz.circuitsvis_inline`; circuitsvis's own ``local_src`` inlines it in every view),
 and nothing is fetched from the network, so a report opens from disk on a machine with no network.
 The page renders results, so it sits above them, with the command line; :mod:`lmsci_mi.viz` keeps
 the drawing of one result (:mod:`lmsci_mi.viz.result_html`).
@@ -12,13 +13,10 @@ the drawing of one result (:mod:`lmsci_mi.viz.result_html`).
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,8 @@ from lmsci_mi._version import __version__
 from lmsci_mi.cli.common import output_path
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.results import Result
+from lmsci_mi.viz.circuitsvis_inline import CircuitsView as CircuitsView
+from lmsci_mi.viz.circuitsvis_inline import bundle_html
 from lmsci_mi.viz.result_html import CSS as RESULT_CSS
 from lmsci_mi.viz.result_html import TABLE_ROWS as TABLE_ROWS
 from lmsci_mi.viz.result_html import esc, result_html
@@ -44,48 +44,6 @@ __all__ = [
 
 MAX_REPORT_BYTES = 10_000_000
 """A report larger than this is refused: it must stay small enough to mail and open anywhere."""
-
-_RENDER_CALL = re.compile(
-    r'CircuitsVis\.render\(\s*"(?P<id>[^"]+)",\s*CircuitsVis\.(?P<element>\w+),\s*(?P<props>.*)\)\s*'
-    r"</script>",
-    re.DOTALL,
-)
-
-
-@dataclass(frozen=True)
-class CircuitsView:
-    """One circuitsvis view (an attention pattern, coloured tokens) without its script bundle.
-
-    Attributes:
-        element: the circuitsvis React element, e.g. ``"AttentionHeads"``, ``"ColoredTokens"``.
-        props: its properties as JSON text (circuitsvis's own conversion of the arrays).
-        caption: a line shown above the view.
-    """
-
-    element: str
-    props: str
-    caption: str = ""
-
-    @classmethod
-    def from_html(cls, local_src: str, caption: str = "") -> CircuitsView:
-        """The view of a circuitsvis ``RenderedHTML.local_src`` (or a page containing one), its
-        inlined bundle dropped: the report inlines the bundle once for all its views.
-
-        Raises:
-            ValueError: no circuitsvis render call in ``local_src``, or props that are not JSON.
-
-        >>> from circuitsvis.tokens import colored_tokens
-        >>> view = CircuitsView.from_html(colored_tokens(["a", "b"], [0.5, -1.0]).local_src)
-        >>> view.element, len(view.props) < 1000
-        ('ColoredTokens', True)
-        """
-        start = local_src.rfind("CircuitsVis.render(")
-        match = _RENDER_CALL.search(local_src, start) if start >= 0 else None
-        if match is None:
-            raise ValueError("not a circuitsvis view: no CircuitsVis.render(...) call in the HTML")
-        props = match.group("props").strip()
-        json.loads(props)  # circuitsvis writes JSON; anything else would run as script here
-        return cls(match.group("element"), props, caption)
 
 
 @dataclass(frozen=True)
@@ -188,7 +146,7 @@ def build_report(
     page = (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<title>{_esc(title)}</title><style>{_CSS}</style>"
-        + (f"<script>{_circuitsvis_bundle()}</script>" if uses_views else "")
+        + (bundle_html() if uses_views else "")
         + "</head><body>"
         f"<h1>{_esc(title)}</h1><p class='stamp'>lmsci-mi {_esc(__version__)}, {stamp}; {status}</p>"
         + (f"<p>{_esc(intro)}</p>" if intro else "")
@@ -236,7 +194,7 @@ def _section_html(index: int, section: Section) -> str:
     if section.text:
         parts.append(f"<pre class='text'>{_esc(section.text)}</pre>")
     for k, view in enumerate(section.views):
-        parts.append(_view_html(view, f"cv-{index}-{k}"))
+        parts.append(view.html(f"cv-{index}-{k}"))
     for name, result in section.results.items():
         parts.append(result_html(name, result))
     if section.files:
@@ -244,28 +202,6 @@ def _section_html(index: int, section: Section) -> str:
         parts.append(f"<p class='files'>Saved: {links}</p>")
     parts.append("</section>")
     return "".join(parts)
-
-
-def _view_html(view: CircuitsView, element_id: str) -> str:
-    caption = f"<p class='caption'>{_esc(view.caption)}</p>" if view.caption else ""
-    # A props text cannot end the script early: JSON escapes nothing in "</", so do it here.
-    props = view.props.replace("</", "<\\/")
-    return (
-        f"<div class='view'>{caption}<div id='{element_id}'></div>"
-        f"<script>CircuitsVis.render('{element_id}', CircuitsVis.{view.element}, {props});</script></div>"
-    )
-
-
-@cache
-def _circuitsvis_bundle() -> str:
-    """circuitsvis's offline JavaScript bundle (the IIFE that defines ``CircuitsVis``), made safe
-    to inline: as circuitsvis's own ``render_local`` does, no closing script tag is left in it."""
-    from circuitsvis.utils import render
-
-    source = (Path(render.__file__).parent.parent / "dist" / "cdn" / "iife.js").read_text(
-        encoding="utf-8"
-    )
-    return source.replace("</script>", "").replace("</script", "<\\/script")
 
 
 # ---------------------------------------------------------------------- text helpers

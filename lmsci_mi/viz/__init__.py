@@ -1,4 +1,5 @@
-"""Visualisation helpers: matplotlib plots of results, and circuitsvis views saved offline.
+"""Visualisation helpers: matplotlib plots of results, circuitsvis views inline or saved offline,
+and the interactive circuit viewer.
 
 The ground floor: these draw tensors and results they are given and run no model. Attention views
 of a model's heads are :func:`lmsci_mi.circuits.attention.attention_html`; the report page is
@@ -8,12 +9,18 @@ of a model's heads are :func:`lmsci_mi.circuits.attention.attention_html`; the r
 from typing import Any
 
 from lmsci_mi.viz.attention import attention_patterns_html as attention_patterns_html
+from lmsci_mi.viz.attention import attention_view as attention_view
+from lmsci_mi.viz.circuit_viewer import CircuitViewer as CircuitViewer
+from lmsci_mi.viz.circuit_viewer import circuit_viewer as circuit_viewer
 from lmsci_mi.viz.plots import plot_curves as plot_curves
 from lmsci_mi.viz.plots import plot_tensor as plot_tensor
 from lmsci_mi.viz.plots import save_figure as save_figure
 
 __all__ = [
+    "CircuitViewer",
     "attention_patterns_html",
+    "attention_view",
+    "circuit_viewer",
     "plot_curves",
     "plot_tensor",
     "save_figure",

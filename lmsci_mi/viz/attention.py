@@ -1,8 +1,10 @@
-"""Attention patterns drawn as circuitsvis views, as self-contained offline HTML.
+"""Attention patterns drawn as circuitsvis views: inline in a notebook cell, or a self-contained page.
 
 circuitsvis's ``str()`` of a view loads its JavaScript from a CDN, which a saved page would need
 at viewing time; only ``RenderedHTML.local_src`` inlines the script. Everything here uses
-``local_src``, so a saved page opens on a machine with no network. This module draws patterns it
+``local_src``, so a saved page opens on a machine with no network; :func:`attention_view` drops
+the bundle from the view so that a notebook carries it once (:mod:`.circuitsvis_inline`), not in
+every cell and not in a file beside the notebook. This module draws patterns it
 is given; running the model to get them is :func:`lmsci_mi.circuits.attention.head_patterns`
 (and :func:`~lmsci_mi.circuits.attention.attention_html` does both).
 """
@@ -16,8 +18,9 @@ from jaxtyping import Float
 from torch import Tensor
 
 from lmsci_mi.errors import UserInputError
+from lmsci_mi.viz.circuitsvis_inline import CircuitsView
 
-__all__ = ["attention_patterns_html"]
+__all__ = ["attention_patterns_html", "attention_view"]
 
 
 def attention_patterns_html(
@@ -56,6 +59,25 @@ def attention_patterns_html(
         attention=patterns.float().cpu(), tokens=list(tokens), attention_head_names=list(head_names)
     )
     return rendered.local_src
+
+
+def attention_view(
+    patterns: Float[Tensor, "head q k"],
+    tokens: Sequence[str],
+    head_names: Sequence[str],
+    *,
+    caption: str = "",
+) -> CircuitsView:
+    """The view of :func:`attention_patterns_html`, inline: a notebook cell shows it, with
+    circuitsvis's script bundle included once per notebook (not per cell, and no file beside the
+    notebook), so it renders in any front end and in an exported HTML file.
+
+    >>> import torch
+    >>> view = attention_view(torch.eye(3)[None], ["a", "b", "c"], ["L0.H0"])
+    >>> view.element, "var CircuitsVis" in view.html()
+    ('AttentionHeads', False)
+    """
+    return CircuitsView.from_html(attention_patterns_html(patterns, tokens, head_names), caption)
 
 
 _MOVED = ("attention_html", "head_patterns", "parse_heads", "save_attention_html")

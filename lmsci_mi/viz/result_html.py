@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -31,6 +32,9 @@ class Result(Protocol):
     def to_dataframe(self) -> pd.DataFrame: ...
     def summary(self, rows: int = 10) -> str: ...
 
+    # Optional: ``interactive_html() -> str``, an HTML view (script inlined) shown instead of the
+    # plot; read with getattr, so results without one need nothing.
+
 
 Meta = Any
 
@@ -40,9 +44,11 @@ __all__ = [
     "TABLE_ROWS",
     "clip",
     "esc",
+    "html_page",
     "notebook_html",
     "plot_png",
     "result_html",
+    "save_page",
     "truncate",
 ]
 
@@ -63,8 +69,12 @@ def result_html(name: str, result: Result, *, rows: int = TABLE_ROWS, summary: b
     parts = [f"<div class='result'><h3>{esc(name)} <span class='kind'>{esc(kind)}</span></h3>"]
     if summary:
         parts.append(f"<pre class='text'>{esc(_summary_text(result))}</pre>")
+    interactive = _interactive_html(result)
+    if interactive is not None:  # the interactive view takes the page's width, the numbers follow
+        parts.append(interactive)
     # The plot and its numbers side by side (they wrap on a narrow window).
-    parts.append(f"<div class='pair'><div>{_plot_html(result)}</div><div>")
+    plot = _plot_html(result) if interactive is None else ""
+    parts.append(f"<div class='pair'><div>{plot}</div><div>")
     parts.append(_table_html(result, rows))
     parts.append(_meta_html(result.meta))
     parts.append("</div></div></div>")
@@ -111,6 +121,22 @@ def esc(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
+def html_page(body: str, *, title: str = "", head: str = "") -> str:
+    """A whole HTML document around ``body`` (UTF-8; ``head`` goes in its head)."""
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{esc(title)}</title>{head}</head><body>{body}</body></html>\n"
+    )
+
+
+def save_page(path: str | Path, page: str) -> Path:
+    """Write ``page`` to ``path`` (folders are made) and return the path."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(page, encoding="utf-8")
+    return out
+
+
 def clip(text: str, limit: int = 600) -> str:
     """``text`` cut to ``limit`` characters, marked when cut."""
     return text if len(text) <= limit else text[:limit] + " …"
@@ -124,6 +150,18 @@ def _summary_text(result: Result) -> str:
         return f"(no summary: {type(error).__name__}: {error})"
     own = type(result).summary is not type(result).__mro__[-2].summary  # Result, under object
     return text if own else text.splitlines()[0]
+
+
+def _interactive_html(result: Result) -> str | None:
+    """The result's interactive view (``interactive_html()``, e.g. a circuit's viewer), which
+    replaces its static plot; None when it has none, or it failed (the plot is shown then)."""
+    make = getattr(result, "interactive_html", None)
+    if not callable(make):
+        return None
+    try:
+        return str(make())
+    except Exception:  # the static plot still shows the result
+        return None
 
 
 def _plot_html(result: Result) -> str:

@@ -133,6 +133,29 @@ def test_long_tables_keep_the_largest_values() -> None:
     assert page.count("<tr>") < 60  # the table is cut, the meta has a few rows
 
 
+def test_a_circuit_shows_the_interactive_viewer_not_a_plot() -> None:
+    import torch
+
+    from lmsci_mi.circuits.edges.faithfulness import Circuit
+    from lmsci_mi.circuits.edges.graph import EdgeGraph
+    from lmsci_mi.circuits.edges.pruning import prune_topn
+    from lmsci_mi.results import Meta
+
+    graph = EdgeGraph(model="toy", n_layers=2, n_heads=4, n_kv_heads=4, grouped=False)
+    scores = torch.randn(graph.real.shape, generator=torch.Generator().manual_seed(0))
+    circuit = Circuit(
+        values=prune_topn(graph, scores * graph.real, 30),
+        axes=("sender", "receiver"),
+        labels=(graph.sender_names, graph.receiver_names),
+        meta=Meta(model="toy", sink=None),
+        scores=scores,
+        graph=graph,
+    )
+    page = build_report([Section("Edge circuit", results={"circuit": circuit})])
+    assert page.count("lmsciCircuitViewer.mount('lmsci-cv-") == 1 and "data:image/png" not in page
+    assert not fetched_urls(page)
+
+
 def test_a_view_must_be_a_circuitsvis_render() -> None:
     with pytest.raises(ValueError, match="not a circuitsvis view"):
         CircuitsView.from_html("<p>hello</p>")

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
     from lmsci_mi.model import LensModel
     from lmsci_mi.viz.circuit_graph import CircuitEdge, CircuitNode
+    from lmsci_mi.viz.circuit_viewer import CircuitViewer, ViewerConfig
 
 __all__ = [
     "MIB_FRACTIONS",
@@ -268,6 +269,25 @@ class Circuit(Result):
         from lmsci_mi.viz.circuit_graph import circuit_svg
 
         return circuit_svg(self._nodes(), self._drawn_edges(), title=title or self._title())
+
+    def to_graph(self) -> dict[str, Any]:
+        """The circuit as the interactive viewer's plain graph (nodes by depth and head index,
+        scored by their edges' summed |score|; see :mod:`lmsci_mi.viz.circuit_viewer`)."""
+        from lmsci_mi.viz.circuit_viewer import graph_from_circuit
+
+        return graph_from_circuit(self._nodes(), self._drawn_edges(), title=self._title())
+
+    def viewer(self, config: ViewerConfig | None = None) -> CircuitViewer:
+        """The circuit in the interactive viewer: hover, prune with a slider, follow paths
+        (shown in a notebook cell; ``.save("circuit.html")`` writes an offline page)."""
+        from lmsci_mi.viz.circuit_viewer import circuit_viewer
+
+        return circuit_viewer(self.to_graph(), config)
+
+    def interactive_html(self) -> str:
+        """The viewer as an HTML fragment: what a report and a notebook cell show instead of the
+        static drawing (:func:`lmsci_mi.viz.result_html.result_html`)."""
+        return self.viewer().html()
 
     def summary(self, rows: int = 10) -> str:
         lines = [self._title()]
