@@ -17,7 +17,8 @@ Renderer = Callable[[Any], str]
 RENDERERS: dict[str, Renderer] = {}
 """Every table renderer by the name its blocks use."""
 
-MODEL_NAMES = {"smollm2-135m": "SmolLM2-135M", "gemma3-270m": "Gemma 3 270M"}
+MODEL_NAMES = {"smollm2-135m": "SmolLM2-135M", "gemma3-270m": "Gemma 3 270M",
+               "short-context-lm": "Short-context LM (bytes, trained here at 256 tokens)"}
 MODEL_SHORT = {"smollm2-135m": "SmolLM2", "gemma3-270m": "Gemma 3"}
 METHOD_NAMES = {"rome": "ROME", "memit": "MEMIT", "alphaedit": "AlphaEdit"}
 
