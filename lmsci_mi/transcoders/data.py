@@ -17,7 +17,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from lmsci_mi.collect import CollectConfig, collect_activations
+from lmsci_mi.collect import Activations, CollectConfig, collect_activations
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.cfg import CFGConfig, build_grammar
 from lmsci_mi.data.text_corpus import STDLIB_TEXT_SOURCE, text_chunks
@@ -25,7 +25,13 @@ from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import hook_name
 
-__all__ = ["TranscoderData", "TranscoderDataConfig", "harvest_pairs", "transcoder_rows"]
+__all__ = [
+    "TranscoderData",
+    "TranscoderDataConfig",
+    "collect_pairs",
+    "harvest_pairs",
+    "transcoder_rows",
+]
 
 
 @config
@@ -75,9 +81,11 @@ class TranscoderData:
 
 
 def _text_rows(lm: LensModel, data: TranscoderDataConfig) -> tuple[list[list[int]], list[list[int]]]:
-    rows = text_chunks(lm, data.train_tokens + data.held_out_tokens, seq_len=data.seq_len).tolist()
+    per_row = data.seq_len - 1 if lm.sink_token_id is not None else data.seq_len
+    n_held = max(1, -(-data.held_out_tokens // per_row))
+    # whole held-out rows on top of the training tokens, so training gets at least train_tokens
+    rows = text_chunks(lm, data.train_tokens + n_held * per_row, seq_len=data.seq_len).tolist()
     order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(data.data_seed))
-    n_held = max(1, -(-data.held_out_tokens // (data.seq_len - 1)))
     if n_held >= len(rows):
         raise UserInputError(f"{len(rows)} rows are too few to hold {n_held} out; ask for more tokens")
     return [rows[i] for i in order[n_held:].tolist()], [rows[i] for i in order[:n_held].tolist()]
@@ -145,6 +153,24 @@ def harvest_pairs(
     >>> tuple(x.shape), tuple(y.shape)
     ((3, 64), (3, 64))
     """
+    collected, names = collect_pairs(lm, rows, layers, input_site, output_site,
+                                     dtype=dtype, out_dir=out_dir, progress=progress)
+    return {layer: (collected.acts[i], collected.acts[o]) for layer, (i, o) in names.items()}
+
+
+def collect_pairs(
+    lm: LensModel,
+    rows: Sequence[Sequence[int]],
+    layers: Sequence[int],
+    input_site: str,
+    output_site: str,
+    *,
+    dtype: str = "float32",
+    out_dir: str | Path | None = None,
+    progress: bool = False,
+) -> tuple[Activations, dict[int, tuple[str, str]]]:
+    """The collection behind :func:`harvest_pairs`, with each position's row (``example``), and
+    each layer's (input, output) hook names."""
     if not layers:
         raise UserInputError("no layer to harvest: give at least one layer")
     bad = [layer for layer in layers if not 0 <= layer < lm.cfg.n_layers]
@@ -161,4 +187,4 @@ def harvest_pairs(
         config=CollectConfig(dtype=dtype, progress=progress, token_budget=4096),
         out_dir=out_dir,
     )
-    return {layer: (collected.acts[i], collected.acts[o]) for layer, (i, o) in names.items()}
+    return collected, names

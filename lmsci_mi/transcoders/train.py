@@ -73,8 +73,8 @@ _PAULO = "Paulo et al. 2025 (arXiv:2501.18823); sparsify 1.3.3 TrainConfig/Spars
 class TranscoderTrainConfig(Config):
     """One layer's transcoder and its training run (Paulo et al.'s recipe by default).
 
-    >>> TranscoderTrainConfig().learning_rate(18432)
-    0.000189...
+    >>> round(TranscoderTrainConfig().learning_rate(18432), 7)  # SmolLM2's 32 × 576 latents
+    0.0001886
     """
 
     activation: Literal["topk", "relu"] = field(
@@ -344,6 +344,7 @@ def train_transcoder(
     *,
     checkpoints: Path | None = None,
     threads: int | None = None,
+    device: torch.device | str | None = None,
     progress: bool = False,
     desc: str = "transcoder",
 ) -> tuple[Transcoder, TrainingRecord]:
@@ -351,7 +352,8 @@ def train_transcoder(
     start, with :func:`lmsci_mi.training.train_model` (no cache; see :func:`train_transcoders`).
 
     With ``checkpoints`` and ``config.checkpoint_every``, an interrupted run resumes from its
-    last checkpoint to the same weights (CPU, one thread).
+    last checkpoint to the same weights (CPU, one thread). The transcoder is built on the CPU
+    (so a seed gives the same start everywhere), trained on ``device`` and returned on the CPU.
 
     >>> x = torch.randn(512, 8); y = x.tanh() @ torch.randn(8, 8)
     >>> tc, record = train_transcoder(x, y, TranscoderTrainConfig(n_latents=32, k=4,
@@ -383,11 +385,12 @@ def train_transcoder(
         lambda model, batch: model.loss(batch),
         run,
         checkpoints=checkpoints,
+        device=device,
         threads=threads,
         progress=progress,
         desc=desc,
     )
-    tc = trainee.transcoder
+    tc = trainee.transcoder.cpu()
     if config.loss == "dunefsky":
         with torch.no_grad():
             tc.W_dec.div_(tc.W_dec.norm(dim=-1, keepdim=True).clamp_min(1e-8))
@@ -439,6 +442,8 @@ def train_transcoders(
     layers_per_pass: int | None = None,
     scratch: Path | None = None,
     threads: int | None = None,
+    device: torch.device | str | None = None,
+    budget_seconds: float | None = None,
     retrain: bool = False,
     progress: bool = False,
 ) -> tuple[TranscoderSet, dict[int, TrainedLayer]]:
@@ -447,7 +452,8 @@ def train_transcoders(
     The layers not cached are harvested ``layers_per_pass`` at a time (one forward pass per
     batch for all of them; None: all at once) and trained one after the other; each layer's
     checkpoint sits in its cache folder, so a stopped build resumes at the layer and step it
-    reached. Reads the model only.
+    reached. With ``budget_seconds``, no new layer starts once that much time has passed: the
+    set then holds the layers done (a later call goes on from there). Reads the model only.
 
     Args:
         lm: the model.
@@ -455,9 +461,11 @@ def train_transcoders(
         train: the transcoder and its run.
         layers: the layers (None: every layer).
         input_site, output_site: site-table names of what each transcoder reads and replaces.
-        layers_per_pass: layers harvested per pass (fewer: less memory, more forward passes).
-        scratch: stream harvested activations into memory-mapped files in this folder.
+        layers_per_pass: layers per harvest pass (fewer: less memory, more forward passes).
+        scratch: stream the harvest into memory-mapped files in this folder.
         threads: torch threads while training (None: torch's setting).
+        device: train there (None: the CPU); the set comes back on ``lm``'s device.
+        budget_seconds: start no layer after this many seconds of the call.
         retrain: train even when cached.
 
     Returns:
@@ -479,20 +487,23 @@ def train_transcoders(
 
     todo = chosen if retrain else _missing(folder, chosen)
     rows = transcoder_rows(lm, data).train if todo else []
-    step = layers_per_pass or len(todo) or 1
-    for start in range(0, len(todo), step):
-        group = todo[start : start + step]
-        began = time.perf_counter()
-        pairs = harvest_pairs(lm, rows, group, input_site=input_site, output_site=output_site,
-                              dtype=data.harvest_dtype, out_dir=scratch, progress=progress)
-        harvest_seconds = (time.perf_counter() - began) / len(group)
-        for layer in group:
-            x, y = pairs.pop(layer)
-            _train_layer(folder, layer, x, y, train, build, harvest_seconds,
-                         threads=threads, retrain=retrain, progress=progress)
-            del x, y
+    _train_missing(
+        lm, rows, todo, folder, train, build, (input_site, output_site),
+        dtype=data.harvest_dtype, layers_per_pass=layers_per_pass, scratch=scratch,
+        budget_seconds=budget_seconds,
+        options=dict(threads=threads, device=device, retrain=retrain, progress=progress),
+    )
+    left = _missing(folder, chosen)
+    done_layers = [layer for layer in chosen if layer not in left]
+    if not done_layers:
+        raise UserInputError(
+            f"the budget of {budget_seconds} s ran out before any layer finished; give more time "
+            "(a rerun resumes from the checkpoints)"
+        )
+    if left:
+        log.warning("transcoders: the budget ran out; layers %s are left for the next call", left)
     trained, records = {}, {}
-    for layer in chosen:
+    for layer in done_layers:
         tc, record = load_or_train(
             folder / f"layer_{layer}", build, _unreachable, record_file=_RECORD,
             missing=f"layer {layer}'s transcoder vanished from {folder} while training",
@@ -500,6 +511,50 @@ def train_transcoders(
         trained[layer] = tc.requires_grad_(False).to(lm.device)
         records[layer] = TrainedLayer(**record["trained"])
     return TranscoderSet(trained, input_site, output_site, lm.name), records
+
+
+def _train_missing(
+    lm: LensModel,
+    rows: list[list[int]],
+    todo: list[int],
+    folder: Path,
+    train: TranscoderTrainConfig,
+    build: Callable[[], Transcoder],
+    sites: tuple[str, str],
+    *,
+    dtype: str,
+    layers_per_pass: int | None,
+    scratch: Path | None,
+    budget_seconds: float | None,
+    options: dict[str, Any],
+) -> None:
+    """Harvest ``todo``'s layers a pass at a time and train each into its cache folder, starting
+    no layer once ``budget_seconds`` have passed."""
+    began = time.perf_counter()
+
+    def over_budget() -> bool:
+        return budget_seconds is not None and time.perf_counter() - began > budget_seconds
+
+    step = layers_per_pass or len(todo) or 1
+    for start in range(0, len(todo), step):
+        if over_budget():
+            return
+        group = todo[start : start + step]
+        harvest_began = time.perf_counter()
+        pairs = harvest_pairs(lm, rows, group, input_site=sites[0], output_site=sites[1],
+                              dtype=dtype, out_dir=scratch, progress=options["progress"])
+        harvest_seconds = (time.perf_counter() - harvest_began) / len(group)
+        for layer in group:
+            if over_budget():
+                return
+            x, y = pairs.pop(layer)
+            _train_layer(folder, layer, x, y, train, build, harvest_seconds, **options)
+            del x, y
+            done = todo.index(layer) + 1
+            spent = time.perf_counter() - began
+            log.info("transcoders: %d of %d layers in %.0f s; about %.0f s to go", done,
+                     len(todo), spent, spent / done * (len(todo) - done))
+        del pairs
 
 
 def _train_layer(
@@ -512,6 +567,7 @@ def _train_layer(
     harvest_seconds: float,
     *,
     threads: int | None,
+    device: torch.device | str | None,
     retrain: bool,
     progress: bool,
 ) -> None:
@@ -519,7 +575,7 @@ def _train_layer(
 
     def run(checkpoints: Path) -> tuple[Transcoder, dict[str, Any]]:
         tc, record = train_transcoder(x, y, train, checkpoints=checkpoints, threads=threads,
-                                      progress=progress, desc=f"transcoder L{layer}")
+                                      device=device, progress=progress, desc=f"transcoder L{layer}")
         trained = TrainedLayer(
             layer=layer, steps=record.steps, final_loss=record.final_loss(50),
             seconds=record.seconds, cpu_seconds=record.cpu_seconds,
