@@ -10,7 +10,7 @@ transcoder: circuit-tracer zeroes position 0 too.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Literal
 
@@ -20,7 +20,7 @@ from torch import Tensor
 from lmsci_mi.collect import Activations, CollectConfig, collect_activations
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.cfg import CFGConfig, build_grammar
-from lmsci_mi.data.text_corpus import STDLIB_TEXT_SOURCE, text_chunks
+from lmsci_mi.data.text_corpus import STDLIB_TEXT_SOURCE, TokenRows, text_chunks
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.sites import hook_name
@@ -66,18 +66,8 @@ class TranscoderDataConfig(Config):
             )
 
 
-@dataclass(frozen=True)
-class TranscoderData:
-    """Token rows (each starting with the sink or BOS) for training and for the metrics."""
-
-    train: list[list[int]]
-    held_out: list[list[int]]
-    source: str
-
-    @property
-    def n_train_tokens(self) -> int:
-        """Training positions, the sink excluded (it never enters a transcoder)."""
-        return sum(len(r) - 1 for r in self.train)
+TranscoderData = TokenRows
+"""The rows a transcoder set trains and is measured on (:class:`lmsci_mi.data.text_corpus.TokenRows`)."""
 
 
 def _text_rows(lm: LensModel, data: TranscoderDataConfig) -> tuple[list[list[int]], list[list[int]]]:

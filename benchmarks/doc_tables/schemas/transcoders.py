@@ -6,16 +6,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-
-class IntervalRecord(TypedDict):
-    """A figure on held-out text with its 95% percentile-bootstrap interval over texts."""
-
-    estimate: float
-    low: float
-    high: float
-    level: float
-    n: int
-    method: str
+from .icl_vectors import IntervalRecord
 
 
 class LayerRow(TypedDict):
