@@ -48,7 +48,7 @@ from lmsci_mi.training import (
     training_key,
 )
 from lmsci_mi.transcoders.data import TranscoderDataConfig, harvest_pairs, transcoder_rows
-from lmsci_mi.transcoders.model import Transcoder, TranscoderSet
+from lmsci_mi.transcoders.model import Transcoder, TranscoderSet, check_sites
 
 __all__ = [
     "TrainedLayer",
@@ -81,7 +81,7 @@ class TranscoderTrainConfig(Config):
         default="topk",
         metadata={
             "help": "topk (Paulo et al.) or relu (Dunefsky et al., with an L1 penalty)",
-            **paper("topk", _PAULO + " activation", why=(
+            **paper("ReLU, then TopK", _PAULO + " activation; fused_encoder.py", why=(
                 "sparsify applies ReLU before TopK; we gate the k largest pre-activations as "
                 "circuit-tracer's TopK does, so a saved file computes the same function there; "
                 "the two differ only where fewer than k pre-activations are positive "
@@ -478,6 +478,7 @@ def train_transcoders(
         raise UserInputError(
             f"layers {list(layers or [])} are not layers of {lm.name} (0..{lm.cfg.n_layers - 1})"
         )
+    check_sites(lm, input_site)
     folder = transcoder_folder(lm, data, train, input_site=input_site, output_site=output_site)
     d_model = lm.cfg.d_model
 

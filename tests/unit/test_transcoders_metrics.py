@@ -20,9 +20,11 @@ class _TheMLP(Transcoder):
     def __init__(self, lm: LensModel, layer: int) -> None:
         super().__init__(lm.cfg.d_model, 16, activation="relu")
         self.mlp = lm.model.blocks[layer].mlp
+        self.norm_weight = getattr(lm.model.blocks[layer].ln2, "w", None)
 
     def skip(self, x: Tensor) -> Tensor:
-        return self.mlp(x)
+        # ln2.hook_normalized comes before the norm's weight where it is not folded
+        return self.mlp(x if self.norm_weight is None else x * self.norm_weight)
 
 
 def _rows(lm: LensModel) -> list[list[int]]:
