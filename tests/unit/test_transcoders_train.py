@@ -80,3 +80,16 @@ def test_each_layer_trains_once_then_comes_from_the_cache(
     assert torch.equal(cached[1].W_enc, tcs[1].W_enc) and cached.model_name == tiny.name
     with pytest.raises(UserInputError, match="not layers of"):
         train_transcoders(tiny, data, config, layers=[5])
+    # no time left: layer 0 does not start, the set holds the cached layer 1 only
+    partial, _ = train_transcoders(tiny, data, config, layers=[0, 1], budget_seconds=0)
+    assert sorted(partial) == [1]
+    with pytest.raises(UserInputError, match="budget"):
+        train_transcoders(tiny, data, config, layers=[0], budget_seconds=0)
+
+
+def test_the_warmup_linear_schedule_decays_from_the_end_of_the_warm_up() -> None:
+    from lmsci_mi.training import SCHEDULES, TrainConfig
+
+    run = TrainConfig(steps=10, warmup=2, final_lr_fraction=0.0, schedule="warmup_linear")
+    factors = [SCHEDULES.get("warmup_linear").function(step, run) for step in range(10)]
+    assert factors == [0.5, 1.0, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125]
