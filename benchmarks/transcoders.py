@@ -107,7 +107,7 @@ def row(q: Any, trained: TrainedLayer) -> LayerRow:
         train_seconds=trained.seconds, train_cpu_seconds=trained.cpu_seconds,
         harvest_seconds=trained.harvest_seconds, steps=trained.steps,
         final_loss=trained.final_loss, n_train_tokens=trained.n_train_tokens,
-        threads=trained.threads,
+        threads=trained.threads, lr=trained.lr,
     )
 
 

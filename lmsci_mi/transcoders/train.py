@@ -220,10 +220,11 @@ class TrainedLayer:
         steps: optimiser steps.
         final_loss: mean training loss of the last 50 steps.
         seconds, cpu_seconds: training wall and process CPU time (summed over resumptions).
-        harvest_seconds: this layer's share of its harvest pass (0 when it came from the cache).
+        harvest_seconds: this layer's share of the harvest pass it was trained from.
         n_train_tokens: harvested training tokens.
         threads: torch threads while training.
         resumed_from: the step a checkpoint resumed it from (0: one run).
+        lr: the peak learning rate used (``TranscoderTrainConfig.learning_rate``).
     """
 
     layer: int
@@ -235,6 +236,7 @@ class TrainedLayer:
     n_train_tokens: int
     threads: int
     resumed_from: int = 0
+    lr: float = 0.0
 
 
 class _Trainee(nn.Module):
@@ -264,6 +266,7 @@ class _Trainee(nn.Module):
             values, indices = pre.topk(tc.k, dim=-1)
             out = F.embedding_bag(indices, tc.W_dec, per_sample_weights=values, mode="sum")
             fired = indices[values != 0]
+            acts = None
         else:
             acts = tc.activate(pre)
             out = acts @ tc.W_dec
@@ -273,7 +276,8 @@ class _Trainee(nn.Module):
         total_variance = (y - y.mean(0)).pow(2).sum()
         if cfg.loss == "dunefsky":
             value = (error.pow(2) / y.norm(dim=-1, keepdim=True)).mean()
-            value = value + cfg.l1_coefficient * tc.activate(pre).abs().sum(-1).mean()
+            l1 = (acts if acts is not None else tc.activate(pre)).abs().sum(-1).mean()
+            value = value + cfg.l1_coefficient * l1
         else:
             value = error.pow(2).sum() / total_variance
         if cfg.auxk_alpha > 0:
@@ -581,7 +585,7 @@ def _train_layer(
             layer=layer, steps=record.steps, final_loss=record.final_loss(50),
             seconds=record.seconds, cpu_seconds=record.cpu_seconds,
             harvest_seconds=harvest_seconds, n_train_tokens=len(x), threads=record.threads,
-            resumed_from=record.resumed_from,
+            resumed_from=record.resumed_from, lr=train.learning_rate(tc.d_transcoder),
         )
         log.info("transcoder L%d: %d steps in %.1f s, loss %.4f", layer, trained.steps,
                  trained.seconds, trained.final_loss)

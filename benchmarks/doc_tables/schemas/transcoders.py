@@ -27,6 +27,7 @@ class LayerRow(TypedDict):
     final_loss: float
     n_train_tokens: int
     threads: int
+    lr: float
 
 
 class TranscoderSetInfo(TypedDict):
