@@ -127,7 +127,7 @@ from lmsci_mi.steering.svd import SVDConfig, steer_svd
 from lmsci_mi.steering.train import SteerTraining
 from lmsci_mi.steering.transfer import SteerTransfer
 from lmsci_mi.steering.vectors import MeanDifferenceConfig, mean_difference_vector
-from lmsci_mi.transcoders import TranscoderSet
+from lmsci_mi.transcoders import TranscoderSet, transcoder_metrics
 
 SYNTHETIC = "synthetic numbers of a real run's shape (a picture of the view, not a measurement)"
 PROMPT = "The Eiffel Tower is in the city of"
@@ -683,6 +683,11 @@ def attribution_graph_result(lm: LensModel) -> Result:
     return attribution_graph(lm, _toy_transcoders(lm), PROMPT, GraphConfig(max_feature_nodes=40, batch_size=64))
 
 
+def transcoder_quality(lm: LensModel) -> Result:
+    rows = [lm.encode(text) for text in TEXTS]
+    return transcoder_metrics(lm, _toy_transcoders(lm), rows, n_resamples=20)
+
+
 def feature_intervention_result(lm: LensModel) -> Result:
     return feature_intervention(lm, _toy_transcoders(lm), PROMPT, [(1, 3, 5, 0.0)])
 
@@ -793,6 +798,7 @@ BUILDERS: dict[str, Callable[[LensModel], Result]] = {
     "RegressionProbes": regression_probes_result,
     "AttributionGraph": attribution_graph_result,
     "InterventionEffect": feature_intervention_result,
+    "TranscoderMetrics": transcoder_quality,
     "MassiveActivations": massive_activations,
     "SuperWeightCandidates": super_weights,
     "LengthCurve": length_curve,

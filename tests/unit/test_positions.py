@@ -424,6 +424,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("outliers/consequences.py", "replicates[1:]"): "bootstrap replicates after row 0, the estimate",
     ("outliers/sinks.py", "rows[:, 1:]"): "the same texts tokenised without the sink, to score "
     "heads with and without it (not leaving the sink out of a statistic)",
+    ("circuits/graphs/attribution.py", "texts[1:] if lm.sink_token_id"): "the prompt's text for the "
+    "graph's record, without the sink token's text (no statistic)",
     ("outliers/ablations.py", "tokens[:, 1:]"): "targets: the next token (the sink's prediction "
     "of the first text token counts)",
     ("probes/cfg/model.py", "mask[:, 1:]"): "the next token is predictable",
