@@ -40,6 +40,15 @@ def _above(share: IntervalRecord, random: IntervalRecord) -> bool:
     return share["low"] is not None and random["high"] is not None and share["low"] > random["high"]
 
 
+def _by_method(data: ICLVectorsData, method: str) -> str:
+    """How many tasks one method recovers above random, and its largest share at any dev layer."""
+    entries = [data["results"][t][method] for t in data["tasks"] if method in data["results"].get(t, {})]
+    above = sum(_above(e["report"]["share"], e["report"]["random_share"]) for e in entries)
+    best = max((v for e in entries for v in e["curves"]["dev"]["share"] if v is not None), default=None)
+    return (f"{_short(method)} above random on {above} of {len(entries)} tasks"
+            + ("" if best is None else f" (its largest share at any layer on dev: {minus(f'{best:.2f}')})"))
+
+
 @table("icl_vectors_findings")
 def icl_vectors_findings(data: ICLVectorsData) -> str:
     """Which tasks a vector recovers above its random control (the acceptance's count), by method,
@@ -59,6 +68,7 @@ def icl_vectors_findings(data: ICLVectorsData) -> str:
              f"{len(recovered)} of {len(data['tasks'])} tasks"
              + (": " + "; ".join(f"{t} ({', '.join(v)})" for t, v in recovered.items()) if recovered else "")
              + "."]
+    lines.append("- By method: " + "; ".join(_by_method(data, m) for m in METHODS) + ".")
     missing = [t for t in data["tasks"] if t not in recovered]
     if missing:
         lines.append(f"- Not recovered above random: {', '.join(missing)}.")

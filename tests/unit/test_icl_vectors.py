@@ -197,7 +197,7 @@ def test_the_findings_count_tasks_recovered_above_random() -> None:
 
     def report(share: dict, icl: dict) -> dict:
         return {"report": {"share": share, "random_share": rec(0.0, -0.1, 0.05), "icl": icl,
-                           "zero_shot": rec(0.0, 0.0, 0.1)}}
+                           "zero_shot": rec(0.0, 0.0, 0.1)}, "curves": {"dev": {"share": [0.1, share["estimate"]]}}}
 
     data = {"tasks": ["a", "b"], "results": {
         "a": {"task_vector": report(rec(0.9, 0.7, 1.1), rec(0.6, 0.5, 0.7))},
@@ -205,5 +205,7 @@ def test_the_findings_count_tasks_recovered_above_random() -> None:
     text = icl_vectors_findings(data)  # type: ignore[arg-type]
     assert "on 1 of 2 tasks: a (task vector 0.90)" in text and "Not recovered above random: b." in text
     assert "overlaps zero-shot's (little gain to recover) on b (task vector)" in text
+    assert "task vector above random on 1 of 2 tasks (its largest share at any layer on dev: 0.90)" in text
+    assert "function vector above random on 0 of 0 tasks" in text
     data["results"]["b"]["task_vector"]["report"]["share"] = rec(0.5, 0.3, 0.7)
     assert "on 2 of 2 tasks" in icl_vectors_findings(data)  # type: ignore[arg-type]
