@@ -171,13 +171,16 @@ def main() -> None:
     cache = run.cache(exclude=["tasks", "img_dir", "select_by"])
     runs: dict[str, dict[str, KernelRegressionHeads]] = {"dev": {}, "held_out": {}}
     seconds = {}
+    earlier = harness.read_json(run.out, {}).get("seconds_per_task", {})
     for task in args.tasks:
         began = time.perf_counter()
         for split in runs:
             runs[split][task] = cache.result(f"{task}-{split}", lambda task=task, split=split: kernel_regression_heads(
                 lm, icl_prompts(lm, task, prompt_config, split=split), config))
-        # The seconds of the run that computed the task, kept beside its results (a rerun reads them).
-        seconds[task] = cache.get(f"{task}-seconds", lambda began=began: round(time.perf_counter() - began, 1))
+        # The seconds of the run that computed the task, kept beside its results (a rerun reads them;
+        # results cached before the seconds were take theirs from the data file the run wrote).
+        seconds[task] = cache.get(f"{task}-seconds", lambda began=began, task=task: earlier.get(
+            task) or round(time.perf_counter() - began, 1))
         print(f"{task}: {seconds[task]} s")
     choice = choose_kr_heads(runs["dev"], args.select_by)
     table = kr_table(choice, runs["held_out"])
