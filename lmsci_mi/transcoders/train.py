@@ -435,6 +435,16 @@ def _unreachable(checkpoints: Path) -> tuple[Transcoder, dict[str, Any]]:
     raise AssertionError("load_or_train trains nothing when given `missing`")
 
 
+def _chosen_layers(lm: LensModel, layers: Sequence[int] | None) -> list[int]:
+    """The layers asked for, sorted (None: every layer); a layer the model lacks is refused."""
+    chosen = list(range(lm.cfg.n_layers)) if layers is None else sorted(set(layers))
+    if not chosen or not all(0 <= layer < lm.cfg.n_layers for layer in chosen):
+        raise UserInputError(
+            f"layers {list(layers or [])} are not layers of {lm.name} (0..{lm.cfg.n_layers - 1})"
+        )
+    return chosen
+
+
 def train_transcoders(
     lm: LensModel,
     data: TranscoderDataConfig | None = None,
@@ -477,11 +487,7 @@ def train_transcoders(
     """
     data = data or TranscoderDataConfig()
     train = train or TranscoderTrainConfig()
-    chosen = list(range(lm.cfg.n_layers)) if layers is None else sorted(set(layers))
-    if not chosen or not all(0 <= layer < lm.cfg.n_layers for layer in chosen):
-        raise UserInputError(
-            f"layers {list(layers or [])} are not layers of {lm.name} (0..{lm.cfg.n_layers - 1})"
-        )
+    chosen = _chosen_layers(lm, layers)
     check_sites(lm, input_site)
     folder = transcoder_folder(lm, data, train, input_site=input_site, output_site=output_site)
     d_model = lm.cfg.d_model
