@@ -841,7 +841,7 @@ OUTLIERS = [
     code("""
     from lmsci_mi.outliers import find_massive_activations, long_text
 
-    text = long_text(lm, 8 if QUICK else 32, 128)  # rows 0.. of 128 tokens, the sink first
+    text = long_text(lm, 4 if QUICK else 32, 128)  # rows 0.. of 128 tokens, the sink first
     massive = find_massive_activations(lm, text.tokens)  # Sun et al.'s rule: |a| > 100 and >= 1,000 x median
     print(text.source)
     print(massive.summary(rows=6))
@@ -874,10 +874,10 @@ OUTLIERS = [
     code("""
     from lmsci_mi.outliers import SuperWeightConfig, find_super_weights
 
-    weights = find_super_weights(lm, SuperWeightConfig(max_candidates=2))
+    weights = find_super_weights(lm, SuperWeightConfig(max_candidates=1 if QUICK else 2))
     if not weights.candidates:
         print('no candidate by the paper threshold; the ratio rule instead')
-        weights = find_super_weights(lm, SuperWeightConfig(max_candidates=2, rule='ratio'))
+        weights = find_super_weights(lm, SuperWeightConfig(max_candidates=1 if QUICK else 2, rule='ratio'))
     print(weights.summary(rows=0))
     weights.plot(OUT / 'super_weights.png')
     Image(OUT / 'super_weights.png')
@@ -906,9 +906,9 @@ OUTLIERS = [
         plan[f'zero SW {c}'] = SuperWeightScaling((c,), 0.0)
         plan[f'zero SW {c}, restore SA'] = SuperWeightRestoreActivation(c, where)
     print('massive activations:', coords, '| at', where.describe())
-    config = OutlierAblationConfig(n_texts=8 if QUICK else 16, seq_len=128, text_start=64, n_reference_texts=8,
-                                   n_control_draws=2 if QUICK else 3, n_facts=20 if QUICK else None,
-                                   n_ioi=10 if QUICK else 40)
+    config = OutlierAblationConfig(n_texts=4 if QUICK else 16, seq_len=128, text_start=64, n_reference_texts=4 if QUICK else 8,
+                                   n_control_draws=1 if QUICK else 3, n_facts=8 if QUICK else None,
+                                   n_ioi=4 if QUICK else 40)
     if plan:
         ablations = outlier_ablations(lm, plan, config)
         print(ablations.summary())
@@ -928,7 +928,7 @@ OUTLIERS = [
 
     from lmsci_mi.outliers import SinkScoreConfig, sink_heads
 
-    sinks = sink_heads(lm, SinkScoreConfig(n_texts=8 if QUICK else 32))
+    sinks = sink_heads(lm, SinkScoreConfig(n_texts=4 if QUICK else 32))
     print(sinks.summary(rows=6))
     fig = Figure(figsize=(9, 3.6), layout='constrained')
     for ax, i in zip(fig.subplots(1, 2), (0, 1)):
@@ -948,7 +948,7 @@ OUTLIERS = [
 
     top = [head for head, _ in sinks.top(3)]
     mask = first_token_mask_effect(lm, top, FirstTokenMaskConfig(
-        n_texts=8 if QUICK else 32, skip_texts=sinks.n_texts, n_random_draws=2 if QUICK else 5))
+        n_texts=4 if QUICK else 32, skip_texts=sinks.n_texts, n_random_draws=1 if QUICK else 5))
     print(mask.summary())
     """),
     md("""
@@ -1028,7 +1028,7 @@ OUTLIERS = [
     code("""
     from lmsci_mi.outliers import first_token_separation
 
-    separation = first_token_separation(lm, long_text(lm, 4, 256 if QUICK else 1024))
+    separation = first_token_separation(lm, long_text(lm, 2 if QUICK else 4, 128 if QUICK else 1024))
     separation.plot(OUT / 'separation.png')
     print('largest separation: layer', int(separation.values.argmax()), f'{float(separation.values.max()):.1f} spreads')
     Image(OUT / 'separation.png')

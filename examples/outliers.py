@@ -72,7 +72,7 @@ def ablation_plan(massive: MassiveActivations, rule: str, weights: list[tuple[in
 
 
 def outliers(lm: LensModel, out: Path, quick: bool) -> None:
-    text = long_text(lm, 8 if quick else 32, 128)
+    text = long_text(lm, 4 if quick else 32, 128)
     massive = find_massive_activations(lm, text.tokens)
     print(text.source)
     print(massive.summary(rows=6))
@@ -81,17 +81,17 @@ def outliers(lm: LensModel, out: Path, quick: bool) -> None:
     rule = "paper" if massive.selected("paper") else "ratio"
     print(f"rule: {rule}; tokens carrying entries (texts): {massive.token_counts(rule).most_common(6)}")
 
-    weights = find_super_weights(lm, SuperWeightConfig(max_candidates=2))
+    weights = find_super_weights(lm, SuperWeightConfig(max_candidates=1 if quick else 2))
     if not weights.candidates:
         print("no super-weight candidate by the paper threshold; the ratio rule instead")
-        weights = find_super_weights(lm, SuperWeightConfig(max_candidates=2, rule="ratio"))
+        weights = find_super_weights(lm, SuperWeightConfig(max_candidates=1 if quick else 2, rule="ratio"))
     print(weights.summary(rows=0))
     weights.plot(out / "super_weights.png")
 
     plan = ablation_plan(massive, rule, weights.coordinates())
-    config = OutlierAblationConfig(n_texts=8 if quick else 16, seq_len=128, text_start=64, n_reference_texts=8,
-                                   n_control_draws=2 if quick else 3, n_facts=20 if quick else None,
-                                   n_ioi=10 if quick else 40)
+    config = OutlierAblationConfig(n_texts=4 if quick else 16, seq_len=128, text_start=64, n_reference_texts=4 if quick else 8,
+                                   n_control_draws=1 if quick else 3, n_facts=8 if quick else None,
+                                   n_ioi=4 if quick else 40)
     if plan:
         ablations = outlier_ablations(lm, plan, config)
         print(ablations.summary())
@@ -102,11 +102,11 @@ def outliers(lm: LensModel, out: Path, quick: bool) -> None:
 
 
 def sinks(lm: LensModel, quick: bool) -> None:
-    heads = sink_heads(lm, SinkScoreConfig(n_texts=8 if quick else 32))
+    heads = sink_heads(lm, SinkScoreConfig(n_texts=4 if quick else 32))
     print(heads.summary(rows=6))
     top = [head for head, _ in heads.top(3)]
     mask = first_token_mask_effect(lm, top, FirstTokenMaskConfig(
-        n_texts=8 if quick else 32, skip_texts=heads.n_texts, n_random_draws=2 if quick else 5))
+        n_texts=4 if quick else 32, skip_texts=heads.n_texts, n_random_draws=1 if quick else 5))
     print(mask.summary())
 
 
@@ -125,7 +125,7 @@ def length(lm: LensModel, out: Path, quick: bool) -> None:
         curve.save(out / f"nll_{name.replace(' ', '_')}.json")
         print(f"{name}: in-context mean NLL {curve.rise.in_context_mean:.3f} nats/byte; starts to rise at "
               f"{curve.rise.length or f'no length up to {rows.shape[1]}'}")
-    separation = first_token_separation(lm, long_text(lm, 4, 256 if quick else 1024))
+    separation = first_token_separation(lm, long_text(lm, 2 if quick else 4, 128 if quick else 1024))
     separation.plot(out / "separation.png")
     print(f"{lm.name}: the first 4 positions' largest separation, layer {int(separation.values.argmax())}: "
           f"{float(separation.values.max()):.1f} spreads")
