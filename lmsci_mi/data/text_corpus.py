@@ -14,6 +14,7 @@ import functools
 import sys
 import sysconfig
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,12 +27,31 @@ from lmsci_mi.errors import UserInputError
 if TYPE_CHECKING:
     from lmsci_mi.model import LensModel
 
-__all__ = ["STDLIB_TEXT_SOURCE", "stdlib_documents", "text_chunks"]
+__all__ = ["STDLIB_TEXT_SOURCE", "TokenRows", "stdlib_documents", "text_chunks"]
 
 STDLIB_TEXT_SOURCE = (
     f"python{sys.version_info.major}.{sys.version_info.minor}-stdlib-docstrings+pydoc_topics"
 )
 """Name recorded in metadata for :func:`stdlib_documents`' text."""
+
+@dataclass(frozen=True)
+class TokenRows:
+    """Token rows (each starting with the sink) split into training and held-out rows, and a
+    description of where they come from (what SAEs and transcoders train and are measured on)."""
+
+    train: list[list[int]]
+    held_out: list[list[int]]
+    source: str
+
+    @property
+    def n_train_tokens(self) -> int:
+        """Training tokens, the sink excluded (it never enters what trains on them)."""
+        return sum(len(r) - 1 for r in self.train)
+
+    @property
+    def n_held_out_tokens(self) -> int:
+        return sum(len(r) - 1 for r in self.held_out)
+
 
 # Tests and vendored or generated code hold little prose, and idlelib/turtledemo are apps.
 _SKIP_DIRS = {

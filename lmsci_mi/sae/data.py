@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import torch
 
@@ -18,7 +18,7 @@ from lmsci_mi.cache import cache_key, cache_root
 from lmsci_mi.config import Config, config
 from lmsci_mi.data.facts import load_facts
 from lmsci_mi.data.steering_texts import neutral_prompts, steering_texts
-from lmsci_mi.data.text_corpus import STDLIB_TEXT_SOURCE, text_chunks
+from lmsci_mi.data.text_corpus import STDLIB_TEXT_SOURCE, TokenRows, text_chunks
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.generation import GenerationConfig, generate
 from lmsci_mi.model import LensModel
@@ -55,22 +55,8 @@ class SAEDataConfig(Config):
     data_seed: int = field(default=0, metadata={"help": "seeds the generations and the split"})
 
 
-@dataclass(frozen=True)
-class SAECorpus:
+class SAECorpus(TokenRows):
     """Token rows (each starting with the sink) split into training and held-out rows."""
-
-    train: list[list[int]]
-    held_out: list[list[int]]
-    source: str
-
-    @property
-    def n_train_tokens(self) -> int:
-        """Training tokens, the sink excluded (the sink never enters the SAE)."""
-        return sum(len(r) - 1 for r in self.train)
-
-    @property
-    def n_held_out_tokens(self) -> int:
-        return sum(len(r) - 1 for r in self.held_out)
 
 
 def _bundled_texts() -> list[str]:

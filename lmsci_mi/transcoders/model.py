@@ -24,7 +24,13 @@ from lmsci_mi.sites import hook_name, site
 if TYPE_CHECKING:
     from lmsci_mi.model import LensModel
 
-__all__ = ["Activation", "Transcoder", "TranscoderMismatchError", "TranscoderSet"]
+__all__ = [
+    "Activation",
+    "Transcoder",
+    "TranscoderMismatchError",
+    "TranscoderSet",
+    "check_sites",
+]
 
 Activation = Literal["relu", "topk", "jumprelu"]
 ACTIVATIONS: tuple[str, ...] = get_args(Activation)
@@ -32,6 +38,22 @@ ACTIVATIONS: tuple[str, ...] = get_args(Activation)
 
 class TranscoderMismatchError(UserInputError):
     """A transcoder was used on a model, layer or width other than the one it was made for."""
+
+
+def check_sites(lm: LensModel, input_site: str) -> None:
+    """Raise :class:`TranscoderMismatchError` where ``input_site`` is not the MLP's input.
+
+    In a post-norm block (OLMo 2/3) ``ln2`` normalises the MLP's *output*, so
+    ``mlp_in_normed`` is no MLP input there; the MLP reads ``resid_mid``. (In Gemma 2/3 ``ln2``
+    is the MLP's input norm and ``ln2_post`` comes after it, before ``hook_mlp_out``.)
+    """
+    from transformer_lens.utilities.architectures import POST_NORM_ARCHITECTURES
+
+    if input_site == "mlp_in_normed" and lm.cfg.original_architecture in POST_NORM_ARCHITECTURES:
+        raise TranscoderMismatchError(
+            f"{lm.name} is post-norm ({lm.cfg.original_architecture}): its ln2 normalises the "
+            "MLP's output, so mlp_in_normed is no MLP input; use input_site='resid_mid'"
+        )
 
 
 class Transcoder(nn.Module):
@@ -180,8 +202,10 @@ class TranscoderSet(Mapping[int, Transcoder]):
     """One transcoder per layer of a model, with the sites they read and write.
 
     A mapping from layer to :class:`Transcoder`. Sites are site-table names: the input is the MLP's
-    input after its norm (``mlp_in_normed``, ``blocks.L.ln2.hook_normalized``), the output what the
-    MLP adds to the residual stream (``mlp_out``; for Gemma 2/3 that is after the post-MLP norm).
+    input after its norm (``mlp_in_normed``, ``blocks.L.ln2.hook_normalized``: exactly the MLP's
+    input in a model with folded norms, as :func:`~lmsci_mi.load_model` and circuit-tracer's
+    TransformerLens models load them; before the norm's weight otherwise), the output what the MLP
+    adds to the residual stream (``mlp_out``; for Gemma 2/3 that is after the post-MLP norm).
 
     Attributes:
         layers: the transcoders by layer.
@@ -243,6 +267,7 @@ class TranscoderSet(Mapping[int, Transcoder]):
                 f"these transcoders were trained on {self.model_name}, not {lm.name}; train "
                 f"transcoders for {lm.name}"
             )
+        check_sites(lm, self.input_site)
         extra = [layer for layer in self.layers if not 0 <= layer < lm.cfg.n_layers]
         if extra:
             raise TranscoderMismatchError(

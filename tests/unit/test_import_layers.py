@@ -61,6 +61,10 @@ USES: dict[tuple[str, str], str] = {
     ("representations", "probes"): "representation reading fits the probes' linear probe",
     ("sae", "data"): "SAE training reads the text corpus",
     ("steering", "data"): "steers train and are evaluated on the shipped steering texts",
+    ("transcoders", "data"): "transcoders train on the text corpus and on the CFG grammar's "
+    "sentences",
+    ("transcoders", "sae"): "transcoder metrics splice through the SAE statistics' loss loop "
+    "(spliced_token_losses: clean, spliced, zero-ablated)",
 }
 """The documented one-way uses between feature packages: (user, used) -> why. A feature package
 imports the core, the cluster and viz, its own modules, and the features listed here, nothing else.

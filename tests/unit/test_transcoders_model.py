@@ -53,3 +53,20 @@ def test_set_hooks_and_bad_input(tiny: LensModel) -> None:
         Transcoder(8, 16, activation="topk", k=None)
     with pytest.raises(UserInputError, match="unknown site"):
         TranscoderSet({0: Transcoder.random(8, 16)}, input_site="mlp_inn")
+
+
+def test_the_target_is_what_the_block_adds_after_gemmas_post_mlp_norm(tiny_post_norm: LensModel) -> None:
+    from lmsci_mi.transcoders.data import harvest_pairs
+
+    rows = [tiny_post_norm.encode("The cat sat on the mat")]
+    x, y = harvest_pairs(tiny_post_norm, rows, [0])[0]
+    block = tiny_post_norm.model.blocks[0]
+    mlp_in = x * block.ln2.w  # hook_normalized comes before the (unfolded) norm's weight
+    torch.testing.assert_close(block.ln2_post(block.mlp(mlp_in[None]))[0], y)  # after ln2_post
+    assert not torch.allclose(block.mlp(mlp_in[None])[0], y)
+
+
+def test_a_post_norm_block_is_refused(tiny: LensModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tiny.cfg, "original_architecture", "Olmo2ForCausalLM")
+    with pytest.raises(TranscoderMismatchError, match="resid_mid"):
+        TranscoderSet.random(tiny, 16).check(tiny)
