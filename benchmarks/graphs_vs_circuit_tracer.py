@@ -36,12 +36,17 @@ SingleLayerTranscoder defaults to bfloat16 (the worker asks for float32); circui
 unless the first token is a special token (both prompts start with id 0, a special token of
 SmolLM2's tokenizer, and the worker checks the tokens came back unchanged); ``from_config`` loads
 the tokenizer by name from the hub, so the export names none and the worker passes the tokenizer
-object; its MLP and unembedding wrappers rename the weights (``mlp.old_mlp.*``).
+object; our cached tokenizer folders name the class ``TokenizersBackend`` (transformers 5), which
+transformers 4.57 lacks, and TransformerLens's ``set_tokenizer`` reloads the tokenizer by its path, so
+the peer reads a copy that names ``PreTrainedTokenizerFast``; its MLP and unembedding wrappers rename
+the weights (``mlp.old_mlp.*``); HookedTransformerConfig fields of TransformerLens 3.9 that its 3.2.1
+lacks are left out there (listed in the data file; the clean logits agree to 2e-6).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -139,7 +144,8 @@ class Worker:
 
     def close(self) -> None:
         if self.process.poll() is None:
-            self.request_quit()
+            with contextlib.suppress(OSError):  # it died mid-request: its stderr says why
+                self.request_quit()
         self.process.wait(timeout=60)
 
     def request_quit(self) -> None:
