@@ -193,7 +193,7 @@ class TranscoderTrainConfig(Config):
 
     def learning_rate(self, n_latents: int) -> float:
         """``lr``, or sparsify's Adam rule 2e-4/√(n_latents/2¹⁴)."""
-        return self.lr if self.lr is not None else 2e-4 / math.sqrt(n_latents / 2**14)
+        return self.lr if self.lr is not None else 2e-4 * math.sqrt(2**14 / n_latents)
 
     @classmethod
     def dunefsky(cls, **overrides: Any) -> TranscoderTrainConfig:

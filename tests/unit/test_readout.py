@@ -329,6 +329,10 @@ ALLOWED: dict[str, dict[str, str]] = {
     "collect.py": {
         "ln_final": "runs the final norm so that its hooks fire for a collection; never unembeds"
     },
+    "outliers/super_weights.py": {
+        "normalization_type": "refuses a LayerNorm post-norm, whose input its hooks cannot give "
+        "back (the raw down-projection output); no readout"
+    },
     "loading.py": {
         "normalization_type": "load-time weight processing (centring the writing weights of a "
         "LayerNorm model), before any readout"

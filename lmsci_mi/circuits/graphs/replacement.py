@@ -18,9 +18,10 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
+from lmsci_mi import readout
 from lmsci_mi.config import validate_choice
 from lmsci_mi.errors import UserInputError
-from lmsci_mi.readout import final_norm_module, soft_cap
+from lmsci_mi.readout import final_norm_module
 from lmsci_mi.sites import hook_name
 
 if TYPE_CHECKING:
@@ -129,9 +130,9 @@ def last_logits(lm: LensModel, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor
     True
     """
     resid = lm.model(tokens.to(lm.device), stop_at_layer=lm.cfg.n_layers)
-    final = final_norm_module(lm)
-    normed = final(resid) if final is not None else resid
-    return soft_cap(lm, lm.model.unembed(normed[:, -1:]))[:, 0]
+    # "live": the model's own ln_final and unembed modules, so the freeze hooks on them fire; every
+    # position, as in the clean run whose norm scales those hooks hold.
+    return readout.logits(lm, resid, space="resid", norm="live")[:, -1]
 
 
 @dataclass(frozen=True)
