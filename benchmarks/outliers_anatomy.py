@@ -478,7 +478,7 @@ def main() -> None:
         if section is not None:
             data["ablations"] = section
             merged.plot(figure_path(run, "ablations", lm.name),
-                        title=f"{lm.name}: perplexity ratio of each ablation and its random controls")
+                        title=f"{lm.name}: each ablation and its random controls")
             figures["ablations"] = shown(figure_path(run, "ablations", lm.name))
     if "sinks" in args.pieces:
         data["sinks"] = timed_piece(run, seconds, "sinks", lambda: sink_section(lm, args, cache))
