@@ -194,6 +194,17 @@ def _regression_model():
     return train_regression_model(ICL_REGRESSION, threads=1)[0]
 
 
+@functools.cache
+def _toy_transcoders(lm: LensModel):
+    """Random TopK-4 transcoders with skips, one per layer: the graph's shape, not a finding."""
+    return TranscoderSet.random(lm, 64, k=4)
+
+
+def _long_toy_text(lm: LensModel):
+    """Two rows of 96 tokens of the standard library's prose: the toy's n_ctx is far longer."""
+    return long_text(lm, 2, 96)
+
+
 # ---------------------------------------------------------------------- builders
 # make_notebooks.py turns each builder below into a notebook cell, and the code above into the
 # notebook's first cell.
@@ -673,12 +684,6 @@ def regression_probes_result(lm: LensModel) -> Result:
                              n_resamples=50)
 
 
-@functools.cache
-def _toy_transcoders(lm: LensModel):
-    """Random TopK-4 transcoders with skips, one per layer: the graph's shape, not a finding."""
-    return TranscoderSet.random(lm, 64, k=4)
-
-
 def attribution_graph_result(lm: LensModel) -> Result:
     return attribution_graph(lm, _toy_transcoders(lm), PROMPT, GraphConfig(max_feature_nodes=40, batch_size=64))
 
@@ -699,11 +704,6 @@ def massive_activations(lm: LensModel) -> Result:
 
 def super_weights(lm: LensModel) -> Result:
     return find_super_weights(lm, SuperWeightConfig(threshold=0.5, max_candidates=2))
-
-
-def _long_toy_text(lm: LensModel):
-    """Two rows of 96 tokens of the standard library's prose: the toy's n_ctx is far longer."""
-    return long_text(lm, 2, 96)
 
 
 def length_curve(lm: LensModel) -> Result:
