@@ -27,6 +27,7 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from lmsci_mi.cache import cache_key, cache_root
 from lmsci_mi.errors import UnknownNameError, UserInputError
+from lmsci_mi.gguf_metadata import read_gguf_scalars
 from lmsci_mi.model import DEFAULT_SINK, LensModel, SinkChoice, default_sink_token, resolve_sink
 
 __all__ = [
@@ -208,19 +209,16 @@ _GGUF_BITS = {"Q4_0": 4, "Q4_1": 4, "Q4_K_S": 4, "Q4_K_M": 4, "Q5_0": 5, "Q5_1":
 
 
 def read_model_card(path: str | Path) -> ModelCard:
-    """The model card of a GGUF file, from its metadata alone (no tensor is read).
+    """The model card of a GGUF file, from its header's scalars alone (no tensor nor the
+    vocabulary is read: lmsci_mi.gguf_metadata).
 
     >>> card = read_model_card(bundled_gguf_file("smollm2-135m"))
     >>> card == MODEL_CARDS["smollm2-135m"]
     True
     """
-    from gguf import GGUFReader, LlamaFileType
+    from gguf import LlamaFileType
 
-    fields = GGUFReader(path).fields
-
-    def value(key: str) -> Any:
-        return fields[key].contents() if key in fields else None
-
+    value = read_gguf_scalars(path).get
     arch = value("general.architecture")
     quantisation = LlamaFileType(value("general.file_type")).name.removeprefix("MOSTLY_")
     finetune = value("general.finetune") or None

@@ -24,8 +24,8 @@ from lmsci_mi.circuits.tracing import TraceConfig, causal_trace, subject_embeddi
 from lmsci_mi.cli import main
 from lmsci_mi.data import Fact, load_facts
 from lmsci_mi.sites import hook_name
-from tests.conftest import FACT_TEMPLATE as TEMPLATE
-from tests.conftest import toy_known_facts
+from tests.fixtures import FACT_TEMPLATE as TEMPLATE
+from tests.fixtures import toy_known_facts
 
 
 def _known(lm: LensModel) -> list[Fact]:

@@ -19,7 +19,7 @@ from lmsci_mi.editing.alphaedit import (
     null_space_projector,
     trace_share_rank,
 )
-from tests.conftest import TEST_DEVICE, weights_fingerprint
+from tests.fixtures import TEST_DEVICE, weights_fingerprint
 
 D_K, D_OUT = 24, 8
 

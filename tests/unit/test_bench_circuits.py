@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lmsci_mi import LensModel
-from tests.conftest import benchmark_script
+from tests.fixtures import benchmark_script
 
 ON_THE_HARNESS = ("induction", "sink", "causal_trace", "ioi", "heads", "cluster", "aie", "edges", "patching", "peers_auto_circuit")
 

@@ -22,7 +22,7 @@ from lmsci_mi.editing import (
     key_statistics,
 )
 from lmsci_mi.editing import wild as wild_module
-from tests.conftest import benchmark_script
+from tests.fixtures import benchmark_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SHORT = WildConfig(max_new_tokens=3)

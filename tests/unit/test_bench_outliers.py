@@ -167,7 +167,7 @@ def test_a_block_whose_file_is_not_written_yet_renders_not_yet(tmp_path: Path) -
 
 @pytest.mark.slow
 def test_both_benchmarks_run_quick_on_the_toy_and_their_files_render(tmp_path: Path, monkeypatch) -> None:
-    from tests.conftest import benchmark_script
+    from tests.fixtures import benchmark_script
 
     r = _renderers()
     for script, names in (("outliers_anatomy", ("outliers_massive", "outliers_ablations", "outliers_consequences")),

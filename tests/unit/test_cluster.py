@@ -34,8 +34,8 @@ from lmsci_mi.editing.stats import StatsConfig, key_statistics
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result
 from lmsci_mi.sites import hook_name
-from tests.conftest import FACT_TEMPLATE as TEMPLATE
-from tests.conftest import toy_known_facts
+from tests.fixtures import FACT_TEMPLATE as TEMPLATE
+from tests.fixtures import toy_known_facts
 
 TEXTS = ["The cat sat on the mat", "A dog ran far away", "Birds fly", "One two three four", "Hello"]
 CLEAN = ["Mary and John: John gave it to", "Anna and Tom: Tom gave it to", "Kim and Lee: Lee said hi to"]

@@ -22,7 +22,7 @@ from lmsci_mi.editing.rome import (
     traced_gap_is_material,
     traced_layer,
 )
-from tests.conftest import weights_fingerprint
+from tests.fixtures import weights_fingerprint
 
 REQUEST = EditRequest("{} is located in the city of", "The Eiffel Tower", " Rome", " Paris")
 GUARD_TRACE = TraceConfig(kinds=("mlp",), last_subject_only=True)

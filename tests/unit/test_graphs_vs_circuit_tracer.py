@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import benchmark_script
+from tests.fixtures import benchmark_script
 
 ROOT = Path(__file__).resolve().parents[2]
 

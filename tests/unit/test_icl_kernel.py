@@ -142,7 +142,7 @@ def test_heads_are_chosen_on_dev_and_only_reported_on_held_out() -> None:
 
 
 def test_the_benchmark_writes_rows_its_renderer_lays_out_like_the_tutorial() -> None:
-    from tests.conftest import benchmark_script
+    from tests.fixtures import benchmark_script
 
     bench = benchmark_script("icl_kernel")
     harness, doc_tables = (__import__(name) for name in ("harness", "doc_tables"))
@@ -159,7 +159,7 @@ def test_the_benchmark_writes_rows_its_renderer_lays_out_like_the_tutorial() -> 
 
 
 def test_one_answer_tasks_are_named_where_agreement_is_no_evidence() -> None:
-    from tests.conftest import benchmark_script
+    from tests.fixtures import benchmark_script
 
     bench = benchmark_script("icl_kernel")
     # The synthetic model answers gold: half x, half y.

@@ -175,7 +175,7 @@ def test_the_benchmark_entry_is_json_and_renders(tiny: LensModel) -> None:
     import json
     import sys
 
-    from tests.conftest import benchmark_script
+    from tests.fixtures import benchmark_script
 
     bench = benchmark_script("icl_vectors")
     result = icl_gain_recovery(tiny, "antonyms", "task_vector", TaskVectorConfig(n_prompts=3))
@@ -187,7 +187,7 @@ def test_the_benchmark_entry_is_json_and_renders(tiny: LensModel) -> None:
 
 
 def test_the_findings_count_tasks_recovered_above_random() -> None:
-    from tests.conftest import benchmark_script
+    from tests.fixtures import benchmark_script
 
     benchmark_script("icl_vectors")  # puts benchmarks/ on the path
     from doc_tables.icl_vectors import icl_vectors_findings

@@ -26,10 +26,7 @@ def test_every_bundled_model_has_a_card() -> None:
     assert set(MODEL_CARDS) == set(BUNDLED_MODELS)
 
 
-# gguf's reader parses every metadata array, Gemma 3's 262k-token vocabulary included: ~15 s, so
-# that model's check runs in the whole suite only.
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "gemma3-270m" else n
-                                  for n in sorted(PACKAGES)])
+@pytest.mark.parametrize("name", sorted(PACKAGES))
 def test_the_card_is_what_the_files_metadata_says(name: str) -> None:
     if importlib.util.find_spec(PACKAGES[name]) is None:
         pytest.skip(f"{PACKAGES[name]} not installed")

@@ -27,7 +27,7 @@ from lmsci_mi.positions import Exclude
 from lmsci_mi.sae import LensSAE
 from lmsci_mi.sae.stats import feature_summary
 from lmsci_mi.sites import hook_name
-from tests.conftest import weights_fingerprint
+from tests.fixtures import weights_fingerprint
 
 CONFIG = ExclusionEffectConfig(n_texts=3, seq_len=12, n_resamples=50)
 PROMPTS = ["The cat sat on the mat. The dog", "A dog ran.", "Hello there. Hello"]

@@ -13,7 +13,7 @@ from lmsci_mi.errors import UserInputError
 from lmsci_mi.long_context import chunked_attention
 from lmsci_mi.outliers.lambda_mask import LambdaMask, LambdaMaskConfig, lambda_mask
 from lmsci_mi.sites import hook_name
-from tests.conftest import weights_fingerprint
+from tests.fixtures import weights_fingerprint
 
 N_POS = 24
 

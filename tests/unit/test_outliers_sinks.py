@@ -24,7 +24,7 @@ from lmsci_mi.outliers import (
 )
 from lmsci_mi.outliers.sinks import _random_heads, _text_rows
 from lmsci_mi.sites import Head, hook_name
-from tests.conftest import weights_fingerprint
+from tests.fixtures import weights_fingerprint
 
 SMALL = SinkScoreConfig(n_texts=3, seq_len=12)
 MASK = FirstTokenMaskConfig(n_texts=3, seq_len=10, skip_texts=3, n_random_draws=2, every_head=False,

@@ -20,7 +20,7 @@ from lmsci_mi.editing import (
     StatsConfig,
     key_statistics,
 )
-from tests.conftest import TEST_DEVICE, weights_fingerprint
+from tests.fixtures import TEST_DEVICE, weights_fingerprint
 
 REQUESTS = [
     EditRequest(

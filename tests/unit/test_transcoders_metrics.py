@@ -11,7 +11,7 @@ from torch import Tensor
 from lmsci_mi import LensModel
 from lmsci_mi.transcoders import Transcoder, TranscoderMismatchError, TranscoderSet
 from lmsci_mi.transcoders.metrics import MEASURES, TranscoderMetrics, transcoder_metrics
-from tests.conftest import weights_fingerprint
+from tests.fixtures import weights_fingerprint
 
 
 class _TheMLP(Transcoder):

@@ -1,6 +1,7 @@
 """Shared fixtures: a tiny random model for unit tests, SmolLM2 for the `slow` integration tests.
+A plugin, loaded by the conftest.py at the repository root.
 
-Toy loads are copies of one build per session (see the conftest.py at the repository root).
+Toy loads are copies of one build per session (see tests/suite_toys.py).
 `LMSCI_MI_TEST_DEVICE=cuda` puts the toy fixtures on a GPU (scripts/gpu_check.sh runs the fast suite
 so); tests that name `device="cpu"` themselves stay on the CPU."""
 
