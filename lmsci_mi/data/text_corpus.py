@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import ast
 import functools
+import os
 import sys
 import sysconfig
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,34 +69,46 @@ _MIN_CHARS = 80
 
 
 # Both caches below hold for the life of the process (the standard library does not change under
-# it). Every call of `stdlib_documents` used to list the stdlib folder again (0.4 s here: it holds
-# the base interpreter's site-packages, 11 k files, skipped only after listing) and parse the files
-# again, and statistics, tuned lenses, SAE corpora and the test suite call it many times.
+# it): statistics, tuned lenses, SAE corpora and the test suite read the text many times.
+_DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+# The nodes that can hold a def: statements, and the except and case clauses between them.
+_HOLDERS = (ast.stmt, ast.excepthandler, ast.match_case)
 
 
 @functools.cache
 def _docstrings(path: Path) -> tuple[str, ...]:
+    """The long docstrings of one file, in `ast.walk`'s breadth-first order.
+
+    The walk visits statements only: no def lies below an expression, so the defs come in the
+    order a walk over every node gives (the text is what it was) at a third of the cost.
+    """
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"))
     except (SyntaxError, UnicodeDecodeError, ValueError):
         return ()
-    return tuple(
-        doc
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-        and (doc := ast.get_docstring(node))
-        and len(doc) >= _MIN_CHARS
-    )
+    found: list[str] = []
+    queue: deque[ast.AST] = deque([tree])
+    while queue:
+        node = queue.popleft()
+        if isinstance(node, _DOCUMENTED) and (doc := ast.get_docstring(node)) and len(doc) >= _MIN_CHARS:
+            found.append(doc)
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, list):
+                queue.extend(child for child in value if isinstance(child, _HOLDERS))
+    return tuple(found)
 
 
 @functools.cache
 def _stdlib_files() -> tuple[Path, ...]:
+    """The stdlib's .py files, sorted; the skipped folders are never listed (the base
+    interpreter's site-packages alone holds some 11 k files)."""
     root = Path(sysconfig.get_paths()["stdlib"])
-    return tuple(
-        path
-        for path in sorted(root.rglob("*.py"))
-        if not _SKIP_DIRS.intersection(path.relative_to(root).parts[:-1])
-    )
+    found: list[Path] = []
+    for folder, subfolders, names in os.walk(root):
+        subfolders[:] = [name for name in subfolders if name not in _SKIP_DIRS]
+        found.extend(Path(folder) / name for name in names if name.endswith(".py"))
+    return tuple(sorted(found))
 
 
 def stdlib_documents() -> Iterator[str]:
