@@ -381,7 +381,8 @@ def test_cli_lens_commands(tmp_path, monkeypatch) -> None:
     )
     assert (tmp_path / "d.csv").is_file()
     assert (
-        main(["lens", "tuned", *toy, "--tokens-per-step", "64", "--seq-len", "32", "--steps", "1"])
+        main(["lens", "tuned", *toy, "--tokens-per-step", "64", "--seq-len", "32", "--steps", "1",
+              "--pool-tokens", "256", "--n-tokens", "256"])
         == 0
     )
     assert main(["lens", "logit", *toy, "--layers", "9"]) == 2
