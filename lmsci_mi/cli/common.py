@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from lmsci_mi.cli.arg_types import output_path
 from lmsci_mi.config import Config
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.generation import GenerationConfig, Generations, generate
@@ -140,33 +140,6 @@ def add_model_args(
 
 
 # ------------------------------------------------------------------------------ output paths
-
-
-def output_path(flag: str, suffixes: Sequence[str] | None = None) -> Callable[[str], Path]:
-    """The argparse ``type`` of an output or artefact file (a result, a steer, a delta): a file
-    name whose folder can be written, with one of ``suffixes`` (any when None). A bad path is a
-    usage error before anything runs."""
-
-    def parse(text: str) -> Path:
-        path = Path(text)
-        if not text.strip() or path.name in ("", ".", "..") or path.is_dir():
-            raise argparse.ArgumentTypeError(f"{flag} {text!r}: give a file name, not a folder")
-        if suffixes is not None and path.suffix.lower() not in suffixes:
-            raise argparse.ArgumentTypeError(
-                f"{flag} {text}: use a file ending in one of {', '.join(suffixes)}"
-            )
-        # The nearest existing ancestor must be a folder we may write in (missing ones are made).
-        parent = path.absolute().parent
-        while not parent.exists() and parent != parent.parent:
-            parent = parent.parent
-        if not parent.is_dir():
-            raise argparse.ArgumentTypeError(f"{flag} {text}: {parent} is not a folder")
-        if not os.access(parent, os.W_OK):
-            raise argparse.ArgumentTypeError(f"{flag} {text}: cannot write in {parent}")
-        return path
-
-    parse.__name__ = f"{flag} path"
-    return parse
 
 
 _OUTPUT_FLAGS = (

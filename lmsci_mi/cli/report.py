@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lmsci_mi._version import __version__
-from lmsci_mi.cli.common import output_path
+from lmsci_mi.cli.arg_types import output_path
 from lmsci_mi.errors import UserInputError
 from lmsci_mi.results import Result
 from lmsci_mi.viz.circuitsvis_inline import CircuitsView as CircuitsView
