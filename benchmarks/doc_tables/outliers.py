@@ -1,6 +1,7 @@
 """Renderers of docs/outliers.md (issue 40), from docs/data/outliers_anatomy_<model>.json
 (benchmarks/outliers_anatomy.py) and docs/data/outliers_length_<model>.json
-(benchmarks/outliers_length.py). Every block lists one file per model; a file not written yet
+(benchmarks/outliers_length.py), and of the short-context LM (docs/data/short_context_lm.json,
+benchmarks/short_context_lm.py). Every block lists one file per model; a file not written yet
 renders as "not yet: <the command that writes it>", so the page shows what is measured and what
 is still to run."""
 
@@ -13,6 +14,7 @@ from typing import Any
 
 from . import MODEL_NAMES, ci, markdown, num, table
 from .schemas.outliers import Estimate, OutliersAnatomyData, OutliersLengthData, RiseRecord, Spread
+from .schemas.short_context_lm import Difference, ShortLMData
 
 ANATOMY = "PYTHONPATH=. python benchmarks/outliers_anatomy.py --model {model} --threads 1"
 LENGTH = "PYTHONPATH=. python benchmarks/outliers_length.py --model {model} --threads 1{extra}"
@@ -421,3 +423,31 @@ def outliers_anatomy_figures(data: Any) -> str:
 def outliers_length_figures(data: Any) -> str:
     """The length benchmark's figures, each model's once its data file names them."""
     return _figures(data, LENGTH)
+
+
+def _gap(d: Difference) -> str:
+    return ci(d["estimate"], d["ci95"][0], d["ci95"][1], 3)
+
+
+def _span(d: Difference) -> str:
+    return f"{d['first'][0]:,}–{d['first'][1] - 1:,} minus {d['second'][0]:,}–{d['second'][1] - 1:,}"
+
+
+@table("short_context_lm")
+def short_context_lm(data: ShortLMData) -> str:
+    """The short-context LM: what it is, what its training cost, and what its held-out NLL shows
+    inside and beyond the trained length (paired differences over the same rows)."""
+    c, t = data["config"], data["training"]
+    rows = [
+        ["model", f"{c['n_layers']} layers, d_model {c['d_model']}, {c['n_heads']} heads "
+                  f"({c['n_key_value_heads']} key-value), rotary base {c['rotary_base']:,.0f}; bytes as tokens"],
+        ["training", f"{t['steps']:,} steps of {c['batch_size']} rows × {data['trained_context']} tokens "
+                     f"({t['tokens']:,} tokens) of `{data['data']}`; AdamW lr {c['lr']}, seed {c['seed']}"],
+        ["cost", f"{t['seconds'] / 60:,.0f} min wall, {t['cpu_seconds'] / 60:,.0f} min CPU ({t['label']})"],
+        ["final training loss", f"{t['final_loss']:.3f} nats per byte (mean of the last 100 steps)"],
+        ["held-out rows", f"{data['n_rows']} rows of {data['eval_length']:,} tokens (8× the trained length)"],
+        ["in-context gain (NLL, positions " + _span(data["in_context_gain"]) + ")", _gap(data["in_context_gain"])],
+        ["long-context gain (" + _span(data["long_context_gain"]) + ")", _gap(data["long_context_gain"])],
+        ["beyond the trained length (" + _span(data["beyond_training"]) + ")", _gap(data["beyond_training"])],
+    ]
+    return markdown(["", "short-context LM"], rows)
