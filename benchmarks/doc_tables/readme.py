@@ -99,6 +99,12 @@ def _rome(docs: dict) -> str:
 METHOD_ORDER = ("memit", "alphaedit", "rome")
 
 
+def _current(rows: list[dict]) -> list[dict]:
+    """The table's rows at today's defaults: the unedited model and the '<method>-before-38' rows
+    (the paired comparison's other side, on docs/editing.md) left out."""
+    return [r for r in rows if r["model"] != "unedited" and not r["model"].endswith("-before-38")]
+
+
 def _ordered(names) -> list[str]:
     names = list(names)
     return [m for m in METHOD_ORDER if m in names] + [m for m in names if m not in METHOD_ORDER]
@@ -106,7 +112,7 @@ def _ordered(names) -> list[str]:
 
 def _batch_what(docs: dict) -> str:
     data: EditingTableData = docs["editing_table"]
-    names = _ordered(r["model"] for r in data["rows"] if r["model"] != "unedited")
+    names = _ordered(r["model"] for r in _current(data["rows"]))
     methods = [METHOD_NAMES.get(m, m) for m in names]
     listed = ", ".join(methods[:-1]) + f" and {methods[-1]}" if len(methods) > 1 else methods[0]
     return f"{listed}, edits on one model: ES / PS / NS (S)"
@@ -114,7 +120,7 @@ def _batch_what(docs: dict) -> str:
 
 def _batch(docs: dict) -> str:
     data: EditingTableData = docs["editing_table"]
-    rows = {r["model"]: r for r in data["rows"] if r["model"] != "unedited"}
+    rows = {r["model"]: r for r in _current(data["rows"])}
     parts, negation = [], []
     for name in _ordered(rows):
         r = rows[name]
