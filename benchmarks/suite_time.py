@@ -8,7 +8,8 @@ suite ≤ 20 min on the project's 2-core CPU)::
     python benchmarks/suite_time.py --quick         # a check: one small test file as the fast part
 
 Each run is ``scripts/test.sh`` as the README gives it (``-m "not slow"`` for the fast part), with
-``-p no:cacheprovider`` so that no earlier run's order or cache changes it. The wall time is taken
+``-p no:cacheprovider`` so that no earlier run's order or cache changes it, and ``--durations=0``
+for the seconds each test file takes (``per_file_s``: what an issue's tests cost of the budget). The wall time is taken
 from outside; pytest's own time and the outcome counts from its last line. Each run is merged into
 the data file as it ends (and the README's table regenerated from docs/data/test_suite.json). A run
 whose suite fails is recorded with its failures, and the script exits 1.
@@ -32,6 +33,7 @@ RUNS = {
     "whole": ("`scripts/test.sh` (the whole suite)", []),
 }
 QUICK_TESTS = ["tests/unit/test_stats.py"]
+DURATION = re.compile(r"^(?P<seconds>[\d.]+)s (?:setup|call|teardown)\s+(?P<test>\S+)", re.M)
 SUMMARY = re.compile(r"^=* ?(?P<counts>\d+ \w+.*?) in (?P<seconds>[\d.]+)s(?: \([\d:]+\))? ?=*$", re.M)
 
 
@@ -44,7 +46,7 @@ def run_once(name: str, quick: bool) -> SuiteRun:
     label, extra = RUNS[name]
     began = time.perf_counter()
     proc = subprocess.run(
-        ["scripts/test.sh", "-p", "no:cacheprovider", *extra, *(QUICK_TESTS if quick else [])],
+        ["scripts/test.sh", "-p", "no:cacheprovider", "--durations=0", *extra, *(QUICK_TESTS if quick else [])],
         cwd=harness.ROOT, capture_output=True, text=True, env=dict(os.environ),
     )
     wall = time.perf_counter() - began
@@ -58,8 +60,17 @@ def run_once(name: str, quick: bool) -> SuiteRun:
         pytest_s=float(seconds), wall_s=round(wall, 1), exit=proc.returncode,
         failures=re.findall(r"^(?:FAILED|ERROR) (\S+)", proc.stdout, re.M),
         date=datetime.date.today().isoformat(), commit=harness.git_commit(),
-        workers=os.environ.get("LMSCI_MI_TEST_WORKERS", "2"),
+        workers=os.environ.get("LMSCI_MI_TEST_WORKERS", "2"), per_file_s=per_file(proc.stdout),
     )
+
+
+def per_file(stdout: str) -> dict[str, float]:
+    """Seconds per test file from ``--durations=0``'s lines (durations under 5 ms are not listed)."""
+    files: dict[str, float] = {}
+    for seconds, test in DURATION.findall(stdout):
+        name = test.split("::")[0]
+        files[name] = files.get(name, 0.0) + float(seconds)
+    return {name: round(s, 2) for name, s in sorted(files.items(), key=lambda kv: -kv[1])}
 
 
 def main() -> None:

@@ -4,7 +4,7 @@ benchmarks/ builds these, each renderer in doc_tables/project.py reads them."""
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 # --- benchmarks/parity.py -> docs/data/parity_<model>.json ------------------------------------
 
@@ -101,6 +101,9 @@ class SuiteRun(TypedDict):
     date: str
     commit: str | None
     workers: str
+    per_file_s: NotRequired[dict[str, float]]
+    """Seconds per test file (setup, call and teardown summed over its tests, pytest's
+    ``--durations=0``; each file runs on one worker), largest first: what each issue's tests cost."""
 
 
 class SuiteTimeData(TypedDict):
