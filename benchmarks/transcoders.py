@@ -8,7 +8,8 @@ format and the compact float16 form, and tabled with their training cost.
         --model smollm2-135m --threads 1 --budget-minutes 170                 # resumable: rerun to go on
     PYTHONPATH=. python benchmarks/transcoders.py --quick                         # toy-2l, seconds (out/quick/)
 
-Writes docs/data/transcoders_<model>.json. Each model has a preset (``PRESETS``): the data, the
+Writes docs/data/transcoders_<model>.json. Each model has a preset
+(``lmsci_mi.transcoders.presets.TRANSCODER_PRESETS``, what ``load_transcoders`` builds): the data, the
 expansion, the steps and the warm-up that fit its budget on this CPU; the rest is Paulo et al.'s
 recipe (``TranscoderTrainConfig``'s defaults and their paper values). ``--device cuda`` trains on
 a GPU (the harvest and the metrics run where the model is). A run stopped by ``--budget-minutes``
@@ -19,7 +20,6 @@ or killed resumes at the layer and step it reached (the per-layer cache, then th
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +28,12 @@ from doc_tables.schemas.transcoders import LayerRow, TranscodersData
 
 from lmsci_mi import LensModel, load_model
 from lmsci_mi.probes.cfg import load_cfg_model
-from lmsci_mi.transcoders.data import TranscoderDataConfig, transcoder_rows
+from lmsci_mi.transcoders.data import transcoder_rows
 from lmsci_mi.transcoders.files import compact_size, save_circuit_tracer, save_compact
 from lmsci_mi.transcoders.metrics import transcoder_metrics
+from lmsci_mi.transcoders.presets import TRANSCODER_PRESETS
 from lmsci_mi.transcoders.train import (
     TrainedLayer,
-    TranscoderTrainConfig,
     train_transcoders,
     transcoder_folder,
 )
@@ -42,48 +42,8 @@ TARGET_RECOVERED = 0.8
 TARGET_L0 = 64
 
 
-@dataclass(frozen=True)
-class Preset:
-    """One model's build: the data, the training settings that differ from the defaults, why,
-    and how many layers one harvest pass holds."""
-
-    data: TranscoderDataConfig
-    train: dict[str, Any]
-    reason: str
-    layers_per_pass: int | None = None
-    metrics_batch: int = 16
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-PRESETS: dict[str, Preset] = {
-    "cfg-gpt": Preset(
-        data=TranscoderDataConfig(source="cfg", train_tokens=200_000, held_out_tokens=10_000),
-        train=dict(training_tokens=4096 * 400, warmup=40),
-        reason=("the GPT's width is 128, so 32x expansion is 4,096 latents; 400 steps of 4,096 "
-                "tokens (8 epochs of the 200k-token harvest) take about 1 s each on one thread "
-                "(a 40-step check at L1 reached EV 0.67, loss recovered 0.81); the paper's 1,000 "
-                "warm-up steps would exceed the run, so 10% of it"),
-    ),
-    "smollm2-135m": Preset(
-        data=TranscoderDataConfig(source="text", train_tokens=150_000, held_out_tokens=4_000,
-                                  harvest_dtype="float16"),
-        train=dict(expansion=8, training_tokens=4096 * 150, warmup=15),
-        reason=("about 3 h of one CPU thread for 30 layers: a 4,096-token step at 8x expansion "
-                "(4,608 latents) costs about 3.8 s here (32x: 12 s), so 150 steps per layer; "
-                "150k harvested tokens (float16, 10 layers per pass) and 4k held-out tokens"),
-        layers_per_pass=10,
-    ),
-    "toy-2l": Preset(
-        data=TranscoderDataConfig(source="text", train_tokens=3_000, held_out_tokens=500, seq_len=64),
-        train=dict(n_latents=256, k=8, batch_size=256, training_tokens=256 * 60, warmup=6,
-                   checkpoint_every=20),
-        reason="a check of the script end to end in seconds",
-    ),
-}
-
-
 def add_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="cfg-gpt", choices=sorted(PRESETS))
+    parser.add_argument("--model", default="cfg-gpt", choices=sorted(TRANSCODER_PRESETS))
     parser.add_argument("--device", default=None, help="train there (default: the CPU)")
     parser.add_argument("--budget-minutes", type=float, default=None,
                         help="start no new layer after this long (a rerun goes on)")
@@ -115,8 +75,8 @@ def main() -> None:
     run = harness.start(__doc__, __file__, threads=1, flags=add_flags,
                         out=lambda a: harness.DATA / f"transcoders_{'toy-2l' if a.quick else a.model}.json")
     name = "toy-2l" if run.quick else run.args.model
-    preset = PRESETS[name]
-    train = TranscoderTrainConfig(**preset.train)
+    preset = TRANSCODER_PRESETS[name]
+    train = preset.train_config()
     with run.timed("load"):
         lm = load(name)
     budget = run.args.budget_minutes * 60 if run.args.budget_minutes is not None else None

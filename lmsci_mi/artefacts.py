@@ -98,12 +98,13 @@ class BuiltArtefact:
 ARTEFACT_BUILDERS: MethodRegistry[Callable[..., BuiltArtefact]] = MethodRegistry("artefact builder")
 """Builders by artefact name, each ``build(*, small: bool) -> BuiltArtefact``, registered with the
 config type of its training run (``lmsci_mi.probes.cfg.shipped``, ``lmsci_mi.steering.shipped``,
-``lmsci_mi.sae.build``)."""
+``lmsci_mi.sae.build``, ``lmsci_mi.transcoders.shipped``)."""
 
 BUILDER_MODULES = (
     "lmsci_mi.probes.cfg.shipped",
     "lmsci_mi.steering.shipped",
     "lmsci_mi.sae.build",
+    "lmsci_mi.transcoders.shipped",
 )
 """The modules that register the builders (imported by ``scripts/build_artefacts.py``)."""
 

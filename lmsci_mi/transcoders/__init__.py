@@ -5,7 +5,8 @@ optional linear skip (Dunefsky et al. 2024; Paulo et al. 2025).
 holds one per layer with the sites they read and write. Train a set with
 :func:`train_transcoders` (Paulo et al.'s recipe, cached and resumable per layer), measure it with
 :func:`transcoder_metrics`, and write it in circuit-tracer's format (:func:`save_circuit_tracer`)
-or the compact float16 form (:func:`save_compact`). The package uses the core, the data sets
+or the compact float16 form (:func:`save_compact`). :func:`load_transcoders` gives a supported
+model's set at its preset (cached, shipped for the CFG GPT, or built on request). The package uses the core, the data sets
 (text corpus, CFG grammar) and the SAE statistics' splice loop.
 """
 
@@ -24,6 +25,11 @@ from lmsci_mi.transcoders.model import Activation as Activation
 from lmsci_mi.transcoders.model import Transcoder as Transcoder
 from lmsci_mi.transcoders.model import TranscoderMismatchError as TranscoderMismatchError
 from lmsci_mi.transcoders.model import TranscoderSet as TranscoderSet
+from lmsci_mi.transcoders.presets import (
+    TRANSCODER_PRESETS,
+    TranscoderPreset,
+    load_transcoders,
+)
 from lmsci_mi.transcoders.train import TrainedLayer as TrainedLayer
 from lmsci_mi.transcoders.train import TranscoderTrainConfig as TranscoderTrainConfig
 from lmsci_mi.transcoders.train import train_transcoder as train_transcoder
@@ -31,6 +37,7 @@ from lmsci_mi.transcoders.train import train_transcoders as train_transcoders
 from lmsci_mi.transcoders.train import transcoder_folder as transcoder_folder
 
 __all__ = [
+    "TRANSCODER_PRESETS",
     "Activation",
     "LayerQuality",
     "TrainedLayer",
@@ -39,11 +46,13 @@ __all__ = [
     "TranscoderDataConfig",
     "TranscoderMetrics",
     "TranscoderMismatchError",
+    "TranscoderPreset",
     "TranscoderSet",
     "TranscoderTrainConfig",
     "expand_transcoders",
     "harvest_pairs",
     "load_circuit_tracer",
+    "load_transcoders",
     "save_circuit_tracer",
     "save_compact",
     "train_transcoder",

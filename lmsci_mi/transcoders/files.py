@@ -27,6 +27,7 @@ from lmsci_mi.transcoders.model import ACTIVATIONS, Transcoder, TranscoderSet
 
 __all__ = [
     "COMPACT_FILE",
+    "COMPACT_META",
     "DEAD_BIAS",
     "compact_size",
     "expand_transcoders",
@@ -37,7 +38,7 @@ __all__ = [
 
 CONFIG = "config.yaml"
 COMPACT_FILE = "transcoders_live_float16.safetensors"
-_COMPACT_META = "transcoders_compact.json"
+COMPACT_META = "transcoders_compact.json"
 DEAD_BIAS = -1.0e4
 """Encoder bias of a dropped latent: with a zero encoder row it never reaches a TopK's k largest
 (nor passes ReLU or a threshold); its decoder row is zero besides."""
@@ -193,7 +194,7 @@ def save_compact(
         "activation": first.activation, "k": first.k, "skip": first.W_skip is not None,
         "input_site": tcs.input_site, "output_site": tcs.output_site, "model_name": tcs.model_name,
     }
-    (folder / _COMPACT_META).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+    (folder / COMPACT_META).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
     return folder / COMPACT_FILE
 
 
@@ -203,7 +204,7 @@ def expand_transcoders(folder: str | Path) -> TranscoderSet:
     folder = Path(folder)
     if not (folder / COMPACT_FILE).is_file():
         raise FileNotFoundError(f"{folder} holds no compact transcoders ({COMPACT_FILE})")
-    meta = json.loads((folder / _COMPACT_META).read_text(encoding="utf-8"))
+    meta = json.loads((folder / COMPACT_META).read_text(encoding="utf-8"))
     tensors = load_file(str(folder / COMPACT_FILE))
     layers = {}
     for layer in meta["layers"]:
@@ -226,4 +227,4 @@ def expand_transcoders(folder: str | Path) -> TranscoderSet:
 def compact_size(folder: str | Path) -> int:
     """Bytes of the compact form in ``folder`` (weights and metadata)."""
     folder = Path(folder)
-    return sum((folder / name).stat().st_size for name in (COMPACT_FILE, _COMPACT_META))
+    return sum((folder / name).stat().st_size for name in (COMPACT_FILE, COMPACT_META))

@@ -423,7 +423,7 @@ def transcoder_folder(
     return trained_folder("transcoders", f"{lm.name}-{key}")
 
 
-def _missing(folder: Path, layers: Sequence[int]) -> list[int]:
+def missing_layers(folder: Path, layers: Sequence[int]) -> list[int]:
     """The layers with no finished transcoder cached (nor shipped) in ``folder``."""
     return [
         layer for layer in layers
@@ -496,7 +496,7 @@ def train_transcoders(
         return Transcoder(d_model, train.latents(d_model), activation=train.activation,
                           k=train.k, skip=train.skip)
 
-    todo = chosen if retrain else _missing(folder, chosen)
+    todo = chosen if retrain else missing_layers(folder, chosen)
     rows = transcoder_rows(lm, data).train if todo else []
     _train_missing(
         lm, rows, todo, folder, train, build, (input_site, output_site),
@@ -504,7 +504,7 @@ def train_transcoders(
         budget_seconds=budget_seconds,
         options=dict(threads=threads, device=device, retrain=retrain, progress=progress),
     )
-    left = _missing(folder, chosen)
+    left = missing_layers(folder, chosen)
     done_layers = [layer for layer in chosen if layer not in left]
     if not done_layers:
         raise UserInputError(
