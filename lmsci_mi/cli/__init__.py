@@ -18,6 +18,7 @@ from lmsci_mi.cli import (
     core,
     edges,
     editing,
+    graphs,
     heads,
     icl,
     knowledge,
@@ -50,7 +51,7 @@ KeyError or ValueError included, is a bug: it is raised on, with its traceback."
 
 _FEATURES = (
     core, circuits, edges, heads, lens, knowledge, editing, probe, steer, concepts, icl, outliers, sae,
-    report
+    graphs, report
 )
 
 

@@ -78,13 +78,21 @@ TRANSCODER_PRESETS: dict[str, TranscoderPreset] = {
 """The builds by model name (``LensModel.name``)."""
 
 
+def preset_name(lm: LensModel) -> str:
+    """The preset's name for ``lm``: its name, or ``cfg-gpt`` for a trained CFG GPT (whose name
+    carries the key of its configs, ``cfg-gpt-<key>``)."""
+    trained_cfg = lm.name.startswith("cfg-gpt-") and not lm.name.startswith("cfg-gpt-random-")
+    return "cfg-gpt" if trained_cfg else lm.name
+
+
 def preset_for(lm: LensModel) -> TranscoderPreset:
-    if lm.name not in TRANSCODER_PRESETS:
+    """``lm``'s preset; a model without one is refused, naming those that have one."""
+    if preset_name(lm) not in TRANSCODER_PRESETS:
         raise UserInputError(
             f"no transcoder build for {lm.name!r}; models with one: {', '.join(sorted(TRANSCODER_PRESETS))} "
             "(or train a set with lmsci_mi.transcoders.train_transcoders and pass it yourself)"
         )
-    return TRANSCODER_PRESETS[lm.name]
+    return TRANSCODER_PRESETS[preset_name(lm)]
 
 
 def shipped_compact_folder(lm: LensModel) -> Path:
@@ -113,5 +121,5 @@ def load_transcoders(lm: LensModel, *, build: bool = False, progress: bool = Tru
         return expand_transcoders(compact).to(lm.device)
     raise UserInputError(
         f"no transcoders for {lm.name} yet: build them with `python benchmarks/transcoders.py "
-        f"--model {lm.name}` ({preset.cost}), or pass build=True (--build on the command line)"
+        f"--model {preset_name(lm)}` ({preset.cost}), or pass build=True (--build on the command line)"
     )

@@ -48,6 +48,7 @@ from lmsci_mi.results import Result, result_type
 if TYPE_CHECKING:
     from lmsci_mi.model import LensModel
     from lmsci_mi.transcoders.model import TranscoderSet
+    from lmsci_mi.viz.circuit_viewer import CircuitViewer, ViewerConfig
 
 __all__ = [
     "AttributionGraph",
@@ -470,6 +471,20 @@ class AttributionGraph(Result):
         lines += [f"  logit {text!r}: p = {p:.3f}" for text, p in
                   zip(self.logit_texts[:rows], self.logit_probs.tolist(), strict=False)]
         return "\n".join(lines)
+
+    def viewer(self, node_threshold: float = 0.8, edge_threshold: float = 0.98,
+               config: ViewerConfig | None = None) -> CircuitViewer:
+        """The graph in the interactive viewer, pruned first (circuit-tracer's thresholds): hover
+        for a node's details, prune with the sliders, click to follow paths; shown in a notebook
+        cell, ``.save("graph.html")`` writes an offline page."""
+        from lmsci_mi.viz.circuit_viewer import circuit_viewer
+
+        return circuit_viewer(self.to_viewer_json(node_threshold, edge_threshold), config)
+
+    def interactive_html(self) -> str:
+        """The viewer as an HTML fragment: what a report and a notebook cell show
+        (:func:`lmsci_mi.viz.result_html.result_html`)."""
+        return self.viewer().html()
 
     def to_viewer_json(
         self,
