@@ -16,6 +16,7 @@ from typing import Any
 import harness
 
 from lmsci_mi.circuits.edges.eap import EAPConfig
+from lmsci_mi.circuits.graphs import GraphConfig
 from lmsci_mi.circuits.ioi import IOIConfig
 from lmsci_mi.circuits.tracing import TraceConfig
 from lmsci_mi.config import paper_defaults
@@ -49,6 +50,7 @@ from lmsci_mi.steering.lm_steer import LMSteerConfig
 from lmsci_mi.steering.svd import SVDConfig
 from lmsci_mi.steering.train import SteerTrainConfig
 from lmsci_mi.steering.transfer import TransferConfig
+from lmsci_mi.transcoders import TranscoderTrainConfig
 
 METHODS: dict[str, tuple[str, str, tuple[type, ...]]] = {
     # key: (method, its page, its configs)
@@ -79,6 +81,8 @@ METHODS: dict[str, tuple[str, str, tuple[type, ...]]] = {
     "sink_scores": ("Attention sinks (Xiao et al. 2024)", "outliers", (SinkScoreConfig,)),
     "lambda_mask": ("LM-Infinite's Λ-shaped mask (Han et al. 2024)", "outliers", (LambdaMaskConfig,)),
     "nll_by_position": ("NLL by position (Han et al. 2024)", "outliers", (NLLByPositionConfig,)),
+    "transcoders": ("Transcoders (Paulo et al. 2025; Dunefsky et al. 2024)", "graphs", (TranscoderTrainConfig,)),
+    "attribution_graphs": ("Attribution graphs (Ameisen et al. 2025; circuit-tracer 0.5)", "graphs", (GraphConfig,)),
 }
 """Every paper-named method with a table (in editing, ROME, and MEMIT with AlphaEdit). Not here: direct logit
 attribution (``DLAConfig`` has no setting a paper fixes) and the mean-difference (ActAdd-style)

@@ -98,6 +98,7 @@ from . import (  # noqa: E402, F401
     editing,
     editing_sweeps,
     editing_wild,
+    graphs,
     icl_data,
     icl_kernel,
     icl_regression,

@@ -1,6 +1,6 @@
 """Renderers of each paper-named method's defaults beside its paper's (docs/lenses.md, aie.md,
 edges.md, knowledge_neurons.md, steering.md, sae.md, ioi.md, probes.md, representations.md, icl.md,
-outliers.md), from docs/data/paper_defaults.json, which benchmarks/paper_defaults.py writes from the configs' field
+outliers.md, graphs.md), from docs/data/paper_defaults.json, which benchmarks/paper_defaults.py writes from the configs' field
 metadata."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from .schemas.project import PaperDefaultRow, PaperDefaultsData
 METHODS = ("tuned_lens", "causal_tracing", "eap", "knowledge_neurons", "lm_steer", "caa", "sae", "logit_lens",
            "ioi", "probes", "concepts", "reading", "rome", "memit", "icl_kernel", "task_vectors", "function_vectors",
            "icl_regression", "massive_activations", "super_weights", "outlier_ablations", "sink_scores",
-           "lambda_mask", "nll_by_position")
+           "lambda_mask", "nll_by_position", "transcoders", "attribution_graphs")
 """The methods with a table, by their key in the data file; each is a renderer ``paper_defaults_<key>``."""
 
 

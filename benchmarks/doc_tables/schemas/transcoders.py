@@ -1,6 +1,5 @@
 """Schema of benchmarks/transcoders.py's data files (docs/data/transcoders_<model>.json): the
-per-layer transcoder quality table with its training cost. No renderer reads it yet (the lead's
-docs page will)."""
+per-layer transcoder quality table with its training cost (docs/graphs.md, benchmarks/doc_tables/graphs.py)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,90 @@
+"""Renderers of docs/graphs.md (issue 41): the per-layer transcoder quality tables
+(docs/data/transcoders_<model>.json, benchmarks/transcoders.py) and our attribution graphs against
+circuit-tracer's (docs/data/graphs_vs_circuit_tracer.json, benchmarks/graphs_vs_circuit_tracer.py).
+A transcoder file not written yet renders as "not yet: <the command that writes it>"."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import MODEL_NAMES, ci, markdown, num, sci, table
+from .peers import ratio, run_words, seconds
+from .schemas.graphs_peer import GraphsPeerData
+from .schemas.icl_vectors import IntervalRecord
+from .schemas.transcoders import TranscodersData
+
+TRANSCODERS = "PYTHONPATH=. python benchmarks/transcoders.py --model {model} --threads 1"
+NAMES = {**MODEL_NAMES, "cfg-gpt": "CFG GPT (shipped)", "ct-llama": "random Llama-shaped toy (circuit-tracer's test model)"}
+
+
+def _iv(r: IntervalRecord, digits: int = 3) -> str:
+    return ci(r["estimate"], r["low"], r["high"], digits)
+
+
+def _files(data: Any) -> list[tuple[str, TranscodersData | None]]:
+    if isinstance(data, dict) and all(str(k).startswith("transcoders_") for k in data):
+        return [(stem.removeprefix("transcoders_"), doc) for stem, doc in data.items()]
+    return [(data["transcoders"]["model"], data)]
+
+
+def _model_rows(model: str, doc: TranscodersData | None, width: int) -> list[list[str]]:
+    name = NAMES.get(model, model)
+    if doc is None:
+        return [[name, f"not yet: `{TRANSCODERS.format(model=model)}`", *[""] * (width - 2)]]
+    rows = []
+    for r in doc["rows"]:
+        met = "yes" if r["layer"] in doc["layers_meeting_target"] else "no"
+        rows.append([name, str(r["layer"]), _iv(r["explained_variance"]), _iv(r["l0"], 1),
+                     _iv(r["dead_fraction"]), _iv(r["loss_recovered"]), met,
+                     f"{r['steps']:,} × {r['n_train_tokens'] // max(r['steps'], 1):,}",
+                     f"{r['train_seconds'] / 60:.1f} (+{r['harvest_seconds'] / 60:.1f} harvest)"])
+    missing = doc["transcoders"]["layers_missing"]
+    if missing:
+        rows.append([name, ", ".join(map(str, missing)), "not yet trained (the run's budget ran out; "
+                     "rerun to go on)", *[""] * (width - 3)])
+    return rows
+
+
+@table("transcoder_quality", missing_ok=True)
+def transcoder_quality(data: Any) -> str:
+    """Per model and layer: explained variance, L0, dead fraction, loss recovered when spliced in
+    (95 % bootstrap intervals over held-out texts), the target, and the training cost."""
+    header = ["model", "layer", "explained variance", "L0", "dead fraction", "loss recovered",
+              "≥ 0.8 at L0 ≤ 64", "steps × tokens", "training minutes"]
+    rows = [row for model, doc in _files(data) for row in _model_rows(model, doc, len(header))]
+    return markdown(header, rows)
+
+
+@table("transcoder_builds", missing_ok=True)
+def transcoder_builds(data: Any) -> str:
+    """Per model: the set's shape, data, held-out texts, compact size and why the preset differs
+    from the paper's recipe."""
+    header = ["model", "latents × layers", "sites", "data", "held-out texts", "compact form", "why this preset"]
+    rows = []
+    for model, doc in _files(data):
+        if doc is None:
+            rows.append([NAMES.get(model, model), f"not yet: `{TRANSCODERS.format(model=model)}`", *[""] * 5])
+            continue
+        t = doc["transcoders"]
+        size = "–" if t["compact_bytes"] is None else f"{t['compact_bytes'] / 2**20:.1f} MB"
+        rows.append([NAMES.get(model, model), f"{t['d_transcoder']:,} × {len(t['layers_built'])}",
+                     f"`{t['input_site']}` → `{t['output_site']}`", doc["data_source"],
+                     str(doc["held_out_texts"]), size, doc["preset_reason"]])
+    return markdown(header, rows)
+
+
+@table("graphs_vs_circuit_tracer")
+def graphs_vs_circuit_tracer(data: GraphsPeerData) -> str:
+    """Per shared model: the adjacency agreement with circuit-tracer, time and peak memory."""
+    header = ["model (layers, latents)", "nodes (ours / peer)", "max |diff| (max |value|)", "max rel. diff",
+              "within atol, rtol", "seconds: lmsci-mi", "seconds: circuit-tracer", "circuit-tracer / lmsci-mi",
+              "peak MB: lmsci-mi / circuit-tracer"]
+    rows = []
+    for model, m in data["models"].items():
+        a, sides, mem = m["agreement"], m["timing"]["sides"], m["memory"]
+        rows.append([f"{NAMES.get(model, model)} ({m['layers']}, {m['d_transcoder']:,})",
+                     f"{a['nodes_ours']} / {a['nodes_peer']}", f"{sci(a['max_abs_diff'])} ({num(a['max_abs_value'], 1)})",
+                     sci(a["max_rel_diff"]), f"{'yes' if a['within_tolerance'] else 'no'} ({a['atol']:g}, {a['rtol']:g})",
+                     seconds(sides["lmsci_mi"], 3), seconds(sides["circuit_tracer"], 3), ratio(m["ratio"]),
+                     f"{num(mem['lmsci_mi']['median_peak_mb'], 0)} / {num(mem['circuit_tracer']['median_peak_mb'], 0)}"])
+    return markdown(header, rows) + "\n\n" + run_words([m["timing"] for m in data["models"].values()])
