@@ -76,7 +76,7 @@ def transcoder_builds(data: Any) -> str:
 @table("graphs_vs_circuit_tracer")
 def graphs_vs_circuit_tracer(data: GraphsPeerData) -> str:
     """Per shared model: the adjacency agreement with circuit-tracer, time and peak memory."""
-    header = ["model (layers, latents)", "nodes (ours / peer)", "max |diff| (max |value|)", "max rel. diff",
+    header = ["model (layers, latents)", "nodes (ours / peer)", "max abs. diff (max abs. value)", "max rel. diff",
               "within atol, rtol", "seconds: lmsci-mi", "seconds: circuit-tracer", "circuit-tracer / lmsci-mi",
               "peak MB: lmsci-mi / circuit-tracer"]
     rows = []
