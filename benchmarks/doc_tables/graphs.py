@@ -88,3 +88,36 @@ def graphs_vs_circuit_tracer(data: GraphsPeerData) -> str:
                      seconds(sides["lmsci_mi"], 3), seconds(sides["circuit_tracer"], 3), ratio(m["ratio"]),
                      f"{num(mem['lmsci_mi']['median_peak_mb'], 0)} / {num(mem['circuit_tracer']['median_peak_mb'], 0)}"])
     return markdown(header, rows) + "\n\n" + run_words([m["timing"] for m in data["models"].values()])
+
+
+GRAPHS_CFG = "PYTHONPATH=. python benchmarks/graphs_cfg.py --threads 1"
+
+
+def _share(s: dict[str, Any]) -> str:
+    return f"{s['selective']} of {s['n']}: {_iv(s['share'], 2)}"
+
+
+@table("graphs_cfg", missing_ok=True)
+def graphs_cfg(data: Any) -> str:
+    """The CFG GPT's graphs: scores over sentences, size, and the graph features' selectivity for
+    the grammar's non-terminals against every live feature's."""
+    if data is None or "graphs_cfg" in data:
+        doc = None if data is None else data["graphs_cfg"]
+        if doc is None:
+            return f"not yet: `{GRAPHS_CFG}`"
+        data = doc
+    a = data["alignment"]
+    rows = [
+        ["replacement score", f"{_iv(data['scores']['replacement'])} over {data['n_graphs']} sentences"],
+        ["completeness score", _iv(data["scores"]["completeness"])],
+        ["feature nodes per graph (active)", f"{data['graph_size']['n_features']:.0f} ({data['graph_size']['n_active']:.0f})"],
+        ["features kept by pruning, per graph", f"{data['kept_per_graph']:.1f}"],
+        [f"graph features selective for an NT target (AUROC ≥ {data['auroc_threshold']:g})", _share(a["graph_features"])],
+        ["every live feature, the same", _share(a["live_features"])],
+    ]
+    head = markdown(["CFG GPT", "measured"], rows)
+    targets = markdown(["target", "best AUROC: a graph feature", "best AUROC: any live feature"],
+                       [[t["target"], num(t["best_graph_feature"], 3), num(t["best_live_feature"], 3)]
+                        for t in a["per_target"]])
+    return (f"{head}\n\nPer target ({data['n_label_sentences']} held-out sentences, "
+            f"{data['n_label_tokens']:,} tokens):\n\n{targets}")

@@ -1,0 +1,166 @@
+"""The CFG GPT's attribution graphs (issue 41): their replacement and completeness scores over
+held-out grammar sentences, and whether the graphs' features follow the grammar's non-terminals,
+the targets the CFG probes read (docs/graphs.md).
+
+    PYTHONPATH=. python benchmarks/graphs_cfg.py --threads 1    # the shipped GPT and its transcoders
+    PYTHONPATH=. python benchmarks/graphs_cfg.py --quick        # small transcoders trained here, seconds
+
+**Scores.** ``--n-graphs`` sentences drawn with their own seed (``GRAPH_SEED``; the transcoders
+trained and were measured on other draws), each without its last token, BOS first: one graph per
+prefix at circuit-tracer's defaults (``GraphConfig``, batch 64 here), pruned at its thresholds.
+The replacement and completeness scores: the mean over sentences and a 95 % percentile-bootstrap
+interval over them.
+
+**Alignment.** Every transcoder feature's activation on every token of ``--n-label-sentences``
+other held-out sentences (``LABEL_SEED``) is scored against each non-terminal target of the
+probes (``lmsci_mi.probes.cfg``): the token's ancestor at level ℓ is v (each level below the root,
+each of its NTs), and the token ends its level-ℓ NT (the boundary targets). A feature's
+selectivity is its best AUROC over the targets (ties share ranks). Compared: the distinct
+features kept in the pruned graphs against every live feature of the model (one that fires on the
+label sentences): the share selective at AUROC ≥ ``--auroc`` (Wilson intervals), and per target
+the best AUROC of a graph feature and of any live feature.
+
+Each graph and the alignment are cached, so a killed run resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import harness
+import numpy as np
+import torch
+
+from lmsci_mi import LensModel
+from lmsci_mi.circuits.graphs import GraphConfig, attribution_graph
+from lmsci_mi.data.cfg import CFGConfig, build_grammar
+from lmsci_mi.probes.cfg.model import load_cfg_model
+from lmsci_mi.stats import bootstrap_interval, wilson_interval
+from lmsci_mi.transcoders import TranscoderSet, load_transcoders, train_transcoders
+from lmsci_mi.transcoders.data import harvest_pairs
+from lmsci_mi.transcoders.presets import TRANSCODER_PRESETS
+from lmsci_mi.transcoders.shipped import SMALL_CFG_TRANSCODERS
+from lmsci_mi.transcoders.train import TranscoderTrainConfig
+
+GRAPH_SEED = 10_007
+LABEL_SEED = 20_011
+GRAPH_CONFIG = GraphConfig(batch_size=64)
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--n-graphs", type=int, default=40, help="sentences with a graph each")
+    parser.add_argument("--n-label-sentences", type=int, default=400, help="sentences the features are scored on")
+    parser.add_argument("--auroc", type=float, default=0.9, help="a feature is selective at or above this AUROC")
+    parser.add_argument("--resamples", type=int, default=2000)
+
+
+def transcoders(lm: LensModel, quick: bool) -> TranscoderSet:
+    if not quick:
+        return load_transcoders(lm)
+    data = TRANSCODER_PRESETS["cfg-gpt"].data.replace(train_tokens=5_000)
+    return train_transcoders(lm, data, TranscoderTrainConfig(**SMALL_CFG_TRANSCODERS))[0]
+
+
+def graph_item(lm: LensModel, tcs: TranscoderSet, prompt: list[int]) -> dict[str, Any]:
+    """One sentence's graph: its scores, its size and the features pruning keeps."""
+    graph = attribution_graph(lm, tcs, prompt, GRAPH_CONFIG)
+    scores, pruning = graph.scores(), graph.prune()
+    kept = pruning.node_mask[: graph.layout.n_features].nonzero()[:, 0]
+    features = graph.features[kept].long()
+    return {"replacement": scores.replacement, "completeness": scores.completeness,
+            "n_features": graph.layout.n_features, "n_active": graph.n_active,
+            "kept": [[int(layer), int(feature)] for layer, feature in features[:, [0, 2]].tolist()]}
+
+
+def targets(sample: Any, n_levels: int) -> dict[str, np.ndarray]:
+    """The probes' targets per token: ancestor at level ℓ is v, and boundary at level ℓ."""
+    ancestors, boundaries = sample.ancestors.numpy(), sample.boundaries.numpy()
+    found: dict[str, np.ndarray] = {}
+    for level in range(1, n_levels):
+        for value in np.unique(ancestors[:, level]):
+            found[f"ancestor L{level} = NT{int(value)}"] = ancestors[:, level] == value
+        found[f"boundary L{level}"] = boundaries[:, level]
+    return found
+
+
+def aurocs(acts: np.ndarray, labels: dict[str, np.ndarray]) -> np.ndarray:
+    """``[feature, target]`` AUROC of each feature's activation for each target (average ranks)."""
+    from scipy.stats import rankdata  # scipy's import is a second; only the alignment needs it
+
+    ranks = np.apply_along_axis(rankdata, 0, acts)  # [token, feature]
+    out = np.empty((acts.shape[1], len(labels)))
+    for j, positive in enumerate(labels.values()):
+        n_pos, n_neg = int(positive.sum()), int((~positive).sum())
+        out[:, j] = (ranks[positive].sum(0) - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+    return out
+
+
+def alignment(lm: LensModel, tcs: TranscoderSet, n_sentences: int) -> dict[str, Any]:
+    """Every live feature's AUROC per target on held-out sentences, per layer."""
+    grammar = build_grammar(CFGConfig())
+    sample = grammar.sample(n_sentences, seed=LABEL_SEED)
+    rows = [[grammar.bos, *s] for s in sample.sequences()]
+    labels = targets(sample, grammar.n_levels)
+    pairs = harvest_pairs(lm, rows, sorted(tcs))
+    layers = {}
+    for layer, (x, _) in pairs.items():
+        with torch.no_grad():
+            acts = tcs[layer].encode(x.to(lm.device).float()).cpu().numpy()
+        live = np.nonzero((acts > 0).any(0))[0]
+        layers[str(layer)] = {"live": live.tolist(), "auroc": aurocs(acts[:, live], labels).round(4).tolist()}
+    return {"targets": list(labels), "n_tokens": len(sample.tokens), "layers": layers}
+
+
+def compare(aligned: dict[str, Any], graphs: list[dict[str, Any]], threshold: float) -> dict[str, Any]:
+    """Graph features against all live features: the selective share, and the best AUROC per target."""
+    best: dict[tuple[int, int], np.ndarray] = {}
+    for layer, entry in aligned["layers"].items():
+        for feature, row in zip(entry["live"], entry["auroc"], strict=True):
+            best[(int(layer), feature)] = np.asarray(row)
+    in_graphs = sorted({(layer, feature) for g in graphs for layer, feature in g["kept"]})
+    in_graphs = [key for key in in_graphs if key in best]  # a feature silent on the label sentences is left out
+
+    def share(keys: list[tuple[int, int]]) -> dict[str, Any]:
+        hits = sum(int(best[k].max() >= threshold) for k in keys)
+        return {"selective": hits, "n": len(keys), "share": wilson_interval(hits, len(keys)).as_dict()}
+
+    per_target = []
+    for j, name in enumerate(aligned["targets"]):
+        graph_best = max((float(best[k][j]) for k in in_graphs), default=float("nan"))
+        per_target.append({"target": name, "best_graph_feature": graph_best,
+                           "best_live_feature": max(float(v[j]) for v in best.values())})
+    return {"graph_features": share(in_graphs), "live_features": share(list(best)), "per_target": per_target}
+
+
+def main() -> None:
+    run = harness.start(__doc__, __file__, threads=1, flags=add_flags,
+                        out=harness.DATA / "graphs_cfg.json")
+    args = run.args
+    n_graphs, n_labels = (3, 40) if run.quick else (args.n_graphs, args.n_label_sentences)
+    with run.timed("load"):
+        lm = load_cfg_model(train=False)[0]
+        tcs = transcoders(lm, run.quick)
+    cache = run.cache(exclude=["auroc", "resamples"])
+    grammar = build_grammar(CFGConfig())
+    sentences = grammar.sample(n_graphs, seed=GRAPH_SEED).sequences()
+    with run.timed("graphs"):
+        graphs = [cache.get(f"graph-{i:03d}", lambda s=s: graph_item(lm, tcs, [grammar.bos, *s[:-1]]))
+                  for i, s in enumerate(sentences)]
+    with run.timed("alignment"):
+        aligned = cache.get(f"alignment-{n_labels}", lambda: alignment(lm, tcs, n_labels))
+    scores = {name: bootstrap_interval(torch.tensor([g[name] for g in graphs]), n_resamples=args.resamples,
+                                       seed=0).as_dict() for name in ("replacement", "completeness")}
+    run.write({
+        "model": lm.name, "transcoders": "small, trained here (--quick)" if run.quick else "the cfg-gpt preset",
+        "graph_config": GRAPH_CONFIG.params(), "n_graphs": n_graphs, "graph_seed": GRAPH_SEED,
+        "n_label_sentences": n_labels, "label_seed": LABEL_SEED, "n_label_tokens": aligned["n_tokens"],
+        "auroc_threshold": args.auroc, "scores": scores,
+        "graph_size": {k: float(np.mean([g[k] for g in graphs])) for k in ("n_features", "n_active")},
+        "kept_per_graph": float(np.mean([len(g["kept"]) for g in graphs])),
+        "alignment": compare(aligned, graphs, args.auroc),
+    })
+
+
+if __name__ == "__main__":
+    main()
