@@ -63,6 +63,8 @@ USES: dict[tuple[str, str], str] = {
     ("steering", "data"): "steers train and are evaluated on the shipped steering texts",
     ("transcoders", "data"): "transcoders train on the text corpus and on the CFG grammar's "
     "sentences",
+    ("transcoders", "probes"): "the CFG GPT's shipped transcoders are trained on the probes' shipped CFG GPT "
+                               "(transcoders.shipped loads it)",
     ("transcoders", "sae"): "transcoder metrics splice through the SAE statistics' loss loop "
     "(spliced_token_losses: clean, spliced, zero-ablated)",
 }
