@@ -49,3 +49,26 @@ def editing_wild_examples(data: EditingWildData) -> str:
              *(_text(data["generations"][m][i]["edited"]) for m in methods)]
             for i, ex in enumerate(first)]
     return markdown(["rewrite prompt → new target", "unedited", *(METHOD_NAMES.get(m, m) for m in methods)], rows)
+
+
+def _gap_words(gap: dict) -> str:
+    where = "above 0" if gap["low"] > 0 else "including 0" if gap["high"] >= 0 else "below 0"
+    return f"{ci(gap['estimate'], gap['low'], gap['high'], 1)} ({where})"
+
+
+@table("editing_wild_findings")
+def editing_wild_findings(data: EditingWildData) -> str:
+    """benchmarks/editing_wild.py: per method, what generating the answer costs against teacher
+    forcing, and the two locality judgements side by side (points, 95 % intervals over facts)."""
+    lines = []
+    for row in data["rows"]:
+        if row["model"] == "unedited":
+            continue
+        gaps = row["gaps"]
+        lines.append(
+            f"- {_label(row, data).removeprefix('+ ')}: ES − WILD-EM rewrite {_gap_words(gaps['ES - rewrite'])}, "
+            f"PS − WILD-EM paraphrase {_gap_words(gaps['PS - paraphrase'])}; NS {_cell(row, 'NS')} against "
+            f"WILD locality {_cell(row, 'locality')} on {row['prompts']['neighbour']} neighbour prompts "
+            f"(generations token for token the unedited model's up to the stop)."
+        )
+    return "\n".join(lines)
