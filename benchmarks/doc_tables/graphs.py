@@ -36,7 +36,7 @@ def _model_rows(model: str, doc: TranscodersData | None, width: int) -> list[lis
         met = "yes" if r["layer"] in doc["layers_meeting_target"] else "no"
         rows.append([name, str(r["layer"]), _iv(r["explained_variance"]), _iv(r["l0"], 1),
                      _iv(r["dead_fraction"]), _iv(r["loss_recovered"]), met,
-                     f"{r['steps']:,} × {r['n_train_tokens'] // max(r['steps'], 1):,}",
+                     f"{r['steps']:,} × {doc['train']['batch_size']:,}",
                      f"{r['train_seconds'] / 60:.1f} (+{r['harvest_seconds'] / 60:.1f} harvest)"])
     missing = doc["transcoders"]["layers_missing"]
     if missing:
@@ -50,7 +50,7 @@ def transcoder_quality(data: Any) -> str:
     """Per model and layer: explained variance, L0, dead fraction, loss recovered when spliced in
     (95 % bootstrap intervals over held-out texts), the target, and the training cost."""
     header = ["model", "layer", "explained variance", "L0", "dead fraction", "loss recovered",
-              "≥ 0.8 at L0 ≤ 64", "steps × tokens", "training minutes"]
+              "≥ 0.8 at L0 ≤ 64", "steps × tokens a step", "training minutes"]
     rows = [row for model, doc in _files(data) for row in _model_rows(model, doc, len(header))]
     return markdown(header, rows)
 
@@ -68,7 +68,7 @@ def transcoder_builds(data: Any) -> str:
         t = doc["transcoders"]
         size = "–" if t["compact_bytes"] is None else f"{t['compact_bytes'] / 2**20:.1f} MB"
         rows.append([NAMES.get(model, model), f"{t['d_transcoder']:,} × {len(t['layers_built'])}",
-                     f"`{t['input_site']}` → `{t['output_site']}`", doc["data_source"],
+                     f"`{t['input_site']}` → `{t['output_site']}`", doc["data_source"].split(" of grammar")[0],
                      str(doc["held_out_texts"]), size, doc["preset_reason"]])
     return markdown(header, rows)
 

@@ -33,9 +33,9 @@ def build_cfg_transcoders(*, small: bool, retrain: bool = False) -> BuiltArtefac
     preset = TRANSCODER_PRESETS["cfg-gpt"]
     train = TranscoderTrainConfig(**SMALL_CFG_TRANSCODERS) if small else preset.train_config()
     layers = [0] if small else None
-    tcs, trained = train_transcoders(lm, preset.data.replace(train_tokens=5_000) if small else preset.data,
-                                     train, layers=layers, retrain=retrain or small, progress=not small)
-    params = {"data": preset.data.params(), "train": train.params()}
+    data = preset.data.replace(train_tokens=5_000) if small else preset.data
+    tcs, trained = train_transcoders(lm, data, train, layers=layers, retrain=retrain or small, progress=not small)
+    params = {"data": data.params(), "train": train.params()}
     figures = {f"final_loss_layer_{i}": record.final_loss for i, record in sorted(trained.items())}
     if small:
         return BuiltArtefact((), params, figures)

@@ -96,3 +96,14 @@ def test_a_small_cfg_rebuild_matches_the_recorded_one() -> None:
     assert json.loads(json.dumps(rebuilt.params)) == recorded["params"]
     for name, value in recorded["figures"].items():
         assert rebuilt.figures[name] == pytest.approx(value, rel=1e-4), name
+
+
+@pytest.mark.slow  # trains one narrow layer on the shipped CFG GPT (seconds)
+def test_a_small_cfg_transcoders_rebuild_matches_the_recorded_one() -> None:
+    import lmsci_mi.transcoders.shipped  # noqa: F401  (registers the builder)
+
+    recorded = shipped_artefacts()["transcoders-cfg"].small
+    rebuilt = ARTEFACT_BUILDERS.get("transcoders-cfg").function(small=True)
+    assert json.loads(json.dumps(rebuilt.params)) == recorded["params"]
+    for name, value in recorded["figures"].items():
+        assert rebuilt.figures[name] == pytest.approx(value, rel=1e-4), name

@@ -46,3 +46,13 @@ def test_built_then_cached_then_shipped_compact(toy: LensModel) -> None:
     expanded = load_transcoders(toy)
     x = torch.randn(5, toy.cfg.d_model)
     torch.testing.assert_close(expanded[0](x), built[0](x), atol=2e-2, rtol=2e-2)  # float16 weights
+
+
+def test_the_cfg_gpts_shipped_set_loads_into_an_empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lmsci_mi.probes.cfg.model import load_cfg_model
+
+    monkeypatch.setenv("LMSCI_MI_CACHE", str(tmp_path / "cache"))
+    cfg = load_cfg_model(train=False)[0]
+    tcs = load_transcoders(cfg)  # no training: the compact float16 form from the package
+    assert sorted(tcs) == [0, 1, 2, 3] and tcs.model_name == cfg.name
+    assert tcs[0].d_transcoder == 4096 and tcs[0].W_skip is not None
