@@ -15,10 +15,12 @@ interval over them.
 other held-out sentences (``LABEL_SEED``) is scored against each non-terminal target of the
 probes (``lmsci_mi.probes.cfg``): the token's ancestor at level ℓ is v (each level below the root,
 each of its NTs), and the token ends its level-ℓ NT (the boundary targets). A feature's
-selectivity is its best AUROC over the targets (ties share ranks). Compared: the distinct
-features kept in the pruned graphs against every live feature of the model (one that fires on the
-label sentences): the share selective at AUROC ≥ ``--auroc`` (Wilson intervals), and per target
-the best AUROC of a graph feature and of any live feature.
+selectivity is its best AUROC over the targets (ties share ranks), and its purity: the share of
+the tokens it fires on that carry one target (a feature that fires on one NT's tokens only, however
+few of them, is pure; its AUROC is low when it covers few of them); a feature counts as pure at
+≥ 0.9 on 20 tokens or more. Compared: the distinct features kept in the pruned graphs against every
+live feature of the model (one that fires on the label sentences): the shares selective each way
+(Wilson intervals), and per target the best of a graph feature and of any live feature.
 
 Each graph and the alignment are cached, so a killed run resumes.
 """
@@ -96,8 +98,17 @@ def aurocs(acts: np.ndarray, labels: dict[str, np.ndarray]) -> np.ndarray:
     return out
 
 
+def purities(acts: np.ndarray, labels: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``[feature, target]`` share of the tokens a feature fires on that carry the target, and
+    ``[feature]`` how many tokens it fires on."""
+    fires = acts > 0
+    support = fires.sum(0)
+    hits = np.stack([(fires & positive[:, None]).sum(0) for positive in labels.values()], axis=1)
+    return hits / np.maximum(support, 1)[:, None], support
+
+
 def alignment(lm: LensModel, tcs: TranscoderSet, n_sentences: int) -> dict[str, Any]:
-    """Every live feature's AUROC per target on held-out sentences, per layer."""
+    """Every live feature's AUROC and purity per target on held-out sentences, per layer."""
     grammar = build_grammar(CFGConfig())
     sample = grammar.sample(n_sentences, seed=LABEL_SEED)
     rows = [[grammar.bos, *s] for s in sample.sequences()]
@@ -108,29 +119,47 @@ def alignment(lm: LensModel, tcs: TranscoderSet, n_sentences: int) -> dict[str, 
         with torch.no_grad():
             acts = tcs[layer].encode(x.to(lm.device).float()).cpu().numpy()
         live = np.nonzero((acts > 0).any(0))[0]
-        layers[str(layer)] = {"live": live.tolist(), "auroc": aurocs(acts[:, live], labels).round(4).tolist()}
+        purity, support = purities(acts[:, live], labels)
+        layers[str(layer)] = {"live": live.tolist(), "auroc": aurocs(acts[:, live], labels).round(4).tolist(),
+                              "purity": purity.round(4).tolist(), "support": support.tolist()}
     return {"targets": list(labels), "n_tokens": len(sample.tokens), "layers": layers}
 
 
-def compare(aligned: dict[str, Any], graphs: list[dict[str, Any]], threshold: float) -> dict[str, Any]:
-    """Graph features against all live features: the selective share, and the best AUROC per target."""
-    best: dict[tuple[int, int], np.ndarray] = {}
+def compare(aligned: dict[str, Any], graphs: list[dict[str, Any]], threshold: float,
+            purity: float = 0.9, min_support: int = 20) -> dict[str, Any]:
+    """Graph features against all live features: the shares selective by AUROC and by purity
+    (firing on ``min_support`` tokens or more, ``purity`` of them one target's), and per target
+    the best of each."""
+    best: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, int]] = {}
     for layer, entry in aligned["layers"].items():
-        for feature, row in zip(entry["live"], entry["auroc"], strict=True):
-            best[(int(layer), feature)] = np.asarray(row)
+        rows = zip(entry["live"], entry["auroc"], entry["purity"], entry["support"], strict=True)
+        for feature, auroc, pure, support in rows:
+            best[(int(layer), feature)] = (np.asarray(auroc), np.asarray(pure), int(support))
     in_graphs = sorted({(layer, feature) for g in graphs for layer, feature in g["kept"]})
     in_graphs = [key for key in in_graphs if key in best]  # a feature silent on the label sentences is left out
 
-    def share(keys: list[tuple[int, int]]) -> dict[str, Any]:
-        hits = sum(int(best[k].max() >= threshold) for k in keys)
+    def share(keys: list[tuple[int, int]], hit: Any) -> dict[str, Any]:
+        hits = sum(int(hit(best[k])) for k in keys)
         return {"selective": hits, "n": len(keys), "share": wilson_interval(hits, len(keys)).as_dict()}
+
+    def by_auroc(b: tuple[np.ndarray, np.ndarray, int]) -> bool:
+        return bool(b[0].max() >= threshold)
+
+    def by_purity(b: tuple[np.ndarray, np.ndarray, int]) -> bool:
+        return b[2] >= min_support and bool(b[1].max() >= purity)
 
     per_target = []
     for j, name in enumerate(aligned["targets"]):
-        graph_best = max((float(best[k][j]) for k in in_graphs), default=float("nan"))
-        per_target.append({"target": name, "best_graph_feature": graph_best,
-                           "best_live_feature": max(float(v[j]) for v in best.values())})
-    return {"graph_features": share(in_graphs), "live_features": share(list(best)), "per_target": per_target}
+        pure = [float(b[1][j]) for b in best.values() if b[2] >= min_support]
+        pure_graph = [float(best[k][1][j]) for k in in_graphs if best[k][2] >= min_support]
+        per_target.append({"target": name, "best_graph_feature": max((float(best[k][0][j]) for k in in_graphs),
+                                                                     default=float("nan")),
+                           "best_live_feature": max(float(b[0][j]) for b in best.values()),
+                           "purest_graph_feature": max(pure_graph, default=float("nan")),
+                           "purest_live_feature": max(pure, default=float("nan"))})
+    return {"graph_features": share(in_graphs, by_auroc), "live_features": share(list(best), by_auroc),
+            "graph_features_pure": share(in_graphs, by_purity), "live_features_pure": share(list(best), by_purity),
+            "purity": purity, "min_support": min_support, "per_target": per_target}
 
 
 def main() -> None:
@@ -148,7 +177,7 @@ def main() -> None:
         graphs = [cache.get(f"graph-{i:03d}", lambda s=s: graph_item(lm, tcs, [grammar.bos, *s[:-1]]))
                   for i, s in enumerate(sentences)]
     with run.timed("alignment"):
-        aligned = cache.get(f"alignment-{n_labels}", lambda: alignment(lm, tcs, n_labels))
+        aligned = cache.get(f"alignment-v2-{n_labels}", lambda: alignment(lm, tcs, n_labels))
     scores = {name: bootstrap_interval(torch.tensor([g[name] for g in graphs]), n_resamples=args.resamples,
                                        seed=0).as_dict() for name in ("replacement", "completeness")}
     run.write({

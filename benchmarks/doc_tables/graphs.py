@@ -114,10 +114,15 @@ def graphs_cfg(data: Any) -> str:
         ["features kept by pruning, per graph", f"{data['kept_per_graph']:.1f}"],
         [f"graph features selective for an NT target (AUROC ≥ {data['auroc_threshold']:g})", _share(a["graph_features"])],
         ["every live feature, the same", _share(a["live_features"])],
+        [f"graph features pure for an NT target (≥ {a['purity']:g} of the ≥ {a['min_support']} tokens they fire on)",
+         _share(a["graph_features_pure"])],
+        ["every live feature, the same", _share(a["live_features_pure"])],
     ]
     head = markdown(["CFG GPT", "measured"], rows)
-    targets = markdown(["target", "best AUROC: a graph feature", "best AUROC: any live feature"],
-                       [[t["target"], num(t["best_graph_feature"], 3), num(t["best_live_feature"], 3)]
+    targets = markdown(["target", "best AUROC: a graph feature", "best AUROC: any live feature",
+                        "purest graph feature", "purest live feature"],
+                       [[t["target"], num(t["best_graph_feature"], 3), num(t["best_live_feature"], 3),
+                         num(t["purest_graph_feature"], 3), num(t["purest_live_feature"], 3)]
                         for t in a["per_target"]])
     return (f"{head}\n\nPer target ({data['n_label_sentences']} held-out sentences, "
             f"{data['n_label_tokens']:,} tokens):\n\n{targets}")
