@@ -20,7 +20,8 @@ the tokens it fires on that carry one target (a feature that fires on one NT's t
 few of them, is pure; its AUROC is low when it covers few of them); a feature counts as pure at
 ≥ 0.9 on 20 tokens or more. Compared: the distinct features kept in the pruned graphs against every
 live feature of the model (one that fires on the label sentences): the shares selective each way
-(Wilson intervals), and per target the best of a graph feature and of any live feature.
+(Wilson intervals), and per target the best of a graph feature and of any live feature, beside
+the control: how pure the token's identity alone is (the best of the grammar's terminals).
 
 Each graph and the alignment are cached, so a killed run resumes.
 """
@@ -122,7 +123,11 @@ def alignment(lm: LensModel, tcs: TranscoderSet, n_sentences: int) -> dict[str, 
         purity, support = purities(acts[:, live], labels)
         layers[str(layer)] = {"live": live.tolist(), "auroc": aurocs(acts[:, live], labels).round(4).tolist(),
                               "purity": purity.round(4).tolist(), "support": support.tolist()}
-    return {"targets": list(labels), "n_tokens": len(sample.tokens), "layers": layers}
+    tokens = sample.tokens.numpy()
+    # The control: how pure the token's identity alone is for each target (the best terminal).
+    identity = {name: max(float(positive[tokens == t].mean()) for t in np.unique(tokens))
+                for name, positive in labels.items()}
+    return {"targets": list(labels), "n_tokens": len(sample.tokens), "layers": layers, "token_identity": identity}
 
 
 def compare(aligned: dict[str, Any], graphs: list[dict[str, Any]], threshold: float,
@@ -156,7 +161,8 @@ def compare(aligned: dict[str, Any], graphs: list[dict[str, Any]], threshold: fl
                                                                      default=float("nan")),
                            "best_live_feature": max(float(b[0][j]) for b in best.values()),
                            "purest_graph_feature": max(pure_graph, default=float("nan")),
-                           "purest_live_feature": max(pure, default=float("nan"))})
+                           "purest_live_feature": max(pure, default=float("nan")),
+                           "purest_terminal": aligned["token_identity"][name]})
     return {"graph_features": share(in_graphs, by_auroc), "live_features": share(list(best), by_auroc),
             "graph_features_pure": share(in_graphs, by_purity), "live_features_pure": share(list(best), by_purity),
             "purity": purity, "min_support": min_support, "per_target": per_target}
@@ -177,7 +183,7 @@ def main() -> None:
         graphs = [cache.get(f"graph-{i:03d}", lambda s=s: graph_item(lm, tcs, [grammar.bos, *s[:-1]]))
                   for i, s in enumerate(sentences)]
     with run.timed("alignment"):
-        aligned = cache.get(f"alignment-v2-{n_labels}", lambda: alignment(lm, tcs, n_labels))
+        aligned = cache.get(f"alignment-v3-{n_labels}", lambda: alignment(lm, tcs, n_labels))
     scores = {name: bootstrap_interval(torch.tensor([g[name] for g in graphs]), n_resamples=args.resamples,
                                        seed=0).as_dict() for name in ("replacement", "completeness")}
     run.write({

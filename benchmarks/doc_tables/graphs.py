@@ -120,9 +120,10 @@ def graphs_cfg(data: Any) -> str:
     ]
     head = markdown(["CFG GPT", "measured"], rows)
     targets = markdown(["target", "best AUROC: a graph feature", "best AUROC: any live feature",
-                        "purest graph feature", "purest live feature"],
+                        "purest graph feature", "purest live feature", "purest terminal (token identity)"],
                        [[t["target"], num(t["best_graph_feature"], 3), num(t["best_live_feature"], 3),
-                         num(t["purest_graph_feature"], 3), num(t["purest_live_feature"], 3)]
+                         num(t["purest_graph_feature"], 3), num(t["purest_live_feature"], 3),
+                         num(t["purest_terminal"], 3)]
                         for t in a["per_target"]])
     return (f"{head}\n\nPer target ({data['n_label_sentences']} held-out sentences, "
             f"{data['n_label_tokens']:,} tokens):\n\n{targets}")

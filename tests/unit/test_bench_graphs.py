@@ -35,7 +35,8 @@ def test_graph_features_are_counted_once_and_silent_ones_left_out(bench) -> None
     aligned = {"targets": ["t0", "t1"],
                "layers": {"0": {"live": [3, 5], "auroc": [[0.95, 0.5], [0.6, 0.7]],
                                 "purity": [[1.0, 0.0], [0.5, 0.95]], "support": [30, 10]},
-                          "1": {"live": [2], "auroc": [[0.5, 0.92]], "purity": [[0.2, 0.8]], "support": [40]}}}
+                          "1": {"live": [2], "auroc": [[0.5, 0.92]], "purity": [[0.2, 0.8]], "support": [40]}},
+               "token_identity": {"t0": 0.5, "t1": 0.6}}
     graphs = [{"kept": [[0, 3], [1, 2]]}, {"kept": [[0, 3], [1, 9]]}]  # (1, 9) never fired
     out = bench.compare(aligned, graphs, 0.9)
     assert (out["graph_features"]["selective"], out["graph_features"]["n"]) == (2, 2)
