@@ -61,6 +61,7 @@ from doc_tables.schemas.outliers import (
 
 from lmsci_mi import LensModel, load_model
 from lmsci_mi.data.text_corpus import STDLIB_TEXT_SOURCE, text_chunks
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.outliers import (
     ExclusionEffect,
     ExclusionEffectConfig,
@@ -421,7 +422,12 @@ def consequences(
         return {"lens": ExclusionSection(not_run=reason), "sae": ExclusionSection(not_run=reason)}
     exclude = massive_exclude(found, rule)
     config = ExclusionEffectConfig(n_texts=args.lens_texts, n_resamples=args.n_resamples)
-    out = {"lens": exclusion_section(cache.result("lens-kl", lambda: lens_kl_without(lm, exclude, config=config)))}
+    try:
+        out = {"lens": exclusion_section(cache.result("lens-kl", lambda: lens_kl_without(lm, exclude, config=config)))}
+    except UserInputError as refused:
+        # Massive activations at (nearly) every position leave no token to compare: say so.
+        reason = f"nothing to compare: {exclude.describe()} leaves no token ({refused})"
+        return {"lens": ExclusionSection(not_run=reason), "sae": ExclusionSection(not_run=reason)}
     if lm.name != SAE_MODEL:
         out["sae"] = ExclusionSection(not_run=f"the cached SAE is {SAE_MODEL}'s (layer 15); none for {lm.name}")
         return out
