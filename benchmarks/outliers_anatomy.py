@@ -426,7 +426,10 @@ def consequences(
         out = {"lens": exclusion_section(cache.result("lens-kl", lambda: lens_kl_without(lm, exclude, config=config)))}
     except UserInputError as refused:
         # Massive activations at (nearly) every position leave no token to compare: say so.
-        reason = f"nothing to compare: {exclude.describe()} leaves no token ({refused})"
+        left_out = len(set(exclude.positions) | ({0} if exclude.sink else set()))
+        reason = (f"nothing to compare: the massive activations' positions ({left_out} positions, each holding "
+                  f"one in at least half the texts) and tokens ({len(exclude.token_ids)}) cover every token "
+                  f"of every text ({str(refused).split(' have ')[0]})")
         return {"lens": ExclusionSection(not_run=reason), "sae": ExclusionSection(not_run=reason)}
     if lm.name != SAE_MODEL:
         out["sae"] = ExclusionSection(not_run=f"the cached SAE is {SAE_MODEL}'s (layer 15); none for {lm.name}")
