@@ -133,7 +133,7 @@ def graphs_cfg(data: Any) -> str:
 def graphs_memory(data: Any) -> str:
     """Peak memory and seconds of one graph by prompt length and batch size (the CFG GPT)."""
     rows = [[f"{r['length']}", f"{r['feature_nodes']:,}", f"{r['batch_size']}",
-             "–" if r["peak_mb"] is None else f"{r['peak_mb']:,.0f}", "–" if r["extra_mb"] is None else f"{max(r['extra_mb'], 0.0):,.0f}",
+             "–" if r["peak_mb"] is None else f"{r['peak_mb']:,.0f}", "–" if r["extra_mb"] is None else f"{max(r['extra_mb'], 0.0) + 0.0:,.0f}",
              f"{r['seconds']:.2f}"] for r in data["rows"]]
     machine = "a shared machine (other jobs running): the seconds are not quiet" if data["shared_machine"] else "a quiet machine"
     return (markdown(["prompt tokens", "feature nodes", "batch size", "peak MB", "over the memory before, MB", "seconds"], rows)
