@@ -120,11 +120,11 @@ def tour_steps() -> list[TourStep]:
             "cfg_graph",
             "An attribution graph of the CFG GPT over its shipped transcoders",
             _step_cfg_graph,
-            "from lmsci_mi.circuits.graphs import attribution_graph; from lmsci_mi.cli.graphs import "
+            "from lmsci_mi.circuits.graphs import GraphConfig, attribution_graph; from lmsci_mi.cli.graphs import "
             "cfg_sentence_prompt; from lmsci_mi.probes.cfg.model import load_cfg_model; from "
             "lmsci_mi.transcoders import load_transcoders; cfg = load_cfg_model(train=False)[0]; "
-            "attribution_graph(cfg, load_transcoders(cfg), cfg_sentence_prompt(0))",
-            seconds=10,
+            "attribution_graph(cfg, load_transcoders(cfg), cfg_sentence_prompt(0), GraphConfig(batch_size=64))",
+            seconds=5,
         ),
     ]
 
@@ -136,7 +136,8 @@ def _step_cfg_graph(lm: LensModel, out_dir: Path) -> StepOutput:
     from lmsci_mi.transcoders import load_transcoders
 
     cfg = load_cfg_model(train=False, device=lm.device)[0]
-    graph = attribution_graph(cfg, load_transcoders(cfg), cfg_sentence_prompt(0))
+    # Batch 64, not circuit-tracer's 512: the same graph, about 3x faster on a CPU (docs/graphs.md)
+    graph = attribution_graph(cfg, load_transcoders(cfg), cfg_sentence_prompt(0), GraphConfig(batch_size=64))
     scores = graph.scores()
     summary = (f"{graph.layout.n_features} feature nodes; replacement score {scores.replacement:.3f}, "
                f"completeness score {scores.completeness:.3f}")
