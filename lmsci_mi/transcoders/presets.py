@@ -113,12 +113,13 @@ def load_transcoders(lm: LensModel, *, build: bool = False, progress: bool = Tru
     preset = preset_for(lm)
     train = preset.train_config()
     folder = transcoder_folder(lm, preset.data, train)
-    if build or not missing_layers(folder, range(lm.cfg.n_layers)):
+    trained = not missing_layers(folder, range(lm.cfg.n_layers))
+    compact = folder / "compact"
+    if not trained and restore_shipped(compact / COMPACT_FILE, compact / COMPACT_META):
+        return expand_transcoders(compact).to(lm.device)
+    if trained or build:
         return train_transcoders(lm, preset.data, train, layers_per_pass=preset.layers_per_pass,
                                  progress=progress)[0]
-    compact = folder / "compact"
-    if restore_shipped(compact / COMPACT_FILE, compact / COMPACT_META):
-        return expand_transcoders(compact).to(lm.device)
     raise UserInputError(
         f"no transcoders for {lm.name} yet: build them with `python benchmarks/transcoders.py "
         f"--model {preset_name(lm)}` ({preset.cost}), or pass build=True (--build on the command line)"
