@@ -87,11 +87,22 @@ def targets(sample: Any, n_levels: int) -> dict[str, np.ndarray]:
     return found
 
 
+def average_ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks 1..n down each column, tied values sharing their mean rank."""
+    order = np.argsort(values, axis=0, kind="stable")
+    ranks = np.empty(values.shape)
+    for j in range(values.shape[1]):
+        ordered = values[order[:, j], j]
+        # each run of equal values gets the mean of the positions it spans
+        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+        ends = np.r_[starts[1:], len(ordered)]
+        ranks[order[:, j], j] = np.repeat((starts + ends + 1) / 2, ends - starts)
+    return ranks
+
+
 def aurocs(acts: np.ndarray, labels: dict[str, np.ndarray]) -> np.ndarray:
     """``[feature, target]`` AUROC of each feature's activation for each target (average ranks)."""
-    from scipy.stats import rankdata  # scipy's import is a second; only the alignment needs it
-
-    ranks = np.apply_along_axis(rankdata, 0, acts)  # [token, feature]
+    ranks = average_ranks(acts)  # [token, feature]
     out = np.empty((acts.shape[1], len(labels)))
     for j, positive in enumerate(labels.values()):
         n_pos, n_neg = int(positive.sum()), int((~positive).sum())
