@@ -9,7 +9,7 @@ progress bar; ``benchmarks/transcoders.py --model NAME`` builds and measures it)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,6 @@ class TranscoderPreset:
     cost: str
     layers_per_pass: int | None = None
     metrics_batch: int = 16
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def train_config(self) -> TranscoderTrainConfig:
         return TranscoderTrainConfig(**self.train)
