@@ -235,6 +235,52 @@ def editing_before_38(data: EditingTableData) -> str:
     return markdown(["method", "facts", *(f"Δ{m} (new − before)" for m in metrics)], rows)
 
 
+def _direction(gap: dict[str, Any]) -> str:
+    """What a paired interval of new − before shows: a gain, a loss, or no difference."""
+    return "gain" if gap["low"] > 0 else "loss" if gap["high"] < 0 else "none"
+
+
+def _gap_text(metric: str, gap: dict[str, Any]) -> str:
+    return f"{metric} {minus(ci(gap['estimate'], gap['low'], gap['high'], 1))}"
+
+
+@table("editing_before_38_findings")
+def editing_before_38_findings(data: EditingTableData) -> str:
+    """benchmarks/editing.py --table --before: per method, which differences the paired intervals
+    show, and for ROME which fit to choose (the new default is the paper's fit, the old the edit-aware)."""
+    differences = data.get("before_38", {})
+    if not differences:
+        return "Not measured yet: `benchmarks/editing.py --table --before memit alphaedit rome`."
+    lines = []
+    for name, gaps in differences.items():
+        shown = {d: [_gap_text(m, g) for m, g in gaps.items() if _direction(g) == d] for d in ("gain", "loss")}
+        parts = [f"lower on {_and(shown['loss'])}" if shown["loss"] else "",
+                 f"higher on {_and(shown['gain'])}" if shown["gain"] else ""]
+        said = "; ".join(p for p in parts if p) or "no difference its intervals can show"
+        lines.append(f"- **{METHOD_NAMES.get(name, name)}**: {said} (points, new − before; every other "
+                     "interval includes 0).")
+    if "rome" in differences:
+        lines.append(_rome_fit_choice(differences["rome"], _rows_by_method(data)))
+    return _prose("\n".join(lines))
+
+
+def _rome_fit_choice(gaps: dict[str, dict[str, Any]], rows: dict[str, EditRow]) -> str:
+    """Which of ROME's two fits to choose on this model, from the paired ES and PS differences."""
+    seconds = [rows[m]["seconds_per_edit"] for m in ("rome", "rome-before-38") if m in rows]
+    cost = (f" The fits took {seconds[0]:.1f} s (paper's) and {seconds[1]:.1f} s (edit-aware) per edit "
+            "in this run, at one thread beside other jobs (speed figures are under Cost)."
+            if len(seconds) == 2 and None not in seconds else "")
+    worse = [m for m in ("ES", "PS") if _direction(gaps[m]) == "loss"]
+    if worse:
+        return (f"- **Choosing ROME's fit**: the paper's fit installs fewer edits here "
+                f"({_and([_gap_text(m, gaps[m]) for m in worse])}); take `fit=\"edit_aware\"` when an edit "
+                f"must install and the paper's algorithm is not the point.{cost}")
+    return (f"- **Choosing ROME's fit**: the paper's fit is not worse on ES or PS here "
+            f"({_gap_text('ES', gaps['ES'])}, {_gap_text('PS', gaps['PS'])}), so the default stays the "
+            "paper's; `fit=\"edit_aware\"` is for a fact it leaves uninstalled (`lmsci-mi edit` says so), "
+            f"since it optimises δ for the rank-one update actually installed.{cost}")
+
+
 def _metric_cells(row: EditRow, metrics: Sequence[str]) -> list[str]:
     return [ci(row["metrics"][m], *row["ci95"][m], 1) for m in metrics]
 
