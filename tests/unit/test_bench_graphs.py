@@ -50,3 +50,46 @@ def test_purity_is_the_share_of_firing_tokens_on_the_target(bench) -> None:
     acts = np.array([[1.0, 0.0], [2.0, 0.0], [0.0, 3.0], [1.0, 0.0]])
     purity, support = bench.purities(acts, {"t": np.array([True, True, False, False])})
     assert support.tolist() == [3, 1] and purity[:, 0].tolist() == [2 / 3, 0.0]
+
+
+@pytest.fixture(scope="module")
+def claims():
+    return benchmark_script("graphs_smollm2")
+
+
+def test_mlp_influence_adds_each_layers_features_and_error(claims) -> None:
+    """benchmarks/graphs_smollm2.py: a layer's MLP influence at a position is its feature nodes'
+    plus its error node's, so the grid holds every feature and error node's influence once."""
+    import torch
+
+    from lmsci_mi import load_model
+    from lmsci_mi.circuits.graphs import attribution_graph
+    from lmsci_mi.transcoders import TranscoderSet
+
+    lm = load_model("toy-2l")
+    torch.set_grad_enabled(True)
+    graph = attribution_graph(lm, TranscoderSet.random(lm, 32), "The cat sat on the", targets=[5])
+    grid, lay = claims.mlp_influence(graph), graph.layout
+    influence = graph.node_influence().double()
+    assert grid.shape == (lay.n_layers, lay.n_pos)
+    assert grid.sum() == pytest.approx(float(influence[: lay.token_start].sum()), rel=1e-9)
+    layer, position = graph.features[0, :2].long().tolist()
+    mine = (graph.features[:, 0] == layer) & (graph.features[:, 1] == position)
+    error = influence[lay.error_start + layer * lay.n_pos + position]
+    assert grid[layer, position] == pytest.approx(float(influence[: lay.n_features][mine].sum() + error))
+
+
+def test_fact_claims_read_the_right_positions(claims) -> None:
+    n_layers = 4
+    graph = np.zeros((n_layers, 5))
+    graph[2, 1], graph[1, 4] = 3.0, 1.0  # subject's last token at 1, the last at 4
+    trace = np.zeros((n_layers, 5))
+    trace[2, 1], trace[3, 4] = 0.6, 0.2
+    item = {"graph_mlp": graph.tolist(), "trace_mlp": trace.tolist(),
+            "positions": {"subject_last": 1, "last": 4}, "kn_layers": [1],
+            "kn_mass": {"0": 0.0, "1": 2.0, "2": 0.0, "3": 0.0}}
+    got = claims.fact_claims(item)
+    assert got["graph_subject_share"] == pytest.approx(0.75)
+    assert got["trace_subject_share"] == pytest.approx(0.75)
+    assert (got["graph_peak_layer"], got["trace_peak_layer"]) == (2.0, 2.0)
+    assert got["kn_layer_share"] == 1.0 and got["kn_layer_baseline"] == 0.25
