@@ -146,6 +146,93 @@ def sequential_wild(data: SequentialEditingData) -> str:
     )
 
 
+def _ordered(methods: dict[str, Any]) -> list[str]:
+    return [m for m in SEQUENTIAL_ORDER if m in methods] + [m for m in methods if m not in SEQUENTIAL_ORDER]
+
+
+def _span_of(values: Sequence[float]) -> str:
+    low, high = min(values), max(values)
+    return num(low, 1) if low == high else f"{num(low, 1)}–{num(high, 1)}"
+
+
+def _last(curve: dict, metric: str) -> str:
+    """The last step's value ± s.e., with how many prompts it counts."""
+    value, se = curve["metrics"][metric][-1], curve["se"][metric][-1]
+    return f"{pm(value, se, 1)} (of {curve['n'][metric][-1]})"
+
+
+@table("sequential_findings")
+def sequential_findings(data: SequentialEditingData) -> str:
+    """benchmarks/sequential_editing.py: what the curves say, every figure from the data."""
+    methods, names = data["methods"], _ordered(data["methods"])
+    label = {m: METHOD_NAMES.get(m, m) for m in names}
+    keep = "; ".join(f"{label[m]} ES {_span_of(methods[m]['metrics']['ES'][1:])}, "
+                     f"PS {_span_of(methods[m]['metrics']['PS'][1:])}" for m in names)
+    lines = [f"- **Edits kept, teacher-forced**: over the steps after the first edit, {keep} (percent of the facts "
+             f"edited so far, up to {max(c['n_edited'][-1] for c in methods.values())} edits).",
+             "- **Neighbours at the last step**: NS " + ", ".join(f"{label[m]} {_last(methods[m], 'NS')}" for m in names)
+             + "; specificity (the original model's own top-1 kept) "
+             + ", ".join(f"{label[m]} {_last(methods[m], 'specificity')}" for m in names) + "."]
+    if {"memit", "alphaedit"} <= set(methods):
+        lines.append(_alphaedit_over_memit(methods["alphaedit"], methods["memit"]))
+    ge = [v for c in methods.values() for v in c["metrics"]["GE"][1:]]
+    lines.append(f"- **Fluency**: GE {_span_of(ge)} over every edited step (unedited "
+                 f"{num(next(iter(methods.values()))['metrics']['GE'][0], 1)}).")
+    if "rome" in methods:
+        lines.append(_rome_seconds(methods["rome"]))
+    lines += [_wild_gap(label[m], methods[m]) for m in names if methods[m].get("wild")]
+    return _prose("\n".join(lines))
+
+
+def _alphaedit_over_memit(alpha: dict, memit: dict) -> str:
+    """Specificity, AlphaEdit minus MEMIT, step by step (the same facts in the same order)."""
+    steps = [i for i, n in enumerate(alpha["n_edited"]) if n and n in memit["n_edited"]]
+    gaps = [alpha["metrics"]["specificity"][i] - memit["metrics"]["specificity"][memit["n_edited"].index(
+        alpha["n_edited"][i])] for i in steps]
+    above = sum(g > 0 for g in gaps)
+    return (f"- **AlphaEdit against MEMIT on specificity**: above at {above} of {len(gaps)} common steps, the "
+            f"differences from {minus(num(min(gaps), 1))} to {minus(num(max(gaps), 1))} points (each value's "
+            "binomial s.e. is about "
+            f"{num(alpha['se']['specificity'][steps[-1]], 1)}; the paired differences are not tested).")
+
+
+def _rome_seconds(curve: dict) -> str:
+    """ROME's seconds per edit, from the cumulative seconds at each step."""
+    n, t = curve["n_edited"], curve["seconds"]
+    per = [(t[i] - t[i - 1]) / (n[i] - n[i - 1]) for i in range(1, len(n))]
+    return (f"- **ROME's cost**: {_span_of(per)} s per edit (each step's mean); {n[-1]} edits in "
+            f"{t[-1]:,.0f} s (one thread, beside other jobs: not speed figures).")
+
+
+def _wild_gap(name: str, curve: dict) -> str:
+    """At the last step: each teacher-forced rate beside WILD-EM's on the same prompts."""
+    parts = []
+    for metric, wild in WILD_BESIDE:
+        rate = curve["wild"][wild][-1]
+        if rate is None:
+            continue
+        low, high = curve["wild_ci95"][wild][-1]
+        parts.append(f"{metric} {num(curve['metrics'][metric][-1], 1)} against WILD-EM {wild} {ci(rate, low, high, 1)}")
+    said = "; ".join(parts) if parts else "not measured yet"
+    return f"- **{name} without teacher forcing** at {curve['n_edited'][-1]} edits: {said}."
+
+
+@table("sequential_before_38")
+def sequential_before_38(data: dict[str, Any]) -> str:
+    """benchmarks/sequential_editing.py now and before issue 38 (docs/data/sequential_editing_before_38.json,
+    ROME's edit-aware fit and MEMIT's and AlphaEdit's fits of before): each metric at the steps
+    both runs evaluated, now (before)."""
+    now, before = data["sequential_editing"]["methods"], data["sequential_editing_before_38"]["methods"]
+    rows = []
+    for name in [m for m in _ordered(now) if m in before]:
+        a, b = now[name], before[name]
+        for n in [n for n in a["n_edited"] if n and n in b["n_edited"]]:
+            i, j = a["n_edited"].index(n), b["n_edited"].index(n)
+            rows.append([METHOD_NAMES.get(name, name), n, *(f"{num(a['metrics'][m][i], 1)} ({num(b['metrics'][m][j], 1)})"
+                                                           for m in SEQUENTIAL_METRICS)])
+    return markdown(["method", "edits", *(f"{m} now (before)" for m in SEQUENTIAL_METRICS)], rows)
+
+
 # The page's words for the rows benchmarks/editing.py --speed writes; a row it does not know
 # keeps the script's own words.
 COST_LABELS = {
