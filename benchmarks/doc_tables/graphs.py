@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import MODEL_NAMES, ci, markdown, num, sci, table
+from . import MODEL_NAMES, ci, markdown, minus, num, sci, table
 from .peers import ratio, run_words, seconds
 from .schemas.graphs_peer import GraphsPeerData
 from .schemas.icl_vectors import IntervalRecord
@@ -138,3 +138,55 @@ def graphs_memory(data: Any) -> str:
     machine = "a shared machine (other jobs running): the seconds are not quiet" if data["shared_machine"] else "a quiet machine"
     return (markdown(["prompt tokens", "feature nodes", "batch size", "peak MB", "over the memory before, MB", "seconds"], rows)
             + f"\n\nOne run each, one thread, {machine}; memory is the process's peak resident set (VmHWM).")
+
+
+GRAPHS_SMOLLM2 = "PYTHONPATH=. OMP_NUM_THREADS=1 python benchmarks/graphs_smollm2.py --threads 1"
+FACT_CLAIMS = (
+    ("graph_subject_share", "MLP influence at the subject's last token (share of it and the last token)",
+     "trace_subject_share", "the trace's MLP effect there (the same share of the two peaks)"),
+    ("graph_peak_layer", "layer of the graph's MLP peak at the subject's last token",
+     "trace_peak_layer", "layer of the trace's MLP peak there"),
+    ("layer_spearman_trace", "Spearman over layers, graph vs trace, at the subject's last token", None, ""),
+    ("kn_layer_share", "graph MLP influence at the last token in the knowledge neurons' layers",
+     "kn_layer_baseline", "those layers' share of all layers"),
+    ("layer_spearman_kn", "Spearman over layers, graph vs the neurons' attribution mass, last token", None, ""),
+)
+IOI_CLAIMS = (
+    ("circuit_mlp_share", "graph MLP influence in the EAP-IG circuit's MLP layers",
+     "circuit_mlp_baseline", "those layers' share of all layers"),
+    ("layer_spearman_eap_ig", "Spearman over layers, graph MLP influence vs EAP-IG's MLP scores", None, ""),
+    ("io_over_subject", "prompts whose indirect object's token node outweighs both subject mentions", None, ""),
+)
+
+
+def _claim_rows(claims: dict[str, Any], spec: tuple) -> list[list[str]]:
+    def cell(key: str | None) -> str:
+        if key is None:
+            return ""
+        c = claims[key]
+        return _iv(c, 2) if "low" in c else num(c["estimate"], 2)
+
+    return [[what, cell(key), other_what, cell(other)] for key, what, other, other_what in spec]
+
+
+@table("graphs_smollm2", missing_ok=True)
+def graphs_smollm2(data: Any) -> str:
+    """SmolLM2's fact and IOI graphs beside the trace, the knowledge neurons and EAP-IG: each
+    claim's mean over facts or prompts with its 95 % bootstrap interval, and both sets' scores."""
+    if data is None or set(data) == {"graphs_smollm2"}:  # a missing file arrives keyed by its stem
+        data = None if data is None else data["graphs_smollm2"]
+    if data is None:
+        return f"not yet: `{GRAPHS_SMOLLM2}` (after SmolLM2's transcoders)"
+    header = ["the graph says", "mean [95 %]", "the other method says", "mean [95 %]"]
+    facts, ioi = data["fact_claims"], data["ioi_claims"]
+    n_facts, n_prompts = len(data["facts"]), len(data["ioi_prompts"])
+    eap = data["eap_ig"]
+    scores = markdown(["graphs", "replacement score", "completeness score", "feature nodes"],
+                      [[f"{n_facts} {data['relation']} facts", _iv(data["fact_scores"]["replacement"], 3),
+                        _iv(data["fact_scores"]["completeness"], 3), num(data["fact_scores"]["n_features"]["estimate"], 0)],
+                       [f"{n_prompts} IOI prompts", _iv(data["ioi_scores"]["replacement"], 3),
+                        _iv(data["ioi_scores"]["completeness"], 3), num(data["ioi_scores"]["n_features"]["estimate"], 0)]])
+    return (f"{scores}\n\nThe facts ({n_facts}, {data['relation']}):\n\n{markdown(header, _claim_rows(facts, FACT_CLAIMS))}"
+            f"\n\nIOI ({n_prompts} prompts; EAP-IG's greedy circuit at 5 %: {eap['edges']} edges, faithfulness "
+            f"{minus(num(eap['faithfulness'], 2))}, MLP layers {', '.join(map(str, eap['mlp_layers'])) or 'none'}):\n\n"
+            f"{markdown(header, _claim_rows(ioi, IOI_CLAIMS))}")
