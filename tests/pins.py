@@ -213,6 +213,60 @@ def memit(lm: LensModel) -> Measured:
                     {"layers": layers})
 
 
+EIFFEL_EDIT = ("{} is located in the city of", "The Eiffel Tower", " Rome", " Paris",
+               ("The Eiffel Tower can be found in the city of",), ("The Louvre is located in the city of",))
+"""The Eiffel Tower → Rome request of test_editing_smollm2.py (``EditRequest(*EIFFEL_EDIT)``)."""
+
+
+@pinned("rome", "test_editing_smollm2.py::test_rome_flips_eiffel_to_rome_and_restores")
+def rome(lm: LensModel) -> Measured:
+    """One ROME edit at the defaults (the paper's fit, layer 4): p(Rome) and p(Paris) on the
+    rewrite, paraphrase and neighbour prompts while the edit is on, and the fit's steps and final
+    NLL; ``result`` is the edited model's 5-token continuation. The edit is undone on return."""
+    from lmsci_mi.editing import (
+        EditRequest,
+        ROMEConfig,
+        default_rome_layer,
+        key_statistics,
+        rome_edit,
+        target_nll,
+    )
+
+    request = EditRequest(*EIFFEL_EDIT)
+    layer = default_rome_layer(lm)
+    prompts = {"rewrite": request.rewrite_prompt, "paraphrase": request.paraphrase_prompts[0],
+               "neighbour": request.neighborhood_prompts[0]}
+    with rome_edit(lm, request, ROMEConfig(layer=layer), stats=key_statistics(lm, layer)) as handle:
+        nll = target_nll(lm, [p for p in prompts.values() for _ in (0, 1)], [" Rome", " Paris"] * len(prompts))
+        generated = lm.generate(request.rewrite_prompt, 5)
+    p = (-nll).exp().tolist()
+    values = {f"p_{target}_{name}": p[2 * i + j] for i, name in enumerate(prompts)
+              for j, target in enumerate(("new", "true"))}
+    values |= {"fit_steps": float(handle.details["fit_steps"]), "fit_nll": handle.details["fit_nll"]}
+    return Measured(values, generated, {"layer": layer})
+
+
+@pinned("alphaedit", "test_editing_smollm2.py::test_alphaedit_small_batch")
+def alphaedit(lm: LensModel) -> Measured:
+    """AlphaEdit at its defaults on MEMIT's pinned batch (the same 4 facts, 15 fit steps, no GE)."""
+    from lmsci_mi.editing import (
+        AlphaEditConfig,
+        EvaluationConfig,
+        default_memit_layers,
+        evaluate_edits,
+        key_statistics,
+        load_facts,
+    )
+
+    layers = default_memit_layers(lm)
+    ev = evaluate_edits(
+        lm, load_facts()[::20][:4], AlphaEditConfig(layers=layers, steps=15),
+        stats=key_statistics(lm, layers), evaluation=EvaluationConfig(generation_tokens=0), use_cache=False,
+    )
+    return Measured({k: float(ev.metric(k)) for k in ("ES", "PS", "NS", "EM", "PM", "NM")}, ev,
+                    {"layers": layers})
+
+
 def _mean_kl(kl: torch.Tensor) -> torch.Tensor:
     """Per layer, KL averaged over real tokens (sink and padding left out)."""
     per_layer = kl[:, :, 1:].permute(1, 0, 2).reshape(kl.shape[1], -1)

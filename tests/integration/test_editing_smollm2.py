@@ -12,22 +12,14 @@ from lmsci_mi.editing import (
     EditRequest,
     ROMEConfig,
     default_rome_layer,
-    key_statistics,
     rome_edit,
     target_nll,
 )
-from tests.pins import Measured, check_pins, measure
+from tests.pins import EIFFEL_EDIT, Measured, check_pins, measure
 
 pytestmark = pytest.mark.slow
 
-EIFFEL = EditRequest(
-    "{} is located in the city of",
-    "The Eiffel Tower",
-    " Rome",
-    " Paris",
-    ("The Eiffel Tower can be found in the city of",),
-    ("The Louvre is located in the city of",),
-)
+EIFFEL = EditRequest(*EIFFEL_EDIT)
 
 
 def p_new_true(lm: LensModel, prompt: str) -> tuple[float, float]:
@@ -37,23 +29,19 @@ def p_new_true(lm: LensModel, prompt: str) -> tuple[float, float]:
 
 def test_rome_flips_eiffel_to_rome_and_restores(clean_smollm2: LensModel) -> None:
     lm = clean_smollm2
-    layer = default_rome_layer(lm)
-    stats = key_statistics(lm, layer)
     before = {k: v.clone() for k, v in lm.model.state_dict().items()}
     p_rome, p_paris = p_new_true(lm, EIFFEL.rewrite_prompt)
     assert p_paris > 0.5 > p_rome  # the model knows the fact before the edit
-    with rome_edit(lm, EIFFEL, ROMEConfig(layer=layer), stats=stats) as handle:
-        assert handle.layers == (layer,)
-        p_rome, p_paris = p_new_true(lm, EIFFEL.rewrite_prompt)
-        assert p_rome > 0.5 > p_paris
-        para_rome, para_paris = p_new_true(lm, EIFFEL.paraphrase_prompts[0])
-        assert para_rome > para_paris
-        # Specificity: the Louvre stays in Paris.
-        louvre_rome, louvre_paris = p_new_true(lm, EIFFEL.neighborhood_prompts[0])
-        assert louvre_paris > louvre_rome
-        assert "Rome" in lm.generate(EIFFEL.rewrite_prompt, 5)
+    rome = measure("rome", lm)  # edits, reads, and undoes the edit
+    p = rome.values
+    assert rome.extra["layer"] == default_rome_layer(lm)
+    assert p["p_new_rewrite"] > 0.5 > p["p_true_rewrite"]
+    assert p["p_new_paraphrase"] > p["p_true_paraphrase"]
+    assert p["p_true_neighbour"] > p["p_new_neighbour"]  # specificity: the Louvre stays in Paris
+    assert "Rome" in rome.result
     after = lm.model.state_dict()
     assert all(torch.equal(after[k], v) for k, v in before.items())
+    check_pins("rome", rome, lm.device)
 
 
 def test_rome_bad_layer_changes_nothing(clean_smollm2: LensModel) -> None:
@@ -147,3 +135,16 @@ def test_memit_robustness_band(memit: Measured) -> None:
     assert 68.0 < ev.metric("EM") < 99.4, ev.values
     assert 55.9 < ev.metric("PM") < 79.1, ev.values
     assert 38.6 < ev.metric("NM") < 47.6, ev.values
+
+
+def test_alphaedit_small_batch(clean_smollm2: LensModel) -> None:
+    """AlphaEdit on MEMIT's pinned batch: the facts install (each rate a share of 4 facts and 12
+    neighbour prompts), the weights are restored, and the values match their pins."""
+    lm = clean_smollm2
+    before = {k: v.clone() for k, v in lm.model.state_dict().items()}
+    alpha = measure("alphaedit", lm)
+    after = lm.model.state_dict()
+    assert all(torch.equal(after[k], v) for k, v in before.items())
+    ev = alpha.result
+    assert ev.metric("ES", edited=False) == 0 and ev.metric("ES") >= 75 and ev.metric("NS") >= 75, ev.values
+    check_pins("alphaedit", alpha, lm.device)
