@@ -15,6 +15,7 @@ entry must agree within circuit-tracer's own test tolerances (atol 1e-5, rtol 1e
     PYTHONPATH=. .venv/bin/python benchmarks/graphs_vs_circuit_tracer.py --quick       # a check
     OMP_NUM_THREADS=1 flock /work/model.lock env PYTHONPATH=. .venv/bin/python \\
         benchmarks/graphs_vs_circuit_tracer.py --model smollm2-135m --transcoders PATH --threads 1
+    ... --agreement-only          # the comparison alone, cached; a later --quiet run only times
 
   (a) ``ct-llama``: circuit-tracer's own tests/test_attributions_llama.py model (2 layers, d_model 8,
       2 heads of 4, gated SiLU d_mlp 16, vocabulary 16, RMSPre, rotary), every parameter uniform(−1, 1)
@@ -87,6 +88,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=512, help="targets per backward pass (both sides)")
     parser.add_argument("--max-feature-nodes", type=int, default=None, help="feature nodes (default all)")
     parser.add_argument("--quiet", action="store_true", help="nothing else ran on the machine")
+    parser.add_argument("--agreement-only", action="store_true", help="compare the graphs and cache the "
+                        "result, no timing (on a loaded machine; a later --quiet run times from the cache)")
 
 
 def export(lm: Any, transcoders: Any, folder: Path) -> tuple[Path, Path]:
@@ -267,10 +270,31 @@ def ct_llama() -> Any:
                      tokenizer=tokenizer, sink_token_id=0)
 
 
-def compare_model(name: str, args: argparse.Namespace, run: harness.Run) -> GraphsPeerModel:
-    """Export, start both workers, compare their graphs, time them."""
+def agreement_cache(run: harness.Run, name: str, args: argparse.Namespace, options: dict[str, Any],
+                    tokens: list[int]) -> harness.ItemCache:
+    """Where a model's comparison is kept: by model, options, tokens and the transcoder files
+    (their paths, sizes and modification times)."""
+    files = sorted(args.transcoders.rglob("*")) if args.transcoders and args.transcoders.is_dir() else (
+        [args.transcoders] if args.transcoders else [])
+    stamp = [[str(f), f.stat().st_size, f.stat().st_mtime] for f in files if f.is_file()]
+    return run.cache({"model": name, "options": options, "tokens": list(map(int, tokens)),
+                      "transcoders": stamp, "quick": args.quick})
+
+
+def compare_graphs(workers: dict[str, Worker], folder: Path, n_layers: int) -> PeerAgreement:
+    """Each side builds the graph once; their adjacency matrices compared."""
     import torch
 
+    graphs = {}
+    for side, worker in workers.items():
+        worker.request(op="graph", out=str(folder / f"{side}.pt"))
+        graphs[side] = torch.load(folder / f"{side}.pt")
+    return agreement(graphs["lmsci_mi"], graphs["circuit_tracer"], n_layers)
+
+
+def compare_model(name: str, args: argparse.Namespace, run: harness.Run) -> GraphsPeerModel | None:
+    """Export, start both workers, compare their graphs (cached), time them (None with
+    --agreement-only)."""
     lm, transcoders, tokens = subject(name, args)
     options = {"batch_size": args.batch_size, "max_feature_nodes": args.max_feature_nodes,
                "desired_logit_prob": 0.95, "max_n_logits": 10}
@@ -286,11 +310,10 @@ def compare_model(name: str, args: argparse.Namespace, run: harness.Run) -> Grap
                    "circuit_tracer": Worker("circuit-tracer", str(args.venv / "bin" / "python"), peer_env,
                                             files, tokens, options, args.threads)}
         try:
-            graphs = {}
-            for side, worker in workers.items():
-                worker.request(op="graph", out=str(folder / f"{side}.pt"))
-                graphs[side] = torch.load(folder / f"{side}.pt")
-            agree = agreement(graphs["lmsci_mi"], graphs["circuit_tracer"], lm.cfg.n_layers)
+            agree = agreement_cache(run, name, args, options, tokens).get(
+                "agreement", lambda: compare_graphs(workers, folder, lm.cfg.n_layers))
+            if args.agreement_only:
+                return None
             replies: dict[str, list[dict[str, Any]]] = {side: [] for side in workers}
             sides = {side: _timed_call(worker, replies[side]) for side, worker in workers.items()}
             comparison = timing.compare(sides, rounds=args.rounds, quiet=args.quiet, note=(
@@ -331,12 +354,17 @@ def main() -> None:
     models = {**existing}
     for name in names:
         entry = compare_model(name, args, run)
+        if entry is None:
+            print(f"{name}: the agreement is cached; run again without --agreement-only to time it")
+            continue
         models[f"{name} (quick: toy-2l)" if args.quick and name == "smollm2-135m" else name] = entry
         agree = entry["agreement"]
         print(f"{name}: {agree['nodes_compared']} nodes, max |diff| {agree['max_abs_diff']:.3g}, max rel "
               f"{agree['max_rel_diff']:.3g}, within atol {ATOL:g} / rtol {RTOL:g}: {agree['within_tolerance']}; "
               f"median s ours {entry['timing']['sides']['lmsci_mi']['median']:.3f}, circuit-tracer "
               f"{entry['timing']['sides']['circuit_tracer']['median']:.3f}")
+    if args.agreement_only:
+        return
     run.write(GraphsPeerData(models=models, tolerance={"atol": ATOL, "rtol": RTOL},
                              peer="circuit-tracer (the registry's 0.5.0 unless versions say another source), "
                                   "TransformerLens backend, in scripts/install_circuit_tracer.sh's venv"))
