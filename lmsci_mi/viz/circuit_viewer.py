@@ -327,8 +327,23 @@ def _asset(name: str) -> str:
     return text
 
 
+SIGNIFICANT_DIGITS = 6
+"""Digits a number keeps in the page: the viewer shows 3 and ranks by the rest, and a float's full
+17 digits would more than double a large graph's page."""
+
+
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        return float(f"{value:.{SIGNIFICANT_DIGITS}g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_rounded(v) for v in value]
+    return value
+
+
 def _json(value: Any) -> str:
-    """JSON for a ``<script type="application/json">`` element: no ``<``, ``>`` or ``&`` left, so
-    no label can end the element or open a comment."""
-    text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    """JSON for a ``<script type="application/json">`` element: numbers to ``SIGNIFICANT_DIGITS``,
+    and no ``<``, ``>`` or ``&`` left, so no label can end the element or open a comment."""
+    text = json.dumps(_rounded(value), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
