@@ -288,7 +288,9 @@ def plot_wild(ax: Any, c: SequentialCurve, metric: str, color: str | None) -> No
               if v is not None]
     if points:
         xs, ys, cis = zip(*points, strict=True)
-        yerr = [[y - lo for y, (lo, _) in zip(ys, cis, strict=True)], [hi - y for y, (_, hi) in zip(ys, cis, strict=True)]]
+        # max(0, ·): at 0 % or 100 % the Wilson bound equals the rate up to float rounding
+        yerr = [[max(0.0, y - lo) for y, (lo, _) in zip(ys, cis, strict=True)],
+                [max(0.0, hi - y) for y, (_, hi) in zip(ys, cis, strict=True)]]
         ax.errorbar(xs, ys, yerr=yerr, marker="s", ms=2.5, capsize=2, ls="--", color=color, alpha=0.8)
 
 
