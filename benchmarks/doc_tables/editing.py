@@ -71,6 +71,11 @@ SEQUENTIAL_ORDER = ("rome", "memit", "alphaedit")
 SEQUENTIAL_METRICS = ("ES", "PS", "NS", "specificity")
 
 
+def _ordered(methods: dict[str, Any]) -> list[str]:
+    """The page's order of methods: ROME, MEMIT, AlphaEdit, then any other in the file's order."""
+    return [m for m in SEQUENTIAL_ORDER if m in methods] + [m for m in methods if m not in SEQUENTIAL_ORDER]
+
+
 @table("sequential_editing")
 def sequential_editing(data: SequentialEditingData) -> str:
     """benchmarks/sequential_editing.py: every method's every evaluated step, ± one binomial s.e.
@@ -78,9 +83,7 @@ def sequential_editing(data: SequentialEditingData) -> str:
     Methods come in the page's order (ROME, MEMIT, AlphaEdit, then any other in the file's order),
     so a run that adds steps or methods changes only the data file."""
     methods = data["methods"]
-    names = [m for m in SEQUENTIAL_ORDER if m in methods] + [
-        m for m in methods if m not in SEQUENTIAL_ORDER
-    ]
+    names = _ordered(methods)
     rows = []
     for name in names:
         curve = methods[name]
@@ -130,7 +133,7 @@ def sequential_wild(data: SequentialEditingData) -> str:
     """benchmarks/sequential_editing.py: ES, PS and NS beside WILD-EM's rewrite, paraphrase and
     locality on the same weights, at 100 edits and at each method's last step."""
     methods = data["methods"]
-    names = [m for m in SEQUENTIAL_ORDER if m in methods] + [m for m in methods if m not in SEQUENTIAL_ORDER]
+    names = _ordered(methods)
     rows = []
     for name in names:
         curve = methods[name]
@@ -144,10 +147,6 @@ def sequential_wild(data: SequentialEditingData) -> str:
          "WILD-EM paraphrase [95 % Wilson]", "NS ± s.e.", "WILD-EM locality [95 % Wilson]"],
         rows,
     )
-
-
-def _ordered(methods: dict[str, Any]) -> list[str]:
-    return [m for m in SEQUENTIAL_ORDER if m in methods] + [m for m in methods if m not in SEQUENTIAL_ORDER]
 
 
 def _span_of(values: Sequence[float]) -> str:
