@@ -27,7 +27,8 @@ SmolLM2's 8,192 tokens a pass is about 19 TFLOP of attention (30 layers x 9 head
 here (an estimate, not a measurement), and each text takes three passes (curves, NLL, NLL under the
 mask). Every pass is cached per text as soon as it is done, so a killed run resumes, and the cache
 does not depend on --n-texts: run one text, read the printed estimate, then raise --n-texts (the
-rise's standard error needs at least two). Gemma 3's 32,768 trained tokens make twice that far
+rise's standard error needs at least two; one text's NLL curves are written with the rule not
+tested). Gemma 3's 32,768 trained tokens make twice that far
 slower; give it a --max-length (the data file records the one used).
 """
 
@@ -69,6 +70,7 @@ from lmsci_mi.outliers import (
     nll_rise,
     token_nll,
     trained_context,
+    window_excess,
 )
 
 QUICK = {"model": "toy-2l", "n_texts": 2, "curve_texts": 2, "separation_texts": 2, "separation_length": 64,
@@ -203,35 +205,47 @@ def rise_record(rise: NLLRise, per_text: torch.Tensor) -> RiseRecord:
     means = [float(((sums[:, e] - sums[:, e - rise.window]) / rise.window).mean()) for e in ends]
     return RiseRecord(length=rise.length, in_context=list(rise.in_context), in_context_mean=rise.in_context_mean,
                       window=rise.window, stride=rise.stride, n_se=rise.n_se, window_ends=ends, window_mean=means,
-                      excess=rise.excess.tolist(), se=rise.se.tolist())
+                      excess=rise.excess.tolist(), se=rise.se.tolist(), applied=True)
+
+
+def unruled_record(per_text: torch.Tensor, window: int, in_context: tuple[int, int], n_se: float) -> RiseRecord:
+    """The windows of one text, without the rule (its standard error is over texts): length None."""
+    ends, reference, difference = window_excess(per_text, window=window, in_context=in_context)
+    return RiseRecord(length=None, in_context=list(in_context), in_context_mean=float(reference.mean()),
+                      window=window, stride=window, n_se=n_se, window_ends=ends.tolist(),
+                      window_mean=(difference + reference[:, None]).mean(0).tolist(),
+                      excess=difference.mean(0).tolist(), se=[], applied=False)
 
 
 # ----------------------------------------------------------------------------- figures
 
 
-def draw_nll(path: Path, model: str, curves: dict[str, torch.Tensor], rises: dict[str, NLLRise], trained: int) -> Path:
+def draw_nll(path: Path, model: str, curves: dict[str, torch.Tensor], records: dict[str, RiseRecord],
+             trained: int) -> Path:
     """NLL by position (a running window mean over the texts' mean), without and with the Λ-mask,
-    the trained length and each curve's rise marked."""
+    the trained length and each curve's rise marked (none where the rule was not applied)."""
     from matplotlib.figure import Figure
 
     from lmsci_mi.viz.plots import save_figure
 
     fig = Figure(figsize=(7.5, 4.2), layout="tight")
     ax = fig.subplots()
-    some = next(iter(rises.values()))
+    some = records["without the mask"]
+    window = some["window"]
     for (label, per_text), color in zip(curves.items(), ("tab:red", "tab:blue"), strict=False):
-        ends, means = window_means(per_text.nanmean(0), some.window, max(1, some.window // 8))
-        rise = rises.get(label)
-        where = "none" if rise is None or rise.length is None else f"{rise.length:,}"
-        ax.plot(ends, means.numpy(), color=color, label=f"{label}: rises at {where}")
-        if rise is not None and rise.length is not None:
-            ax.axvline(rise.length, color=color, linestyle=":", linewidth=1)
-    ax.axvspan(*some.in_context, color="grey", alpha=0.08, label="in-context range")
-    ax.axhline(some.in_context_mean, color="grey", linewidth=0.8, label="in-context mean (without the mask)")
+        ends, means = window_means(per_text.nanmean(0), window, max(1, window // 8))
+        rise = records[label]
+        where = f"{rise['length']:,}" if rise["length"] is not None else "none"
+        ax.plot(ends, means.numpy(), color=color, label=f"{label}: rises at {where}" if rise["applied"]
+                else f"{label} (the rise rule needs two texts)")
+        if rise["length"] is not None:
+            ax.axvline(rise["length"], color=color, linestyle=":", linewidth=1)
+    ax.axvspan(*some["in_context"], color="grey", alpha=0.08, label="in-context range")
+    ax.axhline(some["in_context_mean"], color="grey", linewidth=0.8, label="in-context mean (without the mask)")
     ax.axvline(trained, color="black", linestyle="--", linewidth=1, label=f"trained length {trained:,}")
     n = next(iter(curves.values())).shape[0]
     ax.set_xlabel("position (tokens; window end)")
-    ax.set_ylabel(f"NLL, mean over {some.window}-token windows and {n} texts")
+    ax.set_ylabel(f"NLL, mean over {window}-token windows and {n} text{'s' if n > 1 else ''}")
     ax.set_title(f"{model}: NLL by position, without and with the Λ-mask", fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
@@ -318,6 +332,23 @@ def earlier_seconds(path: Path, model: str) -> dict[str, float]:
     return earlier.get("seconds_per_pass", {}) if earlier.get("model") == model else {}
 
 
+def nll_section(lm: LensModel, curves: dict[str, torch.Tensor], record: dict, args: argparse.Namespace,
+                trained: int, stem: Path) -> tuple[NLLSection, Path]:
+    """The NLL curves' section and figure: where each starts to rise, by the rule where there are
+    two texts or more; one text's windows are kept with the rule not applied."""
+    in_context = (args.in_context_start, min(trained, args.max_length))
+    if args.n_texts >= 2:
+        records = {k: rise_record(nll_rise(v, window=args.window, in_context=in_context, n_se=args.n_se), v)
+                   for k, v in curves.items()}
+    else:
+        print("one text: the NLL's rise rule needs its standard error over two texts or more (raise --n-texts); "
+              "the curves are kept without it")
+        records = {k: unruled_record(v, args.window, in_context, args.n_se) for k, v in curves.items()}
+    section = NLLSection(**record, n_texts=args.n_texts, max_length=args.max_length,
+                         without=records["without the mask"], with_mask=records["with the Λ-mask"])
+    return section, draw_nll(stem / f"outliers_nll_{lm.name}.png", lm.name, curves, records, trained)
+
+
 def main() -> None:
     run = harness.start(__doc__, __file__, threads=1, flags=add_flags, out=data_file)
     args = settings(run.args, QUICK)
@@ -350,16 +381,7 @@ def main() -> None:
         curves={"max_logit": curve_set([c for c, _ in per_text], grid(length, args.grid, marks), None),
                 "entropy": curve_set([e for _, e in per_text], [], args.window)},
         separation=separation, seconds_per_pass={**earlier_seconds(run.out, lm.name), **clock.seconds})
-    if args.n_texts >= 2:
-        stop = min(trained, length)
-        rises = {k: nll_rise(v, window=args.window, in_context=(args.in_context_start, stop), n_se=args.n_se)
-                 for k, v in curves.items()}
-        data["nll"] = NLLSection(**record, n_texts=args.n_texts, max_length=length,
-                                 without=rise_record(rises["without the mask"], curves["without the mask"]),
-                                 with_mask=rise_record(rises["with the Λ-mask"], curves["with the Λ-mask"]))
-        figures["nll"] = draw_nll(stem / f"outliers_nll_{lm.name}.png", lm.name, curves, rises, trained)
-    else:
-        print("one text: the NLL's rise needs its standard error over at least two (raise --n-texts)")
+    data["nll"], figures["nll"] = nll_section(lm, curves, record, args, trained, stem)
     data["figures"] = {k: shown(v) for k, v in figures.items()}
     run.write(finite(data), ensure_ascii=False)
 

@@ -312,6 +312,8 @@ def outliers_context(data: Any) -> str:
 
 
 def _rise(r: RiseRecord, limit: int) -> str:
+    if not r.get("applied", True):
+        return "not tested (one text; the rule's standard error is over texts)"
     if not r["window_ends"]:
         return "– (no window past the in-context range)"
     return f"{r['length']:,}" if r["length"] is not None else f"no rise up to {limit:,}"
@@ -344,23 +346,40 @@ def _at(curve: dict, layer: int, x: int) -> float:
     return curve["mean"][layer][i]
 
 
+def _nll_finding(n: Any, length: int) -> str:
+    """Where the NLL starts to rise; with one text (the rule not tested), how far above the
+    in-context mean its windows lie."""
+    w, m = n["without"], n["with_mask"]
+    if w.get("applied", True):
+        return (f"- NLL by position ({n['n_texts']} texts): it starts to rise at {_rise(w, length)} without the "
+                f"mask and at {_rise(m, length)} with the Λ-mask (rule: a {w['window']}-token window's mean above "
+                f"the in-context mean by {w['n_se']:g} standard errors over texts).")
+    if not w["excess"]:
+        return "- NLL by position (one text): no window past the in-context range."
+
+    def mean(r: Any) -> float:
+        return sum(r["excess"]) / len(r["excess"])
+
+    return (f"- NLL by position (one text, so the rise rule, whose standard error is over texts, is not tested): "
+            f"past the trained length its {len(w['excess'])} windows of {w['window']} tokens lie on average "
+            f"{mean(w):+.3f} nats from the in-context mean ({w['in_context_mean']:.3f}) without the mask and "
+            f"{mean(m):+.3f} with the Λ-mask; the last window {w['excess'][-1]:+.3f} and {m['excess'][-1]:+.3f}.")
+
+
 def _length_finding(model: str, doc: OutliersLengthData) -> list[str]:
     trained, length = doc["trained_context"]["trained_length"], doc["max_length"]
     logit, entropy = doc["curves"]["max_logit"], doc["curves"]["entropy"]
     n_layers = len(logit["layers"])
     grows = [_at(logit, i, length) - _at(logit, i, trained) for i in range(n_layers)]
     more = [_at(entropy, i, length) - _at(entropy, i, trained) for i in range(n_layers)]
-    lines = [f"- {model_name(model)}, {logit['n_texts']} texts of {length:,} tokens (trained length {trained:,}): "
+    texts = f"{logit['n_texts']} text{'s' if logit['n_texts'] != 1 else ''}"
+    lines = [f"- {model_name(model)}, {texts} of {length:,} tokens (trained length {trained:,}): "
              f"between distance {trained:,} and {length - 1:,} the running maximum attention logit grows in "
              f"{sum(g > 0 for g in grows)} of {n_layers} layers (by at most {max(grows):.2f}); the attention "
              f"entropy of the last window is above that at {trained:,} in {sum(m > 0 for m in more)} of {n_layers} "
              f"layers (by at most {max(more):.2f} nats)."]
     if "nll" in doc:
-        n = doc["nll"]
-        lines.append(f"- NLL by position ({n['n_texts']} texts): it starts to rise at "
-                     f"{_rise(n['without'], length)} without the mask and at {_rise(n['with_mask'], length)} with "
-                     f"the Λ-mask (rule: a {n['without']['window']}-token window's mean above the in-context mean by "
-                     f"{n['without']['n_se']:g} standard errors over texts).")
+        lines.append(_nll_finding(doc["nll"], length))
     return lines
 
 

@@ -53,6 +53,7 @@ from lmsci_mi.outliers.length import (
     register_trained_context,
     token_nll,
     trained_context,
+    window_excess,
 )
 from lmsci_mi.outliers.massive import (
     MassiveActivations,
@@ -158,5 +159,6 @@ __all__ = [
     "token_nll",
     "train_short_context_lm",
     "trained_context",
+    "window_excess",
     "wrap_short_context_lm",
 ]

@@ -50,6 +50,7 @@ __all__ = [
     "nll_rise",
     "token_nll",
     "trained_context",
+    "window_excess",
 ]
 
 
@@ -455,6 +456,38 @@ class NLLRise:
     se: Tensor
 
 
+def window_excess(
+    per_text: Float[Tensor, "text pos"],
+    *,
+    window: int,
+    in_context: tuple[int, int],
+    stride: int | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The arithmetic of :func:`nll_rise` without its test, so one text is enough: the ends ``L``
+    of the windows ``[L - window, L)`` past the in-context range, each text's in-context mean NLL
+    ``[text]``, and each text's window means minus it ``[text, window]``.
+
+    >>> ends, reference, difference = window_excess(torch.ones(1, 100), window=10, in_context=(1, 50))
+    >>> ends[:2].tolist(), float(difference.abs().max())
+    ([60, 70], 0.0)
+    """
+    n_texts, n_pos = per_text.shape
+    start, stop = in_context
+    stride = stride or window
+    if not 1 <= start < stop <= n_pos or window < 1 or stride < 1:
+        raise UserInputError(
+            f"in-context range {in_context} must satisfy 1 <= start < stop <= {n_pos} (the texts' length), "
+            f"and window ({window}) and stride ({stride}) be >= 1"
+        )
+    x = per_text.double().clone()
+    x[:, 0] = 0.0  # no prediction at position 0 (NaN there); never inside a window
+    sums = torch.cat([torch.zeros(n_texts, 1, dtype=x.dtype), x.cumsum(1)], dim=1)
+    reference = (sums[:, stop] - sums[:, start]) / (stop - start)  # [text]
+    ends = torch.arange(stop + window, max(n_pos + 1, stop + window), stride)  # empty: no room past it
+    means = (sums[:, ends] - sums[:, ends - window]) / window  # [text, window]
+    return ends, reference, means - reference[:, None]
+
+
 def nll_rise(
     per_text: Float[Tensor, "text pos"],
     *,
@@ -473,28 +506,15 @@ def nll_rise(
     >>> nll_rise(flat, window=10, in_context=(1, 50), n_se=50).length is None
     True
     """
-    n_texts, n_pos = per_text.shape
-    start, stop = in_context
-    stride = stride or window
-    if n_texts < 2:
+    if per_text.shape[0] < 2:
         raise UserInputError("the rule's standard error is over texts: give at least 2 texts")
-    if not 1 <= start < stop <= n_pos or window < 1 or stride < 1:
-        raise UserInputError(
-            f"in-context range {in_context} must satisfy 1 <= start < stop <= {n_pos} (the texts' length), "
-            f"and window ({window}) and stride ({stride}) be >= 1"
-        )
-    x = per_text.double().clone()
-    x[:, 0] = 0.0  # no prediction at position 0 (NaN there); never inside a window
-    sums = torch.cat([torch.zeros(n_texts, 1, dtype=x.dtype), x.cumsum(1)], dim=1)
-    reference = (sums[:, stop] - sums[:, start]) / (stop - start)  # [text]
-    ends = torch.arange(stop + window, max(n_pos + 1, stop + window), stride)  # empty: no room past it
-    means = (sums[:, ends] - sums[:, ends - window]) / window  # [text, window]
-    difference = means - reference[:, None]
+    stride = stride or window
+    ends, reference, difference = window_excess(per_text, window=window, in_context=in_context, stride=stride)
     excess = difference.mean(0)
     se = standard_error(difference, axis=0) if len(ends) else excess.clone()
     hits = torch.nonzero(excess > n_se * se).flatten()
     return NLLRise(
-        length=int(ends[hits[0]]) if len(hits) else None, in_context=(start, stop),
+        length=int(ends[hits[0]]) if len(hits) else None, in_context=(in_context[0], in_context[1]),
         in_context_mean=float(reference.mean()), window=window, stride=stride, n_se=n_se,
         window_ends=ends, excess=excess, se=se,
     )

@@ -148,6 +148,20 @@ def test_the_length_tables_follow_the_rise_and_the_curves() -> None:
     assert "| SmolLM2-135M | 1 | 2.00 | 2.00 | 4.00 | 3.50 | 9.00 |" in curves
 
 
+def test_one_texts_nll_is_shown_without_the_rise_rule() -> None:
+    r = _renderers()
+    one = copy.deepcopy(LENGTH)
+    one["nll"]["n_texts"] = 1
+    for key, excess in (("without", [0.5, 1.5]), ("with_mask", [0.0, -0.2])):
+        one["nll"][key].update(length=None, se=[], applied=False, excess=excess)
+    rise = r["outliers_nll_rise"](_two(one, "length"))
+    assert "| 1 × 16,384 |" in rise and "not tested (one text" in rise
+    findings = r["outliers_length_findings"](one)
+    assert "one text, so the rise rule" in findings
+    assert "on average +1.000 nats" in findings and "+0.000 nats" not in findings
+    assert "-0.100 with the Λ-mask; the last window +1.500 and -0.200" in findings
+
+
 def test_a_block_whose_file_is_not_written_yet_renders_not_yet(tmp_path: Path) -> None:
     dt = _script()
     (tmp_path / "benchmarks").mkdir()

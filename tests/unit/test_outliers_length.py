@@ -23,6 +23,7 @@ from lmsci_mi.outliers.length import (
     nll_by_position,
     nll_rise,
     trained_context,
+    window_excess,
 )
 from lmsci_mi.sites import hook_name
 
@@ -61,6 +62,17 @@ def test_the_standard_error_is_over_texts() -> None:
     assert nll_rise(curve, window=20, in_context=(10, 150)).length is None
     curve[:, 200:] = curve[:, 200:] - shift + 0.05  # every text rises by 0.05
     assert nll_rise(curve, window=20, in_context=(10, 150)).length == 210  # [190, 210): half risen
+
+
+def test_one_texts_windows_are_the_rules_arithmetic() -> None:
+    curve = _noisy(3, 300)
+    curve[:, 200:] += 0.5
+    rise = nll_rise(curve, window=20, in_context=(10, 150))
+    ends, reference, difference = window_excess(curve, window=20, in_context=(10, 150))
+    assert torch.equal(ends, rise.window_ends) and torch.allclose(difference.mean(0), rise.excess)
+    assert float(reference.mean()) == pytest.approx(rise.in_context_mean)
+    one = window_excess(curve[:1], window=20, in_context=(10, 150))[2]  # one text is enough here
+    assert torch.equal(one[0], difference[0])
 
 
 def test_the_rule_refuses_what_it_cannot_measure() -> None:

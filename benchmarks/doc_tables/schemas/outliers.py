@@ -7,7 +7,7 @@ reads both."""
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 from .icl_vectors import IntervalRecord
 
@@ -219,7 +219,9 @@ class CurveSet(TypedDict):
 
 
 class RiseRecord(TypedDict):
-    """``lmsci_mi.outliers.NLLRise`` and the windows' mean NLL (mean over texts)."""
+    """``lmsci_mi.outliers.NLLRise`` and the windows' mean NLL (mean over texts). ``applied``
+    False: one text, so the rule (a standard error over texts) was not tested; ``length`` is None
+    and ``se`` empty (data written before it carry no ``applied``: the rule was applied)."""
 
     length: int | None
     in_context: list[int]
@@ -231,6 +233,7 @@ class RiseRecord(TypedDict):
     window_mean: list[float]
     excess: list[float]
     se: list[float]
+    applied: NotRequired[bool]
 
 
 class NLLSection(TypedDict):
