@@ -3,6 +3,7 @@
 EAP-IG circuit; the replacement and completeness scores of both sets (docs/graphs.md).
 
     PYTHONPATH=. OMP_NUM_THREADS=1 python benchmarks/graphs_smollm2.py --threads 1   # needs SmolLM2's transcoders
+    PYTHONPATH=. OMP_NUM_THREADS=1 python benchmarks/graphs_smollm2.py --threads 1 --methods-only   # meanwhile
     PYTHONPATH=. python benchmarks/graphs_smollm2.py --quick    # toy-2l, random transcoders, seconds (out/quick/)
 
 The transcoders are ``load_transcoders``'s (build them first: benchmarks/transcoders.py --model
@@ -34,7 +35,9 @@ tokens, the share of prompts whose indirect object's token node has more influen
 mentions of the subject (the IOI account: name movers copy the indirect object from its position).
 
 Every figure over facts or prompts has a 95 % percentile-bootstrap interval over them. Each
-graph, trace, neuron set and the EAP-IG circuit are cached, so a killed run resumes.
+graph, trace, neuron set and the EAP-IG circuit are cached, so a killed run resumes; the
+component-level side needs no transcoder, so ``--methods-only`` computes it while the transcoders
+are built. ``--n-facts N`` takes the relation's first N facts in the shipped order (the page says so).
 """
 
 from __future__ import annotations
@@ -67,6 +70,10 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--relation", default="landmark_city", help="the facts' relation (the Eiffel Tower's)")
     parser.add_argument("--n-prompts", type=int, default=16, help="IOI prompts with a graph each")
+    parser.add_argument("--n-facts", type=int, default=None,
+                        help="the relation's first N one-token facts, in the shipped order (default: all)")
+    parser.add_argument("--methods-only", action="store_true",
+                        help="only the trace, the knowledge neurons and EAP-IG (no transcoder needed), cached")
     parser.add_argument("--resamples", type=int, default=2000)
 
 
@@ -113,23 +120,28 @@ def relation_facts(lm: LensModel, relation: str) -> list[Fact]:
     return facts
 
 
-def fact_item(lm: LensModel, tcs: TranscoderSet, fact: Fact) -> dict[str, Any]:
-    """One fact's graph, trace and knowledge neurons, reduced to per-layer profiles."""
-    prompt, answer = fact.rewrite_prompt, lm.continuation_ids(fact.target_true)[0]
-    graph = attribution_graph(lm, tcs, prompt, GRAPH_CONFIG, targets=[answer])
-    trace = causal_trace(lm, prompt, fact.subject, TraceConfig(target=fact.target_true, kinds=("mlp",)))
-    if trace.values.shape[-1] != len(graph.tokens):
-        raise RuntimeError(f"{prompt!r}: the trace and the graph tokenise differently")
+def fact_methods(lm: LensModel, fact: Fact) -> dict[str, Any]:
+    """One fact's causal trace (MLP rows) and knowledge neurons, reduced to per-layer profiles:
+    the component-level side, which needs no transcoder."""
+    trace = causal_trace(lm, fact.rewrite_prompt, fact.subject, TraceConfig(target=fact.target_true, kinds=("mlp",)))
     neurons = knowledge_neurons(lm, fact, config=KnowledgeNeuronsConfig())
     kn_mass = neurons.scores[0].clamp(min=0).sum(-1)  # [layer] on the rewrite prompt
-    subject_last, last = trace.subject_positions[-1], len(graph.tokens) - 1
     effect = (trace.values[0] - trace.corrupted_value).double().numpy()  # [layer, position]
+    return {"subject_last": trace.subject_positions[-1], "n_tokens": trace.values.shape[-1],
+            "trace_mlp": effect.tolist(), "kn_layers": sorted({layer for layer, _ in neurons.neurons}),
+            "kn_mass": {int(layer): float(m) for layer, m in zip(neurons.layers, kn_mass, strict=True)}}
+
+
+def fact_item(lm: LensModel, tcs: TranscoderSet, fact: Fact, methods: dict[str, Any]) -> dict[str, Any]:
+    """One fact's graph beside its trace and knowledge neurons (``fact_methods``)."""
+    prompt, answer = fact.rewrite_prompt, lm.continuation_ids(fact.target_true)[0]
+    graph = attribution_graph(lm, tcs, prompt, GRAPH_CONFIG, targets=[answer])
+    if methods["n_tokens"] != len(graph.tokens):
+        raise RuntimeError(f"{prompt!r}: the trace and the graph tokenise differently")
     return {"subject": fact.subject, "prompt": prompt, "target": fact.target_true,
-            "positions": {"subject_last": subject_last, "last": last},
-            "graph_mlp": mlp_influence(graph).tolist(), "trace_mlp": effect.tolist(),
-            "kn_layers": sorted({layer for layer, _ in neurons.neurons}),
-            "kn_mass": {int(layer): float(m) for layer, m in zip(neurons.layers, kn_mass, strict=True)},
-            **graph_scores(graph)}
+            "positions": {"subject_last": methods["subject_last"], "last": len(graph.tokens) - 1},
+            "graph_mlp": mlp_influence(graph).tolist(), "trace_mlp": methods["trace_mlp"],
+            "kn_layers": methods["kn_layers"], "kn_mass": methods["kn_mass"], **graph_scores(graph)}
 
 
 def fact_claims(item: dict[str, Any]) -> dict[str, float]:
@@ -215,19 +227,31 @@ def main() -> None:
     torch.set_grad_enabled(True)
     with run.timed("load"):
         lm = load_model("toy-2l" if run.quick else args.model)
-        tcs = transcoders_for(lm, run.quick)
-    cache = run.cache(exclude=["resamples"])
-    facts = relation_facts(lm, args.relation)[: 2 if run.quick else None]
-    with run.timed("facts"):
-        fact_items = [cache.get(f"fact-{i:02d}", lambda f=f: fact_item(lm, tcs, f)) for i, f in enumerate(facts)]
+    cache = run.cache(exclude=["resamples", "methods_only", "n_facts"])
+    every = relation_facts(lm, args.relation)
+    facts = every[: 2 if run.quick else args.n_facts]
     pairs = ioi_str_pairs(lm, 4 if run.quick else args.n_prompts, seed=0)
+    # the component-level side first, each item cached: it needs no transcoder, so
+    # --methods-only runs it while the transcoders are still being built
+    with run.timed("trace and knowledge neurons"):
+        methods = [cache.get(f"methods-{i:02d}", lambda f=f: fact_methods(lm, f)) for i, f in enumerate(facts)]
     with run.timed("eap-ig"):
         circuit = cache.get("eap-ig", lambda: eap_ig_circuit(lm, pairs))
+    if args.methods_only:
+        print(f"the trace, the knowledge neurons ({len(facts)} facts) and EAP-IG are cached; run again without "
+              "--methods-only for the graphs")
+        return
+    with run.timed("load transcoders"):
+        tcs = transcoders_for(lm, run.quick)
+    with run.timed("fact graphs"):
+        fact_items = [cache.get(f"fact-{i:02d}", lambda f=f, m=m: fact_item(lm, tcs, f, m))
+                      for i, (f, m) in enumerate(zip(facts, methods, strict=True))]
     with run.timed("ioi graphs"):
         ioi_items = [cache.get(f"ioi-{i:02d}", lambda i=i: ioi_item(lm, tcs, pairs.clean[i], pairs.answers[i],
                                                                      pairs.wrongs[i]))
                      for i in range(len(pairs.clean))]
-    run.write(record(lm, args, fact_items, ioi_items, circuit, pairs.source, run.quick))
+    run.write(record(lm, args, fact_items, ioi_items, circuit, pairs.source, run.quick) | {
+        "n_facts_of_relation": len(every)})
 
 
 def record(lm: LensModel, args: argparse.Namespace, fact_items: list[dict[str, Any]],

@@ -93,3 +93,22 @@ def test_fact_claims_read_the_right_positions(claims) -> None:
     assert got["trace_subject_share"] == pytest.approx(0.75)
     assert (got["graph_peak_layer"], got["trace_peak_layer"]) == (2.0, 2.0)
     assert got["kn_layer_share"] == 1.0 and got["kn_layer_baseline"] == 0.25
+
+
+def test_the_smollm2_table_names_a_subset_of_the_facts(claims) -> None:
+    """docs/graphs.md's SmolLM2 table: a run on the relation's first N facts (--n-facts) says so."""
+    from doc_tables import RENDERERS  # on the path once the script's module is (the fixture)
+
+    claim = {"estimate": 0.5, "low": 0.4, "high": 0.6}
+    scores = {"replacement": claim, "completeness": claim, "n_features": {"estimate": 900.0}}
+    facts = {key: claim for key in ("graph_subject_share", "trace_subject_share", "graph_peak_layer",
+                                     "trace_peak_layer", "layer_spearman_trace", "kn_layer_share",
+                                     "kn_layer_baseline", "layer_spearman_kn")}
+    ioi = {key: claim for key in ("circuit_mlp_share", "circuit_mlp_baseline", "layer_spearman_eap_ig",
+                                  "io_over_subject")}
+    doc = {"relation": "landmark_city", "facts": [{}] * 12, "ioi_prompts": [{}] * 16, "fact_claims": facts,
+           "ioi_claims": ioi, "fact_scores": scores, "ioi_scores": scores, "n_facts_of_relation": 26,
+           "eap_ig": {"edges": 40, "faithfulness": 0.8, "mlp_layers": [0, 3]}}
+    render = RENDERERS["graphs_smollm2"]
+    assert "| 12 landmark_city facts, the first 12 of 26 in the shipped order | 0.500 [0.400, 0.600] |" in render(doc)
+    assert "the first" not in render({**doc, "n_facts_of_relation": 12})
