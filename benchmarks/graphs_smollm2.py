@@ -37,7 +37,8 @@ mentions of the subject (the IOI account: name movers copy the indirect object f
 Every figure over facts or prompts has a 95 % percentile-bootstrap interval over them. Each
 graph, trace, neuron set and the EAP-IG circuit are cached, so a killed run resumes; the
 component-level side needs no transcoder, so ``--methods-only`` computes it while the transcoders
-are built. ``--n-facts N`` takes the relation's first N facts in the shipped order (the page says so).
+are built. ``--n-facts N`` takes the relation's first N facts in the shipped order, ``--n-ioi-graphs N``
+graphs the first N IOI prompts (EAP-IG still scores all of them); the page says so.
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n-prompts", type=int, default=16, help="IOI prompts with a graph each")
     parser.add_argument("--n-facts", type=int, default=None,
                         help="the relation's first N one-token facts, in the shipped order (default: all)")
+    parser.add_argument("--n-ioi-graphs", type=int, default=None,
+                        help="graph the first N of the IOI prompts (default: all; EAP-IG uses all)")
     parser.add_argument("--methods-only", action="store_true",
                         help="only the trace, the knowledge neurons and EAP-IG (no transcoder needed), cached")
     parser.add_argument("--resamples", type=int, default=2000)
@@ -227,7 +230,7 @@ def main() -> None:
     torch.set_grad_enabled(True)
     with run.timed("load"):
         lm = load_model("toy-2l" if run.quick else args.model)
-    cache = run.cache(exclude=["resamples", "methods_only", "n_facts"])
+    cache = run.cache(exclude=["resamples", "methods_only", "n_facts", "n_ioi_graphs"])
     every = relation_facts(lm, args.relation)
     facts = every[: 2 if run.quick else args.n_facts]
     pairs = ioi_str_pairs(lm, 4 if run.quick else args.n_prompts, seed=0)
@@ -249,9 +252,9 @@ def main() -> None:
     with run.timed("ioi graphs"):
         ioi_items = [cache.get(f"ioi-{i:02d}", lambda i=i: ioi_item(lm, tcs, pairs.clean[i], pairs.answers[i],
                                                                      pairs.wrongs[i]))
-                     for i in range(len(pairs.clean))]
+                     for i in range(len(pairs.clean))[: args.n_ioi_graphs]]
     run.write(record(lm, args, fact_items, ioi_items, circuit, pairs.source, run.quick) | {
-        "n_facts_of_relation": len(every)})
+        "n_facts_of_relation": len(every), "n_ioi_pairs": len(pairs.clean)})
 
 
 def record(lm: LensModel, args: argparse.Namespace, fact_items: list[dict[str, Any]],

@@ -183,12 +183,14 @@ def graphs_smollm2(data: Any) -> str:
     eap = data["eap_ig"]
     of = data.get("n_facts_of_relation", n_facts)  # --n-facts takes the first N in the shipped order
     subset = f", the first {n_facts} of {of} in the shipped order" if of != n_facts else ""
+    pairs = data.get("n_ioi_pairs", n_prompts)
+    graphed = f", graphs on the first {n_prompts} of the {pairs} that EAP-IG scores" if pairs != n_prompts else ""
     scores = markdown(["graphs", "replacement score", "completeness score", "feature nodes"],
                       [[f"{n_facts} {data['relation']} facts{subset}", _iv(data["fact_scores"]["replacement"], 3),
                         _iv(data["fact_scores"]["completeness"], 3), num(data["fact_scores"]["n_features"]["estimate"], 0)],
-                       [f"{n_prompts} IOI prompts", _iv(data["ioi_scores"]["replacement"], 3),
+                       [f"{n_prompts} IOI prompts{graphed}", _iv(data["ioi_scores"]["replacement"], 3),
                         _iv(data["ioi_scores"]["completeness"], 3), num(data["ioi_scores"]["n_features"]["estimate"], 0)]])
     return (f"{scores}\n\nThe facts ({n_facts}, {data['relation']}{subset}):\n\n{markdown(header, _claim_rows(facts, FACT_CLAIMS))}"
-            f"\n\nIOI ({n_prompts} prompts; EAP-IG's greedy circuit at 5 %: {eap['edges']} edges, faithfulness "
+            f"\n\nIOI ({n_prompts} prompts{graphed}; EAP-IG's greedy circuit at 5 %: {eap['edges']} edges, faithfulness "
             f"{minus(num(eap['faithfulness'], 2))}, MLP layers {', '.join(map(str, eap['mlp_layers'])) or 'none'}):\n\n"
             f"{markdown(header, _claim_rows(ioi, IOI_CLAIMS))}")

@@ -112,3 +112,5 @@ def test_the_smollm2_table_names_a_subset_of_the_facts(claims) -> None:
     render = RENDERERS["graphs_smollm2"]
     assert "| 12 landmark_city facts, the first 12 of 26 in the shipped order | 0.500 [0.400, 0.600] |" in render(doc)
     assert "the first" not in render({**doc, "n_facts_of_relation": 12})
+    assert "| 16 IOI prompts |" in render(doc)
+    assert "| 16 IOI prompts, graphs on the first 16 of the 24 that EAP-IG scores |" in render({**doc, "n_ioi_pairs": 24})
