@@ -24,13 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import harness
+import torch
 from doc_tables.schemas.transcoders import LayerRow, TranscodersData
 
 from lmsci_mi import LensModel, load_model
 from lmsci_mi.probes.cfg import load_cfg_model
 from lmsci_mi.transcoders.data import transcoder_rows
 from lmsci_mi.transcoders.files import compact_size, save_circuit_tracer, save_compact
-from lmsci_mi.transcoders.metrics import transcoder_metrics
+from lmsci_mi.transcoders.metrics import clean_losses, transcoder_metrics
 from lmsci_mi.transcoders.presets import TRANSCODER_PRESETS
 from lmsci_mi.transcoders.train import (
     TrainedLayer,
@@ -89,11 +90,14 @@ def main() -> None:
     cache = run.cache(exclude=["export", "compact", "budget_minutes", "device"])
     folder = transcoder_folder(lm, preset.data, train)
     with run.timed("metrics"):
-        # one cached result per layer, so a stopped run keeps the layers it measured
+        # one cached result per layer, so a stopped run keeps the layers it measured; the model's
+        # own losses are the same for every layer, so computed (and cached) once
+        clean = torch.tensor(cache.get(f"{folder.name}-clean", lambda: clean_losses(
+            lm, held.held_out, batch_size=preset.metrics_batch).tolist()), dtype=torch.float64)
         measured = [
             cache.result(f"{folder.name}-layer-{layer}", lambda layer=layer: transcoder_metrics(
                 lm, tcs, held.held_out, layers=[layer], n_resamples=run.args.resamples,
-                batch_size=preset.metrics_batch, data_source=held.source, progress=True))
+                batch_size=preset.metrics_batch, data_source=held.source, progress=True, clean=clean))
             for layer in sorted(tcs)
         ]
     qualities = [m.layers[0] for m in measured]

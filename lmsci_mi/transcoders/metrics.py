@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.model import LensModel
 from lmsci_mi.results import Result, result_type
 from lmsci_mi.stats import Interval, percentile_bounds, resample_counts
@@ -26,7 +27,7 @@ from lmsci_mi.transcoders.model import Transcoder, TranscoderSet
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["MEASURES", "LayerQuality", "TranscoderMetrics", "transcoder_metrics"]
+__all__ = ["MEASURES", "LayerQuality", "TranscoderMetrics", "clean_losses", "transcoder_metrics"]
 
 MEASURES = ("explained_variance", "l0", "dead_fraction", "loss_recovered")
 """The measures of :class:`TranscoderMetrics`' values, in column order."""
@@ -140,14 +141,31 @@ def _reconstruction(
     return sums
 
 
+def _summed_losses(lm: LensModel, rows: list[list[int]], hooks: Any, batch_size: int, label: str) -> Tensor:
+    """Per row, the summed next-token loss (the sink's and the last position's left out), with
+    ``hooks`` (``spliced_token_losses``'s) or none."""
+    # imported here: the SAE package is only needed once a loss is measured
+    from lmsci_mi.sae.stats import spliced_token_losses
+
+    sums = [
+        (losses * mask).sum(1).double().cpu()
+        for losses, mask in spliced_token_losses(lm, rows, hooks, batch_size=batch_size, label=label)
+    ]
+    return torch.cat(sums)
+
+
+def clean_losses(lm: LensModel, rows: Sequence[Sequence[int]], *, batch_size: int = 16) -> Tensor:
+    """Per row of ``rows``, the model's summed next-token loss as it is: the same for every
+    layer, so a caller measuring layer by layer computes it once and passes it on
+    (:func:`transcoder_metrics`' ``clean``)."""
+    return _summed_losses(lm, [list(r) for r in rows], None, batch_size, "transcoder-clean")
+
+
 def _losses(
     lm: LensModel, tcs: TranscoderSet, layer: int, rows: list[list[int]], mode: str, batch_size: int
 ) -> Tensor:
     """Per row, the summed next-token loss with ``layer``'s MLP output replaced by the
-    transcoder's (``"spliced"``) or by zeros (``"zero"``), or left alone (``"clean"``)."""
-    # imported here: the SAE package is only needed once a loss is measured
-    from lmsci_mi.sae.stats import spliced_token_losses
-
+    transcoder's (``"spliced"``) or by zeros (``"zero"``)."""
     in_hook, out_hook = tcs.hook_names(layer)
     tc = tcs[layer]
 
@@ -166,14 +184,7 @@ def _losses(
 
         return [(in_hook, read), (out_hook, write)] if mode == "spliced" else [(out_hook, write)]
 
-    sums = [
-        (losses * mask).sum(1).double().cpu()
-        for losses, mask in spliced_token_losses(
-            lm, rows, None if mode == "clean" else hooks, batch_size=batch_size,
-            label=f"transcoder-{mode}",
-        )
-    ]
-    return torch.cat(sums)
+    return _summed_losses(lm, rows, hooks, batch_size, f"transcoder-{mode}")
 
 
 def transcoder_metrics(
@@ -187,6 +198,7 @@ def transcoder_metrics(
     batch_size: int = 16,
     progress: bool = False,
     data_source: str = "",
+    clean: Tensor | None = None,
 ) -> TranscoderMetrics:
     """Measure each layer's transcoder on held-out token ``rows`` (each starting with the sink).
 
@@ -200,6 +212,8 @@ def transcoder_metrics(
         n_resamples: bootstrap resamples over texts.
         seed: the bootstrap's seed.
         data_source: where the rows come from (recorded in the result's meta).
+        clean: :func:`clean_losses` of ``rows`` (None: computed here); pass it when measuring a
+            set layer by layer, so the model's own losses are computed once.
 
     >>> from lmsci_mi import load_model
     >>> lm = load_model("toy-2l")
@@ -217,7 +231,11 @@ def transcoder_metrics(
     collected, names = collect_pairs(lm, rows, chosen, tcs.input_site, tcs.output_site,
                                      progress=progress)
     counts = resample_counts(len(rows), n_resamples, seed=seed)
-    clean = _losses(lm, tcs, chosen[0], rows, "clean", batch_size)
+    if clean is None:
+        clean = clean_losses(lm, rows, batch_size=batch_size)
+    elif clean.shape != (len(rows),):
+        raise UserInputError(f"clean holds {tuple(clean.shape)} losses; give one per row ({len(rows)}), "
+                             "from clean_losses on the same rows")
     qualities = [
         _layer_quality(lm, tcs, layer, rows, collected.acts[names[layer][0]],
                        collected.acts[names[layer][1]], collected.example, counts, clean, batch_size)

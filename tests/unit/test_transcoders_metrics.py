@@ -9,8 +9,14 @@ import torch
 from torch import Tensor
 
 from lmsci_mi import LensModel
+from lmsci_mi.errors import UserInputError
 from lmsci_mi.transcoders import Transcoder, TranscoderMismatchError, TranscoderSet
-from lmsci_mi.transcoders.metrics import MEASURES, TranscoderMetrics, transcoder_metrics
+from lmsci_mi.transcoders.metrics import (
+    MEASURES,
+    TranscoderMetrics,
+    clean_losses,
+    transcoder_metrics,
+)
 from tests.fixtures import weights_fingerprint
 
 
@@ -53,6 +59,15 @@ def test_result_round_trips(tiny: LensModel, tmp_path: object) -> None:
     m = transcoder_metrics(tiny, tcs, _rows(tiny), layers=[1], n_resamples=10)
     path = m.save(tmp_path / "m.json")  # type: ignore[operator]
     assert TranscoderMetrics.load(path) == m
+
+
+def test_clean_losses_computed_once_give_the_same_layer(tiny: LensModel) -> None:
+    tcs = TranscoderSet.random(tiny, 16, k=2)
+    clean = clean_losses(tiny, _rows(tiny))
+    given = transcoder_metrics(tiny, tcs, _rows(tiny), layers=[1], n_resamples=10, clean=clean)
+    assert given == transcoder_metrics(tiny, tcs, _rows(tiny), layers=[1], n_resamples=10)
+    with pytest.raises(UserInputError, match="one per row"):
+        transcoder_metrics(tiny, tcs, _rows(tiny), layers=[1], clean=clean[:1])
 
 
 def test_bad_input_and_a_failure_leave_nothing_attached(tiny: LensModel, monkeypatch: pytest.MonkeyPatch) -> None:
