@@ -198,23 +198,16 @@ def curve_set(per_text: list[LengthCurve], xs: list[int], window: int | None) ->
                     std=std.tolist(), n_texts=len(per_text))
 
 
-def rise_record(rise: NLLRise, per_text: torch.Tensor) -> RiseRecord:
-    ends = rise.window_ends.tolist()
-    x = torch.nan_to_num(per_text.double(), nan=0.0)
-    sums = torch.cat([torch.zeros(x.shape[0], 1, dtype=x.dtype), x.cumsum(1)], 1)
-    means = [float(((sums[:, e] - sums[:, e - rise.window]) / rise.window).mean()) for e in ends]
-    return RiseRecord(length=rise.length, in_context=list(rise.in_context), in_context_mean=rise.in_context_mean,
-                      window=rise.window, stride=rise.stride, n_se=rise.n_se, window_ends=ends, window_mean=means,
-                      excess=rise.excess.tolist(), se=rise.se.tolist(), applied=True)
-
-
-def unruled_record(per_text: torch.Tensor, window: int, in_context: tuple[int, int], n_se: float) -> RiseRecord:
-    """The windows of one text, without the rule (its standard error is over texts): length None."""
+def rise_record(per_text: torch.Tensor, window: int, in_context: tuple[int, int], n_se: float,
+                rise: NLLRise | None) -> RiseRecord:
+    """The windows' mean NLL and excess over the in-context mean (mean over texts), with where the
+    rule finds the rise (``rise``; None: one text, the rule not applied, ``length`` None)."""
     ends, reference, difference = window_excess(per_text, window=window, in_context=in_context)
-    return RiseRecord(length=None, in_context=list(in_context), in_context_mean=float(reference.mean()),
-                      window=window, stride=window, n_se=n_se, window_ends=ends.tolist(),
-                      window_mean=(difference + reference[:, None]).mean(0).tolist(),
-                      excess=difference.mean(0).tolist(), se=[], applied=False)
+    return RiseRecord(length=None if rise is None else rise.length, in_context=list(in_context),
+                      in_context_mean=float(reference.mean()), window=window, stride=window, n_se=n_se,
+                      window_ends=ends.tolist(), window_mean=(difference + reference[:, None]).mean(0).tolist(),
+                      excess=difference.mean(0).tolist(), se=[] if rise is None else rise.se.tolist(),
+                      applied=rise is not None)
 
 
 # ----------------------------------------------------------------------------- figures
@@ -337,13 +330,12 @@ def nll_section(lm: LensModel, curves: dict[str, torch.Tensor], record: dict, ar
     """The NLL curves' section and figure: where each starts to rise, by the rule where there are
     two texts or more; one text's windows are kept with the rule not applied."""
     in_context = (args.in_context_start, min(trained, args.max_length))
-    if args.n_texts >= 2:
-        records = {k: rise_record(nll_rise(v, window=args.window, in_context=in_context, n_se=args.n_se), v)
-                   for k, v in curves.items()}
-    else:
+    if args.n_texts < 2:
         print("one text: the NLL's rise rule needs its standard error over two texts or more (raise --n-texts); "
               "the curves are kept without it")
-        records = {k: unruled_record(v, args.window, in_context, args.n_se) for k, v in curves.items()}
+    records = {k: rise_record(v, args.window, in_context, args.n_se, None if args.n_texts < 2 else
+                              nll_rise(v, window=args.window, in_context=in_context, n_se=args.n_se))
+               for k, v in curves.items()}
     section = NLLSection(**record, n_texts=args.n_texts, max_length=args.max_length,
                          without=records["without the mask"], with_mask=records["with the Λ-mask"])
     return section, draw_nll(stem / f"outliers_nll_{lm.name}.png", lm.name, curves, records, trained)
