@@ -28,7 +28,7 @@ here (an estimate, not a measurement), and each text takes three passes (curves,
 mask). Every pass is cached per text as soon as it is done, so a killed run resumes, and the cache
 does not depend on --n-texts: run one text, read the printed estimate, then raise --n-texts (the
 rise's standard error needs at least two; one text's NLL curves are written with the rule not
-tested). Gemma 3's 32,768 trained tokens make twice that far
+tested; 0 writes the attention curves and the separation alone). Gemma 3's 32,768 trained tokens make twice that far
 slower; give it a --max-length (the data file records the one used).
 """
 
@@ -97,7 +97,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
                         help=f"a registered model name (load_model's) or {SHORT_LM!r} (trained here)")
     parser.add_argument("--img-dir", type=Path, default=Path("docs/img"), help="where the figures go")
     parser.add_argument("--max-length", type=int, default=None, help="tokens per text (default: 2x the trained length)")
-    parser.add_argument("--n-texts", type=int, default=4, help="texts of the NLL curves (>= 2 for the rise)")
+    parser.add_argument("--n-texts", type=int, default=4,
+                        help="texts of the NLL curves (>= 2 for the rise; 0: no NLL curve)")
     parser.add_argument("--curve-texts", type=int, default=2, help="texts of the attention curves")
     parser.add_argument("--separation-texts", type=int, default=8, help="texts of the first tokens' separation")
     parser.add_argument("--separation-length", type=int, default=1024, help="tokens per separation text")
@@ -359,8 +360,6 @@ def main() -> None:
         lm, long_text(lm, args.separation_texts, args.separation_length), separation_config))
     separation = SeparationSection(first_k=sep.first_k, length=args.separation_length, n_texts=sep.n_texts,
                                    layers=sep.axis_labels(0), mean=sep.values.tolist(), std=sep.std.tolist())
-    with run.timed("nll"):
-        curves, record = nll_curves(lm, text, args, cache, clock)
     marks = tuple(m for m in (trained, length - 1) if m < length)
     stem = harness.QUICK if run.quick else args.img_dir
     max_logit = torch.stack([c.values for c, _ in per_text]).mean(0)
@@ -372,8 +371,14 @@ def main() -> None:
         trained_context={k: v for k, v in vars(context).items() if k != "model"}, max_length=length,
         curves={"max_logit": curve_set([c for c, _ in per_text], grid(length, args.grid, marks), None),
                 "entropy": curve_set([e for _, e in per_text], [], args.window)},
-        separation=separation, seconds_per_pass={**earlier_seconds(run.out, lm.name), **clock.seconds})
-    data["nll"], figures["nll"] = nll_section(lm, curves, record, args, trained, stem)
+        separation=separation)
+    if args.n_texts > 0:
+        with run.timed("nll"):
+            curves, record = nll_curves(lm, text, args, cache, clock)
+        data["nll"], figures["nll"] = nll_section(lm, curves, record, args, trained, stem)
+    else:
+        print("--n-texts 0: the attention curves and the separation only, no NLL curve")
+    data["seconds_per_pass"] = {**earlier_seconds(run.out, lm.name), **clock.seconds}
     data["figures"] = {k: shown(v) for k, v in figures.items()}
     run.write(finite(data), ensure_ascii=False)
 
