@@ -23,9 +23,8 @@ twice and eight times the trained length cost seconds:
 Long inputs run through the query-chunked attention path (``--chunk-size`` queries at a time), so
 memory stays near the model's and the activations of one block of queries. Time does not: at twice
 SmolLM2's 8,192 tokens a pass is about 19 TFLOP of attention (30 layers x 9 heads x 64 dims x
-16,384² x 4) plus 3.4 TFLOP for the rest, some 12 minutes at the roughly 30 GFLOP/s of one thread
-here (an estimate, not a measurement), and each text takes three passes (curves, NLL, NLL under the
-mask). Every pass is cached per text as soon as it is done, so a killed run resumes, and the cache
+16,384² x 4) plus 3.4 TFLOP for the rest; the curves' pass took 2,480 s at one thread beside another
+job (2026-11-29), and each text takes three passes (curves, NLL, NLL under the mask). Every pass is cached per text as soon as it is done, so a killed run resumes, and the cache
 does not depend on --n-texts: run one text, read the printed estimate, then raise --n-texts (the
 rise's standard error needs at least two; one text's NLL curves are written with the rule not
 tested; 0 writes the attention curves and the separation alone). Gemma 3's 32,768 trained tokens make twice that far
@@ -121,17 +120,19 @@ def data_file(args: argparse.Namespace) -> Path:
 
 
 class PassClock:
-    """Times the passes actually computed and prints what the rest will take."""
+    """Times the passes actually computed, keeps the times in the cache (so a run killed after a
+    pass still reports it when resumed), and prints what the rest will take."""
 
-    def __init__(self, remaining: int) -> None:
-        self.remaining = remaining
-        self.seconds: dict[str, float] = {}
+    def __init__(self, remaining: int, cache: harness.ItemCache) -> None:
+        self.remaining, self.cache = remaining, cache
+        self.seconds: dict[str, float] = cache.load("seconds", {})
 
     def run(self, name: str, compute: Callable[[], Any]) -> Any:
         began = time.perf_counter()
         value = compute()
         took = time.perf_counter() - began
         self.seconds.setdefault(name.rsplit("-", 1)[0], round(took, 1))
+        self.cache.save("seconds", self.seconds)
         self.remaining -= 1
         print(f"{name}: {took:.0f} s; about {self.remaining * took / 60:.0f} min for the {self.remaining} "
               "passes left, if they take as long")
@@ -320,12 +321,6 @@ def nll_curves(lm: LensModel, text: LongText, args: argparse.Namespace, cache: h
     return curves, {"config": cfg.params(), "mask_config": mask.params(), "mask": resolved}
 
 
-def earlier_seconds(path: Path, model: str) -> dict[str, float]:
-    """The pass times the data file holds from an earlier run (a resumed run computes only some)."""
-    earlier = harness.read_json(path, {})
-    return earlier.get("seconds_per_pass", {}) if earlier.get("model") == model else {}
-
-
 def nll_section(lm: LensModel, curves: dict[str, torch.Tensor], record: dict, args: argparse.Namespace,
                 trained: int, stem: Path) -> tuple[NLLSection, Path]:
     """The NLL curves' section and figure: where each starts to rise, by the rule where there are
@@ -352,7 +347,7 @@ def main() -> None:
     args.max_length = length
     cache = run.cache(exclude=["n_texts", "curve_texts", "img_dir", "grid"])
     text = long_text(lm, max(args.n_texts, args.curve_texts), length)
-    clock = PassClock(args.curve_texts + 2 * args.n_texts)
+    clock = PassClock(args.curve_texts + 2 * args.n_texts, cache)
     with run.timed("curves"):
         per_text = [text_curves(lm, text, i, args, cache, clock) for i in range(args.curve_texts)]
     separation_config = SeparationConfig(first_k=args.first_k, chunk_size=args.chunk_size)
@@ -378,7 +373,7 @@ def main() -> None:
         data["nll"], figures["nll"] = nll_section(lm, curves, record, args, trained, stem)
     else:
         print("--n-texts 0: the attention curves and the separation only, no NLL curve")
-    data["seconds_per_pass"] = {**earlier_seconds(run.out, lm.name), **clock.seconds}
+    data["seconds_per_pass"] = clock.seconds
     data["figures"] = {k: shown(v) for k, v in figures.items()}
     run.write(finite(data), ensure_ascii=False)
 

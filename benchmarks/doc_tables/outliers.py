@@ -327,6 +327,10 @@ def outliers_nll_rise(data: Any) -> str:
               "with the Λ-mask", "last window's NLL, no mask / mask"]
     def rows_of(model: str, doc: Any) -> list[list[str]]:
         rows: list[list[str]] = []
+        if "nll" not in doc:  # a run with --n-texts 0
+            return [[model_name(model), f"not run: this model's file holds the attention curves alone "
+                     f"(--n-texts 0); the NLL takes two passes of {doc['max_length']:,} tokens per text"]
+                    + [""] * (len(header) - 2)]
         n, trained = doc["nll"], doc["trained_context"]["trained_length"]
         w, m = n["without"], n["with_mask"]
         mask = n["mask"]
@@ -337,7 +341,7 @@ def outliers_nll_rise(data: Any) -> str:
                      f"first {mask['n_global']}, cap {mask['distance_cap']:,})", last])
         return rows
 
-    return per_model(data, header, "nll", LENGTH, rows_of)
+    return per_model(data, header, None, LENGTH, rows_of)
 
 
 def _at(curve: dict, layer: int, x: int) -> float:

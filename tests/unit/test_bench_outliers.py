@@ -160,6 +160,10 @@ def test_one_texts_nll_is_shown_without_the_rise_rule() -> None:
     assert "one text, so the rise rule" in findings
     assert "on average +1.000 nats" in findings and "+0.000 nats" not in findings
     assert "-0.100 with the Λ-mask; the last window +1.500 and -0.200" in findings
+    del one["nll"]  # --n-texts 0: the attention curves alone
+    assert "| SmolLM2-135M | not run: this model's file holds the attention curves alone" in \
+        r["outliers_nll_rise"](_two(one, "length"))
+    assert "NLL by position" not in r["outliers_length_findings"](one)
 
 
 def test_a_block_whose_file_is_not_written_yet_renders_not_yet(tmp_path: Path) -> None:
