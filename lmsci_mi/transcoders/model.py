@@ -235,6 +235,10 @@ class TranscoderSet(Mapping[int, Transcoder]):
             )
         return self.layers[layer]
 
+    def __contains__(self, layer: object) -> bool:
+        # Mapping's own test calls __getitem__, whose miss is an error (not a KeyError) here
+        return not isinstance(layer, bool) and layer in self.layers
+
     def __iter__(self) -> Iterator[int]:
         return iter(sorted(self.layers))
 

@@ -44,6 +44,7 @@ def test_set_hooks_and_bad_input(tiny: LensModel) -> None:
     tcs.check(tiny)
     with pytest.raises(TranscoderMismatchError, match=r"no transcoder for layer 5.*covers layers \[0, 1\]"):
         tcs[5]
+    assert 1 in tcs and 5 not in tcs and True not in tcs  # a membership test is no error
     with pytest.raises(TranscoderMismatchError, match="width 64"):
         tcs[0].encode(torch.zeros(3, 32))
     narrow = TranscoderSet({0: Transcoder.random(32, 16)}, model_name=tiny.name)
