@@ -1115,7 +1115,7 @@ GRAPHS = [
     """),
     md("""
     On SmolLM2 the same two calls work once its transcoders exist: `load_transcoders(lm,
-    build=True)` trains them (about 3 hours at one CPU thread, resumable per layer), and
+    build=True)` trains them (about 1.5 hours at one CPU thread, resumable per layer), and
     `lmsci-mi graph --prompt ... --html graph.html` draws a graph from the command line;
     `examples/feature_circuits.py` runs this notebook's steps as a script.
     """),

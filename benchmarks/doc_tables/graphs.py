@@ -82,7 +82,11 @@ def graphs_vs_circuit_tracer(data: GraphsPeerData) -> str:
     rows = []
     for model, m in data["models"].items():
         a, sides, mem = m["agreement"], m["timing"]["sides"], m["memory"]
-        rows.append([f"{NAMES.get(model, model)} ({m['layers']}, {m['d_transcoder']:,})",
+        opts = m["options"]  # both sides ran them; say where they leave circuit-tracer's defaults
+        unusual = ([f"at most {opts['max_feature_nodes']:,} feature nodes"] if opts.get("max_feature_nodes") else []) \
+            + ([f"batch {opts['batch_size']}"] if opts.get("batch_size", 512) != 512 else [])
+        rows.append([f"{NAMES.get(model, model)} ({m['layers']}, {m['d_transcoder']:,}"
+                     f"{'; ' + ', '.join(unusual) if unusual else ''})",
                      f"{a['nodes_ours']} / {a['nodes_peer']}", f"{sci(a['max_abs_diff'])} ({num(a['max_abs_value'], 1)})",
                      sci(a["max_rel_diff"]), f"{'yes' if a['within_tolerance'] else 'no'} ({a['atol']:g}, {a['rtol']:g})",
                      seconds(sides["lmsci_mi"], 3), seconds(sides["circuit_tracer"], 3), ratio(m["ratio"]),

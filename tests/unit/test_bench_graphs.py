@@ -114,3 +114,16 @@ def test_the_smollm2_table_names_a_subset_of_the_facts(claims) -> None:
     assert "the first" not in render({**doc, "n_facts_of_relation": 12})
     assert "| 16 IOI prompts |" in render(doc)
     assert "| 16 IOI prompts, graphs on the first 16 of the 24 that EAP-IG scores |" in render({**doc, "n_ioi_pairs": 24})
+
+
+def test_the_peer_table_names_options_off_circuit_tracers_defaults(claims) -> None:
+    import json
+    from pathlib import Path
+
+    from doc_tables import RENDERERS
+
+    data = json.loads((Path(__file__).parents[2] / "docs/data/graphs_vs_circuit_tracer.json").read_text())
+    render = RENDERERS["graphs_vs_circuit_tracer"]
+    assert "feature nodes;" not in render(data) and "; batch" not in render(data)
+    data["models"]["ct-llama"]["options"].update(max_feature_nodes=1024, batch_size=64)
+    assert "(2, 32; at most 1,024 feature nodes, batch 64)" in render(data)
