@@ -55,6 +55,30 @@ def transcoder_quality(data: Any) -> str:
     return markdown(header, rows)
 
 
+def _spans(layers: list[int]) -> str:
+    return ", ".join(map(str, layers)) or "none"
+
+
+@table("transcoder_findings", missing_ok=True)
+def transcoder_findings(data: Any) -> str:
+    """Per model with a file: the layers that meet the target, and those whose transcoder loses
+    more than zero-ablating the MLP would (loss recovered below 0), with the build's total cost."""
+    lines = []
+    for model, doc in _files(data):
+        if doc is None:
+            continue
+        rows = doc["rows"]
+        worse = [r["layer"] for r in rows if r["loss_recovered"]["estimate"] < 0]
+        recovered = sorted(r["loss_recovered"]["estimate"] for r in rows)
+        minutes = sum(r["train_seconds"] + r["harvest_seconds"] for r in rows) / 60
+        lines.append(
+            f"- {NAMES.get(model, model)}: {len(doc['layers_meeting_target'])} of {len(rows)} layers meet the "
+            f"target ({_spans(doc['layers_meeting_target'])}); the median layer recovers "
+            f"{minus(num(recovered[len(recovered) // 2], 2))} of the loss; below 0, worse than removing the MLP: "
+            f"{_spans(worse)}. Training and harvest: {minutes:.0f} minutes at {rows[0]['threads']} thread(s).")
+    return "\n".join(lines)
+
+
 @table("transcoder_builds", missing_ok=True)
 def transcoder_builds(data: Any) -> str:
     """Per model: the set's shape, data, held-out texts, compact size and why the preset differs

@@ -127,3 +127,19 @@ def test_the_peer_table_names_options_off_circuit_tracers_defaults(claims) -> No
     assert "feature nodes;" not in render(data) and "; batch" not in render(data)
     data["models"]["ct-llama"]["options"].update(max_feature_nodes=1024, batch_size=64)
     assert "(2, 32; at most 1,024 feature nodes, batch 64)" in render(data)
+
+
+def test_the_transcoder_findings_name_the_layers_worse_than_ablation(claims) -> None:
+    import copy
+    import json
+    from pathlib import Path
+
+    from doc_tables import RENDERERS
+
+    cfg = json.loads((Path(__file__).parents[2] / "docs/data/transcoders_cfg-gpt.json").read_text())
+    worse = copy.deepcopy(cfg)
+    worse["rows"][2]["loss_recovered"]["estimate"] = -0.5
+    worse["layers_meeting_target"] = [0, 1, 3]
+    line = RENDERERS["transcoder_findings"]({"transcoders_cfg-gpt": worse, "transcoders_smollm2-135m": None})
+    assert "3 of 4 layers meet the target (0, 1, 3)" in line and "worse than removing the MLP: 2." in line
+    assert line.count("\n") == 0  # a model without a file adds no line
