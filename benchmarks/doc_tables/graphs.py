@@ -75,7 +75,8 @@ def transcoder_findings(data: Any) -> str:
             f"- {NAMES.get(model, model)}: {len(doc['layers_meeting_target'])} of {len(rows)} layers meet the "
             f"target ({_spans(doc['layers_meeting_target'])}); the median layer recovers "
             f"{minus(num(recovered[len(recovered) // 2], 2))} of the loss; below 0, worse than removing the MLP: "
-            f"{_spans(worse)}. Training and harvest: {minutes:.0f} minutes at {rows[0]['threads']} thread(s).")
+            f"{_spans(worse)}. Training and harvest: {minutes:.0f} minutes at "
+            f"{'one thread' if rows[0]['threads'] == 1 else str(rows[0]['threads']) + ' threads'}.")
     return "\n".join(lines)
 
 
