@@ -44,13 +44,14 @@ def run_words(records: list[TimingRecord], date: str | None = None) -> str:
     """How a table's rows were timed: protocol, rounds, threads, quiet or not, and the records'
     notes (what the warm-up was, what was built before timing)."""
     first, when = records[0], f"{date}, " if date else ""
-    m, threads = first["machine"], first["machine"]["threads"]
+    threads = first["machine"]["threads"]
+    machines = list(dict.fromkeys(f"{r['machine']['cpu']} ({r['machine']['cores']} cores)" for r in records))
+    where = machines[0] if len(machines) == 1 else f"{' and '.join(machines)} (rows from separate runs)"
     warmups = f"{first['warmups']} warm-up" + ("" if first["warmups"] == 1 else "s")
     notes = list(dict.fromkeys(part for r in records for part in r["note"].split("; ") if part))
     return (f"Each side: {warmups}, then {first['rounds']} rounds in alternating "
             f"order; seconds are median (min–max) over the rounds, the interval a 95 % bootstrap over "
-            f"rounds. Run {when}{threads} thread{'' if threads == 1 else 's'}, {m['cpu']} "
-            f"({m['cores']} cores), {quiet_words(records)}."
+            f"rounds. Run {when}{threads} thread{'' if threads == 1 else 's'}, {where}, {quiet_words(records)}."
             + (f" Notes: {'; '.join(notes)}." if notes else ""))
 
 
