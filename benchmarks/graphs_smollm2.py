@@ -70,7 +70,8 @@ CIRCUIT_PERCENT = 5.0
 def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--relation", default="landmark_city", help="the facts' relation (the Eiffel Tower's)")
-    parser.add_argument("--n-prompts", type=int, default=16, help="IOI prompts with a graph each")
+    parser.add_argument("--n-prompts", type=int, default=16,
+                        help="IOI pairs for EAP-IG (each graphed too, unless --n-ioi-graphs)")
     parser.add_argument("--n-facts", type=int, default=None,
                         help="the relation's first N one-token facts, in the shipped order (default: all)")
     parser.add_argument("--n-ioi-graphs", type=int, default=None,
