@@ -2,7 +2,7 @@
 the bundled SmolLM2 at each test's exact small setting (tests/pins.py, ``MEASURES``: the test and
 this script run the same function), at 1 and at 2 torch threads. Writes tests/data/pins.json: per
 pin the 1-thread values (the suite runs one thread per worker), the largest difference the thread
-count made, and the tolerance the tests apply: max(5 × that difference, 1e-4 × |value|, 1e-6) on
+count made, and the tolerance the tests apply: max(5 × that difference, 1e-4 × |value|, 1e-5) on
 CPU (a list's: over its elements); on CUDA at least 2e-2 × |value| (TF32; tests/pins.py says why).
 
     HF_HUB_OFFLINE=1 PYTHONPATH=. OMP_NUM_THREADS=1 flock /work/model.lock \\

@@ -28,7 +28,17 @@ THREAD_FACTOR = 5.0
 """The CPU tolerance is this many times the largest difference seen between 1 and 2 threads..."""
 REL_FLOOR = 1e-4
 """... and at least this share of the value: another CPU's kernels sum in another order too."""
-ABS_FLOOR = 1e-6
+ABS_FLOOR = 1e-5
+"""... and at least this much. Measured: the pins were computed on an AMD EPYC; on an Intel Xeon
+(2026-11-29) ``knowledge_neurons.0.random``, a change of p(answer) near 0 (a difference of two close
+probabilities, whose list has no large element for REL_FLOOR to scale), came out 1.4e-6 away, over
+the earlier floor of 1e-6. ``check_pins`` applies this floor to tolerances stored before it."""
+PLATFORM_TOLERANCE: dict[str, float] = {"steering.sentiment": 5e-3, "steering.perplexity_ratio": 0.1}
+"""Pins that another CPU moves past the rule above, with their CPU tolerance. Measured: on an Intel
+Xeon (2026-11-29) against the AMD EPYC that wrote pins.json, the steering pin's values at +0.5
+(sampled continuations, seeded: another CPU's last bits can change a sampled token) moved by 1.7e-3
+(sentiment) and 3.0e-2 (perplexity ratio), those at -0.5 and 0 not past the rule; each tolerance is
+about three times that. Every other pin of the file held on that machine (with ABS_FLOOR)."""
 CUDA_REL = 2e-2
 """On CUDA the tolerance is at least this share of the value (a list's largest |value|): TF32
 matmuls keep a 10-bit mantissa, about 1e-3 relative per matmul, and 30 layers add up. A factor
@@ -90,6 +100,7 @@ def check_pins(name: str, measured: Measured | Mapping[str, Value], device: obje
         want = expected if isinstance(expected, list) else [expected]
         assert len(got) == len(want), f"{name}.{key}: {len(got)} values, pinned {len(want)}"
         scale = max(abs(w) for w in want)
+        tol = max(tol, ABS_FLOOR, PLATFORM_TOLERANCE.get(f"{name}.{key}", 0.0))  # ABS_FLOOR: files before it
         allowed = max(tol, CUDA_REL * scale) if str(device).startswith("cuda") else tol
         for g, w in zip(got, want, strict=True):
             assert math.isclose(g, w, rel_tol=0, abs_tol=allowed), (
