@@ -24,10 +24,11 @@ Long inputs run through the query-chunked attention path (``--chunk-size`` queri
 memory stays near the model's and the activations of one block of queries. Time does not: at twice
 SmolLM2's 8,192 tokens a pass is about 19 TFLOP of attention (30 layers x 9 heads x 64 dims x
 16,384² x 4) plus 3.4 TFLOP for the rest; the curves' pass took 2,480 s at one thread beside another
-job (2026-11-29), and each text takes three passes (curves, NLL, NLL under the mask). Every pass is cached per text as soon as it is done, so a killed run resumes, and the cache
-does not depend on --n-texts: run one text, read the printed estimate, then raise --n-texts (the
-rise's standard error needs at least two; one text's NLL curves are written with the rule not
-tested; 0 writes the attention curves and the separation alone). Gemma 3's 32,768 trained tokens make twice that far
+job (2026-11-29), and each text takes three passes (curves, NLL, NLL under the mask). Every pass is
+cached per text as soon as it is done, so a killed run resumes, and the cache does not depend on
+--n-texts: run one text, read the printed estimate, then raise --n-texts (the rise's standard error
+needs at least two; one text's NLL curves are written with the rule not tested; 0 writes the
+attention curves and the separation alone). Gemma 3's 32,768 trained tokens make twice that far
 slower; give it a --max-length (the data file records the one used).
 """
 
